@@ -1,0 +1,34 @@
+#pragma once
+// Each subcommand registers itself on the CLI11 app and returns the exit code when it runs.
+#include <functional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace gpuphot::cli {
+
+// Options every subcommand shares (DESIGN.md §Conventions).
+struct CommonOptions {
+    std::string backend = "auto";
+    int threads = 0;
+    std::string config;
+    std::string outdir = ".";
+    int verbosity = 1; // 0: -q, 1: normal, 2: -v
+};
+
+using Runner = std::function<int()>;
+
+struct Command {
+    CLI::App* sub = nullptr; // the subcommand it added
+    Runner run;              // runs it after parsing; returns the exit code
+};
+
+// Adds --backend/--threads/--config/-o/-v/-q to a subcommand.
+void addCommonOptions(CLI::App& sub, CommonOptions& opts);
+
+Command registerInfo(CLI::App& app);
+Command registerSimulate(CLI::App& app);
+
+} // namespace gpuphot::cli

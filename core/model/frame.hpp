@@ -1,0 +1,34 @@
+#pragma once
+// One image frame as every stage sees it: float32 pixels, a per-pixel mask, the header, the WCS (when
+// the header has a usable one) and the instrument facts.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/model/header.hpp"
+#include "core/model/image.hpp"
+#include "core/model/instrument.hpp"
+
+namespace gpuphot {
+
+class Wcs;
+
+struct Frame {
+    Image<float> pixels;        // ADU after BSCALE/BZERO; masked pixels keep their value (NaN stays NaN)
+    Image<std::uint8_t> mask;   // MaskBits; same size as pixels
+    Header header;              // the image HDU's header (with inherited primary cards when INHERIT = T)
+    std::shared_ptr<const Wcs> wcs; // null when the header has no usable celestial WCS
+    std::string wcsProblem;         // why wcs is null when the header tried to have one
+    Instrument instrument;
+    std::string path;           // the file it came from ("" for in-memory frames)
+    int hdu = 0;                // 0-based HDU number in the file
+    std::string extname;
+    int bitpix = -32;           // the file's BITPIX (16 for unsigned 16-bit camera frames written with BZERO)
+
+    int width() const { return pixels.width(); }
+    int height() const { return pixels.height(); }
+    ImageView view() const { return pixels.view(); }
+    MaskView maskView() const { return mask.view(); }
+};
+
+} // namespace gpuphot

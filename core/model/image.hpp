@@ -1,0 +1,84 @@
+#pragma once
+// Row-major 2-D images with an explicit stride. Image<T> owns its pixels (allocated without
+// zero-filling when asked, so a 151-megapixel read is one pass), ImageViewT<T> is a non-owning view
+// (strips, tiles, stage inputs). Coordinates inside the code are 0-based, pixel centres at integers.
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace gpuphot {
+
+template <class T> struct ImageViewT {
+    const T* data = nullptr;
+    int width = 0;
+    int height = 0;
+    std::ptrdiff_t stride = 0; // elements between the starts of two rows
+
+    const T& operator()(int x, int y) const { return data[static_cast<std::ptrdiff_t>(y) * stride + x]; }
+    const T* row(int y) const { return data + static_cast<std::ptrdiff_t>(y) * stride; }
+    std::size_t pixelCount() const { return static_cast<std::size_t>(width) * static_cast<std::size_t>(height); }
+    bool empty() const { return width <= 0 || height <= 0 || data == nullptr; }
+    // Rows [y0, y0+h) as a view of the same pixels.
+    ImageViewT strip(int y0, int h) const { return {row(y0), width, h, stride}; }
+};
+
+using ImageView = ImageViewT<float>;
+using MaskView = ImageViewT<std::uint8_t>;
+
+// Bits of the per-pixel mask carried by Frame.
+enum MaskBits : std::uint8_t {
+    MaskBad = 1,        // bad-pixel map, BLANK, user mask
+    MaskNonFinite = 2,  // NaN or Inf in the data
+    MaskSaturated = 4,  // at or above the saturation level
+    MaskCosmicRay = 8,  // cosmic-ray hit (frame preparation)
+    MaskOutside = 16,   // outside the valid data section
+};
+
+template <class T> class Image {
+public:
+    struct NoInit {};
+
+    Image() = default;
+    Image(int width, int height, T fill = T{}) : Image(width, height, NoInit{}) {
+        std::fill(m_data.get(), m_data.get() + pixelCount(), fill);
+    }
+    // Allocates without initialising: the caller overwrites every pixel.
+    Image(int width, int height, NoInit)
+        : m_data(std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(width) * height)), m_width(width),
+          m_height(height) {
+        assert(width >= 0 && height >= 0);
+    }
+    Image(const Image& o) : Image(o.m_width, o.m_height, NoInit{}) {
+        std::copy(o.m_data.get(), o.m_data.get() + pixelCount(), m_data.get());
+    }
+    Image& operator=(const Image& o) {
+        if (this != &o) *this = Image(o);
+        return *this;
+    }
+    Image(Image&&) noexcept = default;
+    Image& operator=(Image&&) noexcept = default;
+
+    int width() const { return m_width; }
+    int height() const { return m_height; }
+    std::ptrdiff_t stride() const { return m_width; }
+    std::size_t pixelCount() const { return static_cast<std::size_t>(m_width) * static_cast<std::size_t>(m_height); }
+    bool empty() const { return pixelCount() == 0; }
+
+    T* data() { return m_data.get(); }
+    const T* data() const { return m_data.get(); }
+    T* row(int y) { return m_data.get() + static_cast<std::ptrdiff_t>(y) * m_width; }
+    const T* row(int y) const { return m_data.get() + static_cast<std::ptrdiff_t>(y) * m_width; }
+    T& operator()(int x, int y) { return row(y)[x]; }
+    const T& operator()(int x, int y) const { return row(y)[x]; }
+
+    ImageViewT<T> view() const { return {m_data.get(), m_width, m_height, m_width}; }
+
+private:
+    std::unique_ptr<T[]> m_data;
+    int m_width = 0;
+    int m_height = 0;
+};
+
+} // namespace gpuphot

@@ -1,0 +1,72 @@
+#include "core/pipeline/run_context.hpp"
+
+#include <fstream>
+#include <omp.h>
+#include <sstream>
+#include <thread>
+
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+
+const char* backendName(Backend b) {
+    switch (b) {
+    case Backend::Auto: return "auto";
+    case Backend::Cpu: return "cpu";
+    case Backend::Cuda: return "cuda";
+    }
+    return "?";
+}
+
+Backend parseBackend(const std::string& s) {
+    if (s == "auto") return Backend::Auto;
+    if (s == "cpu") return Backend::Cpu;
+    if (s == "cuda") return Backend::Cuda;
+    throw InvalidInput("unknown backend '" + s + "' (expected auto, cpu or cuda)");
+}
+
+void RunContext::checkCancelled() const {
+    if (cancelFlag && cancelFlag->load(std::memory_order_relaxed)) throw Cancelled();
+}
+
+void RunContext::report(const std::string& stage, double fraction) const {
+    if (progress) progress(stage, fraction);
+}
+
+int RunContext::threadCount() const {
+    if (threads > 0) return threads;
+    const int n = omp_get_max_threads();
+    return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+RunContext::StageTimer::StageTimer(RunContext& ctx, std::string stage)
+    : m_ctx(ctx), m_stage(std::move(stage)), m_start(std::chrono::steady_clock::now()) {}
+
+RunContext::StageTimer::~StageTimer() {
+    StageRecord r;
+    r.stage = m_stage;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    r.peakHostBytes = peakResidentBytes();
+    m_ctx.records.push_back(r);
+}
+
+namespace {
+std::size_t statusField(const char* name) {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind(name, 0) == 0) {
+            std::istringstream is(line.substr(std::string(name).size()));
+            std::size_t kb = 0;
+            is >> kb;
+            return kb * 1024;
+        }
+    }
+    return 0;
+}
+} // namespace
+
+std::size_t peakResidentBytes() { return statusField("VmHWM:"); }
+std::size_t currentResidentBytes() { return statusField("VmRSS:"); }
+
+} // namespace gpuphot

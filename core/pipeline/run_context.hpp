@@ -1,0 +1,58 @@
+#pragma once
+// What every stage function receives besides its inputs and Params: the backend choice, the thread
+// count, progress and cancellation, and per-stage timings / memory checkpoints for the report.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpuphot {
+
+enum class Backend { Auto, Cpu, Cuda };
+const char* backendName(Backend b);
+Backend parseBackend(const std::string& s); // "auto" | "cpu" | "cuda"; throws InvalidInput
+
+struct StageRecord {
+    std::string stage;
+    double seconds = 0.0;
+    std::size_t peakHostBytes = 0;   // process peak RSS after the stage (VmHWM)
+    std::size_t deviceHighWater = 0; // pool high-water mark (CUDA backend)
+    std::size_t deviceFree = 0;      // cudaMemGetInfo free after the stage
+};
+
+class RunContext {
+public:
+    Backend backend = Backend::Cpu; // resolved backend (never Auto once a run starts)
+    int threads = 0;                // 0: all cores
+    // fraction in [0, 1] within the named stage; may be called from worker threads
+    std::function<void(const std::string& stage, double fraction)> progress;
+    const std::atomic<bool>* cancelFlag = nullptr;
+
+    void checkCancelled() const;    // throws Cancelled
+    void report(const std::string& stage, double fraction) const;
+    int threadCount() const;        // resolved thread count (>= 1)
+
+    // RAII timer: records a StageRecord when it goes out of scope.
+    class StageTimer {
+    public:
+        StageTimer(RunContext& ctx, std::string stage);
+        ~StageTimer();
+        StageTimer(const StageTimer&) = delete;
+        StageTimer& operator=(const StageTimer&) = delete;
+
+    private:
+        RunContext& m_ctx;
+        std::string m_stage;
+        std::chrono::steady_clock::time_point m_start;
+    };
+    StageTimer time(std::string stage) { return StageTimer(*this, std::move(stage)); }
+
+    std::vector<StageRecord> records;
+};
+
+std::size_t peakResidentBytes();   // VmHWM of this process
+std::size_t currentResidentBytes(); // VmRSS
+
+} // namespace gpuphot

@@ -1,0 +1,156 @@
+#include "core/wcs/tan_sip.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+
+#include "core/model/header.hpp"
+
+namespace gpuphot {
+namespace {
+constexpr double kDeg = std::numbers::pi / 180.0;
+
+double evalPoly(const std::vector<double>& c, int order, double u, double v) {
+    if (order <= 0 || c.empty()) return 0.0;
+    double sum = 0.0;
+    double up = 1.0;
+    for (int p = 0; p <= order; ++p) {
+        double vq = 1.0;
+        for (int q = 0; q + p <= order; ++q) {
+            sum += c[p * (order + 1) + q] * up * vq;
+            vq *= v;
+        }
+        up *= u;
+    }
+    return sum;
+}
+} // namespace
+
+bool tanProject(double ra0, double dec0, double ra, double dec, double& xi, double& eta) {
+    const double d0 = dec0 * kDeg, d = dec * kDeg, dra = (ra - ra0) * kDeg;
+    const double cosc = std::sin(d0) * std::sin(d) + std::cos(d0) * std::cos(d) * std::cos(dra);
+    if (cosc <= 0.0) return false;
+    xi = std::cos(d) * std::sin(dra) / cosc / kDeg;
+    eta = (std::cos(d0) * std::sin(d) - std::sin(d0) * std::cos(d) * std::cos(dra)) / cosc / kDeg;
+    return true;
+}
+
+void tanDeproject(double ra0, double dec0, double xi, double eta, double& ra, double& dec) {
+    const double x = xi * kDeg, y = eta * kDeg, d0 = dec0 * kDeg;
+    const double denom = std::cos(d0) - y * std::sin(d0);
+    double a = std::atan2(x, denom) / kDeg + ra0;
+    a = std::fmod(a, 360.0);
+    if (a < 0) a += 360.0;
+    ra = a;
+    dec = std::atan2(std::sin(d0) + y * std::cos(d0), std::sqrt(x * x + denom * denom)) / kDeg;
+}
+
+double angularSeparationDeg(double ra1, double dec1, double ra2, double dec2) {
+    const double d1 = dec1 * kDeg, d2 = dec2 * kDeg;
+    const double sdd = std::sin((d2 - d1) / 2), sdr = std::sin((ra2 - ra1) * kDeg / 2);
+    const double h = sdd * sdd + std::cos(d1) * std::cos(d2) * sdr * sdr;
+    return 2.0 * std::asin(std::min(1.0, std::sqrt(h))) / kDeg;
+}
+
+void TanSip::setSipOrder(int order) {
+    sipOrder = order;
+    const int n = order > 0 ? (order + 1) * (order + 1) : 0;
+    a.assign(n, 0.0);
+    b.assign(n, 0.0);
+}
+
+void TanSip::distort(double u, double v, double& du, double& dv) const {
+    du = evalPoly(a, sipOrder, u, v);
+    dv = evalPoly(b, sipOrder, u, v);
+}
+
+void TanSip::pixelToWorld(double x, double y, double& ra, double& dec) const {
+    const double u = x + 1.0 - crpix[0], v = y + 1.0 - crpix[1];
+    double du = 0, dv = 0;
+    distort(u, v, du, dv);
+    const double uu = u + du, vv = v + dv;
+    const double xi = cd[0][0] * uu + cd[0][1] * vv;
+    const double eta = cd[1][0] * uu + cd[1][1] * vv;
+    tanDeproject(crval[0], crval[1], xi, eta, ra, dec);
+}
+
+bool TanSip::worldToPixel(double ra, double dec, double& x, double& y) const {
+    double xi = 0, eta = 0;
+    if (!tanProject(crval[0], crval[1], ra, dec, xi, eta)) return false;
+    const double det = cd[0][0] * cd[1][1] - cd[0][1] * cd[1][0];
+    const double U = (cd[1][1] * xi - cd[0][1] * eta) / det;
+    const double V = (-cd[1][0] * xi + cd[0][0] * eta) / det;
+    double u = U, v = V;
+    if (sipInvOrder > 0) {
+        u = U + evalPoly(ap, sipInvOrder, U, V);
+        v = V + evalPoly(bp, sipInvOrder, U, V);
+    }
+    if (sipOrder > 0) {
+        // Newton iterations on u + A(u,v) = U, v + B(u,v) = V (numerical Jacobian).
+        for (int it = 0; it < 50; ++it) {
+            double du, dv;
+            distort(u, v, du, dv);
+            const double fu = u + du - U, fv = v + dv - V;
+            if (std::fabs(fu) < 1e-12 && std::fabs(fv) < 1e-12) break;
+            const double h = 1e-4;
+            double du1, dv1, du2, dv2;
+            distort(u + h, v, du1, dv1);
+            distort(u, v + h, du2, dv2);
+            const double j00 = 1 + (du1 - du) / h, j10 = (dv1 - dv) / h;
+            const double j01 = (du2 - du) / h, j11 = 1 + (dv2 - dv) / h;
+            const double jd = j00 * j11 - j01 * j10;
+            u -= (j11 * fu - j01 * fv) / jd;
+            v -= (-j10 * fu + j00 * fv) / jd;
+        }
+    }
+    x = u + crpix[0] - 1.0;
+    y = v + crpix[1] - 1.0;
+    return true;
+}
+
+double TanSip::pixelScaleArcsec() const {
+    return std::sqrt(std::fabs(cd[0][0] * cd[1][1] - cd[0][1] * cd[1][0])) * 3600.0;
+}
+
+Header TanSip::toHeader() const {
+    Header h;
+    const bool sip = sipOrder > 0;
+    h.set("WCSAXES", 2, "number of WCS axes");
+    h.set("CTYPE1", sip ? "RA---TAN-SIP" : "RA---TAN", "gnomonic projection");
+    h.set("CTYPE2", sip ? "DEC--TAN-SIP" : "DEC--TAN", "gnomonic projection");
+    h.set("CUNIT1", "deg");
+    h.set("CUNIT2", "deg");
+    h.set("RADESYS", "ICRS");
+    h.set("CRPIX1", crpix[0], "reference pixel (1-based)");
+    h.set("CRPIX2", crpix[1], "reference pixel (1-based)");
+    h.set("CRVAL1", crval[0], "[deg] RA at reference pixel");
+    h.set("CRVAL2", crval[1], "[deg] Dec at reference pixel");
+    h.set("CD1_1", cd[0][0], "[deg/px]");
+    h.set("CD1_2", cd[0][1], "[deg/px]");
+    h.set("CD2_1", cd[1][0], "[deg/px]");
+    h.set("CD2_2", cd[1][1], "[deg/px]");
+    auto writePoly = [&](const char* name, const std::vector<double>& c, int order) {
+        char key[32];
+        std::snprintf(key, sizeof key, "%s_ORDER", name);
+        h.set(key, order, "SIP polynomial order");
+        for (int p = 0; p <= order; ++p)
+            for (int q = 0; p + q <= order; ++q) {
+                if (p + q < (name[0] == 'A' || name[0] == 'B' ? (name[1] == 'P' ? 1 : 2) : 2)) continue;
+                const double value = c[p * (order + 1) + q];
+                if (value == 0.0) continue;
+                std::snprintf(key, sizeof key, "%s_%d_%d", name, p, q);
+                h.set(key, value);
+            }
+    };
+    if (sip) {
+        writePoly("A", a, sipOrder);
+        writePoly("B", b, sipOrder);
+        if (sipInvOrder > 0) {
+            writePoly("AP", ap, sipInvOrder);
+            writePoly("BP", bp, sipInvOrder);
+        }
+    }
+    return h;
+}
+
+} // namespace gpuphot

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# GPUPHOT Studio developer entry point: installs what is missing (Debian 12), builds, and runs.
+#   packaging/dev.sh demo   build, simulate the bundled demo frame and reduce/open it
+#   packaging/dev.sh test   build and run the whole test suite (ctest)
+#   packaging/dev.sh deps   only install the Debian packages
+#   packaging/dev.sh build  only build (into build/)
+# Environment: BUILD_DIR (default build), CUDA_ARCHS (default: one arch under CI, the full set
+# otherwise), GPUPHOT_WITH_GUI (ON), JOBS (default: nproc).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(
+  # build
+  cmake ninja-build g++ ccache pkg-config
+  # core
+  libcfitsio-dev wcslib-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libnanoflann-dev
+  # GUI
+  qt6-base-dev libqt6opengl6-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
+  # tests: GoogleTest, a display for GUI tests, and the peers used as independent references
+  libgtest-dev libgmock-dev xvfb xauth libgl1-mesa-dri libcfitsio-bin
+  libsep-dev source-extractor python3-astropy python3-numpy python3-sep python3-photutils
+)
+
+deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+build() {
+  local args=(-S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+              -DGPUPHOT_WITH_GUI=${GPUPHOT_WITH_GUI:-ON})
+  if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; then
+    # CI builds one architecture to stay inside its time; a release build builds the full set.
+    local archs=${CUDA_ARCHS:-}
+    if [ -z "$archs" ] && [ "${CI:-}" = true ]; then archs=90; fi
+    [ -n "$archs" ] && args+=("-DCMAKE_CUDA_ARCHITECTURES=$archs")
+  else
+    args+=(-DGPUPHOT_WITH_CUDA=OFF)
+  fi
+  cmake "${args[@]}" >/dev/null
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+demo() {
+  local dir="$BUILD_DIR/demo"
+  mkdir -p "$dir"
+  local cli="$BUILD_DIR/app/gpuphot"
+  if [ ! -f "$dir/demo.fits" ]; then
+    "$cli" simulate --config resources/demo/simulate.json -o "$dir" --name demo
+  fi
+  "$cli" info "$dir/demo.fits"
+}
+
+run_tests() {
+  local xvfb=()
+  if [ -z "${DISPLAY:-}" ] && command -v xvfb-run >/dev/null; then xvfb=(xvfb-run -a -s "-screen 0 1280x1024x24"); fi
+  cd "$BUILD_DIR"
+  "${xvfb[@]}" ctest --output-on-failure -j "$JOBS" --timeout 900
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  build) deps; build ;;
+  demo) deps; build; demo ;;
+  test) deps; build; run_tests ;;
+  *) echo "usage: $0 demo|test|deps|build" >&2; exit 2 ;;
+esac
