@@ -1,5 +1,6 @@
 #include "core/wcs/tan_sip.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -135,7 +136,11 @@ Header TanSip::toHeader() const {
         h.set(key, order, "SIP polynomial order");
         for (int p = 0; p <= order; ++p)
             for (int q = 0; p + q <= order; ++q) {
-                if (p + q < (name[0] == 'A' || name[0] == 'B' ? (name[1] == 'P' ? 1 : 2) : 2)) continue;
+                // A_/B_ start at order 2 (SIP convention); the inverse AP_/BP_ may carry every term,
+                // including the constant AP_0_0 that worldToPixel evaluates.
+                const bool inverse = name[1] == 'P';
+                if (!inverse && p + q < 2) continue;
+                if (c.size() < static_cast<std::size_t>((order + 1) * (order + 1))) continue;
                 const double value = c[p * (order + 1) + q];
                 if (value == 0.0) continue;
                 std::snprintf(key, sizeof key, "%s_%d_%d", name, p, q);

@@ -1,0 +1,327 @@
+#include "core/model/instrument.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/header.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+namespace {
+
+std::string formatValue(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.10g", v);
+    return buf;
+}
+
+// The first key of `keys` whose value is a finite number. A present value that is not a number
+// ('NaN', 'unknown') counts as absent: headers use it for "not measured".
+std::optional<double> firstFinite(const Header& h, const std::vector<std::string>& keys, std::string& which) {
+    for (const auto& k : keys) {
+        auto v = h.getDouble(k);
+        if (v && std::isfinite(*v)) {
+            which = k;
+            return v;
+        }
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> firstNonEmptyString(const Header& h, const std::vector<std::string>& keys,
+                                               std::string& which) {
+    for (const auto& k : keys) {
+        auto v = h.getString(k);
+        if (!v) continue;
+        std::string s = *v;
+        while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+            s.erase(s.begin());
+        while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+            s.pop_back();
+        if (s.empty()) continue;
+        which = k;
+        return s;
+    }
+    return std::nullopt;
+}
+
+[[noreturn]] void badValue(const std::string& key, double v, const char* rule) {
+    throw InvalidInput("header keyword " + key + " = " + formatValue(v) + ": " + rule);
+}
+
+[[noreturn]] void badOverride(const char* what, double v, const char* rule) {
+    throw InvalidInput(std::string("instrument override ") + what + " = " + formatValue(v) + ": " + rule);
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil algorithm).
+long long daysFromCivil(long long y, unsigned m, unsigned d) {
+    y -= m <= 2;
+    const long long era = (y >= 0 ? y : y - 399) / 400;
+    const unsigned yoe = static_cast<unsigned>(y - era * 400);
+    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + static_cast<long long>(doe) - 719468;
+}
+
+bool parseInt(std::string_view s, int& out) {
+    if (s.empty()) return false;
+    for (char c : s)
+        if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool isLeap(int y) {
+    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
+
+} // namespace
+
+std::optional<double> isoDateToMjd(const std::string& isoIn) {
+    std::string iso = isoIn;
+    while (!iso.empty() && std::isspace(static_cast<unsigned char>(iso.back())))
+        iso.pop_back();
+    while (!iso.empty() && std::isspace(static_cast<unsigned char>(iso.front())))
+        iso.erase(iso.begin());
+    if (!iso.empty() && (iso.back() == 'Z' || iso.back() == 'z')) iso.pop_back();
+    if (iso.size() < 10 || iso[4] != '-' || iso[7] != '-') return std::nullopt;
+    int y = 0, mo = 0, d = 0;
+    if (!parseInt(std::string_view(iso).substr(0, 4), y) ||
+        !parseInt(std::string_view(iso).substr(5, 2), mo) || !parseInt(std::string_view(iso).substr(8, 2), d))
+        return std::nullopt;
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (mo < 1 || mo > 12 || d < 1) return std::nullopt;
+    if (d > mdays[mo - 1] + (mo == 2 && isLeap(y) ? 1 : 0)) return std::nullopt;
+    double dayFraction = 0.0;
+    if (iso.size() > 10) {
+        if (iso[10] != 'T' && iso[10] != ' ') return std::nullopt;
+        std::string_view t = std::string_view(iso).substr(11);
+        if (t.size() < 5 || t[2] != ':') return std::nullopt;
+        int hh = 0, mm = 0;
+        double ss = 0.0;
+        if (!parseInt(t.substr(0, 2), hh) || !parseInt(t.substr(3, 2), mm)) return std::nullopt;
+        if (t.size() > 5) {
+            if (t[5] != ':' || t.size() < 8) return std::nullopt;
+            std::string_view sec = t.substr(6);
+            auto [p, ec] = std::from_chars(sec.data(), sec.data() + sec.size(), ss);
+            if (ec != std::errc() || p != sec.data() + sec.size() ||
+                !std::isdigit(static_cast<unsigned char>(sec[0])))
+                return std::nullopt;
+        }
+        if (hh > 23 || mm > 59 || ss < 0 || ss >= 61) return std::nullopt; // 60.x: leap second
+        dayFraction = (hh * 3600.0 + mm * 60.0 + ss) / 86400.0;
+    }
+    // MJD 40587 = 1970-01-01.
+    return static_cast<double>(daysFromCivil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)) +
+                               40587) +
+           dayFraction;
+}
+
+Instrument readInstrument(const Header& h, const InstrumentKeywords& keys, const InstrumentOverrides& ov) {
+    Instrument inst;
+    std::string which;
+
+    // Gain: a single keyword, else the mean of the per-amplifier gains present.
+    if (ov.gain) {
+        if (!(*ov.gain > 0) || !std::isfinite(*ov.gain)) badOverride("gain", *ov.gain, "must be > 0 e-/ADU");
+        inst.gain = *ov.gain;
+        inst.gainSource = "override";
+    } else if (auto g = firstFinite(h, keys.gain, which)) {
+        if (!(*g > 0)) badValue(which, *g, "gain must be > 0 e-/ADU");
+        inst.gain = *g;
+        inst.gainSource = which;
+    } else {
+        double sum = 0.0;
+        std::string used;
+        int n = 0;
+        for (const auto& k : keys.gainPerAmp) {
+            auto v = h.getDouble(k);
+            if (!v || !std::isfinite(*v)) continue;
+            if (!(*v > 0)) badValue(k, *v, "gain must be > 0 e-/ADU");
+            sum += *v;
+            used += (n ? "," : "") + k;
+            ++n;
+        }
+        if (n > 0) {
+            inst.gain = sum / n;
+            inst.gainSource = n == 1 ? used : "mean(" + used + ")";
+        }
+    }
+
+    if (ov.readNoise) {
+        if (!(*ov.readNoise >= 0) || !std::isfinite(*ov.readNoise))
+            badOverride("read noise", *ov.readNoise, "must be >= 0 e-");
+        inst.readNoise = *ov.readNoise;
+        inst.readNoiseSource = "override";
+    } else if (auto r = firstFinite(h, keys.readNoise, which)) {
+        if (*r < 0) badValue(which, *r, "read noise must be >= 0 e-");
+        inst.readNoise = *r;
+        inst.readNoiseSource = which;
+    }
+
+    if (ov.saturation) {
+        if (!(*ov.saturation > 0)) badOverride("saturation", *ov.saturation, "must be > 0 ADU");
+        inst.saturation = *ov.saturation;
+        inst.saturationSource = "override";
+    } else if (auto s = firstFinite(h, keys.saturation, which)) {
+        if (!(*s > 0)) badValue(which, *s, "saturation level must be > 0 ADU");
+        inst.saturation = *s;
+        inst.saturationSource = which;
+    }
+
+    if (ov.exptime) {
+        if (!(*ov.exptime >= 0) || !std::isfinite(*ov.exptime))
+            badOverride("exposure time", *ov.exptime, "must be >= 0 s");
+        inst.exptime = *ov.exptime;
+        inst.exptimeSource = "override";
+    } else if (auto e = firstFinite(h, keys.exptime, which)) {
+        if (*e < 0) badValue(which, *e, "exposure time must be >= 0 s");
+        inst.exptime = *e;
+        inst.exptimeSource = which;
+    }
+
+    if (ov.airmass) {
+        if (!(*ov.airmass >= 1.0) || !std::isfinite(*ov.airmass))
+            badOverride("airmass", *ov.airmass, "must be >= 1");
+        inst.airmass = *ov.airmass;
+    } else if (auto a = firstFinite(h, keys.airmass, which)) {
+        // 0 or negative: "not recorded" in many camera headers; below 1 is not an airmass.
+        if (*a >= 1.0) inst.airmass = *a;
+    }
+
+    if (ov.filter)
+        inst.filter = *ov.filter;
+    else if (auto f = firstNonEmptyString(h, keys.filter, which))
+        inst.filter = *f;
+    if (ov.object)
+        inst.object = *ov.object;
+    else if (auto o = firstNonEmptyString(h, keys.object, which))
+        inst.object = *o;
+
+    if (auto d = firstNonEmptyString(h, keys.dateObs, which)) {
+        inst.dateObs = *d;
+        // Old headers split date and time: DATE-OBS = '2016-09-09', TIME-OBS = '08:14:34'.
+        if (inst.dateObs.size() == 10)
+            for (const char* tk : {"TIME-OBS", "UT", "UTSTART", "UT-START"})
+                if (auto t = h.getString(tk); t && !t->empty() && (*t)[0] >= '0' && (*t)[0] <= '9' &&
+                                              isoDateToMjd(inst.dateObs + "T" + *t)) {
+                    inst.dateObs += "T" + *t;
+                    break;
+                }
+    }
+    if (auto m = firstFinite(h, keys.mjdObs, which))
+        inst.mjdStart = *m;
+    else if (!inst.dateObs.empty())
+        if (auto m2 = isoDateToMjd(inst.dateObs)) inst.mjdStart = *m2;
+    if (std::isfinite(inst.mjdStart) && std::isfinite(inst.exptime))
+        inst.mjdMid = inst.mjdStart + inst.exptime / 2.0 / 86400.0;
+    return inst;
+}
+
+// ---- JSON ----------------------------------------------------------------------------------------
+
+namespace {
+
+using Json = nlohmann::json;
+
+void readList(const Json& j, const char* name, std::vector<std::string>& out) {
+    auto it = j.find(name);
+    if (it == j.end()) return;
+    if (it->is_string()) {
+        out = {it->get<std::string>()};
+        return;
+    }
+    if (!it->is_array())
+        throw InvalidInput(std::string("instrument keywords: '") + name + "' must be a list of strings");
+    std::vector<std::string> v;
+    for (const auto& e : *it) {
+        if (!e.is_string())
+            throw InvalidInput(std::string("instrument keywords: '") + name + "' must be a list of strings");
+        v.push_back(e.get<std::string>());
+    }
+    out = std::move(v);
+}
+
+void checkKnown(const Json& j, std::initializer_list<const char*> names, const char* what) {
+    if (!j.is_object()) throw InvalidInput(std::string(what) + ": expected a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        bool ok = false;
+        for (const char* n : names)
+            ok = ok || it.key() == n;
+        if (!ok) throw InvalidInput(std::string(what) + ": unknown key '" + it.key() + "'");
+    }
+}
+
+template <class T> void readOpt(const Json& j, const char* name, std::optional<T>& out) {
+    auto it = j.find(name);
+    if (it == j.end()) return;
+    if (it->is_null()) {
+        out.reset();
+        return;
+    }
+    if constexpr (std::is_same_v<T, double>) {
+        if (!it->is_number())
+            throw InvalidInput(std::string("instrument overrides: '") + name + "' must be a number");
+        out = it->get<double>();
+    } else {
+        if (!it->is_string())
+            throw InvalidInput(std::string("instrument overrides: '") + name + "' must be a string");
+        out = it->get<std::string>();
+    }
+}
+
+} // namespace
+
+void to_json(nlohmann::json& j, const InstrumentKeywords& k) {
+    j = Json{{"gain", k.gain},           {"gainPerAmp", k.gainPerAmp},
+             {"readNoise", k.readNoise}, {"saturation", k.saturation},
+             {"exptime", k.exptime},     {"filter", k.filter},
+             {"dateObs", k.dateObs},     {"mjdObs", k.mjdObs},
+             {"airmass", k.airmass},     {"object", k.object}};
+}
+
+void from_json(const nlohmann::json& j, InstrumentKeywords& k) {
+    checkKnown(j,
+               {"gain", "gainPerAmp", "readNoise", "saturation", "exptime", "filter", "dateObs", "mjdObs",
+                "airmass", "object"},
+               "instrument keywords");
+    readList(j, "gain", k.gain);
+    readList(j, "gainPerAmp", k.gainPerAmp);
+    readList(j, "readNoise", k.readNoise);
+    readList(j, "saturation", k.saturation);
+    readList(j, "exptime", k.exptime);
+    readList(j, "filter", k.filter);
+    readList(j, "dateObs", k.dateObs);
+    readList(j, "mjdObs", k.mjdObs);
+    readList(j, "airmass", k.airmass);
+    readList(j, "object", k.object);
+}
+
+void to_json(nlohmann::json& j, const InstrumentOverrides& o) {
+    j = Json::object();
+    if (o.gain) j["gain"] = *o.gain;
+    if (o.readNoise) j["readNoise"] = *o.readNoise;
+    if (o.saturation) j["saturation"] = *o.saturation;
+    if (o.exptime) j["exptime"] = *o.exptime;
+    if (o.airmass) j["airmass"] = *o.airmass;
+    if (o.filter) j["filter"] = *o.filter;
+    if (o.object) j["object"] = *o.object;
+}
+
+void from_json(const nlohmann::json& j, InstrumentOverrides& o) {
+    checkKnown(j, {"gain", "readNoise", "saturation", "exptime", "airmass", "filter", "object"},
+               "instrument overrides");
+    readOpt(j, "gain", o.gain);
+    readOpt(j, "readNoise", o.readNoise);
+    readOpt(j, "saturation", o.saturation);
+    readOpt(j, "exptime", o.exptime);
+    readOpt(j, "airmass", o.airmass);
+    readOpt(j, "filter", o.filter);
+    readOpt(j, "object", o.object);
+}
+
+} // namespace gpuphot
