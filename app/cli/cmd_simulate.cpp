@@ -1,9 +1,198 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// gpuphot simulate: a star field with known truth (N.fits, N.truth.fits, N.ref.fits).
 #include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "app/cli/commands.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/util/errors.hpp"
+
 namespace gpuphot::cli {
+namespace {
+
+struct SimulateOptions {
+    CommonOptions common;
+    std::string size;
+    int stars = 0;
+    std::uint64_t seed = 0;
+    double fwhm = 0.0;
+    std::string name = "sim";
+    int bitpix = -32;
+    bool noNoise = false;
+    double wcsOffset = 0.0, wcsRotation = 0.0, wcsScaleError = 0.0;
+    bool noWcs = false;
+    bool dumpConfig = false;
+    int galaxies = 0;
+    std::string psf;
+    double sky = 0.0, zeroPoint = 0.0, fwhmCorner = 1.0, refMagLimit = 0.0, refMargin = 0.0;
+    std::vector<std::string> sets;
+};
+
+nlohmann::json readJsonFile(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw IoError(path + ": cannot open the configuration file");
+    try {
+        nlohmann::json j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+        // A combined configuration may keep the simulator's parameters under "simulate".
+        if (j.is_object() && j.contains("simulate") && j["simulate"].is_object()) return j["simulate"];
+        return j;
+    } catch (const nlohmann::json::parse_error& e) {
+        throw InvalidInput(path + ": not valid JSON: " + e.what());
+    }
+}
+
+void parseSize(const std::string& s, SimParams& p) {
+    const auto x = s.find_first_of("xX");
+    try {
+        std::size_t used = 0;
+        if (x == std::string::npos) {
+            p.width = p.height = std::stoi(s, &used);
+            if (used != s.size()) throw std::invalid_argument(s);
+        } else {
+            p.width = std::stoi(s.substr(0, x), &used);
+            if (used != x) throw std::invalid_argument(s);
+            p.height = std::stoi(s.substr(x + 1), &used);
+            if (used != s.size() - x - 1) throw std::invalid_argument(s);
+        }
+    } catch (const std::logic_error&) {
+        throw InvalidInput("--size '" + s + "': expected WIDTHxHEIGHT (e.g. 4096x4096) or one number");
+    }
+}
+
+// --set key=value: value parsed as JSON when it is JSON (numbers, true/false, "strings"), else a string.
+void applySet(const std::string& kv, nlohmann::json& j) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw InvalidInput("--set '" + kv + "': expected KEY=VALUE");
+    const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
+    j[key] = v.is_discarded() ? nlohmann::json(value) : v;
+}
+
+int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>& given) {
+    auto isGiven = [&](const char* name) {
+        for (const CLI::Option* opt : given)
+            if (opt->check_name(name) && opt->count() > 0) return true;
+        return false;
+    };
+    // Defaults, then --config, then the explicit options, then --set.
+    nlohmann::json j = SimParams{};
+    if (!o.common.config.empty()) j.update(readJsonFile(o.common.config));
+    SimParams p = j.get<SimParams>();
+    if (!o.size.empty()) parseSize(o.size, p);
+    if (isGiven("--stars")) p.stars = o.stars;
+    if (isGiven("--seed")) p.seed = o.seed;
+    if (isGiven("--fwhm")) p.fwhm = o.fwhm;
+    if (isGiven("--galaxies")) p.galaxies = o.galaxies;
+    if (isGiven("--psf")) p.psf = o.psf;
+    if (isGiven("--sky")) p.sky = o.sky;
+    if (isGiven("--zp")) p.zeroPoint = o.zeroPoint;
+    if (isGiven("--fwhm-corner")) p.fwhmCornerFactor = o.fwhmCorner;
+    if (isGiven("--ref-mag-limit")) p.refMagLimit = o.refMagLimit;
+    if (isGiven("--ref-margin")) p.refMargin = o.refMargin;
+    if (o.noNoise) p.noise = false;
+    if (isGiven("--wcs-offset")) p.wcsOffset = o.wcsOffset;
+    if (isGiven("--wcs-rotation")) p.wcsRotation = o.wcsRotation;
+    if (isGiven("--wcs-scale-error")) p.wcsScaleError = o.wcsScaleError;
+    if (o.noWcs) p.writeWcs = false;
+    if (!o.sets.empty()) {
+        nlohmann::json k = p;
+        for (const auto& s : o.sets) applySet(s, k);
+        p = k.get<SimParams>();
+    }
+    validate(p);
+    if (o.dumpConfig) {
+        std::printf("%s\n", nlohmann::json(p).dump(2).c_str());
+        return 0;
+    }
+
+    RunContext ctx;
+    ctx.backend = Backend::Cpu; // the simulator runs on the CPU
+    ctx.threads = o.common.threads;
+    const bool progress = o.common.verbosity >= 1 && stderrIsTty() && static_cast<double>(p.width) * p.height >= 4.0e6;
+    std::mutex progressMutex;
+    int lastPercent = -1;
+    if (progress)
+        ctx.progress = [&](const std::string& stage, double f) {
+            const int pc = static_cast<int>(f * 100.0);
+            std::lock_guard<std::mutex> lock(progressMutex);
+            if (pc == lastPercent) return;
+            lastPercent = pc;
+            const int bar = pc / 4;
+            std::fprintf(stderr, "\r%s [%-25s] %3d%%", stage.c_str(), std::string(bar, '#').c_str(), pc);
+            std::fflush(stderr);
+        };
+
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    const SimResult r = simulateField(p, &ctx);
+    if (progress) std::fprintf(stderr, "\n");
+    const auto t1 = Clock::now();
+    writeSimulation(r, o.common.outdir, o.name, o.bitpix);
+    const auto t2 = Clock::now();
+    const double simS = std::chrono::duration<double>(t1 - t0).count();
+    const double writeS = std::chrono::duration<double>(t2 - t1).count();
+
+    if (o.common.verbosity >= 1) {
+        const std::string base = (o.common.outdir.empty() ? std::string(".") : o.common.outdir) + "/" + o.name;
+        std::printf("wrote %s.fits (%d x %d, BITPIX %s, %d stars, %d galaxies, seed %llu)\n", base.c_str(), p.width,
+                    p.height, o.bitpix == -32 ? "-32" : "16 unsigned", p.stars, p.galaxies,
+                    static_cast<unsigned long long>(p.seed));
+        std::printf("wrote %s.truth.fits (%zu rows), %s.ref.fits (%zu rows)\n", base.c_str(), r.truth.rows(),
+                    base.c_str(), r.reference.rows());
+        std::printf("time: simulate %.2f s, write %.2f s, total %.2f s (%d threads)\n", simS, writeS, simS + writeS,
+                    ctx.threadCount());
+    }
+    if (o.common.verbosity >= 2) {
+        std::printf("true zero point %.4f, FWHM %.2f px (corner factor %.2f), sky %.1f ADU, %s WCS\n", p.zeroPoint,
+                    p.fwhm, p.fwhmCornerFactor, p.sky,
+                    !p.writeWcs ? "no" : (p.wcsOffset != 0 || p.wcsRotation != 0 || p.wcsScaleError != 0) ? "wrong" : "true");
+    }
+    return 0;
+}
+
+} // namespace
+
 Command registerSimulate(CLI::App& app) {
-    auto* sub = app.add_subcommand("simulate", "(under construction)");
-    return {sub, [] { return 1; }};
+    auto o = std::make_shared<SimulateOptions>();
+    auto* sub = app.add_subcommand("simulate",
+                                   "Simulate a star field with known truth: NAME.fits, NAME.truth.fits, NAME.ref.fits");
+    sub->footer("Order of precedence: defaults < --config FILE.json < explicit options < --set KEY=VALUE.\n"
+                "Every parameter (see --dump-config) can be set with --set, e.g. --set fwhmCornerFactor=1.3.");
+    addCommonOptions(*sub, o->common);
+    std::vector<const CLI::Option*> given;
+    sub->add_option("--size", o->size, "Frame size WIDTHxHEIGHT in pixels (e.g. 4096x4096)");
+    given.push_back(sub->add_option("--stars", o->stars, "Number of stars")->check(CLI::NonNegativeNumber));
+    given.push_back(sub->add_option("--seed", o->seed, "Random seed (same seed: bitwise identical output)"));
+    given.push_back(sub->add_option("--fwhm", o->fwhm, "PSF FWHM at the frame centre (px)")->check(CLI::PositiveNumber));
+    given.push_back(sub->add_option("--fwhm-corner", o->fwhmCorner, "FWHM(corner) / FWHM(centre)"));
+    given.push_back(sub->add_option("--psf", o->psf, "PSF model")->check(CLI::IsMember({"moffat", "gaussian"})));
+    given.push_back(sub->add_option("--galaxies", o->galaxies, "Number of galaxies")->check(CLI::NonNegativeNumber));
+    given.push_back(sub->add_option("--sky", o->sky, "Sky level at the centre (ADU)"));
+    given.push_back(sub->add_option("--zp", o->zeroPoint, "True zero point (mag = -2.5 log10(ADU) + ZP)"));
+    given.push_back(sub->add_option("--ref-mag-limit", o->refMagLimit, "Reference catalog limiting magnitude"));
+    given.push_back(sub->add_option("--ref-margin", o->refMargin, "Reference catalog margin around the frame (deg)"));
+    sub->add_option("--name", o->name, "Output file stem")->capture_default_str();
+    sub->add_option("--bitpix", o->bitpix, "Image BITPIX: 16 (unsigned, BZERO 32768) or -32 (float)")
+        ->check(CLI::IsMember({16, -32}))
+        ->capture_default_str();
+    sub->add_flag("--no-noise", o->noNoise, "No photon or read noise");
+    given.push_back(sub->add_option("--wcs-offset", o->wcsOffset, "Header WCS centre wrong by this much (arcmin)"));
+    given.push_back(sub->add_option("--wcs-rotation", o->wcsRotation, "Header WCS rotated by this much (deg)"));
+    given.push_back(sub->add_option("--wcs-scale-error", o->wcsScaleError, "Header WCS scale wrong by this fraction"));
+    sub->add_flag("--no-wcs", o->noWcs, "No WCS in the header (only RA/DEC pointing keywords)");
+    sub->add_option("--set", o->sets, "Set any parameter: KEY=VALUE (JSON value), repeatable");
+    sub->add_flag("--dump-config", o->dumpConfig, "Print the resolved parameters as JSON and exit");
+    return {sub, [o, given] { return runSimulate(*o, given); }};
 }
-}
+
+} // namespace gpuphot::cli

@@ -1,0 +1,588 @@
+#include "core/sim/simulator.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numbers>
+#include <vector>
+
+#include <omp.h>
+
+#include "core/io/fits_image.hpp"
+#include "core/io/fits_table.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/psf_profile.hpp"
+#include "core/sim/sim_random.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+namespace {
+
+constexpr double kPi = std::numbers::pi;
+constexpr double kDeg = kPi / 180.0;
+constexpr int kBandRows = 32; // render band height (fixed: the image does not depend on it anyway)
+
+// Independent random streams, so that e.g. adding galaxies does not move the stars.
+enum Stream : std::uint64_t {
+    kStreamPos = 1, kStreamMag, kStreamColour, kStreamPm, kStreamClusters, kStreamGalaxies, kStreamNoise,
+    kStreamCosmics, kStreamHot, kStreamColumns, kStreamSip /* = 11, used in sim_wcs.cpp */, kStreamRefNoise,
+    kStreamDistractors, kStreamDead
+};
+
+struct Source {
+    double x = 0, y = 0;          // 0-based
+    double mag = 0, magInst = 0, flux = 0, colour = 0, pmra = 0, pmdec = 0;
+    double fwhm = 0, ellipticity = 0, angle = 0;
+    double re = std::nan(""), sersicN = std::nan("");
+    bool galaxy = false;
+    int cluster = 0;
+};
+
+// Magnitude from the power-law luminosity function dN/dm ~ 10^(slope m) on [m0, m1], by inversion.
+double sampleLf(double u, double m0, double m1, double slope) {
+    if (m1 <= m0) return m0;
+    if (std::fabs(slope) < 1e-9) return m0 + u * (m1 - m0);
+    // 10^(s m) = 10^(s m0) + u (10^(s m1) - 10^(s m0)); written relative to m0 to avoid overflow.
+    const double span = std::pow(10.0, slope * (m1 - m0)) - 1.0;
+    return m0 + std::log10(1.0 + u * span) / slope;
+}
+
+// Fraction of the luminosity function brighter than `limit`.
+double lfFractionBrighter(double limit, double m0, double m1, double slope) {
+    if (limit <= m0) return 0.0;
+    if (limit >= m1) return 1.0;
+    if (std::fabs(slope) < 1e-9) return (limit - m0) / (m1 - m0);
+    return (std::pow(10.0, slope * (limit - m0)) - 1.0) / (std::pow(10.0, slope * (m1 - m0)) - 1.0);
+}
+
+double toFlux(double magInst) { return std::pow(10.0, -0.4 * magInst); }
+
+std::vector<Source> drawSources(const SimParams& p) {
+    const double W = p.width, H = p.height;
+    sim::SimRng pos(p.seed, kStreamPos), mag(p.seed, kStreamMag), col(p.seed, kStreamColour),
+        pm(p.seed, kStreamPm), clus(p.seed, kStreamClusters), gal(p.seed, kStreamGalaxies);
+    auto inFrame = [&](double x, double y) { return x >= -0.5 && x < W - 0.5 && y >= -0.5 && y < H - 0.5; };
+
+    std::vector<double> cx(p.clusters), cy(p.clusters);
+    for (int c = 0; c < p.clusters; ++c) {
+        const double mx = std::min(p.clusterRadius, 0.25 * W), my = std::min(p.clusterRadius, 0.25 * H);
+        cx[c] = clus.uniform(mx, W - 1 - mx);
+        cy[c] = clus.uniform(my, H - 1 - my);
+    }
+    const int nCluster = p.clusters > 0 ? static_cast<int>(std::lround(p.stars * p.clusterFraction)) : 0;
+
+    std::vector<Source> out;
+    out.reserve(static_cast<std::size_t>(p.stars) + p.galaxies);
+    for (int i = 0; i < p.stars; ++i) {
+        Source s;
+        if (i < nCluster) {
+            s.cluster = 1 + i % p.clusters;
+            bool placed = false;
+            for (int attempt = 0; attempt < 100 && !placed; ++attempt) {
+                // Projected Plummer sphere: M(<R) = R^2 / (R^2 + a^2).
+                const double u = pos.uniform(), phi = 2.0 * kPi * pos.uniform();
+                const double r = p.clusterRadius * std::sqrt(u / (1.0 - u));
+                s.x = cx[s.cluster - 1] + r * std::cos(phi);
+                s.y = cy[s.cluster - 1] + r * std::sin(phi);
+                placed = inFrame(s.x, s.y);
+            }
+            if (!placed) {
+                s.x = cx[s.cluster - 1];
+                s.y = cy[s.cluster - 1];
+            }
+        } else {
+            s.x = pos.uniform(-0.5, W - 0.5);
+            s.y = pos.uniform(-0.5, H - 0.5);
+        }
+        s.mag = sampleLf(mag.uniform(), p.magBright, p.magFaint, p.lfSlope);
+        s.colour = p.colourMean + p.colourSigma * col.normal();
+        if (p.properMotions) {
+            s.pmra = p.pmSigma * pm.normal();
+            s.pmdec = p.pmSigma * pm.normal();
+        }
+        out.push_back(s);
+    }
+    for (int i = 0; i < p.galaxies; ++i) {
+        Source s;
+        s.galaxy = true;
+        s.x = gal.uniform(-0.5, W - 0.5);
+        s.y = gal.uniform(-0.5, H - 0.5);
+        s.mag = sampleLf(gal.uniform(), p.galaxyMagBright, p.galaxyMagFaint, p.lfSlope);
+        s.colour = p.colourMean + 0.3 + p.colourSigma * gal.normal();
+        s.re = p.galaxyReMin * std::pow(p.galaxyReMax / p.galaxyReMin, gal.uniform()); // log-uniform
+        s.sersicN = gal.uniform(p.galaxySersicMin, p.galaxySersicMax);
+        s.ellipticity = gal.uniform(0.0, 0.6);
+        s.angle = gal.uniform(0.0, 180.0);
+        out.push_back(s);
+    }
+    for (auto& s : out) {
+        s.magInst = s.mag - p.zeroPoint - p.colourTerm * s.colour;
+        s.flux = toFlux(s.magInst);
+        const SimPsf psf = simPsfAt(p, s.x, s.y);
+        s.fwhm = psf.fwhm;
+        if (!s.galaxy) {
+            s.ellipticity = psf.ellipticity;
+            s.angle = psf.angle;
+        }
+    }
+    return out;
+}
+
+// Sparse additive defects (hot pixels, cosmic-ray pixels), applied in generation order per pixel.
+struct Deposit {
+    std::int64_t index;
+    double adu;
+    std::uint8_t mask;
+};
+struct BadColumn {
+    int x, y0;
+    bool hot;
+};
+
+std::vector<Deposit> drawDeposits(const SimParams& p) {
+    std::vector<Deposit> d;
+    const int W = p.width, H = p.height;
+    sim::SimRng hot(p.seed, kStreamHot), cr(p.seed, kStreamCosmics);
+    for (int i = 0; i < p.hotPixels; ++i) {
+        const int x = hot.uniformInt(W), y = hot.uniformInt(H);
+        const double adu = p.hotPixelMin * std::pow(p.hotPixelMax / p.hotPixelMin, hot.uniform());
+        d.push_back({static_cast<std::int64_t>(y) * W + x, adu, MaskBad});
+    }
+    for (int i = 0; i < p.cosmicRays; ++i) {
+        const double x0 = cr.uniform(-0.5, W - 0.5), y0 = cr.uniform(-0.5, H - 0.5);
+        const double len = cr.uniform(0.0, p.cosmicRayLengthMax), phi = cr.uniform(0.0, 2.0 * kPi);
+        const int steps = static_cast<int>(std::ceil(len / 0.25));
+        std::int64_t last = -1;
+        for (int k = 0; k <= steps; ++k) {
+            const double t = steps > 0 ? len * k / steps : 0.0;
+            const int x = static_cast<int>(std::lround(x0 + t * std::cos(phi)));
+            const int y = static_cast<int>(std::lround(y0 + t * std::sin(phi)));
+            if (x < 0 || y < 0 || x >= W || y >= H) continue;
+            const std::int64_t idx = static_cast<std::int64_t>(y) * W + x;
+            if (idx == last) continue;
+            last = idx;
+            const double electrons = p.cosmicRayCharge * (0.3 + 0.7 * cr.exponential());
+            d.push_back({idx, electrons / p.gain, MaskCosmicRay});
+        }
+    }
+    std::stable_sort(d.begin(), d.end(), [](const Deposit& a, const Deposit& b) { return a.index < b.index; });
+    return d;
+}
+
+std::vector<BadColumn> drawBadColumns(const SimParams& p) {
+    std::vector<BadColumn> c;
+    sim::SimRng rng(p.seed, kStreamColumns);
+    for (int i = 0; i < p.badColumns; ++i) {
+        BadColumn b;
+        b.x = rng.uniformInt(p.width);
+        b.y0 = rng.uniformInt(std::max(1, p.height / 2));
+        b.hot = (i % 2) == 1;
+        c.push_back(b);
+    }
+    return c;
+}
+
+// Renders sources, sky, noise and defects into `image` in parallel row bands. Every pixel's value is a
+// function of the inputs and its own index only, so the result is the same for any thread count.
+void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image<float>& image,
+            Image<std::uint8_t>& defects, RunContext& ctx) {
+    const int W = p.width, H = p.height;
+    const int nBands = (H + kBandRows - 1) / kBandRows;
+    std::vector<std::vector<int>> bands(nBands);
+    for (std::size_t k = 0; k < profiles.size(); ++k) {
+        const auto& pr = profiles[k];
+        const double reach = pr.radius + 0.7072;
+        const int y0 = std::max(0, static_cast<int>(std::ceil(pr.yc - reach)));
+        const int y1 = std::min(H - 1, static_cast<int>(std::floor(pr.yc + reach)));
+        if (y1 < y0) continue;
+        for (int b = y0 / kBandRows; b <= y1 / kBandRows; ++b) bands[b].push_back(static_cast<int>(k));
+    }
+    const std::vector<Deposit> deposits = drawDeposits(p);
+    const std::vector<BadColumn> columns = drawBadColumns(p);
+
+    std::atomic<int> done{0};
+    std::atomic<bool> cancelled{false};
+    const double sat = p.saturation > 0.0 ? p.saturation : INFINITY;
+    const double rnAdu = p.readNoise / p.gain;
+#pragma omp parallel num_threads(ctx.threadCount())
+    {
+        std::vector<double> acc(static_cast<std::size_t>(kBandRows) * W);
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nBands; ++b) {
+            if (cancelled.load(std::memory_order_relaxed)) continue;
+            if (ctx.cancelFlag && ctx.cancelFlag->load(std::memory_order_relaxed)) {
+                cancelled = true;
+                continue;
+            }
+            const int y0 = b * kBandRows, y1 = std::min(H, y0 + kBandRows);
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (const int k : bands[b]) {
+                const auto& pr = profiles[k];
+                const double reach = pr.radius + 0.7072;
+                const int r0 = std::max(y0, static_cast<int>(std::ceil(pr.yc - reach)));
+                const int r1 = std::min(y1 - 1, static_cast<int>(std::floor(pr.yc + reach)));
+                for (int iy = r0; iy <= r1; ++iy) {
+                    const double dy = iy - pr.yc;
+                    const double hx = std::sqrt(std::max(0.0, reach * reach - dy * dy));
+                    const int x0 = std::max(0, static_cast<int>(std::ceil(pr.xc - hx)));
+                    const int x1 = std::min(W - 1, static_cast<int>(std::floor(pr.xc + hx)));
+                    double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
+                    for (int ix = x0; ix <= x1; ++ix) row[ix] += pr.pixel(ix, iy);
+                }
+            }
+            auto dep = std::lower_bound(deposits.begin(), deposits.end(), static_cast<std::int64_t>(y0) * W,
+                                        [](const Deposit& d, std::int64_t v) { return d.index < v; });
+            for (int iy = y0; iy < y1; ++iy) {
+                const double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
+                float* out = image.row(iy);
+                std::uint8_t* mrow = defects.row(iy);
+                for (int ix = 0; ix < W; ++ix) {
+                    const std::int64_t idx = static_cast<std::int64_t>(iy) * W + ix;
+                    double v = row[ix] + simSkyAt(p, ix, iy);
+                    if (p.noise) {
+                        sim::CounterRng rng(p.seed, kStreamNoise, static_cast<std::uint64_t>(idx));
+                        const double electrons = rng.poisson(std::max(v, 0.0) * p.gain);
+                        v = electrons / p.gain + rnAdu * rng.normal();
+                    }
+                    v += p.bias;
+                    for (; dep != deposits.end() && dep->index == idx; ++dep) {
+                        v += dep->adu;
+                        mrow[ix] |= dep->mask;
+                    }
+                    out[ix] = static_cast<float>(v);
+                }
+            }
+            for (const auto& c : columns) {
+                for (int iy = std::max(y0, c.y0); iy < y1; ++iy) {
+                    float& v = image.row(iy)[c.x];
+                    if (c.hot) {
+                        v = static_cast<float>(v + p.hotPixelMin);
+                    } else {
+                        double dead = p.bias;
+                        if (p.noise) {
+                            sim::CounterRng rng(p.seed, kStreamDead, static_cast<std::uint64_t>(iy) * W + c.x);
+                            dead += rnAdu * rng.normal();
+                        }
+                        v = static_cast<float>(dead);
+                    }
+                    defects.row(iy)[c.x] |= MaskBad;
+                }
+            }
+            if (std::isfinite(sat))
+                for (int iy = y0; iy < y1; ++iy) {
+                    float* out = image.row(iy);
+                    for (int ix = 0; ix < W; ++ix)
+                        if (out[ix] > sat) out[ix] = static_cast<float>(sat);
+                }
+            const int n = ++done;
+            ctx.report("simulate", static_cast<double>(n) / nBands);
+        }
+    }
+    if (cancelled) throw Cancelled();
+}
+
+struct RefStar {
+    double ra, dec, mag, magErr, colour, pmra, pmdec;
+    std::int64_t truthId;
+};
+
+double epochYear(double mjd) { return 2000.0 + (mjd - 51544.5) / 365.25; }
+
+Table buildReference(const SimParams& p, const TanSip& wcs, const std::vector<Source>& src,
+                     std::vector<std::int64_t>& truthRefId) {
+    sim::SimRng noise(p.seed, kStreamRefNoise), dis(p.seed, kStreamDistractors);
+    const double dt = epochYear(p.mjd + 0.5 * p.exptime / 86400.0) - p.refEpoch; // years, frame - reference
+    const double scaleDeg = p.pixelScale / 3600.0;
+    const double halfDiag = 0.5 * std::hypot(p.width, p.height) * scaleDeg * 1.02 + 2.0 * p.sipStrength * scaleDeg;
+    const double capRadius = std::min(halfDiag + p.refMargin, 179.0);
+    std::vector<RefStar> ref;
+    auto magErr = [&](double m) { return p.refMagErrFloor + p.refMagErrAtLimit * std::pow(10.0, 0.4 * (m - p.refMagLimit)); };
+    auto addNoise = [&](RefStar& r) {
+        const double cosd = std::max(std::cos(r.dec * kDeg), 1e-6);
+        r.ra += p.refPosErr * noise.normal() / 3.6e6 / cosd;
+        r.dec += p.refPosErr * noise.normal() / 3.6e6;
+        r.ra = std::fmod(r.ra + 360.0, 360.0);
+        r.dec = std::clamp(r.dec, -90.0, 90.0);
+        r.magErr = magErr(r.mag);
+        r.mag += r.magErr * noise.normal();
+    };
+
+    truthRefId.assign(src.size(), -1);
+    int nField = 0;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+        const Source& s = src[i];
+        if (!s.galaxy && s.cluster == 0) ++nField;
+        if (s.galaxy || !(s.mag < p.refMagLimit)) continue;
+        RefStar r{};
+        wcs.pixelToWorld(s.x, s.y, r.ra, r.dec);
+        // Back to the reference epoch (pmra is mu_alpha* = mu_alpha cos(dec), as Gaia gives it).
+        r.ra -= s.pmra * dt / 3.6e6 / std::max(std::cos(r.dec * kDeg), 1e-6);
+        r.dec -= s.pmdec * dt / 3.6e6;
+        r.mag = s.mag;
+        r.colour = s.colour;
+        r.pmra = s.pmra;
+        r.pmdec = s.pmdec;
+        r.truthId = static_cast<std::int64_t>(i) + 1;
+        addNoise(r);
+        ref.push_back(r);
+    }
+
+    // Distractors: field stars of the same density and luminosity function over the cap around the
+    // frame centre, outside the frame (the frame's own stars are the truth).
+    double raC, decC;
+    wcs.pixelToWorld(0.5 * (p.width - 1), 0.5 * (p.height - 1), raC, decC);
+    const double frameSr = static_cast<double>(p.width) * p.height * (scaleDeg * kDeg) * (scaleDeg * kDeg);
+    const double capSr = 2.0 * kPi * (1.0 - std::cos(capRadius * kDeg));
+    const double faintest = std::min(p.refMagLimit, p.magFaint);
+    const double frac = lfFractionBrighter(p.refMagLimit, p.magBright, p.magFaint, p.lfSlope);
+    const double expected = nField / frameSr * capSr * frac;
+    if (expected > 5.0e6)
+        throw InvalidInput("simulation parameters: the reference catalog would hold " +
+                           std::to_string(static_cast<long long>(expected)) +
+                           " stars; reduce refMargin or refMagLimit");
+    const long long nCap = std::llround(expected);
+    const double cosCap = std::cos(capRadius * kDeg);
+    for (long long i = 0; i < nCap; ++i) {
+        const double cosT = 1.0 - dis.uniform() * (1.0 - cosCap), pa = 2.0 * kPi * dis.uniform();
+        const double mag = sampleLf(dis.uniform(), p.magBright, faintest, p.lfSlope);
+        const double colour = p.colourMean + p.colourSigma * dis.normal();
+        const double pmra = p.properMotions ? p.pmSigma * dis.normal() : 0.0;
+        const double pmdec = p.properMotions ? p.pmSigma * dis.normal() : 0.0;
+        RefStar r{};
+        offsetPosition(raC, decC, std::acos(cosT) / kDeg * 60.0, pa / kDeg, r.ra, r.dec);
+        const double sep = std::acos(std::clamp(cosT, -1.0, 1.0)) / kDeg;
+        if (sep < halfDiag) {
+            double x, y;
+            if (wcs.worldToPixel(r.ra, r.dec, x, y) && x >= -0.5 && x < p.width - 0.5 && y >= -0.5 &&
+                y < p.height - 0.5)
+                continue; // inside the frame: those are the truth's stars
+        }
+        r.mag = mag;
+        r.colour = colour;
+        r.pmra = pmra;
+        r.pmdec = pmdec;
+        r.truthId = -1;
+        addNoise(r);
+        ref.push_back(r);
+    }
+
+    std::vector<std::size_t> order(ref.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ref[a].mag < ref[b].mag; });
+    const std::size_t n = ref.size();
+    std::vector<std::int64_t> id(n), truthId(n);
+    std::vector<double> ra(n), dec(n), mag(n), err(n), colour(n), pmra(n), pmdec(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const RefStar& r = ref[order[k]];
+        id[k] = static_cast<std::int64_t>(k) + 1;
+        ra[k] = r.ra;
+        dec[k] = r.dec;
+        mag[k] = r.mag;
+        err[k] = r.magErr;
+        colour[k] = r.colour;
+        pmra[k] = r.pmra;
+        pmdec[k] = r.pmdec;
+        truthId[k] = r.truthId;
+        if (r.truthId > 0) truthRefId[r.truthId - 1] = id[k];
+    }
+    Table t;
+    t.name = "REFERENCE";
+    t.add("id", std::move(id), "", "reference star number (1 = brightest)");
+    t.add("ra", std::move(ra), "deg", "right ascension at the reference epoch");
+    t.add("dec", std::move(dec), "deg", "declination at the reference epoch");
+    t.add("mag", std::move(mag), "mag", "catalogue magnitude (with catalogue noise)");
+    t.add("mag_err", std::move(err), "mag", "catalogue magnitude error");
+    if (p.colourSigma > 0.0) t.add("colour", std::move(colour), "mag", "colour index");
+    if (p.properMotions) {
+        t.add("pmra", std::move(pmra), "mas/yr", "proper motion in RA (mu_alpha cos dec)");
+        t.add("pmdec", std::move(pmdec), "mas/yr", "proper motion in Dec");
+    }
+    t.add("truth_id", std::move(truthId), "", "row id in the truth table (-1: outside the frame)");
+    t.meta.set("EPOCH", p.refEpoch, "[yr] epoch of the positions");
+    t.meta.set("RA", raC, "[deg] centre of the covered cap");
+    t.meta.set("DEC", decC, "[deg] centre of the covered cap");
+    t.meta.set("RADIUS", capRadius, "[deg] radius of the covered cap");
+    t.meta.set("MAGLIM", p.refMagLimit, "[mag] limiting magnitude (true magnitudes)");
+    t.meta.set("SIMSEED", static_cast<long long>(p.seed), "simulation seed");
+    return t;
+}
+
+std::string sexagesimal(double value, bool hours) {
+    double v = hours ? value / 15.0 : value;
+    const char sign = v < 0 ? '-' : '+';
+    v = std::fabs(v);
+    int d = static_cast<int>(v);
+    int m = static_cast<int>((v - d) * 60.0);
+    double s = ((v - d) * 60.0 - m) * 60.0;
+    if (s >= 59.995) { s = 0; if (++m == 60) { m = 0; ++d; } }
+    char buf[32];
+    if (hours) std::snprintf(buf, sizeof buf, "%02d %02d %05.2f", d, m, s);
+    else std::snprintf(buf, sizeof buf, "%c%02d %02d %04.1f", sign, d, m, s);
+    return buf;
+}
+
+void addSimKeywords(Header& h, const SimParams& p, const TanSip& truth) {
+    h.set("SIMULATD", true, "simulated by gpuphot simulate");
+    h.set("SIMSEED", static_cast<long long>(p.seed), "simulation seed");
+    h.set("SIMZP", p.zeroPoint, "[mag] true ZP: mag = -2.5 log10(flux_ADU) + ZP");
+    h.set("SIMCT", p.colourTerm, "true colour term: mag = m_inst + ZP + CT * colour");
+    h.set("SIMNSTAR", p.stars, "stars rendered");
+    h.set("SIMNGAL", p.galaxies, "galaxies rendered");
+    h.set("SIMPSF", p.psf == "moffat" ? "MOFFAT" : "GAUSSIAN", "PSF model");
+    if (p.psf == "moffat") h.set("SIMBETA", p.moffatBeta, "Moffat beta");
+    h.set("SIMFWHM", p.fwhm, "[px] FWHM at the frame centre");
+    h.set("SIMFWHMC", p.fwhmCornerFactor, "FWHM(corner) / FWHM(centre)");
+    h.set("SIMELL", p.ellipticity, "PSF ellipticity at the centre");
+    h.set("SIMELLC", p.ellipticityCorner, "PSF ellipticity at the corners");
+    h.set("SIMSKY", p.sky, "[ADU] sky level at the centre (without bias)");
+    h.set("SIMBIAS", p.bias, "[ADU] bias level");
+    h.set("SIMNOISE", p.noise, "photon and read noise added");
+    h.set("SIMPSCL", p.pixelScale, "[arcsec/px] true pixel scale");
+    h.set("SIMROT", p.rotation, "[deg] true position angle of +y");
+    h.set("SIMCRVL1", truth.crval[0], "[deg] true RA of the frame centre");
+    h.set("SIMCRVL2", truth.crval[1], "[deg] true Dec of the frame centre");
+    h.set("SIMSIP", truth.sipOrder, "true SIP order");
+    h.set("SIMSIPS", p.sipStrength, "[px] true SIP strength at the border");
+    h.set("SIMWOFF", p.wcsOffset, "[arcmin] header WCS centre error");
+    h.set("SIMWROT", p.wcsRotation, "[deg] header WCS rotation error");
+    h.set("SIMWSCL", p.wcsScaleError, "header WCS scale error (fraction)");
+    h.set("SIMREFLM", p.refMagLimit, "[mag] reference catalog limit");
+}
+
+} // namespace
+
+SimResult simulateField(const SimParams& p, RunContext* ctxIn) {
+    validate(p);
+    RunContext local;
+    RunContext& ctx = ctxIn ? *ctxIn : local;
+    auto timer = ctx.time("simulate");
+
+    SimResult r;
+    r.params = p;
+    r.trueWcs = makeTrueWcs(p);
+    r.headerWcs = makeHeaderWcs(p, r.trueWcs);
+    const std::vector<Source> src = drawSources(p);
+    ctx.checkCancelled();
+
+    const sim::ProfileKind kind = p.psf == "moffat" ? sim::ProfileKind::Moffat : sim::ProfileKind::Gaussian;
+    std::vector<sim::Profile> profiles(src.size());
+#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
+    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(src.size()); ++i) {
+        const Source& s = src[i];
+        if (s.galaxy)
+            profiles[i] = sim::makeGalaxy(s.x, s.y, s.flux, s.re, s.sersicN, s.ellipticity, s.angle,
+                                          sim::gaussianSigma(s.fwhm), p.renderThreshold, p.maxStampRadius);
+        else
+            profiles[i] = sim::makeStar(kind, s.x, s.y, s.flux, s.fwhm, s.ellipticity, s.angle, p.moffatBeta,
+                                        p.renderThreshold, p.maxStampRadius);
+    }
+
+    r.image = Image<float>(p.width, p.height, Image<float>::NoInit{});
+    r.defects = Image<std::uint8_t>(p.width, p.height, 0);
+    render(p, profiles, r.image, r.defects, ctx);
+
+    // Truth table.
+    const std::size_t n = src.size();
+    std::vector<std::int64_t> id(n), cluster(n);
+    std::vector<double> x(n), y(n), ra(n), dec(n), flux(n), mag(n), magInst(n), colour(n), fwhm(n), ell(n),
+        theta(n), re(n), sersic(n);
+    std::vector<std::uint8_t> isGalaxy(n), saturated(n);
+    const double sat = p.saturation > 0.0 ? p.saturation : INFINITY;
+    for (std::size_t i = 0; i < n; ++i) {
+        const Source& s = src[i];
+        id[i] = static_cast<std::int64_t>(i) + 1;
+        x[i] = s.x + 1.0;
+        y[i] = s.y + 1.0;
+        r.trueWcs.pixelToWorld(s.x, s.y, ra[i], dec[i]);
+        flux[i] = s.flux;
+        mag[i] = s.mag;
+        magInst[i] = s.magInst;
+        colour[i] = s.colour;
+        fwhm[i] = s.fwhm;
+        ell[i] = s.ellipticity;
+        theta[i] = s.angle;
+        re[i] = s.re;
+        sersic[i] = s.sersicN;
+        isGalaxy[i] = s.galaxy ? 1 : 0;
+        cluster[i] = s.cluster;
+        const int cx = static_cast<int>(std::lround(s.x)), cy = static_cast<int>(std::lround(s.y));
+        bool satHit = false;
+        for (int yy = std::max(0, cy - 1); yy <= std::min(p.height - 1, cy + 1) && !satHit; ++yy)
+            for (int xx = std::max(0, cx - 1); xx <= std::min(p.width - 1, cx + 1); ++xx)
+                if (r.image(xx, yy) >= sat) satHit = true;
+        saturated[i] = satHit ? 1 : 0;
+    }
+    std::vector<std::int64_t> refId;
+    r.reference = buildReference(p, r.trueWcs, src, refId);
+
+    Table& t = r.truth;
+    t.name = "TRUTH";
+    t.add("id", std::move(id), "", "source number");
+    t.add("x", std::move(x), "pix", "true x (1-based FITS pixel)");
+    t.add("y", std::move(y), "pix", "true y (1-based FITS pixel)");
+    t.add("ra", std::move(ra), "deg", "true right ascension at the frame epoch");
+    t.add("dec", std::move(dec), "deg", "true declination at the frame epoch");
+    t.add("flux", std::move(flux), "adu", "total flux");
+    t.add("mag", std::move(mag), "mag", "calibrated magnitude (reference band)");
+    t.add("mag_inst", std::move(magInst), "mag", "-2.5 log10(flux)");
+    t.add("colour", std::move(colour), "mag", "colour index");
+    t.add("fwhm", std::move(fwhm), "pix", "PSF FWHM at the source");
+    t.add("ellipticity", std::move(ell), "", "1 - b/a (PSF for stars, shape for galaxies)");
+    t.add("theta", std::move(theta), "deg", "major axis, counter-clockwise from +x");
+    t.add("is_galaxy", std::move(isGalaxy), "", "1: galaxy");
+    t.add("r_eff", std::move(re), "pix", "galaxy half-light radius (NaN for stars)");
+    t.add("sersic_n", std::move(sersic), "", "galaxy Sersic index (NaN for stars)");
+    t.add("saturated", std::move(saturated), "", "1: a pixel within 1 px of the centre is saturated");
+    t.add("cluster", std::move(cluster), "", "cluster number (0: field)");
+    t.add("ref_id", std::move(refId), "", "reference catalog id (-1: not in the reference)");
+    addSimKeywords(t.meta, p, r.trueWcs);
+    t.meta.set("MJD-OBS", p.mjd, "[d] start of exposure");
+    t.meta.set("EPOCH", epochYear(p.mjd + 0.5 * p.exptime / 86400.0), "[yr] epoch of the true positions");
+    t.meta.update(r.trueWcs.toHeader());
+
+    // Image header.
+    Header& h = r.header;
+    h.set("OBJECT", p.object, "target");
+    h.set("TELESCOP", "GPUPHOT-SIM", "simulated telescope");
+    h.set("INSTRUME", "SIMCAM", "simulated camera");
+    h.set("FILTER", p.filter, "filter");
+    h.set("EXPTIME", p.exptime, "[s] exposure time");
+    h.set("DATE-OBS", mjdToIso(p.mjd), "UTC start of exposure");
+    h.set("MJD-OBS", p.mjd, "[d] MJD at the start of exposure");
+    h.set("AIRMASS", p.airmass, "airmass");
+    h.set("GAIN", p.gain, "[e-/ADU] gain");
+    h.set("RDNOISE", p.readNoise, "[e-] read noise");
+    if (p.saturation > 0.0) h.set("SATURATE", p.saturation, "[ADU] saturation level");
+    double raP = p.ra, decP = p.dec;
+    if (p.wcsOffset != 0.0) offsetPosition(p.ra, p.dec, p.wcsOffset, p.wcsOffsetAngle, raP, decP);
+    h.set("RA", raP, "[deg] pointing");
+    h.set("DEC", decP, "[deg] pointing");
+    h.set("OBJCTRA", sexagesimal(raP, true), "pointing RA (h m s)");
+    h.set("OBJCTDEC", sexagesimal(decP, false), "pointing Dec (d m s)");
+    h.set("EQUINOX", 2000.0, "equinox of the coordinates");
+    if (p.writeWcs) h.update(r.headerWcs.toHeader());
+    addSimKeywords(h, p, r.trueWcs);
+    h.addHistory("simulated by gpuphot " GPUPHOT_VERSION " (gpuphot simulate)");
+    return r;
+}
+
+void writeSimulation(const SimResult& result, const std::string& dir, const std::string& name, int bitpix) {
+    int bp;
+    if (bitpix == 16 || bitpix == kBitpixUInt16) bp = kBitpixUInt16;
+    else if (bitpix == -32) bp = -32;
+    else throw InvalidInput("simulate: bitpix must be 16 or -32, not " + std::to_string(bitpix));
+    if (name.empty() || name.find('/') != std::string::npos)
+        throw InvalidInput("simulate: output name '" + name + "' must be a plain file stem");
+    namespace fs = std::filesystem;
+    const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    if (ec) throw IoError(base.string() + ": cannot create the output directory: " + ec.message());
+    writeFitsImage((base / (name + ".fits")).string(), result.image.view(), result.header, bp);
+    writeFitsTable((base / (name + ".truth.fits")).string(), result.truth);
+    writeFitsTable((base / (name + ".ref.fits")).string(), result.reference);
+}
+
+} // namespace gpuphot
