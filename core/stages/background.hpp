@@ -1,6 +1,36 @@
 #pragma once
 // Stage 1: background and its RMS, as SExtractor/sep (mesh statistics, sigma clipping, mode
 // estimator, median filter over meshes, bicubic spline to full resolution).
+//
+// The CPU implementation is the reference that the CUDA one reproduces bit for bit, so the operation
+// order of every floating-point step is fixed and documented here:
+//  - Mesh statistics: a pixel is valid when it is finite, mask == 0 and sourceMask == 0. Sums of v and
+//    v*v (double; v*v of a float is exact in double) are taken per mesh row from left to right, and the
+//    row partials are added from the top row down. Clip 1: [mean - 2 sigma, mean + 2 sigma] (cuts rounded
+//    to float); mean and sigma of the pixels within the cuts give qzero = mean - 5 sigma and
+//    qscale = 10 sigma / nlevels (1 when sigma = 0), both rounded to float. Histogram: nlevels =
+//    int(sqrt(2/pi) * 5/4 * n + 1) <= 4096 bins over mean +- 5 sigma; bin = int(v / qscale + (0.499999 -
+//    qzero / qscale)) in float, counted when -1 < t < nlevels (integer counts: order independent). Mode:
+//    iterative 3-sigma clipping of the histogram around its median until sigma changes by < 1e-4 (relative)
+//    or drops below 0.1 bin (<= 100 rounds); mode = 2.5 median - 1.5 mean, or the median when |mean - median|
+//    >= 0.3 sigma (SExtractor). Histogram moments are integer sums (exact), converted to double at the end.
+//  - Meshes with fewer than minGoodFraction valid pixels are bad: they take the average of the nearest
+//    good meshes (Euclidean distance in meshes; ties averaged in row-major order, in double).
+//  - Median filter: window filterSize x filterHeight shrunk symmetrically at the edges (as SExtractor),
+//    applied where |median - value| >= filterThreshold; the RMS mesh takes the median of its window where
+//    the level does.
+//  - Spline: natural cubic splines through the mesh nodes (node k at pixel (k + 0.5) * mesh - 0.5 on
+//    both axes; sextractorSpline: as sep, see Params), extrapolated beyond the outer nodes (partial last
+//    meshes keep the regular node spacing, as sep); the tensor-product coefficients are computed once
+//    on the host in double (BackgroundSpline). Per row: node values and their x second derivatives in
+//    double, ((wa * g[lo] + wb * g[lo+1]) + wa3 * h[lo]) + wb3 * h[lo+1] with the row weights and (g, h) =
+//    (v, dyy) for n, (dxx, dxxyy) for d, rounded to float; per pixel, in float:
+//        ((wa * n[k] + wb * n[k+1]) + wa3 * d[k]) + wb3 * d[k+1]
+//    with the column weights of BackgroundSpline::columns.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "core/model/image.hpp"
@@ -10,22 +40,80 @@ namespace gpuphot {
 class RunContext;
 
 struct BackgroundParams {
-    int meshSize = 64;   // px, SExtractor BACK_SIZE / sep bw=bh
-    int filterSize = 3;  // meshes, SExtractor BACK_FILTERSIZE / sep fw=fh
-    // (the stage's author adds the remaining parameters here, each with units and the SExtractor/sep name)
+    int meshSize = 64;    // px, mesh width (and height when meshHeight = 0); SExtractor BACK_SIZE, sep bw
+    int meshHeight = 0;   // px, 0: same as meshSize; second value of BACK_SIZE, sep bh
+    int filterSize = 3;   // meshes, median-filter width (and height when filterHeight = 0);
+                          // SExtractor BACK_FILTERSIZE, sep fw
+    int filterHeight = 0; // meshes, 0: same as filterSize; sep fh
+    double filterThreshold = 0.0;  // ADU, replace a mesh by its filtered value only when they differ by at
+                                   // least this much; SExtractor BACK_FILTTHRESH, sep fthresh
+    double minGoodFraction = 0.5;  // fraction of valid pixels a mesh needs; SExtractor's BACK_MINGOODFRAC
+    bool fullMaps = true;          // fill level/rms at full resolution; false: mesh grids only (evaluate
+                                   // strips with interpolateBackground)
+    bool sextractorSpline = false; // reproduce SExtractor/sep's interpolation exactly (maps within float
+                                   // rounding of sep_bkg_array): row nodes half a pixel low and their damped
+                                   // spline back-substitution; false: exact natural splines, centred nodes
+
+    int meshW() const { return meshSize; }
+    int meshH() const { return meshHeight > 0 ? meshHeight : meshSize; }
+    int filterW() const { return filterSize; }
+    int filterH() const { return filterHeight > 0 ? filterHeight : filterSize; }
 };
 
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BackgroundParams, meshSize, meshHeight, filterSize,
+                                                filterHeight, filterThreshold, minGoodFraction, fullMaps,
+                                                sextractorSpline)
+
 struct BackgroundResult {
-    Image<float> level;        // full-resolution background (ADU)
-    Image<float> rms;          // full-resolution background RMS (ADU)
-    Image<float> meshLevel;    // per-mesh values after filtering (nx x ny)
+    Image<float> level;     // full-resolution background (ADU); empty when !params.fullMaps
+    Image<float> rms;       // full-resolution background RMS (ADU); empty when !params.fullMaps
+    Image<float> meshLevel; // per-mesh values after filtering (nx x ny)
     Image<float> meshRms;
-    double globalLevel = 0.0;  // sep's globalback
-    double globalRms = 0.0;    // sep's globalrms
+    double globalLevel = 0.0; // sep's globalback: median of meshLevel
+    double globalRms = 0.0;   // sep's globalrms: median of meshRms (of its positive values when <= 0)
+
+    int width = 0; // px, the frame the maps describe
+    int height = 0;
+    int meshWidth = 0;  // px
+    int meshHeight = 0; // px
+    int badMeshes = 0;  // meshes with too few valid pixels, filled from their nearest good neighbours
+    bool sextractorSpline = false; // BackgroundParams::sextractorSpline used for the maps
 };
 
 // mask: optional (empty view = none); pixels with any mask bit set are excluded.
-BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
-                                    RunContext& ctx);
+// sourceMask: optional (second pass), same size as image; pixels where it is != 0 are excluded (e.g. a
+// dilated segmentation map).
+// Throws InvalidInput for an empty image, bad parameters or masks of another size; Cancelled through ctx.
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
+                                    const BackgroundParams& params, RunContext& ctx,
+                                    const ImageViewT<std::int32_t>* sourceMask = nullptr);
+
+// Host-side bicubic-spline coefficients of a mesh grid (shared by the CPU and CUDA paths). For each node,
+// row-major ny x nx: the value, its natural-spline second derivative along y divided by 6 (dyy), along x
+// divided by 6 (dxx), and the x second derivative of dyy divided by 6 (dxxyy). One extra zero node at the
+// end of each row and one extra zero row keep the two-node formula valid for a single mesh.
+struct SplineGrid {
+    int nx = 0;
+    int ny = 0;
+    std::vector<double> v, dyy, dxx, dxxyy; // (ny + 1) x (nx + 1), row stride nx + 1
+};
+
+struct SplineWeights {
+    std::vector<std::int32_t> lo;         // lower node index per pixel (0 .. n-2, 0 when n == 1)
+    std::vector<double> wa, wb, wa3, wb3; // 1-d, d, (1-d)^3-(1-d), d^3-d (zero but wa = 1 when n == 1)
+};
+
+struct BackgroundSpline {
+    SplineGrid level, rms;
+    SplineWeights rows;    // per image row (double)
+    SplineWeights columns; // per image column (used as float in the per-pixel step)
+};
+
+BackgroundSpline makeBackgroundSpline(const BackgroundResult& bkg);
+
+// Evaluates level and/or rms (either may be null) for rows [y0, y0 + rows) into buffers whose row stride
+// is `stride` floats (row y0 at the buffer start), exactly as estimateBackground fills its full maps.
+void interpolateBackground(const BackgroundResult& bkg, const BackgroundSpline& spline, int y0, int rows,
+                           float* level, float* rms, std::ptrdiff_t stride, RunContext& ctx);
 
 } // namespace gpuphot

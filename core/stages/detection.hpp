@@ -1,0 +1,67 @@
+#pragma once
+// Stage 2: detection with multi-threshold deblending and cleaning, with SExtractor semantics.
+//   background-subtracted image -> optional matched filter -> per-pixel threshold -> 8-connected
+//   regions of at least minArea pixels -> deblending (DEBLEND_NTHRESH / DEBLEND_MINCONT) -> cleaning
+//   (CLEAN / CLEAN_PARAM) -> isophotal and windowed measurements, segmentation map.
+// Deterministic: the same input gives the same output bit for bit for any thread count (fixed
+// operation orders, double accumulators over each object's pixels in raster order, no float atomics).
+// Object order: by the object's first pixel in raster order (y, then x).
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/model/image.hpp"
+#include "core/model/sources.hpp"
+
+namespace gpuphot {
+
+class RunContext;
+struct BackgroundResult;
+
+struct DetectionParams {
+    double threshold = 1.5; // DETECT_THRESH: in units of the local background RMS, or ADU when absolute
+    bool thresholdIsAbsolute = false; // THRESH_TYPE ABSOLUTE
+    int minArea = 5;                  // DETECT_MINAREA, px (also the minimum area of a deblended branch)
+    bool filter = true;               // FILTER
+    double filterFwhm = 3.0;          // px; Gaussian matched filter (FILTER_NAME gauss_<fwhm>_<n>x<n>.conv)
+    // A supplied kernel instead of the Gaussian (FILTER_NAME with CONV NORM): row-major, odd sizes,
+    // normalised to a sum of 1 when its sum is non-zero. Empty: the Gaussian above.
+    std::vector<float> filterKernel;
+    int filterKernelWidth = 0;      // px; height = filterKernel.size() / filterKernelWidth
+    int deblendLevels = 32;         // DEBLEND_NTHRESH (1: no deblending)
+    double deblendContrast = 0.005; // DEBLEND_MINCONT, fraction of the parent's (filtered) flux
+    int deblendMaxChildren = 1024;  // more branches than this in one blend: stop, FlagDeblendOverflow
+    bool clean = true;              // CLEAN
+    double cleanParam = 1.0; // CLEAN_PARAM: wing model exponent beta = 1 / cleanParam (larger: more cleaning)
+    double gain = 0.0;       // GAIN, e-/ADU for flux errors (0: background noise only, as SExtractor)
+    double saturationLevel = std::numeric_limits<double>::infinity(); // SATUR_LEVEL, ADU (raw pixel value)
+    // XWIN/YWIN window (SExtractor: Gaussian of sigma = d50 / 2.35, d50 = half-light diameter): here the
+    // half-light radius comes from the isophotal pixels' growth curve around the barycentre.
+    double windowSigmaFactor = 2.0 / 2.35482; // sigma = factor * half-light radius
+    double windowMinSigma = 0.5;              // px, floor of the window sigma
+    int windowMaxIterations = 16;             // WINPOS_NITERMAX
+    double windowTolerance = 2e-4;            // px, the iteration stops when a step is shorter
+};
+
+void to_json(nlohmann::json& j, const DetectionParams& p);
+void from_json(const nlohmann::json& j, DetectionParams& p); // missing keys keep their defaults
+
+struct DetectionResult {
+    Sources sources;                  // every column filled; segmentId = index + 1
+    Image<std::int32_t> segmentation; // 0 = no object, else segmentId of the owning object
+    std::size_t nBeforeDeblend = 0;   // connected regions of >= minArea pixels
+    std::size_t nDeblended = 0;       // objects after deblending
+    std::size_t nCleaned = 0;         // objects merged into a brighter neighbour by cleaning
+};
+
+// image: the frame's pixels; mask: optional (empty view = none), MaskBits: MaskBad / MaskCosmicRay
+// pixels count as background (value 0 after subtraction) but may lie inside an isophote (FlagBadPixels);
+// MaskNonFinite / MaskOutside and non-finite pixels are never detected; MaskSaturated sets FlagSaturated.
+// bkg: level and rms maps of the image's size. Throws InvalidInput for inconsistent sizes or parameters.
+DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& params, RunContext& ctx);
+
+} // namespace gpuphot

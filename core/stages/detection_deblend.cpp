@@ -1,0 +1,235 @@
+// Multi-threshold deblending (SExtractor DEBLEND_NTHRESH / DEBLEND_MINCONT semantics).
+//
+// The region is re-thresholded at deblendLevels - 1 levels spaced exponentially between its detection
+// threshold t0 and its filtered peak: t_k = t0 (peak / t0)^(k / N). At each level every current branch
+// is split into its 8-connected parts above t_k; a part counts when it has at least minArea pixels and
+// a filtered flux above deblendContrast times the whole region's flux. A branch with at least two such
+// parts is replaced by them (they are deblended); otherwise it stays as it is and is re-examined at the
+// next level. The final branches are the cores of the children; every other pixel of the region goes
+// to the child whose bivariate Gaussian (fitted to the core's filtered pixels: centre, second moments,
+// peak amplitude) is highest there (ties: the earlier child).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/stages/detection_internal.hpp"
+
+namespace gpuphot::detail {
+
+namespace {
+
+struct Gaussian2d {
+    double mx = 0.0, my = 0.0, cxx = 0.0, cyy = 0.0, cxy = 0.0, logAmp = 0.0;
+};
+
+Gaussian2d fitCore(const std::vector<std::int32_t>& pix, const std::vector<std::int32_t>& xs,
+                   const std::vector<std::int32_t>& ys, const std::vector<float>& fs) {
+    const double x0 = xs[pix.front()], y0 = ys[pix.front()];
+    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0, fmax = 0;
+    for (std::int32_t i : pix) {
+        const double f = fs[i];
+        const double dx = xs[i] - x0, dy = ys[i] - y0;
+        s += f;
+        sx += f * dx;
+        sy += f * dy;
+        sxx += f * dx * dx;
+        syy += f * dy * dy;
+        sxy += f * dx * dy;
+        fmax = std::max(fmax, f);
+    }
+    Gaussian2d g;
+    double mx = sx / s, my = sy / s;
+    double vxx = sxx / s - mx * mx, vyy = syy / s - my * my, vxy = sxy / s - mx * my;
+    if (vxx * vyy - vxy * vxy < 1.0 / 144.0) { // as SExtractor: avoid infinitely thin profiles
+        vxx += 1.0 / 12.0;
+        vyy += 1.0 / 12.0;
+    }
+    const double det = vxx * vyy - vxy * vxy;
+    g.mx = x0 + mx;
+    g.my = y0 + my;
+    g.cxx = vyy / det;
+    g.cyy = vxx / det;
+    g.cxy = -2.0 * vxy / det;
+    g.logAmp = std::log(fmax);
+    return g;
+}
+
+// Pixels of the region whose filtered value is >= all 8 neighbours (counting stops at 2). Every part
+// of a split holds its own maximum, which is such a pixel, so a region with fewer than 2 never splits.
+int peakCount(const std::vector<Run>& root, const DetectionImages& im) {
+    int count = 0;
+    for (const Run& r : root) {
+        const int ya = std::max(0, r.y - 1), yb = std::min(im.height - 1, r.y + 1);
+        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+            const float f = im.det(x, r.y);
+            const int xa = std::max(0, x - 1), xb = std::min(im.width - 1, x + 1);
+            bool peak = true;
+            for (int yy = ya; yy <= yb && peak; ++yy) {
+                const float* row = im.det.row(yy);
+                for (int xx = xa; xx <= xb; ++xx)
+                    if (row[xx] > f) {
+                        peak = false;
+                        break;
+                    }
+            }
+            if (peak && ++count >= 2) return count;
+        }
+    }
+    return count;
+}
+
+} // namespace
+
+void deblendObject(const std::vector<Run>& root, const DetectionImages& im, const DetectionParams& p,
+                   DeblendOutput& out) {
+    out.children.clear();
+    out.split = false;
+    out.overflow = false;
+    const std::int64_t n64 = runsArea(root);
+    const int nLevels = p.deblendLevels;
+    if (nLevels < 2 || n64 < 2 * static_cast<std::int64_t>(p.minArea) || n64 < 2) {
+        out.children.push_back(root);
+        return;
+    }
+    const auto n = static_cast<std::int32_t>(n64);
+    if (peakCount(root, im) < 2) { // a single (non-strict) local maximum: no level can split it
+        out.children.push_back(root);
+        return;
+    }
+
+    // Materialise the region's pixels in raster order.
+    std::vector<std::int32_t> xs(n), ys(n);
+    std::vector<float> fs(n);
+    double t0 = std::numeric_limits<double>::infinity();
+    double fmax = -std::numeric_limits<double>::infinity();
+    double rootFlux = 0.0;
+    {
+        std::int32_t i = 0;
+        for (const Run& r : root) {
+            const float* drow = im.det.row(r.y);
+            for (std::int32_t x = r.x0; x <= r.x1; ++x, ++i) {
+                xs[i] = x;
+                ys[i] = r.y;
+                fs[i] = drow[x];
+                t0 = std::min(t0, im.thresholdAt(x, r.y));
+                fmax = std::max(fmax, static_cast<double>(drow[x]));
+                rootFlux += drow[x];
+            }
+        }
+    }
+    if (!(t0 > 0.0) || !(fmax > t0) || !(rootFlux > 0.0)) {
+        out.children.push_back(root);
+        return;
+    }
+    const double minFlux = p.deblendContrast * rootFlux;
+
+    std::vector<std::vector<std::int32_t>> cur(1), next;
+    cur[0].resize(n);
+    for (std::int32_t i = 0; i < n; ++i)
+        cur[0][i] = i;
+
+    std::vector<Run> subRuns;
+    std::vector<std::int32_t> runStart, abovePix, compArea;
+    std::vector<double> compFlux;
+    for (int k = 1; k < nLevels; ++k) {
+        const double tk = t0 * std::pow(fmax / t0, static_cast<double>(k) / nLevels);
+        next.clear();
+        for (const auto& o : cur) {
+            subRuns.clear();
+            runStart.clear();
+            abovePix.clear();
+            for (std::int32_t i : o) {
+                if (!(static_cast<double>(fs[i]) > tk)) continue;
+                if (!subRuns.empty() && subRuns.back().y == ys[i] && subRuns.back().x1 == xs[i] - 1) {
+                    subRuns.back().x1 = xs[i];
+                } else {
+                    subRuns.push_back({ys[i], xs[i], xs[i]});
+                    runStart.push_back(static_cast<std::int32_t>(abovePix.size()));
+                }
+                abovePix.push_back(i);
+            }
+            runStart.push_back(static_cast<std::int32_t>(abovePix.size()));
+            if (static_cast<std::int64_t>(abovePix.size()) < 2 * static_cast<std::int64_t>(p.minArea)) {
+                next.push_back(o);
+                continue;
+            }
+            std::int32_t nComp = 0;
+            const std::vector<std::int32_t> lab = labelRuns(subRuns.data(), subRuns.size(), nComp);
+            if (nComp < 2) {
+                next.push_back(o);
+                continue;
+            }
+            compArea.assign(nComp, 0);
+            compFlux.assign(nComp, 0.0);
+            for (std::size_t r = 0; r < subRuns.size(); ++r) {
+                compArea[lab[r]] += runStart[r + 1] - runStart[r];
+                for (std::int32_t q = runStart[r]; q < runStart[r + 1]; ++q)
+                    compFlux[lab[r]] += fs[abovePix[q]];
+            }
+            int nSig = 0;
+            for (std::int32_t c = 0; c < nComp; ++c)
+                if (compArea[c] >= p.minArea && compFlux[c] > minFlux) ++nSig;
+            if (nSig < 2) {
+                next.push_back(o);
+                continue;
+            }
+            for (std::int32_t c = 0; c < nComp; ++c) {
+                if (!(compArea[c] >= p.minArea && compFlux[c] > minFlux)) continue;
+                std::vector<std::int32_t> part;
+                part.reserve(compArea[c]);
+                for (std::size_t r = 0; r < subRuns.size(); ++r)
+                    if (lab[r] == c)
+                        for (std::int32_t q = runStart[r]; q < runStart[r + 1]; ++q)
+                            part.push_back(abovePix[q]);
+                next.push_back(std::move(part));
+            }
+        }
+        if (static_cast<int>(next.size()) > p.deblendMaxChildren) {
+            out.overflow = true;
+            break;
+        }
+        cur.swap(next);
+    }
+
+    if (cur.size() < 2) {
+        out.children.push_back(root);
+        return;
+    }
+    out.split = true;
+
+    // Owners: cores first, then the remaining pixels by the highest Gaussian.
+    const auto nChildren = static_cast<std::int32_t>(cur.size());
+    std::vector<std::int32_t> owner(n, -1);
+    std::vector<Gaussian2d> model(nChildren);
+    for (std::int32_t c = 0; c < nChildren; ++c) {
+        for (std::int32_t i : cur[c])
+            owner[i] = c;
+        model[c] = fitCore(cur[c], xs, ys, fs);
+    }
+    for (std::int32_t i = 0; i < n; ++i) {
+        if (owner[i] >= 0) continue;
+        double best = -std::numeric_limits<double>::infinity();
+        std::int32_t bestC = 0;
+        for (std::int32_t c = 0; c < nChildren; ++c) {
+            const Gaussian2d& g = model[c];
+            const double dx = xs[i] - g.mx, dy = ys[i] - g.my;
+            const double v = g.logAmp - 0.5 * (g.cxx * dx * dx + g.cyy * dy * dy + g.cxy * dx * dy);
+            if (v > best) {
+                best = v;
+                bestC = c;
+            }
+        }
+        owner[i] = bestC;
+    }
+
+    out.children.assign(nChildren, {});
+    for (std::int32_t i = 0; i < n; ++i) {
+        auto& runs = out.children[owner[i]];
+        if (!runs.empty() && runs.back().y == ys[i] && runs.back().x1 == xs[i] - 1)
+            runs.back().x1 = xs[i];
+        else
+            runs.push_back({ys[i], xs[i], xs[i]});
+    }
+}
+
+} // namespace gpuphot::detail

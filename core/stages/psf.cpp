@@ -1,0 +1,495 @@
+#include "core/stages/psf.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <numeric>
+#include <string>
+
+#include "core/model/sources.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/psf_epsf.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kSigmaToFwhm = 2.3548200450309493; // 2 sqrt(2 ln 2)
+constexpr int kChunk = 256;                         // items between cancellation checks
+
+double medianOf(std::vector<double> v) {
+    if (v.empty()) return kNaN;
+    const std::size_t n = v.size();
+    std::sort(v.begin(), v.end());
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Robust sigma: 1.4826 * median absolute deviation from the median.
+double madSigma(const std::vector<double>& v) {
+    const double med = medianOf(v);
+    std::vector<double> d(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k)
+        d[k] = std::abs(v[k] - med);
+    return 1.4826 * medianOf(d);
+}
+
+int termCount(int order) {
+    return (order + 1) * (order + 2) / 2;
+}
+
+// Monomials u^i v^j, i + j = degree, by degree then decreasing i.
+void monomials(int order, double u, double v, double* out) {
+    int k = 0;
+    for (int deg = 0; deg <= order; ++deg)
+        for (int i = deg; i >= 0; --i)
+            out[k++] = std::pow(u, i) * std::pow(v, deg - i);
+}
+
+SpatialPoly fitPoly(int order, const std::vector<double>& u, const std::vector<double>& v,
+                    const std::vector<double>& val) {
+    SpatialPoly p;
+    p.order = order;
+    const int nt = termCount(order), n = static_cast<int>(val.size());
+    Eigen::MatrixXd a(n, nt);
+    Eigen::VectorXd b(n);
+    std::vector<double> row(nt);
+    for (int r = 0; r < n; ++r) {
+        monomials(order, u[r], v[r], row.data());
+        for (int c = 0; c < nt; ++c)
+            a(r, c) = row[c];
+        b(r) = val[r];
+    }
+    const Eigen::VectorXd x = a.colPivHouseholderQr().solve(b);
+    p.coeffs.assign(x.data(), x.data() + nt);
+    double ss = 0.0;
+    for (int r = 0; r < n; ++r) {
+        const double res = val[r] - p.eval(u[r], v[r]);
+        ss += res * res;
+    }
+    p.rms = n > 0 ? std::sqrt(ss / n) : 0.0;
+    return p;
+}
+
+double normCoord(double p, int size) {
+    return size > 1 ? 2.0 * p / (size - 1) - 1.0 : 0.0;
+}
+
+struct Candidate {
+    int index;
+    double flux, x, y;
+};
+
+} // namespace
+
+void validate(const PsfParams& p) {
+    auto bad = [](const std::string& what) { throw InvalidInput("PSF parameters: " + what); };
+    if (p.moffatBeta <= 1.0 || !(p.betaMin > 0.0) || p.betaMin > p.betaMax)
+        bad("moffatBeta must exceed 1 and betaMin <= betaMax");
+    if (p.pixelIntegration < 1 || p.pixelIntegration > 5) bad("pixelIntegration must be 1..5");
+    if (p.stampRadius < 0 || p.stampRadius > 200) bad("stampRadius must be 0 (auto) .. 200 px");
+    if (p.maxStars < 1) bad("maxStars must be >= 1");
+    if (p.polyOrder < 0 || p.polyOrder > 3) bad("polyOrder must be 0..3");
+    if (p.epsfOversampling < 1 || p.epsfOversampling > 16) bad("epsfOversampling must be 1..16");
+    if (p.gridNx < 1 || p.gridNy < 1 || p.gridNx > 32 || p.gridNy > 32) bad("gridNx, gridNy must be 1..32");
+    if (!(p.clipSigma > 0.0)) bad("clipSigma must be positive");
+    if (p.maxIterations < 1) bad("maxIterations must be >= 1");
+    if (p.minStarsPerTerm < 1) bad("minStarsPerTerm must be >= 1");
+    if (p.psfFitRadius < 0.0) bad("psfFitRadius must be >= 0");
+}
+
+double SpatialPoly::eval(double u, double v) const {
+    if (coeffs.empty()) return kNaN;
+    double t[10];
+    monomials(order, u, v, t);
+    double s = 0.0;
+    for (std::size_t k = 0; k < coeffs.size(); ++k)
+        s += coeffs[k] * t[k];
+    return s;
+}
+
+double PsfResult::fwhmAt(double x, double y) const {
+    return fwhmPoly.eval(normCoord(x, width), normCoord(y, height));
+}
+
+double PsfResult::ellipticityAt(double x, double y) const {
+    const double u = normCoord(x, width), v = normCoord(y, height);
+    return std::hypot(e1Poly.eval(u, v), e2Poly.eval(u, v));
+}
+
+double PsfResult::thetaAt(double x, double y) const {
+    const double u = normCoord(x, width), v = normCoord(y, height);
+    double t = 0.5 * std::atan2(e2Poly.eval(u, v), e1Poly.eval(u, v)) * 180.0 / std::numbers::pi;
+    if (t <= -90.0) t += 180.0;
+    return t;
+}
+
+double PsfResult::encircledEnergy(double r) const {
+    if (!hasModel() || !(medianFwhm > 0.0) || !(r >= 0.0)) return std::nan("");
+    if (model == PsfModelKind::Moffat && medianBeta > 1.0) {
+        const double alpha = medianFwhm / (2.0 * std::sqrt(std::pow(2.0, 1.0 / medianBeta) - 1.0));
+        return 1.0 - std::pow(1.0 + (r / alpha) * (r / alpha), 1.0 - medianBeta);
+    }
+    const double sigma = medianFwhm / (2.0 * std::sqrt(2.0 * std::log(2.0)));
+    return 1.0 - std::exp(-0.5 * (r / sigma) * (r / sigma));
+}
+
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
+    validate(params);
+    if (image.empty()) throw InvalidInput("PSF stage: empty image");
+    if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
+        throw InvalidInput("PSF stage: mask size differs from the image size");
+    for (const Image<float>* m : {&bkg.level, &bkg.rms})
+        if (!m->empty() && (m->width() != image.width || m->height() != image.height))
+            throw InvalidInput("PSF stage: background map size differs from the image size");
+
+    const PsfFrame frame{image, mask, &bkg, gain};
+    const int nThreads = ctx.threadCount();
+    const PsfModelKind kind = params.model;
+    const std::size_t nSrc = sources.size();
+
+    PsfResult res;
+    res.model = kind;
+    res.width = image.width;
+    res.height = image.height;
+    res.fwhm.assign(nSrc, kNaN);
+    res.ellipticity.assign(nSrc, kNaN);
+    res.theta.assign(nSrc, kNaN);
+    res.fluxPsf.assign(nSrc, kNaN);
+    res.fluxPsfErr.assign(nSrc, kNaN);
+    res.flags.assign(nSrc, 0u);
+
+    auto snrOf = [&](std::size_t k) {
+        const double f = sources.fluxIso[k], e = sources.fluxIsoErr[k];
+        return (e > 0.0 && std::isfinite(e)) ? f / e : kNaN;
+    };
+    auto finitePos = [&](std::size_t k) {
+        return std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]);
+    };
+
+    // --- FWHM guess and stamp size -----------------------------------------------------------------
+    auto sizeOf = [&](std::size_t k) {
+        const double a = sources.a[k], b = sources.b[k];
+        return (a > 0.0 && b > 0.0 && std::isfinite(a * b)) ? kSigmaToFwhm * std::sqrt(a * b) : kNaN;
+    };
+    std::vector<double> sizes;
+    for (std::size_t k = 0; k < nSrc; ++k)
+        if (!(sources.flags[k] & params.excludeFlags) && snrOf(k) >= params.minSnr &&
+            std::isfinite(sizeOf(k)))
+            sizes.push_back(sizeOf(k));
+    if (sizes.empty())
+        for (std::size_t k = 0; k < nSrc; ++k)
+            if (std::isfinite(sizeOf(k))) sizes.push_back(sizeOf(k));
+    double fwhmGuess = sizes.empty() ? 3.0 : medianOf(sizes);
+    fwhmGuess = std::clamp(fwhmGuess, 1.0, 20.0);
+    const int radius = params.stampRadius > 0
+                           ? params.stampRadius
+                           : std::clamp(static_cast<int>(std::ceil(4.0 * fwhmGuess)), 5, 30);
+    res.stampRadius = radius;
+    const double isoR = params.isolationRadius > 0.0 ? params.isolationRadius : 1.5 * radius;
+
+    // --- selection ---------------------------------------------------------------------------------
+    // Grid of all source centres for the isolation test.
+    const double cellSize = std::max(isoR, 1.0);
+    const int gnx = std::max(1, static_cast<int>(std::ceil(image.width / cellSize)));
+    const int gny = std::max(1, static_cast<int>(std::ceil(image.height / cellSize)));
+    std::vector<std::vector<int>> grid(static_cast<std::size_t>(gnx) * gny);
+    auto gridCell = [&](double p, int n) {
+        return std::clamp(static_cast<int>(std::floor(p / cellSize)), 0, n - 1);
+    };
+    for (std::size_t k = 0; k < nSrc; ++k)
+        if (finitePos(k))
+            grid[static_cast<std::size_t>(gridCell(sources.y[k], gny)) * gnx + gridCell(sources.x[k], gnx)]
+                .push_back(static_cast<int>(k));
+
+    std::vector<Candidate> cands;
+    for (std::size_t k = 0; k < nSrc; ++k) {
+        if (!finitePos(k) || (sources.flags[k] & params.excludeFlags)) continue;
+        if (!(snrOf(k) >= params.minSnr) || !(sources.fluxIso[k] > 0.0)) continue;
+        const double x = sources.x[k], y = sources.y[k];
+        const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
+        if (ix - radius < 0 || iy - radius < 0 || ix + radius >= image.width || iy + radius >= image.height)
+            continue;
+        if (params.saturation > 0.0 &&
+            sources.peak[k] + frame.level(ix, iy) >= params.maxPeakFraction * params.saturation)
+            continue;
+        bool isolated = true;
+        const int gx = gridCell(x, gnx), gy = gridCell(y, gny);
+        for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, gny - 1) && isolated; ++b)
+            for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, gnx - 1) && isolated; ++a)
+                for (int o : grid[static_cast<std::size_t>(b) * gnx + a]) {
+                    if (o == static_cast<int>(k)) continue;
+                    if (std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR) {
+                        isolated = false;
+                        break;
+                    }
+                }
+        if (isolated) cands.push_back({static_cast<int>(k), sources.fluxIso[k], x, y});
+    }
+    std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+        if (a.flux != b.flux) return a.flux > b.flux;
+        if (a.y != b.y) return a.y < b.y;
+        if (a.x != b.x) return a.x < b.x;
+        return a.index < b.index;
+    });
+    if (static_cast<int>(cands.size()) > params.maxStars) cands.resize(params.maxStars);
+    ctx.checkCancelled();
+    ctx.report("psf", 0.05);
+
+    // --- profile fits (parallel, one slot per star) ------------------------------------------------
+    LmOptions lm;
+    lm.maxIterations = params.maxIterations;
+    lm.fitBeta = params.fitBeta;
+    lm.betaMin = params.betaMin;
+    lm.betaMax = params.betaMax;
+    lm.nQuad = params.pixelIntegration;
+    lm.maxShift = std::max(1.0, 0.5 * fwhmGuess);
+    res.stars.resize(cands.size());
+    const int nCand = static_cast<int>(cands.size());
+    for (int c0 = 0; c0 < nCand; c0 += kChunk) {
+        const int c1 = std::min(nCand, c0 + kChunk);
+#pragma omp parallel for schedule(dynamic, 2) num_threads(nThreads)
+        for (int c = c0; c < c1; ++c) {
+            PsfStar& st = res.stars[c];
+            const int k = cands[c].index;
+            st.index = k;
+            const double x = sources.x[k], y = sources.y[k];
+            const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
+            std::vector<FitSample> samples;
+            samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
+            int nMasked = 0, nAll = 0;
+            bool saturated = false;
+            double maxVal = 0.0;
+            for (int j = iy - radius; j <= iy + radius; ++j)
+                for (int i = ix - radius; i <= ix + radius; ++i) {
+                    if ((i - ix) * (i - ix) + (j - iy) * (j - iy) > radius * radius) continue;
+                    ++nAll;
+                    const std::uint8_t mb = frame.maskBits(i, j);
+                    if (mb & MaskSaturated) saturated = true;
+                    if (mb) {
+                        ++nMasked;
+                        continue;
+                    }
+                    const double v = image(i, j) - frame.level(i, j);
+                    const double r = frame.rms(i, j);
+                    double var = r * r + (gain > 0.0 ? std::max(v, 0.0) / gain : 0.0);
+                    if (!(var > 0.0)) var = 1.0;
+                    samples.push_back({static_cast<double>(i), static_cast<double>(j), v, 1.0 / var});
+                    maxVal = std::max(maxVal, v);
+                }
+            st.fit.x0 = x;
+            st.fit.y0 = y;
+            if (saturated || nMasked > params.maxMaskedFraction * nAll) continue;
+            ProfileParams start;
+            start.x0 = x;
+            start.y0 = y;
+            start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
+            start.background = 0.0;
+            start.beta = params.moffatBeta;
+            double f0 = sizeOf(k);
+            if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
+            setProfileShape(start, kind, f0, 0.0, 0.0);
+            const ProfileFitResult fr = fitProfile(samples, kind, start, lm);
+            st.fit = fr.params;
+            st.chi2 = fr.chi2;
+            st.iterations = fr.iterations;
+            st.shape = profileShape(fr.params, kind);
+            st.flux = profileFlux(fr.params, kind);
+            st.converged = fr.converged && std::isfinite(st.shape.fwhm) && st.shape.fwhm > 0.5 &&
+                           st.shape.fwhm < 2.0 * radius && std::isfinite(st.flux) && st.flux > 0.0;
+        }
+        ctx.checkCancelled();
+        ctx.report("psf", 0.05 + 0.45 * c1 / std::max(nCand, 1));
+    }
+
+    // --- clipping and spatial model (serial, index order) ------------------------------------------
+    std::vector<int> used;
+    for (int c = 0; c < nCand; ++c)
+        if (res.stars[c].converged) used.push_back(c);
+    if (used.size() >= 3) { // gross outliers first (galaxies, blends): 2 * clipSigma on the FWHM
+        std::vector<double> f;
+        for (int c : used)
+            f.push_back(res.stars[c].shape.fwhm);
+        const double med = medianOf(f), sig = std::max(madSigma(f), 0.002 * med);
+        std::erase_if(used, [&](int c) {
+            return std::abs(res.stars[c].shape.fwhm - med) > 2.0 * params.clipSigma * sig;
+        });
+    }
+    auto chooseOrder = [&](std::size_t n) {
+        int o = params.polyOrder;
+        while (o > 0 && n < static_cast<std::size_t>(params.minStarsPerTerm * termCount(o)))
+            --o;
+        return o;
+    };
+    // Iterative clipping against the polynomial fits: every star passing the gross clip is tested at
+    // each pass (a star clipped early may come back), the scale from the kept stars' residuals (MAD,
+    // corrected for the fitted terms), until the kept set no longer changes.
+    const std::vector<int> pool = used;
+    std::vector<double> pu, pv, pf, p1, p2;
+    for (int c : pool) {
+        const PsfStar& s = res.stars[c];
+        pu.push_back(normCoord(s.fit.x0, image.width));
+        pv.push_back(normCoord(s.fit.y0, image.height));
+        pf.push_back(s.shape.fwhm);
+        p1.push_back(s.shape.e1);
+        p2.push_back(s.shape.e2);
+    }
+    std::vector<char> keep(pool.size(), 1);
+    for (int iter = 0; !pool.empty(); ++iter) {
+        std::vector<double> u, v, fw, e1, e2;
+        for (std::size_t k = 0; k < pool.size(); ++k)
+            if (keep[k]) {
+                u.push_back(pu[k]);
+                v.push_back(pv[k]);
+                fw.push_back(pf[k]);
+                e1.push_back(p1[k]);
+                e2.push_back(p2[k]);
+            }
+        const int order = chooseOrder(fw.size());
+        res.fwhmPoly = fitPoly(order, u, v, fw);
+        res.e1Poly = fitPoly(order, u, v, e1);
+        res.e2Poly = fitPoly(order, u, v, e2);
+        if (iter >= params.clipIterations || fw.size() < 3) break;
+        const std::size_t n = fw.size();
+        std::vector<double> rf(n), r1(n), r2(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            rf[k] = fw[k] - res.fwhmPoly.eval(u[k], v[k]);
+            r1[k] = e1[k] - res.e1Poly.eval(u[k], v[k]);
+            r2[k] = e2[k] - res.e2Poly.eval(u[k], v[k]);
+        }
+        const int nt = termCount(order);
+        const double dof = n > static_cast<std::size_t>(nt) ? std::sqrt(double(n) / double(n - nt)) : 1.0;
+        // Floors keep noiseless data from clipping on rounding: 0.2% of the FWHM, 0.002 in e1/e2.
+        const double sf = std::max(dof * madSigma(rf), 0.002 * medianOf(fw));
+        const double s1 = std::max(dof * madSigma(r1), 0.002), s2 = std::max(dof * madSigma(r2), 0.002);
+        const double medF = medianOf(rf), med1 = medianOf(r1), med2 = medianOf(r2);
+        // (e1, e2) is clipped as one 2-D quantity at the radius with the same tail probability as
+        // clipSigma in 1-D: P(chi2_2 > r^2) = exp(-r^2 / 2) = erfc(clipSigma / sqrt 2).
+        const double clip2d = std::sqrt(-2.0 * std::log(std::erfc(params.clipSigma / std::numbers::sqrt2)));
+        std::vector<char> next(pool.size(), 0);
+        std::size_t nNext = 0;
+        for (std::size_t k = 0; k < pool.size(); ++k) {
+            const double df = pf[k] - res.fwhmPoly.eval(pu[k], pv[k]) - medF;
+            const double d1 = p1[k] - res.e1Poly.eval(pu[k], pv[k]) - med1;
+            const double d2 = p2[k] - res.e2Poly.eval(pu[k], pv[k]) - med2;
+            next[k] = std::abs(df) <= params.clipSigma * sf && std::hypot(d1 / s1, d2 / s2) <= clip2d;
+            nNext += next[k];
+        }
+        if (next == keep || nNext < 3) break;
+        keep.swap(next);
+    }
+    used.clear();
+    for (std::size_t k = 0; k < pool.size(); ++k)
+        if (keep[k]) used.push_back(pool[k]);
+
+    if (!used.empty()) {
+        std::vector<double> fw, el, be;
+        for (int c : used) {
+            PsfStar& s = res.stars[c];
+            s.used = true;
+            res.flags[s.index] |= FlagPsfStar;
+            fw.push_back(s.shape.fwhm);
+            el.push_back(s.shape.ellipticity);
+            be.push_back(s.fit.beta);
+        }
+        res.nStars = static_cast<int>(used.size());
+        res.medianFwhm = medianOf(fw);
+        res.medianEllipticity = medianOf(el);
+        res.medianBeta = kind == PsfModelKind::Moffat ? medianOf(be) : 0.0;
+        for (std::size_t k = 0; k < nSrc; ++k) {
+            if (!finitePos(k)) continue;
+            res.fwhm[k] = res.fwhmAt(sources.x[k], sources.y[k]);
+            res.ellipticity[k] = res.ellipticityAt(sources.x[k], sources.y[k]);
+            res.theta[k] = res.thetaAt(sources.x[k], sources.y[k]);
+        }
+    } else {
+        res.fwhmPoly = res.e1Poly = res.e2Poly = SpatialPoly{};
+    }
+    ctx.checkCancelled();
+    ctx.report("psf", 0.6);
+
+    // --- ePSF per grid cell -------------------------------------------------------------------------
+    if (res.hasModel()) {
+        res.gridNx = params.gridNx;
+        res.gridNy = params.gridNy;
+        const int nCells = res.gridNx * res.gridNy;
+        res.epsf.resize(nCells);
+        std::vector<std::vector<const PsfStar*>> members(nCells);
+        for (int cell = 0; cell < nCells; ++cell) {
+            EpsfCell& e = res.epsf[cell];
+            const int cx = cell % res.gridNx, cy = cell / res.gridNx;
+            e.x0 = static_cast<double>(cx) * image.width / res.gridNx - 0.5;
+            e.x1 = static_cast<double>(cx + 1) * image.width / res.gridNx - 0.5;
+            e.y0 = static_cast<double>(cy) * image.height / res.gridNy - 0.5;
+            e.y1 = static_cast<double>(cy + 1) * image.height / res.gridNy - 0.5;
+            e.cx = 0.5 * (e.x0 + e.x1);
+            e.cy = 0.5 * (e.y0 + e.y1);
+            for (int c : used) {
+                const PsfStar& s = res.stars[c];
+                const bool lastX = cx == res.gridNx - 1, lastY = cy == res.gridNy - 1;
+                if (s.fit.x0 >= e.x0 && (s.fit.x0 < e.x1 || lastX) && s.fit.y0 >= e.y0 &&
+                    (s.fit.y0 < e.y1 || lastY))
+                    members[cell].push_back(&s);
+            }
+            const std::size_t want = std::min<std::size_t>(params.epsfMinStars, used.size());
+            if (members[cell].size() < want) { // borrow the nearest stars (ties by index)
+                std::vector<std::pair<double, int>> d;
+                for (int c : used)
+                    d.push_back({std::hypot(res.stars[c].fit.x0 - e.cx, res.stars[c].fit.y0 - e.cy), c});
+                std::sort(d.begin(), d.end());
+                members[cell].clear();
+                for (std::size_t k = 0; k < want; ++k)
+                    members[cell].push_back(&res.stars[d[k].second]);
+            }
+        }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+        for (int cell = 0; cell < nCells; ++cell) {
+            EpsfCell& e = res.epsf[cell];
+            ProfileParams base;
+            base.beta = kind == PsfModelKind::Moffat ? res.medianBeta : 3.0;
+            const double f = std::max(res.fwhmAt(e.cx, e.cy), 0.5);
+            setProfileShape(base, kind, f, res.ellipticityAt(e.cx, e.cy), res.thetaAt(e.cx, e.cy));
+            base.amplitude = 1.0;
+            base.amplitude = 1.0 / profileFlux(base, kind);
+            buildEpsfCell(e, frame, members[cell], base, kind, radius, params.epsfOversampling,
+                          params.pixelIntegration);
+        }
+    }
+    ctx.checkCancelled();
+    ctx.report("psf", 0.75);
+
+    // --- PSF photometry (parallel, one slot per source) --------------------------------------------
+    if (params.psfPhotometry) {
+        const int n = static_cast<int>(nSrc);
+        for (int k0 = 0; k0 < n; k0 += 16 * kChunk) {
+            const int k1 = std::min(n, k0 + 16 * kChunk);
+#pragma omp parallel for schedule(dynamic, 16) num_threads(nThreads)
+            for (int k = k0; k < k1; ++k) {
+                PsfFluxResult fr;
+                if (res.hasModel() && finitePos(k)) {
+                    const double r =
+                        params.psfFitRadius > 0.0 ? params.psfFitRadius : std::max(2.0, 1.5 * res.fwhm[k]);
+                    fr = fitPsfFlux(frame, res, sources.x[k], sources.y[k], r, params.psfFitBackground,
+                                    params.maxMaskedPsfWeight);
+                }
+                if (fr.ok) {
+                    res.fluxPsf[k] = fr.flux;
+                    res.fluxPsfErr[k] = fr.fluxErr;
+                } else {
+                    res.flags[k] |= FlagPsfFitFailed;
+                }
+            }
+            ctx.checkCancelled();
+            ctx.report("psf", 0.75 + 0.25 * k1 / std::max(n, 1));
+        }
+    }
+    ctx.report("psf", 1.0);
+    return res;
+}
+
+} // namespace gpuphot
