@@ -7,6 +7,11 @@ namespace CLI {
 class App;
 }
 
+namespace gpuphot {
+class RunContext;
+struct PipelineConfig;
+} // namespace gpuphot
+
 namespace gpuphot::cli {
 
 // Options every subcommand shares (DESIGN.md §Conventions).
@@ -27,8 +32,16 @@ struct Command {
 
 // Adds --backend/--threads/--config/-o/-v/-q to a subcommand.
 void addCommonOptions(CLI::App& sub, CommonOptions& opts);
+// The run context for the options: backend resolved (auto: CUDA when present), thread count applied.
+RunContext makeRunContext(const CommonOptions& opts);
+// Stage parameters: defaults, then --config, then the instrument overrides given on the command line.
+PipelineConfig loadConfig(const CommonOptions& opts);
+// True when stderr is a terminal (progress bars).
+bool stderrIsTty();
 
 Command registerInfo(CLI::App& app);
+Command registerReduce(CLI::App& app);
+Command registerBench(CLI::App& app);
 Command registerSimulate(CLI::App& app);
 
 } // namespace gpuphot::cli

@@ -1,0 +1,120 @@
+// gpuphot reduce: detection, PSF and aperture photometry of frames into calibrated catalogs.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "app/cli/commands.hpp"
+#include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/reduce.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot::cli {
+namespace {
+
+struct ReduceCli {
+    CommonOptions common;
+    std::vector<std::string> frames;
+    std::string hdu;
+    std::vector<std::string> formats, maps;
+    std::optional<double> gain, readNoise, saturation, exptime;
+    std::optional<double> threshold;
+    std::optional<int> minArea;
+    std::vector<double> radii;
+    bool dumpConfig = false;
+};
+
+std::vector<std::string> splitList(const std::vector<std::string>& items) {
+    std::vector<std::string> out;
+    for (const auto& item : items) {
+        std::stringstream ss(item);
+        std::string part;
+        while (std::getline(ss, part, ','))
+            if (!part.empty()) out.push_back(part);
+    }
+    return out;
+}
+
+int run(ReduceCli& o) {
+    PipelineConfig config = loadConfig(o.common);
+    if (o.gain) config.instrument.gain = o.gain;
+    if (o.readNoise) config.instrument.readNoise = o.readNoise;
+    if (o.saturation) config.instrument.saturation = o.saturation;
+    if (o.exptime) config.instrument.exptime = o.exptime;
+    if (o.threshold) config.detection.threshold = *o.threshold;
+    if (o.minArea) config.detection.minArea = *o.minArea;
+    if (!o.radii.empty()) config.aperture.radii = o.radii;
+    if (o.dumpConfig) {
+        std::cout << nlohmann::json(config).dump(2) << "\n";
+        return 0;
+    }
+    if (o.frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ...)");
+
+    ReduceOptions ro;
+    ro.read.hdu = o.hdu;
+    ro.config = config;
+    ro.output.outdir = o.common.outdir;
+    ro.output.formats = splitList(o.formats);
+    ro.output.maps = splitList(o.maps);
+    validateOutputOptions(ro.output);
+
+    RunContext ctx = makeRunContext(o.common);
+    const bool tty = stderrIsTty() && o.common.verbosity > 0;
+    std::mutex progressMutex;
+    if (tty)
+        ctx.progress = [&](const std::string& stage, double fraction) {
+            std::lock_guard lock(progressMutex);
+            std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(), static_cast<int>(fraction * 100 + 0.5));
+            std::fflush(stderr);
+        };
+    int failed = 0;
+    for (const auto& frame : o.frames) {
+        try {
+            const ReduceSummary s = reduceFrame(frame, ro, ctx);
+            if (tty) std::fprintf(stderr, "\r%40s\r", "");
+            for (const auto& w : s.warnings) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", frame.c_str(), w.c_str());
+            if (o.common.verbosity > 0) {
+                std::printf("%s: %zu sources, FWHM %.2f px, %.2f s -> %s\n", frame.c_str(), s.sources,
+                            s.report.value("fwhm", nlohmann::json(0.0)).is_number() ? s.report["fwhm"].get<double>() : 0.0,
+                            s.seconds, s.outputs.empty() ? "" : s.outputs.front().c_str());
+                if (o.common.verbosity > 1)
+                    for (const auto& st : ctx.records) std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
+            }
+        } catch (const Cancelled&) {
+            throw;
+        } catch (const Error& e) {
+            if (o.frames.size() == 1) throw;
+            if (tty) std::fprintf(stderr, "\r%40s\r", "");
+            std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+            ++failed;
+        }
+    }
+    return failed ? 1 : 0;
+}
+
+} // namespace
+
+Command registerReduce(CLI::App& app) {
+    auto o = std::make_shared<ReduceCli>();
+    auto* sub = app.add_subcommand("reduce", "Detect and measure sources; write catalog, maps and a JSON report");
+    sub->add_option("frames", o->frames, "FITS frames (also .fz, .gz, file.fits[EXT])");
+    addCommonOptions(*sub, o->common);
+    sub->add_option("--hdu", o->hdu, "HDU by 0-based number or EXTNAME (default: first image with data)");
+    sub->add_option("--formats", o->formats, "Extra catalog formats: ecsv,csv,reg")->delimiter(',');
+    sub->add_option("--maps", o->maps, "Maps to write: bkg,rms,seg,psf,resid")->delimiter(',');
+    sub->add_option("--gain", o->gain, "Gain in e-/ADU (overrides the header)");
+    sub->add_option("--rdnoise", o->readNoise, "Read noise in e- (overrides the header)");
+    sub->add_option("--saturation", o->saturation, "Saturation level in ADU (overrides the header)");
+    sub->add_option("--exptime", o->exptime, "Exposure time in s (overrides the header)");
+    sub->add_option("--threshold", o->threshold, "Detection threshold in background sigma (DETECT_THRESH)");
+    sub->add_option("--minarea", o->minArea, "Minimum object area in pixels (DETECT_MINAREA)");
+    sub->add_option("--aper", o->radii, "Aperture radii in pixels (or FWHM multiples with aperture.radiiInFwhm)")
+        ->delimiter(',');
+    sub->add_flag("--dump-config", o->dumpConfig, "Print the effective configuration as JSON and exit");
+    return {sub, [o] { return run(*o); }};
+}
+
+} // namespace gpuphot::cli

@@ -1,0 +1,129 @@
+#include "core/pipeline/catalog_builder.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "core/model/frame.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/wcs/wcs.hpp"
+
+namespace gpuphot {
+
+double instrumentalMag(double flux) { return flux > 0 && std::isfinite(flux) ? -2.5 * std::log10(flux) : std::nan(""); }
+
+double magError(double flux, double fluxErr) {
+    return flux > 0 && std::isfinite(flux) && std::isfinite(fluxErr) ? 2.5 / std::log(10.0) * fluxErr / flux
+                                                                       : std::nan("");
+}
+
+namespace {
+std::vector<double> plusOne(const std::vector<double>& v) {
+    std::vector<double> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] + 1.0;
+    return out;
+}
+std::vector<double> orNan(const std::vector<double>& v, std::size_t n) {
+    return v.size() == n ? v : std::vector<double>(n, std::nan(""));
+}
+} // namespace
+
+Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineConfig& config) {
+    const Sources& s = r.detection.sources;
+    const std::size_t n = s.size();
+    const double nan = std::nan("");
+    Table t;
+    t.name = "CATALOG";
+
+    std::vector<std::int64_t> id(n);
+    for (std::size_t i = 0; i < n; ++i) id[i] = static_cast<std::int64_t>(i) + 1;
+    t.add("id", id, "", "source number (1-based)");
+    t.add("x", plusOne(s.x), "pix", "windowed centroid x (FITS 1-based)");
+    t.add("y", plusOne(s.y), "pix", "windowed centroid y (FITS 1-based)");
+    t.add("x_err", s.xErr, "pix", "1-sigma error of x");
+    t.add("y_err", s.yErr, "pix", "1-sigma error of y");
+    t.add("x_iso", plusOne(s.xIso), "pix", "isophotal barycentre x (1-based)");
+    t.add("y_iso", plusOne(s.yIso), "pix", "isophotal barycentre y (1-based)");
+
+    std::vector<double> ra(n, nan), dec(n, nan);
+    if (frame.wcs && n > 0) frame.wcs->pixelToWorld(s.x, s.y, ra, dec);
+    t.add("ra", ra, "deg", "right ascension (ICRS) from the frame WCS");
+    t.add("dec", dec, "deg", "declination (ICRS) from the frame WCS");
+    t.add("a", s.a, "pix", "semi-major axis (second moments)");
+    t.add("b", s.b, "pix", "semi-minor axis (second moments)");
+    t.add("theta", s.theta, "deg", "position angle, counter-clockwise from +x");
+    t.add("fwhm", orNan(r.psf.fwhm, n), "pix", "PSF model FWHM at the source");
+    t.add("ellipticity", orNan(r.psf.ellipticity, n), "", "PSF model ellipticity 1 - b/a at the source");
+    t.add("flux_iso", s.fluxIso, "adu", "isophotal flux above background");
+    t.add("area_iso", s.areaIso, "pix2", "isophotal area");
+
+    const ApertureResult& ap = r.aperture;
+    const bool haveAp = ap.count == n;
+    for (std::size_t k = 0; k < ap.radii.size() && haveAp; ++k) {
+        const std::string suffix = std::to_string(k + 1);
+        std::vector<double> mag(n), magErr(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            mag[i] = instrumentalMag(ap.flux[k][i]);
+            magErr[i] = magError(ap.flux[k][i], ap.fluxErr[k][i]);
+        }
+        const std::string what = "circular aperture of radius APRAD" + suffix;
+        t.add("flux_aper_" + suffix, ap.flux[k], "adu", "flux in the " + what);
+        t.add("fluxerr_aper_" + suffix, ap.fluxErr[k], "adu", "error of flux_aper_" + suffix);
+        t.add("mag_aper_" + suffix, mag, "mag", "-2.5 log10(flux_aper_" + suffix + "), no aperture correction");
+        t.add("magerr_aper_" + suffix, magErr, "mag", "error of mag_aper_" + suffix);
+    }
+    std::vector<double> magAuto(n, nan);
+    for (std::size_t i = 0; i < n && haveAp; ++i) magAuto[i] = instrumentalMag(ap.fluxAuto[i]);
+    t.add("flux_auto", orNan(ap.fluxAuto, n), "adu", "flux in the Kron (AUTO) ellipse");
+    t.add("fluxerr_auto", orNan(ap.fluxAutoErr, n), "adu", "error of flux_auto");
+    t.add("mag_auto", magAuto, "mag", "-2.5 log10(flux_auto)");
+    t.add("kron_radius", orNan(ap.kronRadius, n), "", "Kron radius in units of a, b");
+    t.add("flux_opt", orNan(ap.fluxOpt, n), "adu", "S/N-optimal aperture flux, corrected to total");
+    t.add("fluxerr_opt", orNan(ap.fluxOptErr, n), "adu", "error of flux_opt");
+    t.add("flux_psf", orNan(r.psf.fluxPsf, n), "adu", "PSF-fit flux (ePSF)");
+    t.add("fluxerr_psf", orNan(r.psf.fluxPsfErr, n), "adu", "error of flux_psf");
+    t.add("sky", orNan(ap.sky, n), "adu", "local sky per pixel");
+    t.add("peak", s.peak, "adu", "highest pixel above background");
+
+    std::vector<std::int32_t> flags(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::uint32_t f = s.flags[i];
+        if (haveAp) f |= ap.flags[i];
+        if (r.psf.flags.size() == n) f |= r.psf.flags[i];
+        flags[i] = static_cast<std::int32_t>(f);
+    }
+    t.add("flags", flags, "", "flag bits (docs/FLAGS.md)");
+    t.add("ref_id", std::vector<std::int64_t>(n, -1), "", "matched reference star (-1: none)");
+    t.add("ref_sep", std::vector<double>(n, nan), "arcsec", "separation from the matched reference star");
+    t.add("mag_cal", std::vector<double>(n, nan), "mag", "calibrated magnitude (zero point applied)");
+    t.add("magerr_cal", std::vector<double>(n, nan), "mag", "error of mag_cal");
+
+    Header& h = t.meta;
+    for (std::size_t k = 0; k < ap.radii.size(); ++k) {
+        const std::string suffix = std::to_string(k + 1);
+        h.set("APRAD" + suffix, ap.radii[k], "[pix] radius of aperture " + suffix);
+        if (k < ap.apCorrMag.size()) h.set("APCOR" + suffix, ap.apCorrMag[k], "[mag] aperture correction to total");
+    }
+    h.set("FWHM", r.fwhm, "[pix] median FWHM of the field (" + r.fwhmSource + ")");
+    h.set("ELLIPTIC", r.psf.medianEllipticity, "median PSF ellipticity");
+    h.set("NPSFSTAR", r.psf.nStars, "stars in the PSF model");
+    h.set("ZP", nan, "[mag] photometric zero point (not calibrated)");
+    h.set("ZPERR", nan, "[mag] error of ZP");
+    h.set("MAGLIM", nan, "[mag] limiting magnitude (S/N = 5)");
+    h.set("BKGLEVEL", r.background.globalLevel, "[adu] global background");
+    h.set("BKGRMS", r.background.globalRms, "[adu] global background RMS");
+    h.set("GAIN", frame.instrument.gain, "[e-/adu] (" + frame.instrument.gainSource + ")");
+    h.set("RDNOISE", frame.instrument.readNoise, "[e-] (" + frame.instrument.readNoiseSource + ")");
+    if (std::isfinite(frame.instrument.exptime)) h.set("EXPTIME", frame.instrument.exptime, "[s]");
+    if (std::isfinite(frame.instrument.mjdMid)) h.set("MJD-MID", frame.instrument.mjdMid, "mid-exposure MJD");
+    if (std::isfinite(frame.instrument.airmass)) h.set("AIRMASS", frame.instrument.airmass);
+    if (!frame.instrument.filter.empty()) h.set("FILTER", frame.instrument.filter);
+    if (!frame.instrument.object.empty()) h.set("OBJECT", frame.instrument.object);
+    if (!frame.path.empty()) h.set("SRCFILE", frame.path, "reduced frame");
+    h.set("SRCHDU", frame.hdu, "HDU of the frame (0-based)");
+    h.set("SWVERSN", "gpuphot " GPUPHOT_VERSION, "software version");
+    if (frame.wcs) h.update(frame.wcs->toHeader());
+    (void)config;
+    return t;
+}
+
+} // namespace gpuphot

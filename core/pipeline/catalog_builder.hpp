@@ -1,0 +1,19 @@
+#pragma once
+// Joins the stages' results into the catalog Table with the DESIGN.md columns (one per quantity,
+// always present; NaN or -1 where a stage did not run) and the calibration header keywords.
+// Positions are converted to the 1-based FITS convention here and nowhere else.
+#include "core/catalog/table.hpp"
+
+namespace gpuphot {
+
+struct Frame;
+struct PipelineConfig;
+struct PipelineResult;
+
+Table buildCatalog(const Frame& frame, const PipelineResult& result, const PipelineConfig& config);
+
+// -2.5 log10(flux) for flux > 0, else NaN; and its error 2.5/ln10 * err/flux.
+double instrumentalMag(double flux);
+double magError(double flux, double fluxErr);
+
+} // namespace gpuphot

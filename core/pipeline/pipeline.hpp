@@ -1,0 +1,41 @@
+#pragma once
+// Wires the stages for one frame. Stages are pure functions; the pipeline chooses their inputs
+// (instrument facts, FWHM from the PSF stage for FWHM-scaled apertures), keeps their results, and can
+// re-run from the first stage a parameter change affects (the workbench does that on every edit).
+#include <string>
+#include <vector>
+
+#include "core/pipeline/pipeline_config.hpp"
+#include "core/stages/aperture.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/detection.hpp"
+#include "core/stages/psf.hpp"
+
+namespace gpuphot {
+
+struct Frame;
+class RunContext;
+
+enum class Stage { Background = 0, Detection = 1, Psf = 2, Aperture = 3, Done = 4 };
+const char* stageName(Stage s);
+
+struct PipelineResult {
+    BackgroundResult background;
+    DetectionResult detection;
+    PsfResult psf;
+    ApertureResult aperture;
+    double fwhm = 0.0;       // px used to scale apertures: the PSF model's median, else the config default
+    std::string fwhmSource;  // "psf" or "default"
+    std::vector<std::string> warnings;
+    Stage completed = Stage::Background; // first stage whose result is not valid
+};
+
+// Runs every stage from `first` on (earlier results in `result` are reused and must be valid).
+void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& result,
+                 Stage first = Stage::Background);
+PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx);
+
+// The first stage whose inputs differ between two configs (Done when nothing changed).
+Stage firstAffectedStage(const PipelineConfig& before, const PipelineConfig& after);
+
+} // namespace gpuphot

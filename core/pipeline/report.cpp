@@ -1,0 +1,59 @@
+#include "core/pipeline/report.hpp"
+
+#include <cmath>
+
+#include "core/model/frame.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/run_context.hpp"
+
+namespace gpuphot {
+namespace {
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+} // namespace
+
+nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const PipelineConfig& config,
+                           const RunContext& ctx) {
+    using nlohmann::json;
+    json stages = json::array();
+    double total = 0.0;
+    for (const auto& s : ctx.records) {
+        stages.push_back({{"stage", s.stage}, {"seconds", s.seconds}, {"peak_host_bytes", s.peakHostBytes}});
+        total += s.seconds;
+    }
+    const Instrument& in = frame.instrument;
+    json report{
+        {"software", "gpuphot " GPUPHOT_VERSION},
+        {"frame",
+         {{"path", frame.path}, {"hdu", frame.hdu}, {"extname", frame.extname}, {"width", frame.width()},
+          {"height", frame.height()}, {"bitpix", frame.bitpix}, {"has_wcs", frame.wcs != nullptr},
+          {"wcs_problem", frame.wcsProblem}}},
+        {"instrument",
+         {{"gain", in.gain}, {"gain_source", in.gainSource}, {"read_noise", in.readNoise},
+          {"saturation", num(in.saturation)}, {"exptime", num(in.exptime)}, {"mjd_mid", num(in.mjdMid)},
+          {"airmass", num(in.airmass)}, {"filter", in.filter}, {"object", in.object}}},
+        {"backend", backendName(ctx.backend)},
+        {"threads", ctx.threadCount()},
+        {"stages", stages},
+        {"total_seconds", total},
+        {"peak_host_bytes", peakResidentBytes()},
+        {"counts",
+         {{"sources", r.detection.sources.size()}, {"before_deblend", r.detection.nBeforeDeblend},
+          {"after_deblend", r.detection.nDeblended}, {"cleaned", r.detection.nCleaned}, {"psf_stars", r.psf.nStars}}},
+        {"background",
+         {{"level", r.background.globalLevel}, {"rms", r.background.globalRms}, {"bad_meshes", r.background.badMeshes}}},
+        {"fwhm", num(r.fwhm)},
+        {"fwhm_source", r.fwhmSource},
+        {"ellipticity", num(r.psf.medianEllipticity)},
+        {"aperture",
+         {{"radii", r.aperture.radii}, {"apcorr_mag", r.aperture.apCorrMag}, {"apcorr_stars", r.aperture.apCorrStars},
+          {"reference_radius", r.aperture.apCorrRefRadius}, {"reference_fraction", r.aperture.refApertureFraction}}},
+        {"zp", nullptr},
+        {"zp_err", nullptr},
+        {"astrometric_rms_arcsec", nullptr},
+        {"warnings", r.warnings},
+        {"config", config},
+    };
+    return report;
+}
+
+} // namespace gpuphot

@@ -1,0 +1,56 @@
+#pragma once
+// Runs the gpuphot binary in the app tests and captures its exit code, stdout and stderr.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace gpuphot::test {
+
+struct CliResult {
+    int exitCode = -1;
+    std::string out, err;
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// args are passed through the shell; quote them when needed.
+inline CliResult runCli(const std::string& args) {
+    static int counter = 0;
+    const auto dir = std::filesystem::temp_directory_path();
+    const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
+    const auto outPath = dir / ("gpuphot_cli_out_" + tag), errPath = dir / ("gpuphot_cli_err_" + tag);
+    const std::string cmd = std::string(GPUPHOT_CLI) + " " + args + " >" + outPath.string() + " 2>" + errPath.string();
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(outPath);
+    r.err = slurp(errPath);
+    std::filesystem::remove(outPath);
+    std::filesystem::remove(errPath);
+    return r;
+}
+
+// A fresh empty directory under the system temp dir, removed by the destructor.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& name) {
+        path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string str() const { return path.string(); }
+    std::string operator/(const std::string& f) const { return (path / f).string(); }
+};
+
+} // namespace gpuphot::test
