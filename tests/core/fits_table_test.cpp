@@ -14,49 +14,20 @@
 #include "core/catalog/table.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/util/errors.hpp"
+#include "tests/test_support.hpp"
 
 using namespace gpuphot;
 namespace fs = std::filesystem;
 
 namespace {
 
-class FitsTableTest : public ::testing::Test {
+class FitsTableTest : public test::ScratchDirTest {
 protected:
-    void SetUp() override {
-        const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        m_dir = fs::temp_directory_path() /
-                ("gpuphot_fits_table_" + std::to_string(::getpid()) + "_" + info->name());
-        fs::remove_all(m_dir);
-        fs::create_directories(m_dir);
-    }
-    void TearDown() override { fs::remove_all(m_dir); }
-    std::string path(const std::string& name) const { return (m_dir / name).string(); }
-    fs::path m_dir;
+    FitsTableTest() : ScratchDirTest("gpuphot_fits_table") {}
 };
 
-bool havePython() {
-    static const bool ok = fs::exists("/usr/bin/python3") &&
-                           std::system("/usr/bin/python3 -c 'import astropy' 2>/dev/null") == 0;
-    return ok;
-}
-
-// Runs /usr/bin/python3 with a script; returns its stdout.
-std::string runPython(const std::string& script, int* rc = nullptr) {
-    const std::string file =
-        (fs::temp_directory_path() / ("gpuphot_py_" + std::to_string(::getpid()) + ".py")).string();
-    std::ofstream(file) << script;
-    std::string out;
-    if (FILE* p = ::popen(("/usr/bin/python3 " + file + " 2>&1").c_str(), "r")) {
-        char buf[4096];
-        std::size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
-            out.append(buf, n);
-        const int status = ::pclose(p);
-        if (rc) *rc = status;
-    }
-    fs::remove(file);
-    return out;
-}
+using test::havePython;
+using test::runPython;
 
 Table everyTypeTable() {
     const double nan = std::numeric_limits<double>::quiet_NaN();
