@@ -1,0 +1,101 @@
+#pragma once
+// Stage 6: photometric zero point (and optional colour term) from crossmatched reference stars (CPU).
+//
+// Convention (DESIGN.md): mag_cal = mag_inst + zp (+ colourTerm * colour), mag_inst = -2.5 log10(flux ADU).
+//
+// Calibrators: sources with a match, finite mag_inst / error, S/N = 1.0857 / magInstErr >= minSnr,
+// none of `excludeFlags`, a reference magnitude in [magBright, magFaint], optionally no other reference
+// star within isolationArcsec brighter than (own mag + isolationDeltaMag), and a finite colour when the
+// colour term is fitted. Per calibrator y = ref.mag - mag_inst, σ² = magInstErr² + ref.magErr² (NaN
+// reference errors count as 0), model y = zp (+ ct * colour).
+//
+// Methods:
+//   "clipped-mean": a robust start (median, 1.4826 MAD clipping of the unweighted fit), then iterations of a
+//     weighted fit (weights 1/(σ² + σ_int²)) and clipping of |r| > clipSigma sqrt(σ² + σ_int²) over ALL
+//     calibrators (a star may come back), until the kept set stops changing or maxIterations.
+//   "ransac": ransacIterations minimal samples (1 star; 2 stars of different colour with the colour term)
+//     drawn with a SplitMix64 generator seeded by `seed`; the model with the most stars within
+//     ransacThreshold (ties: smaller truncated squared-residual sum, then earlier iteration) wins; then a
+//     weighted refit on its inliers, inliers re-selected with the refit model, a last refit.
+// σ_int (intrinsic scatter): 0 when chi²/dof <= 1, else solved so that chi²/dof = 1 (bisection). zpErr and
+// colourTermErr: sqrt of the diagonal of (AᵀWA)⁻¹ with those weights (Eigen, LDLT on the 1x1/2x2 normal
+// matrix). scatter: weighted RMS of the used residuals.
+//
+// Limiting magnitude (S/N = 5, i.e. magInstErr = 1.0857 / 5 = 0.2171): over all sources with finite
+// mag_inst and error (none of excludeFlags), log10(magInstErr) is fitted as a straight line in mag_inst
+// by least squares over the stars with 3 <= S/N <= 30 (widened to 2..100 when fewer than 10 are there);
+// the line is solved for S/N = 5 and calibrated with zp (+ colourTerm * median calibrator colour). For
+// sky-limited faint stars log σ is linear in m with slope 0.4, so this is an interpolation near the limit.
+// NaN when fewer than 5 points or a non-positive slope.
+//
+// Too few calibrators (< minStars): ok = false, zp = NaN and a message saying why; no exception (the
+// pipeline still writes the uncalibrated catalog). Deterministic: serial sums in index order.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/model/flags.hpp"
+
+namespace gpuphot {
+
+class RunContext;
+struct CrossmatchResult;
+struct ReferenceCatalog;
+
+struct ZeroPointParams {
+    double magBright = -std::numeric_limits<double>::infinity(); // reference mag range of calibrators
+    double magFaint = std::numeric_limits<double>::infinity();
+    double minSnr = 20.0; // S/N of the instrumental magnitude (1.0857 / magInstErr)
+    std::uint32_t excludeFlags = FlagSaturated | FlagBlended | FlagEdge | FlagBadPixels |
+                                 FlagApertureIncomplete | FlagApertureMasked | FlagCrowded |
+                                 FlagDeblendOverflow | FlagSkyFailed;
+    double isolationArcsec = 0.0;        // > 0: drop calibrators with another reference star this close...
+    double isolationDeltaMag = 3.0;      // ...that is brighter than own mag + this (fainter ones are ignored)
+    std::string method = "clipped-mean"; // or "ransac"
+    double clipSigma = 3.0;
+    int maxIterations = 10;
+    bool fitColourTerm = false; // needs ref.color; otherwise zp only and a note in the message
+    std::uint64_t seed = 1;     // RANSAC
+    int ransacIterations = 500;
+    double ransacThreshold = 0.05; // mag: inlier residual for RANSAC
+    int minStars = 5;              // fewer calibrators (after clipping): ok = false
+};
+
+void to_json(nlohmann::json& j, const ZeroPointParams& p);
+void from_json(const nlohmann::json& j, ZeroPointParams& p);
+
+struct ZeroPointResult {
+    double zp = std::numeric_limits<double>::quiet_NaN(); // mag
+    double zpErr = std::numeric_limits<double>::quiet_NaN();
+    double colourTerm = 0.0; // 0 unless fitted
+    double colourTermErr = std::numeric_limits<double>::quiet_NaN();
+    bool colourTermFitted = false;
+    int nUsed = 0;                         // calibrators in the final fit
+    int nCandidates = 0;                   // calibrators that passed the cuts
+    std::vector<std::int32_t> sourceIndex; // per candidate: source index (ascending)
+    std::vector<double> residual;          // per candidate: ref.mag - (mag_inst + zp + ct * colour)
+    std::vector<bool> used;                // per candidate: in the final fit
+    double scatter = std::numeric_limits<double>::quiet_NaN();         // weighted RMS of used residuals
+    double intrinsicScatter = 0.0;                                     // σ_int (mag)
+    double chi2dof = std::numeric_limits<double>::quiet_NaN();         // before σ_int
+    double limitingMag = std::numeric_limits<double>::quiet_NaN();     // calibrated, S/N = 5
+    double limitingMagInst = std::numeric_limits<double>::quiet_NaN(); // instrumental, S/N = 5
+    bool ok = false;
+    std::string message;
+};
+
+// magInst, magInstErr, flags: per source (same length as matches.refIndex). Throws InvalidInput for
+// inconsistent sizes, a reference index outside the catalog, or unusable parameters (unknown method,
+// clipSigma <= 0, minStars < 1, ...).
+ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                             const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
+                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx);
+
+// The limiting-magnitude estimator on its own (instrumental; see above). NaN when not determinable.
+double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                             double snr = 5.0);
+
+} // namespace gpuphot
