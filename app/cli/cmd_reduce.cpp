@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "app/cli/commands.hpp"
+#include "core/catalog/reference_catalog.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -24,6 +25,7 @@ struct ReduceCli {
     std::optional<double> threshold;
     std::optional<int> minArea;
     std::vector<double> radii;
+    std::string reference, refColumns;
     bool dumpConfig = false;
 };
 
@@ -61,6 +63,16 @@ int run(ReduceCli& o) {
     ro.output.maps = splitList(o.maps);
     validateOutputOptions(ro.output);
 
+    ReferenceCatalog reference;
+    if (!o.reference.empty()) {
+        reference = readReferenceCatalog(o.reference, parseRefColumnMap(o.refColumns));
+        ro.reference = &reference;
+        if (o.common.verbosity > 1)
+            std::printf("reference %s: %zu stars (%zu rows skipped: NaN position or magnitude)\n", o.reference.c_str(),
+                        reference.size(), reference.skippedNonFinite);
+    } else if (o.common.verbosity > 0) {
+        std::fprintf(stderr, "gpuphot: note: no --ref catalog: no crossmatch or zero point (mag_cal is NaN)\n");
+    }
     RunContext ctx = makeRunContext(o.common);
     const bool tty = stderrIsTty() && o.common.verbosity > 0;
     std::mutex progressMutex;
@@ -70,16 +82,20 @@ int run(ReduceCli& o) {
             std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(), static_cast<int>(fraction * 100 + 0.5));
             std::fflush(stderr);
         };
-    int failed = 0;
+    int failed = 0, uncalibrated = 0;
     for (const auto& frame : o.frames) {
         try {
             const ReduceSummary s = reduceFrame(frame, ro, ctx);
             if (tty) std::fprintf(stderr, "\r%40s\r", "");
             for (const auto& w : s.warnings) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", frame.c_str(), w.c_str());
+            uncalibrated += s.calibrationFailed;
             if (o.common.verbosity > 0) {
                 std::printf("%s: %zu sources, FWHM %.2f px, %.2f s -> %s\n", frame.c_str(), s.sources,
                             s.report.value("fwhm", nlohmann::json(0.0)).is_number() ? s.report["fwhm"].get<double>() : 0.0,
                             s.seconds, s.outputs.empty() ? "" : s.outputs.front().c_str());
+                if (s.report["zp"].is_number())
+                    std::printf("  zero point %.4f +- %.4f mag from %d stars\n", s.report["zp"].get<double>(),
+                                s.report["zp_err"].get<double>(), s.report["calibration"]["calibrators"].get<int>());
                 if (o.common.verbosity > 1)
                     for (const auto& st : ctx.records) std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
             }
@@ -92,7 +108,8 @@ int run(ReduceCli& o) {
             ++failed;
         }
     }
-    return failed ? 1 : 0;
+    // 1: a frame failed; 4: every frame was reduced but at least one could not be calibrated.
+    return failed ? 1 : (uncalibrated ? 4 : 0);
 }
 
 } // namespace
@@ -113,6 +130,9 @@ Command registerReduce(CLI::App& app) {
     sub->add_option("--minarea", o->minArea, "Minimum object area in pixels (DETECT_MINAREA)");
     sub->add_option("--aper", o->radii, "Aperture radii in pixels (or FWHM multiples with aperture.radiiInFwhm)")
         ->delimiter(',');
+    sub->add_option("--ref", o->reference, "Reference catalog (FITS table or CSV) for crossmatch and zero point");
+    sub->add_option("--ref-columns", o->refColumns,
+                    "Reference column map, e.g. ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");
     sub->add_flag("--dump-config", o->dumpConfig, "Print the effective configuration as JSON and exit");
     return {sub, [o] { return run(*o); }};
 }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/catalog/reference_catalog.hpp"
+#include "core/model/flags.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/wcs/wcs.hpp"
@@ -27,7 +29,8 @@ std::vector<double> orNan(const std::vector<double>& v, std::size_t n) {
 }
 } // namespace
 
-Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineConfig& config) {
+Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineConfig& config,
+                   const ReferenceCatalog* reference) {
     const Sources& s = r.detection.sources;
     const std::size_t n = s.size();
     const double nan = std::nan("");
@@ -91,11 +94,36 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
         if (r.psf.flags.size() == n) f |= r.psf.flags[i];
         flags[i] = static_cast<std::int32_t>(f);
     }
+    const ZeroPointResult& zp = r.zeropoint;
+    for (std::size_t k = 0; k < zp.sourceIndex.size(); ++k)
+        if (k < zp.used.size() && zp.used[k] && zp.sourceIndex[k] >= 0 && static_cast<std::size_t>(zp.sourceIndex[k]) < n)
+            flags[zp.sourceIndex[k]] |= static_cast<std::int32_t>(FlagCalibrator);
     t.add("flags", flags, "", "flag bits (docs/FLAGS.md)");
-    t.add("ref_id", std::vector<std::int64_t>(n, -1), "", "matched reference star (-1: none)");
-    t.add("ref_sep", std::vector<double>(n, nan), "arcsec", "separation from the matched reference star");
-    t.add("mag_cal", std::vector<double>(n, nan), "mag", "calibrated magnitude (zero point applied)");
-    t.add("magerr_cal", std::vector<double>(n, nan), "mag", "error of mag_cal");
+
+    std::vector<std::int64_t> refId(n, -1);
+    std::vector<double> refSep(n, nan), magCal(n, nan), magErrCal(n, nan);
+    const bool matched = reference && r.crossmatch.refIndex.size() == n;
+    for (std::size_t i = 0; i < n; ++i) {
+        double colour = nan;
+        if (matched && r.crossmatch.refIndex[i] >= 0) {
+            const std::size_t j = static_cast<std::size_t>(r.crossmatch.refIndex[i]);
+            refId[i] = j < reference->id.size() ? reference->id[j] : static_cast<std::int64_t>(j);
+            refSep[i] = r.crossmatch.separationArcsec[i];
+            if (j < reference->color.size()) colour = reference->color[j];
+        }
+        if (zp.ok && i < r.magInst.size() && std::isfinite(r.magInst[i])) {
+            // The colour term needs the star's colour: applied where the reference gives one, else the
+            // magnitude is the zero point alone (colour 0) and says so in the column description.
+            const double ct = zp.colourTermFitted && std::isfinite(colour) ? zp.colourTerm * colour : 0.0;
+            magCal[i] = r.magInst[i] + zp.zp + ct;
+            magErrCal[i] = std::hypot(r.magInstErr[i], zp.zpErr);
+        }
+    }
+    t.add("ref_id", refId, "", "matched reference star id (-1: none)");
+    t.add("ref_sep", refSep, "arcsec", "separation from the matched reference star");
+    t.add("mag_cal", magCal, "mag",
+          "-2.5 log10(flux_opt) + ZP (+ ZPCOLTRM x reference colour where the star is matched and has one)");
+    t.add("magerr_cal", magErrCal, "mag", "error of mag_cal (photometric and zero-point errors)");
 
     Header& h = t.meta;
     for (std::size_t k = 0; k < ap.radii.size(); ++k) {
@@ -106,9 +134,15 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     h.set("FWHM", r.fwhm, "[pix] median FWHM of the field (" + r.fwhmSource + ")");
     h.set("ELLIPTIC", r.psf.medianEllipticity, "median PSF ellipticity");
     h.set("NPSFSTAR", r.psf.nStars, "stars in the PSF model");
-    h.set("ZP", nan, "[mag] photometric zero point (not calibrated)");
-    h.set("ZPERR", nan, "[mag] error of ZP");
-    h.set("MAGLIM", nan, "[mag] limiting magnitude (S/N = 5)");
+    const double zpv = zp.ok ? zp.zp : nan;
+    h.set("ZP", zpv, zp.ok ? "[mag] photometric zero point: mag_cal = mag + ZP" : "[mag] not calibrated");
+    h.set("ZPERR", zp.ok ? zp.zpErr : nan, "[mag] error of ZP");
+    h.set("ZPCOLTRM", zp.ok && zp.colourTermFitted ? zp.colourTerm : nan, "[mag/mag] colour term");
+    h.set("ZPEXPT", zp.ok && std::isfinite(frame.instrument.exptime) && frame.instrument.exptime > 0
+                        ? zpv + 2.5 * std::log10(frame.instrument.exptime) : nan, "[mag] ZP for fluxes in ADU/s");
+    h.set("NCALIB", zp.nUsed, "stars used in the zero-point fit");
+    h.set("NMATCH", static_cast<long long>(r.crossmatch.nMatched), "sources matched to the reference");
+    h.set("MAGLIM", zp.ok ? zp.limitingMag : nan, "[mag] limiting magnitude (S/N = 5)");
     h.set("BKGLEVEL", r.background.globalLevel, "[adu] global background");
     h.set("BKGRMS", r.background.globalRms, "[adu] global background RMS");
     h.set("GAIN", frame.instrument.gain, "[e-/adu] (" + frame.instrument.gainSource + ")");

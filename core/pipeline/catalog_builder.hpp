@@ -9,8 +9,11 @@ namespace gpuphot {
 struct Frame;
 struct PipelineConfig;
 struct PipelineResult;
+struct ReferenceCatalog;
 
-Table buildCatalog(const Frame& frame, const PipelineResult& result, const PipelineConfig& config);
+// `reference`: the catalog the calibration stages matched against (for ref_id and colours), or null.
+Table buildCatalog(const Frame& frame, const PipelineResult& result, const PipelineConfig& config,
+                   const ReferenceCatalog* reference = nullptr);
 
 // -2.5 log10(flux) for flux > 0, else NaN; and its error 2.5/ln10 * err/flux.
 double instrumentalMag(double flux);

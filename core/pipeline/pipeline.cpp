@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/catalog/reference_catalog.hpp"
 #include "core/model/frame.hpp"
+#include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/run_context.hpp"
 
 namespace gpuphot {
@@ -14,6 +16,7 @@ const char* stageName(Stage s) {
     case Stage::Detection: return "detection";
     case Stage::Psf: return "psf";
     case Stage::Aperture: return "aperture";
+    case Stage::Calibration: return "calibration";
     case Stage::Done: return "done";
     }
     return "?";
@@ -62,7 +65,7 @@ Image<std::int32_t> dilatedObjectMask(const Image<std::int32_t>& seg, int dilate
 } // namespace
 
 void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                 Stage first) {
+                 Stage first, const ReferenceCatalog* reference) {
     if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
@@ -129,13 +132,51 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
             else r.warnings.push_back("PSF model gives an implausible reference-aperture fraction: "
                                       "aperture corrections stop at the reference radius");
         }
+        r.completed = Stage::Calibration;
+    }
+    if (first <= Stage::Calibration) {
+        ctx.checkCancelled();
+        const Sources& s = r.detection.sources;
+        const std::size_t n = s.size();
+        r.magInst.assign(n, std::nan(""));
+        r.magInstErr.assign(n, std::nan(""));
+        for (std::size_t i = 0; i < n && r.aperture.fluxOpt.size() == n; ++i) {
+            r.magInst[i] = instrumentalMag(r.aperture.fluxOpt[i]);
+            r.magInstErr[i] = magError(r.aperture.fluxOpt[i], r.aperture.fluxOptErr[i]);
+        }
+        r.crossmatch = CrossmatchResult{};
+        r.zeropoint = ZeroPointResult{};
+        r.calibrationRan = false;
+        r.calibrationProblem.clear();
+        if (reference) {
+            if (!frame.wcs) {
+                r.calibrationProblem = "the frame has no usable WCS (" +
+                                       (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
+                                       "): no crossmatch, no zero point";
+            } else {
+                r.calibrationRan = true;
+                {
+                    auto t = ctx.time("crossmatch");
+                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), *reference, *frame.wcs,
+                                              config.crossmatch, ctx);
+                }
+                auto t = ctx.time("zeropoint");
+                std::vector<std::uint32_t> flags(n);
+                for (std::size_t i = 0; i < n; ++i)
+                    flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
+                r.zeropoint = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, *reference, config.zeropoint, ctx);
+                if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
+            }
+            if (!r.calibrationProblem.empty()) r.warnings.push_back("calibration failed: " + r.calibrationProblem);
+        }
         r.completed = Stage::Done;
     }
 }
 
-PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx) {
+PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                           const ReferenceCatalog* reference) {
     PipelineResult r;
-    runPipeline(frame, config, ctx, r, Stage::Background);
+    runPipeline(frame, config, ctx, r, Stage::Background, reference);
     return r;
 }
 
@@ -149,6 +190,8 @@ Stage firstAffectedStage(const PipelineConfig& a, const PipelineConfig& b) {
     if (ja.at("psf") != jb.at("psf") || ja.at("defaultFwhm") != jb.at("defaultFwhm")) return Stage::Psf;
     if (ja.at("aperture") != jb.at("aperture") || ja.at("apertureToTotal") != jb.at("apertureToTotal"))
         return Stage::Aperture;
+    if (ja.at("crossmatch") != jb.at("crossmatch") || ja.at("zeropoint") != jb.at("zeropoint"))
+        return Stage::Calibration;
     return Stage::Done;
 }
 

@@ -8,15 +8,18 @@
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/stages/aperture.hpp"
 #include "core/stages/background.hpp"
+#include "core/stages/crossmatch.hpp"
 #include "core/stages/detection.hpp"
 #include "core/stages/psf.hpp"
+#include "core/stages/zeropoint.hpp"
 
 namespace gpuphot {
 
 struct Frame;
+struct ReferenceCatalog;
 class RunContext;
 
-enum class Stage { Background = 0, Detection = 1, Psf = 2, Aperture = 3, Done = 4 };
+enum class Stage { Background = 0, Detection = 1, Psf = 2, Aperture = 3, Calibration = 4, Done = 5 };
 const char* stageName(Stage s);
 
 struct PipelineResult {
@@ -24,16 +27,25 @@ struct PipelineResult {
     DetectionResult detection;
     PsfResult psf;
     ApertureResult aperture;
+    CrossmatchResult crossmatch;  // empty unless a reference catalog was given and the frame has a WCS
+    ZeroPointResult zeropoint;
+    bool calibrationRan = false;  // crossmatch and zero point were attempted
+    std::string calibrationProblem; // why there is no zero point ("" when zeropoint.ok)
+    // Instrumental magnitudes used for the zero point and mag_cal: -2.5 log10(flux_opt), per source.
+    std::vector<double> magInst, magInstErr;
     double fwhm = 0.0;       // px used to scale apertures: the PSF model's median, else the config default
     std::string fwhmSource;  // "psf" or "default"
     std::vector<std::string> warnings;
     Stage completed = Stage::Background; // first stage whose result is not valid
 };
 
-// Runs every stage from `first` on (earlier results in `result` are reused and must be valid).
+// Runs every stage from `first` on (earlier results in `result` are reused and must be valid). The
+// calibration stages run when `reference` is given (and are skipped, with calibrationProblem saying
+// why, when the frame has no WCS).
 void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& result,
-                 Stage first = Stage::Background);
-PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx);
+                 Stage first = Stage::Background, const ReferenceCatalog* reference = nullptr);
+PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                           const ReferenceCatalog* reference = nullptr);
 
 // The first stage whose inputs differ between two configs (Done when nothing changed).
 Stage firstAffectedStage(const PipelineConfig& before, const PipelineConfig& after);

@@ -14,6 +14,8 @@ void to_json(nlohmann::json& j, const PipelineConfig& c) {
                        {"detection", c.detection},
                        {"psf", c.psf},
                        {"aperture", c.aperture},
+                       {"crossmatch", c.crossmatch},
+                       {"zeropoint", c.zeropoint},
                        {"apertureToTotal", c.apertureToTotal},
                        {"defaultFwhm", c.defaultFwhm},
                        {"keywords", c.keywords},
@@ -30,6 +32,8 @@ void from_json(const nlohmann::json& j, PipelineConfig& c) {
     get("detection", c.detection);
     get("psf", c.psf);
     get("aperture", c.aperture);
+    get("crossmatch", c.crossmatch);
+    get("zeropoint", c.zeropoint);
     get("apertureToTotal", c.apertureToTotal);
     get("defaultFwhm", c.defaultFwhm);
     get("keywords", c.keywords);
@@ -44,8 +48,9 @@ void checkKeys(const nlohmann::json& given, const nlohmann::json& reference, con
     for (auto it = given.begin(); it != given.end(); ++it) {
         const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
         if (!reference.is_object() || !reference.contains(it.key())) {
-            // InstrumentOverrides serialises only the values that are set: accept its known keys.
+            // InstrumentOverrides and the crossmatch magnitude cuts serialise only the values that are set.
             if (prefix == "instrument") continue;
+            if (prefix == "crossmatch" && (it.key() == "refMagBright" || it.key() == "refMagFaint")) continue;
             throw InvalidInput(what + ": unknown configuration key '" + path + "'");
         }
         checkKeys(it.value(), reference.at(it.key()), path, what);

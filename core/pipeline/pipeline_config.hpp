@@ -8,8 +8,10 @@
 #include "core/model/instrument.hpp"
 #include "core/stages/aperture.hpp"
 #include "core/stages/background.hpp"
+#include "core/stages/crossmatch.hpp"
 #include "core/stages/detection.hpp"
 #include "core/stages/psf.hpp"
+#include "core/stages/zeropoint.hpp"
 
 namespace gpuphot {
 
@@ -20,6 +22,8 @@ struct PipelineConfig {
     DetectionParams detection;
     PsfParams psf;
     ApertureParams aperture;
+    CrossmatchParams crossmatch;       // stage 5 (runs when a reference catalog and a WCS are available)
+    ZeroPointParams zeropoint;         // stage 6
     // Extend the aperture correction from its reference radius to the total flux with the PSF model
     // (the light beyond the radius and in the sky annulus); false: "total" means "within the radius".
     bool apertureToTotal = true;

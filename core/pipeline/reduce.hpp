@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/catalog/reference_catalog.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline_config.hpp"
@@ -19,6 +20,9 @@ struct ReduceOptions {
     PipelineConfig config;
     OutputOptions output;
     bool write = true;       // false: measure only (bench)
+    // Reference catalog for the calibration stages (null: no calibration). Loaded once by the caller
+    // and shared by every frame; proper motions are applied to each frame's epoch.
+    const ReferenceCatalog* reference = nullptr;
 };
 
 struct ReduceSummary {
@@ -27,6 +31,7 @@ struct ReduceSummary {
     double seconds = 0.0;
     std::vector<std::string> outputs;
     std::vector<std::string> warnings;
+    bool calibrationFailed = false; // a reference was given but no zero point came out (outputs still written)
     nlohmann::json report;
 };
 

@@ -145,3 +145,39 @@ TEST(CliReduce, UnknownFormatIsRefusedBeforeAnyWork) {
     EXPECT_NE(r.exitCode, 0);
     EXPECT_NE(r.err.find("votable"), std::string::npos);
 }
+
+TEST(CliReduce, ReferenceCatalogGivesAZeroPointAndCalibratedMagnitudes) {
+    TempDir out("gpuphot_reduce_ref");
+    const std::string ref = fs::path(simulatedFrame()).replace_filename("field.ref.fits").string();
+    const CliResult r = runCli("reduce " + simulatedFrame() + " --ref " + ref + " -o " + out.str());
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const Table cat = readFitsTable(out / "field.cat.fits");
+    const double simZp = *readHeader(simulatedFrame()).getDouble("SIMZP");
+    ASSERT_TRUE(cat.meta.getDouble("ZP").has_value());
+    EXPECT_NEAR(*cat.meta.getDouble("ZP"), simZp, 0.01) << "small field: the tight bar is in zeropoint_test";
+    std::size_t matched = 0, calibrated = 0;
+    const auto refId = cat.doubles("ref_id"), magCal = cat.doubles("mag_cal");
+    for (std::size_t i = 0; i < cat.rows(); ++i) {
+        matched += refId[i] >= 0;
+        calibrated += std::isfinite(magCal[i]);
+    }
+    EXPECT_GT(matched, cat.rows() / 2);
+    EXPECT_EQ(calibrated, cat.rows());
+    const auto report = nlohmann::json::parse(slurp(out.path / "field.report.json"));
+    EXPECT_NEAR(report["zp"].get<double>(), *cat.meta.getDouble("ZP"), 1e-12);
+    EXPECT_GT(report["calibration"]["calibrators"].get<int>(), 10);
+}
+
+TEST(CliReduce, CalibrationFailureStillWritesTheCatalogAndSaysWhy) {
+    TempDir dir("gpuphot_reduce_nowcs");
+    ASSERT_EQ(runCli("simulate --size 256x256 --stars 60 --seed 3 --no-wcs -q -o " + dir.str() + " --name nowcs").exitCode, 0);
+    const CliResult r = runCli("reduce " + (dir / "nowcs.fits") + " --ref " + (dir / "nowcs.ref.fits") + " -o " + dir.str());
+    EXPECT_EQ(r.exitCode, 4) << "distinct status for an uncalibrated catalog: " << r.err;
+    EXPECT_NE(r.err.find("calibration failed"), std::string::npos) << r.err;
+    ASSERT_TRUE(fs::exists(dir.path / "nowcs.cat.fits"));
+    const Table cat = readFitsTable(dir / "nowcs.cat.fits");
+    EXPECT_FALSE(std::isfinite(*cat.meta.getDouble("ZP")));
+    const auto report = nlohmann::json::parse(slurp(dir.path / "nowcs.report.json"));
+    EXPECT_TRUE(report["zp"].is_null());
+    EXPECT_NE(report["calibration"]["problem"].get<std::string>().find("WCS"), std::string::npos);
+}
