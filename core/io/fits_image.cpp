@@ -761,4 +761,23 @@ void writeFitsImage(const std::string& path, const ImageViewT<std::uint8_t>& ima
                    });
 }
 
+void writeFitsHeader(const std::string& path, const Header& header) {
+    AtomicOutput out(path);
+    FitsHandle h;
+    int status = 0;
+    fits_clear_errmsg();
+    fits_create_file(&h.f, ("!" + out.tempPath()).c_str(), &status);
+    if (status) {
+        h.f = nullptr;
+        throw IoError("cannot write " + path + ": " + cfitsioText(status));
+    }
+    fits_create_img(h.f, BYTE_IMG, 0, nullptr, &status);
+    writeHeaderCards(h.f, header, status);
+    int closeStatus = 0;
+    fits_close_file(h.f, &closeStatus);
+    h.f = nullptr;
+    if (status || closeStatus) throw IoError("cannot write " + path + ": " + cfitsioText(status ? status : closeStatus));
+    out.commit();
+}
+
 } // namespace gpuphot

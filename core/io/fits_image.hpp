@@ -42,6 +42,10 @@ void writeFitsImage(const std::string& path, const ImageView& image, const Heade
 void writeFitsImage(const std::string& path, const ImageViewT<std::int32_t>& image, const Header& header);
 void writeFitsImage(const std::string& path, const ImageViewT<std::uint8_t>& image, const Header& header);
 
+// Writes a header-only FITS file (NAXIS = 0) with these cards, e.g. STEM.wcs with a fitted WCS, as
+// astrometry.net writes it. Atomic like the image writers.
+void writeFitsHeader(const std::string& path, const Header& header);
+
 constexpr int kBitpixUInt16 = 20; // pseudo-BITPIX for writeFitsImage: unsigned 16-bit with BZERO
 
 } // namespace gpuphot

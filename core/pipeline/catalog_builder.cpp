@@ -7,6 +7,7 @@
 #include "core/model/flags.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
+#include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -48,9 +49,11 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     t.add("y_iso", plusOne(s.yIso), "pix", "isophotal barycentre y (1-based)");
 
     std::vector<double> ra(n, nan), dec(n, nan);
-    if (frame.wcs && n > 0) frame.wcs->pixelToWorld(s.x, s.y, ra, dec);
-    t.add("ra", ra, "deg", "right ascension (ICRS) from the frame WCS");
-    t.add("dec", dec, "deg", "declination (ICRS) from the frame WCS");
+    const Wcs* wcs = r.fittedWcs ? r.fittedWcs.get() : frame.wcs.get();
+    const std::string wcsWhat = r.fittedWcs ? "the fitted WCS" : "the header WCS";
+    if (wcs && n > 0) wcs->pixelToWorld(s.x, s.y, ra, dec);
+    t.add("ra", ra, "deg", "right ascension (ICRS) from " + wcsWhat);
+    t.add("dec", dec, "deg", "declination (ICRS) from " + wcsWhat);
     t.add("a", s.a, "pix", "semi-major axis (second moments)");
     t.add("b", s.b, "pix", "semi-minor axis (second moments)");
     t.add("theta", s.theta, "deg", "position angle, counter-clockwise from +x");
@@ -95,6 +98,10 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
         flags[i] = static_cast<std::int32_t>(f);
     }
     const ZeroPointResult& zp = r.zeropoint;
+    for (std::size_t k = 0; k < r.astrometry.sourceIndex.size(); ++k)
+        if (k < r.astrometry.used.size() && r.astrometry.used[k] && r.astrometry.sourceIndex[k] >= 0 &&
+            static_cast<std::size_t>(r.astrometry.sourceIndex[k]) < n)
+            flags[r.astrometry.sourceIndex[k]] |= static_cast<std::int32_t>(FlagAstromStar);
     for (std::size_t k = 0; k < zp.sourceIndex.size(); ++k)
         if (k < zp.used.size() && zp.used[k] && zp.sourceIndex[k] >= 0 && static_cast<std::size_t>(zp.sourceIndex[k]) < n)
             flags[zp.sourceIndex[k]] |= static_cast<std::int32_t>(FlagCalibrator);
@@ -155,7 +162,12 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     if (!frame.path.empty()) h.set("SRCFILE", frame.path, "reduced frame");
     h.set("SRCHDU", frame.hdu, "HDU of the frame (0-based)");
     h.set("SWVERSN", "gpuphot " GPUPHOT_VERSION, "software version");
-    if (frame.wcs) h.update(frame.wcs->toHeader());
+    h.set("WCSSRC", r.fittedWcs ? std::string("fitted (") + r.astrometry.method + ")"
+                                : (frame.wcs ? std::string("header") : std::string("none")), "origin of RA/Dec and WCS");
+    h.set("ASTRMS", r.astrometry.ok ? r.astrometry.rmsArcsec : nan, "[arcsec] astrometric fit RMS");
+    h.set("ASTNUSED", r.astrometry.ok ? r.astrometry.nUsed : 0, "stars used in the astrometric fit");
+    if (r.fittedWcs) h.update(r.astrometry.wcs.toHeader());
+    else if (frame.wcs) h.update(frame.wcs->toHeader());
     (void)config;
     return t;
 }

@@ -118,6 +118,17 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         outputs[m] = p;
         written.push_back(p);
     }
+    if (r.fittedWcs) { // STEM.wcs: a header-only FITS file with the fitted WCS, as astrometry.net writes
+        Header wcsHeader = r.astrometry.wcs.toHeader();
+        wcsHeader.set("ASTRMS", r.astrometry.rmsArcsec, "[arcsec] fit RMS");
+        wcsHeader.set("ASTNUSED", r.astrometry.nUsed, "stars used");
+        wcsHeader.set("IMAGEW", frame.width(), "image width");
+        wcsHeader.set("IMAGEH", frame.height(), "image height");
+        const std::string p = path(".wcs");
+        writeFitsHeader(p, wcsHeader);
+        outputs["wcs"] = p;
+        written.push_back(p);
+    }
     const std::string cat = path(".cat.fits");
     writeFitsTable(cat, catalog);
     outputs["catalog"] = cat;

@@ -7,6 +7,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
 
@@ -146,10 +147,28 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         }
         r.crossmatch = CrossmatchResult{};
         r.zeropoint = ZeroPointResult{};
+        r.astrometry = AstrometryResult{};
+        r.fittedWcs.reset();
         r.calibrationRan = false;
         r.calibrationProblem.clear();
+        std::shared_ptr<const Wcs> wcs = frame.wcs;
+        if (reference && config.fitAstrometry && n > 0) {
+            auto t = ctx.time("astrometry");
+            std::optional<std::pair<double, double>> pointing;
+            const auto ra = frame.header.getDouble("RA"), dec = frame.header.getDouble("DEC");
+            if (ra && dec && std::isfinite(*ra) && std::isfinite(*dec) && std::fabs(*dec) <= 90.0) pointing = {{*ra, *dec}};
+            r.astrometry = solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), *reference,
+                                           frame.wcs.get(), pointing, config.astrometry, ctx);
+            if (r.astrometry.ok) {
+                r.fittedWcs = std::make_shared<const Wcs>(Wcs::fromTanSip(r.astrometry.wcs));
+                wcs = r.fittedWcs;
+            } else {
+                r.warnings.push_back("astrometry failed: " + r.astrometry.message +
+                                     (frame.wcs ? " (the header WCS is used as it is)" : ""));
+            }
+        }
         if (reference) {
-            if (!frame.wcs) {
+            if (!wcs) {
                 r.calibrationProblem = "the frame has no usable WCS (" +
                                        (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
                                        "): no crossmatch, no zero point";
@@ -157,7 +176,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
                 r.calibrationRan = true;
                 {
                     auto t = ctx.time("crossmatch");
-                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), *reference, *frame.wcs,
+                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), *reference, *wcs,
                                               config.crossmatch, ctx);
                 }
                 auto t = ctx.time("zeropoint");
@@ -190,7 +209,8 @@ Stage firstAffectedStage(const PipelineConfig& a, const PipelineConfig& b) {
     if (ja.at("psf") != jb.at("psf") || ja.at("defaultFwhm") != jb.at("defaultFwhm")) return Stage::Psf;
     if (ja.at("aperture") != jb.at("aperture") || ja.at("apertureToTotal") != jb.at("apertureToTotal"))
         return Stage::Aperture;
-    if (ja.at("crossmatch") != jb.at("crossmatch") || ja.at("zeropoint") != jb.at("zeropoint"))
+    if (ja.at("crossmatch") != jb.at("crossmatch") || ja.at("zeropoint") != jb.at("zeropoint") ||
+        ja.at("fitAstrometry") != jb.at("fitAstrometry") || ja.at("astrometry") != jb.at("astrometry"))
         return Stage::Calibration;
     return Stage::Done;
 }

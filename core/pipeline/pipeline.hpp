@@ -2,11 +2,13 @@
 // Wires the stages for one frame. Stages are pure functions; the pipeline chooses their inputs
 // (instrument facts, FWHM from the PSF stage for FWHM-scaled apertures), keeps their results, and can
 // re-run from the first stage a parameter change affects (the workbench does that on every edit).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/stages/aperture.hpp"
+#include "core/stages/astrometry.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/crossmatch.hpp"
 #include "core/stages/detection.hpp"
@@ -18,6 +20,7 @@ namespace gpuphot {
 struct Frame;
 struct ReferenceCatalog;
 class RunContext;
+class Wcs;
 
 enum class Stage { Background = 0, Detection = 1, Psf = 2, Aperture = 3, Calibration = 4, Done = 5 };
 const char* stageName(Stage s);
@@ -27,6 +30,8 @@ struct PipelineResult {
     DetectionResult detection;
     PsfResult psf;
     ApertureResult aperture;
+    AstrometryResult astrometry;  // stage 7 (ok = false when it did not run or failed)
+    std::shared_ptr<const Wcs> fittedWcs; // the verified fitted WCS (null when none)
     CrossmatchResult crossmatch;  // empty unless a reference catalog was given and the frame has a WCS
     ZeroPointResult zeropoint;
     bool calibrationRan = false;  // crossmatch and zero point were attempted

@@ -16,6 +16,8 @@ void to_json(nlohmann::json& j, const PipelineConfig& c) {
                        {"aperture", c.aperture},
                        {"crossmatch", c.crossmatch},
                        {"zeropoint", c.zeropoint},
+                       {"fitAstrometry", c.fitAstrometry},
+                       {"astrometry", c.astrometry},
                        {"apertureToTotal", c.apertureToTotal},
                        {"defaultFwhm", c.defaultFwhm},
                        {"keywords", c.keywords},
@@ -34,6 +36,8 @@ void from_json(const nlohmann::json& j, PipelineConfig& c) {
     get("aperture", c.aperture);
     get("crossmatch", c.crossmatch);
     get("zeropoint", c.zeropoint);
+    get("fitAstrometry", c.fitAstrometry);
+    get("astrometry", c.astrometry);
     get("apertureToTotal", c.apertureToTotal);
     get("defaultFwhm", c.defaultFwhm);
     get("keywords", c.keywords);

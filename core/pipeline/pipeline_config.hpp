@@ -7,6 +7,7 @@
 
 #include "core/model/instrument.hpp"
 #include "core/stages/aperture.hpp"
+#include "core/stages/astrometry.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/crossmatch.hpp"
 #include "core/stages/detection.hpp"
@@ -24,6 +25,8 @@ struct PipelineConfig {
     ApertureParams aperture;
     CrossmatchParams crossmatch;       // stage 5 (runs when a reference catalog and a WCS are available)
     ZeroPointParams zeropoint;         // stage 6
+    bool fitAstrometry = true;         // stage 7: refine (or solve) the WCS against the reference catalog
+    AstrometryParams astrometry;
     // Extend the aperture correction from its reference radius to the total flux with the PSF model
     // (the light beyond the radius and in the sky annulus); false: "total" means "within the radius".
     bool apertureToTotal = true;

@@ -57,7 +57,11 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
         {"zp_err", r.zeropoint.ok ? num(r.zeropoint.zpErr) : nlohmann::json(nullptr)},
         {"zp_per_second", r.zeropoint.ok && in.exptime > 0 ? num(r.zeropoint.zp + 2.5 * std::log10(in.exptime))
                                                             : nlohmann::json(nullptr)},
-        {"astrometric_rms_arcsec", nullptr},
+        {"astrometry",
+         {{"ran", r.astrometry.ok || !r.astrometry.message.empty()}, {"ok", r.astrometry.ok},
+          {"method", r.astrometry.method}, {"message", r.astrometry.message}, {"sip_order", r.astrometry.sipOrder},
+          {"matched", r.astrometry.nMatched}, {"used", r.astrometry.nUsed}, {"seconds", r.astrometry.solveSeconds}}},
+        {"astrometric_rms_arcsec", r.astrometry.ok ? num(r.astrometry.rmsArcsec) : nlohmann::json(nullptr)},
         {"warnings", r.warnings},
         {"config", config},
     };

@@ -169,15 +169,53 @@ TEST(CliReduce, ReferenceCatalogGivesAZeroPointAndCalibratedMagnitudes) {
 }
 
 TEST(CliReduce, CalibrationFailureStillWritesTheCatalogAndSaysWhy) {
-    TempDir dir("gpuphot_reduce_nowcs");
-    ASSERT_EQ(runCli("simulate --size 256x256 --stars 60 --seed 3 --no-wcs -q -o " + dir.str() + " --name nowcs").exitCode, 0);
-    const CliResult r = runCli("reduce " + (dir / "nowcs.fits") + " --ref " + (dir / "nowcs.ref.fits") + " -o " + dir.str());
+    // A reference catalog of another part of the sky: no WCS can be verified, no zero point comes out.
+    TempDir dir("gpuphot_reduce_nocal");
+    ASSERT_EQ(runCli("simulate --size 256x256 --stars 80 --seed 3 -q -o " + dir.str() + " --name here").exitCode, 0);
+    ASSERT_EQ(runCli("simulate --size 256x256 --stars 80 --seed 4 --set ra=30.0 --set dec=-40.0 -q -o " + dir.str() +
+                     " --name elsewhere")
+                  .exitCode,
+              0);
+    const CliResult r = runCli("reduce " + (dir / "here.fits") + " --ref " + (dir / "elsewhere.ref.fits") + " -o " + dir.str());
     EXPECT_EQ(r.exitCode, 4) << "distinct status for an uncalibrated catalog: " << r.err;
     EXPECT_NE(r.err.find("calibration failed"), std::string::npos) << r.err;
-    ASSERT_TRUE(fs::exists(dir.path / "nowcs.cat.fits"));
-    const Table cat = readFitsTable(dir / "nowcs.cat.fits");
+    EXPECT_NE(r.err.find("astrometry failed"), std::string::npos) << r.err;
+    ASSERT_TRUE(fs::exists(dir.path / "here.cat.fits"));
+    EXPECT_FALSE(fs::exists(dir.path / "here.wcs")) << "a WCS that failed verification is never written";
+    const Table cat = readFitsTable(dir / "here.cat.fits");
     EXPECT_FALSE(std::isfinite(*cat.meta.getDouble("ZP")));
-    const auto report = nlohmann::json::parse(slurp(dir.path / "nowcs.report.json"));
+    EXPECT_EQ(*cat.meta.getString("WCSSRC"), "header");
+    const auto report = nlohmann::json::parse(slurp(dir.path / "here.report.json"));
     EXPECT_TRUE(report["zp"].is_null());
-    EXPECT_NE(report["calibration"]["problem"].get<std::string>().find("WCS"), std::string::npos);
+    EXPECT_FALSE(report["astrometry"]["ok"].get<bool>());
+    EXPECT_FALSE(report["calibration"]["problem"].get<std::string>().empty());
+}
+
+TEST(CliReduce, WrongHeaderWcsIsSolvedAndTheFittedWcsIsWritten) {
+    TempDir dir("gpuphot_reduce_astrom");
+    ASSERT_EQ(runCli("simulate --size 1024x1024 --stars 1500 --seed 11 --wcs-offset 30 --wcs-rotation 5 -q -o " +
+                     dir.str() + " --name off")
+                  .exitCode,
+              0);
+    const CliResult r = runCli("reduce " + (dir / "off.fits") + " --ref " + (dir / "off.ref.fits") + " -o " + dir.str());
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    ASSERT_TRUE(fs::exists(dir.path / "off.wcs"));
+    const Table cat = readFitsTable(dir / "off.cat.fits");
+    EXPECT_EQ(*cat.meta.getString("WCSSRC"), "fitted (blind)");
+    EXPECT_LT(*cat.meta.getDouble("ASTRMS"), 0.2) << "arcsec at 1 arcsec/px";
+    // RA/Dec of the catalog against the truth: every matched truth star within 0.1 arcsec.
+    const Table truth = readFitsTable(dir / "off.truth.fits");
+    const auto tx = truth.doubles("x"), ty = truth.doubles("y"), tra = truth.doubles("ra"), tdec = truth.doubles("dec");
+    const auto cx = cat.doubles("x"), cy = cat.doubles("y"), cra = cat.doubles("ra"), cdec = cat.doubles("dec");
+    std::size_t checked = 0;
+    double worst = 0.0;
+    for (std::size_t k = 0; k < tx.size(); ++k)
+        for (std::size_t i = 0; i < cx.size(); ++i)
+            if (std::hypot(cx[i] - tx[k], cy[i] - ty[k]) < 0.05) { // essentially exact positions: bright stars
+                const double d = std::hypot((cra[i] - tra[k]) * std::cos(tdec[k] * M_PI / 180), cdec[i] - tdec[k]) * 3600;
+                worst = std::max(worst, d);
+                ++checked;
+            }
+    EXPECT_GT(checked, 50u);
+    EXPECT_LT(worst, 0.1);
 }

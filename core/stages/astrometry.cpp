@@ -1,0 +1,181 @@
+// Stage 7 driver: refine the header WCS when it verifies, else solve blindly; report residuals.
+#include "core/stages/astrometry.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <numeric>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/astrometry_internal.hpp"
+#include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
+
+namespace gpuphot {
+namespace {
+
+astrom::Detections prepareDetections(const std::vector<double>& x, const std::vector<double>& y,
+                                     const std::vector<double>& flux, int width, int height) {
+    std::vector<std::int32_t> order;
+    double minPositive = INFINITY;
+    for (double f : flux)
+        if (std::isfinite(f) && f > 0.0) minPositive = std::min(minPositive, f);
+    if (!std::isfinite(minPositive)) minPositive = 1.0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::isfinite(x[i]) && std::isfinite(y[i])) order.push_back(static_cast<std::int32_t>(i));
+    auto fluxOf = [&](std::int32_t i) {
+        return std::isfinite(flux[i]) && flux[i] > 0.0 ? flux[i] : 0.5 * minPositive;
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return fluxOf(a) > fluxOf(b); });
+    astrom::Detections d;
+    d.width = width;
+    d.height = height;
+    for (std::int32_t i : order) {
+        d.x.push_back(x[i]);
+        d.y.push_back(y[i]);
+        d.flux.push_back(fluxOf(i));
+        d.index.push_back(i);
+    }
+    return d;
+}
+
+astrom::RefStars prepareRefs(const ReferenceCatalog& ref) {
+    std::vector<std::int32_t> order;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        if (std::isfinite(ref.ra[i]) && std::isfinite(ref.dec[i]))
+            order.push_back(static_cast<std::int32_t>(i));
+    auto magOf = [&](std::int32_t i) { return std::isfinite(ref.mag[i]) ? ref.mag[i] : 99.0; };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return magOf(a) < magOf(b); });
+    astrom::RefStars r;
+    for (std::int32_t i : order) {
+        r.ra.push_back(ref.ra[i]);
+        r.dec.push_back(ref.dec[i]);
+        r.mag.push_back(magOf(i));
+        r.xyz.push_back(astrom::unitVector(ref.ra[i], ref.dec[i]));
+        r.index.push_back(i);
+    }
+    return r;
+}
+
+} // namespace
+
+AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
+                                 const std::vector<double>& flux, int width, int height,
+                                 const ReferenceCatalog& ref, const Wcs* headerWcs,
+                                 std::optional<std::pair<double, double>> pointingRaDec,
+                                 const AstrometryParams& params, RunContext& ctx) {
+    if (x.size() != y.size() || x.size() != flux.size())
+        throw InvalidInput("astrometry: x, y and flux have different lengths (" + std::to_string(x.size()) +
+                           ", " + std::to_string(y.size()) + ", " + std::to_string(flux.size()) + ")");
+    if (width <= 0 || height <= 0)
+        throw InvalidInput("astrometry: frame size " + std::to_string(width) + "x" + std::to_string(height) +
+                           " is not positive");
+    if (!(params.matchRadiusPx > 0.0) || params.maxSipOrder > 9 || !(params.scaleLow > 0.0) ||
+        !(params.scaleHigh >= params.scaleLow) || params.nBrightest < 4)
+        throw InvalidInput("astrometry: unusable parameters (matchRadiusPx > 0, maxSipOrder <= 9, "
+                           "0 < scaleLow <= scaleHigh, nBrightest >= 4)");
+    AstrometryResult res;
+    const astrom::Detections det = prepareDetections(x, y, flux, width, height);
+    const astrom::RefStars refs = prepareRefs(ref);
+    if (det.size() < 6 || refs.size() < 6) {
+        res.message = "astrometry: too few detections (" + std::to_string(det.size()) +
+                      ") or reference stars (" + std::to_string(refs.size()) + ")";
+        return res;
+    }
+    const astrom::SkyTree tree(refs.xyz);
+
+    std::optional<TanSip> start;
+    std::string headerNote;
+    if (headerWcs) {
+        try {
+            start = tanSipFromWcs(*headerWcs, width, height, params.maxSipOrder);
+        } catch (const InvalidInput& e) {
+            headerNote = std::string(" (header WCS unusable: ") + e.what() + ")";
+        }
+    }
+
+    astrom::RefineOutcome outcome;
+    std::string refineWhy;
+    if (start && params.blind != 1) {
+        outcome = astrom::refine(det, refs, tree, *start, params.refineRadiusPx, true, params);
+        if (outcome.ok)
+            res.method = "refined";
+        else
+            refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
+    }
+    if (!outcome.ok && params.blind != 0) {
+        astrom::BlindSearch search;
+        search.scaleLow = params.scaleLow;
+        search.scaleHigh = params.scaleHigh;
+        if (start) {
+            start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), search.centre[0], search.centre[1]);
+            search.radiusDeg = params.searchRadiusDeg;
+            const double s = start->pixelScaleArcsec();
+            search.scaleLow = s * (1.0 - params.headerScaleTolerance);
+            search.scaleHigh = s * (1.0 + params.headerScaleTolerance);
+        } else if (pointingRaDec) {
+            search.centre[0] = pointingRaDec->first;
+            search.centre[1] = pointingRaDec->second;
+            search.radiusDeg = params.searchRadiusDeg;
+        } else { // the whole reference catalog: centre on its mean direction
+            double sx = 0, sy = 0, sz = 0;
+            for (const auto& v : refs.xyz) {
+                sx += v[0];
+                sy += v[1];
+                sz += v[2];
+            }
+            const double n = std::sqrt(sx * sx + sy * sy + sz * sz);
+            if (n > 0) {
+                search.centre[0] = std::atan2(sy, sx) * 180.0 / std::numbers::pi;
+                if (search.centre[0] < 0) search.centre[0] += 360.0;
+                search.centre[1] = std::asin(std::clamp(sz / n, -1.0, 1.0)) * 180.0 / std::numbers::pi;
+            }
+            search.radiusDeg = 180.0;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        outcome = astrom::solveBlind(det, refs, tree, search, params, ctx);
+        res.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (outcome.ok) res.method = "blind";
+    }
+    if (!outcome.ok) {
+        res.message = "astrometry: no solution: " + refineWhy +
+                      (params.blind != 0 ? "blind solve failed: " : "") + outcome.why + headerNote;
+        return res;
+    }
+
+    res.ok = true;
+    res.wcs = outcome.wcs;
+    res.sipOrder = outcome.sipOrder;
+    res.nMatched = static_cast<int>(outcome.matches.size());
+    res.nUsed = outcome.nUsed;
+    res.chanceMatches = outcome.chance;
+    double ss = 0.0;
+    for (std::size_t k = 0; k < outcome.matches.size(); ++k) {
+        const astrom::Match& m = outcome.matches[k];
+        double ra = 0, dec = 0;
+        res.wcs.pixelToWorld(det.x[m.det], det.y[m.det], ra, dec);
+        double dra = ra - refs.ra[m.ref];
+        if (dra > 180.0) dra -= 360.0;
+        if (dra < -180.0) dra += 360.0;
+        const double dx = dra * std::cos(refs.dec[m.ref] * std::numbers::pi / 180.0) * 3600.0;
+        const double dy = (dec - refs.dec[m.ref]) * 3600.0;
+        res.sourceIndex.push_back(det.index[m.det]);
+        res.refIndex.push_back(refs.index[m.ref]);
+        res.dxArcsec.push_back(dx);
+        res.dyArcsec.push_back(dy);
+        res.used.push_back(outcome.used[k]);
+        if (outcome.used[k]) ss += dx * dx + dy * dy;
+    }
+    res.rmsArcsec = std::sqrt(ss / std::max(1, res.nUsed));
+    res.rmsPx = res.rmsArcsec / res.wcs.pixelScaleArcsec();
+    res.message = "astrometry: " + res.method + " solution, " + std::to_string(res.nUsed) + " of " +
+                  std::to_string(res.nMatched) + " matches used, SIP order " + std::to_string(res.sipOrder);
+    ctx.report("astrometry", 1.0);
+    return res;
+}
+
+} // namespace gpuphot
