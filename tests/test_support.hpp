@@ -7,11 +7,33 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <unistd.h>
 
 namespace gpuphot::test {
+
+// A fresh empty directory under the system temp dir (prefix plus a random suffix), removed with it.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& prefix = "gpuphot_test") {
+        std::random_device rd;
+        path = std::filesystem::temp_directory_path() /
+               (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(rd()) + std::to_string(rd()));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string str() const { return path.string(); }
+    std::string file(const std::string& name) const { return (path / name).string(); }
+    std::string operator/(const std::string& name) const { return file(name); }
+};
 
 // A fresh directory per test (named after the test), removed afterwards.
 class ScratchDirTest : public ::testing::Test {

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/test_support.hpp"
+
 namespace gpuphot::test {
 
 struct CliResult {
@@ -40,17 +42,5 @@ inline CliResult runCli(const std::string& args) {
     return r;
 }
 
-// A fresh empty directory under the system temp dir, removed by the destructor.
-struct TempDir {
-    std::filesystem::path path;
-    explicit TempDir(const std::string& name) {
-        path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-        std::filesystem::remove_all(path);
-        std::filesystem::create_directories(path);
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-    std::string str() const { return path.string(); }
-    std::string operator/(const std::string& f) const { return (path / f).string(); }
-};
 
 } // namespace gpuphot::test

@@ -13,27 +13,15 @@
 #include "core/io/fits_image.hpp"
 #include "core/util/errors.hpp"
 
+#include "tests/test_support.hpp"
+
 using namespace gpuphot;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
-public:
-    TempDir() {
-        std::random_device rd;
-        m_path =
-            fs::temp_directory_path() / ("gpuphot_badfits_" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(m_path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(m_path, ec);
-    }
-    std::string file(const std::string& name) const { return (m_path / name).string(); }
-
-private:
-    fs::path m_path;
+struct TempDir : test::TempDir {
+    TempDir() : test::TempDir("gpuphot_badfits") {}
 };
 
 void writeBytes(const std::string& path, const std::string& bytes) {

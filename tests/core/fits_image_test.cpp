@@ -19,28 +19,15 @@
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
+#include "tests/test_support.hpp"
+
 using namespace gpuphot;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
-public:
-    TempDir() {
-        std::random_device rd;
-        m_path =
-            fs::temp_directory_path() / ("gpuphot_fits_test_" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(m_path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(m_path, ec);
-    }
-    std::string file(const std::string& name) const { return (m_path / name).string(); }
-    const fs::path& path() const { return m_path; }
-
-private:
-    fs::path m_path;
+struct TempDir : test::TempDir {
+    TempDir() : test::TempDir("gpuphot_fits_test") {}
 };
 
 void check(int status) {
@@ -649,7 +636,7 @@ TEST(FitsImage, AtomicWriteLeavesOnlyTheFinalFile) {
     EXPECT_THROW(writeFitsImage(dir.file("d.fits"), ImageView{}, Header{}), InvalidInput);
     EXPECT_THROW(writeFitsImage(dir.file("missing/e.fits"), img.view(), Header{}), IoError);
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir.path()))
+    for (const auto& e : fs::directory_iterator(dir.path))
         names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     EXPECT_EQ(names, (std::vector<std::string>{"a.fits", "b.fits.fz"}));
