@@ -62,7 +62,7 @@ demo() {
     "$cli" simulate --config resources/demo/simulate.json -o "$dir" --name demo
   fi
   "$cli" info "$dir/demo.fits"
-  "$cli" reduce "$dir/demo.fits" -o "$dir" --formats ecsv,reg --maps bkg,seg,resid -v
+  "$cli" reduce "$dir/demo.fits" --ref "$dir/demo.ref.fits" -o "$dir" --formats ecsv,reg --maps bkg,seg,resid -v
   echo "== demo outputs in $dir (catalog demo.cat.fits, report demo.report.json, DS9 regions demo.reg)"
 }
 

@@ -90,9 +90,10 @@ int run(ReduceCli& o) {
             for (const auto& w : s.warnings) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", frame.c_str(), w.c_str());
             uncalibrated += s.calibrationFailed;
             if (o.common.verbosity > 0) {
+                const std::string catalog = s.report["outputs"].value("catalog", std::string());
                 std::printf("%s: %zu sources, FWHM %.2f px, %.2f s -> %s\n", frame.c_str(), s.sources,
                             s.report.value("fwhm", nlohmann::json(0.0)).is_number() ? s.report["fwhm"].get<double>() : 0.0,
-                            s.seconds, s.outputs.empty() ? "" : s.outputs.front().c_str());
+                            s.seconds, catalog.c_str());
                 if (s.report["zp"].is_number())
                     std::printf("  zero point %.4f +- %.4f mag from %d stars\n", s.report["zp"].get<double>(),
                                 s.report["zp_err"].get<double>(), s.report["calibration"]["calibrators"].get<int>());
