@@ -16,6 +16,7 @@
 #include <fitsio.h>
 
 #include "core/io/atomic_file.hpp"
+#include "core/io/cfitsio_util.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -25,44 +26,6 @@ namespace fs = std::filesystem;
 
 // Frames larger than this many pixels are refused as absurd (16 GiB of float32 pixels).
 constexpr long long kMaxPixels = 1LL << 32;
-
-// CFITSIO's status text plus the newest messages of its error stack (which it then clears).
-std::string cfitsioText(int status) {
-    char text[FLEN_STATUS] = {};
-    fits_get_errstatus(status, text);
-    std::string msg = text;
-    std::vector<std::string> stack;
-    char m[FLEN_ERRMSG] = {};
-    while (fits_read_errmsg(m))
-        stack.emplace_back(m);
-    if (!stack.empty()) {
-        msg += " [CFITSIO:";
-        const std::size_t first = stack.size() > 3 ? stack.size() - 3 : 0;
-        for (std::size_t i = first; i < stack.size(); ++i) {
-            std::string s = stack[i];
-            while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-                s.pop_back();
-            msg += (i == first ? " " : "; ") + s;
-        }
-        msg += "]";
-    }
-    return msg;
-}
-
-// Owns an open fitsfile; closes it (ignoring errors) when it goes out of scope.
-struct FitsHandle {
-    fitsfile* f = nullptr;
-    FitsHandle() = default;
-    FitsHandle(const FitsHandle&) = delete;
-    FitsHandle& operator=(const FitsHandle&) = delete;
-    ~FitsHandle() {
-        if (f) {
-            int st = 0;
-            fits_close_file(f, &st);
-            fits_clear_errmsg();
-        }
-    }
-};
 
 bool looksCompressed(const unsigned char* b, std::size_t n) {
     if (n >= 2 && b[0] == 0x1f && (b[1] == 0x8b || b[1] == 0x9d || b[1] == 0xa0)) return true; // gzip, .Z

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/io/atomic_file.hpp"
+#include "core/io/cfitsio_util.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
@@ -18,41 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct FitsHandle {
-    fitsfile* f = nullptr;
-    FitsHandle() = default;
-    FitsHandle(const FitsHandle&) = delete;
-    FitsHandle& operator=(const FitsHandle&) = delete;
-    ~FitsHandle() {
-        if (f) {
-            int s = 0;
-            fits_close_file(f, &s);
-        }
-    }
-    // Closes and reports the status of the final flush.
-    int close() {
-        int s = 0;
-        if (f) fits_close_file(f, &s);
-        f = nullptr;
-        return s;
-    }
-};
-
-std::string cfitsioMessage(int status) {
-    char text[FLEN_STATUS] = {};
-    fits_get_errstatus(status, text);
-    std::string msg = text;
-    char detail[FLEN_ERRMSG] = {};
-    std::string last;
-    while (fits_read_errmsg(detail))
-        last = detail; // the oldest message is usually the most specific
-    fits_clear_errmsg();
-    if (!last.empty() && last != msg) msg += " (" + last + ")";
-    return msg + " [CFITSIO status " + std::to_string(status) + "]";
-}
-
 [[noreturn]] void throwWrite(const std::string& path, const std::string& what, int status) {
-    throw IoError("cannot write FITS table " + path + ": " + what + ": " + cfitsioMessage(status));
+    throw IoError("cannot write FITS table " + path + ": " + what + ": " + cfitsioText(status));
 }
 
 std::string upper(std::string_view s) {
@@ -186,12 +154,12 @@ bool isNumber(const std::string& s) {
 void moveToTable(fitsfile* f, const std::string& path, const std::string& hdu) {
     int status = 0, type = 0, nhdu = 0;
     if (fits_get_num_hdus(f, &nhdu, &status))
-        throw IoError("cannot read FITS table " + path + ": " + cfitsioMessage(status));
+        throw IoError("cannot read FITS table " + path + ": " + cfitsioText(status));
     if (hdu.empty()) {
         for (int i = 1; i <= nhdu; ++i) {
             if (fits_movabs_hdu(f, i, &type, &status))
                 throw IoError("cannot read FITS table " + path + ": HDU " + std::to_string(i - 1) + ": " +
-                              cfitsioMessage(status));
+                              cfitsioText(status));
             if (type == BINARY_TBL || type == ASCII_TBL) return;
         }
         throw InvalidInput("FITS file " + path + " has no table HDU (" + std::to_string(nhdu) +
@@ -203,7 +171,7 @@ void moveToTable(fitsfile* f, const std::string& path, const std::string& hdu) {
             throw InvalidInput("FITS file " + path + " has no HDU " + hdu + " (it has " +
                                std::to_string(nhdu) + ", numbered from 0)");
         if (fits_movabs_hdu(f, static_cast<int>(index) + 1, &type, &status))
-            throw IoError("cannot read FITS table " + path + ": HDU " + hdu + ": " + cfitsioMessage(status));
+            throw IoError("cannot read FITS table " + path + ": HDU " + hdu + ": " + cfitsioText(status));
     } else {
         char name[FLEN_VALUE] = {};
         std::strncpy(name, hdu.c_str(), sizeof name - 1);
@@ -221,7 +189,7 @@ Header readTableHeader(fitsfile* f, const std::string& path) {
     int status = 0, nkeys = 0;
     char* text = nullptr;
     if (fits_hdr2str(f, 0, nullptr, 0, &text, &nkeys, &status))
-        throw IoError("cannot read FITS table header of " + path + ": " + cfitsioMessage(status));
+        throw IoError("cannot read FITS table header of " + path + ": " + cfitsioText(status));
     Header raw = Header::fromFitsString(std::string_view(text, static_cast<std::size_t>(nkeys) * 80));
     fits_free_memory(text, &status);
     Header out;
@@ -390,14 +358,14 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
     int status = 0;
     if (fits_open_diskfile(&h.f, path.c_str(), READONLY, &status)) {
         h.f = nullptr;
-        throw InvalidInput("cannot read " + path + " as FITS: " + cfitsioMessage(status));
+        throw InvalidInput("cannot read " + path + " as FITS: " + cfitsioText(status));
     }
     moveToTable(h.f, path, hdu);
 
     int ncols = 0;
     LONGLONG nrows = 0;
     if (fits_get_num_cols(h.f, &ncols, &status) || fits_get_num_rowsll(h.f, &nrows, &status))
-        throw IoError("cannot read FITS table " + path + ": " + cfitsioMessage(status));
+        throw IoError("cannot read FITS table " + path + ": " + cfitsioText(status));
 
     Header header = readTableHeader(h.f, path);
     Table table;
@@ -410,7 +378,7 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
         if (fits_get_coltype(h.f, c, &rawType, &repeat, &width, &status) ||
             fits_get_eqcoltype(h.f, c, &eqType, &repeat, &width, &status))
             throw IoError("cannot read FITS table " + path + ": column " + std::to_string(c) + ": " +
-                          cfitsioMessage(status));
+                          cfitsioText(status));
         ColumnSpec spec;
         spec.colnum = c;
         spec.name = header.getString("TTYPE" + std::to_string(c)).value_or("col" + std::to_string(c));
@@ -447,7 +415,7 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
 
     long chunk = 0;
     if (fits_get_rowsize(h.f, &chunk, &status))
-        throw IoError("cannot read FITS table " + path + ": " + cfitsioMessage(status));
+        throw IoError("cannot read FITS table " + path + ": " + cfitsioText(status));
     chunk = std::max(chunk, 1L);
     std::vector<char> strBuf;
     std::vector<char*> strPtrs;
@@ -509,7 +477,7 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
             if (status)
                 throw IoError("cannot read FITS table " + path + ": column " + s.name + ", rows " +
                               std::to_string(first + 1) + "-" + std::to_string(first + m) + ": " +
-                              cfitsioMessage(status));
+                              cfitsioText(status));
         }
     }
 
