@@ -47,6 +47,7 @@ RunContext::StageTimer::~StageTimer() {
     r.stage = m_stage;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
     r.peakHostBytes = peakResidentBytes();
+    if (m_ctx.deviceCheckpoint) m_ctx.deviceCheckpoint(r);
     m_ctx.records.push_back(r);
 }
 

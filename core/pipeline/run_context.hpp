@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,14 @@ public:
     StageTimer time(std::string stage) { return StageTimer(*this, std::move(stage)); }
 
     std::vector<StageRecord> records;
+
+    // CUDA backend state (stream, memory pool, the frame kept on the device between stages and runs),
+    // opaque to core; created by the backend on first use and kept for the context's lifetime, so a
+    // long-lived context (the workbench's worker, `gpuphot worker`) reuses its warm pool.
+    std::shared_ptr<void> deviceState;
+    std::size_t gpuMemLimit = 0; // bytes the CUDA backend may use; 0: what the device has free
+    // Set by the CUDA backend: fills deviceHighWater / deviceFree of each stage's record.
+    std::function<void(StageRecord&)> deviceCheckpoint;
 };
 
 std::size_t peakResidentBytes();   // VmHWM of this process

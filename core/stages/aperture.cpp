@@ -494,7 +494,7 @@ void checkPositive(double v, const char* what) {
 
 } // namespace
 
-ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx) {

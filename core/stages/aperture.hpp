@@ -142,5 +142,11 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx);
+namespace cpu {
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx);
+}
 
 } // namespace gpuphot

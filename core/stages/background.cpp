@@ -457,7 +457,7 @@ void interpolateBackground(const BackgroundResult& bkg, const BackgroundSpline& 
     interpolateRows(bkg, spline, y0, rows, level, rms, stride, ctx, [](double) {});
 }
 
-BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
+BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView& mask,
                                     const BackgroundParams& params, RunContext& ctx,
                                     const ImageViewT<std::int32_t>* sourceMask) {
     if (image.empty()) throw InvalidInput("background: the image is empty");

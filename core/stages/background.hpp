@@ -87,6 +87,11 @@ struct BackgroundResult {
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
                                     const BackgroundParams& params, RunContext& ctx,
                                     const ImageViewT<std::int32_t>* sourceMask = nullptr);
+namespace cpu {
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
+                                    const BackgroundParams& params, RunContext& ctx,
+                                    const ImageViewT<std::int32_t>* sourceMask = nullptr);
+}
 
 // Host-side bicubic-spline coefficients of a mesh grid (shared by the CPU and CUDA paths). For each node,
 // row-major ny x nx: the value, its natural-spline second derivative along y divided by 6 (dyy), along x

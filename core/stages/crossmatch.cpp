@@ -91,7 +91,7 @@ void from_json(const nlohmann::json& j, CrossmatchParams& p) {
     p.refMagFaint = nanOr(j, "refMagFaint", d.refMagFaint);
 }
 
-CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx) {
     if (x.size() != y.size())

@@ -61,5 +61,10 @@ struct CrossmatchResult {
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx);
+namespace cpu {
+CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
+                            RunContext& ctx);
+}
 
 } // namespace gpuphot

@@ -177,12 +177,11 @@ struct Object {
 
 } // namespace
 
-DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& p, RunContext& ctx) {
     validate(image, mask, bkg, p);
     const int threads = ctx.threadCount();
     const int w = image.width, h = image.height;
-    DetectionResult result;
 
     // 1. Background subtraction, pixel states, matched filter.
     Image<float> sub;
@@ -216,8 +215,19 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     ctx.report("detection", 0.2);
     ctx.checkCancelled();
 
-    // 2. Thresholding and 8-connected labelling.
-    std::vector<Run> runs = thresholdRuns(im, threads);
+    // 2. Thresholding; the per-object half is shared with the CUDA backend.
+    return detail::detectFromRuns(thresholdRuns(im, threads), im, p, ctx);
+}
+
+namespace detail {
+
+DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                               RunContext& ctx) {
+    const int threads = ctx.threadCount();
+    const int w = im.width, h = im.height;
+    DetectionResult result;
+
+    // 2b. 8-connected labelling of the runs.
     std::int32_t nComp = 0;
     const std::vector<std::int32_t> label = detail::labelRuns(runs.data(), runs.size(), nComp);
     std::vector<std::int64_t> compArea(nComp, 0);
@@ -352,5 +362,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     ctx.report("detection", 1.0);
     return result;
 }
+
+} // namespace detail
 
 } // namespace gpuphot

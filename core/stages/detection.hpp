@@ -63,5 +63,9 @@ struct DetectionResult {
 // bkg: level and rms maps of the image's size. Throws InvalidInput for inconsistent sizes or parameters.
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
+namespace cpu {
+DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& params, RunContext& ctx);
+}
 
 } // namespace gpuphot

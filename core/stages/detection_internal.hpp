@@ -7,6 +7,10 @@
 #include "core/model/image.hpp"
 #include "core/stages/detection.hpp"
 
+namespace gpuphot {
+class RunContext;
+}
+
 namespace gpuphot::detail {
 
 // A horizontal run of object pixels [x0, x1] (inclusive) in row y.
@@ -86,5 +90,11 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
 // CLEAN: for each object the index of the brighter object it is merged into, or -1.
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
                                        const DetectionParams& p, int threads);
+
+// The per-object half of detection, shared by the CPU and CUDA backends: labels the above-threshold runs
+// (raster order), applies the minimum area, deblends, measures, cleans and fills the result. `im` must
+// stay valid for the call; `runs` is consumed.
+DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                               RunContext& ctx);
 
 } // namespace gpuphot::detail

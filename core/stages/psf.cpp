@@ -138,7 +138,7 @@ double PsfResult::encircledEnergy(double r) const {
     return 1.0 - std::exp(-0.5 * (r / sigma) * (r / sigma));
 }
 
-PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
     validate(params);
     if (image.empty()) throw InvalidInput("PSF stage: empty image");

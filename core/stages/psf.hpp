@@ -150,5 +150,9 @@ struct PsfResult {
 // gain: e-/ADU for the Poisson term of the pixel variance (<= 0: none).
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
+namespace cpu {
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
+}
 
 } // namespace gpuphot

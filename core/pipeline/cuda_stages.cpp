@@ -1,0 +1,65 @@
+// Backend dispatch of the stage functions (see cuda_stages.hpp).
+#include "core/pipeline/cuda_stages.hpp"
+
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/aperture.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/crossmatch.hpp"
+#include "core/stages/detection.hpp"
+#include "core/stages/psf.hpp"
+
+namespace gpuphot {
+namespace {
+CudaStageTable& table() {
+    static CudaStageTable t;
+    return t;
+}
+bool useCuda(const RunContext& ctx) { return ctx.backend == Backend::Cuda; }
+} // namespace
+
+void registerCudaStages(const CudaStageTable& t) {
+    auto& dst = table();
+    if (t.background) dst.background = t.background;
+    if (t.detection) dst.detection = t.detection;
+    if (t.psf) dst.psf = t.psf;
+    if (t.aperture) dst.aperture = t.aperture;
+    if (t.crossmatch) dst.crossmatch = t.crossmatch;
+}
+
+const CudaStageTable& cudaStages() { return table(); }
+
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
+                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
+    if (useCuda(ctx) && table().background) return table().background(image, mask, params, ctx, sourceMask);
+    return cpu::estimateBackground(image, mask, params, ctx, sourceMask);
+}
+
+DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& params, RunContext& ctx) {
+    if (useCuda(ctx) && table().detection) return table().detection(image, mask, bkg, params, ctx);
+    return cpu::detectSources(image, mask, bkg, params, ctx);
+}
+
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
+    if (useCuda(ctx) && table().psf) return table().psf(image, mask, bkg, sources, gain, params, ctx);
+    return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
+}
+
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx) {
+    if (useCuda(ctx) && table().aperture)
+        return table().aperture(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
+    return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
+}
+
+CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
+                            RunContext& ctx) {
+    if (useCuda(ctx) && table().crossmatch) return table().crossmatch(x, y, width, height, ref, wcs, params, ctx);
+    return cpu::crossmatch(x, y, width, height, ref, wcs, params, ctx);
+}
+
+} // namespace gpuphot
