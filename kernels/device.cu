@@ -33,7 +33,12 @@ const bool registered = (registerDeviceLister(&listDevices), true);
 
 } // namespace
 
-// Referenced from the CLI so that the linker keeps this translation unit.
-void linkKernels() { (void)registered; }
+bool stagesLinked(); // kernels/register.cu
+
+// Referenced from the CLI so that the linker keeps this translation unit (and the stage registration).
+void linkKernels() {
+    (void)registered;
+    (void)stagesLinked();
+}
 
 } // namespace gpuphot::cuda

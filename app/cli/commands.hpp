@@ -21,6 +21,7 @@ struct CommonOptions {
     std::string config;
     std::string outdir = ".";
     int verbosity = 1; // 0: -q, 1: normal, 2: -v
+    std::string gpuMemLimit; // --gpu-mem-limit SIZE (reduce, bench): "" or "0" = what the device has free
 };
 
 using Runner = std::function<int()>;

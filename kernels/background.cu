@@ -1,0 +1,499 @@
+// Stage 1 on the GPU: the same numbers as cpu::estimateBackground (core/stages/background.hpp documents
+// the operation order this file follows). Mesh statistics: one block per mesh (row partials per thread,
+// added top down by one thread; histogram counts are integers). Bad-mesh fill, median filter and spline
+// coefficients: on the host (a few thousand meshes). Full-resolution maps: one block per image row.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/background.hpp"
+#include "kernels/cuda_stages_impl.hpp"
+#include "kernels/device_context.hpp"
+
+namespace gpuphot::cuda {
+namespace {
+
+constexpr int kMaxLevels = 4096;
+constexpr double kHistoSigmas = 5.0;
+constexpr double kModePixels = 4.0;
+constexpr double kClipSigmas = 3.0;
+constexpr double kModeFallback = 0.3;
+constexpr int kMaxClipRounds = 100;
+constexpr double kClipConvergence = 1e-4;
+constexpr double kPi = 3.14159265358979323846; // M_PI
+
+struct MeshOut {
+    float level;
+    float rms;
+    int bad;
+};
+
+struct MeshShared {
+    double sum, sum2, mean, sigma;
+    long long n;
+    float lcut, hcut, qscale, qzero, cste;
+    int nlevels;
+    int bad;
+};
+
+__device__ inline bool validPixel(float v, const std::uint8_t* mask, const std::int32_t* src, std::size_t i) {
+    return isfinite(v) && (!mask || mask[i] == 0) && (!src || src[i] == 0);
+}
+
+// Per-row partial sums (left to right, in double) of the mesh's valid pixels, optionally within the cuts.
+__device__ void rowSums(const float* img, const std::uint8_t* mask, const std::int32_t* src, int W, int x0,
+                        int y0, int w, int h, bool clip, float lo, float hi, double* rs, double* rs2,
+                        long long* rn) {
+    for (int y = threadIdx.x; y < h; y += blockDim.x) {
+        const std::size_t base = static_cast<std::size_t>(y0 + y) * W + x0;
+        double s = 0.0, s2 = 0.0;
+        long long n = 0;
+        for (int x = 0; x < w; ++x) {
+            const float v = img[base + x];
+            if (!validPixel(v, mask, src, base + x)) continue;
+            if (clip && !(v >= lo && v <= hi)) continue;
+            const double d = v;
+            s += d;
+            s2 += d * d;
+            ++n;
+        }
+        rs[y] = s;
+        rs2[y] = s2;
+        rn[y] = n;
+    }
+}
+
+__global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, const std::int32_t* src, int W,
+                                int H, int bw, int bh, int nx, double minGood, MeshOut* out) {
+    extern __shared__ double shm[];
+    double* rs = shm;
+    double* rs2 = rs + bh;
+    auto* rn = reinterpret_cast<long long*>(rs2 + bh);
+    auto* histo = reinterpret_cast<int*>(rn + bh);
+    __shared__ MeshShared m;
+
+    const int mi = blockIdx.x;
+    const int mx = mi % nx, my = mi / nx;
+    const int x0 = mx * bw, y0 = my * bh;
+    const int w = min(bw, W - x0), h = min(bh, H - y0);
+
+    // All valid pixels.
+    rowSums(img, mask, src, W, x0, y0, w, h, false, 0.0f, 0.0f, rs, rs2, rn);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0.0, sum2 = 0.0;
+        long long n = 0;
+        for (int y = 0; y < h; ++y) {
+            sum += rs[y];
+            sum2 += rs2[y];
+            n += rn[y];
+        }
+        m.bad = (n == 0 || static_cast<double>(n) < minGood * static_cast<double>(w) * h) ? 1 : 0;
+        m.n = n;
+        if (!m.bad) {
+            const double mean = sum / static_cast<double>(n);
+            const double var = sum2 / static_cast<double>(n) - mean * mean;
+            const double sigma = var > 0.0 ? sqrt(var) : 0.0;
+            m.lcut = static_cast<float>(mean - 2.0 * sigma);
+            m.hcut = static_cast<float>(mean + 2.0 * sigma);
+        }
+    }
+    __syncthreads();
+    if (m.bad) {
+        if (threadIdx.x == 0) out[mi] = {0.0f, 0.0f, 1};
+        return;
+    }
+
+    // Clip 1: within mean +- 2 sigma.
+    rowSums(img, mask, src, W, x0, y0, w, h, true, m.lcut, m.hcut, rs, rs2, rn);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0.0, sum2 = 0.0;
+        long long n = 0;
+        for (int y = 0; y < h; ++y) {
+            sum += rs[y];
+            sum2 += rs2[y];
+            n += rn[y];
+        }
+        if (n == 0) {
+            m.bad = 1;
+        } else {
+            const double mean = sum / static_cast<double>(n);
+            const double var = sum2 / static_cast<double>(n) - mean * mean;
+            const double sigma = var > 0.0 ? sqrt(var) : 0.0;
+            const double step = sqrt(2.0 / kPi) * kHistoSigmas / kModePixels;
+            const int nlevels = static_cast<int>(fmin(step * static_cast<double>(n) + 1.0, double(kMaxLevels)));
+            const float qscale = sigma > 0.0 ? static_cast<float>(2.0 * kHistoSigmas * sigma / nlevels) : 1.0f;
+            const float qzero = static_cast<float>(mean - kHistoSigmas * sigma);
+            m.nlevels = nlevels;
+            m.qscale = qscale;
+            m.qzero = qzero;
+            m.cste = static_cast<float>(0.499999 - static_cast<double>(qzero / qscale));
+        }
+    }
+    __syncthreads();
+    if (m.bad) {
+        if (threadIdx.x == 0) out[mi] = {0.0f, 0.0f, 1};
+        return;
+    }
+
+    // Histogram of all valid pixels (integer counts: order independent).
+    const int nlevels = m.nlevels;
+    for (int i = threadIdx.x; i <= nlevels; i += blockDim.x)
+        histo[i] = 0;
+    __syncthreads();
+    const float qscale = m.qscale, cste = m.cste, flevels = static_cast<float>(nlevels);
+    const int npix = w * h;
+    for (int i = threadIdx.x; i < npix; i += blockDim.x) {
+        const int y = i / w, x = i - y * w;
+        const std::size_t p = static_cast<std::size_t>(y0 + y) * W + x0 + x;
+        const float v = img[p];
+        if (!validPixel(v, mask, src, p)) continue;
+        const float t = v / qscale + cste;
+        if (t > -1.0f && t < flevels) atomicAdd(&histo[static_cast<int>(t)], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+
+    // Iterative clipping of the histogram, as the CPU (one thread: the loop is sequential).
+    const int top = nlevels - 1;
+    int lo = 0, hi = top;
+    double sig = 10.0 * top, sig1 = 1.0, mea = 0.0, med = 0.0;
+    for (int round = 0; round < kMaxClipRounds; ++round) {
+        if (round > 0 && !(sig >= 0.1 && fabs(sig / sig1 - 1.0) > kClipConvergence)) break;
+        sig1 = sig;
+        long long lowSum = 0, highSum = 0, total = 0, m1 = 0, m2 = 0;
+        int a = lo, b = hi;
+        for (int i = lo; i <= hi; ++i) {
+            if (lowSum < highSum)
+                lowSum += histo[a++];
+            else
+                highSum += histo[b--];
+            const long long c = histo[i];
+            total += c;
+            m1 += c * i;
+            m2 += c * i * i;
+        }
+        if (b >= 0) {
+            const long long denom = max(histo[a], histo[b]);
+            med = b + 0.5 + (denom > 0 ? static_cast<double>(highSum - lowSum) / (2.0 * denom) : 0.0);
+        } else {
+            med = 0.0;
+        }
+        mea = 0.0;
+        sig = 0.0;
+        if (total > 0) {
+            mea = static_cast<double>(m1) / static_cast<double>(total);
+            sig = static_cast<double>(m2) / static_cast<double>(total) - mea * mea;
+        }
+        sig = sig > 0.0 ? sqrt(sig) : 0.0;
+        const double l = med - kClipSigmas * sig;
+        const double u = med + kClipSigmas * sig;
+        lo = l > 0.0 ? static_cast<int>(l + 0.5) : 0;
+        hi = u < top ? (u > 0.0 ? static_cast<int>(u + 0.5) : static_cast<int>(u - 0.5)) : top;
+        if (hi < -1) hi = -1;
+    }
+    const float qzero = m.qzero;
+    double mode;
+    if (sig > 0.0) {
+        if (fabs((mea - med) / sig) < kModeFallback)
+            mode = qzero + (2.5 * med - 1.5 * mea) * qscale;
+        else
+            mode = qzero + med * qscale;
+    } else {
+        mode = qzero + mea * qscale;
+    }
+    out[mi] = {static_cast<float>(mode), static_cast<float>(sig * qscale), 0};
+}
+
+// One block per image row: node values of the row in shared memory (double arithmetic rounded to float),
+// then every pixel of the row in float, in the documented order.
+struct SplineDev {
+    const double* g[2][4]; // [level, rms][v, dyy, dxx, dxxyy], (ny + 1) x (nx + 1)
+    const std::int32_t* rowLo;
+    const double* rowW[4]; // wa, wb, wa3, wb3
+    const std::int32_t* colLo;
+    const float* colW[4];
+};
+
+__global__ void interpolateKernel(SplineDev sp, int W, int H, int nx, float* level, float* rms) {
+    extern __shared__ float nodes[]; // [map][node, dnode][nx + 1]
+    const int s = nx + 1;
+    for (int y = blockIdx.x; y < H; y += gridDim.x) {
+        const int lo = sp.rowLo[y];
+        const double A = sp.rowW[0][y], B = sp.rowW[1][y], A3 = sp.rowW[2][y], B3 = sp.rowW[3][y];
+        __syncthreads(); // the previous row's pixels are done with the nodes
+        for (int i = threadIdx.x; i < s; i += blockDim.x) {
+            const std::size_t r0 = static_cast<std::size_t>(lo) * s + i, r1 = r0 + s;
+            for (int map = 0; map < 2; ++map) {
+                const double* const* g = sp.g[map];
+                nodes[(map * 2) * s + i] = static_cast<float>(((A * g[0][r0] + B * g[0][r1]) + A3 * g[1][r0]) +
+                                                              B3 * g[1][r1]);
+                nodes[(map * 2 + 1) * s + i] = static_cast<float>(
+                    ((A * g[2][r0] + B * g[2][r1]) + A3 * g[3][r0]) + B3 * g[3][r1]);
+            }
+        }
+        __syncthreads();
+        const std::size_t row = static_cast<std::size_t>(y) * W;
+        for (int x = threadIdx.x; x < W; x += blockDim.x) {
+            const int j = sp.colLo[x];
+            const float ca = sp.colW[0][x], cb = sp.colW[1][x], ca3 = sp.colW[2][x], cb3 = sp.colW[3][x];
+            for (int map = 0; map < 2; ++map) {
+                const float* n = nodes + (map * 2) * s;
+                const float* d = n + s;
+                const float v = ((ca * n[j] + cb * n[j + 1]) + ca3 * d[j]) + cb3 * d[j + 1];
+                (map == 0 ? level : rms)[row + x] = v;
+            }
+        }
+    }
+}
+
+// ---- host-side mesh steps, the same as core/stages/background.cpp ------------------------------------
+
+double medianOf(std::vector<float>& v) {
+    const std::size_t n = v.size();
+    if (n == 0) return 0.0;
+    auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    if (n % 2 == 1) return *mid;
+    const float upper = *mid;
+    const float lower = *std::max_element(v.begin(), mid);
+    return 0.5 * (static_cast<double>(lower) + upper);
+}
+
+int fillBadMeshes(std::vector<MeshOut>& meshes, int nx, int ny) {
+    std::vector<int> bad;
+    for (int i = 0; i < nx * ny; ++i)
+        if (meshes[i].bad) bad.push_back(i);
+    if (bad.empty()) return 0;
+    if (static_cast<int>(bad.size()) == nx * ny) {
+        for (auto& m : meshes) {
+            m.level = 0.0f;
+            m.rms = 1.0f;
+        }
+        return nx * ny;
+    }
+    const std::vector<MeshOut> src = meshes;
+    std::vector<int> nearest;
+    for (const int i : bad) {
+        const int px = i % nx, py = i / nx;
+        std::int64_t best = std::numeric_limits<std::int64_t>::max();
+        nearest.clear();
+        const int rmax = std::max(nx, ny);
+        for (int r = 0; r <= rmax; ++r) {
+            if (static_cast<std::int64_t>(r) * r > best) break;
+            for (int y = py - r; y <= py + r; ++y) {
+                if (y < 0 || y >= ny) continue;
+                const bool edgeRow = (y == py - r || y == py + r);
+                for (int x = px - r; x <= px + r; x += edgeRow ? 1 : std::max(1, 2 * r)) {
+                    if (x < 0 || x >= nx) continue;
+                    const int j = y * nx + x;
+                    if (src[j].bad) continue;
+                    const std::int64_t d2 = std::int64_t(x - px) * (x - px) + std::int64_t(y - py) * (y - py);
+                    if (d2 < best) {
+                        best = d2;
+                        nearest.clear();
+                    }
+                    if (d2 == best) nearest.push_back(j);
+                }
+            }
+        }
+        std::sort(nearest.begin(), nearest.end());
+        double sl = 0.0, sr = 0.0;
+        for (const int j : nearest) {
+            sl += src[j].level;
+            sr += src[j].rms;
+        }
+        meshes[i].level = static_cast<float>(sl / nearest.size());
+        meshes[i].rms = static_cast<float>(sr / nearest.size());
+    }
+    return static_cast<int>(bad.size());
+}
+
+void medianFilter(std::vector<MeshOut>& meshes, int nx, int ny, int fw, int fh, double threshold) {
+    const int hx = fw / 2, hy = fh / 2;
+    if (hx == 0 && hy == 0) return;
+    const std::vector<MeshOut> src = meshes;
+    std::vector<float> bl, br;
+    for (int py = 0; py < ny; ++py) {
+        const int ry = std::min({hy, py, ny - 1 - py});
+        for (int px = 0; px < nx; ++px) {
+            const int rx = std::min({hx, px, nx - 1 - px});
+            bl.clear();
+            br.clear();
+            for (int y = py - ry; y <= py + ry; ++y)
+                for (int x = px - rx; x <= px + rx; ++x) {
+                    bl.push_back(src[y * nx + x].level);
+                    br.push_back(src[y * nx + x].rms);
+                }
+            const int i = py * nx + px;
+            const double med = medianOf(bl);
+            if (std::fabs(med - static_cast<double>(src[i].level)) >= threshold) {
+                meshes[i].level = static_cast<float>(med);
+                meshes[i].rms = static_cast<float>(medianOf(br));
+            }
+        }
+    }
+}
+
+void checkSize(int w, int h, int ow, int oh, const char* what) {
+    if (w != ow || h != oh)
+        throw InvalidInput(std::string("background: ") + what + " is " + std::to_string(ow) + "x" +
+                           std::to_string(oh) + " but the image is " + std::to_string(w) + "x" +
+                           std::to_string(h));
+}
+
+void checkLaunch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) throw CudaError(std::string("background: launching ") + what + ": " + cudaGetErrorString(e));
+}
+
+} // namespace
+
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
+                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
+    if (image.empty()) throw InvalidInput("background: the image is empty");
+    if (image.stride < image.width) throw InvalidInput("background: image stride is smaller than its width");
+    const int bw = params.meshW(), bh = params.meshH();
+    if (bw <= 0 || bh <= 0)
+        throw InvalidInput("background: mesh size must be positive (got " + std::to_string(bw) + "x" +
+                           std::to_string(bh) + ")");
+    if (params.filterW() < 1 || params.filterH() < 1)
+        throw InvalidInput("background: filter size must be at least 1 mesh");
+    if (!(params.minGoodFraction >= 0.0 && params.minGoodFraction <= 1.0))
+        throw InvalidInput("background: minGoodFraction must lie in [0, 1]");
+    if (!mask.empty()) checkSize(image.width, image.height, mask.width, mask.height, "the mask");
+    if (sourceMask && sourceMask->empty()) sourceMask = nullptr;
+    if (sourceMask)
+        checkSize(image.width, image.height, sourceMask->width, sourceMask->height, "the source mask");
+
+    DeviceContext& dc = DeviceContext::of(ctx);
+    const cudaStream_t stream = dc.stream();
+    const int W = image.width, H = image.height;
+    const int nx = (W - 1) / bw + 1, ny = (H - 1) / bh + 1;
+    const std::size_t npix = static_cast<std::size_t>(W) * H;
+
+    BackgroundResult res;
+    res.width = W;
+    res.height = H;
+    res.meshWidth = bw;
+    res.meshHeight = bh;
+    res.sextractorSpline = params.sextractorSpline;
+
+    // 1. Mesh statistics on the device.
+    const DeviceContext::DeviceFrame f = dc.frame(image, mask);
+    DeviceBuffer<std::int32_t> dSource;
+    if (sourceMask) {
+        dSource = DeviceBuffer<std::int32_t>(dc, npix);
+        GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(dSource.get(), sizeof(std::int32_t) * W, sourceMask->data,
+                                             sizeof(std::int32_t) * sourceMask->stride,
+                                             sizeof(std::int32_t) * W, H, cudaMemcpyHostToDevice, stream));
+    }
+    const int nMesh = nx * ny;
+    std::vector<MeshOut> meshes(nMesh);
+    {
+        DeviceBuffer<MeshOut> dMesh(dc, nMesh);
+        const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
+        const std::size_t shmem = static_cast<std::size_t>(bh) * (2 * sizeof(double) + sizeof(long long)) +
+                                  sizeof(int) * (kMaxLevels + 1);
+        if (shmem > 48 * 1024)
+            GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(meshStatsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(shmem)));
+        meshStatsKernel<<<nMesh, threads, shmem, stream>>>(f.pixels, f.mask, dSource.get(), W, H, bw, bh, nx,
+                                                           params.minGoodFraction, dMesh.get());
+        checkLaunch("the mesh statistics");
+        dMesh.download(meshes.data(), nMesh);
+        dc.synchronize();
+    }
+    dSource.reset();
+    ctx.report("background", 0.45);
+    ctx.checkCancelled();
+
+    // 2. Bad meshes, median filter, global values (host, as the CPU stage).
+    res.badMeshes = fillBadMeshes(meshes, nx, ny);
+    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold);
+    res.meshLevel = Image<float>(nx, ny, Image<float>::NoInit{});
+    res.meshRms = Image<float>(nx, ny, Image<float>::NoInit{});
+    std::vector<float> lv, rv;
+    lv.reserve(meshes.size());
+    rv.reserve(meshes.size());
+    for (int i = 0; i < nMesh; ++i) {
+        res.meshLevel.data()[i] = meshes[i].level;
+        res.meshRms.data()[i] = meshes[i].rms;
+        lv.push_back(meshes[i].level);
+        rv.push_back(meshes[i].rms);
+    }
+    res.globalLevel = medianOf(lv);
+    res.globalRms = medianOf(rv);
+    if (res.globalRms <= 0.0) {
+        std::vector<float> pos;
+        for (const float r : rv)
+            if (r > 0.0f) pos.push_back(r);
+        res.globalRms = pos.empty() ? 1.0 : medianOf(pos);
+    }
+    ctx.report("background", 0.5);
+    if (!params.fullMaps) return res;
+
+    // 3. Full-resolution maps on the device; kept there for the detection stage.
+    const BackgroundSpline sp = makeBackgroundSpline(res);
+    const std::size_t g = static_cast<std::size_t>(nx + 1) * (ny + 1);
+    DeviceBuffer<double> dGrid(dc, 8 * g);
+    const std::vector<double>* grids[8] = {&sp.level.v, &sp.level.dyy, &sp.level.dxx, &sp.level.dxxyy,
+                                           &sp.rms.v,   &sp.rms.dyy,   &sp.rms.dxx,   &sp.rms.dxxyy};
+    for (int k = 0; k < 8; ++k)
+        dGrid.upload(grids[k]->data(), g, k * g);
+    DeviceBuffer<double> dRowW(dc, 4 * static_cast<std::size_t>(H));
+    DeviceBuffer<std::int32_t> dRowLo(dc, H), dColLo(dc, W);
+    DeviceBuffer<float> dColW(dc, 4 * static_cast<std::size_t>(W));
+    std::vector<float> colW(4 * static_cast<std::size_t>(W));
+    for (int x = 0; x < W; ++x) {
+        colW[x] = static_cast<float>(sp.columns.wa[x]);
+        colW[W + x] = static_cast<float>(sp.columns.wb[x]);
+        colW[2 * W + x] = static_cast<float>(sp.columns.wa3[x]);
+        colW[3 * W + x] = static_cast<float>(sp.columns.wb3[x]);
+    }
+    dRowLo.upload(sp.rows.lo.data(), H);
+    dRowW.upload(sp.rows.wa.data(), H, 0);
+    dRowW.upload(sp.rows.wb.data(), H, H);
+    dRowW.upload(sp.rows.wa3.data(), H, 2 * static_cast<std::size_t>(H));
+    dRowW.upload(sp.rows.wb3.data(), H, 3 * static_cast<std::size_t>(H));
+    dColLo.upload(sp.columns.lo.data(), W);
+    dColW.upload(colW.data(), colW.size());
+
+    SplineDev sd{};
+    for (int map = 0; map < 2; ++map)
+        for (int k = 0; k < 4; ++k)
+            sd.g[map][k] = dGrid.get() + (map * 4 + k) * g;
+    sd.rowLo = dRowLo.get();
+    sd.colLo = dColLo.get();
+    for (int k = 0; k < 4; ++k) {
+        sd.rowW[k] = dRowW.get() + k * static_cast<std::size_t>(H);
+        sd.colW[k] = dColW.get() + k * static_cast<std::size_t>(W);
+    }
+    DeviceBuffer<float> dLevel(dc, npix), dRms(dc, npix);
+    {
+        const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
+        const int blocks = std::min(H, 1 << 20);
+        const std::size_t shmem = sizeof(float) * 4 * (nx + 1);
+        if (shmem > 48 * 1024)
+            GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(interpolateKernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(shmem)));
+        interpolateKernel<<<blocks, threads, shmem, stream>>>(sd, W, H, nx, dLevel.get(), dRms.get());
+        checkLaunch("the spline interpolation");
+    }
+    res.level = Image<float>(W, H, Image<float>::NoInit{});
+    res.rms = Image<float>(W, H, Image<float>::NoInit{});
+    dLevel.download(res.level.data(), npix);
+    dRms.download(res.rms.data(), npix);
+    dc.synchronize();
+    dc.storeBackground(res.level, res.rms, std::move(dLevel), std::move(dRms));
+    ctx.report("background", 1.0);
+    return res;
+}
+
+} // namespace gpuphot::cuda

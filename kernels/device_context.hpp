@@ -1,0 +1,191 @@
+#pragma once
+// The CUDA backend's per-RunContext state (DESIGN.md, GPU memory model): one stream, one stream-ordered
+// memory pool with a budget and a high-water mark, RAII device and pinned buffers, and a cache of the
+// frame (pixels, mask) and of the background maps kept on the device between stages and between runs.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/model/image.hpp"
+#include "core/util/errors.hpp"
+#include "kernels/cuda_check.hpp"
+
+namespace gpuphot {
+
+class RunContext;
+
+// An allocation would exceed RunContext::gpuMemLimit, or the device itself is out of memory.
+class DeviceOutOfMemory : public CudaError {
+public:
+    using CudaError::CudaError;
+};
+
+namespace cuda {
+
+template <class T> class DeviceBuffer;
+
+class DeviceContext {
+public:
+    // The context stored in ctx.deviceState, created on first use (which also installs
+    // ctx.deviceCheckpoint); re-reads ctx.gpuMemLimit on every call.
+    static DeviceContext& of(RunContext& ctx);
+
+    explicit DeviceContext(std::size_t budget);
+    ~DeviceContext();
+    DeviceContext(const DeviceContext&) = delete;
+    DeviceContext& operator=(const DeviceContext&) = delete;
+
+    cudaStream_t stream() const { return m_stream; }
+    void synchronize() const { GPUPHOT_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+
+    // Stream-ordered allocation from the pool; throws DeviceOutOfMemory over budget or when the device
+    // has no memory left. bytes == 0 gives nullptr.
+    void* allocate(std::size_t bytes);
+    void release(void* p, std::size_t bytes) noexcept;
+
+    std::size_t inUse() const { return m_inUse; }
+    std::size_t highWater() const { return m_highWater; }
+    void resetHighWater() { m_highWater = m_inUse; }
+    std::size_t budget() const { return m_budget; }
+    void setBudget(std::size_t bytes) { m_budget = bytes; }
+
+    // Launch-configuration knob for tests (threads per block of the per-pixel kernels; 0: default).
+    // Also read from the environment variable GPUPHOT_CUDA_BLOCK at creation.
+    int blockSize() const { return m_blockSize; }
+    void setBlockSize(int threads) { m_blockSize = threads; }
+
+    // ---- frame cache -------------------------------------------------------------------------------
+    // The frame's pixels (and mask, null when the view is empty) on the device, row stride = width,
+    // uploaded only when (host pointer, size, stride, generation, a sampled fingerprint) changed.
+    struct DeviceFrame {
+        const float* pixels = nullptr;
+        const std::uint8_t* mask = nullptr;
+        int width = 0, height = 0;
+    };
+    DeviceFrame frame(const ImageView& image, const MaskView& mask);
+    // Call after changing a frame's pixels in place (same buffer): the next run re-uploads.
+    void bumpGeneration() { ++m_generation; }
+    std::uint64_t uploads() const { return m_uploads; } // frame uploads so far (tests)
+
+    // Background maps on the device, stored by the CUDA background stage and found again by the
+    // detection stage from the BackgroundResult's host maps (pointer, size and sampled fingerprint).
+    void storeBackground(const Image<float>& level, const Image<float>& rms,
+                         DeviceBuffer<float>&& dLevel, DeviceBuffer<float>&& dRms);
+    // Device maps for these host maps (uploaded when they are not the stored ones).
+    std::pair<const float*, const float*> background(const Image<float>& level, const Image<float>& rms);
+    void dropBackground();
+
+    // Reusable pinned host memory (grown on demand) for downloads, by slot.
+    void* pinned(int slot, std::size_t bytes);
+
+private:
+    struct Impl;
+    cudaStream_t m_stream = nullptr;
+    cudaMemPool_t m_pool = nullptr;
+    int m_device = 0;
+    std::size_t m_budget = 0;
+    std::size_t m_inUse = 0;
+    std::size_t m_highWater = 0;
+    int m_blockSize = 0;
+    std::uint64_t m_generation = 0;
+    std::uint64_t m_uploads = 0;
+    std::unique_ptr<Impl> m_impl;
+};
+
+// Move-only device array of T from the context's pool, freed stream-ordered.
+template <class T> class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(DeviceContext& dc, std::size_t count)
+        : m_dc(&dc), m_count(count), m_ptr(static_cast<T*>(dc.allocate(count * sizeof(T)))) {}
+    ~DeviceBuffer() { reset(); }
+    DeviceBuffer(DeviceBuffer&& o) noexcept
+        : m_dc(std::exchange(o.m_dc, nullptr)), m_count(std::exchange(o.m_count, 0)),
+          m_ptr(std::exchange(o.m_ptr, nullptr)) {}
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        if (this != &o) {
+            reset();
+            m_dc = std::exchange(o.m_dc, nullptr);
+            m_count = std::exchange(o.m_count, 0);
+            m_ptr = std::exchange(o.m_ptr, nullptr);
+        }
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void reset() noexcept {
+        if (m_ptr) m_dc->release(m_ptr, m_count * sizeof(T));
+        m_ptr = nullptr;
+        m_count = 0;
+    }
+    T* get() const { return m_ptr; }
+    std::size_t size() const { return m_count; }
+    std::size_t bytes() const { return m_count * sizeof(T); }
+
+    // Asynchronous on the context's stream; the host memory must stay valid until the stream syncs.
+    void upload(const T* host, std::size_t count, std::size_t offset = 0) {
+        if (count == 0) return;
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(m_ptr + offset, host, count * sizeof(T), cudaMemcpyHostToDevice,
+                                           m_dc->stream()));
+    }
+    void download(T* host, std::size_t count, std::size_t offset = 0) const {
+        if (count == 0) return;
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(host, m_ptr + offset, count * sizeof(T), cudaMemcpyDeviceToHost,
+                                           m_dc->stream()));
+    }
+    void zero() {
+        if (m_count) GPUPHOT_CUDA_CHECK(cudaMemsetAsync(m_ptr, 0, bytes(), m_dc->stream()));
+    }
+
+private:
+    DeviceContext* m_dc = nullptr;
+    std::size_t m_count = 0;
+    T* m_ptr = nullptr;
+};
+
+// Page-locked host array (cudaMallocHost), move-only.
+template <class T> class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    explicit PinnedBuffer(std::size_t count) : m_count(count) {
+        if (count) {
+            void* p = nullptr;
+            const cudaError_t e = cudaMallocHost(&p, count * sizeof(T));
+            if (e != cudaSuccess) {
+                cudaGetLastError();
+                throw DeviceOutOfMemory("PinnedBuffer: cudaMallocHost of " + std::to_string(count * sizeof(T)) +
+                                        " bytes failed: " + cudaGetErrorString(e));
+            }
+            m_ptr = static_cast<T*>(p);
+        }
+    }
+    ~PinnedBuffer() {
+        if (m_ptr) cudaFreeHost(m_ptr);
+    }
+    PinnedBuffer(PinnedBuffer&& o) noexcept
+        : m_count(std::exchange(o.m_count, 0)), m_ptr(std::exchange(o.m_ptr, nullptr)) {}
+    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+        if (this != &o) {
+            if (m_ptr) cudaFreeHost(m_ptr);
+            m_count = std::exchange(o.m_count, 0);
+            m_ptr = std::exchange(o.m_ptr, nullptr);
+        }
+        return *this;
+    }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    T* get() const { return m_ptr; }
+    std::size_t size() const { return m_count; }
+
+private:
+    std::size_t m_count = 0;
+    T* m_ptr = nullptr;
+};
+
+} // namespace cuda
+} // namespace gpuphot

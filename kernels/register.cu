@@ -1,0 +1,22 @@
+// Registers the CUDA stage implementations with core's backend interface at static initialisation.
+#include "core/pipeline/cuda_stages.hpp"
+#include "kernels/cuda_stages_impl.hpp"
+
+namespace gpuphot::cuda {
+
+namespace {
+bool registerStages() {
+    CudaStageTable t;
+    t.background = &cuda::estimateBackground;
+    t.detection = &cuda::detectSources;
+    registerCudaStages(t);
+    return true;
+}
+
+const bool registered = registerStages();
+} // namespace
+
+// Referenced from linkKernels() (kernels/device.cu), so that linking the library keeps this unit.
+bool stagesLinked() { return registered; }
+
+} // namespace gpuphot::cuda
