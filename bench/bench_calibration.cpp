@@ -1,0 +1,299 @@
+// Calibration benchmark (docs/BENCHMARKS.md, "Calibration"): wall times of stage 5 (crossmatch), 6 (zero
+// point) and 7 (astrometric refinement of a header WCS close to right) for 300 .. 130,000 detections
+// against synthetic reference catalogs of 1e4 .. 1e6 stars, and of blind solves of the 20 simulated
+// fields of tests/core/astrometry_test.cpp (same generation: core/sim, the same seeds and ranges).
+//
+// Usage: bench_calibration [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N]
+// Prints one line per case; each time is the fastest of N repeats (default 3).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numbers>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/model/flags.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/stages/astrometry.hpp"
+#include "core/stages/crossmatch.hpp"
+#include "core/stages/zeropoint.hpp"
+#include "core/wcs/tan_sip.hpp"
+#include "core/wcs/wcs.hpp"
+
+using namespace gpuphot;
+
+namespace {
+
+constexpr double kDeg = std::numbers::pi / 180.0;
+
+template <typename F>
+double bestOf(int repeat, F&& f) {
+    double best = 1e30;
+    for (int i = 0; i < repeat; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+}
+
+// A TAN WCS (with a mild SIP distortion) for a size x size frame at `scale` arcsec/px.
+TanSip frameWcs(int size, double scale, double ra, double dec) {
+    TanSip w;
+    w.crpix[0] = 0.5 * (size + 1);
+    w.crpix[1] = 0.5 * (size + 1);
+    w.crval[0] = ra;
+    w.crval[1] = dec;
+    const double s = scale / 3600.0, rot = 12.0 * kDeg;
+    w.cd[0][0] = -s * std::cos(rot);
+    w.cd[0][1] = s * std::sin(rot);
+    w.cd[1][0] = s * std::sin(rot);
+    w.cd[1][1] = s * std::cos(rot);
+    return w;
+}
+
+struct GridCase {
+    ReferenceCatalog ref;
+    std::vector<double> x, y, flux, magInst, magInstErr;
+    std::vector<std::uint32_t> flags;
+};
+
+// nRef stars uniform over the frame's circumscribed circle plus 10 %; detections: the reference stars
+// that fall on the frame (positions + 0.05 px noise, up to nDet of them, brightest first) topped up
+// with unmatched random sources.
+GridCase makeGrid(const Wcs& wcs, int size, double scale, double ra, double dec, std::size_t nRef,
+                  std::size_t nDet, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::normal_distribution<double> g(0.0, 1.0);
+    GridCase c;
+    const double radius = 1.1 * std::sqrt(0.5) * size * scale / 3600.0 * kDeg;
+    const double cosR = std::cos(radius);
+    const double zp = 25.0;
+    for (std::size_t i = 0; i < nRef; ++i) {
+        // uniform on the spherical cap around the pole, rotated to (ra, dec)
+        const double cz = 1.0 - u(rng) * (1.0 - cosR), phi = 2.0 * std::numbers::pi * u(rng);
+        const double sz = std::sqrt(1.0 - cz * cz);
+        const double px = sz * std::cos(phi), py = sz * std::sin(phi), pz = cz;
+        const double d0 = dec * kDeg, r0 = ra * kDeg;
+        // rotate pole -> (ra, dec): about y by (90 - dec), then about z by ra
+        const double x1 = px * std::sin(d0) + pz * std::cos(d0), z1 = -px * std::cos(d0) + pz * std::sin(d0);
+        const double x2 = x1 * std::cos(r0) - py * std::sin(r0), y2 = x1 * std::sin(r0) + py * std::cos(r0);
+        double a = std::atan2(y2, x2) / kDeg;
+        if (a < 0) a += 360.0;
+        c.ref.ra.push_back(a);
+        c.ref.dec.push_back(std::asin(std::clamp(z1, -1.0, 1.0)) / kDeg);
+        c.ref.mag.push_back(12.0 + 8.0 * std::pow(u(rng), 0.4));
+        c.ref.id.push_back(static_cast<std::int64_t>(i + 1));
+    }
+    const std::size_t n = c.ref.size();
+    c.ref.magErr.assign(n, 0.01);
+    c.ref.color.assign(n, NAN);
+    c.ref.pmRa.assign(n, NAN);
+    c.ref.pmDec.assign(n, NAN);
+    std::vector<double> px(n), py(n);
+    wcs.worldToPixel(c.ref.ra, c.ref.dec, px, py);
+    std::vector<std::size_t> on;
+    for (std::size_t i = 0; i < n; ++i)
+        if (px[i] >= 0 && py[i] >= 0 && px[i] <= size - 1 && py[i] <= size - 1) on.push_back(i);
+    std::stable_sort(on.begin(), on.end(), [&](std::size_t a, std::size_t b) { return c.ref.mag[a] < c.ref.mag[b]; });
+    if (on.size() > nDet) on.resize(nDet);
+    for (std::size_t i : on) {
+        const double m = c.ref.mag[i] - zp + 0.02 * g(rng);
+        c.x.push_back(px[i] + 0.05 * g(rng));
+        c.y.push_back(py[i] + 0.05 * g(rng));
+        c.flux.push_back(std::pow(10.0, -0.4 * m));
+        c.magInst.push_back(m);
+        c.magInstErr.push_back(0.005 + 0.02 * u(rng));
+    }
+    while (c.x.size() < nDet) {
+        const double m = -5.0 + 13.0 * u(rng);
+        c.x.push_back((size - 1) * u(rng));
+        c.y.push_back((size - 1) * u(rng));
+        c.flux.push_back(std::pow(10.0, -0.4 * m));
+        c.magInst.push_back(m);
+        c.magInstErr.push_back(0.005 + 0.05 * u(rng));
+    }
+    c.flags.assign(c.x.size(), 0u);
+    return c;
+}
+
+void runGrid(int repeat, bool quick, RunContext& ctx) {
+    const int size = 8192;
+    const double scale = 0.6, ra = 150.0, dec = 30.0;
+    const TanSip truth = frameWcs(size, scale, ra, dec);
+    const Wcs wcs = Wcs::fromTanSip(truth);
+    // The header the refinement starts from: 3 px off, 0.05 deg rotated.
+    TanSip off = truth;
+    off.crval[0] += 3.0 * scale / 3600.0 / std::cos(dec * kDeg);
+    const double r = 0.05 * kDeg;
+    for (int k = 0; k < 2; ++k) {
+        const double a = off.cd[k][0], b = off.cd[k][1];
+        off.cd[k][0] = a * std::cos(r) - b * std::sin(r);
+        off.cd[k][1] = a * std::sin(r) + b * std::cos(r);
+    }
+    const Wcs header = Wcs::fromTanSip(off);
+    std::printf("# frame %dx%d at %.2f\"/px; times: best of %d, seconds\n", size, size, scale, repeat);
+    std::printf("%8s %9s %9s %10s %10s %10s %10s %8s %8s\n", "n_det", "n_ref", "matched", "crossmatch",
+                "zeropoint", "astrometry", "total", "ast_used", "ast_rms\"");
+    const std::vector<std::size_t> refs = quick ? std::vector<std::size_t>{10000, 100000}
+                                                : std::vector<std::size_t>{10000, 100000, 1000000};
+    const std::vector<std::size_t> dets = quick ? std::vector<std::size_t>{300, 3000}
+                                                : std::vector<std::size_t>{300, 3000, 30000, 130000};
+    for (std::size_t nRef : refs) {
+        for (std::size_t nDet : dets) {
+            const GridCase c = makeGrid(wcs, size, scale, ra, dec, nRef, nDet, 42 + nRef + nDet);
+            CrossmatchParams cp;
+            CrossmatchResult m;
+            const double tMatch = bestOf(repeat, [&] {
+                m = crossmatch(c.x, c.y, size, size, c.ref, wcs, cp, ctx);
+            });
+            ZeroPointParams zp;
+            zp.minSnr = 5.0;
+            ZeroPointResult z;
+            const double tZp = bestOf(repeat, [&] {
+                z = fitZeroPoint(c.magInst, c.magInstErr, c.flags, m, c.ref, zp, ctx);
+            });
+            AstrometryParams ap;
+            ap.blind = 0;
+            AstrometryResult a;
+            const double tAst = bestOf(repeat, [&] {
+                a = solveAstrometry(c.x, c.y, c.flux, size, size, c.ref, &header, std::nullopt, ap, ctx);
+            });
+            std::printf("%8zu %9zu %9zu %10.4f %10.4f %10.4f %10.4f %8d %8.4f%s\n", nDet, nRef, m.nMatched, tMatch,
+                        tZp, tAst, tMatch + tZp + tAst, a.nUsed, a.rmsArcsec,
+                        a.ok && z.ok ? "" : (a.ok ? "  (zp failed)" : "  (astrometry failed)"));
+            std::fflush(stdout);
+        }
+    }
+}
+
+// Field i of tests/core/astrometry_test.cpp's blind-solving benchmark (benchField + makeField there):
+// the same parameters and seeds.
+struct BlindCase {
+    SimParams p;
+    ReferenceCatalog ref;
+    std::vector<double> x, y, flux;
+    std::optional<Wcs> header;
+    std::optional<std::pair<double, double>> pointing;
+    TanSip truth;
+};
+
+BlindCase blindField(int i, int size, int stars) {
+    std::mt19937_64 rng(1000 + i);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    SimParams p;
+    p.width = size;
+    p.height = size;
+    p.stars = stars;
+    p.refMagLimit = 19.0;
+    p.refMargin = 0.05;
+    p.sipOrder = 3;
+    p.sipStrength = 1.5;
+    p.seed = 5000 + i;
+    p.pixelScale = 0.5 * std::pow(40.0, u(rng));
+    p.rotation = 360.0 * u(rng);
+    p.flipParity = u(rng) < 0.5;
+    p.ra = 360.0 * u(rng);
+    p.dec = -80.0 + 160.0 * u(rng);
+    p.refMargin = 0.02 * p.pixelScale;
+    const bool withHeader = i % 2 == 0;
+    const double offset = u(rng), angle = 360.0 * u(rng), rot = 20.0 * u(rng) - 10.0, sc = 0.2 * u(rng) - 0.1;
+    if (withHeader) {
+        p.wcsOffset = 60.0 * offset;
+        p.wcsOffsetAngle = angle;
+        p.wcsRotation = rot;
+        p.wcsScaleError = sc;
+    } else {
+        p.writeWcs = false;
+    }
+    BlindCase c;
+    c.p = p;
+    const SimResult sim = simulateField(p);
+    c.truth = sim.trueWcs;
+    const Table& t = sim.reference;
+    c.ref.ra = t.doubles("ra");
+    c.ref.dec = t.doubles("dec");
+    c.ref.mag = t.doubles("mag");
+    const std::size_t n = c.ref.ra.size();
+    c.ref.magErr.assign(n, NAN);
+    c.ref.color.assign(n, NAN);
+    c.ref.pmRa.assign(n, NAN);
+    c.ref.pmDec.assign(n, NAN);
+    for (double id : t.doubles("id"))
+        c.ref.id.push_back(static_cast<std::int64_t>(id));
+    const auto tx = sim.truth.doubles("x"), ty = sim.truth.doubles("y"), tf = sim.truth.doubles("flux");
+    std::mt19937_64 noise(77 + i);
+    std::normal_distribution<double> g(0.0, 1.0);
+    for (std::size_t k = 0; k < tx.size(); ++k) {
+        const double x = tx[k] - 1.0, y = ty[k] - 1.0;
+        if (x < 0 || y < 0 || x > p.width - 1 || y > p.height - 1 || !(tf[k] > 0)) continue;
+        const double sigma = std::min(0.5, 0.01 + 2.0 / std::sqrt(tf[k]));
+        c.x.push_back(x + sigma * g(noise));
+        c.y.push_back(y + sigma * g(noise));
+        c.flux.push_back(tf[k]);
+    }
+    if (withHeader) c.header = Wcs::fromHeader(sim.header);
+    if (!withHeader && i % 4 != 3) {
+        double pra = 0, pdec = 0;
+        offsetPosition(p.ra, p.dec, 180.0 * offset, angle, pra, pdec);
+        c.pointing = std::make_pair(pra, pdec);
+    }
+    return c;
+}
+
+void runBlind(int n, int size, int stars, RunContext& ctx) {
+    std::printf("# blind solves: %d fields %dx%d, %d stars (tests/core/astrometry_test.cpp fields)\n", n, size,
+                size, stars);
+    std::printf("%5s %-8s %8s %7s %7s %9s %9s %10s %6s\n", "field", "start", "scale\"", "rot", "parity",
+                "total_s", "search_s", "truth_rms", "ok");
+    double worst = 0.0, sum = 0.0;
+    int solved = 0;
+    for (int i = 0; i < n; ++i) {
+        const BlindCase c = blindField(i, size, stars);
+        const auto t0 = std::chrono::steady_clock::now();
+        const AstrometryResult r = solveAstrometry(c.x, c.y, c.flux, size, size, c.ref,
+                                                   c.header ? &*c.header : nullptr, c.pointing, {}, ctx);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double rms = r.ok ? wcsDifferencePx(c.truth, r.wcs, size, size) : NAN;
+        solved += r.ok && r.method == "blind";
+        worst = std::max(worst, sec);
+        sum += sec;
+        std::printf("%5d %-8s %8.3f %7.1f %7d %9.3f %9.3f %10.4f %6s\n", i,
+                    c.header ? "header" : (c.pointing ? "pointing" : "none"), c.p.pixelScale, c.p.rotation,
+                    c.p.flipParity ? 1 : 0, sec, r.solveSeconds, rms, r.ok ? r.method.c_str() : "FAIL");
+        std::fflush(stdout);
+    }
+    std::printf("# %d/%d solved blind; mean %.3f s, slowest %.3f s\n", solved, n, sum / n, worst);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    bool quick = false, blind = true, grid = true;
+    int repeat = 3, threads = 0;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--quick") quick = true;
+        else if (a == "--skip-blind") blind = false;
+        else if (a == "--skip-grid") grid = false;
+        else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+        else {
+            std::fprintf(stderr, "usage: %s [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N]\n",
+                         argv[0]);
+            return 2;
+        }
+    }
+    RunContext ctx;
+    ctx.threads = threads;
+    if (grid) runGrid(repeat, quick, ctx);
+    if (blind) runBlind(quick ? 4 : 20, quick ? 1024 : 2048, quick ? 1200 : 3000, ctx);
+    return 0;
+}

@@ -1,0 +1,439 @@
+#include "viewers/image_renderer.hpp"
+
+#include <QElapsedTimer>
+#include <QFile>
+#include <QOpenGLContext>
+#include <QOpenGLShaderProgram>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+static void gpuphotInitShaderResources() { Q_INIT_RESOURCE(shaders); }
+
+namespace gpuphot::viewers {
+
+namespace {
+
+QByteArray readShader(const char* name, bool es) {
+    QFile f(QStringLiteral(":/shaders/") + QString::fromLatin1(name));
+    if (!f.open(QIODevice::ReadOnly))
+        throw std::runtime_error(std::string("viewers: shader resource :/shaders/") + name + " missing");
+    const QByteArray header = es ? QByteArray("#version 300 es\nprecision highp float;\nprecision highp int;\n"
+                                              "precision highp sampler2D;\nprecision highp isampler2D;\n")
+                                 : QByteArray("#version 330 core\n");
+    return header + f.readAll();
+}
+
+std::unique_ptr<QOpenGLShaderProgram> buildProgram(const char* vert, const char* frag, bool es) {
+    auto prog = std::make_unique<QOpenGLShaderProgram>();
+    if (!prog->addShaderFromSourceCode(QOpenGLShader::Vertex, readShader(vert, es)) ||
+        !prog->addShaderFromSourceCode(QOpenGLShader::Fragment, readShader(frag, es)) || !prog->link())
+        throw std::runtime_error(std::string("viewers: shader ") + vert + "/" + frag +
+                                 " failed: " + prog->log().toStdString());
+    return prog;
+}
+
+constexpr int kEllipseStride = sizeof(EllipseInstance);
+constexpr int kSegmentStride = sizeof(SegmentInstance);
+
+} // namespace
+
+ImageRenderer::ImageRenderer() { gpuphotInitShaderResources(); }
+
+ImageRenderer::~ImageRenderer() {
+    // GL objects must be freed by destroy() with the context current; a renderer destroyed without it
+    // leaks them into a context that is going away anyway.
+}
+
+void ImageRenderer::checkGl(const char* where) {
+    for (int i = 0; i < 16; ++i) {
+        const GLenum e = glGetError();
+        if (e == GL_NO_ERROR) return;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s: GL error 0x%04x", where, static_cast<unsigned>(e));
+        m_glErrors.emplace_back(buf);
+    }
+}
+
+std::vector<std::string> ImageRenderer::takeGlErrors() {
+    std::vector<std::string> out;
+    out.swap(m_glErrors);
+    return out;
+}
+
+void ImageRenderer::initialize() {
+    if (m_initialized) return;
+    initializeOpenGLFunctions();
+    m_es = QOpenGLContext::currentContext()->isOpenGLES();
+    glGetIntegerv(GL_MAX_TEXTURE_SIZE, &m_maxTexture);
+    m_imageProg = buildProgram("image.vert.glsl", "image.frag.glsl", m_es);
+    m_ellipseProg = buildProgram("ellipse.vert.glsl", "overlay.frag.glsl", m_es);
+    m_segmentProg = buildProgram("segment.vert.glsl", "overlay.frag.glsl", m_es);
+
+    const float quad[8] = {0, 0, 1, 0, 0, 1, 1, 1};
+    glGenVertexArrays(1, &m_quadVao);
+    glGenBuffers(1, &m_quadVbo);
+    glBindVertexArray(m_quadVao);
+    glBindBuffer(GL_ARRAY_BUFFER, m_quadVbo);
+    glBufferData(GL_ARRAY_BUFFER, sizeof quad, quad, GL_STATIC_DRAW);
+    glEnableVertexAttribArray(0);
+    glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 2 * sizeof(float), nullptr);
+    glBindVertexArray(0);
+
+    auto makeTex = [this](unsigned& tex) {
+        glGenTextures(1, &tex);
+        glBindTexture(GL_TEXTURE_2D, tex);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+    };
+    makeTex(m_dummySeg);
+    const std::int32_t zero = 0;
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_R32I, 1, 1, 0, GL_RED_INTEGER, GL_INT, &zero);
+    makeTex(m_lutTex);
+    const float ident[2] = {0.f, 1.f};
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, 2, 1, 0, GL_RED, GL_FLOAT, ident);
+    m_lutSize = 2;
+    makeTex(m_cmapTex);
+    glBindTexture(GL_TEXTURE_2D, 0);
+    m_initialized = true;
+    uploadColormap();
+    checkGl("ImageRenderer::initialize");
+}
+
+void ImageRenderer::destroy() {
+    if (!m_initialized) return;
+    clearImage();
+    auto delBuf = [this](InstanceBuffer& b) {
+        if (b.vbo) glDeleteBuffers(1, &b.vbo);
+        if (b.vao) glDeleteVertexArrays(1, &b.vao);
+        b = {};
+    };
+    for (auto& b : m_ellipses) delBuf(b);
+    for (auto& b : m_segments) delBuf(b);
+    delBuf(m_frameSegments);
+    glDeleteBuffers(1, &m_quadVbo);
+    glDeleteVertexArrays(1, &m_quadVao);
+    const unsigned texs[3] = {m_lutTex, m_cmapTex, m_dummySeg};
+    glDeleteTextures(3, texs);
+    m_imageProg.reset();
+    m_ellipseProg.reset();
+    m_segmentProg.reset();
+    m_initialized = false;
+    m_cmapValid = false;
+}
+
+void ImageRenderer::clearImage() {
+    clearSegmentation();
+    for (Tile& t : m_tiles)
+        if (t.tex) glDeleteTextures(1, &t.tex);
+    m_tiles.clear();
+    m_width = m_height = 0;
+}
+
+void ImageRenderer::uploadImage(const ImageViewT<float>& image) {
+    clearImage();
+    if (image.empty()) return;
+    const int tile = std::max(1, m_tileLimit > 0 ? std::min(m_tileLimit, m_maxTexture) : m_maxTexture);
+    m_width = image.width;
+    m_height = image.height;
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glPixelStorei(GL_UNPACK_ROW_LENGTH, static_cast<GLint>(image.stride));
+    for (int y0 = 0; y0 < m_height; y0 += tile) {
+        for (int x0 = 0; x0 < m_width; x0 += tile) {
+            Tile t{x0, y0, std::min(tile, m_width - x0), std::min(tile, m_height - y0)};
+            glGenTextures(1, &t.tex);
+            glBindTexture(GL_TEXTURE_2D, t.tex);
+            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+            glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, t.w, t.h, 0, GL_RED, GL_FLOAT, &image(x0, y0));
+            ++m_pixelUploads;
+            m_tiles.push_back(t);
+        }
+    }
+    glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
+    glBindTexture(GL_TEXTURE_2D, 0);
+    checkGl("ImageRenderer::uploadImage");
+}
+
+void ImageRenderer::clearSegmentation() {
+    for (Tile& t : m_tiles)
+        if (t.seg) {
+            glDeleteTextures(1, &t.seg);
+            t.seg = 0;
+        }
+    m_hasSeg = false;
+}
+
+void ImageRenderer::uploadSegmentation(const ImageViewT<std::int32_t>& seg) {
+    clearSegmentation();
+    if (seg.empty() || seg.width != m_width || seg.height != m_height) return;
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glPixelStorei(GL_UNPACK_ROW_LENGTH, static_cast<GLint>(seg.stride));
+    for (Tile& t : m_tiles) {
+        glGenTextures(1, &t.seg);
+        glBindTexture(GL_TEXTURE_2D, t.seg);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+        glTexImage2D(GL_TEXTURE_2D, 0, GL_R32I, t.w, t.h, 0, GL_RED_INTEGER, GL_INT, &seg(t.x0, t.y0));
+        ++m_segUploads;
+    }
+    glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
+    glBindTexture(GL_TEXTURE_2D, 0);
+    m_hasSeg = true;
+    checkGl("ImageRenderer::uploadSegmentation");
+}
+
+void ImageRenderer::uploadColormap() {
+    const auto table = colormapTable(m_display.colormap);
+    glBindTexture(GL_TEXTURE_2D, m_cmapTex);
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_RGBA8, 256, 1, 0, GL_RGBA, GL_UNSIGNED_BYTE, table.data());
+    glBindTexture(GL_TEXTURE_2D, 0);
+    m_uploadedCmap = m_display.colormap;
+    m_cmapValid = true;
+    ++m_cmapUploads;
+    checkGl("ImageRenderer::uploadColormap");
+}
+
+void ImageRenderer::setDisplay(const DisplaySettings& display) {
+    m_display = display;
+    if (m_initialized && (!m_cmapValid || m_uploadedCmap != display.colormap)) uploadColormap();
+}
+
+void ImageRenderer::setHistEqLut(std::span<const float> lut) {
+    if (lut.size() < 2) return;
+    glBindTexture(GL_TEXTURE_2D, m_lutTex);
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, static_cast<GLsizei>(lut.size()), 1, 0, GL_RED, GL_FLOAT, lut.data());
+    glBindTexture(GL_TEXTURE_2D, 0);
+    m_lutSize = static_cast<int>(lut.size());
+    ++m_lutUploads;
+    checkGl("ImageRenderer::setHistEqLut");
+}
+
+void ImageRenderer::uploadInstances(InstanceBuffer& buf, const void* data, std::size_t bytes, int count,
+                                    bool ellipse) {
+    if (!buf.vao) {
+        glGenVertexArrays(1, &buf.vao);
+        glGenBuffers(1, &buf.vbo);
+        glBindVertexArray(buf.vao);
+        glBindBuffer(GL_ARRAY_BUFFER, buf.vbo);
+        if (ellipse) {
+            glEnableVertexAttribArray(1);
+            glVertexAttribPointer(1, 2, GL_FLOAT, GL_FALSE, kEllipseStride, reinterpret_cast<void*>(0));
+            glVertexAttribDivisor(1, 1);
+            glEnableVertexAttribArray(2);
+            glVertexAttribPointer(2, 3, GL_FLOAT, GL_FALSE, kEllipseStride, reinterpret_cast<void*>(8));
+            glVertexAttribDivisor(2, 1);
+            glEnableVertexAttribArray(3);
+            glVertexAttribPointer(3, 4, GL_UNSIGNED_BYTE, GL_TRUE, kEllipseStride, reinterpret_cast<void*>(20));
+            glVertexAttribDivisor(3, 1);
+        } else {
+            glEnableVertexAttribArray(1);
+            glVertexAttribPointer(1, 4, GL_FLOAT, GL_FALSE, kSegmentStride, reinterpret_cast<void*>(0));
+            glVertexAttribDivisor(1, 1);
+            glEnableVertexAttribArray(2);
+            glVertexAttribPointer(2, 4, GL_UNSIGNED_BYTE, GL_TRUE, kSegmentStride, reinterpret_cast<void*>(16));
+            glVertexAttribDivisor(2, 1);
+        }
+        glBindVertexArray(0);
+    }
+    glBindBuffer(GL_ARRAY_BUFFER, buf.vbo);
+    if (bytes > buf.capacity || bytes < buf.capacity / 4) {
+        glBufferData(GL_ARRAY_BUFFER, static_cast<GLsizeiptr>(bytes), data, GL_DYNAMIC_DRAW);
+        buf.capacity = bytes;
+    } else if (bytes > 0) {
+        glBufferSubData(GL_ARRAY_BUFFER, 0, static_cast<GLsizeiptr>(bytes), data);
+    }
+    glBindBuffer(GL_ARRAY_BUFFER, 0);
+    buf.count = count;
+    checkGl("ImageRenderer::uploadInstances");
+}
+
+void ImageRenderer::setEllipses(EllipseLayer layer, std::span<const EllipseInstance> instances) {
+    InstanceBuffer& buf = m_ellipses[static_cast<std::size_t>(layer)];
+    float maxAxis = 0;
+    for (const EllipseInstance& e : instances) maxAxis = std::max({maxAxis, e.a, e.b});
+    uploadInstances(buf, instances.data(), instances.size_bytes(), static_cast<int>(instances.size()), true);
+    buf.maxAxis = maxAxis;
+}
+
+void ImageRenderer::setSegments(SegmentLayer layer, std::span<const SegmentInstance> instances) {
+    uploadInstances(m_segments[static_cast<std::size_t>(layer)], instances.data(), instances.size_bytes(),
+                    static_cast<int>(instances.size()), false);
+}
+
+std::array<int, 4> ImageRenderer::overviewRect(const ViewTransform& view, const RenderOptions& options) const {
+    if (!options.overview || m_width <= 0 || m_height <= 0) return {0, 0, 0, 0};
+    const double dpr = options.devicePixelRatio;
+    const double side = std::min({160.0 * dpr, view.width * 0.3, view.height * 0.3});
+    if (side < 24 * dpr) return {0, 0, 0, 0};
+    const double aspect = static_cast<double>(m_width) / m_height;
+    const int w = static_cast<int>(aspect >= 1 ? side : side * aspect);
+    const int h = static_cast<int>(aspect >= 1 ? side / aspect : side);
+    const int margin = static_cast<int>(8 * dpr);
+    return {static_cast<int>(view.width) - w - margin, static_cast<int>(view.height) - h - margin, w, h};
+}
+
+ViewTransform ImageRenderer::overviewTransform(const ViewTransform& view, const RenderOptions& options) const {
+    const auto r = overviewRect(view, options);
+    ViewTransform t;
+    t.width = std::max(1, r[2]);
+    t.height = std::max(1, r[3]);
+    t.cx = 0.5 * (m_width - 1);
+    t.cy = 0.5 * (m_height - 1);
+    t.zoom = ViewTransform::fitZoom(m_width, m_height, t.width, t.height, 1.0);
+    return t;
+}
+
+void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& options, bool overview) {
+    QOpenGLShaderProgram& p = *m_imageProg;
+    p.bind();
+    p.setUniformValue("u_image", 0);
+    p.setUniformValue("u_seg", 1);
+    p.setUniformValue("u_lut", 2);
+    p.setUniformValue("u_cmap", 3);
+    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
+    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
+                      static_cast<float>(2 * view.zoom / view.height));
+    const StretchParams& s = m_display.stretch;
+    p.setUniformValue("u_stretch", static_cast<int>(s.stretch));
+    p.setUniformValue("u_lo", static_cast<float>(s.lo));
+    p.setUniformValue("u_hi", static_cast<float>(s.hi));
+    p.setUniformValue("u_asinhS", s.asinhSoftening);
+    p.setUniformValue("u_logA", s.logExponent);
+    p.setUniformValue("u_lutSize", m_lutSize);
+    const bool seg = m_hasSeg && options.segmentation && !overview;
+    p.setUniformValue("u_hasSeg", seg ? 1 : 0);
+    p.setUniformValue("u_segAlpha", m_display.segmentationAlpha);
+    const auto& nc = m_display.nanColour;
+    p.setUniformValue("u_nanColor", nc[0], nc[1], nc[2], nc[3]);
+    glActiveTexture(GL_TEXTURE2);
+    glBindTexture(GL_TEXTURE_2D, m_lutTex);
+    glActiveTexture(GL_TEXTURE3);
+    glBindTexture(GL_TEXTURE_2D, m_cmapTex);
+    glBindVertexArray(m_quadVao);
+    const auto vis = view.visibleImageRect();
+    for (const Tile& t : m_tiles) {
+        if (t.x0 - 0.5 > vis[2] || t.x0 + t.w - 0.5 < vis[0] || t.y0 - 0.5 > vis[3] || t.y0 + t.h - 0.5 < vis[1])
+            continue;
+        glActiveTexture(GL_TEXTURE0);
+        glBindTexture(GL_TEXTURE_2D, t.tex);
+        glActiveTexture(GL_TEXTURE1);
+        glBindTexture(GL_TEXTURE_2D, seg && t.seg ? t.seg : m_dummySeg);
+        p.setUniformValue("u_tile", static_cast<float>(t.x0), static_cast<float>(t.y0), static_cast<float>(t.w),
+                          static_cast<float>(t.h));
+        glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
+    }
+    glBindVertexArray(0);
+    glActiveTexture(GL_TEXTURE0);
+    p.release();
+}
+
+void ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
+                                 float minRadiusPx) {
+    if (buf.count <= 0) return;
+    QOpenGLShaderProgram& p = *m_ellipseProg;
+    p.bind();
+    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
+    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
+                      static_cast<float>(2 * view.zoom / view.height));
+    p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
+    p.setUniformValue("u_zoom", static_cast<float>(view.zoom));
+    const int n = ellipseSegments(std::max(minRadiusPx, static_cast<float>(buf.maxAxis * view.zoom)));
+    p.setUniformValue("u_segments", n);
+    p.setUniformValue("u_lineWidth", lineWidthPx);
+    p.setUniformValue("u_minRadiusPx", minRadiusPx);
+    glBindVertexArray(buf.vao);
+    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (n + 1), buf.count);
+    glBindVertexArray(0);
+    p.release();
+}
+
+void ImageRenderer::drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
+                                 float headPx) {
+    if (buf.count <= 0) return;
+    QOpenGLShaderProgram& p = *m_segmentProg;
+    p.bind();
+    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
+    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
+                      static_cast<float>(2 * view.zoom / view.height));
+    p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
+    p.setUniformValue("u_lineWidth", lineWidthPx);
+    p.setUniformValue("u_headPx", headPx);
+    glBindVertexArray(buf.vao);
+    glDrawArraysInstanced(GL_TRIANGLES, 0, 9, buf.count);
+    glBindVertexArray(0);
+    p.release();
+}
+
+void ImageRenderer::render(const ViewTransform& view, const RenderOptions& options) {
+    QElapsedTimer timer;
+    timer.start();
+    const auto& bg = m_display.background;
+    glViewport(0, 0, static_cast<int>(view.width), static_cast<int>(view.height));
+    glDisable(GL_DEPTH_TEST);
+    glDisable(GL_CULL_FACE);
+    glDisable(GL_SCISSOR_TEST);
+    glClearColor(bg[0], bg[1], bg[2], bg[3]);
+    glClear(GL_COLOR_BUFFER_BIT);
+    if (!m_initialized) return;
+    if (!m_tiles.empty()) drawImage(view, options, false);
+
+    glEnable(GL_BLEND);
+    glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
+    const float dpr = static_cast<float>(options.devicePixelRatio);
+    const float lw = options.lineWidth * dpr;
+    auto on = [&](EllipseLayer l) { return options.ellipses[static_cast<std::size_t>(l)]; };
+    if (on(EllipseLayer::Apertures)) drawEllipses(m_ellipses[1], view, lw, 0.0f);
+    if (on(EllipseLayer::Sources)) drawEllipses(m_ellipses[0], view, lw, 2.0f * dpr);
+    if (on(EllipseLayer::ReferenceStars)) drawEllipses(m_ellipses[2], view, lw, 5.0f * dpr);
+    if (options.segments[0]) drawSegments(m_segments[0], view, lw, 0.0f);
+    if (options.segments[1]) drawSegments(m_segments[1], view, lw, 6.0f * dpr);
+    if (on(EllipseLayer::Selected)) drawEllipses(m_ellipses[3], view, 2.5f * lw, 4.0f * dpr);
+
+    const auto r = overviewRect(view, options);
+    if (r[2] > 0 && !m_tiles.empty()) {
+        const int glY = static_cast<int>(view.height) - r[1] - r[3];
+        glEnable(GL_SCISSOR_TEST);
+        glScissor(r[0], glY, r[2], r[3]);
+        glViewport(r[0], glY, r[2], r[3]);
+        glClearColor(0, 0, 0, 1);
+        glClear(GL_COLOR_BUFFER_BIT);
+        const ViewTransform ov = overviewTransform(view, options);
+        glDisable(GL_BLEND);
+        drawImage(ov, options, true);
+        glEnable(GL_BLEND);
+        // Border of the inset and the visible rectangle, as segments in the overview's image coordinates.
+        const auto vis = view.visibleImageRect();
+        const float x0 = static_cast<float>(std::max(vis[0], -0.5)), y0 = static_cast<float>(std::max(vis[1], -0.5));
+        const float x1 = static_cast<float>(std::min(vis[2], m_width - 0.5));
+        const float y1 = static_cast<float>(std::min(vis[3], m_height - 0.5));
+        const float bx0 = -0.5f, by0 = -0.5f, bx1 = m_width - 0.5f, by1 = m_height - 0.5f;
+        const std::uint32_t red = packRgba(255, 64, 64), grey = packRgba(160, 160, 160);
+        // Grey border first, the red visible rectangle over it.
+        const SegmentInstance segs[8] = {{bx0, by0, bx1 - bx0, 0, grey}, {bx1, by0, 0, by1 - by0, grey},
+                                         {bx1, by1, bx0 - bx1, 0, grey}, {bx0, by1, 0, by0 - by1, grey},
+                                         {x0, y0, x1 - x0, 0, red},      {x1, y0, 0, y1 - y0, red},
+                                         {x1, y1, x0 - x1, 0, red},      {x0, y1, 0, y0 - y1, red}};
+        uploadInstances(m_frameSegments, segs, sizeof segs, (x1 > x0 && y1 > y0) ? 8 : 4, false);
+        drawSegments(m_frameSegments, ov, 1.5f * dpr, 0.0f);
+        glDisable(GL_SCISSOR_TEST);
+        glViewport(0, 0, static_cast<int>(view.width), static_cast<int>(view.height));
+    }
+    glDisable(GL_BLEND);
+    if (m_finishEachFrame) glFinish();
+    checkGl("ImageRenderer::render");
+    m_lastRenderMs = static_cast<double>(timer.nsecsElapsed()) * 1e-6;
+}
+
+} // namespace gpuphot::viewers

@@ -1,0 +1,132 @@
+#pragma once
+// The OpenGL renderer of the image viewer. Needs only a current OpenGL 3.3 core or OpenGL ES 3.0 context
+// and Qt's function loader: no widget. Float pixels are uploaded once as R32F textures in tiles of at most
+// GL_MAX_TEXTURE_SIZE; stretch, limits and colormap are uniforms plus two small textures (colormap, histogram
+// equalisation table), so changing them never re-uploads pixels. Overlays are instanced: one VBO of
+// per-instance records per layer (viewers/overlay_geometry.hpp), outlines generated in the vertex shader.
+// Every method except the constructor, the accessors and the setters of plain state must be called with
+// the context current; destroy() too, before the context goes away.
+#include <QOpenGLExtraFunctions>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/model/image.hpp"
+#include "viewers/overlay_geometry.hpp"
+#include "viewers/stretch.hpp"
+#include "viewers/view_transform.hpp"
+
+class QOpenGLShaderProgram;
+
+namespace gpuphot::viewers {
+
+enum class EllipseLayer { Sources, Apertures, ReferenceStars, Selected, Count };
+enum class SegmentLayer { PsfWhiskers, Residuals, Count };
+
+struct DisplaySettings {
+    StretchParams stretch;
+    Colormap colormap = Colormap::Grey;
+    float segmentationAlpha = 0.35f;
+    std::array<float, 4> nanColour{0.15f, 0.0f, 0.2f, 1.0f};
+    std::array<float, 4> background{0.08f, 0.08f, 0.1f, 1.0f};
+};
+
+struct RenderOptions {
+    std::array<bool, static_cast<int>(EllipseLayer::Count)> ellipses{true, true, true, true};
+    std::array<bool, static_cast<int>(SegmentLayer::Count)> segments{true, true};
+    bool segmentation = true;
+    bool overview = true;
+    double devicePixelRatio = 1.0;
+    float lineWidth = 1.5f; // logical px
+};
+
+class ImageRenderer : protected QOpenGLExtraFunctions {
+public:
+    ImageRenderer();
+    ~ImageRenderer();
+    ImageRenderer(const ImageRenderer&) = delete;
+    ImageRenderer& operator=(const ImageRenderer&) = delete;
+
+    // Compiles the shaders; throws std::runtime_error with the log when they do not compile.
+    void initialize();
+    void destroy(); // frees the GL objects (context current)
+    bool initialized() const { return m_initialized; }
+    bool isOpenGLES() const { return m_es; }
+    int maxTextureSize() const { return m_maxTexture; }
+    void setMaxTileSize(int size) { m_tileLimit = size; } // 0: GL_MAX_TEXTURE_SIZE (tests force tiling)
+
+    void uploadImage(const ImageViewT<float>& image); // one glTexImage2D per tile
+    void clearImage();
+    void uploadSegmentation(const ImageViewT<std::int32_t>& seg); // same size as the image, else ignored
+    void clearSegmentation();
+    int imageWidth() const { return m_width; }
+    int imageHeight() const { return m_height; }
+    int tileCount() const { return static_cast<int>(m_tiles.size()); }
+
+    void setDisplay(const DisplaySettings& display);   // uniforms; the colormap texture when it changes
+    void setHistEqLut(std::span<const float> lut);     // the small LUT texture
+
+    void setEllipses(EllipseLayer layer, std::span<const EllipseInstance> instances);
+    void setSegments(SegmentLayer layer, std::span<const SegmentInstance> instances);
+
+    // Draws into the currently bound framebuffer; view in device pixels.
+    void render(const ViewTransform& view, const RenderOptions& options);
+    // The overview inset rectangle in device pixels, origin top-left: {x, y, w, h}; w = 0 when none.
+    std::array<int, 4> overviewRect(const ViewTransform& view, const RenderOptions& options) const;
+    ViewTransform overviewTransform(const ViewTransform& view, const RenderOptions& options) const;
+
+    // Counters and diagnostics.
+    int pixelUploads() const { return m_pixelUploads; }   // R32F tile uploads since construction
+    int segmentationUploads() const { return m_segUploads; }
+    int lutUploads() const { return m_lutUploads; }
+    int colormapUploads() const { return m_cmapUploads; }
+    std::vector<std::string> takeGlErrors();             // glGetError results recorded so far, "where: 0x...."
+    void setTiming(bool finish) { m_finishEachFrame = finish; } // glFinish at the end of render (benchmarks)
+    double lastRenderMs() const { return m_lastRenderMs; }
+
+private:
+    struct Tile {
+        int x0, y0, w, h;
+        unsigned tex = 0, seg = 0;
+    };
+    struct InstanceBuffer {
+        unsigned vao = 0, vbo = 0;
+        int count = 0;
+        std::size_t capacity = 0;
+        float maxAxis = 0; // ellipses: largest semi-axis, image px (segment count LOD)
+    };
+    void checkGl(const char* where);
+    void drawImage(const ViewTransform& view, const RenderOptions& options, bool overview);
+    void drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float minRadiusPx);
+    void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx);
+    void uploadInstances(InstanceBuffer& buf, const void* data, std::size_t bytes, int count, bool ellipse);
+    void uploadColormap();
+
+    bool m_initialized = false;
+    bool m_es = false;
+    int m_maxTexture = 0;
+    int m_tileLimit = 0;
+    int m_width = 0, m_height = 0;
+    std::vector<Tile> m_tiles;
+    bool m_hasSeg = false;
+    std::unique_ptr<QOpenGLShaderProgram> m_imageProg, m_ellipseProg, m_segmentProg;
+    unsigned m_quadVao = 0, m_quadVbo = 0;
+    unsigned m_lutTex = 0, m_cmapTex = 0, m_dummySeg = 0;
+    int m_lutSize = 0;
+    DisplaySettings m_display;
+    Colormap m_uploadedCmap = Colormap::Grey;
+    bool m_cmapValid = false;
+    std::array<InstanceBuffer, static_cast<int>(EllipseLayer::Count)> m_ellipses;
+    std::array<InstanceBuffer, static_cast<int>(SegmentLayer::Count)> m_segments;
+    InstanceBuffer m_frameSegments; // overview border and visible rectangle
+    int m_pixelUploads = 0, m_segUploads = 0, m_lutUploads = 0, m_cmapUploads = 0;
+    std::vector<std::string> m_glErrors;
+    bool m_finishEachFrame = false;
+    double m_lastRenderMs = 0;
+};
+
+} // namespace gpuphot::viewers

@@ -1,0 +1,144 @@
+#pragma once
+// The workbench image viewer: a thin QOpenGLWidget that owns an ImageRenderer (viewers/image_renderer.hpp)
+// and turns mouse/keyboard input into view changes. Pixels are uploaded once as float textures; stretch,
+// limits and colormap are shader uniforms, so changing them never re-uploads pixels. Coordinates are
+// 0-based image pixels with pixel centres at integers (what a user sees is 1-based: ui/ adds 1).
+#include <QOpenGLWidget>
+#include <QPointF>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/model/image.hpp"
+#include "viewers/overlay_geometry.hpp"
+#include "viewers/stretch.hpp"
+#include "viewers/view_transform.hpp"
+
+namespace gpuphot::viewers {
+
+// Stretch, LimitMode, Colormap (viewers/stretch.hpp) and Marker, Vector2 (viewers/overlay_geometry.hpp) are
+// part of this API.
+enum class Layer { Sources, Apertures, PsfWhiskers, ReferenceStars, AstrometricResiduals, Segmentation };
+
+class ImageRenderer;
+
+class ImageView : public QOpenGLWidget {
+    Q_OBJECT
+public:
+    explicit ImageView(QWidget* parent = nullptr);
+    ~ImageView() override;
+
+    void setImage(std::shared_ptr<const Image<float>> image); // uploads once (tiled above GL_MAX_TEXTURE_SIZE)
+    std::shared_ptr<const Image<float>> image() const { return m_image; }
+
+    void setStretch(Stretch stretch);
+    Stretch stretch() const { return m_stretch; }
+    void setLimitMode(LimitMode mode, double lowPercent = 0.25, double highPercent = 99.75);
+    LimitMode limitMode() const { return m_limitMode; }
+    void setManualLimits(double lo, double hi);
+    std::pair<double, double> limits() const;
+    void setColormap(Colormap colormap);
+    Colormap colormap() const { return m_colormap; }
+    // Softening of the asinh stretch as a fraction of the [lo, hi] range (default 0.1) and the log
+    // stretch exponent a in log(1 + a t) / log(1 + a) (default 1000).
+    void setStretchParameters(float asinhSoftening, float logExponent);
+
+    void setSources(std::vector<Marker> markers); // ellipses (kron-like scale factor settable)
+    void setSourceScale(float scale);              // ellipse semi-axes drawn as scale * (a, b); default 3
+    void setApertures(std::vector<float> radii, float annulusInner, float annulusOuter); // drawn around sources
+    void setPsfWhiskers(std::vector<Vector2> whiskers);
+    void setWhiskerScale(float scale); // whisker length multiplier (default 1)
+    void setReferenceStars(std::vector<Vector2> positions); // dx,dy ignored (circles)
+    void setResidualVectors(std::vector<Vector2> v, float exaggeration);
+    void setSegmentation(std::shared_ptr<const Image<std::int32_t>> seg); // translucent colour layer
+    void setLayerVisible(Layer layer, bool visible);
+    bool layerVisible(Layer layer) const;
+    void setSelectedSource(int index); // -1: none; highlighted marker
+    int selectedSource() const { return m_selected; }
+    void setOverviewVisible(bool visible); // the panner inset in the lower-right corner
+
+    void zoomToFit();
+    void zoomOneToOne();
+    void centerOn(double x, double y);
+    void setZoom(double zoom); // screen px per image px, about the widget centre
+    double zoom() const;
+    QPointF center() const; // image coordinate at the widget centre
+    QPointF imageToWidget(QPointF p) const;
+    QPointF widgetToImage(QPointF p) const;
+
+    // Diagnostics (tests, benchmarks): number of pixel texture uploads (tiles) since construction,
+    // and the renderer (nullptr before the GL context exists).
+    int pixelUploadCount() const;
+    ImageRenderer* renderer() const { return m_renderer.get(); }
+    // Non-empty when the GL context or the shaders failed (the view then stays blank).
+    QString glFailure() const { return m_glFailure; }
+    ViewTransform viewTransform() const; // logical widget pixels
+
+signals:
+    void cursorMoved(double x, double y); // 0-based image px (NaN when outside)
+    void sourceClicked(int index);        // nearest marker within a few screen px
+    void viewChanged();
+
+protected:
+    void initializeGL() override;
+    void resizeGL(int w, int h) override;
+    void paintGL() override;
+    void mousePressEvent(QMouseEvent* e) override;
+    void mouseMoveEvent(QMouseEvent* e) override;
+    void mouseReleaseEvent(QMouseEvent* e) override;
+    void wheelEvent(QWheelEvent* e) override;
+    void keyPressEvent(QKeyEvent* e) override;
+    void leaveEvent(QEvent* e) override;
+
+private:
+    void recomputeLimits();
+    void rebuildSourceLayers();
+    void rebuildSelected();
+    void syncRenderer();
+    void emitCursor(QPointF widgetPos);
+    void zoomAbout(QPointF widgetPos, double newZoom);
+    void clampZoom();
+    int pickSource(QPointF widgetPos) const;
+    bool overviewContains(QPointF widgetPos) const;
+    void centerFromOverview(QPointF widgetPos);
+
+    std::unique_ptr<ImageRenderer> m_renderer;
+    std::shared_ptr<const Image<float>> m_image;
+    std::shared_ptr<const Image<std::int32_t>> m_seg;
+    std::vector<Marker> m_markers;
+    std::vector<float> m_sample; // deterministic pixel sample for limits and the histogram-equalisation LUT
+    OverlayStyle m_style;
+    std::vector<float> m_apertureRadii;
+    float m_annulusInner = 0, m_annulusOuter = 0;
+    std::vector<Vector2> m_whiskers, m_residuals;
+    float m_exaggeration = 1;
+    std::vector<EllipseInstance> m_sourceInst, m_apertureInst, m_referenceInst, m_selectedInst;
+    std::vector<SegmentInstance> m_whiskerInst, m_residualInst;
+    std::array<bool, 6> m_visible{true, true, true, true, true, true};
+    bool m_overview = true;
+    float m_asinhSoftening = 0.1f, m_logExponent = 1000.f;
+    // What paintGL must push to the renderer.
+    bool m_imageDirty = false, m_segDirty = false, m_lutDirty = true;
+    std::array<bool, 4> m_ellipseDirty{};
+    std::array<bool, 2> m_segmentDirty{};
+    QString m_glFailure;
+    QMetaObject::Connection m_contextConnection;
+    Stretch m_stretch = Stretch::Linear;
+    LimitMode m_limitMode = LimitMode::ZScale;
+    Colormap m_colormap = Colormap::Grey;
+    double m_lowPercent = 0.25, m_highPercent = 99.75;
+    double m_lo = 0.0, m_hi = 1.0;
+    int m_selected = -1;
+    bool m_fitPending = true;
+    double m_zoom = 1.0;
+    double m_cx = 0.0, m_cy = 0.0; // image coordinate at the widget centre
+    bool m_dragging = false;
+    bool m_draggingOverview = false;
+    QPointF m_lastMouse;
+    QPointF m_pressPos;
+};
+
+} // namespace gpuphot::viewers
