@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -99,34 +101,85 @@ void validate(const ImageView& image, const MaskView& mask, const BackgroundResu
     }
 }
 
+// Background-subtracted pixels and per-pixel state of one row.
+struct PrepareInputs {
+    const ImageView* image;
+    const MaskView* mask;
+    const BackgroundResult* bkg;
+    bool hasSat;
+    float sat;
+};
+
+inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t* st) {
+    const int w = in.image->width;
+    const float* px = in.image->row(y);
+    const float* lv = in.bkg->level.row(y);
+    const float* rm = in.bkg->rms.row(y);
+    const std::uint8_t* mk = in.mask->empty() ? nullptr : in.mask->row(y);
+    const bool hasSat = in.hasSat;
+    const float sat = in.sat;
+    for (int x = 0; x < w; ++x) {
+        const std::uint8_t mb = mk ? mk[x] : 0;
+        std::uint8_t s = 0;
+        if (!std::isfinite(px[x]) || !std::isfinite(lv[x]) || !std::isfinite(rm[x]) ||
+            (mb & (MaskNonFinite | MaskOutside)))
+            s |= detail::StateInvalid | detail::StateBad;
+        if (mb & (MaskBad | MaskCosmicRay)) s |= detail::StateBad;
+        if ((mb & MaskSaturated) || (hasSat && px[x] >= sat)) s |= detail::StateSaturated;
+        out[x] = (s & detail::StateBad) ? 0.0f : px[x] - lv[x];
+        if (st) st[x] = s;
+    }
+}
+
+PrepareInputs prepareInputs(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                            const DetectionParams& p) {
+    return {&image, &mask, &bkg, std::isfinite(p.saturationLevel), static_cast<float>(p.saturationLevel)};
+}
+
 // Background-subtracted pixels and per-pixel state.
 void prepare(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
              const DetectionParams& p, Image<float>& sub, Image<std::uint8_t>& state, int threads) {
     const int w = image.width, h = image.height;
     sub = Image<float>(w, h, Image<float>::NoInit{});
     state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
-    const bool hasMask = !mask.empty();
-    const auto sat = static_cast<float>(p.saturationLevel);
-    const bool hasSat = std::isfinite(p.saturationLevel);
+    const PrepareInputs in = prepareInputs(image, mask, bkg, p);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int y = 0; y < h; ++y) {
-        const float* in = image.row(y);
-        const float* lv = bkg.level.row(y);
-        const float* rm = bkg.rms.row(y);
-        const std::uint8_t* mk = hasMask ? mask.row(y) : nullptr;
-        float* out = sub.row(y);
-        std::uint8_t* st = state.row(y);
-        for (int x = 0; x < w; ++x) {
-            const std::uint8_t mb = mk ? mk[x] : 0;
-            std::uint8_t s = 0;
-            if (!std::isfinite(in[x]) || !std::isfinite(lv[x]) || !std::isfinite(rm[x]) ||
-                (mb & (MaskNonFinite | MaskOutside)))
-                s |= detail::StateInvalid | detail::StateBad;
-            if (mb & (MaskBad | MaskCosmicRay)) s |= detail::StateBad;
-            if ((mb & MaskSaturated) || (hasSat && in[x] >= sat)) s |= detail::StateSaturated;
-            out[x] = (s & detail::StateBad) ? 0.0f : in[x] - lv[x];
-            st[x] = s;
+    for (int y = 0; y < h; ++y)
+        prepareRow(in, y, sub.row(y), state.row(y));
+}
+
+// Appends the runs of above-threshold pixels of row y (d: detection row, r: rms row, s: state row).
+// above: scratch of at least w + 8 bytes.
+inline void rowRuns(int y, int w, const float* d, const float* r, const std::uint8_t* s, double threshold,
+                    bool absolute, std::uint8_t* above, std::vector<Run>& out) {
+    if (absolute) {
+        for (int x = 0; x < w; ++x)
+            above[x] = static_cast<std::uint8_t>(!(s[x] & detail::StateInvalid) &
+                                                 (static_cast<double>(d[x]) > threshold));
+    } else {
+        for (int x = 0; x < w; ++x)
+            above[x] = static_cast<std::uint8_t>(
+                !(s[x] & detail::StateInvalid) &
+                (static_cast<double>(d[x]) > threshold * static_cast<double>(r[x])));
+    }
+    std::memset(above + w, 0, 8);
+    int x = 0;
+    while (x < w) {
+        // Skip eight background pixels at a time.
+        std::uint64_t word;
+        std::memcpy(&word, above + x, 8);
+        if (word == 0) {
+            x += 8;
+            continue;
         }
+        if (!above[x]) {
+            ++x;
+            continue;
+        }
+        const int x0 = x;
+        while (x < w && above[x])
+            ++x;
+        out.push_back({y, x0, x - 1});
     }
 }
 
@@ -135,28 +188,117 @@ std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
     constexpr int kBlock = 64;
     const int nBlocks = (im.height + kBlock - 1) / kBlock;
     std::vector<std::vector<Run>> blocks(nBlocks);
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int b = 0; b < nBlocks; ++b) {
-        auto& out = blocks[b];
-        const int y1 = std::min(im.height, (b + 1) * kBlock);
-        for (int y = b * kBlock; y < y1; ++y) {
-            const float* d = im.det.row(y);
-            const float* r = im.rms.row(y);
-            const std::uint8_t* s = im.state.row(y);
-            int x = 0;
-            while (x < im.width) {
-                auto isAbove = [&](int xx) {
-                    const double t = im.absolute ? im.threshold : im.threshold * static_cast<double>(r[xx]);
-                    return !(s[xx] & detail::StateInvalid) && static_cast<double>(d[xx]) > t;
-                };
-                if (!isAbove(x)) {
-                    ++x;
-                    continue;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<std::uint8_t> above(static_cast<std::size_t>(im.width) + 8);
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nBlocks; ++b) {
+            const int y1 = std::min(im.height, (b + 1) * kBlock);
+            for (int y = b * kBlock; y < y1; ++y)
+                rowRuns(y, im.width, im.det.row(y), im.rms.row(y), im.state.row(y), im.threshold, im.absolute,
+                        above.data(), blocks[b]);
+        }
+    }
+    std::size_t total = 0;
+    for (const auto& b : blocks)
+        total += b.size();
+    std::vector<Run> runs;
+    runs.reserve(total);
+    for (const auto& b : blocks)
+        runs.insert(runs.end(), b.begin(), b.end());
+    return runs;
+}
+
+// Background subtraction, pixel states, the separable matched filter and thresholding in one pass
+// over blocks of rows: each block keeps a ring of 2r+1 horizontally filtered rows and recomputes the
+// r rows of background-subtracted pixels above and below it (the same numbers its neighbours store), so
+// no full-frame intermediate beyond sub, state and filtered is needed and every pixel is read once.
+// The operation order of every output is that of prepare + convolveSeparable + thresholdRuns.
+// filtered: null without a filter (det = sub).
+std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                           const DetectionParams& p, const std::vector<float>& k1d, Image<float>& sub,
+                           Image<std::uint8_t>& state, Image<float>* filtered, int threads) {
+    const int w = image.width, h = image.height;
+    sub = Image<float>(w, h, Image<float>::NoInit{});
+    state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
+    if (filtered) {
+        *filtered = Image<float>(w, h, Image<float>::NoInit{});
+    }
+    const PrepareInputs in = prepareInputs(image, mask, bkg, p);
+    const int n = static_cast<int>(k1d.size());
+    const int r = n / 2;
+    const float* k = k1d.data();
+    constexpr int kBlock = 64;
+    const int nBlocks = (h + kBlock - 1) / kBlock;
+    std::vector<std::vector<Run>> blocks(nBlocks);
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> ring(filtered ? static_cast<std::size_t>(n) * w : 0);
+        std::vector<float> halo(filtered ? w : 0);
+        std::vector<std::uint8_t> above(static_cast<std::size_t>(w) + 8);
+        // Horizontal pass of one row: acc = 0; acc += k[j] * src(x + j - r), j = 0..n-1, taps outside
+        // the row skipped (interior pixels: one tap at a time over the row, the same order per pixel).
+        auto hconv = [&](const float* src, float* dst) {
+            const int xa = std::min(r, w), xb = std::max(xa, w - r);
+            for (int x = 0; x < xa; ++x) {
+                float acc = 0.0f;
+                const int j0 = std::max(0, r - x), j1 = std::min(n, w + r - x);
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * src[x + j - r];
+                dst[x] = acc;
+            }
+            for (int x = xa; x < xb; ++x)
+                dst[x] = 0.0f;
+            for (int j = 0; j < n; ++j) {
+                const float kj = k[j];
+                const float* sj = src + (j - r);
+#pragma omp simd
+                for (int x = xa; x < xb; ++x)
+                    dst[x] += kj * sj[x];
+            }
+            for (int x = xb; x < w; ++x) {
+                float acc = 0.0f;
+                const int j0 = std::max(0, r - x), j1 = std::min(n, w + r - x);
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * src[x + j - r];
+                dst[x] = acc;
+            }
+        };
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nBlocks; ++b) {
+            const int y0 = b * kBlock, y1 = std::min(h, y0 + kBlock);
+            auto& out = blocks[b];
+            if (!filtered) {
+                for (int y = y0; y < y1; ++y) {
+                    prepareRow(in, y, sub.row(y), state.row(y));
+                    rowRuns(y, w, sub.row(y), bkg.rms.row(y), state.row(y), p.threshold,
+                            p.thresholdIsAbsolute, above.data(), out);
                 }
-                const int x0 = x;
-                while (x < im.width && isAbove(x))
-                    ++x;
-                out.push_back({y, x0, x - 1});
+                continue;
+            }
+            int next = std::max(0, y0 - r); // next row to subtract and filter horizontally
+            for (int y = y0; y < y1; ++y) {
+                const int need = std::min(h - 1, y + r);
+                for (; next <= need; ++next) {
+                    const bool own = next >= y0 && next < y1;
+                    float* src = own ? sub.row(next) : halo.data();
+                    prepareRow(in, next, src, own ? state.row(next) : nullptr);
+                    hconv(src, ring.data() + static_cast<std::size_t>(next % n) * w);
+                }
+                // Vertical pass, rows y - r .. y + r in order.
+                float* dst = filtered->row(y);
+                for (int x = 0; x < w; ++x)
+                    dst[x] = 0.0f;
+                const int j0 = std::max(0, r - y), j1 = std::min(n, h + r - y);
+                for (int j = j0; j < j1; ++j) {
+                    const float kj = k[j];
+                    const float* src = ring.data() + static_cast<std::size_t>((y + j - r) % n) * w;
+#pragma omp simd
+                    for (int x = 0; x < w; ++x)
+                        dst[x] += kj * src[x];
+                }
+                rowRuns(y, w, dst, bkg.rms.row(y), state.row(y), p.threshold, p.thresholdIsAbsolute,
+                        above.data(), out);
             }
         }
     }
@@ -183,25 +325,27 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     const int threads = ctx.threadCount();
     const int w = image.width, h = image.height;
 
-    // 1. Background subtraction, pixel states, matched filter.
+    // 1. Background subtraction, pixel states, matched filter, thresholding.
     Image<float> sub;
     Image<std::uint8_t> state;
-    prepare(image, mask, bkg, p, sub, state, threads);
     Image<float> filtered;
-    if (p.filter) {
-        if (!p.filterKernel.empty()) {
-            std::vector<float> k = p.filterKernel;
-            double sum = 0.0;
-            for (float v : k)
-                sum += v;
-            if (sum != 0.0)
-                for (float& v : k)
-                    v = static_cast<float>(v / sum);
-            const int kw = p.filterKernelWidth;
-            convolve2d(sub.view(), k, kw, static_cast<int>(k.size()) / kw, filtered, threads);
-        } else {
-            convolveSeparable(sub.view(), gaussianKernel1d(p.filterFwhm), filtered, threads);
-        }
+    std::vector<Run> runs;
+    const bool kernel2d = p.filter && !p.filterKernel.empty();
+    if (kernel2d) {
+        prepare(image, mask, bkg, p, sub, state, threads);
+        std::vector<float> k = p.filterKernel;
+        double sum = 0.0;
+        for (float v : k)
+            sum += v;
+        if (sum != 0.0)
+            for (float& v : k)
+                v = static_cast<float>(v / sum);
+        const int kw = p.filterKernelWidth;
+        convolve2d(sub.view(), k, kw, static_cast<int>(k.size()) / kw, filtered, threads);
+    } else {
+        std::vector<float> k1d;
+        if (p.filter) k1d = gaussianKernel1d(p.filterFwhm);
+        runs = fusedPass(image, mask, bkg, p, k1d, sub, state, p.filter ? &filtered : nullptr, threads);
     }
     detail::DetectionImages im;
     im.width = w;
@@ -212,11 +356,12 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     im.state = state.view();
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
+    if (kernel2d) runs = thresholdRuns(im, threads);
     ctx.report("detection", 0.2);
     ctx.checkCancelled();
 
-    // 2. Thresholding; the per-object half is shared with the CUDA backend.
-    return detail::detectFromRuns(thresholdRuns(im, threads), im, p, ctx);
+    // 2. The per-object half is shared with the CUDA backend.
+    return detail::detectFromRuns(std::move(runs), im, p, ctx);
 }
 
 namespace detail {
@@ -278,10 +423,26 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
     for (std::int64_t i = 0; i < nObj; ++i)
         iso[i] = detail::measureIsophotal(objects[i].runs, im, p);
     if (p.clean) {
-        const std::vector<std::int32_t> target = detail::cleanTargets(iso, im, p, threads);
+        std::vector<const std::vector<Run>*> footprints(objects.size());
+        for (std::size_t i = 0; i < objects.size(); ++i)
+            footprints[i] = &objects[i].runs;
+        const std::vector<std::int32_t> target = detail::cleanTargets(iso, footprints, im, p, threads);
         std::vector<char> grown(objects.size(), 0);
         for (std::int64_t i = 0; i < nObj; ++i) {
             if (target[i] < 0) continue;
+            // As SExtractor: the kept object takes the CLEANed one's flux, area and extent but keeps its
+            // own position and shape (CLEAN only merges into objects that are themselves kept).
+            detail::IsoMeasure& e = iso[target[i]];
+            const detail::IsoMeasure& v = iso[i];
+            e.flux += v.flux;
+            e.fluxVar += v.fluxVar;
+            e.area += v.area;
+            e.peak = std::max(e.peak, v.peak);
+            e.xMin = std::min(e.xMin, v.xMin);
+            e.xMax = std::max(e.xMax, v.xMax);
+            e.yMin = std::min(e.yMin, v.yMin);
+            e.yMax = std::max(e.yMax, v.yMax);
+            e.flags |= v.flags;
             auto& dst = objects[target[i]].runs;
             dst.insert(dst.end(), objects[i].runs.begin(), objects[i].runs.end());
             objects[i].runs.clear();
@@ -298,7 +459,7 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
                     return a.y < b.y || (a.y == b.y && a.x0 < b.x0);
                 });
             kept.push_back(std::move(objects[i]));
-            keptIso.push_back(grown[i] ? detail::measureIsophotal(kept.back().runs, im, p) : iso[i]);
+            keptIso.push_back(iso[i]);
         }
         objects.swap(kept);
         iso.swap(keptIso);
@@ -318,7 +479,11 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
 
     // 6. Segmentation map, windowed positions, the Sources columns.
     const auto n = static_cast<std::int64_t>(order.size());
-    result.segmentation = Image<std::int32_t>(w, h, 0);
+    // Zeroed in parallel row blocks (the same zeros as Image(w, h, 0), without a serial fill).
+    result.segmentation = Image<std::int32_t>(w, h, Image<std::int32_t>::NoInit{});
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int y = 0; y < h; ++y)
+        std::memset(result.segmentation.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t k = 0; k < n; ++k) {
         const auto id = static_cast<std::int32_t>(k + 1);

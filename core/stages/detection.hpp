@@ -35,7 +35,7 @@ struct DetectionParams {
     double deblendContrast = 0.005; // DEBLEND_MINCONT, fraction of the parent's (filtered) flux
     int deblendMaxChildren = 1024;  // more branches than this in one blend: stop, FlagDeblendOverflow
     bool clean = true;              // CLEAN
-    double cleanParam = 1.0; // CLEAN_PARAM: wing model exponent beta = 1 / cleanParam (larger: more cleaning)
+    double cleanParam = 1.0; // CLEAN_PARAM: Moffat beta of the wing model (smaller: wider wings, more cleaning)
     double gain = 0.0;       // GAIN, e-/ADU for flux errors (0: background noise only, as SExtractor)
     double saturationLevel = std::numeric_limits<double>::infinity(); // SATUR_LEVEL, ADU (raw pixel value)
     // XWIN/YWIN window (SExtractor: Gaussian of sigma = d50 / 2.35, d50 = half-light diameter): here the

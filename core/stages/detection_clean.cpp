@@ -1,16 +1,34 @@
-// CLEAN: merge detections that are explained by the wing of a brighter neighbour.
+// CLEAN: merge detections that are explained by the wing of a brighter neighbour (SExtractor CLEAN /
+// CLEAN_PARAM semantics, as documented for SExtractor and sep).
 //
-// Each object j with a filtered peak A above its local threshold t models its wing as an elliptical
-// Moffat profile P(r) = A (1 + r^2 / alpha^2)^-beta, where r is the elliptical radius from its
-// isophotal barycentre in units of its second-moment sigma, beta = 1 / cleanParam, and alpha is such
-// that P reaches t at the isophotal limit R (pi a b R^2 = isophotal area). A fainter object i (filtered
-// peak below A; ties: the later index) within r < 10 R is merged into j when its filtered peak minus
-// P_j at that peak is below its own threshold: without j's wing it would not have been detected.
-// Each object merges into the neighbour with the largest wing there (ties: the lower index); chains
-// resolve to the brightest. Candidate pairs are found in parallel and combined in a fixed order.
+// Every object is described on the filtered (detection) image over its footprint: filtered flux F,
+// pixel count N, filtered-flux-weighted barycentre and second moments (a, b, cxx, cyy, cxy, with
+// SExtractor's 1/12 px^2 guard against singular moments), detection threshold t = the lowest per-pixel
+// threshold over the footprint, and
+//   - abcor, the correction of the isophotal moments for their truncation: the number of footprint
+//     pixels whose unfiltered value lies between t and (t + peak) / 2, over 2 pi a b ln((t + peak) / 2t)
+//     (what a Gaussian of those moments would give), at most 1;
+//   - mthresh, the height above the threshold of the footprint's minArea-th brightest filtered pixel
+//     (filtered value minus the local threshold): lowering the object by more than that leaves fewer than
+//     minArea pixels above threshold.
+// An object's wing is the Moffat profile W(r) = A (1 + alpha r^2)^-beta with beta = cleanParam, amplitude
+// A = F / (2 pi a b abcor) (the peak of a Gaussian of flux F) and alpha such that W = t at the isophotal
+// radius (pi a b r^2 = N); r is the elliptical radius (cxx dx^2 + cyy dy^2 + cxy dx dy)^1/2 in sigma units.
+// An object i is CLEANed into an object j of larger filtered flux (ties: the lower index) when their
+// barycentres are closer than 10 (a_i + a_j) and j's wing at i's barycentre is above i's mthresh: without
+// j's wing i would not have been detected. Objects are decided from the brightest down: an object that
+// was CLEANed cleans nothing (as in SExtractor, where a swallowed object leaves the list), and each
+// CLEANed object goes to the kept neighbour whose wing is largest there (ties: the lower index).
+//
+// The detection passes the objects' footprints in (the overload with `footprints`); the older overload
+// rebuilds them exactly as the detection built them, by re-thresholding, labelling (detail::labelRuns)
+// and, for regions that hold more than one object, re-deblending (detail::deblendObject), matching each
+// rebuilt child to its object by area and bounding box. Both run per object in parallel and combine in a
+// fixed order, so the result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <functional>
+#include <limits>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -21,58 +39,285 @@ namespace gpuphot::detail {
 
 namespace {
 constexpr double kPi = 3.14159265358979323846;
-constexpr double kCleanZone = 10.0; // in units of the isophotal limit R
+constexpr double kCleanZone = 10.0; // in units of the sum of the two objects' major-axis sigmas
 constexpr int kCell = 32;           // px, grid cell for the neighbour search
 
-bool brighter(const std::vector<IsoMeasure>& m, std::int32_t j, std::int32_t i) {
-    return m[j].detPeak > m[i].detPeak || (m[j].detPeak == m[i].detPeak && j < i);
+// An object as CLEAN sees it (SExtractor's fdflux, fdnpix, mx, my, a, b, cxx, cyy, cxy, dthresh, abcor,
+// mthresh).
+struct CleanObject {
+    bool valid = false;
+    double flux = 0.0;
+    std::int64_t npix = 0;
+    double mx = 0.0, my = 0.0, a = 0.0, b = 0.0, cxx = 0.0, cyy = 0.0, cxy = 0.0;
+    double thresh = 0.0, abcor = 1.0, mthresh = 0.0;
+    // The wing: W(r2) = amp (1 + alpha r2)^-beta; amp <= 0 or alpha <= 0: no wing.
+    double amp = 0.0, alpha = 0.0;
+};
+
+CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p,
+                     double beta) {
+    CleanObject o;
+    const double x0 = runs.front().x0, y0 = runs.front().y; // reference point for the sums
+    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+    double thresh = std::numeric_limits<double>::infinity();
+    double peak = -std::numeric_limits<double>::infinity();
+    std::int64_t n = 0;
+    const auto k = static_cast<std::size_t>(std::max(1, p.minArea));
+    std::vector<float> above; // filtered value minus the local threshold
+    for (const Run& r : runs) {
+        const float* drow = im.det.row(r.y);
+        const float* vrow = im.sub.row(r.y);
+        const double dy = r.y - y0;
+        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+            const double d = drow[x], dx = x - x0, t = im.thresholdAt(x, r.y);
+            s += d;
+            sx += d * dx;
+            sy += d * dy;
+            sxx += d * dx * dx;
+            syy += d * dy * dy;
+            sxy += d * dx * dy;
+            thresh = std::min(thresh, t);
+            peak = std::max(peak, static_cast<double>(vrow[x]));
+            above.push_back(static_cast<float>(d - t));
+            ++n;
+        }
+    }
+    o.npix = n;
+    o.flux = s;
+    o.thresh = thresh;
+    if (!(s > 0.0) || n == 0) return o;
+    if (above.size() >= k) {
+        std::nth_element(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(k - 1), above.end(),
+                         std::greater<float>());
+        o.mthresh = above[k - 1];
+    }
+    const double mx = sx / s, my = sy / s;
+    double vxx = sxx / s - mx * mx, vyy = syy / s - my * my;
+    const double vxy = sxy / s - mx * my;
+    double det = vxx * vyy - vxy * vxy;
+    if (det < 0.00694) { // SExtractor's guard against singular (one-pixel-wide) moments
+        vxx += 1.0 / 12.0;
+        vyy += 1.0 / 12.0;
+        det = vxx * vyy - vxy * vxy;
+    }
+    if (!(det > 0.0)) return o;
+    o.mx = x0 + mx;
+    o.my = y0 + my;
+    const double half = 0.5 * (vxx + vyy);
+    const double root = std::sqrt(0.25 * (vxx - vyy) * (vxx - vyy) + vxy * vxy);
+    o.a = std::sqrt(half + root);
+    o.b = std::sqrt(std::max(0.0, half - root));
+    o.cxx = vyy / det;
+    o.cyy = vxx / det;
+    o.cxy = -2.0 * vxy / det;
+    if (!(o.b > 0.0)) return o;
+
+    // Truncation correction of the moments: pixels above t and above (t + peak) / 2, unfiltered values.
+    const double thresh2 = 0.5 * (thresh + peak);
+    std::int64_t nAbove = 0, nAbove2 = 0;
+    for (const Run& r : runs) {
+        const float* vrow = im.sub.row(r.y);
+        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+            const double v = vrow[x];
+            nAbove += v > thresh;
+            nAbove2 += v > thresh2;
+        }
+    }
+    const double ratio = thresh / thresh2;
+    if (ratio > 0.0) {
+        const double darea = static_cast<double>(nAbove2 - nAbove);
+        o.abcor = (darea < 0.0 ? darea : -1.0) / (2.0 * kPi * std::log(std::min(ratio, 0.99)) * o.a * o.b);
+        o.abcor = std::min(o.abcor, 1.0);
+    }
+    const double unitArea = kPi * o.a * o.b;
+    o.amp = o.flux / (2.0 * unitArea * o.abcor);
+    if (thresh > 0.0)
+        o.alpha = (std::pow(o.amp / thresh, 1.0 / beta) - 1.0) * unitArea / static_cast<double>(n);
+    o.valid = std::isfinite(o.amp) && std::isfinite(o.alpha) && std::isfinite(o.mthresh);
+    return o;
+}
+
+// All above-threshold runs of the frame in raster order (the detection's thresholding rule).
+std::vector<Run> aboveRuns(const DetectionImages& im, int threads) {
+    constexpr int kBlock = 64;
+    const int nBlocks = (im.height + kBlock - 1) / kBlock;
+    std::vector<std::vector<Run>> blocks(nBlocks);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int b = 0; b < nBlocks; ++b) {
+        const int y1 = std::min(im.height, (b + 1) * kBlock);
+        for (int y = b * kBlock; y < y1; ++y) {
+            int x = 0;
+            while (x < im.width) {
+                if (!im.above(x, y)) {
+                    ++x;
+                    continue;
+                }
+                const int xStart = x;
+                while (x < im.width && im.above(x, y))
+                    ++x;
+                blocks[b].push_back({y, xStart, x - 1});
+            }
+        }
+    }
+    std::vector<Run> runs;
+    for (const auto& v : blocks)
+        runs.insert(runs.end(), v.begin(), v.end());
+    return runs;
+}
+
+struct Box {
+    std::int64_t area = 0;
+    std::int32_t xMin = 0, xMax = 0, yMin = 0, yMax = 0;
+};
+
+Box boxOf(const std::vector<Run>& runs) {
+    Box b{0, runs.front().x0, runs.front().x1, runs.front().y, runs.front().y};
+    for (const Run& r : runs) {
+        b.area += r.x1 - r.x0 + 1;
+        b.xMin = std::min(b.xMin, r.x0);
+        b.xMax = std::max(b.xMax, r.x1);
+        b.yMin = std::min(b.yMin, r.y);
+        b.yMax = std::max(b.yMax, r.y);
+    }
+    return b;
+}
+
+// The CLEAN description of every object, from its rebuilt footprint (invalid where it was not found).
+std::vector<CleanObject> describeAll(const std::vector<IsoMeasure>& m, const DetectionImages& im,
+                                     const DetectionParams& p, double beta, int threads) {
+    const auto n = static_cast<std::int32_t>(m.size());
+    std::vector<CleanObject> out(n);
+    std::vector<Run> runs = aboveRuns(im, threads);
+    std::int32_t nComp = 0;
+    const std::vector<std::int32_t> label = labelRuns(runs.data(), runs.size(), nComp);
+    std::vector<std::size_t> rowStart(static_cast<std::size_t>(im.height) + 1, 0);
+    for (const Run& r : runs)
+        ++rowStart[r.y + 1];
+    for (int y = 0; y < im.height; ++y)
+        rowStart[y + 1] += rowStart[y];
+
+    // The region of each object: the one holding its filtered peak.
+    std::vector<std::int32_t> compOf(n, -1);
+    for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t px = m[i].detPeakX, py = m[i].detPeakY;
+        if (py < 0 || py >= im.height) continue;
+        const auto first = runs.begin() + static_cast<std::ptrdiff_t>(rowStart[py]);
+        const auto last = runs.begin() + static_cast<std::ptrdiff_t>(rowStart[py + 1]);
+        const auto it =
+            std::upper_bound(first, last, px, [](std::int32_t x, const Run& r) { return x < r.x0; });
+        if (it != first && std::prev(it)->x1 >= px) compOf[i] = label[std::prev(it) - runs.begin()];
+    }
+    // Regions holding objects, in order of their first run; their objects in index order.
+    std::vector<std::int32_t> regionOf(nComp, -1), regionComp;
+    std::vector<std::vector<std::int32_t>> regionObjects;
+    for (std::int32_t i = 0; i < n; ++i) {
+        const std::int32_t c = compOf[i];
+        if (c < 0) continue;
+        if (regionOf[c] < 0) {
+            regionOf[c] = static_cast<std::int32_t>(regionComp.size());
+            regionComp.push_back(c);
+            regionObjects.emplace_back();
+        }
+        regionObjects[regionOf[c]].push_back(i);
+    }
+    std::vector<std::vector<Run>> regionRuns(regionComp.size());
+    for (std::size_t r = 0; r < runs.size(); ++r)
+        if (regionOf[label[r]] >= 0) regionRuns[regionOf[label[r]]].push_back(runs[r]);
+    runs = {};
+
+    const auto nRegions = static_cast<std::int64_t>(regionComp.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+    for (std::int64_t g = 0; g < nRegions; ++g) {
+        const std::vector<std::int32_t>& objs = regionObjects[g];
+        const std::vector<Run>& root = regionRuns[g];
+        if (objs.size() == 1 && runsArea(root) == m[objs.front()].area) {
+            out[objs.front()] = describe(root, im, p, beta);
+            continue;
+        }
+        DeblendOutput d;
+        deblendObject(root, im, p, d);
+        std::vector<char> used(objs.size(), 0);
+        for (const std::vector<Run>& child : d.children) {
+            const Box b = boxOf(child);
+            for (std::size_t q = 0; q < objs.size(); ++q) {
+                const IsoMeasure& mi = m[objs[q]];
+                if (used[q] || mi.area != b.area || mi.xMin != b.xMin || mi.xMax != b.xMax ||
+                    mi.yMin != b.yMin || mi.yMax != b.yMax)
+                    continue;
+                used[q] = 1;
+                out[objs[q]] = describe(child, im, p, beta);
+                break;
+            }
+        }
+    }
+    return out;
 }
 
 struct Candidate {
-    std::int32_t i, j;
+    std::int32_t i, j; // i is CLEANed into j
     double wing;
 };
 } // namespace
 
+namespace {
+std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
+                                         const DetectionImages& im, const DetectionParams& p, int threads);
+} // namespace
+
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
                                        const DetectionParams& p, int threads) {
+    if (m.size() < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
+    return cleanDescribed(m, describeAll(m, im, p, p.cleanParam, threads), im, p, threads);
+}
+
+std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
+                                       const std::vector<const std::vector<Run>*>& footprints,
+                                       const DetectionImages& im, const DetectionParams& p, int threads) {
+    const auto n = static_cast<std::int64_t>(m.size());
+    if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
+    std::vector<CleanObject> o(m.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (std::int64_t i = 0; i < n; ++i)
+        o[i] = describe(*footprints[i], im, p, p.cleanParam);
+    return cleanDescribed(m, o, im, p, threads);
+}
+
+namespace {
+std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
+                                         const DetectionImages& im, const DetectionParams& p, int threads) {
+    const double beta = p.cleanParam;
     const auto n = static_cast<std::int32_t>(m.size());
     std::vector<std::int32_t> target(n, -1);
-    if (n < 2 || !(p.cleanParam > 0.0)) return target;
-    const double beta = 1.0 / p.cleanParam;
 
-    // Grid of objects by their filtered-peak pixel; each cell lists its objects in index order.
+    // Grid of the objects by barycentre; each cell lists its objects in index order.
     const int gw = (im.width + kCell - 1) / kCell, gh = (im.height + kCell - 1) / kCell;
-    std::vector<std::int32_t> cellStart(static_cast<std::size_t>(gw) * gh + 1, 0), items(n);
+    auto cellX = [&](double x) { return std::clamp(static_cast<int>(std::floor(x / kCell)), 0, gw - 1); };
+    auto cellY = [&](double y) { return std::clamp(static_cast<int>(std::floor(y / kCell)), 0, gh - 1); };
+    std::vector<std::int32_t> cellStart(static_cast<std::size_t>(gw) * gh + 1, 0), items;
     auto cellOf = [&](std::int32_t i) {
-        return static_cast<std::size_t>(m[i].detPeakY / kCell) * gw + m[i].detPeakX / kCell;
+        return static_cast<std::size_t>(cellY(o[i].my)) * gw + cellX(o[i].mx);
     };
     for (std::int32_t i = 0; i < n; ++i)
-        ++cellStart[cellOf(i) + 1];
+        if (o[i].valid) ++cellStart[cellOf(i) + 1];
     for (std::size_t c = 0; c + 1 < cellStart.size(); ++c)
         cellStart[c + 1] += cellStart[c];
+    items.resize(cellStart.back());
     {
         std::vector<std::int32_t> fill(cellStart.begin(), cellStart.end() - 1);
         for (std::int32_t i = 0; i < n; ++i)
-            items[fill[cellOf(i)]++] = i;
+            if (o[i].valid) items[fill[cellOf(i)]++] = i;
     }
 
+    // Each pair within the zone, 10 (a_q + a_r) <= 20 max(a_q, a_r), is examined once, by the object
+    // with the larger a (ties: the lower index), which searches 20 a around itself.
     std::vector<std::vector<Candidate>> perThread(std::max(1, threads));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (std::int32_t j = 0; j < n; ++j) {
-        const IsoMeasure& mj = m[j];
-        if (!(mj.thrAtPeak > 0.0) || !(mj.detPeak > mj.thrAtPeak)) continue;
-        const double det = mj.x2 * mj.y2 - mj.xy * mj.xy;
-        const double r2Iso = mj.area / (kPi * std::sqrt(det));
-        const double ratio = mj.detPeak / mj.thrAtPeak;
-        const double alpha2 = r2Iso / (std::pow(ratio, 1.0 / beta) - 1.0);
-        if (!(alpha2 > 0.0) || !std::isfinite(alpha2)) continue;
-        const double zone2 = kCleanZone * kCleanZone * r2Iso;
-        const double rPx = std::sqrt(zone2) * mj.a; // the zone's extent in pixels along the major axis
-        const int cx0 = std::max(0, static_cast<int>(std::floor((mj.xIso - rPx) / kCell)));
-        const int cx1 = std::min(gw - 1, static_cast<int>(std::floor((mj.xIso + rPx) / kCell)));
-        const int cy0 = std::max(0, static_cast<int>(std::floor((mj.yIso - rPx) / kCell)));
-        const int cy1 = std::min(gh - 1, static_cast<int>(std::floor((mj.yIso + rPx) / kCell)));
+    for (std::int32_t q = 0; q < n; ++q) {
+        const CleanObject& oq = o[q];
+        if (!oq.valid) continue;
+        const double reach = 2.0 * kCleanZone * oq.a;
+        const int cx0 = cellX(oq.mx - reach), cx1 = cellX(oq.mx + reach);
+        const int cy0 = cellY(oq.my - reach), cy1 = cellY(oq.my + reach);
 #ifdef _OPENMP
         auto& out = perThread[omp_get_thread_num()];
 #else
@@ -81,39 +326,63 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const D
         for (int cy = cy0; cy <= cy1; ++cy) {
             for (int cx = cx0; cx <= cx1; ++cx) {
                 const std::size_t c = static_cast<std::size_t>(cy) * gw + cx;
-                for (std::int32_t q = cellStart[c]; q < cellStart[c + 1]; ++q) {
-                    const std::int32_t i = items[q];
-                    if (i == j || !brighter(m, j, i)) continue;
-                    const double dx = m[i].detPeakX - mj.xIso, dy = m[i].detPeakY - mj.yIso;
-                    const double r2 = mj.cxx * dx * dx + mj.cyy * dy * dy + mj.cxy * dx * dy;
-                    if (r2 > zone2) continue;
-                    const double wing = mj.detPeak * std::pow(1.0 + r2 / alpha2, -beta);
-                    if (m[i].detPeak - wing < m[i].thrAtPeak) out.push_back({i, j, wing});
+                for (std::int32_t k = cellStart[c]; k < cellStart[c + 1]; ++k) {
+                    const std::int32_t r = items[k];
+                    const CleanObject& orr = o[r];
+                    if (r == q || orr.a > oq.a || (orr.a == oq.a && r < q)) continue;
+                    const double dx = oq.mx - orr.mx, dy = oq.my - orr.my;
+                    const double rlim = oq.a + orr.a;
+                    if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
+                    // j: the larger filtered flux (ties: the lower index) may CLEAN i.
+                    const bool qBrighter = oq.flux > orr.flux || (oq.flux == orr.flux && q < r);
+                    const std::int32_t j = qBrighter ? q : r, i = qBrighter ? r : q;
+                    const CleanObject& oj = o[j];
+                    if (!(oj.alpha > 0.0)) continue;
+                    const double val =
+                        1.0 + oj.alpha * (oj.cxx * dx * dx + oj.cyy * dy * dy + oj.cxy * dx * dy);
+                    if (!(val > 1.0) || !(val < 1e10)) continue;
+                    const double wing = oj.amp * std::pow(val, -beta);
+                    if (static_cast<float>(wing) > static_cast<float>(o[i].mthresh))
+                        out.push_back({i, j, wing});
                 }
             }
         }
     }
 
-    // Combine: per object the largest wing, ties to the lower j (independent of the thread split).
-    std::vector<double> bestWing(n, -1.0);
-    for (const auto& v : perThread) {
-        for (const Candidate& c : v) {
-            if (c.wing > bestWing[c.i] || (c.wing == bestWing[c.i] && c.j < target[c.i])) {
-                bestWing[c.i] = c.wing;
-                target[c.i] = c.j;
-            }
-        }
-    }
-    // Resolve chains (targets are strictly brighter, so they end).
+    // Decide from the brightest down (filtered flux, ties: the lower index): an object is CLEANed when a
+    // brighter neighbour that is itself kept has its wing above the object's mthresh; it goes to the kept
+    // neighbour with the largest wing there (ties: the lower index). An object already CLEANed cleans
+    // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
+    // the outcome does not depend on how the search was split between threads.
+    std::vector<Candidate> cand;
+    for (const auto& v : perThread)
+        cand.insert(cand.end(), v.begin(), v.end());
+    perThread = {};
+    std::sort(cand.begin(), cand.end(), [](const Candidate& x, const Candidate& y) {
+        return x.i < y.i || (x.i == y.i && (x.wing > y.wing || (x.wing == y.wing && x.j < y.j)));
+    });
+    std::vector<std::size_t> candStart(static_cast<std::size_t>(n) + 1, 0);
+    for (const Candidate& c : cand)
+        ++candStart[c.i + 1];
+    for (std::int32_t i = 0; i < n; ++i)
+        candStart[i + 1] += candStart[i];
+    std::vector<std::int32_t> order(n);
+    for (std::int32_t i = 0; i < n; ++i)
+        order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+        return o[x].flux > o[y].flux || (o[x].flux == o[y].flux && x < y);
+    });
     std::vector<std::int32_t> final(n, -1);
-    for (std::int32_t i = 0; i < n; ++i) {
-        std::int32_t t = target[i];
-        if (t < 0) continue;
-        while (target[t] >= 0)
-            t = target[t];
-        final[i] = t;
+    for (const std::int32_t i : order) {
+        for (std::size_t k = candStart[i]; k < candStart[i + 1]; ++k) {
+            if (final[cand[k].j] >= 0) continue; // that neighbour was CLEANed itself
+            final[i] = cand[k].j;
+            break;
+        }
     }
     return final;
 }
+
+} // namespace
 
 } // namespace gpuphot::detail

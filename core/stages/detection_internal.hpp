@@ -90,6 +90,10 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
 // CLEAN: for each object the index of the brighter object it is merged into, or -1.
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
                                        const DetectionParams& p, int threads);
+// The same with the objects' footprints given (index as m), so they need not be rebuilt from the images.
+std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
+                                       const std::vector<const std::vector<Run>*>& footprints,
+                                       const DetectionImages& im, const DetectionParams& p, int threads);
 
 // The per-object half of detection, shared by the CPU and CUDA backends: labels the above-threshold runs
 // (raster order), applies the minimum area, deblends, measures, cleans and fills the result. `im` must
