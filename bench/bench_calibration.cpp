@@ -3,12 +3,17 @@
 // against synthetic reference catalogs of 1e4 .. 1e6 stars, and of blind solves of the 20 simulated
 // fields of tests/core/astrometry_test.cpp (same generation: core/sim, the same seeds and ranges).
 //
-// Usage: bench_calibration [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N]
+// Usage: bench_calibration [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N] [--refs N]
+//                          [--dets N] [--dump]
+// (--refs / --dets: only the grid cases of that catalog / detection count; --dump: every result of a grid
+// case to full precision, with fingerprints, to check that two builds give identical results.)
 // Prints one line per case; each time is the fastest of N repeats (default 3).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <optional>
@@ -124,7 +129,40 @@ GridCase makeGrid(const Wcs& wcs, int size, double scale, double ra, double dec,
     return c;
 }
 
-void runGrid(int repeat, bool quick, RunContext& ctx) {
+// FNV-1a over the bytes of a vector: a fingerprint of a result, to compare builds (--dump).
+template <typename T>
+std::uint64_t fingerprint(const std::vector<T>& v, std::uint64_t h = 1469598103934665603ull) {
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(T); ++i)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+// Every result of a grid case to full precision (crossmatch, zero point, fitted WCS, astrometric matches),
+// so that two builds can be checked for identical results.
+void dumpCase(const CrossmatchResult& m, const ZeroPointResult& z, const AstrometryResult& a) {
+    std::uint64_t h = fingerprint(m.refIndex);
+    h = fingerprint(m.separationArcsec, h);
+    h = fingerprint(m.refSelected, h);
+    h = fingerprint(m.refX, fingerprint(m.refY, h));
+    std::printf("#   crossmatch %016llx n_in_frame %zu radius_px %.17g\n", static_cast<unsigned long long>(h),
+                m.nRefInFrame, m.radiusPx);
+    std::printf("#   zeropoint %.17g +- %.17g scatter %.17g sint %.17g used %d residuals %016llx\n", z.zp,
+                z.zpErr, z.scatter, z.intrinsicScatter, z.nUsed,
+                static_cast<unsigned long long>(fingerprint(z.residual)));
+    std::vector<double> w = {a.wcs.crval[0], a.wcs.crval[1], a.wcs.cd[0][0], a.wcs.cd[0][1], a.wcs.cd[1][0],
+                             a.wcs.cd[1][1]};
+    w.insert(w.end(), a.wcs.a.begin(), a.wcs.a.end());
+    w.insert(w.end(), a.wcs.b.begin(), a.wcs.b.end());
+    std::vector<char> used(a.used.begin(), a.used.end());
+    const std::uint64_t ha =
+        fingerprint(used, fingerprint(a.dxArcsec, fingerprint(a.refIndex, fingerprint(a.sourceIndex))));
+    std::printf("#   astrometry wcs %016llx crval %.17g %.17g sip %d matches %016llx rms %.17g\n",
+                static_cast<unsigned long long>(fingerprint(w)), a.wcs.crval[0], a.wcs.crval[1], a.sipOrder,
+                static_cast<unsigned long long>(ha), a.rmsArcsec);
+}
+
+void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std::size_t onlyDets, bool dump) {
     const int size = 8192;
     const double scale = 0.6, ra = 150.0, dec = 30.0;
     const TanSip truth = frameWcs(size, scale, ra, dec);
@@ -147,7 +185,9 @@ void runGrid(int repeat, bool quick, RunContext& ctx) {
     const std::vector<std::size_t> dets = quick ? std::vector<std::size_t>{300, 3000}
                                                 : std::vector<std::size_t>{300, 3000, 30000, 130000};
     for (std::size_t nRef : refs) {
+        if (onlyRefs && nRef != onlyRefs) continue;
         for (std::size_t nDet : dets) {
+            if (onlyDets && nDet != onlyDets) continue;
             const GridCase c = makeGrid(wcs, size, scale, ra, dec, nRef, nDet, 42 + nRef + nDet);
             CrossmatchParams cp;
             CrossmatchResult m;
@@ -169,6 +209,7 @@ void runGrid(int repeat, bool quick, RunContext& ctx) {
             std::printf("%8zu %9zu %9zu %10.4f %10.4f %10.4f %10.4f %8d %8.4f%s\n", nDet, nRef, m.nMatched, tMatch,
                         tZp, tAst, tMatch + tZp + tAst, a.nUsed, a.rmsArcsec,
                         a.ok && z.ok ? "" : (a.ok ? "  (zp failed)" : "  (astrometry failed)"));
+            if (dump) dumpCase(m, z, a);
             std::fflush(stdout);
         }
     }
@@ -276,24 +317,30 @@ void runBlind(int n, int size, int stars, RunContext& ctx) {
 } // namespace
 
 int main(int argc, char** argv) {
-    bool quick = false, blind = true, grid = true;
+    bool quick = false, blind = true, grid = true, dump = false;
     int repeat = 3, threads = 0;
+    std::size_t onlyRefs = 0, onlyDets = 0; // --refs / --dets: run only the grid cases of that size
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick") quick = true;
         else if (a == "--skip-blind") blind = false;
         else if (a == "--skip-grid") grid = false;
+        else if (a == "--dump") dump = true;
         else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
         else if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+        else if (a == "--refs" && i + 1 < argc) onlyRefs = std::strtoull(argv[++i], nullptr, 10);
+        else if (a == "--dets" && i + 1 < argc) onlyDets = std::strtoull(argv[++i], nullptr, 10);
         else {
-            std::fprintf(stderr, "usage: %s [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N]\n",
+            std::fprintf(stderr,
+                         "usage: %s [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N] "
+                         "[--refs N] [--dets N] [--dump]\n",
                          argv[0]);
             return 2;
         }
     }
     RunContext ctx;
     ctx.threads = threads;
-    if (grid) runGrid(repeat, quick, ctx);
+    if (grid) runGrid(repeat, quick, ctx, onlyRefs, onlyDets, dump);
     if (blind) runBlind(quick ? 4 : 20, quick ? 1024 : 2048, quick ? 1200 : 3000, ctx);
     return 0;
 }

@@ -11,6 +11,9 @@ struct BackgroundParams;
 struct BackgroundResult;
 struct DetectionParams;
 struct DetectionResult;
+struct ApertureParams;
+struct ApertureResult;
+struct Sources;
 } // namespace gpuphot
 
 namespace gpuphot::cuda {
@@ -25,5 +28,12 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
 // host.
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
+
+// Aperture photometry: the per-source loops (local sky, circular sums for every radius, Kron) as kernels
+// behind core's detail::ApertureEngine; the driver (flags, errors, curve of growth, aperture correction,
+// optimal radius choice) runs on the host, shared with the CPU stage.
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
 
 } // namespace gpuphot::cuda

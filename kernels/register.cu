@@ -9,6 +9,7 @@ bool registerStages() {
     CudaStageTable t;
     t.background = &cuda::estimateBackground;
     t.detection = &cuda::detectSources;
+    t.aperture = &cuda::measureApertures;
     registerCudaStages(t);
     return true;
 }

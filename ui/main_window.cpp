@@ -1,32 +1,626 @@
 #include "ui/main_window.hpp"
 
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
+#include <QLineEdit>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
+#include <QTableView>
+#include <QTableWidget>
+#include <QThread>
+#include <QTime>
+#include <QVBoxLayout>
+#include <cmath>
 
+#include "core/catalog/table.hpp"
 #include "core/io/fits_image.hpp"
+#include "core/io/fits_table.hpp"
+#include "core/io/text_catalog.hpp"
+#include "core/pipeline/catalog_builder.hpp"
+#include "core/pipeline/device_registry.hpp"
+#include "core/sim/sim_params.hpp"
+#include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
+#include "ui/catalog_model.hpp"
+#include "ui/display_controls.hpp"
+#include "ui/folder_follower.hpp"
+#include "ui/header_view.hpp"
+#include "ui/log_panel.hpp"
+#include "ui/overlay_builder.hpp"
+#include "ui/param_dock.hpp"
+#include "ui/pipeline_worker.hpp"
+#include "ui/plots_panel.hpp"
+#include "ui/psf_panel.hpp"
+#include "ui/readout.hpp"
+#include "ui/run_scheduler.hpp"
+#include "ui/source_inspector.hpp"
+#include "viewers/image_view.hpp"
+
+static void initUiResources() { Q_INIT_RESOURCE(demo); }
 
 namespace gpuphot::ui {
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
-    setWindowTitle(QStringLiteral("GPUPHOT Studio"));
-    auto* label = new QLabel(tr("Open a FITS frame (gpuphot-studio FRAME.fits)"), this);
-    label->setAlignment(Qt::AlignCenter);
-    setCentralWidget(label);
-    resize(1100, 750);
+namespace {
+constexpr int kMaxRecent = 10;
+
+QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content,
+                  Qt::DockWidgetArea area) {
+    auto* d = new QDockWidget(title, w);
+    d->setObjectName(name);
+    d->setWidget(content);
+    w->addDockWidget(area, d);
+    return d;
 }
 
-bool MainWindow::openFrame(const QString& path) {
+QString stageTimes(const Snapshot& s) {
+    QStringList parts;
+    double total = 0.0;
+    for (const StageRecord& r : s.timings) {
+        parts << QStringLiteral("%1 %2 ms").arg(QString::fromStdString(r.stage)).arg(r.seconds * 1e3, 0, 'f', 0);
+        total += r.seconds;
+    }
+    return QStringLiteral("#%1  %2 sources  |  %3  |  total %4 ms (%5)")
+        .arg(s.generation)
+        .arg(s.result.detection.sources.size())
+        .arg(parts.join(QStringLiteral(", ")))
+        .arg(total * 1e3, 0, 'f', 0)
+        .arg(QString::fromStdString(s.backend));
+}
+} // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    initUiResources();
+    registerWorkerMetaTypes();
+    setWindowTitle(QStringLiteral("GPUPHOT Studio"));
+    setAcceptDrops(true);
+    setObjectName(QStringLiteral("MainWindow"));
+
+    m_thread = std::make_unique<PipelineWorkerThread>();
+    m_scheduler = new RunScheduler(m_thread->worker(), this);
+
+    m_view = new viewers::ImageView(this);
+    setCentralWidget(m_view);
+
+    buildDocks();
+    buildMenus();
+
+    m_readout = new QLabel(this);
+    m_readout->setMinimumWidth(420);
+    m_times = new QLabel(this);
+    m_backend = new QLabel(this);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 100);
+    m_progress->setMaximumWidth(160);
+    m_progress->setVisible(false);
+    statusBar()->addWidget(m_readout);
+    statusBar()->addWidget(m_times, 1);
+    statusBar()->addPermanentWidget(m_progress);
+    statusBar()->addPermanentWidget(m_backend);
+    updateBackendLabel();
+
+    PipelineWorker* w = m_thread->worker();
+    connect(w, &PipelineWorker::frameLoaded, this, [this](FramePtr f) { onFrameLoaded(std::move(f)); });
+    connect(w, &PipelineWorker::resultReady, this, [this](SnapshotPtr s) { onResult(std::move(s)); });
+    connect(w, &PipelineWorker::loadFailed, this, [this](const QString& m) { showError(m); });
+    connect(w, &PipelineWorker::runFailed, this, [this](const QString& m, quint64) {
+        m_progress->setVisible(false);
+        showError(m);
+    });
+    connect(w, &PipelineWorker::referenceLoaded, this, [this](ReferencePtr r) {
+        m_log->append(LogLevel::Info, r ? tr("reference catalog: %1 stars").arg(r->ra.size())
+                                          : tr("reference catalog removed"));
+        m_scheduler->runNow(m_params->config());
+    });
+    connect(w, &PipelineWorker::started, this, [this](quint64) {
+        m_progress->setValue(0);
+        m_progress->setVisible(true);
+    });
+    connect(w, &PipelineWorker::progress, this, [this](const QString& stage, double f) {
+        m_progress->setFormat(stage + QStringLiteral(" %p%"));
+        m_progress->setValue(static_cast<int>(f * 100.0));
+    });
+    connect(m_params, &ParamDock::configChanged, m_scheduler, &RunScheduler::schedule);
+    connect(m_params, &ParamDock::profileError, this, &MainWindow::showError);
+    connect(m_view, &viewers::ImageView::cursorMoved, this, &MainWindow::onCursor);
+    connect(m_view, &viewers::ImageView::sourceClicked, this, [this](int i) { selectSource(i, false); });
+
+    m_follower = new FolderFollower(this);
+    connect(m_follower, &FolderFollower::frameReady, this, [this](const QString& path) {
+        m_log->append(LogLevel::Info, tr("new frame: %1").arg(path));
+        openFrame(path, QStringLiteral("0"));
+    });
+
+    QSettings s;
+    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+    if (!s.contains(QStringLiteral("window/geometry"))) resize(1500, 950);
+    m_display->restoreSettings();
+}
+
+MainWindow::~MainWindow() = default;
+
+PipelineWorker* MainWindow::worker() const { return m_thread->worker(); }
+
+void MainWindow::buildDocks() {
+    m_params = new ParamDock(this);
+    m_params->setObjectName(QStringLiteral("ParamDock"));
+    addDockWidget(Qt::RightDockWidgetArea, m_params);
+
+    m_display = new DisplayControls(m_view, this);
+    auto* displayDock = dock(this, tr("Display & layers"), QStringLiteral("DisplayDock"), m_display,
+                             Qt::LeftDockWidgetArea);
+    connect(m_display, &DisplayControls::exaggerationChanged, this, [this](double) {
+        if (m_snapshot) m_view->setResidualVectors(buildOverlays(*m_snapshot).residuals,
+                                                   static_cast<float>(m_display->residualExaggeration()));
+    });
+
+    m_psf = new PsfPanel(this);
+    m_inspector = new SourceInspector(this);
+    auto* psfDock = dock(this, tr("PSF"), QStringLiteral("PsfDock"), m_psf, Qt::LeftDockWidgetArea);
+    auto* inspDock = dock(this, tr("Source"), QStringLiteral("SourceDock"), m_inspector, Qt::LeftDockWidgetArea);
+    tabifyDockWidget(displayDock, psfDock);
+    tabifyDockWidget(psfDock, inspDock);
+    displayDock->raise();
+
+    // Catalog table with its filter line.
+    auto* tableBox = new QWidget(this);
+    auto* tl = new QVBoxLayout(tableBox);
+    tl->setContentsMargins(0, 0, 0, 0);
+    auto* filterEdit = new QLineEdit(tableBox);
+    filterEdit->setPlaceholderText(tr("filter: id prefix or flag name"));
+    m_model = new CatalogModel(this);
+    m_filter = new CatalogFilter(this);
+    m_filter->setSourceModel(m_model);
+    m_table = new QTableView(tableBox);
+    m_table->setObjectName(QStringLiteral("CatalogTable"));
+    m_table->setModel(m_filter);
+    m_table->setSortingEnabled(true);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->verticalHeader()->setVisible(false);
+    m_table->verticalHeader()->setDefaultSectionSize(20);
+    m_table->horizontalHeader()->setDefaultSectionSize(78);
+    tl->addWidget(filterEdit);
+    tl->addWidget(m_table);
+    connect(filterEdit, &QLineEdit::textChanged, m_filter, &CatalogFilter::setText);
+    connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            [this](const QModelIndex& cur) {
+                if (!cur.isValid()) return;
+                const int row = m_filter->mapToSource(cur).row();
+                selectSource(row, true);
+            });
+    auto* tableDock = dock(this, tr("Catalog"), QStringLiteral("CatalogDock"), tableBox, Qt::BottomDockWidgetArea);
+
+    m_plots = new PlotsPanel(this);
+    auto* plotsDock = dock(this, tr("Plots"), QStringLiteral("PlotsDock"), m_plots, Qt::BottomDockWidgetArea);
+    m_header = new HeaderView(this);
+    auto* headerDock = dock(this, tr("FITS header"), QStringLiteral("HeaderDock"), m_header, Qt::BottomDockWidgetArea);
+    m_log = new LogPanel(this);
+    auto* logDock = dock(this, tr("Log"), QStringLiteral("LogDock"), m_log, Qt::BottomDockWidgetArea);
+    m_history = new QTableWidget(0, 5, this);
+    m_history->setHorizontalHeaderLabels({tr("frame"), tr("time"), tr("sources"), tr("FWHM [px]"), tr("zero point")});
+    m_history->horizontalHeader()->setStretchLastSection(true);
+    m_history->verticalHeader()->setVisible(false);
+    auto* historyDock = dock(this, tr("History"), QStringLiteral("HistoryDock"), m_history, Qt::BottomDockWidgetArea);
+    tabifyDockWidget(tableDock, plotsDock);
+    tabifyDockWidget(plotsDock, headerDock);
+    tabifyDockWidget(headerDock, logDock);
+    tabifyDockWidget(logDock, historyDock);
+    tableDock->raise();
+}
+
+void MainWindow::buildMenus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open frame..."), QKeySequence::Open, this, [this] {
+        QSettings s;
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open FITS frame"), s.value(QStringLiteral("dirs/frames")).toString(),
+            tr("FITS frames (*.fits *.fit *.fts *.fz *.fits.gz);;All files (*)"));
+        if (path.isEmpty()) return;
+        s.setValue(QStringLiteral("dirs/frames"), QFileInfo(path).absolutePath());
+        openFrame(path);
+    });
+    m_recentMenu = file->addMenu(tr("Open &recent"));
+    rebuildRecentMenu();
+    file->addAction(tr("Open &demo frame"), this, [this] { openDemo(); });
+    file->addAction(tr("Reference &catalog..."), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Reference catalog"), QString(),
+                                                          tr("Catalogs (*.fits *.fit *.csv *.ecsv);;All files (*)"));
+        if (path.isEmpty()) return;
+        bool ok = false;
+        const QString cols = QInputDialog::getText(
+            this, tr("Reference columns"),
+            tr("Column map as for gpuphot reduce --ref-columns (empty: guess), e.g. ra=RA,dec=DEC,mag=G"),
+            QLineEdit::Normal, QString(), &ok);
+        if (ok) openReference(path, cols);
+    });
+    file->addAction(tr("&Follow a folder..."), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Follow the newest frame in"));
+        if (!dir.isEmpty()) followFolder(dir);
+    });
+    file->addAction(tr("Stop following"), this, [this] { followFolder(QString()); });
+    file->addSeparator();
+    file->addAction(tr("Export &catalog..."), this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, tr("Export catalog"), QString(),
+                                                       tr("FITS table (*.fits);;ECSV (*.ecsv);;CSV (*.csv)"));
+        if (!p.isEmpty()) exportCatalog(p);
+    });
+    file->addAction(tr("Export DS9 &regions..."), this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)"));
+        if (!p.isEmpty()) exportRegions(p);
+    });
+    file->addAction(tr("Export fitted &WCS..."), this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, tr("WCS header"), QString(), tr("WCS (*.wcs *.fits)"));
+        if (!p.isEmpty()) exportWcs(p);
+    });
+    file->addAction(tr("Save view as &PNG..."), this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, tr("Snapshot"), QString(), tr("PNG (*.png)"));
+        if (!p.isEmpty()) saveViewPng(p);
+    });
+    file->addSeparator();
+    file->addAction(tr("&Save parameter profile..."), this, [this] {
+        const QString p = QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
+        if (p.isEmpty()) return;
+        QString err;
+        if (!m_params->saveProfile(p, &err)) showError(err);
+    });
+    file->addAction(tr("&Load parameter profile..."), this, [this] {
+        const QString p = QFileDialog::getOpenFileName(this, tr("Load profile"), QString(), tr("JSON (*.json)"));
+        if (p.isEmpty()) return;
+        QString err;
+        if (!m_params->loadProfile(p, &err)) showError(err); // on success configChanged schedules the run
+    });
+    file->addAction(tr("Copy the CLI &command"), this, [this] { copyCliCommand(); });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(tr("Zoom to &fit"), QKeySequence(Qt::Key_0), m_view, &viewers::ImageView::zoomToFit);
+    view->addAction(tr("Zoom &1:1"), QKeySequence(Qt::Key_1), m_view, &viewers::ImageView::zoomOneToOne);
+    view->addSeparator();
+    for (QDockWidget* d : findChildren<QDockWidget*>())
+        view->addAction(d->toggleViewAction());
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    run->addAction(tr("&Re-run all stages"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
+        if (m_frame) m_thread->worker()->setFrame(m_frame), m_scheduler->runNow(m_params->config());
+    });
+    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { m_thread->worker()->cancel(); });
+}
+
+void MainWindow::showError(const QString& message) {
+    statusBar()->showMessage(message, 15000);
+    if (m_log) m_log->append(LogLevel::Error, message);
+    emit errorShown(message);
+    // A non-modal dialog: the message is seen, nothing blocks (a night-long follow keeps running).
+    if (!m_errorBox) {
+        m_errorBox = new QMessageBox(QMessageBox::Warning, tr("GPUPHOT Studio"), message, QMessageBox::Ok, this);
+        m_errorBox->setAttribute(Qt::WA_DeleteOnClose);
+        m_errorBox->setModal(false);
+    } else {
+        m_errorBox->setText(message);
+    }
+    m_errorBox->show();
+}
+
+bool MainWindow::openFrame(const QString& path, const QString& hduIn) {
+    QString hdu = hduIn;
     try {
-        const Frame frame = readFrame(path.toStdString());
-        auto* label = qobject_cast<QLabel*>(centralWidget());
-        label->setText(tr("%1\n%2 x %3 pixels").arg(path).arg(frame.width()).arg(frame.height()));
-        setWindowTitle(tr("GPUPHOT Studio - %1").arg(path));
-        return true;
-    } catch (const Error& e) {
-        statusBar()->showMessage(QString::fromStdString(e.what()));
+        const std::vector<HduSummary> hdus = listHdus(path.toStdString());
+        QStringList images;
+        QStringList ids;
+        for (const HduSummary& h : hdus)
+            if (h.type == "IMAGE" && h.axes.size() == 2) {
+                images << QStringLiteral("%1: %2 %3 x %4")
+                              .arg(h.index)
+                              .arg(QString::fromStdString(h.extname.empty() ? std::string("(primary)") : h.extname))
+                              .arg(h.axes[0])
+                              .arg(h.axes[1]);
+                ids << QString::number(h.index);
+            }
+        if (images.isEmpty()) throw InvalidInput(path.toStdString() + ": no 2-D image HDU");
+        if (hdu.isEmpty()) {
+            if (images.size() == 1) {
+                hdu = ids.front();
+            } else {
+                bool ok = false;
+                const QString item = QInputDialog::getItem(this, tr("Choose an image HDU"),
+                                                           QFileInfo(path).fileName(), images, 0, false, &ok);
+                if (!ok) return false;
+                hdu = ids.at(images.indexOf(item));
+            }
+        }
+    } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
         return false;
     }
+    m_framePath = path;
+    m_fitOnResult = true;
+    m_params->setRunInputs(path, m_refPath, hdu);
+    m_thread->worker()->loadFrame(path, hdu);
+    addRecent(path);
+    return true;
+}
+
+void MainWindow::openReference(const QString& path, const QString& columns) {
+    m_refPath = path;
+    m_params->setRunInputs(m_framePath, m_refPath);
+    QMetaObject::invokeMethod(m_thread->worker(), "loadReference", Qt::QueuedConnection, Q_ARG(QString, path),
+                              Q_ARG(QString, columns));
+}
+
+void MainWindow::openDemo() {
+    const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/demo");
+    const QString frame = dir + QStringLiteral("/demo.fits");
+    const QString ref = dir + QStringLiteral("/demo.ref.fits");
+    if (!QFileInfo::exists(frame) || !QFileInfo::exists(ref)) {
+        statusBar()->showMessage(tr("simulating the demo field (2048 x 2048, 3000 stars)..."));
+        QFile f(QStringLiteral(":/demo/simulate.json"));
+        if (!f.open(QIODevice::ReadOnly)) {
+            showError(tr("the demo field's parameters are missing from this build"));
+            return;
+        }
+        const std::string json = f.readAll().toStdString();
+        // On a helper thread: the UI stays live while the simulator runs (about a second).
+        QThread* t = QThread::create([this, json, dir, frame, ref] {
+            try {
+                QDir().mkpath(dir);
+                const SimParams p = nlohmann::json::parse(json).get<SimParams>();
+                const SimResult r = simulateField(p);
+                writeSimulation(r, dir.toStdString(), "demo", 20);
+                QMetaObject::invokeMethod(this, [this, frame, ref] {
+                    openFrame(frame, QStringLiteral("0"));
+                    openReference(ref);
+                });
+            } catch (const std::exception& e) {
+                const QString msg = QString::fromStdString(e.what());
+                QMetaObject::invokeMethod(this, [this, msg] { showError(msg); });
+            }
+        });
+        connect(t, &QThread::finished, t, &QObject::deleteLater);
+        t->start();
+        return;
+    }
+    openFrame(frame, QStringLiteral("0"));
+    openReference(ref);
+}
+
+void MainWindow::followFolder(const QString& dir) {
+    m_follower->follow(dir);
+    if (dir.isEmpty())
+        m_log->append(LogLevel::Info, tr("stopped following"));
+    else
+        m_log->append(LogLevel::Info, tr("following %1: the newest frame opens and reduces as it arrives").arg(dir));
+    statusBar()->showMessage(dir.isEmpty() ? tr("not following a folder") : tr("following %1").arg(dir), 5000);
+}
+
+void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
+    m_frame = std::move(frame);
+    m_snapshot.reset();
+    m_view->setImage(std::shared_ptr<const Image<float>>(m_frame, &m_frame->pixels));
+    m_view->setSources({});
+    m_view->setSegmentation(nullptr);
+    m_model->setSnapshot(nullptr);
+    m_header->setHeader(m_frame->header);
+    m_view->zoomToFit();
+    setWindowTitle(tr("GPUPHOT Studio - %1 (%2 x %3)")
+                       .arg(QFileInfo(m_framePath).fileName())
+                       .arg(m_frame->width())
+                       .arg(m_frame->height()));
+    m_log->append(LogLevel::Info, tr("opened %1: %2 x %3 px%4")
+                                      .arg(m_framePath)
+                                      .arg(m_frame->width())
+                                      .arg(m_frame->height())
+                                      .arg(m_frame->wcs ? tr(", WCS ") + QString::fromStdString(m_frame->wcs->projectionCode())
+                                                        : tr(", no WCS")));
+    emit frameShown(m_framePath);
+    m_scheduler->runNow(m_params->config());
+}
+
+void MainWindow::onResult(SnapshotPtr snap) {
+    if (!snap || (m_snapshot && snap->generation < m_snapshot->generation)) return;
+    if (snap->frame != m_frame && m_frame && snap->frame && snap->frame->path != m_frame->path) return;
+    m_snapshot = snap;
+    m_progress->setVisible(false);
+    const OverlayGeometry g = buildOverlays(*snap);
+    m_view->setSources(g.sources);
+    m_view->setApertures(g.apertureRadii, g.annulusInner, g.annulusOuter);
+    m_view->setPsfWhiskers(g.whiskers);
+    m_view->setReferenceStars(g.referenceStars);
+    m_view->setResidualVectors(g.residuals, static_cast<float>(m_display->residualExaggeration()));
+    m_view->setSegmentation(std::shared_ptr<const Image<std::int32_t>>(snap, &snap->result.detection.segmentation));
+    m_model->setSnapshot(snap);
+    m_plots->setSnapshot(snap);
+    m_psf->setSnapshot(snap);
+    m_inspector->setSnapshot(snap);
+    m_times->setText(stageTimes(*snap));
+    for (const std::string& w : snap->result.warnings)
+        m_log->append(LogLevel::Warning, QString::fromStdString(w));
+    if (!snap->result.calibrationProblem.empty())
+        m_log->append(LogLevel::Warning, QString::fromStdString(snap->result.calibrationProblem));
+    if (m_fitOnResult) m_fitOnResult = false;
+    if (!m_follower->folder().isEmpty()) {
+        const int row = m_history->rowCount();
+        m_history->insertRow(row);
+        const auto& r = snap->result;
+        m_history->setItem(row, 0, new QTableWidgetItem(QFileInfo(m_framePath).fileName()));
+        m_history->setItem(row, 1, new QTableWidgetItem(QTime::currentTime().toString()));
+        m_history->setItem(row, 2, new QTableWidgetItem(QString::number(r.detection.sources.size())));
+        m_history->setItem(row, 3, new QTableWidgetItem(QString::number(r.psf.medianFwhm, 'f', 2)));
+        m_history->setItem(row, 4, new QTableWidgetItem(r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3)
+                                                                      : QStringLiteral("-")));
+        m_history->scrollToBottom();
+    }
+    emit snapshotShown(snap);
+}
+
+void MainWindow::onCursor(double x, double y) {
+    m_cursorX = x;
+    m_cursorY = y;
+    if (!m_frame || !std::isfinite(x) || !std::isfinite(y)) {
+        m_readout->clear();
+        return;
+    }
+    const Wcs* wcs = (m_snapshot && m_snapshot->result.fittedWcs) ? m_snapshot->result.fittedWcs.get()
+                                                                  : m_frame->wcs.get();
+    m_readout->setText(formatReadout(*m_frame, wcs, x, y));
+}
+
+QString MainWindow::cursorReadout() const { return m_readout->text(); }
+
+void MainWindow::selectSource(int index, bool centre) {
+    if (!m_snapshot || index < 0 ||
+        static_cast<std::size_t>(index) >= m_snapshot->result.detection.sources.size())
+        return;
+    m_view->setSelectedSource(index);
+    m_inspector->setSelectedSource(index);
+    m_psf->setSelectedSource(index);
+    if (centre) {
+        m_view->centerOn(m_snapshot->result.detection.sources.x[index], m_snapshot->result.detection.sources.y[index]);
+    } else {
+        const QModelIndex proxy = m_filter->mapFromSource(m_model->index(index, 0));
+        if (proxy.isValid()) {
+            QSignalBlocker block(m_table->selectionModel());
+            m_table->selectRow(proxy.row());
+            m_table->scrollTo(proxy);
+        }
+    }
+}
+
+bool MainWindow::exportCatalog(const QString& path) {
+    if (!m_snapshot || !m_frame) {
+        showError(tr("nothing to export yet: open a frame and let it reduce"));
+        return false;
+    }
+    try {
+        const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
+                                     m_snapshot->reference.get());
+        const std::string p = path.toStdString();
+        if (path.endsWith(QStringLiteral(".ecsv"), Qt::CaseInsensitive))
+            writeEcsv(p, t);
+        else if (path.endsWith(QStringLiteral(".csv"), Qt::CaseInsensitive))
+            writeCsv(p, t);
+        else
+            writeFitsTable(p, t);
+        m_log->append(LogLevel::Info, tr("catalog written: %1 (%2 rows)").arg(path).arg(t.rows()));
+        return true;
+    } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+bool MainWindow::exportRegions(const QString& path) {
+    if (!m_snapshot) {
+        showError(tr("nothing to export yet"));
+        return false;
+    }
+    try {
+        const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
+                                     m_snapshot->reference.get());
+        writeDs9Regions(path.toStdString(), t);
+        return true;
+    } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+bool MainWindow::exportWcs(const QString& path) {
+    if (!m_snapshot || !m_snapshot->result.fittedWcs) {
+        showError(tr("no verified astrometric fit to export (load a reference catalog; see the log)"));
+        return false;
+    }
+    try {
+        writeFitsHeader(path.toStdString(), m_snapshot->result.fittedWcs->toHeader());
+        return true;
+    } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+bool MainWindow::saveViewPng(const QString& path) {
+    const QImage img = m_view->grabFramebuffer();
+    if (img.isNull() || !img.save(path, "PNG")) {
+        showError(tr("could not write %1").arg(path));
+        return false;
+    }
+    return true;
+}
+
+void MainWindow::copyCliCommand() {
+    if (m_framePath.isEmpty()) {
+        showError(tr("open a frame first"));
+        return;
+    }
+    const QString cmd = m_params->cliCommand(m_framePath, m_refPath);
+    QGuiApplication::clipboard()->setText(cmd);
+    m_log->append(LogLevel::Info, tr("copied: %1").arg(cmd));
+}
+
+void MainWindow::addRecent(const QString& path) {
+    QSettings s;
+    QStringList recent = s.value(QStringLiteral("recentFiles")).toStringList();
+    const QString abs = QFileInfo(path).absoluteFilePath();
+    recent.removeAll(abs);
+    recent.prepend(abs);
+    while (recent.size() > kMaxRecent)
+        recent.removeLast();
+    s.setValue(QStringLiteral("recentFiles"), recent);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    m_recentMenu->clear();
+    const QStringList recent = QSettings().value(QStringLiteral("recentFiles")).toStringList();
+    for (const QString& p : recent)
+        m_recentMenu->addAction(p, this, [this, p] { openFrame(p); });
+    m_recentMenu->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::updateBackendLabel() {
+    const auto devices = listCudaDevices();
+    m_backend->setText(devices.empty()
+                           ? tr("CPU backend, %1 threads").arg(QThread::idealThreadCount())
+                           : tr("CUDA: %1 (%2 GiB)")
+                                 .arg(QString::fromStdString(devices.front().name))
+                                 .arg(static_cast<double>(devices.front().totalBytes) / (1 << 30), 0, 'f', 0));
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+    if (e->mimeData()->hasUrls()) e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+    const auto urls = e->mimeData()->urls();
+    if (!urls.isEmpty() && urls.front().isLocalFile()) openFrame(urls.front().toLocalFile());
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    QSettings s;
+    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s.setValue(QStringLiteral("window/state"), saveState());
+    m_display->saveSettings();
+    QMainWindow::closeEvent(e);
 }
 
 } // namespace gpuphot::ui

@@ -1,16 +1,122 @@
 #pragma once
+// The workbench's main window (DESIGN.md, Front ends): the image viewer in the centre, the parameter dock,
+// catalog table, PSF panel, source inspector, plots, header, log and follow-folder history around it.
+// All pipeline work happens on the PipelineWorker's thread; results arrive as immutable snapshots.
 #include <QMainWindow>
+#include <QPointer>
+#include <memory>
+
+#include "ui/snapshot.hpp"
+
+class QLabel;
+class QProgressBar;
+class QTableView;
+class QTableWidget;
+class QMenu;
+class QDragEnterEvent;
+class QDropEvent;
+class QMessageBox;
+
+namespace gpuphot::viewers {
+class ImageView;
+}
 
 namespace gpuphot::ui {
 
-// The workbench's main window. For now: the frame's name and size; the viewer, docks and panels come
-// with the workbench issue.
+class PipelineWorkerThread;
+class PipelineWorker;
+class RunScheduler;
+class ParamDock;
+class CatalogModel;
+class CatalogFilter;
+class PlotsPanel;
+class PsfPanel;
+class SourceInspector;
+class HeaderView;
+class LogPanel;
+class FolderFollower;
+class DisplayControls;
+
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
     explicit MainWindow(QWidget* parent = nullptr);
-    // Opens a FITS frame; returns false and shows the error in the status bar when it cannot.
-    bool openFrame(const QString& path);
+    ~MainWindow() override;
+
+    // Opens a FITS frame (HDU: "" = ask when the file has several images, else the number or EXTNAME).
+    // Returns false, with an error dialog and status message, when the file cannot be read; otherwise the
+    // frame loads on the worker thread and reduces with the current parameters (frameShown, then
+    // snapshotShown when the result lands).
+    bool openFrame(const QString& path, const QString& hdu = QString());
+    void openReference(const QString& path, const QString& columns = QString());
+    // Simulates the bundled demo field (resources/demo/simulate.json) into the cache directory once and
+    // opens it with its reference catalog.
+    void openDemo();
+    void followFolder(const QString& dir); // "" stops
+
+    viewers::ImageView* imageView() const { return m_view; }
+    ParamDock* paramDock() const { return m_params; }
+    PipelineWorker* worker() const;
+    SnapshotPtr lastSnapshot() const { return m_snapshot; }
+    QString framePath() const { return m_framePath; }
+    QString cursorReadout() const; // the status bar's readout text
+    // Exports (also in the File menu). Return false and show the error on failure.
+    bool exportCatalog(const QString& path);    // .fits / .ecsv / .csv by extension
+    bool exportRegions(const QString& path);
+    bool exportWcs(const QString& path);
+    bool saveViewPng(const QString& path);       // the view with its overlays
+
+signals:
+    void frameShown(const QString& path);
+    void snapshotShown(gpuphot::ui::SnapshotPtr snapshot); // overlays, table and panels updated
+    void errorShown(const QString& message);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+    void closeEvent(QCloseEvent* e) override;
+
+private:
+    void buildMenus();
+    void buildDocks();
+    void showError(const QString& message);
+    void onFrameLoaded(std::shared_ptr<const Frame> frame);
+    void onResult(SnapshotPtr snap);
+    void onCursor(double x, double y);
+    void selectSource(int index, bool centre);
+    void addRecent(const QString& path);
+    void rebuildRecentMenu();
+    void updateBackendLabel();
+    void copyCliCommand();
+
+    std::unique_ptr<PipelineWorkerThread> m_thread;
+    RunScheduler* m_scheduler = nullptr;
+    viewers::ImageView* m_view = nullptr;
+    ParamDock* m_params = nullptr;
+    CatalogModel* m_model = nullptr;
+    CatalogFilter* m_filter = nullptr;
+    QTableView* m_table = nullptr;
+    PlotsPanel* m_plots = nullptr;
+    PsfPanel* m_psf = nullptr;
+    SourceInspector* m_inspector = nullptr;
+    HeaderView* m_header = nullptr;
+    LogPanel* m_log = nullptr;
+    QTableWidget* m_history = nullptr;
+    DisplayControls* m_display = nullptr;
+    FolderFollower* m_follower = nullptr;
+    QMenu* m_recentMenu = nullptr;
+    QLabel* m_readout = nullptr;
+    QLabel* m_times = nullptr;
+    QLabel* m_backend = nullptr;
+    QProgressBar* m_progress = nullptr;
+    QPointer<QMessageBox> m_errorBox;
+
+    std::shared_ptr<const Frame> m_frame;
+    SnapshotPtr m_snapshot;
+    QString m_framePath;
+    QString m_refPath;
+    bool m_fitOnResult = true;
+    double m_cursorX = -1, m_cursorY = -1;
 };
 
 } // namespace gpuphot::ui

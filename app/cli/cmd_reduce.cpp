@@ -1,5 +1,6 @@
 // gpuphot reduce: detection, PSF and aperture photometry of frames into calibrated catalogs.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -8,6 +9,7 @@
 
 #include "app/cli/commands.hpp"
 #include "core/catalog/reference_catalog.hpp"
+#include "core/io/target_list.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -26,6 +28,9 @@ struct ReduceCli {
     std::optional<int> minArea;
     std::vector<double> radii;
     std::string reference, refColumns;
+    std::string targets;
+    bool writeSolved = false, ignoreHeaderWcs = false;
+    std::optional<double> scaleLow, scaleHigh;
     bool dumpConfig = false;
 };
 
@@ -49,6 +54,13 @@ int run(ReduceCli& o) {
     if (o.threshold) config.detection.threshold = *o.threshold;
     if (o.minArea) config.detection.minArea = *o.minArea;
     if (!o.radii.empty()) config.aperture.radii = o.radii;
+    if (o.scaleLow) config.astrometry.scaleLow = *o.scaleLow;
+    if (o.scaleHigh) config.astrometry.scaleHigh = *o.scaleHigh;
+    if (!(config.astrometry.scaleLow > 0.0) || !(config.astrometry.scaleHigh >= config.astrometry.scaleLow) ||
+        !std::isfinite(config.astrometry.scaleHigh))
+        throw InvalidInput("reduce: --scale-low/--scale-high must satisfy 0 < low <= high (arcsec/px), got " +
+                           std::to_string(config.astrometry.scaleLow) + " and " +
+                           std::to_string(config.astrometry.scaleHigh));
     if (o.dumpConfig) {
         std::cout << nlohmann::json(config).dump(2) << "\n";
         return 0;
@@ -61,7 +73,17 @@ int run(ReduceCli& o) {
     ro.output.outdir = o.common.outdir;
     ro.output.formats = splitList(o.formats);
     ro.output.maps = splitList(o.maps);
+    ro.output.writeSolved = o.writeSolved;
+    ro.ignoreHeaderWcs = o.ignoreHeaderWcs;
     validateOutputOptions(ro.output);
+    TargetList targets;
+    if (!o.targets.empty()) {
+        targets = readTargetList(o.targets);
+        ro.targets = &targets;
+        if (o.common.verbosity > 1) std::printf("targets %s: %zu positions\n", o.targets.c_str(), targets.size());
+    }
+    if (o.writeSolved && o.reference.empty() && o.common.verbosity > 0)
+        std::fprintf(stderr, "gpuphot: note: --write-solved needs --ref REFCAT to fit a WCS against\n");
 
     ReferenceCatalog reference;
     if (!o.reference.empty()) {
@@ -134,6 +156,15 @@ Command registerReduce(CLI::App& app) {
     sub->add_option("--ref", o->reference, "Reference catalog (FITS table or CSV) for crossmatch and zero point");
     sub->add_option("--ref-columns", o->refColumns,
                     "Reference column map, e.g. ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");
+    sub->add_option("--targets", o->targets,
+                    "Forced photometry at these RA/Dec (FITS table, ECSV or CSV; columns ra, dec in degrees or "
+                    "sexagesimal, optional name) -> STEM.targets.fits");
+    sub->add_flag("--write-solved", o->writeSolved,
+                  "Write STEM.solved.fits: the frame with the fitted WCS in its header (needs a verified fit)");
+    sub->add_flag("--ignore-header-wcs", o->ignoreHeaderWcs,
+                  "Solve as if the header had no WCS (blind, from the pointing keywords)");
+    sub->add_option("--scale-low", o->scaleLow, "Lowest pixel scale searched by a blind solve (arcsec/px)");
+    sub->add_option("--scale-high", o->scaleHigh, "Highest pixel scale searched by a blind solve (arcsec/px)");
     sub->add_flag("--dump-config", o->dumpConfig, "Print the effective configuration as JSON and exit");
     return {sub, [o] { return run(*o); }};
 }

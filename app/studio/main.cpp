@@ -1,14 +1,83 @@
 // gpuphot-studio: the interactive workbench.
+//   gpuphot-studio                       the bundled demo field with its reference catalog
+//   gpuphot-studio FRAME [--ref CAT]     a frame (and a reference catalog for calibration)
+//   --follow DIR                         open and reduce the newest frame written into DIR
+//   --screenshot PNG                     after the first result: save the window to PNG and quit (docs, tests)
 #include <QApplication>
+#include <QCommandLineParser>
+#include <QFileInfo>
+#include <QTimer>
+#include <cstdio>
 
+#include "core/pipeline/device_registry.hpp"
+#include "core/pipeline/pipeline_config.hpp"
 #include "ui/main_window.hpp"
+#include "ui/param_dock.hpp"
+#include "viewers/image_view.hpp"
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
+    QApplication::setOrganizationName(QStringLiteral("gpuphot"));
     QApplication::setApplicationName(QStringLiteral("gpuphot-studio"));
     QApplication::setApplicationVersion(QStringLiteral(GPUPHOT_VERSION));
+#ifdef GPUPHOT_HAVE_CUDA_KERNELS
+    gpuphot::cuda::linkKernels();
+#endif
+
+    QCommandLineParser cli;
+    cli.setApplicationDescription(QStringLiteral("GPUPHOT Studio: live photometry and astrometry workbench"));
+    cli.addHelpOption();
+    cli.addVersionOption();
+    cli.addPositionalArgument(QStringLiteral("frame"), QStringLiteral("FITS frame to open (default: the demo field)"));
+    const QCommandLineOption ref(QStringLiteral("ref"), QStringLiteral("Reference catalog"), QStringLiteral("file"));
+    const QCommandLineOption refCols(QStringLiteral("ref-columns"), QStringLiteral("Reference column map"),
+                                     QStringLiteral("map"));
+    const QCommandLineOption hdu(QStringLiteral("hdu"), QStringLiteral("Image HDU (number or EXTNAME)"),
+                                 QStringLiteral("hdu"));
+    const QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Parameter profile (JSON)"),
+                                    QStringLiteral("file"));
+    const QCommandLineOption follow(QStringLiteral("follow"), QStringLiteral("Follow the newest frame in a folder"),
+                                    QStringLiteral("dir"));
+    const QCommandLineOption shot(QStringLiteral("screenshot"),
+                                  QStringLiteral("Save the window to a PNG after the first result, then quit"),
+                                  QStringLiteral("png"));
+    cli.addOptions({ref, refCols, hdu, config, follow, shot});
+    cli.process(app);
+
     gpuphot::ui::MainWindow window;
-    if (argc > 1) window.openFrame(QString::fromLocal8Bit(argv[1]));
+    if (cli.isSet(config)) {
+        try {
+            window.paramDock()->setConfig(gpuphot::loadPipelineConfig(cli.value(config).toStdString()));
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "gpuphot-studio: %s\n", e.what());
+            return 2;
+        }
+    }
     window.show();
+    if (cli.isSet(shot)) {
+        const QString png = cli.value(shot);
+        const bool wantCalibration = cli.isSet(ref) || cli.positionalArguments().isEmpty();
+        QObject::connect(&window, &gpuphot::ui::MainWindow::snapshotShown, &app,
+                         [&window, png, wantCalibration](gpuphot::ui::SnapshotPtr s) {
+                             if (wantCalibration && !s->reference) return; // wait for the calibrated run
+                             QTimer::singleShot(300, &window, [&window, png] {
+                                 const bool ok = window.grab().save(png, "PNG");
+                                 std::fprintf(stderr, "%s %s\n", ok ? "saved" : "could not save", qPrintable(png));
+                                 QApplication::exit(ok ? 0 : 1);
+                             });
+                         });
+        QObject::connect(&window, &gpuphot::ui::MainWindow::errorShown, &app, [](const QString& m) {
+            std::fprintf(stderr, "gpuphot-studio: %s\n", qPrintable(m));
+            QApplication::exit(1);
+        });
+    }
+    const QStringList args = cli.positionalArguments();
+    if (args.isEmpty() && !cli.isSet(follow)) {
+        window.openDemo();
+    } else if (!args.isEmpty()) {
+        if (window.openFrame(args.front(), cli.value(hdu)) && cli.isSet(ref))
+            window.openReference(cli.value(ref), cli.value(refCols));
+    }
+    if (cli.isSet(follow)) window.followFolder(cli.value(follow));
     return app.exec();
 }

@@ -155,8 +155,9 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     h.set("GAIN", frame.instrument.gain, "[e-/adu] (" + frame.instrument.gainSource + ")");
     h.set("RDNOISE", frame.instrument.readNoise, "[e-] (" + frame.instrument.readNoiseSource + ")");
     if (std::isfinite(frame.instrument.exptime)) h.set("EXPTIME", frame.instrument.exptime, "[s]");
-    if (std::isfinite(frame.instrument.mjdMid)) h.set("MJD-MID", frame.instrument.mjdMid, "mid-exposure MJD");
-    if (std::isfinite(frame.instrument.airmass)) h.set("AIRMASS", frame.instrument.airmass);
+    // Always present (NaN when the header gives no date / airmass or altitude), as ZP is.
+    h.set("MJD-MID", frame.instrument.mjdMid, "mid-exposure MJD (start + EXPTIME / 2)");
+    h.set("AIRMASS", frame.instrument.airmass, "airmass (header, else from its altitude)");
     if (!frame.instrument.filter.empty()) h.set("FILTER", frame.instrument.filter);
     if (!frame.instrument.object.empty()) h.set("OBJECT", frame.instrument.object);
     if (!frame.path.empty()) h.set("SRCFILE", frame.path, "reduced frame");

@@ -3,14 +3,22 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 
+#include <fitsio.h>
+
+#include "core/catalog/table.hpp"
 #include "core/io/atomic_file.hpp"
+#include "core/io/cfitsio_util.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/fits_table.hpp"
+#include "core/io/target_list.hpp"
 #include "core/io/text_catalog.hpp"
 #include "core/model/frame.hpp"
+#include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/pipeline.hpp"
+#include "core/stages/forced_photometry.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -86,7 +94,8 @@ Image<float> residualImage(const Frame& frame, const BackgroundResult& bkg, cons
 }
 
 std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& r, const Table& catalog,
-                                               const OutputOptions& o, nlohmann::json& report) {
+                                               const OutputOptions& o, nlohmann::json& report,
+                                               const Table* targets) {
     const fs::path dir(o.outdir);
     const std::string stem = frameStem(frame.path.empty() ? std::string("frame") : frame.path);
     std::vector<std::string> written;
@@ -129,6 +138,29 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         outputs["wcs"] = p;
         written.push_back(p);
     }
+    if (o.writeSolved && r.fittedWcs && !frame.path.empty()) {
+        const std::string p = path(".solved.fits");
+        char history[80];
+        std::snprintf(history, sizeof history, "WCS replaced by gpuphot's %s fit: RMS %.3f arcsec, %d stars",
+                      r.astrometry.method.c_str(), r.astrometry.rmsArcsec, r.astrometry.nUsed);
+        writeSolvedFrame(frame.path, frame.hdu, r.astrometry.wcs.toHeader(), p, history);
+        outputs["solved"] = p;
+        written.push_back(p);
+    }
+    if (targets) {
+        const std::string p = path(".targets.fits");
+        writeFitsTable(p, *targets);
+        outputs["targets"] = p;
+        written.push_back(p);
+        for (const auto& f : o.formats) {
+            if (f != "ecsv" && f != "csv") continue;
+            const std::string q = path(".targets." + f);
+            if (f == "ecsv") writeEcsv(q, *targets);
+            else writeCsv(q, *targets);
+            outputs["targets_" + f] = q;
+            written.push_back(q);
+        }
+    }
     const std::string cat = path(".cat.fits");
     writeFitsTable(cat, catalog);
     outputs["catalog"] = cat;
@@ -156,6 +188,137 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
     writeTextFileAtomic(rep, report.dump(2) + "\n");
     written.push_back(rep);
     return written;
+}
+
+bool isPrimaryWcsKeyword(const std::string& key) {
+    static const std::regex wcs(
+        "(CTYPE|CRPIX|CRVAL|CDELT|CUNIT|CROTA|CRDER|CSYER|CNAME)[0-9]+|(CD|PC|PV|PS)[0-9]+_[0-9]+|"
+        "(A|B|AP|BP)_[0-9]+_[0-9]+|(A|B|AP|BP)_ORDER|(A|B)_DMAX|LONPOLE|LATPOLE|RADESYS|RADECSYS|EQUINOX|"
+        "WCSAXES|WCSNAME|(CPDIS|CQDIS|CPERR|CQERR|DP|DQ)[0-9]+|DVERR[0-9]*");
+    return std::regex_match(key, wcs);
+}
+
+void writeSolvedFrame(const std::string& framePath, int hdu, const Header& wcsCards, const std::string& outPath,
+                      const std::string& history) {
+    std::string source = framePath;
+    if (!source.empty() && source.back() == ']')
+        if (const auto b = source.find('['); b != std::string::npos) source.erase(b);
+    AtomicOutput out(outPath);
+    int status = 0;
+    auto fail = [&](const std::string& what) {
+        throw IoError("writing " + outPath + " (copy of " + source + " with the fitted WCS): " + what + ": " +
+                      cfitsioText(status));
+    };
+    FitsHandle in, copy;
+    if (fits_open_file(&in.f, source.c_str(), READONLY, &status)) fail("cannot open the frame");
+    if (fits_create_file(&copy.f, out.tempPath().c_str(), &status)) fail("cannot create the file");
+    if (fits_copy_file(in.f, copy.f, 1, 1, 1, &status)) fail("copying the HDUs");
+    int type = 0;
+    if (fits_movabs_hdu(copy.f, hdu + 1, &type, &status)) fail("no HDU " + std::to_string(hdu));
+    int nkeys = 0;
+    if (fits_get_hdrspace(copy.f, &nkeys, nullptr, &status)) fail("reading the header");
+    bool checksum = false;
+    for (int k = nkeys; k >= 1; --k) {
+        char name[FLEN_KEYWORD] = {}, value[FLEN_VALUE] = {}, comment[FLEN_COMMENT] = {};
+        if (fits_read_keyn(copy.f, k, name, value, comment, &status)) fail("reading the header");
+        const std::string key(name);
+        if (key == "CHECKSUM") checksum = true;
+        if (isPrimaryWcsKeyword(key) && fits_delete_record(copy.f, k, &status)) fail("removing " + key);
+    }
+    for (const auto& card : wcsCards.cards()) {
+        const std::string record = Header::formatCard(card);
+        if (card.key == "COMMENT" || card.key == "HISTORY" || card.key.empty() || card.key.size() > 8) {
+            if (fits_write_record(copy.f, record.c_str(), &status)) fail("writing " + card.key);
+        } else {
+            char key[FLEN_KEYWORD] = {};
+            std::snprintf(key, sizeof key, "%s", card.key.c_str());
+            char rec[FLEN_CARD] = {};
+            std::snprintf(rec, sizeof rec, "%s", record.c_str());
+            if (fits_update_card(copy.f, key, rec, &status)) fail("writing " + card.key);
+        }
+    }
+    if (!history.empty() && fits_write_history(copy.f, history.c_str(), &status)) fail("writing HISTORY");
+    if (checksum && fits_write_chksum(copy.f, &status)) fail("updating CHECKSUM");
+    in.close();
+    if ((status = copy.close()) != 0) fail("closing");
+    out.commit();
+}
+
+Table buildTargetTable(const Frame& frame, const PipelineResult& r, const TargetList& targets,
+                       const ForcedPhotometryResult& forced) {
+    const std::size_t n = targets.size();
+    if (forced.count != n) throw InvalidInput("targets table: forced photometry of " + std::to_string(forced.count) +
+                                              " positions for " + std::to_string(n) + " targets");
+    const double nan = std::nan("");
+    const ApertureResult& ap = forced.aperture;
+    Table t;
+    t.name = "TARGETS";
+    t.add("name", targets.name, "", "target name (or row number) from " + targets.path);
+    t.add("ra", targets.ra, "deg", "right ascension as given");
+    t.add("dec", targets.dec, "deg", "declination as given");
+    std::vector<double> x(n), y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        x[i] = forced.x[i] + 1.0;
+        y[i] = forced.y[i] + 1.0;
+    }
+    t.add("x", x, "pix", "position on the frame (FITS 1-based) through the WCS");
+    t.add("y", y, "pix", "position on the frame (FITS 1-based) through the WCS");
+    const bool haveAp = ap.count == n;
+    for (std::size_t k = 0; k < ap.radii.size() && haveAp; ++k) {
+        const std::string suffix = std::to_string(k + 1);
+        std::vector<double> mag(n), magErr(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            mag[i] = instrumentalMag(ap.flux[k][i]);
+            magErr[i] = magError(ap.flux[k][i], ap.fluxErr[k][i]);
+        }
+        const std::string what = "circular aperture of radius APRAD" + suffix;
+        t.add("flux_aper_" + suffix, ap.flux[k], "adu", "flux in the " + what);
+        t.add("fluxerr_aper_" + suffix, ap.fluxErr[k], "adu", "error of flux_aper_" + suffix);
+        t.add("mag_aper_" + suffix, mag, "mag", "-2.5 log10(flux_aper_" + suffix + "), no aperture correction");
+        t.add("magerr_aper_" + suffix, magErr, "mag", "error of mag_aper_" + suffix);
+    }
+    const ZeroPointResult& zp = r.zeropoint;
+    std::vector<double> magCal(n, nan), magErrCal(n, nan);
+    std::vector<std::int16_t> aperCal(n, -1);
+    for (std::size_t i = 0; i < n; ++i) {
+        aperCal[i] = static_cast<std::int16_t>(forced.calAperture[i] >= 0 ? forced.calAperture[i] + 1 : -1);
+        if (zp.ok && std::isfinite(forced.magTotal[i])) {
+            magCal[i] = forced.magTotal[i] + zp.zp;
+            magErrCal[i] = std::hypot(forced.magTotalErr[i], zp.zpErr);
+        }
+    }
+    t.add("mag_cal", magCal, "mag",
+          "mag_aper of aper_cal + APCOR of that aperture + ZP (no colour term: the target's colour is unknown)");
+    t.add("magerr_cal", magErrCal, "mag", "error of mag_cal (photometric, aperture-correction and ZP errors)");
+    t.add("aper_cal", aperCal, "", "aperture (1-based) of highest S/N used for mag_cal (-1: none)");
+    t.add("sky", haveAp ? ap.sky : std::vector<double>(n, nan), "adu", "local sky per pixel");
+    std::vector<std::int32_t> flags(n);
+    for (std::size_t i = 0; i < n; ++i) flags[i] = static_cast<std::int32_t>(forced.flags[i]);
+    t.add("flags", flags, "", "aperture flag bits (docs/FLAGS.md) | 2^24 off frame | 2^25 detected | 2^26 near edge");
+    std::vector<std::int64_t> detId(n, -1);
+    for (std::size_t i = 0; i < n; ++i)
+        if (forced.detIndex[i] >= 0) detId[i] = static_cast<std::int64_t>(forced.detIndex[i]) + 1;
+    t.add("det_id", detId, "", "id of the catalog source within the match radius (-1: not detected)");
+    t.add("det_sep", forced.detSeparation, "pix", "distance to that source");
+
+    Header& h = t.meta;
+    for (std::size_t k = 0; k < ap.radii.size(); ++k) {
+        const std::string suffix = std::to_string(k + 1);
+        h.set("APRAD" + suffix, ap.radii[k], "[pix] radius of aperture " + suffix);
+        if (k < r.aperture.apCorrMag.size())
+            h.set("APCOR" + suffix, r.aperture.apCorrMag[k], "[mag] aperture correction to total (catalog's)");
+    }
+    h.set("FWHM", r.fwhm, "[pix] median FWHM of the field (" + r.fwhmSource + ")");
+    h.set("ZP", zp.ok ? zp.zp : nan, zp.ok ? "[mag] photometric zero point" : "[mag] not calibrated");
+    h.set("ZPERR", zp.ok ? zp.zpErr : nan, "[mag] error of ZP");
+    h.set("MJD-MID", frame.instrument.mjdMid, "mid-exposure MJD");
+    h.set("AIRMASS", frame.instrument.airmass, "airmass");
+    h.set("WCSSRC", r.fittedWcs ? std::string("fitted (") + r.astrometry.method + ")" : std::string("header"),
+          "WCS that placed the targets");
+    h.set("TARGFILE", targets.path, "target list");
+    if (!frame.path.empty()) h.set("SRCFILE", frame.path, "reduced frame");
+    h.set("SWVERSN", "gpuphot " GPUPHOT_VERSION, "software version");
+    return t;
 }
 
 } // namespace gpuphot

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <numbers>
 
 #include "core/catalog/table.hpp"
 #include "core/pipeline/catalog_builder.hpp"
@@ -9,8 +10,24 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/report.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
+
+double airmassFromAltitudeKeywords(const Header& h, std::string* keyword) {
+    double altitude = std::nan("");
+    std::string which;
+    if (auto a = h.firstDouble({"ALTITUDE", "ALT", "OBJCTALT", "TELALT", "ELEVATIO", "EL"}, &which)) {
+        altitude = *a;
+    } else if (auto z = h.firstDouble({"ZD", "ZENDIST", "ZENITH"}, &which)) {
+        altitude = 90.0 - *z;
+    }
+    if (!(altitude > 0.0 && altitude <= 90.0)) return std::nan("");
+    if (keyword) *keyword = which;
+    // Kasten & Young (1989): X = 1 / (sin h + 0.50572 (h + 6.07995 deg)^-1.6364), h in degrees.
+    return 1.0 / (std::sin(altitude * std::numbers::pi / 180.0) + 0.50572 * std::pow(altitude + 6.07995, -1.6364));
+}
 
 ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options, RunContext& ctx) {
     const auto start = std::chrono::steady_clock::now();
@@ -25,6 +42,16 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
         frame = readFrame(path, read);
     }
     validateForReduction(frame);
+    if (!std::isfinite(frame.instrument.airmass)) frame.instrument.airmass = airmassFromAltitudeKeywords(frame.header);
+    if (options.ignoreHeaderWcs && frame.wcs) {
+        frame.wcs.reset();
+        frame.wcsProblem = "the header WCS is ignored (--ignore-header-wcs)";
+    }
+    const bool canSolve = options.reference && options.config.fitAstrometry;
+    if (options.targets && !frame.wcs && !canSolve)
+        throw InvalidInput("--targets " + options.targets->path + ": " + path + " has no WCS to place the targets (" +
+                           (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
+                           "); give --ref REFCAT to solve the frame");
     // Reference positions at the frame's epoch when the catalog has proper motions and the frame a date.
     const ReferenceCatalog* reference = options.reference;
     ReferenceCatalog moved;
@@ -44,11 +71,48 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
     summary.sources = result.detection.sources.size();
     summary.warnings = result.warnings;
     summary.calibrationFailed = reference != nullptr && !result.zeropoint.ok;
+    if (options.output.writeSolved && !result.fittedWcs)
+        result.warnings.push_back("--write-solved: no verified astrometric solution (" +
+                                  (!reference ? std::string("no --ref catalog")
+                                              : result.astrometry.message.empty() ? std::string("the fit did not run")
+                                                                                  : result.astrometry.message) +
+                                  "): no solved frame written");
+    std::optional<Table> targetTable;
+    if (options.targets) {
+        const Wcs* wcs = result.fittedWcs ? result.fittedWcs.get() : frame.wcs.get();
+        if (!wcs) {
+            result.warnings.push_back("--targets: no WCS to place the targets (the astrometric solve failed): "
+                                      "no targets table written");
+            summary.calibrationFailed = true;
+        } else {
+            auto t = ctx.time("forced photometry");
+            const TargetList& tl = *options.targets;
+            std::vector<double> x(tl.size()), y(tl.size());
+            if (tl.size() > 0) wcs->worldToPixel(tl.ra, tl.dec, x, y);
+            ApertureParams ap = options.config.aperture;
+            if (std::isfinite(frame.instrument.saturation)) ap.saturation = frame.instrument.saturation;
+            const ForcedPhotometryResult forced =
+                forcedPhotometry(frame.view(), frame.maskView(), result.background,
+                                 result.detection.segmentation.view(), result.detection.sources, result.aperture, x, y,
+                                 result.fwhm, frame.instrument.gain, frame.instrument.readNoise, ap, options.forced,
+                                 ctx);
+            targetTable = buildTargetTable(frame, result, tl, forced);
+            std::size_t off = 0;
+            for (std::uint32_t f : forced.flags) off += (f & FlagTargetOffFrame) != 0;
+            if (off > 0)
+                result.warnings.push_back("--targets: " + std::to_string(off) + " of " + std::to_string(tl.size()) +
+                                          " targets fall outside the frame (flagged, not measured)");
+        }
+    }
+    summary.warnings = result.warnings;
     {
         auto t = ctx.time("catalog");
         const Table catalog = buildCatalog(frame, result, options.config, reference);
         summary.report = buildReport(frame, result, options.config, ctx);
-        if (options.write) summary.outputs = writeReductionOutputs(frame, result, catalog, options.output, summary.report);
+        if (targetTable) summary.report["targets"] = {{"count", targetTable->rows()}, {"file", options.targets->path}};
+        if (options.write)
+            summary.outputs = writeReductionOutputs(frame, result, catalog, options.output, summary.report,
+                                                    targetTable ? &*targetTable : nullptr);
     }
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return summary;

@@ -13,6 +13,7 @@
 #include "core/model/flags.hpp"
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/stages/aperture_internal.hpp"
 #include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/util/errors.hpp"
@@ -21,98 +22,20 @@ namespace gpuphot {
 
 namespace {
 
+using detail::ApertureFlagDistances;
+using detail::ApertureSky;
+using detail::ApertureSums;
+using detail::CircleJob;
+using detail::KronJob;
+using detail::KronOut;
+using detail::SkyEstimate;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kFwhmToSigma = 1.0 / 2.3548200450309493; // 1 / (2 sqrt(2 ln 2))
-constexpr std::uint8_t kExcludeBits = static_cast<std::uint8_t>(~static_cast<unsigned>(MaskSaturated));
-
-// ---- inputs shared by all sources ----------------------------------------------------------------
-
-struct Inputs {
-    ImageView image;
-    MaskView mask;                // may be empty
-    ImageViewT<std::int32_t> seg; // may be empty
-    ImageView level, rms;         // background map (may be empty)
-    double saturation = kInf;
-    double gain = 0.0;
-    double readNoise = 0.0;
-};
-
-// The sky under one source: a constant (local annulus) or the per-pixel map.
-struct SkyModel {
-    bool perPixel = false;
-    double level = 0.0;
-    double var = 0.0;
-};
-
-enum class PixelUse { Use, Exclude };
-
-// Classifies pixel (x, y) for the aperture sums of the source with segment ownId.
-inline PixelUse classify(const Inputs& in, int x, int y, std::int32_t ownId, float& value, bool& saturated,
-                         bool& foreign) {
-    value = in.image(x, y);
-    const std::uint8_t m = in.mask.empty() ? 0 : in.mask(x, y);
-    if ((m & kExcludeBits) != 0 || !std::isfinite(value)) return PixelUse::Exclude;
-    saturated = (m & MaskSaturated) != 0 || value >= in.saturation;
-    if (!in.seg.empty()) {
-        const std::int32_t s = in.seg(x, y);
-        foreign = s != 0 && s != ownId;
-    } else {
-        foreign = false;
-    }
-    return PixelUse::Use;
-}
-
-inline void pixelSky(const Inputs& in, const SkyModel& sky, int x, int y, double& level, double& var) {
-    if (sky.perPixel) {
-        level = in.level(x, y);
-        const double r = in.rms(x, y);
-        var = r * r;
-    } else {
-        level = sky.level;
-        var = sky.var;
-    }
-}
-
-// Sums of one aperture: Σ w (d - s), Σ w, Σ w² σ², Σ w² (d - s).
-struct Sums {
-    double flux = 0.0, area = 0.0, varSky = 0.0, poisson = 0.0;
-    void add(double w, double v, double var) {
-        flux += w * v;
-        area += w;
-        varSky += w * w * var;
-        poisson += w * w * v;
-    }
-    void addFull(double v, double var) {
-        flux += v;
-        area += 1.0;
-        varSky += var;
-        poisson += v;
-    }
-    void addSums(const Sums& o) {
-        flux += o.flux;
-        area += o.area;
-        varSky += o.varSky;
-        poisson += o.poisson;
-    }
-};
-
-// Nearest distance from the aperture centre of the pixels of each kind: an aperture of radius r holds
-// such a pixel when r exceeds that distance.
-struct FlagDistances {
-    double masked = kInf, crowded = kInf, saturated = kInf, edge = kInf;
-    std::uint32_t flagsFor(double r) const {
-        std::uint32_t f = 0;
-        if (r > masked) f |= FlagApertureMasked;
-        if (r > crowded) f |= FlagCrowded;
-        if (r > saturated) f |= FlagSaturated;
-        if (r > edge) f |= FlagApertureIncomplete;
-        return f;
-    }
-};
 
 struct Scratch {
-    std::vector<Sums> sums, partial, full;
+    std::vector<ApertureSums> partial, full;
     std::vector<double> radii2;
     std::vector<float> skyValues;
     std::vector<std::uint32_t> keys, keysTmp;
@@ -124,12 +47,13 @@ struct Scratch {
 // few hundred values of a sky annulus; the order of equal values is irrelevant (they are equal).
 void sortFloats(std::vector<float>& v, Scratch& sc) {
     const std::size_t n = v.size();
+    if (n == 0) return;
     sc.keys.resize(n);
     sc.keysTmp.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
         std::uint32_t u;
         std::memcpy(&u, &v[i], sizeof u);
-        sc.keys[i] = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+        sc.keys[i] = detail::floatKey(u);
     }
     std::uint32_t* src = sc.keys.data();
     std::uint32_t* dst = sc.keysTmp.data();
@@ -145,161 +69,83 @@ void sortFloats(std::vector<float>& v, Scratch& sc) {
         std::swap(src, dst);
     }
     for (std::size_t i = 0; i < n; ++i) {
-        const std::uint32_t k = src[i];
-        const std::uint32_t u = (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
+        const std::uint32_t u = detail::keyBits(src[i]);
         std::memcpy(&v[i], &u, sizeof u);
     }
 }
 
-// Sums in concentric circles of ascending radii r[0..n) around (cx, cy). Pixels wholly inside a radius
-// are added once to a running "from radius k on" total; only the radii that cut a pixel call the exact
-// overlap. Pixel order is fixed (rows, then columns), so the result does not depend on threads.
-void sumCircles(const Inputs& in, const SkyModel& sky, double cx, double cy, const std::vector<double>& r,
-                std::int32_t ownId, Scratch& sc, std::vector<Sums>& out, FlagDistances& fd) {
-    const std::size_t nr = r.size();
-    out.assign(nr, Sums{});
-    fd = FlagDistances{};
-    const int w = in.image.width, h = in.image.height;
-    fd.edge = std::min({cx + 0.5, w - 0.5 - cx, cy + 0.5, h - 0.5 - cy});
-    if (nr == 0) return;
-    sc.partial.assign(nr, Sums{});
-    sc.full.assign(nr, Sums{});
-    sc.radii2.resize(nr);
-    for (std::size_t k = 0; k < nr; ++k)
-        sc.radii2[k] = r[k] * r[k];
-    const double rmax = r[nr - 1];
-    const int x0 = std::max(0, static_cast<int>(std::floor(cx - rmax + 0.5)));
-    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(cx + rmax - 0.5)));
-    const int y0 = std::max(0, static_cast<int>(std::floor(cy - rmax + 0.5)));
-    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(cy + rmax - 0.5)));
-    const auto r2begin = sc.radii2.begin(), r2end = sc.radii2.end();
-    const double* r2 = sc.radii2.data();
-    for (int y = y0; y <= y1; ++y) {
-        const double dy0 = y - 0.5 - cy, dy1 = dy0 + 1.0;
-        const double ny = dy0 > 0.0 ? dy0 : (dy1 < 0.0 ? dy1 : 0.0);
-        const double fy = std::max(dy0 * dy0, dy1 * dy1);
-        for (int x = x0; x <= x1; ++x) {
-            const double dx0 = x - 0.5 - cx, dx1 = dx0 + 1.0;
-            const double nx = dx0 > 0.0 ? dx0 : (dx1 < 0.0 ? dx1 : 0.0);
-            const double dmin2 = nx * nx + ny * ny;
-            // first radius that reaches into the pixel, first radius that holds the whole pixel
-            const double dmax2 = std::max(dx0 * dx0, dx1 * dx1) + fy;
-            std::size_t k0, kf;
-            if (nr <= 8) {
-                k0 = 0;
-                while (k0 < nr && r2[k0] <= dmin2)
-                    ++k0;
-                if (k0 == nr) continue;
-                kf = k0;
-                while (kf < nr && r2[kf] < dmax2)
-                    ++kf;
-            } else {
-                k0 = static_cast<std::size_t>(std::upper_bound(r2begin, r2end, dmin2) - r2begin);
-                if (k0 == nr) continue;
-                kf = static_cast<std::size_t>(std::lower_bound(r2begin + k0, r2end, dmax2) - r2begin);
+// The CPU engine: OpenMP over the jobs of a batch, the loops of aperture_internal.hpp per job.
+class CpuEngine final : public detail::ApertureEngine {
+public:
+    explicit CpuEngine(int threads) : m_threads(threads) {}
+    std::size_t batchSize() const override { return 4096; }
+    void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
+               const ImageView& level, const ImageView& rms, double saturation) override {
+        m_in = detail::AperturePlanes{};
+        m_in.image = image.data;
+        m_in.imageStride = image.stride;
+        if (!mask.empty()) {
+            m_in.mask = mask.data;
+            m_in.maskStride = mask.stride;
+        }
+        if (!seg.empty()) {
+            m_in.seg = seg.data;
+            m_in.segStride = seg.stride;
+        }
+        if (!level.empty() && !rms.empty()) {
+            m_in.level = level.data;
+            m_in.rms = rms.data;
+            m_in.mapStride = level.stride;
+        }
+        m_in.width = image.width;
+        m_in.height = image.height;
+        m_in.saturation = saturation;
+    }
+    void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                    const detail::SkyParamsHD& p, SkyEstimate* out) override {
+        forEach(n, [&](std::size_t i, Scratch& sc) {
+            std::vector<float>& buf = sc.skyValues;
+            buf.clear();
+            detail::forAnnulus(m_in, cx[i], cy[i], rin, rout, [&](float v) { buf.push_back(v); });
+            if (static_cast<int>(buf.size()) >= std::max(2, p.minPixels)) {
+                sortFloats(buf, sc);
+                sc.prefix1.resize(buf.size() + 1);
+                sc.prefix2.resize(buf.size() + 1);
             }
-            float value;
-            bool saturated = false, foreign = false;
-            const double dmin = std::sqrt(dmin2);
-            if (classify(in, x, y, ownId, value, saturated, foreign) == PixelUse::Exclude) {
-                fd.masked = std::min(fd.masked, dmin);
-                continue;
-            }
-            if (saturated) fd.saturated = std::min(fd.saturated, dmin);
-            if (foreign) fd.crowded = std::min(fd.crowded, dmin);
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            for (std::size_t k = k0; k < kf; ++k) {
-                const double wgt = circleRectOverlap(dx0, dy0, dx1, dy1, r[k]);
-                sc.partial[k].add(wgt, v, var);
-            }
-            if (kf < nr) sc.full[kf].addFull(v, var);
+            out[i] = detail::skyStatistics(buf.data(), buf.size(), p, sc.prefix1.data(), sc.prefix2.data());
+        });
+    }
+    void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                    std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) override {
+        forEach(n, [&](std::size_t i, Scratch& sc) {
+            const double* r = radii + i * radiiStride;
+            sc.partial.resize(nr);
+            sc.full.resize(nr);
+            sc.radii2.resize(nr);
+            for (std::size_t k = 0; k < nr; ++k)
+                sc.radii2[k] = r[k] * r[k];
+            const CircleJob& j = jobs[i];
+            detail::circleSumsAll(m_in, j.sky, j.cx, j.cy, j.ownId, r, sc.radii2.data(), nr, sc.partial.data(),
+                                  sc.full.data(), out + i * nr, fd[i]);
+        });
+    }
+    void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
+        forEach(n, [&](std::size_t i, Scratch&) { out[i] = detail::kronAperture(m_in, jobs[i], p); });
+    }
+
+private:
+    template <class F> void forEach(std::size_t n, F&& body) {
+        const std::ptrdiff_t m = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel num_threads(m_threads)
+        {
+            Scratch sc;
+#pragma omp for schedule(dynamic, 16)
+            for (std::ptrdiff_t i = 0; i < m; ++i)
+                body(static_cast<std::size_t>(i), sc);
         }
     }
-    Sums running;
-    for (std::size_t k = 0; k < nr; ++k) {
-        running.addSums(sc.full[k]);
-        out[k] = running;
-        out[k].addSums(sc.partial[k]);
-    }
-}
-
-// Sums in one ellipse (exact overlap); returns the aperture's flags.
-std::uint32_t sumEllipse(const Inputs& in, const SkyModel& sky, const EllipseAperture& e, double cx,
-                         double cy, std::int32_t ownId, Sums& out) {
-    out = Sums{};
-    std::uint32_t flags = 0;
-    const int w = in.image.width, h = in.image.height;
-    const double hx = e.halfWidthX(), hy = e.halfWidthY();
-    if (cx - hx < -0.5 || cx + hx > w - 0.5 || cy - hy < -0.5 || cy + hy > h - 0.5)
-        flags |= FlagApertureIncomplete;
-    const int x0 = std::max(0, static_cast<int>(std::floor(cx - hx + 0.5)));
-    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(cx + hx - 0.5)));
-    const int y0 = std::max(0, static_cast<int>(std::floor(cy - hy + 0.5)));
-    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(cy + hy - 0.5)));
-    for (int y = y0; y <= y1; ++y) {
-        for (int x = x0; x <= x1; ++x) {
-            const double wgt = e.pixelOverlap(x, y);
-            if (wgt <= 0.0) continue;
-            float value;
-            bool saturated = false, foreign = false;
-            if (classify(in, x, y, ownId, value, saturated, foreign) == PixelUse::Exclude) {
-                flags |= FlagApertureMasked;
-                continue;
-            }
-            if (saturated) flags |= FlagSaturated;
-            if (foreign) flags |= FlagCrowded;
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            if (wgt >= 1.0)
-                out.addFull(v, var);
-            else
-                out.add(wgt, v, var);
-        }
-    }
-    return flags;
-}
-
-// SExtractor's first moment r1 = Σ ρ I / Σ I over the pixels (centres) with ρ < rmax, ρ the normalised
-// elliptical radius in units of the isophotal ellipse. Masked pixels and other objects' pixels excluded.
-// NaN when undefined (non-positive sums).
-double kronFirstMoment(const Inputs& in, const SkyModel& sky, double cx, double cy, double a, double b,
-                       double thetaRad, double rmax, std::int32_t ownId) {
-    const EllipseAperture e(cx, cy, a, b, thetaRad);
-    const double hx = rmax * e.halfWidthX(), hy = rmax * e.halfWidthY();
-    const int x0 = std::max(0, static_cast<int>(std::ceil(cx - hx)));
-    const int x1 = std::min(in.image.width - 1, static_cast<int>(std::floor(cx + hx)));
-    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - hy)));
-    const int y1 = std::min(in.image.height - 1, static_cast<int>(std::floor(cy + hy)));
-    const double rmax2 = rmax * rmax;
-    double sumRI = 0.0, sumI = 0.0;
-    for (int y = y0; y <= y1; ++y) {
-        for (int x = x0; x <= x1; ++x) {
-            const double rho2 = e.normRadius2(x - cx, y - cy);
-            if (rho2 > rmax2) continue;
-            float value;
-            bool saturated = false, foreign = false;
-            if (classify(in, x, y, ownId, value, saturated, foreign) == PixelUse::Exclude || foreign)
-                continue;
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            sumRI += std::sqrt(rho2) * v;
-            sumI += v;
-        }
-    }
-    if (!(sumI > 0.0) || !(sumRI > 0.0)) return kNaN;
-    return sumRI / sumI;
-}
-
-// ---- local sky ----------------------------------------------------------------------------------
-
-struct SkyEstimate {
-    double level = kNaN, rms = kNaN;
-    int n = 0;
-    bool ok = false;
+    int m_threads = 1;
+    detail::AperturePlanes m_in;
 };
 
 // Variance of the truncated unit normal |z| <= k.
@@ -319,110 +165,6 @@ double clipRmsCorrection(double k) {
     return s;
 }
 
-double sortedMedian(const float* a, std::size_t n) {
-    const std::size_t m = n / 2;
-    return (n % 2) ? a[m] : 0.5 * (static_cast<double>(a[m - 1]) + a[m]);
-}
-
-SkyEstimate localSky(const Inputs& in, double cx, double cy, double rin, double rout, const ApertureParams& p,
-                     double rmsCorrection, Scratch& sc) {
-    std::vector<float>& buf = sc.skyValues;
-    buf.clear();
-    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - rout)));
-    const int y1 = std::min(in.image.height - 1, static_cast<int>(std::floor(cy + rout)));
-    const double rin2 = rin * rin, rout2 = rout * rout;
-    auto take = [&](int x, int y, double dy2) {
-        const double d2 = (x - cx) * (x - cx) + dy2;
-        if (d2 < rin2 || d2 > rout2) return;
-        if (!in.mask.empty() && in.mask(x, y) != 0) return;
-        if (!in.seg.empty() && in.seg(x, y) != 0) return;
-        const float v = in.image(x, y);
-        if (!std::isfinite(v) || v >= in.saturation) return;
-        buf.push_back(v);
-    };
-    for (int y = y0; y <= y1; ++y) {
-        const double dy2 = (y - cy) * (y - cy);
-        if (dy2 > rout2) continue;
-        // the row's span of the outer circle, less the inner hole (margins of 1e-9 px; the exact
-        // distance test in take() decides)
-        const double wo = std::sqrt(rout2 - dy2) + 1e-9;
-        const int xa = std::max(0, static_cast<int>(std::ceil(cx - wo)));
-        const int xb = std::min(in.image.width - 1, static_cast<int>(std::floor(cx + wo)));
-        int ha = xb + 1, hb = xb; // hole [ha, hb] skipped
-        if (dy2 < rin2) {
-            const double wi = std::sqrt(rin2 - dy2) - 1e-9;
-            ha = static_cast<int>(std::floor(cx - wi)) + 1;
-            hb = static_cast<int>(std::ceil(cx + wi)) - 1;
-        }
-        for (int x = xa; x <= std::min(xb, ha - 1); ++x)
-            take(x, y, dy2);
-        for (int x = std::max(xa, hb + 1); x <= xb; ++x)
-            take(x, y, dy2);
-    }
-    SkyEstimate est;
-    if (static_cast<int>(buf.size()) < std::max(2, p.minSkyPixels)) {
-        est.n = static_cast<int>(buf.size());
-        return est;
-    }
-    sortFloats(buf, sc);
-    // prefix sums of deviations from a reference value: the mean and standard deviation of any clipped
-    // range [lo, hi) of the sorted values in O(1)
-    const std::size_t nAll = buf.size();
-    const double ref = buf[nAll / 2];
-    std::vector<double>& s1 = sc.prefix1;
-    std::vector<double>& s2 = sc.prefix2;
-    s1.resize(nAll + 1);
-    s2.resize(nAll + 1);
-    s1[0] = s2[0] = 0.0;
-    for (std::size_t i = 0; i < nAll; ++i) {
-        const double d = static_cast<double>(buf[i]) - ref;
-        s1[i + 1] = s1[i] + d;
-        s2[i + 1] = s2[i] + d * d;
-    }
-    std::size_t lo = 0, hi = nAll;
-    double median = 0.0, mean = 0.0, sd = 0.0;
-    auto stats = [&]() {
-        const std::size_t n = hi - lo;
-        const double m = static_cast<double>(n);
-        median = sortedMedian(buf.data() + lo, n);
-        const double dm = (s1[hi] - s1[lo]) / m;
-        mean = ref + dm;
-        const double ss = (s2[hi] - s2[lo]) - m * dm * dm;
-        sd = n > 1 ? std::sqrt(std::max(0.0, ss) / (m - 1.0)) : 0.0;
-    };
-    stats();
-    const bool clip = p.skyClipSigma > 0.0;
-    for (int it = 0; clip && it < p.skyClipIterations; ++it) {
-        const double lim = p.skyClipSigma * sd;
-        const std::size_t nlo = static_cast<std::size_t>(
-            std::lower_bound(buf.begin(), buf.end(), median - lim, [](float a, double b) { return a < b; }) -
-            buf.begin());
-        const std::size_t nhi = static_cast<std::size_t>(
-            std::upper_bound(buf.begin(), buf.end(), median + lim, [](double a, float b) { return a < b; }) -
-            buf.begin());
-        if ((nlo == lo && nhi == hi) || nhi - nlo < 2) break;
-        lo = nlo;
-        hi = nhi;
-        stats();
-    }
-    est.n = static_cast<int>(hi - lo);
-    if (est.n < p.minSkyPixels) return est;
-    switch (p.skyEstimator) {
-    case SkyEstimator::Mean:
-        est.level = mean;
-        break;
-    case SkyEstimator::Median:
-        est.level = median;
-        break;
-    case SkyEstimator::Mode:
-        est.level = (sd > 0.0 && (mean - median) / sd > 0.3) ? median : 2.5 * median - 1.5 * mean;
-        break;
-    }
-    est.rms = clip ? sd / rmsCorrection : sd;
-    est.ok = true;
-    return est;
-}
-
 double skyMeanFactor(SkyEstimator e) {
     switch (e) {
     case SkyEstimator::Mean:
@@ -435,7 +177,7 @@ double skyMeanFactor(SkyEstimator e) {
     return 1.0;
 }
 
-double fluxVariance(const Sums& s, double gain, double skyMeanVar) {
+double fluxVariance(const ApertureSums& s, double gain, double skyMeanVar) {
     double v = s.varSky + s.area * s.area * skyMeanVar;
     if (gain > 0.0) v += std::max(0.0, s.poisson) / gain;
     return v;
@@ -465,22 +207,6 @@ double interpolate(const std::vector<double>& xs, const std::vector<double>& ys,
     return ys[k - 1] + t * (ys[k] - ys[k - 1]);
 }
 
-template <class F>
-void forEachChunked(std::size_t n, int threads, RunContext& ctx, double f0, double f1, F&& body) {
-    constexpr std::size_t kChunk = 4096;
-    for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
-        ctx.checkCancelled();
-        const std::ptrdiff_t c1 = static_cast<std::ptrdiff_t>(std::min(n, c0 + kChunk));
-#pragma omp parallel num_threads(threads)
-        {
-            Scratch sc;
-#pragma omp for schedule(dynamic, 16)
-            for (std::ptrdiff_t i = static_cast<std::ptrdiff_t>(c0); i < c1; ++i)
-                body(static_cast<std::size_t>(i), sc);
-        }
-        ctx.report("aperture", f0 + (f1 - f0) * static_cast<double>(c1) / static_cast<double>(n));
-    }
-}
 
 template <class T> T columnOr(const std::vector<T>& v, std::size_t i, T fallback) {
     return i < v.size() ? v[i] : fallback;
@@ -492,12 +218,14 @@ void checkPositive(double v, const char* what) {
                            " must be positive and finite (got " + std::to_string(v) + ")");
 }
 
+
 } // namespace
 
-ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
-                                double fwhm, double gain, double readNoise, const ApertureParams& params,
-                                RunContext& ctx) {
+ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageView& image, const MaskView& mask,
+                                            const BackgroundResult& bkg,
+                                            const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                            double fwhm, double gain, double readNoise,
+                                            const ApertureParams& params, RunContext& ctx) {
     const ApertureParams& p = params;
     // ---- validation ----
     if (image.empty()) throw InvalidInput("aperture photometry: empty image");
@@ -571,19 +299,17 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
         fixedIndex[k] = indexOf(res.radii[k]);
     const std::size_t fwhmIndex = wantCog ? indexOf(oneFwhm) : 0;
 
-    Inputs in;
-    in.image = image;
-    in.mask = mask;
-    in.seg = segmentation;
-    if (haveMap) {
-        in.level = bkg.level.view();
-        in.rms = bkg.rms.view();
-    }
-    in.saturation = (p.saturation > 0.0) ? p.saturation : kInf;
-    in.gain = gain;
-    in.readNoise = readNoise;
+    const double saturation = (p.saturation > 0.0) ? p.saturation : kInf;
+    engine.begin(image, mask, segmentation, haveMap ? bkg.level.view() : ImageView{},
+                 haveMap ? bkg.rms.view() : ImageView{}, saturation);
     const double rmsCorrection = clipRmsCorrection(p.skyClipSigma);
     const double kappa = skyMeanFactor(p.skyEstimator);
+    const detail::SkyParamsHD skyParams{p.skyClipSigma, p.skyClipIterations, p.minSkyPixels,
+                                        static_cast<int>(p.skyEstimator), rmsCorrection};
+    const detail::KronParamsHD kronParams{p.kronFactor, p.kronMinRadius, p.kronMaxRadius};
+    const ImageView level = haveMap ? bkg.level.view() : ImageView{};
+    const ImageView rmsMap = haveMap ? bkg.rms.view() : ImageView{};
+
 
     res.flux.assign(nFixed, std::vector<double>(n, kNaN));
     res.fluxErr.assign(nFixed, std::vector<double>(n, kNaN));
@@ -612,13 +338,12 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
     };
     std::vector<std::uint8_t> skyPerPixel(n, 0); // 1: the sky of source i is the background map
     auto skyModelOf = [&](std::size_t i) {
-        SkyModel s;
+        ApertureSky s;
         s.perPixel = skyPerPixel[i] != 0;
         s.level = res.sky[i];
         s.var = res.skyRms[i] * res.skyRms[i];
         return s;
     };
-    const int threads = ctx.threadCount();
 
     // ---- pass 1: sky, fixed apertures, Kron ----
     // Sources are processed in a spatial order (bands of 64 rows, then x) so that neighbouring apertures
@@ -635,84 +360,133 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
         std::stable_sort(order.begin(), order.end(),
                          [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
     }
-
-    forEachChunked(n, threads, ctx, 0.0, 0.7, [&](std::size_t c, Scratch& sc) {
-        const std::size_t i = order[c];
-        const double cx = sources.x[i], cy = sources.y[i];
-        if (!std::isfinite(cx) || !std::isfinite(cy)) {
-            res.flags[i] = FlagApertureIncomplete | FlagSkyFailed | FlagKronFailed;
-            return;
+    const int threads = ctx.threadCount();
+    const std::size_t batch = std::max<std::size_t>(1, engine.batchSize());
+    // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
+    auto forBatches = [&](std::size_t count, double f0, double f1, auto&& body) {
+        for (std::size_t c0 = 0; c0 < count; c0 += batch) {
+            ctx.checkCancelled();
+            const std::size_t c1 = std::min(count, c0 + batch);
+            body(c0, c1);
+            ctx.report("aperture", f0 + (f1 - f0) * static_cast<double>(c1) / static_cast<double>(count));
         }
-        const std::int32_t ownId = ownIdOf(i, cx, cy);
-        ownIds[i] = ownId;
-        std::uint32_t flags = 0;
+    };
+    const std::size_t nr = radii.size();
+    std::vector<std::size_t> idx;
+    std::vector<double> cxs, cys;
+    std::vector<SkyEstimate> skies;
+    std::vector<CircleJob> jobs;
+    std::vector<ApertureSums> sums;
+    std::vector<ApertureFlagDistances> fds;
+    std::vector<KronJob> kronJobs;
+    std::vector<KronOut> kronOut;
+
+    forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
+        idx.clear();
+        for (std::size_t c = c0; c < c1; ++c) {
+            const std::size_t i = order[c];
+            const double cx = sources.x[i], cy = sources.y[i];
+            if (!std::isfinite(cx) || !std::isfinite(cy)) {
+                res.flags[i] = FlagApertureIncomplete | FlagSkyFailed | FlagKronFailed;
+                continue;
+            }
+            ownIds[i] = ownIdOf(i, cx, cy);
+            idx.push_back(i);
+        }
+        const std::size_t m = idx.size();
+        if (m == 0) return;
+        std::vector<std::uint32_t> bflags(m, 0);
         // sky
-        const int pxc = std::clamp(static_cast<int>(std::lround(cx)), 0, image.width - 1);
-        const int pyc = std::clamp(static_cast<int>(std::lround(cy)), 0, image.height - 1);
-        bool skyFromMap = !p.useLocalSky;
         if (p.useLocalSky) {
-            const SkyEstimate est = localSky(in, cx, cy, rin, rout, p, rmsCorrection, sc);
-            if (est.ok) {
-                res.sky[i] = est.level;
-                res.skyRms[i] = est.rms;
-                res.skyArea[i] = est.n;
-                skyMeanVar[i] = kappa * est.rms * est.rms / est.n;
-            } else {
-                flags |= FlagSkyFailed;
-                skyFromMap = haveMap;
-                if (!haveMap) {
-                    res.sky[i] = kNaN;
-                    res.skyRms[i] = gain > 0.0 ? readNoise / gain : readNoise;
+            cxs.resize(m);
+            cys.resize(m);
+            for (std::size_t k = 0; k < m; ++k) {
+                cxs[k] = sources.x[idx[k]];
+                cys[k] = sources.y[idx[k]];
+            }
+            skies.assign(m, SkyEstimate{});
+            engine.localSkies(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
+        }
+        for (std::size_t k = 0; k < m; ++k) {
+            const std::size_t i = idx[k];
+            const double cx = sources.x[i], cy = sources.y[i];
+            const int pxc = std::clamp(static_cast<int>(std::lround(cx)), 0, image.width - 1);
+            const int pyc = std::clamp(static_cast<int>(std::lround(cy)), 0, image.height - 1);
+            bool skyFromMap = !p.useLocalSky;
+            if (p.useLocalSky) {
+                const SkyEstimate& est = skies[k];
+                if (est.ok) {
+                    res.sky[i] = est.level;
+                    res.skyRms[i] = est.rms;
+                    res.skyArea[i] = est.n;
+                    skyMeanVar[i] = kappa * est.rms * est.rms / est.n;
+                } else {
+                    bflags[k] |= FlagSkyFailed;
+                    skyFromMap = haveMap;
+                    if (!haveMap) {
+                        res.sky[i] = kNaN;
+                        res.skyRms[i] = gain > 0.0 ? readNoise / gain : readNoise;
+                    }
                 }
             }
+            if (skyFromMap) {
+                res.sky[i] = level(pxc, pyc);
+                res.skyRms[i] = rmsMap(pxc, pyc);
+                skyPerPixel[i] = 1;
+            }
         }
-        if (skyFromMap) {
-            res.sky[i] = in.level(pxc, pyc);
-            res.skyRms[i] = in.rms(pxc, pyc);
-            skyPerPixel[i] = 1;
-        }
-        const SkyModel sky = skyModelOf(i);
         // circular apertures
-        std::vector<Sums>& sums = sc.sums;
-        FlagDistances fd;
-        sumCircles(in, sky, cx, cy, radii, ownId, sc, sums, fd);
-        for (std::size_t k = 0; k < nFixed; ++k) {
-            const Sums& s = sums[fixedIndex[k]];
-            res.flux[k][i] = s.flux;
-            res.fluxErr[k][i] = std::sqrt(fluxVariance(s, gain, skyMeanVar[i]));
-            const std::uint32_t f = fd.flagsFor(res.radii[k]);
-            res.apertureFlags[k][i] = f | (flags & FlagSkyFailed);
-            flags |= f;
+        jobs.resize(m);
+        for (std::size_t k = 0; k < m; ++k) {
+            const std::size_t i = idx[k];
+            jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
         }
-        if (wantCog) {
-            flux1[i] = sums[fwhmIndex].flux;
-            err1[i] = std::sqrt(fluxVariance(sums[fwhmIndex], gain, skyMeanVar[i]));
-            flags1[i] = fd.flagsFor(oneFwhm);
+        sums.resize(m * nr);
+        fds.resize(m);
+        engine.sumCircles(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
+        kronJobs.resize(m);
+        for (std::size_t k = 0; k < m; ++k) {
+            const std::size_t i = idx[k];
+            const ApertureSums* s = sums.data() + k * nr;
+            const ApertureFlagDistances& fd = fds[k];
+            std::uint32_t& flags = bflags[k];
+            for (std::size_t q = 0; q < nFixed; ++q) {
+                const ApertureSums& sq = s[fixedIndex[q]];
+                res.flux[q][i] = sq.flux;
+                res.fluxErr[q][i] = std::sqrt(fluxVariance(sq, gain, skyMeanVar[i]));
+                const std::uint32_t f = fd.flagsFor(res.radii[q]);
+                res.apertureFlags[q][i] = f | (flags & FlagSkyFailed);
+                flags |= f;
+            }
+            if (wantCog) {
+                flux1[i] = s[fwhmIndex].flux;
+                err1[i] = std::sqrt(fluxVariance(s[fwhmIndex], gain, skyMeanVar[i]));
+                flags1[i] = fd.flagsFor(oneFwhm);
+            }
+            // the isophotal ellipse for Kron
+            double a = columnOr(sources.a, i, kNaN), b = columnOr(sources.b, i, kNaN);
+            double th = columnOr(sources.theta, i, 0.0) * std::numbers::pi / 180.0;
+            if (!(a > 0.0) || !(b > 0.0) || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(th)) {
+                // no usable isophotal ellipse: a circle of the field's Gaussian sigma (or 1 px)
+                a = b = (fwhm > 0.0 && std::isfinite(fwhm)) ? fwhm * kFwhmToSigma : 1.0;
+                th = 0.0;
+            }
+            kronJobs[k] = KronJob{sources.x[i], sources.y[i], a, b, std::cos(th), std::sin(th), jobs[k].sky,
+                                  ownIds[i]};
         }
         // Kron radius and FLUX_AUTO
-        double a = columnOr(sources.a, i, kNaN), b = columnOr(sources.b, i, kNaN);
-        double th = columnOr(sources.theta, i, 0.0) * std::numbers::pi / 180.0;
-        if (!(a > 0.0) || !(b > 0.0) || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(th)) {
-            // no usable isophotal ellipse: a circle of the field's Gaussian sigma (or 1 px)
-            a = b = (fwhm > 0.0 && std::isfinite(fwhm)) ? fwhm * kFwhmToSigma : 1.0;
-            th = 0.0;
+        kronOut.resize(m);
+        engine.kron(kronJobs.data(), m, kronParams, kronOut.data());
+        for (std::size_t k = 0; k < m; ++k) {
+            const std::size_t i = idx[k];
+            const KronOut& ko = kronOut[k];
+            res.kronRadius[i] = ko.kronRadius;
+            if (ko.measured) {
+                res.fluxAuto[i] = ko.sums.flux;
+                res.fluxAutoErr[i] = std::sqrt(fluxVariance(ko.sums, gain, skyMeanVar[i]));
+            }
+            res.flags[i] = bflags[k] | ko.flags;
         }
-        const double r1 = kronFirstMoment(in, sky, cx, cy, a, b, th, p.kronMaxRadius, ownId);
-        double kron = p.kronFactor * r1;
-        if (!std::isfinite(r1)) {
-            flags |= FlagKronFailed;
-            kron = p.kronMinRadius;
-        }
-        kron = std::max(kron, p.kronMinRadius);
-        res.kronRadius[i] = kron;
-        if (kron > 0.0) {
-            const EllipseAperture e(cx, cy, a * kron, b * kron, th);
-            Sums s;
-            flags |= sumEllipse(in, sky, e, cx, cy, ownId, s);
-            res.fluxAuto[i] = s.flux;
-            res.fluxAutoErr[i] = std::sqrt(fluxVariance(s, gain, skyMeanVar[i]));
-        }
-        res.flags[i] = flags;
     });
 
     // ---- pass 2: curve of growth from bright isolated stars ----
@@ -745,14 +519,22 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
         }
         std::vector<double> fluxRef(n, kNaN), errRef(n, kNaN);
         std::vector<std::uint32_t> flagsRef(n, 0);
-        forEachChunked(pre.size(), threads, ctx, 0.7, 0.75, [&](std::size_t c, Scratch& sc) {
-            const std::size_t i = pre[c];
-            FlagDistances fd;
-            sumCircles(in, skyModelOf(i), sources.x[i], sources.y[i], std::vector<double>{refRadius},
-                       ownIds[i], sc, sc.sums, fd);
-            fluxRef[i] = sc.sums[0].flux;
-            errRef[i] = std::sqrt(fluxVariance(sc.sums[0], gain, skyMeanVar[i]));
-            flagsRef[i] = fd.flagsFor(refRadius);
+        forBatches(pre.size(), 0.7, 0.75, [&](std::size_t c0, std::size_t c1) {
+            const std::size_t m = c1 - c0;
+            jobs.resize(m);
+            for (std::size_t k = 0; k < m; ++k) {
+                const std::size_t i = pre[c0 + k];
+                jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+            }
+            sums.resize(m);
+            fds.resize(m);
+            engine.sumCircles(jobs.data(), m, &refRadius, 1, 0, sums.data(), fds.data());
+            for (std::size_t k = 0; k < m; ++k) {
+                const std::size_t i = pre[c0 + k];
+                fluxRef[i] = sums[k].flux;
+                errRef[i] = std::sqrt(fluxVariance(sums[k], gain, skyMeanVar[i]));
+                flagsRef[i] = fds[k].flagsFor(refRadius);
+            }
         });
         std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
         for (std::size_t i : pre) {
@@ -781,16 +563,24 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
             res.apCorrStarIndex.assign(stars.begin(), stars.end());
             // fractions[star][grid]
             std::vector<std::vector<double>> frac(stars.size());
-            forEachChunked(stars.size(), threads, ctx, 0.75, 0.8, [&](std::size_t s, Scratch& sc) {
-                const std::size_t i = stars[s];
-                std::vector<Sums> sums;
-                FlagDistances fd;
-                sumCircles(in, skyModelOf(i), sources.x[i], sources.y[i], res.cogRadius, ownIds[i], sc, sums,
-                           fd);
-                frac[s].resize(nGrid);
-                const double ref = sums[nGrid - 1].flux;
-                for (std::size_t g = 0; g < nGrid; ++g)
-                    frac[s][g] = sums[g].flux / ref;
+            forBatches(stars.size(), 0.75, 0.8, [&](std::size_t c0, std::size_t c1) {
+                const std::size_t m = c1 - c0;
+                jobs.resize(m);
+                for (std::size_t k = 0; k < m; ++k) {
+                    const std::size_t i = stars[c0 + k];
+                    jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+                }
+                sums.resize(m * nGrid);
+                fds.resize(m);
+                engine.sumCircles(jobs.data(), m, res.cogRadius.data(), nGrid, 0, sums.data(), fds.data());
+                for (std::size_t k = 0; k < m; ++k) {
+                    const ApertureSums* s = sums.data() + k * nGrid;
+                    std::vector<double>& f = frac[c0 + k];
+                    f.resize(nGrid);
+                    const double ref = s[nGrid - 1].flux;
+                    for (std::size_t g = 0; g < nGrid; ++g)
+                        f[g] = s[g].flux / ref;
+                }
             });
             res.cogFraction.resize(nGrid);
             std::vector<double> col(stars.size());
@@ -839,43 +629,76 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
     if (p.optimal) {
         const std::size_t nGrid = res.cogRadius.size();
         const double g1 = interpolate(res.cogRadius, res.cogFraction, oneFwhm);
-        forEachChunked(n, threads, ctx, 0.8, 1.0, [&](std::size_t c, Scratch& sc) {
-            const std::size_t i = order[c];
-            const double cx = sources.x[i], cy = sources.y[i];
-            if (!std::isfinite(cx) || !std::isfinite(cy) || !std::isfinite(res.sky[i])) return;
-            const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
-            const double var = res.skyRms[i] * res.skyRms[i];
-            const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
-            // maximise frac / sqrt(den) by comparing frac^2 * denBest with fracBest^2 * den (no division)
-            std::size_t best = nGrid - 1;
-            double bestNum = -1.0, bestDen = 1.0;
-            for (std::size_t g = 0; g < nGrid; ++g) {
-                const double frac = res.cogFraction[g];
-                if (!(frac > 0.0)) continue;
-                const double area = std::numbers::pi * res.cogRadius[g] * res.cogRadius[g];
-                const double den =
-                    (gain > 0.0 ? F * frac / gain : 0.0) + area * var * (1.0 + kappa * area / nSky);
-                if (!(den > 0.0)) continue;
-                const double num = frac * frac;
-                if (bestNum < 0.0 || num * bestDen > bestNum * den) {
-                    bestNum = num;
-                    bestDen = den;
-                    best = g;
+        std::vector<double> best(batch), bestFrac(batch);
+        forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) {
+            // the radius of the best predicted S/N per source (host), then one circle each (engine)
+            const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
+#pragma omp parallel for num_threads(threads) schedule(static)
+            for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
+                best[c] = kNaN;
+                const double cx = sources.x[i], cy = sources.y[i];
+                if (!std::isfinite(cx) || !std::isfinite(cy) || !std::isfinite(res.sky[i])) continue;
+                const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
+                const double var = res.skyRms[i] * res.skyRms[i];
+                const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
+                // maximise frac / sqrt(den) by comparing frac^2 * denBest with fracBest^2 * den (no division)
+                std::size_t bestG = nGrid - 1;
+                double bestNum = -1.0, bestDen = 1.0;
+                for (std::size_t g = 0; g < nGrid; ++g) {
+                    const double frac = res.cogFraction[g];
+                    if (!(frac > 0.0)) continue;
+                    const double area = std::numbers::pi * res.cogRadius[g] * res.cogRadius[g];
+                    const double den =
+                        (gain > 0.0 ? F * frac / gain : 0.0) + area * var * (1.0 + kappa * area / nSky);
+                    if (!(den > 0.0)) continue;
+                    const double num = frac * frac;
+                    if (bestNum < 0.0 || num * bestDen > bestNum * den) {
+                        bestNum = num;
+                        bestDen = den;
+                        bestG = g;
+                    }
                 }
+                best[c] = res.cogRadius[bestG];
+                bestFrac[c] = res.cogFraction[bestG];
             }
-            const double r = res.cogRadius[best];
-            const double frac = res.cogFraction[best];
-            const SkyModel sky = skyModelOf(i);
-            std::vector<Sums>& sums = sc.sums;
-            FlagDistances fd;
-            sumCircles(in, sky, cx, cy, std::vector<double>{r}, ownIds[i], sc, sums, fd);
-            res.radiusOpt[i] = r;
-            res.fluxOpt[i] = sums[0].flux / frac;
-            res.fluxOptErr[i] = std::sqrt(fluxVariance(sums[0], gain, skyMeanVar[i])) / frac;
-            res.flags[i] |= fd.flagsFor(r);
+            idx.clear();
+            cxs.clear(); // radii of the jobs
+            jobs.clear();
+            std::vector<double> fracs;
+            for (std::size_t c = c0; c < c1; ++c) {
+                if (std::isnan(best[c - c0])) continue;
+                const std::size_t i = order[c];
+                idx.push_back(i);
+                cxs.push_back(best[c - c0]);
+                fracs.push_back(bestFrac[c - c0]);
+                jobs.push_back(CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]});
+            }
+            const std::size_t m = idx.size();
+            if (m == 0) return;
+            sums.resize(m);
+            fds.resize(m);
+            engine.sumCircles(jobs.data(), m, cxs.data(), 1, 1, sums.data(), fds.data());
+            for (std::size_t k = 0; k < m; ++k) {
+                const std::size_t i = idx[k];
+                const double r = cxs[k], frac = fracs[k];
+                res.radiusOpt[i] = r;
+                res.fluxOpt[i] = sums[k].flux / frac;
+                res.fluxOptErr[i] = std::sqrt(fluxVariance(sums[k], gain, skyMeanVar[i])) / frac;
+                res.flags[i] |= fds[k].flagsFor(r);
+            }
         });
     }
     return res;
+}
+
+ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                     const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                     double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                     RunContext& ctx) {
+    CpuEngine engine(ctx.threadCount());
+    return detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain, readNoise,
+                                        params, ctx);
 }
 
 double apertureCorrectedFlux(const ApertureResult& res, std::size_t r, std::size_t i) {

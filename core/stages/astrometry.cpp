@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <numbers>
 #include <numeric>
 
@@ -42,7 +43,7 @@ astrom::Detections prepareDetections(const std::vector<double>& x, const std::ve
     return d;
 }
 
-astrom::RefStars prepareRefs(const ReferenceCatalog& ref) {
+astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads) {
     std::vector<std::int32_t> order;
     for (std::size_t i = 0; i < ref.size(); ++i)
         if (std::isfinite(ref.ra[i]) && std::isfinite(ref.dec[i]))
@@ -51,13 +52,20 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref) {
     std::stable_sort(order.begin(), order.end(),
                      [&](std::int32_t a, std::int32_t b) { return magOf(a) < magOf(b); });
     astrom::RefStars r;
-    for (std::int32_t i : order) {
-        r.ra.push_back(ref.ra[i]);
-        r.dec.push_back(ref.dec[i]);
-        r.mag.push_back(magOf(i));
-        r.xyz.push_back(astrom::unitVector(ref.ra[i], ref.dec[i]));
-        r.index.push_back(i);
+    const std::size_t n = order.size();
+    r.ra.resize(n);
+    r.dec.resize(n);
+    r.mag.resize(n);
+    r.xyz.resize(n);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
+    for (long long k = 0; k < static_cast<long long>(n); ++k) {
+        const std::int32_t i = order[k];
+        r.ra[k] = ref.ra[i];
+        r.dec[k] = ref.dec[i];
+        r.mag[k] = magOf(i);
+        r.xyz[k] = astrom::unitVector(ref.ra[i], ref.dec[i]);
     }
+    r.index = std::move(order);
     return r;
 }
 
@@ -80,13 +88,15 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
                            "0 < scaleLow <= scaleHigh, nBrightest >= 4)");
     AstrometryResult res;
     const astrom::Detections det = prepareDetections(x, y, flux, width, height);
-    const astrom::RefStars refs = prepareRefs(ref);
+    const astrom::RefStars refs = prepareRefs(ref, ctx.threadCount());
     if (det.size() < 6 || refs.size() < 6) {
         res.message = "astrometry: too few detections (" + std::to_string(det.size()) +
                       ") or reference stars (" + std::to_string(refs.size()) + ")";
         return res;
     }
-    const astrom::SkyTree tree(refs.xyz);
+    // The sky k-d tree over the whole catalog is needed by the blind search only (refinement cuts the
+    // catalog to the frame by one linear scan): built on demand.
+    std::unique_ptr<astrom::SkyTree> tree;
 
     std::optional<TanSip> start;
     std::string headerNote;
@@ -101,7 +111,8 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
     astrom::RefineOutcome outcome;
     std::string refineWhy;
     if (start && params.blind != 1) {
-        outcome = astrom::refine(det, refs, tree, *start, params.refineRadiusPx, true, params);
+        outcome = astrom::refine(det, refs, nullptr, *start, params.refineRadiusPx, true, params,
+                                 ctx.threadCount());
         if (outcome.ok)
             res.method = "refined";
         else
@@ -137,7 +148,8 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
             search.radiusDeg = 180.0;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        outcome = astrom::solveBlind(det, refs, tree, search, params, ctx);
+        if (!tree) tree = std::make_unique<astrom::SkyTree>(refs.xyz);
+        outcome = astrom::solveBlind(det, refs, *tree, search, params, ctx);
         res.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (outcome.ok) res.method = "blind";
     }

@@ -346,7 +346,8 @@ RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyT
                             if (good < std::max(8.0, lambda + 5.0 * std::sqrt(lambda) + 4.0)) continue;
                             // Full refinement and verification.
                             ++fullVerifications;
-                            RefineOutcome r = refine(det, refs, tree, w, rCheap, false, p);
+                            RefineOutcome r =
+                                refine(det, refs, &tree, w, rCheap, false, p, ctx.threadCount());
                             if (r.ok) return r;
                             lastWhy = r.why;
                             if (fullVerifications >= p.maxFullVerifications) {

@@ -80,24 +80,75 @@ std::pair<std::int64_t, double> SkyTree::nearest(const std::array<double, 3>& p)
 
 std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const std::vector<double>& refX,
                                  const std::vector<double>& refY, const std::vector<std::int32_t>& refIds,
-                                 std::size_t nRef, double radius) {
+                                 std::size_t nRef, double radius, int threads) {
     nDet = std::min(nDet, det.size());
     nRef = std::min(nRef, refX.size());
     std::vector<Match> cand;
     if (nDet == 0 || nRef == 0) return cand;
+    // Only a reference star within `radius` of some detection can be accepted as a detection's nearest:
+    // when there are many more stars than detections, the others are dropped before the k-d tree is built
+    // (a grid of cells >= radius over the detections; a star is kept when one of its 3x3 cells holds a
+    // detection). The accepted matches are the same (up to exact distance ties, measure zero).
+    std::vector<std::uint32_t> keep; // rows of the tree -> rows of refX; empty: all
+    if (nRef > 4 * nDet + 1024 && radius > 0.0) {
+        double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+        for (std::size_t i = 0; i < nDet; ++i) {
+            x0 = std::min(x0, det.x[i]);
+            x1 = std::max(x1, det.x[i]);
+            y0 = std::min(y0, det.y[i]);
+            y1 = std::max(y1, det.y[i]);
+        }
+        double cell = radius * (1.0 + 1e-9); // rounding allowance
+        while ((x1 - x0) / cell * ((y1 - y0) / cell) > 4.0e6)
+            cell *= 2.0;
+        const auto nx = static_cast<long long>((x1 - x0) / cell) + 1;
+        const auto ny = static_cast<long long>((y1 - y0) / cell) + 1;
+        if (std::isfinite(x0) && std::isfinite(y0) && nx > 0 && ny > 0) {
+            std::vector<char> occupied(static_cast<std::size_t>(nx * ny), 0);
+            for (std::size_t i = 0; i < nDet; ++i)
+                occupied[static_cast<std::size_t>(static_cast<long long>((det.y[i] - y0) / cell) * nx +
+                                                  static_cast<long long>((det.x[i] - x0) / cell))] = 1;
+            for (std::size_t j = 0; j < nRef; ++j) {
+                const double fx = std::floor((refX[j] - x0) / cell), fy = std::floor((refY[j] - y0) / cell);
+                if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) continue;
+                const auto cx = static_cast<long long>(fx), cy = static_cast<long long>(fy);
+                bool near = false;
+                for (long long yy = std::max(0LL, cy - 1); yy <= std::min(ny - 1, cy + 1) && !near; ++yy)
+                    for (long long xx = std::max(0LL, cx - 1); xx <= std::min(nx - 1, cx + 1); ++xx)
+                        if (occupied[static_cast<std::size_t>(yy * nx + xx)]) {
+                            near = true;
+                            break;
+                        }
+                if (near) keep.push_back(static_cast<std::uint32_t>(j));
+            }
+            if (keep.empty()) return cand;
+        }
+    }
     Cloud2 cloud;
-    cloud.pts.resize(nRef);
-    for (std::size_t j = 0; j < nRef; ++j)
-        cloud.pts[j] = {refX[j], refY[j]};
+    if (keep.empty()) {
+        cloud.pts.resize(nRef);
+        for (std::size_t j = 0; j < nRef; ++j)
+            cloud.pts[j] = {refX[j], refY[j]};
+    } else {
+        cloud.pts.resize(keep.size());
+        for (std::size_t k = 0; k < keep.size(); ++k)
+            cloud.pts[k] = {refX[keep[k]], refY[keep[k]]};
+    }
     Tree2 tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(16));
     const double r2 = radius * radius;
-    for (std::size_t i = 0; i < nDet; ++i) {
+    // Nearest star per detection (independent queries, in parallel), then collected in detection order.
+    std::vector<Match> nearest(nDet);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (nDet > 4096)
+    for (long long i = 0; i < static_cast<long long>(nDet); ++i) {
         const double q[2] = {det.x[i], det.y[i]};
         std::uint32_t idx = 0;
         double d2 = 0.0;
         if (tree.knnSearch(q, 1, &idx, &d2) == 0 || d2 > r2) continue;
-        cand.push_back({static_cast<std::int32_t>(i), static_cast<std::int32_t>(idx), std::sqrt(d2)});
+        const std::uint32_t j = keep.empty() ? idx : keep[idx];
+        nearest[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(j), std::sqrt(d2)};
     }
+    for (const Match& m : nearest)
+        if (m.det >= 0) cand.push_back(m);
     std::sort(cand.begin(), cand.end(), [](const Match& a, const Match& b) {
         return a.dist != b.dist ? a.dist < b.dist : a.det < b.det;
     });
@@ -114,7 +165,7 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
 
 bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
                const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
-               const double crval0[2], int order, TanSip& out, double* chi2) {
+               const double crval0[2], int order, TanSip& out, double* chi2, int threads) {
     const std::size_t n = x.size();
     order = std::max(order, 1);
     std::vector<std::pair<int, int>> terms; // (p, q), by total degree
@@ -128,10 +179,20 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     for (std::size_t i = 0; i < n; ++i)
         scale = std::max({scale, std::fabs(x[i] + 1.0 - crpix[0]), std::fabs(y[i] + 1.0 - crpix[1])});
     std::vector<double> basis(static_cast<std::size_t>(k) * n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const double u = (x[i] + 1.0 - crpix[0]) / scale, v = (y[i] + 1.0 - crpix[1]) / scale;
-        for (int t = 0; t < k; ++t)
-            basis[i * k + t] = std::pow(u, terms[t].first) * std::pow(v, terms[t].second);
+    threads = n > 8192 ? std::max(1, threads) : 1;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<double> powU(static_cast<std::size_t>(order) + 1), powV(powU.size());
+#pragma omp for schedule(static)
+        for (long long i = 0; i < static_cast<long long>(n); ++i) {
+            const double u = (x[i] + 1.0 - crpix[0]) / scale, v = (y[i] + 1.0 - crpix[1]) / scale;
+            for (int e = 0; e <= order; ++e) { // the same std::pow values as per term, computed once
+                powU[e] = std::pow(u, e);
+                powV[e] = std::pow(v, e);
+            }
+            for (int t = 0; t < k; ++t)
+                basis[i * k + t] = powU[terms[t].first] * powV[terms[t].second];
+        }
     }
     Eigen::MatrixXd ata = Eigen::MatrixXd::Zero(k, k);
     for (std::size_t i = 0; i < n; ++i) {
@@ -150,8 +211,12 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     std::vector<double> xi(n), eta(n);
     for (int iter = 0; iter < 8; ++iter) {
         Eigen::VectorXd bx = Eigen::VectorXd::Zero(k), by = Eigen::VectorXd::Zero(k);
+        bool behind = false;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(|| : behind)
+        for (long long i = 0; i < static_cast<long long>(n); ++i)
+            if (!tanProject(crval[0], crval[1], ra[i], dec[i], xi[i], eta[i])) behind = true;
+        if (behind) return false;
         for (std::size_t i = 0; i < n; ++i) {
-            if (!tanProject(crval[0], crval[1], ra[i], dec[i], xi[i], eta[i])) return false;
             const double* b = &basis[i * k];
             for (int r = 0; r < k; ++r) {
                 bx(r) += w[i] * b[r] * xi[i];

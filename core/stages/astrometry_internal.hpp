@@ -59,14 +59,15 @@ struct Match {
 // by several detections keeps the closest (ties: lower detection index).
 std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const std::vector<double>& refX,
                                  const std::vector<double>& refY, const std::vector<std::int32_t>& refIds,
-                                 std::size_t nRef, double radius);
+                                 std::size_t nRef, double radius, int threads = 1);
 
 // Weighted least-squares TAN+SIP fit of pixel (x, y; 0-based) -> sky (ra, dec) with the reference pixel
 // fixed at crpix (1-based); the tangent point starts at crval0 and is moved until the polynomial has no
 // constant term. order 1: pure TAN (affine CD). Returns false when the normal equations are singular.
+// The per-star terms are computed on `threads` threads, the sums serially: the result does not depend on it.
 bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
                const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
-               const double crval0[2], int order, TanSip& out, double* chi2 = nullptr);
+               const double crval0[2], int order, TanSip& out, double* chi2 = nullptr, int threads = 1);
 
 struct RefineOutcome {
     bool ok = false;
@@ -82,8 +83,10 @@ struct RefineOutcome {
 
 // Iterative refinement from a starting WCS: offset vote, affine fits with the bright stars at shrinking
 // radii, then the full TAN+SIP fit with order selection, re-matching and clipping; finally verification.
-RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree& tree, const TanSip& start,
-                     double startRadiusPx, bool vote, const AstrometryParams& p);
+// The reference stars around the frame are cut from `refs` once per call (through `tree` when given,
+// else by a linear scan); projections run on `threads` threads (results do not depend on it).
+RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
+                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads = 1);
 
 // Blind search: returns the refined, verified solution (ok = false with a reason otherwise).
 struct BlindSearch {

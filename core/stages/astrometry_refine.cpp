@@ -18,24 +18,117 @@ struct Projected {
     std::size_t onFrame = 0;       // of them inside the frame proper
 };
 
-Projected projectRefs(const RefStars& refs, const SkyTree& tree, const TanSip& w, int width, int height,
-                      double marginPx) {
+// nanoflann's L2_Simple metric between a query and a point, in its order of operations, so that a linear
+// scan selects exactly what SkyTree::cone (radiusSearch: dist < c * c) selects.
+inline double chord2(const std::array<double, 3>& q, const std::array<double, 3>& p) {
+    double r = 0.0;
+    for (int k = 0; k < 3; ++k) {
+        const double d = q[k] - p[k];
+        r += d * d;
+    }
+    return r;
+}
+
+// The reference stars a refinement can ever project, cut ONCE from the whole catalog: a cone around the
+// starting WCS's frame centre, twice as wide as the first projection cone (which covers the frame with
+// 20% to spare). Later cones (the WCS moves by pixels, not by half a field) are answered from this cut
+// when they lie inside it (centre distance + radius <= cut radius, with a rounding allowance), else from
+// the whole catalog, so the selection is always the same as a cone search of the whole catalog.
+// Rows stay in ascending order (brightest first).
+class RefPool {
+public:
+    RefPool(const RefStars& refs, const SkyTree* tree, const TanSip& start, int width, int height,
+            double marginPx)
+        : m_refs(refs), m_tree(tree) {
+        double ra0 = 0, dec0 = 0;
+        start.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+        const double scaleDeg = start.pixelScaleArcsec() / 3600.0;
+        m_radius = 2.0 * (0.5 * std::hypot(width, height) * 1.2 + marginPx) * scaleDeg;
+        m_centre = unitVector(ra0, dec0);
+        if (!(m_radius < 60.0) || !std::isfinite(ra0) || !std::isfinite(dec0)) return; // no useful cut
+        m_rows = select(m_centre, m_radius, nullptr);
+        m_cut = true;
+    }
+
+    // Rows within radiusDeg of `centre`, ascending.
+    std::vector<std::uint32_t> cone(double ra, double dec, double radiusDeg) const {
+        const std::array<double, 3> c = unitVector(ra, dec);
+        if (m_cut) {
+            const double sep = degFromChord(std::sqrt(chord2(c, m_centre)));
+            if (sep + radiusDeg + 1e-6 <= m_radius) return select(c, radiusDeg, &m_rows);
+        }
+        return select(c, radiusDeg, nullptr);
+    }
+
+private:
+    std::vector<std::uint32_t> select(const std::array<double, 3>& c, double radiusDeg,
+                                      const std::vector<std::uint32_t>* from) const {
+        if (!from && m_tree) {
+            std::vector<std::uint32_t> ids = m_tree->cone(c, radiusDeg);
+            std::sort(ids.begin(), ids.end());
+            return ids;
+        }
+        const double ch = chordFromDeg(radiusDeg), c2 = ch * ch;
+        std::vector<std::uint32_t> out;
+        if (from) {
+            for (std::uint32_t id : *from)
+                if (chord2(c, m_refs.xyz[id]) < c2) out.push_back(id);
+        } else {
+            for (std::size_t id = 0; id < m_refs.size(); ++id)
+                if (chord2(c, m_refs.xyz[id]) < c2) out.push_back(static_cast<std::uint32_t>(id));
+        }
+        return out;
+    }
+
+    const RefStars& m_refs;
+    const SkyTree* m_tree;
+    std::array<double, 3> m_centre{};
+    double m_radius = 0.0;
+    bool m_cut = false;
+    std::vector<std::uint32_t> m_rows;
+};
+
+// Projects the reference stars of the frame's cone with w (per-star closed form, in parallel: each star's
+// result is independent of the thread count) and keeps those within the frame + marginPx, brightest
+// first. limit > 0: stop once at least `limit` stars are kept (the first `limit` are the same as without
+// a limit; onFrame then counts only the kept ones).
+Projected projectRefs(const RefStars& refs, const RefPool& pool, const TanSip& w, int width, int height,
+                      double marginPx, int threads, std::size_t limit = 0) {
     Projected out;
     double ra0 = 0, dec0 = 0;
     w.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
     const double scaleDeg = w.pixelScaleArcsec() / 3600.0;
     const double radius = (0.5 * std::hypot(width, height) * 1.2 + marginPx) * scaleDeg;
-    std::vector<std::uint32_t> ids = tree.cone(unitVector(ra0, dec0), std::min(radius, 89.0));
-    std::sort(ids.begin(), ids.end());
-    for (std::uint32_t id : ids) {
-        double x = 0, y = 0;
-        if (!w.worldToPixel(refs.ra[id], refs.dec[id], x, y) || !std::isfinite(x) || !std::isfinite(y))
-            continue;
-        if (x < -marginPx || y < -marginPx || x > width - 1 + marginPx || y > height - 1 + marginPx) continue;
-        out.x.push_back(x);
-        out.y.push_back(y);
-        out.ids.push_back(static_cast<std::int32_t>(id));
-        if (x >= -0.5 && y >= -0.5 && x <= width - 0.5 && y <= height - 0.5) ++out.onFrame;
+    const std::vector<std::uint32_t> ids = pool.cone(ra0, dec0, std::min(radius, 89.0));
+    const std::size_t n = ids.size();
+    // Blocks: all at once without a limit, else growing blocks so that few stars are projected in vain.
+    std::size_t block = limit > 0 ? std::max<std::size_t>(4096, 2 * limit) : n;
+    std::vector<double> px, py;
+    std::vector<char> ok;
+    for (std::size_t begin = 0; begin < n; begin += block, block *= 2) {
+        const std::size_t m = std::min(block, n - begin);
+        px.resize(m);
+        py.resize(m);
+        ok.resize(m);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (m > 4096)
+        for (long long k = 0; k < static_cast<long long>(m); ++k) {
+            const std::uint32_t id = ids[begin + k];
+            double x = 0, y = 0;
+            ok[k] = w.worldToPixel(refs.ra[id], refs.dec[id], x, y) && std::isfinite(x) && std::isfinite(y);
+            px[k] = x;
+            py[k] = y;
+        }
+        for (std::size_t k = 0; k < m; ++k) {
+            if (!ok[k]) continue;
+            const double x = px[k], y = py[k];
+            if (x < -marginPx || y < -marginPx || x > width - 1 + marginPx || y > height - 1 + marginPx)
+                continue;
+            out.x.push_back(x);
+            out.y.push_back(y);
+            out.ids.push_back(static_cast<std::int32_t>(ids[begin + k]));
+            if (x >= -0.5 && y >= -0.5 && x <= width - 0.5 && y <= height - 0.5) ++out.onFrame;
+        }
+        if (limit > 0 && out.x.size() >= limit) break;
     }
     return out;
 }
@@ -99,12 +192,14 @@ int termsOf(int order) {
 }
 
 // Residuals (fit minus reference) in intermediate pixel units along x and y.
-void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::vector<double>& ry) {
+void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::vector<double>& ry,
+               int threads) {
     const std::size_t n = s.x.size();
     rx.assign(n, 0.0);
     ry.assign(n, 0.0);
     const double det = w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0];
-    for (std::size_t i = 0; i < n; ++i) {
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 8192)
+    for (long long i = 0; i < static_cast<long long>(n); ++i) {
         double ra = 0, dec = 0, xf = 0, yf = 0, xr = 0, yr = 0;
         w.pixelToWorld(s.x[i], s.y[i], ra, dec);
         tanProject(w.crval[0], w.crval[1], ra, dec, xf, yf);
@@ -116,7 +211,7 @@ void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::v
 }
 
 bool fitSubset(const FitSet& s, const std::vector<char>& used, const double crpix[2], const double crval[2],
-               int order, TanSip& out, double* chi2 = nullptr) {
+               int order, TanSip& out, double* chi2, int threads) {
     FitSet u;
     for (std::size_t i = 0; i < s.x.size(); ++i)
         if (used[i]) {
@@ -126,19 +221,20 @@ bool fitSubset(const FitSet& s, const std::vector<char>& used, const double crpi
             u.dec.push_back(s.dec[i]);
             u.w.push_back(s.w[i]);
         }
-    return fitTanSip(u.x, u.y, u.ra, u.dec, u.w, crpix, crval, order, out, chi2);
+    return fitTanSip(u.x, u.y, u.ra, u.dec, u.w, crpix, crval, order, out, chi2, threads);
 }
 
 // Fit with iterative clipping (a point may come back); `used` in: candidates, out: kept.
 bool fitClip(const FitSet& s, const double crpix[2], const double crval[2], int order, double clipSigma,
-             std::vector<char>& used, TanSip& out, std::vector<double>& rx, std::vector<double>& ry) {
+             std::vector<char>& used, TanSip& out, std::vector<double>& rx, std::vector<double>& ry,
+             int threads) {
     const std::size_t n = s.x.size();
     const std::vector<char> candidates = used;
     for (int loop = 0; loop < 6; ++loop) {
         const auto nUsed = static_cast<std::size_t>(std::count(used.begin(), used.end(), 1));
         if (nUsed < static_cast<std::size_t>(termsOf(order)) + 2) return false;
-        if (!fitSubset(s, used, crpix, crval, order, out)) return false;
-        residuals(s, out, rx, ry);
+        if (!fitSubset(s, used, crpix, crval, order, out, nullptr, threads)) return false;
+        residuals(s, out, rx, ry, threads);
         std::vector<double> z;
         for (std::size_t i = 0; i < n; ++i)
             if (used[i]) {
@@ -237,10 +333,13 @@ FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector
 }
 } // namespace
 
-RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree& tree, const TanSip& start,
-                     double startRadiusPx, bool vote, const AstrometryParams& p) {
+RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
+                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads) {
     RefineOutcome out;
     const int width = det.width, height = det.height;
+    // The fits stay serial: their many short parallel loops cost more than they save on a busy 2-core
+    // machine (threads wait at barriers); the projections and the pixel matching run on `threads`.
+    const int fitThreads = 1;
     const double crpix[2] = {0.5 * (width + 1), 0.5 * (height + 1)};
     TanSip w = start;
     const double matchR = std::max(p.matchRadiusPx, 0.1);
@@ -248,7 +347,9 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
     // Stage A: bright stars, affine (pure TAN) fits at shrinking radii.
     const std::size_t nB = std::min<std::size_t>(det.size(), std::max(200, 4 * p.nBrightest));
     double r = std::max(startRadiusPx, matchR);
-    Projected pr = projectRefs(refs, tree, w, width, height, r);
+    const RefPool pool(refs, tree, start, width, height, r);
+    // Stage A uses only the 2 nB brightest projected stars: projection stops there.
+    Projected pr = projectRefs(refs, pool, w, width, height, r, threads, 2 * nB);
     if (vote) {
         double sx = 0, sy = 0;
         if (voteShift(det, nB, pr, 2 * nB, r, sx, sy)) {
@@ -258,8 +359,8 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
         }
     }
     for (int round = 0; round < 5; ++round) {
-        pr = projectRefs(refs, tree, w, width, height, r);
-        const auto m = matchInPixels(det, nB, pr.x, pr.y, pr.ids, 2 * nB, r);
+        pr = projectRefs(refs, pool, w, width, height, r, threads, 2 * nB);
+        const auto m = matchInPixels(det, nB, pr.x, pr.y, pr.ids, 2 * nB, r, threads);
         if (m.size() < 6) {
             out.why = "too few matches (" + std::to_string(m.size()) + ") with the starting WCS";
             return out;
@@ -268,7 +369,7 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
         std::vector<char> used(s.x.size(), 1);
         std::vector<double> rx, ry;
         TanSip fit;
-        if (!fitClip(s, crpix, w.crval, 1, p.clipSigma, used, fit, rx, ry)) {
+        if (!fitClip(s, crpix, w.crval, 1, p.clipSigma, used, fit, rx, ry, fitThreads)) {
             out.why = "the affine fit failed";
             return out;
         }
@@ -294,8 +395,8 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
     const int iterations = std::max(1, p.iterations);
     for (int it = 0; it < iterations; ++it) {
         const double radius = it == 0 ? std::max(matchR, std::min(r, 2.0 * matchR)) : matchR;
-        pr = projectRefs(refs, tree, w, width, height, radius);
-        matches = matchInPixels(det, det.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius);
+        pr = projectRefs(refs, pool, w, width, height, radius, threads);
+        matches = matchInPixels(det, det.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius, threads);
         out.refsOnFrame = pr.onFrame;
         s = makeFitSet(det, refs, matches);
         const std::size_t n = s.x.size();
@@ -309,13 +410,13 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
         for (int o = std::max(2, p.minSipOrder); o <= std::min(p.maxSipOrder, 9); ++o)
             if (termsOf(o) * p.minMatchesPerTerm <= static_cast<double>(n)) maxOrder = o;
         TanSip fit;
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry)) {
+        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, fitThreads)) {
             out.why = "the TAN+SIP fit failed";
             return out;
         }
         updateWeights(s, used, rx, ry);
         used.assign(n, 1); // every match is a candidate again under the new weights
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry)) {
+        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, fitThreads)) {
             out.why = "the weighted TAN+SIP fit failed";
             return out;
         }
@@ -328,7 +429,7 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree&
         for (int o = lo; o <= maxOrder; ++o) {
             TanSip f;
             double chi2 = 0.0;
-            if (!fitSubset(s, used, crpix, w.crval, o, f, &chi2)) continue;
+            if (!fitSubset(s, used, crpix, w.crval, o, f, &chi2, fitThreads)) continue;
             const double bic = chi2 + 2.0 * termsOf(o) * std::log(2.0 * nUsed);
             if (bic < bestBic) {
                 bestBic = bic;

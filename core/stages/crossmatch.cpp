@@ -91,6 +91,60 @@ void from_json(const nlohmann::json& j, CrossmatchParams& p) {
     p.refMagFaint = nanOr(j, "refMagFaint", d.refMagFaint);
 }
 
+ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs, int width, int height,
+                                     double marginArcsec, std::vector<std::int32_t>* rows) {
+    if (width <= 0 || height <= 0)
+        throw InvalidInput("cutReferenceToFrame: frame size must be positive (got " + std::to_string(width) +
+                           "x" + std::to_string(height) + ")");
+    if (!(marginArcsec >= 0.0) || !std::isfinite(marginArcsec))
+        throw InvalidInput("cutReferenceToFrame: marginArcsec must be >= 0 (got " +
+                           std::to_string(marginArcsec) + ")");
+    const auto [ra0, dec0] = wcs.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1));
+    if (!std::isfinite(ra0) || !std::isfinite(dec0))
+        throw InvalidInput("cutReferenceToFrame: the frame centre does not transform with the WCS (catalog " +
+                           ref.path + ")");
+    const Vec3 centre = unitVector(ra0, dec0);
+    double coneArcsec = 0.0;
+    for (int iy = 0; iy <= 4; ++iy)
+        for (int ix = 0; ix <= 4; ++ix) {
+            const auto [ra, dec] = wcs.pixelToWorld(-0.5 + width * ix / 4.0, -0.5 + height * iy / 4.0);
+            if (std::isfinite(ra) && std::isfinite(dec))
+                coneArcsec = std::max(coneArcsec, separationArcsec(centre, unitVector(ra, dec)));
+        }
+    coneArcsec = coneArcsec * 1.01 + marginArcsec;
+    const double cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
+    const std::size_t n = ref.size();
+    std::vector<std::uint8_t> in(n, 0);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < static_cast<long long>(n); ++i) {
+        const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
+        in[i] = (u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone;
+    }
+    ReferenceCatalog out;
+    out.skippedNonFinite = ref.skippedNonFinite;
+    out.rowsRead = ref.rowsRead;
+    out.epoch = ref.epoch;
+    out.path = ref.path;
+    out.columns = ref.columns;
+    if (rows) rows->clear();
+    auto copy = [&](const auto& from, auto& to, std::size_t i) {
+        if (from.size() == n) to.push_back(from[i]);
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!in[i]) continue;
+        copy(ref.ra, out.ra, i);
+        copy(ref.dec, out.dec, i);
+        copy(ref.mag, out.mag, i);
+        copy(ref.magErr, out.magErr, i);
+        copy(ref.color, out.color, i);
+        copy(ref.pmRa, out.pmRa, i);
+        copy(ref.pmDec, out.pmDec, i);
+        copy(ref.id, out.id, i);
+        if (rows) rows->push_back(static_cast<std::int32_t>(i));
+    }
+    return out;
+}
+
 CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx) {
@@ -170,7 +224,7 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
                        std::span<const double>(cDec).subspan(b, n), std::span<double>(cX).subspan(b, n),
                        std::span<double>(cY).subspan(b, n));
     });
-    std::vector<Vec3> refUnit;
+    std::vector<std::size_t> selectedCone; // per selected star: its row in the cone arrays
     for (std::size_t k = 0; k < nCone; ++k) {
         const double px = cX[k], py = cY[k];
         if (!(px >= lo && px <= hiX && py >= lo && py <= hiY)) continue;
@@ -178,8 +232,13 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
         res.refSelected.push_back(coneRows[k]);
         res.refX.push_back(px);
         res.refY.push_back(py);
-        refUnit.push_back(unitVector(cRa[k], cDec[k]));
+        selectedCone.push_back(k);
     }
+    const std::size_t nSel = selectedCone.size();
+    std::vector<Vec3> refUnit(nSel);
+#pragma omp parallel for schedule(static) num_threads(threads) if (nSel > 16384)
+    for (long long k = 0; k < static_cast<long long>(nSel); ++k)
+        refUnit[k] = unitVector(cRa[selectedCone[k]], cDec[selectedCone[k]]);
     ctx.checkCancelled();
     ctx.report("crossmatch", 0.5);
 
@@ -197,8 +256,59 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
         std::int32_t src, ref; // ref: row in the catalog
     };
     std::vector<std::vector<Candidate>> cands(nSrc);
-    if (!res.refSelected.empty()) {
-        const PointCloud2D cloud{res.refX, res.refY};
+    // The k-d tree holds only the selected stars that can be within radiusPx of a source: with many more
+    // stars than sources, a grid of cells >= radiusPx over the sources drops the others first (a star is
+    // kept when one of its 3x3 cells holds a source). Radius searches return the same candidates.
+    std::vector<std::uint32_t> treeRows; // tree point -> selected star
+    bool allRows = true;
+    if (nSel > 4 * nSrc + 4096) {
+        double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+        for (std::size_t i = 0; i < nSrc; ++i)
+            if (std::isfinite(x[i]) && std::isfinite(y[i])) {
+                x0 = std::min(x0, x[i]);
+                x1 = std::max(x1, x[i]);
+                y0 = std::min(y0, y[i]);
+                y1 = std::max(y1, y[i]);
+            }
+        allRows = false;
+        if (std::isfinite(x0) && std::isfinite(y0)) {
+            double cell = res.radiusPx * (1.0 + 1e-9); // rounding allowance
+            while ((x1 - x0) / cell * ((y1 - y0) / cell) > 4.0e6)
+                cell *= 2.0;
+            const auto nx = static_cast<long long>((x1 - x0) / cell) + 1;
+            const auto ny = static_cast<long long>((y1 - y0) / cell) + 1;
+            std::vector<std::uint8_t> occupied(static_cast<std::size_t>(nx * ny), 0);
+            for (std::size_t i = 0; i < nSrc; ++i)
+                if (std::isfinite(x[i]) && std::isfinite(y[i]))
+                    occupied[static_cast<std::size_t>(static_cast<long long>((y[i] - y0) / cell) * nx +
+                                                      static_cast<long long>((x[i] - x0) / cell))] = 1;
+            for (std::size_t k = 0; k < nSel; ++k) {
+                const double fx = std::floor((res.refX[k] - x0) / cell);
+                const double fy = std::floor((res.refY[k] - y0) / cell);
+                if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) continue;
+                const auto gx = static_cast<long long>(fx), gy = static_cast<long long>(fy);
+                bool near = false;
+                for (long long yy = std::max(0LL, gy - 1); yy <= std::min(ny - 1, gy + 1) && !near; ++yy)
+                    for (long long xx = std::max(0LL, gx - 1); xx <= std::min(nx - 1, gx + 1); ++xx)
+                        if (occupied[static_cast<std::size_t>(yy * nx + xx)]) {
+                            near = true;
+                            break;
+                        }
+                if (near) treeRows.push_back(static_cast<std::uint32_t>(k));
+            }
+        }
+    }
+    std::vector<double> treeX, treeY;
+    if (!allRows) {
+        treeX.reserve(treeRows.size());
+        treeY.reserve(treeRows.size());
+        for (std::uint32_t k : treeRows) {
+            treeX.push_back(res.refX[k]);
+            treeY.push_back(res.refY[k]);
+        }
+    }
+    if (allRows ? !res.refSelected.empty() : !treeRows.empty()) {
+        const PointCloud2D cloud{allRows ? res.refX : treeX, allRows ? res.refY : treeY};
         const KdTree tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(10));
         const double r2 = res.radiusPx * res.radiusPx;
 #pragma omp parallel num_threads(threads)
@@ -214,7 +324,8 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
                 tree.radiusSearch(q, r2, found, nanoflann::SearchParams(32, 0.0f, false));
                 const Vec3 s = unitVector(srcRa[i], srcDec[i]);
                 auto& c = cands[i];
-                for (const auto& [k, d2] : found) {
+                for (const auto& [t, d2] : found) {
+                    const std::size_t k = allRows ? t : treeRows[t];
                     const double sep = separationArcsec(s, refUnit[k]);
                     if (sep <= params.radiusArcsec)
                         c.push_back({sep, static_cast<std::int32_t>(i), res.refSelected[k]});

@@ -25,6 +25,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/catalog/reference_catalog.hpp"
+
 namespace gpuphot {
 
 class RunContext;
@@ -61,6 +63,16 @@ struct CrossmatchResult {
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx);
+// The reference stars that can matter for one frame, cut from a catalog that may cover far more sky:
+// those within a cone around the frame centre reaching the farthest of 25 points on the frame's edges and
+// inside (x 1.01) plus marginArcsec, by one dot product per row (no projection). Meant to be done once per
+// frame before crossmatch, zero point and astrometry; a star outside the cone lies more than marginArcsec
+// beyond the frame and can never be matched on it. `rows` (optional) receives each kept star's row in
+// `ref`, ascending, to map refIndex results back. All columns and the metadata are copied.
+// Throws InvalidInput when the frame centre does not transform or marginArcsec is negative.
+ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs, int width, int height,
+                                     double marginArcsec, std::vector<std::int32_t>* rows = nullptr);
+
 namespace cpu {
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,

@@ -127,14 +127,37 @@ WeightedFit fitWithIntrinsic(const Calib& d, const std::vector<char>& keep, bool
     f.chi2dof = chi2(d, keep, f.model, 0.0) / dof;
     if (!(f.chi2dof > 1.0)) return f;
     double s2 = 0.0;
+    // The kept stars' squared residuals and variances, packed once per model: chi2(s²) below is then the
+    // same sum, in the same order, as chi2() (bit for bit) without re-evaluating the model.
+    std::vector<double> r2, var;
+    r2.reserve(n);
+    var.reserve(n);
+    auto chi2Packed = [&](double sInt2) {
+        double s = 0.0;
+        for (std::size_t i = 0; i < r2.size(); ++i)
+            s += r2[i] / (var[i] + sInt2);
+        return s;
+    };
     for (int round = 0; round < 4; ++round) {
+        r2.clear();
+        var.clear();
+        for (std::size_t i = 0; i < d.size(); ++i)
+            if (keep[i]) {
+                const double r = residualOf(d, f.model, i);
+                r2.push_back(r * r);
+                var.push_back(d.var[i]);
+            }
         // chi2(s²) is decreasing in s²; bracket and bisect chi2 = dof.
         double lo = 0.0, hi = 1e-6;
-        while (chi2(d, keep, f.model, hi) > dof && hi < 1e4)
+        while (chi2Packed(hi) > dof && hi < 1e4)
             hi *= 4.0;
         for (int it = 0; it < 100; ++it) {
             const double mid = 0.5 * (lo + hi);
-            (chi2(d, keep, f.model, mid) > dof ? lo : hi) = mid;
+            // Once the midpoint rounds onto a bound, this update leaves a state that every later
+            // iteration repeats unchanged (same mid, same decision): the remaining ones can be skipped.
+            const bool last = mid == lo || mid == hi;
+            (chi2Packed(mid) > dof ? lo : hi) = mid;
+            if (last) break;
         }
         s2 = 0.5 * (lo + hi);
         const Model m = fitModel(d, keep, colour, s2, true);

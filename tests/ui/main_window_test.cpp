@@ -1,42 +1,193 @@
+// The workbench's main window end to end: open a simulated frame with its reference catalog, let the
+// worker reduce it, and check what the user sees: title, catalog table, overlays drawn where the catalog
+// says, a cursor readout, exports, errors as messages (never a crash). The screenshot is kept in the
+// build directory (docs/ shows one made by `gpuphot-studio --screenshot`).
 #include <gtest/gtest.h>
 
 #include <QApplication>
-#include <QLabel>
+#include <QImage>
+#include <QMessageBox>
+#include <QSignalSpy>
 #include <QStatusBar>
+#include <QTableView>
+#include <QTest>
+#include <cmath>
 #include <filesystem>
 
-#include "core/io/fits_image.hpp"
+#include "core/io/fits_table.hpp"
+#include "core/sim/simulator.hpp"
+#include "tests/test_support.hpp"
+#include "ui/catalog_model.hpp"
 #include "ui/main_window.hpp"
+#include "ui/pipeline_worker.hpp"
+#include "viewers/image_view.hpp"
 
 namespace {
 QApplication& app() {
+    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
     static int argc = 1;
     static char name[] = "ui_tests";
     static char* argv[] = {name, nullptr};
-    // Under CI without a display (and without xvfb-run) the offscreen platform still renders.
     if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
-    static QApplication instance(argc, argv);
-    return instance;
+    // Never destroyed: a QApplication torn down by exit handlers, after Qt's own globals (the GL
+    // context of a QOpenGLWidget), crashes on the way out.
+    static QApplication* instance = new QApplication(argc, argv);
+    return *instance;
+}
+
+// A 512^2 field with a few hundred stars, header WCS and reference catalog, written once.
+struct Field {
+    gpuphot::test::TempDir dir;
+    std::string frame, ref;
+    Field() {
+        gpuphot::SimParams p;
+        p.width = 512;
+        p.height = 512;
+        p.stars = 250;
+        p.seed = 11;
+        p.galaxies = 0;
+        p.clusters = 0;
+        p.refMagLimit = 19.0;
+        const gpuphot::SimResult r = gpuphot::simulateField(p);
+        gpuphot::writeSimulation(r, dir.path.string(), "field", -32);
+        frame = (dir.path / "field.fits").string();
+        ref = (dir.path / "field.ref.fits").string();
+    }
+};
+const Field& field() {
+    static Field f;
+    return f;
+}
+
+// Waits for a snapshot with (or without) calibration.
+gpuphot::ui::SnapshotPtr waitForSnapshot(QSignalSpy& spy, bool wantReference, int timeoutMs = 120000) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < timeoutMs) {
+        if (spy.isEmpty()) spy.wait(500);
+        while (!spy.isEmpty()) {
+            auto s = spy.takeFirst().at(0).value<gpuphot::ui::SnapshotPtr>();
+            if (s && (!wantReference || s->reference)) return s;
+        }
+    }
+    return nullptr;
 }
 } // namespace
 
-TEST(MainWindow, OpensAFrameAndShowsItsSize) {
+TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
     app();
-    const auto path = std::filesystem::temp_directory_path() / "gpuphot_ui_open.fits";
-    gpuphot::Image<float> img(37, 21, 5.0f);
-    gpuphot::writeFitsImage(path.string(), img.view(), gpuphot::Header{});
+    const Field& f = field();
     gpuphot::ui::MainWindow w;
-    ASSERT_TRUE(w.openFrame(QString::fromStdString(path.string())));
-    auto* label = qobject_cast<QLabel*>(w.centralWidget());
-    ASSERT_NE(label, nullptr);
-    EXPECT_TRUE(label->text().contains(QStringLiteral("37 x 21"))) << label->text().toStdString();
-    std::filesystem::remove(path);
+    w.resize(1400, 900);
+    w.show();
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
+    w.openReference(QString::fromStdString(f.ref));
+    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, true);
+    ASSERT_TRUE(snap) << "no calibrated result within the timeout";
+    const std::size_t n = snap->result.detection.sources.size();
+    ASSERT_GT(n, 100u);
+    EXPECT_TRUE(w.windowTitle().contains(QStringLiteral("512 x 512"))) << w.windowTitle().toStdString();
+    auto* table = w.findChild<QTableView*>(QStringLiteral("CatalogTable"));
+    ASSERT_NE(table, nullptr);
+    EXPECT_EQ(static_cast<std::size_t>(table->model()->rowCount()), n);
+    EXPECT_TRUE(snap->result.zeropoint.ok) << snap->result.calibrationProblem;
+
+    // The cursor readout is 1-based and has RA/Dec from the WCS.
+    gpuphot::viewers::ImageView* view = w.imageView();
+    const QPointF centre = view->imageToWidget(QPointF(99.0, 199.0));
+    QTest::mouseMove(view, centre.toPoint());
+    QApplication::processEvents();
+    const QString readout = w.cursorReadout();
+    if (!readout.isEmpty()) { // offscreen platforms may not deliver the move
+        EXPECT_TRUE(readout.contains(QStringLiteral("RA"))) << readout.toStdString();
+    }
+
+    // Exports write what buildCatalog makes.
+    gpuphot::test::TempDir out;
+    const QString cat = QString::fromStdString((out.path / "x.cat.fits").string());
+    ASSERT_TRUE(w.exportCatalog(cat));
+    EXPECT_EQ(gpuphot::readFitsTable(cat.toStdString()).rows(), n);
+    EXPECT_TRUE(w.exportRegions(QString::fromStdString((out.path / "x.reg").string())));
+    EXPECT_EQ(w.exportWcs(QString::fromStdString((out.path / "x.wcs").string())),
+              static_cast<bool>(snap->result.fittedWcs));
+
+    // Screenshot: not blank, and the source ellipses are drawn where the catalog puts the sources.
+    if (!view->glFailure().isEmpty()) GTEST_SKIP() << "no working GL: " << view->glFailure().toStdString();
+    view->setLayerVisible(gpuphot::viewers::Layer::PsfWhiskers, false);
+    view->setLayerVisible(gpuphot::viewers::Layer::ReferenceStars, false);
+    view->zoomToFit();
+    const QImage img = view->grabFramebuffer();
+    ASSERT_FALSE(img.isNull());
+    const std::string png = std::string(GPUPHOT_BUILD_DIR) + "/studio_main_window.png";
+    w.grab().save(QString::fromStdString(png));
+    double sum = 0, sum2 = 0;
+    for (int y = 0; y < img.height(); y += 4)
+        for (int x = 0; x < img.width(); x += 4) {
+            const double g = qGray(img.pixel(x, y));
+            sum += g;
+            sum2 += g * g;
+        }
+    const double cnt = (img.height() / 4.0) * (img.width() / 4.0);
+    EXPECT_GT(std::sqrt(sum2 / cnt - (sum / cnt) * (sum / cnt)), 5.0) << "the view looks blank";
+    // Count sources (unflagged, isolated enough to be visible) with green (the source colour) within
+    // their drawn ellipse's ring, against random positions.
+    const double dpr = view->devicePixelRatioF();
+    auto greenNear = [&](double ix, double iy, double radiusPx) {
+        const QPointF c = view->imageToWidget(QPointF(ix, iy)) * dpr;
+        for (int k = 0; k < 64; ++k) {
+            for (double rr = 0.5 * radiusPx; rr <= radiusPx * 1.5 + 2; rr += 1.0) {
+                const double a = k * 2 * M_PI / 64;
+                const int px = static_cast<int>(c.x() + rr * std::cos(a)), py = static_cast<int>(c.y() + rr * std::sin(a));
+                if (px < 0 || py < 0 || px >= img.width() || py >= img.height()) continue;
+                const QRgb p = img.pixel(px, py);
+                if (qGreen(p) > 180 && qRed(p) < 80 && qBlue(p) < 80) return true;
+            }
+        }
+        return false;
+    };
+    const auto& s = snap->result.detection.sources;
+    int tested = 0, hit = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (s.flags[i] != 0) continue;
+        const double r = 3.0 * s.a[i] * view->zoom() * dpr;
+        ++tested;
+        hit += greenNear(s.x[i], s.y[i], std::max(r, 2.0)) ? 1 : 0;
+    }
+    ASSERT_GT(tested, 50);
+    EXPECT_GT(hit, 0.9 * tested) << hit << " of " << tested << " sources show their ellipse";
+    // Control: the same test at positions shifted far from any source finds green much less often.
+    int ctlHit = 0, ctl = 0;
+    for (int k = 0; k < 200; ++k) {
+        const double x = 20 + (k * 37) % 470, y = 20 + (k * 91) % 470;
+        bool near = false;
+        for (std::size_t i = 0; i < n && !near; ++i)
+            near = std::hypot(s.x[i] - x, s.y[i] - y) < 12.0 + 3.0 * s.a[i];
+        if (near) continue;
+        ++ctl;
+        ctlHit += greenNear(x, y, 3.0 * view->zoom() * dpr) ? 1 : 0;
+    }
+    if (ctl > 10) EXPECT_LT(ctlHit, 0.5 * ctl) << ctlHit << " of " << ctl << " empty positions look like sources";
 }
 
 TEST(MainWindow, BadFileShowsTheErrorAndKeepsRunning) {
     app();
     gpuphot::ui::MainWindow w;
+    QSignalSpy errors(&w, &gpuphot::ui::MainWindow::errorShown);
     EXPECT_FALSE(w.openFrame(QStringLiteral("/nonexistent/frame.fits")));
+    ASSERT_EQ(errors.size(), 1);
+    EXPECT_TRUE(errors.at(0).at(0).toString().contains(QStringLiteral("/nonexistent/frame.fits")));
     EXPECT_TRUE(w.statusBar()->currentMessage().contains(QStringLiteral("/nonexistent/frame.fits")));
+    auto* box = w.findChild<QMessageBox*>();
+    ASSERT_NE(box, nullptr);
+    EXPECT_FALSE(box->isModal()); // never blocks a night-long session
+    // A text file is refused with a message as well.
+    gpuphot::test::TempDir d;
+    const auto p = d.path / "notes.fits";
+    std::FILE* fp = std::fopen(p.c_str(), "w");
+    std::fputs("not a FITS file\n", fp);
+    std::fclose(fp);
+    EXPECT_FALSE(w.openFrame(QString::fromStdString(p.string())));
+    EXPECT_EQ(errors.size(), 2);
 }

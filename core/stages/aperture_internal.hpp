@@ -1,0 +1,622 @@
+#pragma once
+// Internals of stage 4 (aperture photometry) shared by the CPU stage (core/stages/aperture.cpp) and the
+// CUDA one (kernels/aperture.cu). The per-source heavy loops are GPUPHOT_HD functions over raw pixel
+// planes, so both backends run the same arithmetic in the same order (DESIGN.md, Determinism); the
+// stage's driver (detail::measureAperturesWith) is written once against an ApertureEngine that runs those
+// loops in batches: the CPU engine with OpenMP, the CUDA engine with kernels. Everything around the loops
+// (validation, sky fallbacks, flags, errors, the curve of growth and the aperture correction, the choice
+// of the optimal radius) is the driver's, on the host, for both backends.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "core/model/flags.hpp"
+#include "core/model/image.hpp"
+#include "core/stages/aperture_overlap.hpp"
+#include "core/util/hd.hpp"
+
+namespace gpuphot {
+
+class RunContext;
+struct ApertureParams;
+struct ApertureResult;
+struct BackgroundResult;
+struct Sources;
+
+namespace detail {
+
+// Mask bits that exclude a pixel from the sums (MaskSaturated pixels are kept and flagged).
+inline constexpr std::uint8_t kApertureExcludeBits = static_cast<std::uint8_t>(~4u); // ~MaskSaturated
+
+// The frame as raw planes: host pointers on the CPU, device pointers in the kernels. Empty planes are null.
+struct AperturePlanes {
+    const float* image = nullptr;
+    std::ptrdiff_t imageStride = 0;
+    const std::uint8_t* mask = nullptr;
+    std::ptrdiff_t maskStride = 0;
+    const std::int32_t* seg = nullptr;
+    std::ptrdiff_t segStride = 0;
+    const float* level = nullptr; // background map (null when none)
+    const float* rms = nullptr;
+    std::ptrdiff_t mapStride = 0;
+    int width = 0, height = 0;
+    double saturation = std::numeric_limits<double>::infinity();
+
+    GPUPHOT_HD float value(int x, int y) const { return image[static_cast<std::ptrdiff_t>(y) * imageStride + x]; }
+    GPUPHOT_HD std::uint8_t maskAt(int x, int y) const {
+        return mask ? mask[static_cast<std::ptrdiff_t>(y) * maskStride + x] : std::uint8_t{0};
+    }
+    GPUPHOT_HD std::int32_t segAt(int x, int y) const {
+        return seg ? seg[static_cast<std::ptrdiff_t>(y) * segStride + x] : 0;
+    }
+    GPUPHOT_HD float levelAt(int x, int y) const { return level[static_cast<std::ptrdiff_t>(y) * mapStride + x]; }
+    GPUPHOT_HD float rmsAt(int x, int y) const { return rms[static_cast<std::ptrdiff_t>(y) * mapStride + x]; }
+};
+
+// The sky under one source: a constant (local annulus) or the per-pixel map.
+struct ApertureSky {
+    int perPixel = 0;
+    double level = 0.0;
+    double var = 0.0;
+};
+
+// Sums of one aperture: Σ w (d - s), Σ w, Σ w² σ², Σ w² (d - s).
+struct ApertureSums {
+    double flux = 0.0, area = 0.0, varSky = 0.0, poisson = 0.0;
+    GPUPHOT_HD void add(double w, double v, double var) {
+        flux += w * v;
+        area += w;
+        varSky += w * w * var;
+        poisson += w * w * v;
+    }
+    GPUPHOT_HD void addFull(double v, double var) {
+        flux += v;
+        area += 1.0;
+        varSky += var;
+        poisson += v;
+    }
+    GPUPHOT_HD void addSums(const ApertureSums& o) {
+        flux += o.flux;
+        area += o.area;
+        varSky += o.varSky;
+        poisson += o.poisson;
+    }
+};
+
+// Nearest distance from the aperture centre of the pixels of each kind: an aperture of radius r holds
+// such a pixel when r exceeds that distance.
+struct ApertureFlagDistances {
+    double masked = std::numeric_limits<double>::infinity(), crowded = std::numeric_limits<double>::infinity(),
+           saturated = std::numeric_limits<double>::infinity(), edge = std::numeric_limits<double>::infinity();
+    GPUPHOT_HD std::uint32_t flagsFor(double r) const {
+        std::uint32_t f = 0;
+        if (r > masked) f |= FlagApertureMasked;
+        if (r > crowded) f |= FlagCrowded;
+        if (r > saturated) f |= FlagSaturated;
+        if (r > edge) f |= FlagApertureIncomplete;
+        return f;
+    }
+};
+
+// Classifies pixel (x, y) for the aperture sums of the source with segment ownId: false when excluded.
+GPUPHOT_HD inline bool usePixel(const AperturePlanes& in, int x, int y, std::int32_t ownId, float& value,
+                                bool& saturated, bool& foreign) {
+    value = in.value(x, y);
+    const std::uint8_t m = in.maskAt(x, y);
+    if ((m & kApertureExcludeBits) != 0 || !std::isfinite(value)) return false;
+    saturated = (m & 4u) != 0 || value >= in.saturation;
+    if (in.seg) {
+        const std::int32_t s = in.segAt(x, y);
+        foreign = s != 0 && s != ownId;
+    } else {
+        foreign = false;
+    }
+    return true;
+}
+
+GPUPHOT_HD inline void pixelSky(const AperturePlanes& in, const ApertureSky& sky, int x, int y, double& level,
+                                double& var) {
+    if (sky.perPixel) {
+        level = in.levelAt(x, y);
+        const double r = in.rmsAt(x, y);
+        var = r * r;
+    } else {
+        level = sky.level;
+        var = sky.var;
+    }
+}
+
+// ---- circles --------------------------------------------------------------------------------------
+
+// The pixel box of a circle of radius rmax about (cx, cy), clipped to the frame.
+GPUPHOT_HD inline void circleBox(const AperturePlanes& in, double cx, double cy, double rmax, int& x0, int& x1,
+                                 int& y0, int& y1) {
+    x0 = std::max(0, static_cast<int>(std::floor(cx - rmax + 0.5)));
+    x1 = std::min(in.width - 1, static_cast<int>(std::ceil(cx + rmax - 0.5)));
+    y0 = std::max(0, static_cast<int>(std::floor(cy - rmax + 0.5)));
+    y1 = std::min(in.height - 1, static_cast<int>(std::ceil(cy + rmax - 0.5)));
+}
+
+GPUPHOT_HD inline double edgeDistance(const AperturePlanes& in, double cx, double cy) {
+    return std::min(std::min(cx + 0.5, in.width - 0.5 - cx), std::min(cy + 0.5, in.height - 0.5 - cy));
+}
+
+// For a pixel whose nearest/farthest squared distances from the centre are dmin2/dmax2 and ascending
+// squared radii r2[0..nr): k0 = the first radius that reaches into the pixel (r2 > dmin2), kf = the first
+// radius that holds the whole pixel (r2 >= dmax2). k0 == nr: no radius touches the pixel.
+GPUPHOT_HD inline void radiusRange(const double* r2, std::size_t nr, double dmin2, double dmax2, std::size_t& k0,
+                                   std::size_t& kf) {
+    std::size_t lo = 0, hi = nr; // upper_bound(dmin2)
+    while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (dmin2 < r2[mid]) hi = mid; else lo = mid + 1;
+    }
+    k0 = lo;
+    if (k0 == nr) {
+        kf = nr;
+        return;
+    }
+    hi = nr; // lower_bound(dmax2) in [k0, nr)
+    while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        if (r2[mid] < dmax2) lo = mid + 1; else hi = mid;
+    }
+    kf = lo;
+}
+
+// The geometry of pixel (x, y) relative to (cx, cy): its offsets and nearest/farthest squared distances.
+struct PixelGeometry {
+    double dx0, dy0, dx1, dy1, dmin2, dmax2;
+};
+GPUPHOT_HD inline PixelGeometry pixelGeometry(int x, int y, double cx, double cy) {
+    PixelGeometry g;
+    g.dy0 = y - 0.5 - cy;
+    g.dy1 = g.dy0 + 1.0;
+    const double ny = g.dy0 > 0.0 ? g.dy0 : (g.dy1 < 0.0 ? g.dy1 : 0.0);
+    const double fy = std::max(g.dy0 * g.dy0, g.dy1 * g.dy1);
+    g.dx0 = x - 0.5 - cx;
+    g.dx1 = g.dx0 + 1.0;
+    const double nx = g.dx0 > 0.0 ? g.dx0 : (g.dx1 < 0.0 ? g.dx1 : 0.0);
+    g.dmin2 = nx * nx + ny * ny;
+    g.dmax2 = std::max(g.dx0 * g.dx0, g.dx1 * g.dx1) + fy;
+    return g;
+}
+
+// Sums in concentric circles of ascending radii r[0..nr) around (cx, cy), decomposed: for each radius k,
+// partial[k] holds the pixels that radius k cuts (exact overlap weights), full[k] the pixels that radius k
+// is the first to hold wholly; out[k] = (full[0] + ... + full[k]) + partial[k] (circleCombine). Pixels
+// are visited in raster order (rows, then columns) whichever radius is summed. This computes the parts of
+// radius j alone (one GPU thread per source and radius); fd, when not null, gets the flag distances.
+GPUPHOT_HD inline void circleRadiusParts(const AperturePlanes& in, const ApertureSky& sky, double cx, double cy,
+                                         std::int32_t ownId, const double* r, const double* r2, std::size_t nr,
+                                         std::size_t j, ApertureSums& partial, ApertureSums& full,
+                                         ApertureFlagDistances* fd) {
+    partial = ApertureSums{};
+    full = ApertureSums{};
+    int x0, x1, y0, y1;
+    circleBox(in, cx, cy, r[nr - 1], x0, x1, y0, y1);
+    for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) {
+            const PixelGeometry g = pixelGeometry(x, y, cx, cy);
+            std::size_t k0, kf;
+            radiusRange(r2, nr, g.dmin2, g.dmax2, k0, kf);
+            if (k0 == nr) continue;
+            const bool mine = (k0 <= j && j < kf) || kf == j;
+            if (!mine && !fd) continue;
+            float value;
+            bool saturated = false, foreign = false;
+            const double dmin = std::sqrt(g.dmin2);
+            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
+                if (fd) fd->masked = std::min(fd->masked, dmin);
+                continue;
+            }
+            if (fd) {
+                if (saturated) fd->saturated = std::min(fd->saturated, dmin);
+                if (foreign) fd->crowded = std::min(fd->crowded, dmin);
+            }
+            if (!mine) continue;
+            double level, var;
+            pixelSky(in, sky, x, y, level, var);
+            const double v = static_cast<double>(value) - level;
+            if (kf == j)
+                full.addFull(v, var);
+            else
+                partial.add(circleRectOverlap(g.dx0, g.dy0, g.dx1, g.dy1, r[j]), v, var);
+        }
+    }
+    if (fd) fd->edge = edgeDistance(in, cx, cy);
+}
+
+// out[k] from the parts of all radii (see circleRadiusParts).
+GPUPHOT_HD inline void circleCombine(const ApertureSums* partial, const ApertureSums* full, std::size_t nr,
+                                     ApertureSums* out) {
+    ApertureSums running;
+    for (std::size_t k = 0; k < nr; ++k) {
+        running.addSums(full[k]);
+        out[k] = running;
+        out[k].addSums(partial[k]);
+    }
+}
+
+// All radii in one pass (the CPU engine): the same sums as circleRadiusParts + circleCombine, bitwise.
+// partial and full are scratch arrays of nr entries.
+inline void circleSumsAll(const AperturePlanes& in, const ApertureSky& sky, double cx, double cy,
+                          std::int32_t ownId, const double* r, const double* r2, std::size_t nr,
+                          ApertureSums* partial, ApertureSums* full, ApertureSums* out,
+                          ApertureFlagDistances& fd) {
+    fd = ApertureFlagDistances{};
+    fd.edge = edgeDistance(in, cx, cy);
+    if (nr == 0) return;
+    for (std::size_t k = 0; k < nr; ++k)
+        partial[k] = full[k] = ApertureSums{};
+    int x0, x1, y0, y1;
+    circleBox(in, cx, cy, r[nr - 1], x0, x1, y0, y1);
+    for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) {
+            const PixelGeometry g = pixelGeometry(x, y, cx, cy);
+            std::size_t k0, kf;
+            if (nr <= 8) { // linear search: the same indices as radiusRange
+                k0 = 0;
+                while (k0 < nr && r2[k0] <= g.dmin2)
+                    ++k0;
+                if (k0 == nr) continue;
+                kf = k0;
+                while (kf < nr && r2[kf] < g.dmax2)
+                    ++kf;
+            } else {
+                radiusRange(r2, nr, g.dmin2, g.dmax2, k0, kf);
+                if (k0 == nr) continue;
+            }
+            float value;
+            bool saturated = false, foreign = false;
+            const double dmin = std::sqrt(g.dmin2);
+            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
+                fd.masked = std::min(fd.masked, dmin);
+                continue;
+            }
+            if (saturated) fd.saturated = std::min(fd.saturated, dmin);
+            if (foreign) fd.crowded = std::min(fd.crowded, dmin);
+            double level, var;
+            pixelSky(in, sky, x, y, level, var);
+            const double v = static_cast<double>(value) - level;
+            for (std::size_t k = k0; k < kf; ++k)
+                partial[k].add(circleRectOverlap(g.dx0, g.dy0, g.dx1, g.dy1, r[k]), v, var);
+            if (kf < nr) full[kf].addFull(v, var);
+        }
+    }
+    circleCombine(partial, full, nr, out);
+}
+
+// ---- ellipses and Kron ----------------------------------------------------------------------------
+
+// Sums in one ellipse (exact overlap), raster order; returns the aperture's flags.
+GPUPHOT_HD inline std::uint32_t sumEllipse(const AperturePlanes& in, const ApertureSky& sky,
+                                           const EllipseAperture& e, double cx, double cy, std::int32_t ownId,
+                                           ApertureSums& out) {
+    out = ApertureSums{};
+    std::uint32_t flags = 0;
+    const int w = in.width, h = in.height;
+    const double hx = e.halfWidthX(), hy = e.halfWidthY();
+    if (cx - hx < -0.5 || cx + hx > w - 0.5 || cy - hy < -0.5 || cy + hy > h - 0.5)
+        flags |= FlagApertureIncomplete;
+    const int x0 = std::max(0, static_cast<int>(std::floor(cx - hx + 0.5)));
+    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(cx + hx - 0.5)));
+    const int y0 = std::max(0, static_cast<int>(std::floor(cy - hy + 0.5)));
+    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(cy + hy - 0.5)));
+    for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) {
+            const double wgt = e.pixelOverlap(x, y);
+            if (wgt <= 0.0) continue;
+            float value;
+            bool saturated = false, foreign = false;
+            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
+                flags |= FlagApertureMasked;
+                continue;
+            }
+            if (saturated) flags |= FlagSaturated;
+            if (foreign) flags |= FlagCrowded;
+            double level, var;
+            pixelSky(in, sky, x, y, level, var);
+            const double v = static_cast<double>(value) - level;
+            if (wgt >= 1.0)
+                out.addFull(v, var);
+            else
+                out.add(wgt, v, var);
+        }
+    }
+    return flags;
+}
+
+// SExtractor's first moment r1 = Σ ρ I / Σ I over the pixels (centres) with ρ < rmax, ρ the normalised
+// elliptical radius in units of the isophotal ellipse e. Masked pixels and other objects' pixels excluded.
+// NaN when undefined (non-positive sums).
+GPUPHOT_HD inline double kronFirstMoment(const AperturePlanes& in, const ApertureSky& sky,
+                                         const EllipseAperture& e, double cx, double cy, double rmax,
+                                         std::int32_t ownId) {
+    const double hx = rmax * e.halfWidthX(), hy = rmax * e.halfWidthY();
+    const int x0 = std::max(0, static_cast<int>(std::ceil(cx - hx)));
+    const int x1 = std::min(in.width - 1, static_cast<int>(std::floor(cx + hx)));
+    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - hy)));
+    const int y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + hy)));
+    const double rmax2 = rmax * rmax;
+    double sumRI = 0.0, sumI = 0.0;
+    for (int y = y0; y <= y1; ++y) {
+        for (int x = x0; x <= x1; ++x) {
+            const double rho2 = e.normRadius2(x - cx, y - cy);
+            if (rho2 > rmax2) continue;
+            float value;
+            bool saturated = false, foreign = false;
+            if (!usePixel(in, x, y, ownId, value, saturated, foreign) || foreign) continue;
+            double level, var;
+            pixelSky(in, sky, x, y, level, var);
+            const double v = static_cast<double>(value) - level;
+            sumRI += std::sqrt(rho2) * v;
+            sumI += v;
+        }
+    }
+    if (!(sumI > 0.0) || !(sumRI > 0.0)) return std::numeric_limits<double>::quiet_NaN();
+    return sumRI / sumI;
+}
+
+// One source's Kron measurement: the isophotal ellipse (a, b, and cos/sin of theta, computed on the host).
+struct KronJob {
+    double cx, cy, a, b, cosT, sinT;
+    ApertureSky sky;
+    std::int32_t ownId;
+};
+struct KronParamsHD {
+    double factor, minRadius, maxRadius;
+};
+struct KronOut {
+    double kronRadius = 0.0;
+    ApertureSums sums;
+    std::uint32_t flags = 0; // FlagKronFailed and the ellipse's aperture flags
+    int measured = 0;        // 1: sums hold the ellipse's sums
+};
+GPUPHOT_HD inline KronOut kronAperture(const AperturePlanes& in, const KronJob& j, const KronParamsHD& p) {
+    KronOut o;
+    const EllipseAperture iso(j.cx, j.cy, j.a, j.b, j.cosT, j.sinT);
+    const double r1 = kronFirstMoment(in, j.sky, iso, j.cx, j.cy, p.maxRadius, j.ownId);
+    double kron = p.factor * r1;
+    if (!std::isfinite(r1)) {
+        o.flags |= FlagKronFailed;
+        kron = p.minRadius;
+    }
+    kron = std::max(kron, p.minRadius);
+    o.kronRadius = kron;
+    if (kron > 0.0) {
+        const EllipseAperture e(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT, j.sinT);
+        o.flags |= sumEllipse(in, j.sky, e, j.cx, j.cy, j.ownId, o.sums);
+        o.measured = 1;
+    }
+    return o;
+}
+
+// ---- local sky ------------------------------------------------------------------------------------
+
+// Calls take(x, y, value) for the annulus pixels rin <= d <= rout (centres) about (cx, cy) that are usable
+// sky: unmasked, in no object, finite, below saturation. Row by row, the inner hole skipped.
+template <class Take>
+GPUPHOT_HD inline void forAnnulus(const AperturePlanes& in, double cx, double cy, double rin, double rout,
+                                  Take&& take) {
+    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - rout)));
+    const int y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + rout)));
+    const double rin2 = rin * rin, rout2 = rout * rout;
+    auto visit = [&](int x, int y, double dy2) {
+        const double d2 = (x - cx) * (x - cx) + dy2;
+        if (d2 < rin2 || d2 > rout2) return;
+        if (in.maskAt(x, y) != 0) return;
+        if (in.segAt(x, y) != 0) return;
+        const float v = in.value(x, y);
+        if (!std::isfinite(v) || v >= in.saturation) return;
+        take(v);
+    };
+    for (int y = y0; y <= y1; ++y) {
+        const double dy2 = (y - cy) * (y - cy);
+        if (dy2 > rout2) continue;
+        // the row's span of the outer circle, less the inner hole (margins of 1e-9 px; the exact distance
+        // test in visit() decides)
+        const double wo = std::sqrt(rout2 - dy2) + 1e-9;
+        const int xa = std::max(0, static_cast<int>(std::ceil(cx - wo)));
+        const int xb = std::min(in.width - 1, static_cast<int>(std::floor(cx + wo)));
+        int ha = xb + 1, hb = xb; // hole [ha, hb] skipped
+        if (dy2 < rin2) {
+            const double wi = std::sqrt(rin2 - dy2) - 1e-9;
+            ha = static_cast<int>(std::floor(cx - wi)) + 1;
+            hb = static_cast<int>(std::ceil(cx + wi)) - 1;
+        }
+        for (int x = xa; x <= std::min(xb, ha - 1); ++x)
+            visit(x, y, dy2);
+        for (int x = std::max(xa, hb + 1); x <= xb; ++x)
+            visit(x, y, dy2);
+    }
+}
+
+// Order-preserving map of finite floats to unsigned keys (ascending keys = ascending values; -0 < +0).
+GPUPHOT_HD inline std::uint32_t floatKey(std::uint32_t bits) {
+    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+GPUPHOT_HD inline std::uint32_t keyBits(std::uint32_t k) {
+    return (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
+}
+
+// Ascending in-place heap sort of n keys (the GPU's per-source sort of its annulus keys; any correct sort
+// gives the same array, the keys being totally ordered integers).
+GPUPHOT_HD inline void heapSortKeys(std::uint32_t* a, std::size_t n) {
+    if (n < 2) return;
+    auto siftDown = [a](std::size_t root, std::size_t end) {
+        for (;;) {
+            std::size_t child = 2 * root + 1;
+            if (child >= end) return;
+            if (child + 1 < end && a[child] < a[child + 1]) ++child;
+            if (!(a[root] < a[child])) return;
+            const std::uint32_t t = a[root];
+            a[root] = a[child];
+            a[child] = t;
+            root = child;
+        }
+    };
+    for (std::size_t i = n / 2; i-- > 0;)
+        siftDown(i, n);
+    for (std::size_t end = n - 1; end > 0; --end) {
+        const std::uint32_t t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        siftDown(0, end);
+    }
+}
+
+struct SkyEstimate {
+    double level = std::numeric_limits<double>::quiet_NaN(), rms = std::numeric_limits<double>::quiet_NaN();
+    int n = 0;
+    int ok = 0;
+};
+
+struct SkyParamsHD {
+    double clipSigma;
+    int clipIterations;
+    int minPixels;
+    int estimator; // SkyEstimator as int: 0 mean, 1 median, 2 mode
+    double rmsCorrection;
+};
+
+// Clipped statistics of the ascending annulus values buf[0..n). The mean and standard deviation of any
+// clipped range come from prefix sums of the deviations from buf[n/2]: read from s1/s2 (n + 1 entries,
+// filled here) when given, else recomputed by the same running sums (no scratch; the GPU's way).
+GPUPHOT_HD inline SkyEstimate skyStatistics(const float* buf, std::size_t nAll, const SkyParamsHD& p, double* s1,
+                                            double* s2) {
+    SkyEstimate est;
+    if (static_cast<long long>(nAll) < static_cast<long long>(std::max(2, p.minPixels))) {
+        est.n = static_cast<int>(nAll);
+        return est;
+    }
+    const double ref = buf[nAll / 2];
+    if (s1) {
+        s1[0] = s2[0] = 0.0;
+        for (std::size_t i = 0; i < nAll; ++i) {
+            const double d = static_cast<double>(buf[i]) - ref;
+            s1[i + 1] = s1[i] + d;
+            s2[i + 1] = s2[i] + d * d;
+        }
+    }
+    // prefix sums at lo and hi (lo <= hi)
+    auto prefixes = [&](std::size_t lo, std::size_t hi, double& a1, double& a2, double& b1, double& b2) {
+        if (s1) {
+            a1 = s1[lo];
+            a2 = s2[lo];
+            b1 = s1[hi];
+            b2 = s2[hi];
+            return;
+        }
+        double p1 = 0.0, p2 = 0.0;
+        a1 = a2 = 0.0;
+        for (std::size_t i = 0; i < hi; ++i) {
+            if (i == lo) {
+                a1 = p1;
+                a2 = p2;
+            }
+            const double d = static_cast<double>(buf[i]) - ref;
+            p1 = p1 + d;
+            p2 = p2 + d * d;
+        }
+        if (lo == hi) {
+            a1 = p1;
+            a2 = p2;
+        }
+        b1 = p1;
+        b2 = p2;
+    };
+    std::size_t lo = 0, hi = nAll;
+    double median = 0.0, mean = 0.0, sd = 0.0;
+    auto stats = [&]() {
+        const std::size_t n = hi - lo;
+        const double m = static_cast<double>(n);
+        const float* a = buf + lo;
+        const std::size_t mid = n / 2;
+        median = (n % 2) ? a[mid] : 0.5 * (static_cast<double>(a[mid - 1]) + a[mid]);
+        double a1, a2, b1, b2;
+        prefixes(lo, hi, a1, a2, b1, b2);
+        const double dm = (b1 - a1) / m;
+        mean = ref + dm;
+        const double ss = (b2 - a2) - m * dm * dm;
+        sd = n > 1 ? std::sqrt(std::max(0.0, ss) / (m - 1.0)) : 0.0;
+    };
+    stats();
+    const bool clip = p.clipSigma > 0.0;
+    for (int it = 0; clip && it < p.clipIterations; ++it) {
+        const double lim = p.clipSigma * sd;
+        const double vlo = median - lim, vhi = median + lim;
+        std::size_t a = 0, b = nAll; // first value >= vlo
+        while (a < b) {
+            const std::size_t mid = a + (b - a) / 2;
+            if (static_cast<double>(buf[mid]) < vlo) a = mid + 1; else b = mid;
+        }
+        const std::size_t nlo = a;
+        a = 0;
+        b = nAll; // first value > vhi
+        while (a < b) {
+            const std::size_t mid = a + (b - a) / 2;
+            if (vhi < static_cast<double>(buf[mid])) b = mid; else a = mid + 1;
+        }
+        const std::size_t nhi = a;
+        if ((nlo == lo && nhi == hi) || nhi - nlo < 2) break;
+        lo = nlo;
+        hi = nhi;
+        stats();
+    }
+    est.n = static_cast<int>(hi - lo);
+    if (est.n < p.minPixels) return est;
+    switch (p.estimator) {
+    case 0:
+        est.level = mean;
+        break;
+    case 1:
+        est.level = median;
+        break;
+    default:
+        est.level = (sd > 0.0 && (mean - median) / sd > 0.3) ? median : 2.5 * median - 1.5 * mean;
+        break;
+    }
+    est.rms = clip ? sd / p.rmsCorrection : sd;
+    est.ok = 1;
+    return est;
+}
+
+// ---- the engine the driver runs the loops on --------------------------------------------------------
+
+struct CircleJob {
+    double cx, cy;
+    ApertureSky sky;
+    std::int32_t ownId;
+};
+
+class ApertureEngine {
+public:
+    virtual ~ApertureEngine() = default;
+    // Sources per batch (the driver checks for cancellation and reports progress between batches).
+    virtual std::size_t batchSize() const = 0;
+    // Called once after validation, before any batch: the frame and its companions (views may be empty;
+    // level/rms empty when there is no background map).
+    virtual void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
+                       const ImageView& level, const ImageView& rms, double saturation) = 0;
+    // Local sky of n sources (centres finite).
+    virtual void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                            const SkyParamsHD& p, SkyEstimate* out) = 0;
+    // Sums in ascending radii for n jobs: job i uses radii + i * radiiStride (radiiStride 0: one list for
+    // all), nr radii each; out[i * nr + k], fd[i].
+    virtual void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                            std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) = 0;
+    virtual void kron(const KronJob* jobs, std::size_t n, const KronParamsHD& p, KronOut* out) = 0;
+};
+
+// The stage (validation, passes, flags, curve of growth) on the given engine; cpu::measureApertures is
+// this with the CPU engine.
+ApertureResult measureAperturesWith(ApertureEngine& engine, const ImageView& image, const MaskView& mask,
+                                    const BackgroundResult& bkg, const ImageViewT<std::int32_t>& segmentation,
+                                    const Sources& sources, double fwhm, double gain, double readNoise,
+                                    const ApertureParams& params, RunContext& ctx);
+
+} // namespace detail
+} // namespace gpuphot

@@ -1,0 +1,9 @@
+#pragma once
+// GPUPHOT_HD marks small inline functions that both the host compiler and nvcc compile, so that the CPU
+// stages and the CUDA kernels run the same arithmetic (DESIGN.md, Determinism). Empty for non-CUDA
+// compilers; core never includes CUDA headers.
+#if defined(__CUDACC__)
+#define GPUPHOT_HD __host__ __device__
+#else
+#define GPUPHOT_HD
+#endif

@@ -1,0 +1,209 @@
+// Calibration speed-ups must not change results: the per-frame reference cut (cutReferenceToFrame), the
+// prefiltered pixel matching of stage 7 (matchInPixels against brute force) and the astrometric
+// refinement on a catalog covering far more sky than the frame (full catalog vs cut catalog, 1 vs 2 threads).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/stages/astrometry.hpp"
+#include "core/stages/astrometry_internal.hpp"
+#include "core/stages/crossmatch.hpp"
+#include "core/wcs/tan_sip.hpp"
+#include "core/wcs/wcs.hpp"
+
+using namespace gpuphot;
+
+namespace {
+
+constexpr int kSize = 1024;
+
+TanSip frameWcs() {
+    TanSip t;
+    t.crpix[0] = 512.5;
+    t.crpix[1] = 512.5;
+    t.crval[0] = 40.0;
+    t.crval[1] = -25.0;
+    const double s = 1.0 / 3600.0, a = 0.3;
+    t.cd[0][0] = -s * std::cos(a);
+    t.cd[0][1] = s * std::sin(a);
+    t.cd[1][0] = s * std::sin(a);
+    t.cd[1][1] = s * std::cos(a);
+    t.setSipOrder(2);
+    t.coeffA(2, 0) = 2e-6;
+    t.coeffB(0, 2) = -1.5e-6;
+    return t;
+}
+
+// 100000 stars uniform over a 1-degree cap around the frame (a 17' field): most lie far off the frame.
+// Detections: the on-frame stars (0.05 px noise) plus 300 random ones.
+struct Field {
+    ReferenceCatalog ref;
+    std::vector<double> x, y, flux;
+};
+
+Field makeField(const TanSip& t) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::normal_distribution<double> g(0.0, 1.0);
+    Field f;
+    for (int i = 0; i < 100000; ++i) {
+        double ra = 0, dec = 0;
+        offsetPosition(t.crval[0], t.crval[1], 60.0 * std::sqrt(u(rng)), 360.0 * u(rng), ra, dec);
+        f.ref.ra.push_back(ra);
+        f.ref.dec.push_back(dec);
+        f.ref.mag.push_back(12.0 + 7.0 * u(rng));
+        f.ref.magErr.push_back(0.01);
+        f.ref.color.push_back(NAN);
+        f.ref.pmRa.push_back(NAN);
+        f.ref.pmDec.push_back(NAN);
+        f.ref.id.push_back(i + 1);
+        double x = 0, y = 0;
+        if (t.worldToPixel(ra, dec, x, y) && x >= 0 && y >= 0 && x <= kSize - 1 && y <= kSize - 1) {
+            f.x.push_back(x + 0.05 * g(rng));
+            f.y.push_back(y + 0.05 * g(rng));
+            f.flux.push_back(std::pow(10.0, -0.4 * (f.ref.mag.back() - 25.0)));
+        }
+    }
+    for (int i = 0; i < 300; ++i) {
+        f.x.push_back((kSize - 1) * u(rng));
+        f.y.push_back((kSize - 1) * u(rng));
+        f.flux.push_back(100.0 * u(rng) + 1.0);
+    }
+    return f;
+}
+
+} // namespace
+
+TEST(CalibrationCut, CutKeepsEveryStarNearTheFrameAndCrossmatchIsUnchanged) {
+    const TanSip t = frameWcs();
+    const Wcs wcs = Wcs::fromTanSip(t);
+    const Field f = makeField(t);
+    std::vector<std::int32_t> rows;
+    const double margin = 60.0;
+    const ReferenceCatalog cut = cutReferenceToFrame(f.ref, wcs, kSize, kSize, margin, &rows);
+    ASSERT_EQ(rows.size(), cut.size());
+    EXPECT_LT(cut.size(), f.ref.size() / 10); // the frame is a small part of the cap
+    // Every star within `margin` arcsec (60 px) of the frame's edges is kept (checked by projection).
+    std::vector<char> kept(f.ref.size(), 0);
+    for (std::int32_t r : rows)
+        kept[r] = 1;
+    for (std::size_t i = 0; i < f.ref.size(); ++i) {
+        double x = 0, y = 0;
+        if (!t.worldToPixel(f.ref.ra[i], f.ref.dec[i], x, y)) continue;
+        const double dx = std::max({0.0, -0.5 - x, x - (kSize - 0.5)});
+        const double dy = std::max({0.0, -0.5 - y, y - (kSize - 0.5)});
+        if (std::hypot(dx, dy) <= 59.0) EXPECT_TRUE(kept[i]) << i; // 1"/px (the SIP terms are tiny)
+    }
+    for (std::size_t k = 0; k < cut.size(); ++k) {
+        EXPECT_EQ(cut.ra[k], f.ref.ra[rows[k]]);
+        EXPECT_EQ(cut.id[k], f.ref.id[rows[k]]);
+    }
+    RunContext ctx;
+    const CrossmatchParams p;
+    const CrossmatchResult a = crossmatch(f.x, f.y, kSize, kSize, f.ref, wcs, p, ctx);
+    const CrossmatchResult b = crossmatch(f.x, f.y, kSize, kSize, cut, wcs, p, ctx);
+    ASSERT_EQ(a.refIndex.size(), b.refIndex.size());
+    EXPECT_GT(a.nMatched, 1000u);
+    EXPECT_EQ(a.nMatched, b.nMatched);
+    EXPECT_EQ(a.nRefInFrame, b.nRefInFrame);
+    for (std::size_t i = 0; i < a.refIndex.size(); ++i) {
+        EXPECT_EQ(a.refIndex[i], b.refIndex[i] < 0 ? -1 : rows[b.refIndex[i]]) << i;
+        if (a.refIndex[i] >= 0) EXPECT_EQ(a.separationArcsec[i], b.separationArcsec[i]);
+    }
+}
+
+TEST(CalibrationCut, RefinementIsTheSameOnTheCutCatalogAndForAnyThreadCount) {
+    const TanSip t = frameWcs();
+    const Field f = makeField(t);
+    TanSip off = t; // header 4 px and 0.05 deg off
+    off.crpix[0] += 4.0;
+    const double r = 0.05 * M_PI / 180.0;
+    for (int k = 0; k < 2; ++k) {
+        const double a = off.cd[k][0], b = off.cd[k][1];
+        off.cd[k][0] = a * std::cos(r) - b * std::sin(r);
+        off.cd[k][1] = a * std::sin(r) + b * std::cos(r);
+    }
+    const Wcs header = Wcs::fromTanSip(off);
+    std::vector<std::int32_t> rows;
+    const ReferenceCatalog cut = cutReferenceToFrame(f.ref, header, kSize, kSize, 120.0, &rows);
+    AstrometryParams p;
+    p.blind = 0;
+    RunContext c1, c2;
+    c1.threads = 1;
+    c2.threads = 2;
+    const AstrometryResult a = solveAstrometry(f.x, f.y, f.flux, kSize, kSize, f.ref, &header, {}, p, c1);
+    const AstrometryResult b = solveAstrometry(f.x, f.y, f.flux, kSize, kSize, cut, &header, {}, p, c2);
+    ASSERT_TRUE(a.ok) << a.message;
+    ASSERT_TRUE(b.ok) << b.message;
+    EXPECT_LT(wcsDifferencePx(t, a.wcs, kSize, kSize), 0.02); // against the truth
+    for (int k = 0; k < 2; ++k) {
+        EXPECT_EQ(a.wcs.crval[k], b.wcs.crval[k]);
+        EXPECT_EQ(a.wcs.cd[k][0], b.wcs.cd[k][0]);
+        EXPECT_EQ(a.wcs.cd[k][1], b.wcs.cd[k][1]);
+    }
+    EXPECT_EQ(a.wcs.a, b.wcs.a);
+    EXPECT_EQ(a.wcs.b, b.wcs.b);
+    EXPECT_EQ(a.nUsed, b.nUsed);
+    ASSERT_EQ(a.refIndex.size(), b.refIndex.size());
+    for (std::size_t k = 0; k < a.refIndex.size(); ++k) {
+        EXPECT_EQ(a.sourceIndex[k], b.sourceIndex[k]);
+        EXPECT_EQ(a.refIndex[k], rows[b.refIndex[k]]);
+    }
+}
+
+TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
+    // 200 detections against 50000 stars: the grid prefilter is active (stars >> detections).
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> u(0.0, 2000.0), j(-2.5, 2.5);
+    astrom::Detections det;
+    std::vector<double> rx, ry;
+    std::vector<std::int32_t> ids;
+    for (int i = 0; i < 50000; ++i) {
+        rx.push_back(u(rng));
+        ry.push_back(u(rng));
+        ids.push_back(1000 + i);
+    }
+    for (int i = 0; i < 200; ++i) {
+        const int k = (i * 241) % 50000;
+        det.x.push_back(i % 3 ? rx[k] + j(rng) : u(rng));
+        det.y.push_back(i % 3 ? ry[k] + j(rng) : u(rng));
+        det.flux.push_back(1.0);
+        det.index.push_back(i);
+    }
+    const double radius = 3.0;
+    const std::vector<astrom::Match> m =
+        astrom::matchInPixels(det, det.size(), rx, ry, ids, rx.size(), radius, 2);
+    // Brute force: nearest star per detection within the radius; a star claimed twice goes to the closest.
+    std::vector<astrom::Match> cand;
+    for (std::size_t i = 0; i < det.size(); ++i) {
+        double best = INFINITY;
+        int bj = -1;
+        for (std::size_t k = 0; k < rx.size(); ++k) {
+            const double d = std::hypot(rx[k] - det.x[i], ry[k] - det.y[i]);
+            if (d < best) {
+                best = d;
+                bj = static_cast<int>(k);
+            }
+        }
+        if (best <= radius) cand.push_back({static_cast<std::int32_t>(i), bj, best});
+    }
+    std::vector<astrom::Match> expect;
+    for (const auto& c : cand) {
+        bool win = true;
+        for (const auto& o : cand)
+            if (o.ref == c.ref && (o.dist < c.dist || (o.dist == c.dist && o.det < c.det))) win = false;
+        if (win) expect.push_back({c.det, ids[c.ref], c.dist});
+    }
+    ASSERT_EQ(m.size(), expect.size());
+    EXPECT_GT(m.size(), 100u);
+    for (std::size_t k = 0; k < m.size(); ++k) {
+        EXPECT_EQ(m[k].det, expect[k].det);
+        EXPECT_EQ(m[k].ref, expect[k].ref);
+        EXPECT_NEAR(m[k].dist, expect[k].dist, 1e-12);
+    }
+}

@@ -1,0 +1,377 @@
+// PipelineWorker and RunScheduler: incremental re-runs, cancellation of stale runs, an unblocked UI
+// thread, debouncing, frame loading. Simulated fields with known content; offscreen Qt.
+#include <gtest/gtest.h>
+
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QTest>
+#include <QThread>
+#include <QTimer>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/io/fits_image.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/sim_frame.hpp"
+#include "core/sim/simulator.hpp"
+#include "tests/test_support.hpp"
+#include "ui/pipeline_worker.hpp"
+#include "ui/run_scheduler.hpp"
+
+using namespace gpuphot;
+using namespace gpuphot::ui;
+
+namespace {
+
+QApplication& app() {
+    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
+    static int argc = 1;
+    static char name[] = "ui_tests";
+    static char* argv[] = {name, nullptr};
+    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+    static QApplication* instance = new QApplication(argc, argv); // never destroyed (exit-order crash)
+    return *instance;
+}
+
+SimParams fieldParams(int size, int stars) {
+    SimParams p;
+    p.width = p.height = size;
+    p.stars = stars;
+    p.seed = 7;
+    p.magBright = 12.0;
+    p.magFaint = 21.0;
+    p.galaxies = 0;
+    return p;
+}
+
+// A ~1024^2 field: a full run takes long enough (hundreds of ms) to be cancelled mid-way.
+FramePtr bigFrame() {
+    static const FramePtr frame = std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(1024, 1500))));
+    return frame;
+}
+
+FramePtr smallFrame() {
+    static const FramePtr frame = std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(256, 120))));
+    return frame;
+}
+
+// Waits until the spy has recorded `n` signals. (QSignalSpy::wait alone misses a signal that the worker's
+// thread emitted before wait() was entered: the spy's connection is direct.)
+bool waitFor(QSignalSpy& spy, int n, int ms) {
+    QElapsedTimer t;
+    t.start();
+    while (spy.count() < n && t.elapsed() < ms) QTest::qWait(5);
+    return spy.count() >= n;
+}
+
+SnapshotPtr snapshotFrom(const QSignalSpy& spy, int i) { return spy.at(i).at(0).value<SnapshotPtr>(); }
+
+void setFrame(PipelineWorker* w, FramePtr f) {
+    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
+    QMetaObject::invokeMethod(w, "setFrame", Qt::QueuedConnection, Q_ARG(gpuphot::ui::FramePtr, f));
+    ASSERT_TRUE(waitFor(loaded, 1, 10000));
+}
+
+} // namespace
+
+TEST(PipelineWorker, ThresholdAndApertureChangesReRunFromTheAffectedStage) {
+    app();
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    setFrame(w, smallFrame());
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QSignalSpy failed(w, &PipelineWorker::runFailed);
+
+    PipelineConfig low;
+    low.detection.threshold = 1.5;
+    const quint64 g1 = w->requestRun(low);
+    ASSERT_TRUE(waitFor(ready, 1, 30000)) << (failed.isEmpty() ? "" : failed.at(0).at(0).toString().toStdString());
+    const SnapshotPtr s1 = snapshotFrom(ready, 0);
+    EXPECT_EQ(s1->generation, g1);
+    EXPECT_EQ(s1->firstStage, Stage::Background);
+    const std::size_t n1 = s1->result.detection.sources.size();
+    ASSERT_GT(n1, 20u);
+
+    PipelineConfig high = low;
+    high.detection.threshold = 6.0;
+    const quint64 g2 = w->requestRun(high);
+    ASSERT_TRUE(waitFor(ready, 2, 30000));
+    const SnapshotPtr s2 = snapshotFrom(ready, 1);
+    EXPECT_EQ(s2->generation, g2);
+    EXPECT_EQ(s2->firstStage, Stage::Detection);
+    const std::size_t n2 = s2->result.detection.sources.size();
+    EXPECT_LT(n2, n1) << "a higher threshold must detect fewer sources";
+    EXPECT_GT(n2, 0u);
+    // Independent: a full run on this thread with the same parameters gives the same catalog size.
+    RunContext ctx;
+    const PipelineResult direct = runPipeline(*smallFrame(), high, ctx);
+    EXPECT_EQ(direct.detection.sources.size(), n2);
+    EXPECT_EQ(direct.aperture.flux.size(), s2->result.aperture.flux.size());
+    if (!direct.aperture.flux.empty() && !direct.aperture.flux[0].empty())
+        EXPECT_EQ(direct.aperture.flux[0], s2->result.aperture.flux[0]); // same numbers as a from-scratch run
+
+    PipelineConfig aper = high;
+    aper.aperture.radii = {2.5, 5.0};
+    w->requestRun(aper);
+    ASSERT_TRUE(waitFor(ready, 3, 30000));
+    const SnapshotPtr s3 = snapshotFrom(ready, 2);
+    EXPECT_EQ(s3->firstStage, Stage::Aperture);
+    EXPECT_EQ(s3->result.detection.sources.size(), n2);
+    ASSERT_EQ(s3->result.aperture.radii.size(), 2u);
+    EXPECT_DOUBLE_EQ(s3->result.aperture.radii[1], 5.0);
+    // Only the aperture and later stages were timed in this run.
+    for (const auto& rec : s3->timings) EXPECT_NE(rec.stage, "detection");
+    // Earlier snapshots are unchanged (immutable): s2 still has the old radii.
+    EXPECT_EQ(s2->result.aperture.radii.size(), 4u);
+    EXPECT_EQ(failed.count(), 0);
+    EXPECT_EQ(w->cancelledRuns(), 0u);
+}
+
+TEST(PipelineWorker, NewerRequestCancelsTheRunningOne) {
+    app();
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    setFrame(w, bigFrame());
+    QSignalSpy started(w, &PipelineWorker::started);
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QSignalSpy cancelled(w, &PipelineWorker::cancelled);
+
+    PipelineConfig a, b;
+    b.detection.threshold = 3.0;
+    const quint64 g1 = w->requestRun(a);
+    ASSERT_TRUE(waitFor(started, 1, 10000));
+    EXPECT_EQ(started.at(0).at(0).toULongLong(), g1);
+    const quint64 g2 = w->requestRun(b); // while run 1 is in its background stage
+    ASSERT_TRUE(waitFor(ready, 1, 60000));
+    QTest::qWait(50); // let any (wrongly) late signal arrive
+    ASSERT_EQ(ready.count(), 1) << "only the newest result is emitted";
+    EXPECT_EQ(snapshotFrom(ready, 0)->generation, g2);
+    EXPECT_DOUBLE_EQ(snapshotFrom(ready, 0)->config.detection.threshold, 3.0);
+    ASSERT_EQ(cancelled.count(), 1);
+    EXPECT_EQ(cancelled.at(0).at(0).toULongLong(), g1);
+    EXPECT_EQ(w->cancelledRuns(), 1u);
+    // Cancelled: run 2 started from the background (nothing of run 1 is reused).
+    EXPECT_EQ(snapshotFrom(ready, 0)->firstStage, Stage::Background);
+}
+
+TEST(PipelineWorker, BackToBackRequestsEmitOnlyTheNewest) {
+    app();
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    setFrame(w, smallFrame());
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    PipelineConfig c;
+    quint64 last = 0;
+    for (int i = 0; i < 5; ++i) {
+        c.detection.threshold = 2.0 + i;
+        last = w->requestRun(c);
+    }
+    ASSERT_TRUE(waitFor(ready, 1, 30000));
+    QTest::qWait(300);
+    ASSERT_EQ(ready.count(), 1);
+    EXPECT_EQ(snapshotFrom(ready, 0)->generation, last);
+    EXPECT_DOUBLE_EQ(snapshotFrom(ready, 0)->config.detection.threshold, 6.0);
+    // Each of the 4 older requests was either dropped before it started or cancelled while running.
+    EXPECT_EQ(w->cancelledRuns() + w->supersededRequests(), 4u);
+}
+
+TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
+    app();
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    setFrame(w, bigFrame());
+    QThread* runThread = nullptr;
+    QObject::connect(w, &PipelineWorker::started, w, [&](quint64) { runThread = QThread::currentThread(); },
+                     Qt::DirectConnection);
+    QSignalSpy started(w, &PipelineWorker::started);
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+
+    // A 10 ms timer on the UI thread; its largest gap measures how long the event loop was blocked.
+    QElapsedTimer clock;
+    qint64 last = 0, maxGap = 0;
+    QTimer tick;
+    tick.setInterval(10);
+    QObject::connect(&tick, &QTimer::timeout, [&] {
+        const qint64 now = clock.elapsed();
+        maxGap = std::max(maxGap, now - last);
+        last = now;
+    });
+    clock.start();
+    tick.start();
+    const auto t0 = std::chrono::steady_clock::now();
+    w->requestRun(PipelineConfig{});
+    const double callMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // Queued: nothing ran on this thread inside the call.
+    EXPECT_EQ(started.count(), 0);
+    EXPECT_EQ(runThread, nullptr);
+    ASSERT_TRUE(waitFor(ready, 1, 60000));
+    tick.stop();
+    EXPECT_EQ(runThread, host.thread()) << "the run happens on the worker's thread";
+    EXPECT_NE(runThread, QThread::currentThread());
+    const auto& timings = snapshotFrom(ready, 0)->timings;
+    double runS = 0;
+    for (const auto& r : timings) runS += r.seconds;
+    std::printf("[ measure  ] requestRun returned in %.3f ms; full run of 1024x1024 %.0f ms; "
+                "max UI event-loop gap during the run %lld ms (goal < 50)\n",
+                callMs, runS * 1000, static_cast<long long>(maxGap));
+}
+
+TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
+    app();
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    setFrame(w, smallFrame());
+    RunScheduler scheduler(w);
+    scheduler.setDelay(100);
+    QSignalSpy requested(&scheduler, &RunScheduler::requested);
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    PipelineConfig c;
+    for (int i = 0; i < 6; ++i) {
+        c.detection.minArea = 3 + i;
+        scheduler.schedule(c);
+        QTest::qWait(20); // edits faster than the debounce interval
+    }
+    EXPECT_EQ(requested.count(), 0) << "nothing is forwarded while edits keep coming";
+    ASSERT_TRUE(waitFor(ready, 1, 30000));
+    QTest::qWait(250);
+    EXPECT_EQ(requested.count(), 1);
+    ASSERT_EQ(ready.count(), 1);
+    EXPECT_EQ(snapshotFrom(ready, 0)->config.detection.minArea, 8);
+    EXPECT_EQ(w->supersededRequests() + w->cancelledRuns(), 0u);
+
+    // runNow bypasses the timer.
+    c.detection.minArea = 4;
+    scheduler.runNow(c);
+    EXPECT_EQ(requested.count(), 2);
+    ASSERT_TRUE(waitFor(ready, 2, 30000));
+    EXPECT_EQ(snapshotFrom(ready, 1)->config.detection.minArea, 4);
+}
+
+TEST(PipelineWorker, LoadsFramesAndReportsErrors) {
+    app();
+    test::TempDir dir("worker_load");
+    const SimResult sim = simulateField(fieldParams(200, 60));
+    writeSimulation(sim, dir.path.string(), "f", -32);
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
+    QSignalSpy failedLoad(w, &PipelineWorker::loadFailed);
+    QSignalSpy refLoaded(w, &PipelineWorker::referenceLoaded);
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QSignalSpy runFailed(w, &PipelineWorker::runFailed);
+
+    // No frame yet: the run fails with a message and the generation.
+    const quint64 g0 = w->requestRun(PipelineConfig{});
+    ASSERT_TRUE(waitFor(runFailed, 1, 10000));
+    EXPECT_EQ(runFailed.at(0).at(1).toULongLong(), g0);
+
+    const QString bad = QString::fromStdString((dir.path / "missing.fits").string());
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, bad), Q_ARG(QString, QString()));
+    ASSERT_TRUE(waitFor(failedLoad, 1, 10000));
+    EXPECT_TRUE(failedLoad.at(0).at(0).toString().contains(bad)) << failedLoad.at(0).at(0).toString().toStdString();
+
+    const QString good = QString::fromStdString((dir.path / "f.fits").string());
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, good), Q_ARG(QString, QString()));
+    ASSERT_TRUE(waitFor(loaded, 1, 10000));
+    const FramePtr f = loaded.at(0).at(0).value<FramePtr>();
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->width(), 200);
+    EXPECT_EQ(f->pixels(17, 33), sim.image(17, 33));
+    QMetaObject::invokeMethod(w, "loadReference", Qt::QueuedConnection,
+                              Q_ARG(QString, QString::fromStdString((dir.path / "f.ref.fits").string())),
+                              Q_ARG(QString, QString()));
+    ASSERT_TRUE(waitFor(refLoaded, 1, 10000));
+    ASSERT_TRUE(refLoaded.at(0).at(0).value<ReferencePtr>());
+    EXPECT_EQ(refLoaded.at(0).at(0).value<ReferencePtr>()->size(), sim.reference.rows());
+
+    // A gain override re-reads the frame's instrument (as `reduce --gain` would).
+    PipelineConfig c;
+    c.instrument.gain = 4.5;
+    w->requestRun(c);
+    ASSERT_TRUE(waitFor(ready, 1, 30000));
+    const SnapshotPtr s = snapshotFrom(ready, 0);
+    EXPECT_DOUBLE_EQ(s->frame->instrument.gain, 4.5);
+    EXPECT_TRUE(s->reference);
+    EXPECT_TRUE(s->result.calibrationRan);
+}
+
+// Measurement (prints, asserts nothing about time): the 2048^2 demo frame (resources/demo/simulate.json)
+// with its reference catalog, loaded through the worker from files as the workbench does; time from
+// requestRun to resultReady on the UI thread for aperture-radius and threshold changes. Heavy: runs only
+// with GPUPHOT_UI_BENCH=1.
+TEST(PipelineWorkerBench, DemoFrameEditLatency) {
+    if (qEnvironmentVariableIntValue("GPUPHOT_UI_BENCH") != 1) GTEST_SKIP() << "set GPUPHOT_UI_BENCH=1 to measure";
+    app();
+    test::TempDir dir("worker_bench");
+    SimParams p;
+    {
+        std::ifstream in(std::string(GPUPHOT_TEST_DATA) + "/../../resources/demo/simulate.json");
+        ASSERT_TRUE(in.good());
+        nlohmann::json j = nlohmann::json::parse(in);
+        from_json(j, p);
+    }
+    writeSimulation(simulateField(p), dir.str(), "demo", 16);
+    PipelineWorkerThread host;
+    PipelineWorker* w = host.worker();
+    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
+    QSignalSpy refLoaded(w, &PipelineWorker::referenceLoaded);
+    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, QString::fromStdString(dir / "demo.fits")),
+                              Q_ARG(QString, QString()));
+    QMetaObject::invokeMethod(w, "loadReference", Qt::QueuedConnection,
+                              Q_ARG(QString, QString::fromStdString(dir / "demo.ref.fits")), Q_ARG(QString, QString()));
+    ASSERT_TRUE(waitFor(refLoaded, 1, 60000));
+    ASSERT_EQ(loaded.count(), 1);
+
+    QElapsedTimer clock;
+    qint64 lastTick = 0, maxGap = 0;
+    QTimer tick;
+    tick.setInterval(10);
+    QObject::connect(&tick, &QTimer::timeout, [&] {
+        const qint64 now = clock.elapsed();
+        maxGap = std::max(maxGap, now - lastTick);
+        lastTick = now;
+    });
+    const auto timed = [&](const PipelineConfig& c, const char* what) {
+        const int before = ready.count();
+        const auto t0 = std::chrono::steady_clock::now();
+        w->requestRun(c);
+        EXPECT_TRUE(waitFor(ready, before + 1, 120000));
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const SnapshotPtr s = snapshotFrom(ready, before);
+        std::string stages;
+        for (const auto& r : s->timings) stages += " " + r.stage + "=" + std::to_string(static_cast<int>(r.seconds * 1000));
+        std::printf("[ measure  ] %-28s -> resultReady %7.1f ms (from %s; %zu sources, zp %s;%s ms)\n", what, ms,
+                    stageName(s->firstStage), s->result.detection.sources.size(),
+                    s->result.zeropoint.ok ? "ok" : "none", stages.c_str());
+        return ms;
+    };
+    clock.start();
+    tick.start();
+    PipelineConfig c;
+    timed(c, "first full run");
+    std::vector<double> aper, thr;
+    for (int k = 0; k < 3; ++k) {
+        c.aperture.radii = {2.0 + 0.5 * (k + 1), 3.0, 4.0, 6.0};
+        aper.push_back(timed(c, "aperture radius change"));
+        c.aperture.annulusOuter = 6.0 + 0.5 * (k + 1);
+        aper.push_back(timed(c, "annulus change"));
+    }
+    for (int k = 0; k < 3; ++k) {
+        c.detection.threshold = 1.5 + 0.25 * (k + 1);
+        thr.push_back(timed(c, "threshold change"));
+    }
+    tick.stop();
+    std::sort(aper.begin(), aper.end());
+    std::sort(thr.begin(), thr.end());
+    std::printf("[ measure  ] median: aperture/annulus change %.1f ms (goal <= 100), threshold change %.1f ms "
+                "(goal <= 400); max UI event-loop gap %lld ms (goal < 50); threads %d\n",
+                aper[aper.size() / 2], thr[thr.size() / 2], static_cast<long long>(maxGap), QThread::idealThreadCount());
+}

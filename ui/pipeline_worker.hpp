@@ -1,0 +1,132 @@
+#pragma once
+// The workbench's pipeline worker (DESIGN.md "Front ends"): one QObject living on its own QThread that
+// owns the RunContext (threads, backend, the device pool once CUDA is wired), the loaded Frame, the
+// optional reference catalog and the last successful result. Each request re-runs the pipeline from
+// the first stage its parameters affect; a newer request cancels the running one through the
+// RunContext's cancel flag, and only the newest result reaches the UI (resultReady).
+//
+// Threading: requestRun() and cancel() are thread-safe and return at once (they store the request,
+// raise the cancel flag and queue the run on the worker's thread). loadFrame()/loadReference()/setFrame()
+// are slots meant to be invoked queued (signal connections across threads, or QMetaObject::invokeMethod);
+// they run on the worker's thread and are ordered with the runs. Signals are emitted from the worker's
+// thread (progress() also from OpenMP threads) and reach UI-thread receivers queued.
+#include <QObject>
+#include <QString>
+#include <QThread>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "ui/pipeline_types.hpp"
+#include "ui/snapshot.hpp"
+
+namespace gpuphot::ui {
+
+class PipelineWorker : public QObject {
+    Q_OBJECT
+public:
+    explicit PipelineWorker(QObject* parent = nullptr);
+    ~PipelineWorker() override;
+
+    // Worker settings; call before the thread starts or between runs (they are read on the worker thread).
+    void setThreads(int threads);        // 0: all cores
+    void setEmitStaleResults(bool on);   // testing aid: also emit results a newer request superseded
+
+    // Counters, readable from any thread.
+    quint64 latestGeneration() const { return m_generation.load(); }
+    quint64 cancelledRuns() const { return m_cancelledRuns.load(); }   // runs stopped by Cancelled
+    quint64 supersededRequests() const { return m_superseded.load(); } // requests replaced before they started
+    quint64 completedRuns() const { return m_completedRuns.load(); }
+    bool isRunning() const { return m_running.load(); }
+
+public slots:
+    // Thread-safe and immediate: the config becomes the newest request (an older pending one is dropped),
+    // the run in progress is told to stop, and the run is queued on the worker's thread. Returns the
+    // request's generation (Snapshot::generation of its result). Call it directly, not through a queued
+    // connection: a queued call would wait behind the running job and could not cancel it.
+    quint64 requestRun(const gpuphot::PipelineConfig& config);
+    // Stops the run in progress and drops a pending request (no result is emitted for either).
+    void cancel();
+
+    // Queued slots (run on the worker's thread).
+    // Reads a frame (readFrame with the HDU: "" first image, number, or EXTNAME) using the instrument
+    // keywords/overrides of the newest requested config; emits frameLoaded or loadFailed. The last
+    // result is dropped: the next run starts from the background.
+    void loadFrame(const QString& path, const QString& hdu = QString());
+    // Uses an in-memory frame (the demo, tests). Its instrument is re-read from its header when a config
+    // changes the keywords or overrides.
+    void setFrame(gpuphot::ui::FramePtr frame);
+    // Reads a reference catalog (FITS table or CSV; columns as `reduce --ref-columns`); emits
+    // referenceLoaded or loadFailed. An empty path removes the reference.
+    void loadReference(const QString& path, const QString& columns = QString());
+    void setReference(gpuphot::ui::ReferencePtr reference);
+
+signals:
+    void started(quint64 generation);
+    void progress(const QString& stage, double fraction);
+    void resultReady(gpuphot::ui::SnapshotPtr snapshot);
+    void runFailed(const QString& message, quint64 generation);
+    void cancelled(quint64 generation);
+    void frameLoaded(gpuphot::ui::FramePtr frame);
+    void referenceLoaded(gpuphot::ui::ReferencePtr reference); // null when removed
+    void loadFailed(const QString& message);
+
+private slots:
+    void processPending();
+
+private:
+    FramePtr frameFor(const PipelineConfig& config); // re-resolves the instrument when keywords/overrides changed
+    ReferencePtr referenceFor(const FramePtr& frame);   // proper motions applied to the frame's epoch
+    void reportProgress(const std::string& stage, double fraction);
+
+    RunContext m_ctx;
+    std::atomic<bool> m_cancel{false};
+    std::atomic<quint64> m_generation{0};
+    std::atomic<quint64> m_cancelledRuns{0}, m_superseded{0}, m_completedRuns{0};
+    std::atomic<bool> m_running{false};
+    bool m_emitStale = false;
+
+    std::mutex m_mutex; // guards m_pending, m_pendingGeneration, m_latestConfig, m_cancel's reset
+    std::optional<PipelineConfig> m_pending;
+    quint64 m_pendingGeneration = 0;
+    PipelineConfig m_latestConfig; // the newest requested config (keywords/overrides for loadFrame)
+
+    // Worker-thread state.
+    FramePtr m_frame;          // as loaded (instrument from the load-time keywords/overrides)
+    FramePtr m_resolvedFrame;  // m_frame with the instrument of the last run's keywords/overrides
+    std::string m_resolvedKey; // JSON of those keywords/overrides
+    std::string m_framePath, m_frameHdu;
+    ReferencePtr m_reference, m_movedReference;
+    FramePtr m_movedFor; // the frame m_movedReference was moved for
+    SnapshotPtr m_last; // last successful run (the base of incremental re-runs)
+
+    std::mutex m_progressMutex;
+    std::string m_progressStage;
+    std::chrono::steady_clock::time_point m_progressTime;
+};
+
+// Owns a QThread with a PipelineWorker on it; the destructor cancels, stops and joins the thread.
+class PipelineWorkerThread {
+public:
+    PipelineWorkerThread();
+    ~PipelineWorkerThread();
+    PipelineWorkerThread(const PipelineWorkerThread&) = delete;
+    PipelineWorkerThread& operator=(const PipelineWorkerThread&) = delete;
+    PipelineWorker* worker() const { return m_worker; }
+    QThread* thread() { return &m_thread; }
+
+private:
+    QThread m_thread;
+    PipelineWorker* m_worker = nullptr;
+};
+
+// Registers the metatypes that travel through queued connections (idempotent).
+void registerWorkerMetaTypes();
+
+} // namespace gpuphot::ui
