@@ -141,6 +141,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(m_params, &ParamDock::profileError, this, &MainWindow::showError);
     connect(m_view, &viewers::ImageView::cursorMoved, this, &MainWindow::onCursor);
     connect(m_view, &viewers::ImageView::sourceClicked, this, [this](int i) { selectSource(i, false); });
+    connect(m_plots, &PlotsPanel::sourceSelected, this, [this](int i) { selectSource(i, true); });
+    connect(m_psf, &PsfPanel::positionChosen, this, [this](double x, double y) { m_view->centerOn(x, y); });
 
     m_follower = new FolderFollower(this);
     connect(m_follower, &FolderFollower::frameReady, this, [this](const QString& path) {
@@ -482,6 +484,7 @@ void MainWindow::onCursor(double x, double y) {
     const Wcs* wcs = (m_snapshot && m_snapshot->result.fittedWcs) ? m_snapshot->result.fittedWcs.get()
                                                                   : m_frame->wcs.get();
     m_readout->setText(formatReadout(*m_frame, wcs, x, y));
+    if (m_psf->isVisible()) m_psf->setPosition(x, y); // the ePSF under the cursor
 }
 
 QString MainWindow::cursorReadout() const { return m_readout->text(); }

@@ -1,6 +1,7 @@
 // gpuphot reduce: detection, PSF and aperture photometry of frames into calibrated catalogs.
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +10,10 @@
 
 #include "app/cli/commands.hpp"
 #include "core/catalog/reference_catalog.hpp"
+#include "core/catalog/tycho2_index.hpp"
+#include "core/io/fits_image.hpp"
+#include "core/pipeline/pointing.hpp"
+#include "core/wcs/wcs.hpp"
 #include "core/io/target_list.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
@@ -17,6 +22,40 @@
 
 namespace gpuphot::cli {
 namespace {
+
+// The Tycho-2 stars around a frame: centre and radius from its header WCS (half diagonal + 10%), or from
+// its pointing keywords when the WCS is missing or ignored (radius: the astrometric search radius plus
+// the half diagonal at the largest scale searched).
+ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro, const std::vector<std::string>& files) {
+    const Header h = readHeader(path, ro.read.hdu);
+    long long w = 0, hgt = 0;
+    for (const HduSummary& s : listHdus(path))
+        if (s.type == "IMAGE" && s.axes.size() == 2 &&
+            (ro.read.hdu.empty() ? true : (ro.read.hdu == std::to_string(s.index) || ro.read.hdu == s.extname))) {
+            w = s.axes[0];
+            hgt = s.axes[1];
+            break;
+        }
+    if (w <= 0 || hgt <= 0) return {};
+    const double halfDiag = 0.5 * std::hypot(static_cast<double>(w), static_cast<double>(hgt));
+    std::optional<Wcs> wcs;
+    if (!ro.ignoreHeaderWcs) {
+        try {
+            wcs = Wcs::tryFromHeader(h);
+        } catch (const InvalidInput&) {
+        }
+    }
+    if (wcs) {
+        const auto [ra, dec] = wcs->pixelToWorld(0.5 * (w - 1), 0.5 * (hgt - 1));
+        const double scale = wcs->pixelScaleArcsec(0.5 * (w - 1), 0.5 * (hgt - 1));
+        if (std::isfinite(ra) && std::isfinite(dec) && scale > 0)
+            return loadTycho2Region(ra, dec, 1.1 * halfDiag * scale / 3600.0 + 0.05, files);
+    }
+    const auto p = framePointing(h);
+    if (!p) return {};
+    const double radius = ro.config.astrometry.searchRadiusDeg + halfDiag * ro.config.astrometry.scaleHigh / 3600.0;
+    return loadTycho2Region(p->ra, p->dec, std::min(radius, 30.0), files);
+}
 
 struct ReduceCli {
     CommonOptions common;
@@ -28,6 +67,7 @@ struct ReduceCli {
     std::optional<int> minArea;
     std::vector<double> radii;
     std::string reference, refColumns;
+    bool noTycho2 = false;
     std::string targets;
     bool writeSolved = false, ignoreHeaderWcs = false;
     std::optional<double> scaleLow, scaleHigh;
@@ -86,14 +126,23 @@ int run(ReduceCli& o) {
         std::fprintf(stderr, "gpuphot: note: --write-solved needs --ref REFCAT to fit a WCS against\n");
 
     ReferenceCatalog reference;
+    // Without --ref: Tycho-2 from Debian's astrometry-data-tycho2 index files, cut per frame.
+    std::vector<std::string> tycho2Files;
+    const char* noTycho2Env = std::getenv("GPUPHOT_NO_TYCHO2");
+    if (o.reference.empty() && !o.noTycho2 && !(noTycho2Env && *noTycho2Env)) tycho2Files = findTycho2IndexFiles();
     if (!o.reference.empty()) {
         reference = readReferenceCatalog(o.reference, parseRefColumnMap(o.refColumns));
         ro.reference = &reference;
         if (o.common.verbosity > 1)
             std::printf("reference %s: %zu stars (%zu rows skipped: NaN position or magnitude)\n", o.reference.c_str(),
                         reference.size(), reference.skippedNonFinite);
+    } else if (!tycho2Files.empty()) {
+        if (o.common.verbosity > 0)
+            std::fprintf(stderr, "gpuphot: note: no --ref: calibrating against Tycho-2 (%zu index files of "
+                                 "astrometry-data-tycho2; --no-tycho2 to skip)\n", tycho2Files.size());
     } else if (o.common.verbosity > 0) {
-        std::fprintf(stderr, "gpuphot: note: no --ref catalog: no crossmatch or zero point (mag_cal is NaN)\n");
+        std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
+                             "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
     }
     RunContext ctx = makeRunContext(o.common);
     const bool tty = stderrIsTty() && o.common.verbosity > 0;
@@ -107,6 +156,14 @@ int run(ReduceCli& o) {
     int failed = 0, uncalibrated = 0;
     for (const auto& frame : o.frames) {
         try {
+            ReferenceCatalog tycho2;
+            if (!tycho2Files.empty()) {
+                tycho2 = tycho2ForFrame(frame, ro, tycho2Files);
+                ro.reference = tycho2.size() ? &tycho2 : nullptr;
+                if (!ro.reference && o.common.verbosity > 0)
+                    std::fprintf(stderr, "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
+                                         "keywords, or none in the field): no calibration\n", frame.c_str());
+            }
             const ReduceSummary s = reduceFrame(frame, ro, ctx);
             if (tty) std::fprintf(stderr, "\r%40s\r", "");
             for (const auto& w : s.warnings) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", frame.c_str(), w.c_str());
@@ -153,6 +210,8 @@ Command registerReduce(CLI::App& app) {
     sub->add_option("--minarea", o->minArea, "Minimum object area in pixels (DETECT_MINAREA)");
     sub->add_option("--aper", o->radii, "Aperture radii in pixels (or FWHM multiples with aperture.radiiInFwhm)")
         ->delimiter(',');
+    sub->add_flag("--no-tycho2", o->noTycho2,
+                  "Without --ref, do not calibrate against Tycho-2 (astrometry-data-tycho2 index files)");
     sub->add_option("--ref", o->reference, "Reference catalog (FITS table or CSV) for crossmatch and zero point");
     sub->add_option("--ref-columns", o->refColumns,
                     "Reference column map, e.g. ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");

@@ -1,4 +1,5 @@
 #include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/pointing.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -155,8 +156,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         if (reference && config.fitAstrometry && n > 0) {
             auto t = ctx.time("astrometry");
             std::optional<std::pair<double, double>> pointing;
-            const auto ra = frame.header.getDouble("RA"), dec = frame.header.getDouble("DEC");
-            if (ra && dec && std::isfinite(*ra) && std::isfinite(*dec) && std::fabs(*dec) <= 90.0) pointing = {{*ra, *dec}};
+            if (const auto p = framePointing(frame.header)) pointing = {{p->ra, p->dec}};
             r.astrometry = solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), *reference,
                                            frame.wcs.get(), pointing, config.astrometry, ctx);
             if (r.astrometry.ok) {
