@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPUPHOT Studio developer entry point: installs what is missing (Debian 12), builds, and runs.
-#   packaging/dev.sh demo   build, simulate the bundled demo frame and reduce/open it
+#   packaging/dev.sh demo   build, simulate the bundled demo frame, reduce it, and open it in the workbench
+#                           when there is a display (GPUPHOT_DEMO_HEADLESS=1: reduce only)
 #   packaging/dev.sh test   build and run the whole test suite (ctest)
 #   packaging/dev.sh deps   only install the Debian packages
 #   packaging/dev.sh build  only build (into build/)
@@ -64,6 +65,14 @@ demo() {
   "$cli" info "$dir/demo.fits"
   "$cli" reduce "$dir/demo.fits" --ref "$dir/demo.ref.fits" -o "$dir" --formats ecsv,reg --maps bkg,seg,resid -v
   echo "== demo outputs in $dir (catalog demo.cat.fits, report demo.report.json, DS9 regions demo.reg)"
+  # With a display (and the GUI built): open the workbench on the same frame and its reference catalog.
+  local studio="$BUILD_DIR/app/gpuphot-studio"
+  if [ -x "$studio" ] && [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && [ -z "${GPUPHOT_DEMO_HEADLESS:-}" ]; then
+    echo "== opening the workbench (gpuphot-studio) on the demo frame"
+    "$studio" "$dir/demo.fits" --ref "$dir/demo.ref.fits"
+  elif [ -x "$studio" ]; then
+    echo "== no display: the workbench would open with: $studio $dir/demo.fits --ref $dir/demo.ref.fits"
+  fi
 }
 
 run_tests() {

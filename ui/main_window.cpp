@@ -416,6 +416,7 @@ void MainWindow::followFolder(const QString& dir) {
 
 void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
     m_frame = std::move(frame);
+    statusBar()->clearMessage();
     m_snapshot.reset();
     m_view->setImage(std::shared_ptr<const Image<float>>(m_frame, &m_frame->pixels));
     m_view->setSources({});
