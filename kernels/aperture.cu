@@ -27,7 +27,22 @@
 #include "kernels/device_context.hpp"
 
 namespace gpuphot::cuda {
+
+// Test hook (tests/kernels/aperture_cuda_test.cpp declares it): the local sky's intermediate arrays.
+// offsets (n + 1): source i's pixels are [offsets[i], offsets[i + 1]) of index (frame index y * width + x,
+// enumeration order) and sorted (the values as sorted on the device; garbage when too few); est: the skies.
+void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
+                     const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                     const detail::SkyParamsHD& p, double saturation, RunContext& ctx,
+                     std::vector<int>& offsets, std::vector<int>& index, std::vector<float>& sorted,
+                     std::vector<detail::SkyEstimate>& est);
+
 namespace {
+
+struct AnnulusDebug {
+    std::vector<int> offsets, index;
+    std::vector<float> sorted;
+};
 
 using detail::ApertureFlagDistances;
 using detail::AperturePlanes;
@@ -63,6 +78,17 @@ __global__ void annulusFillKernel(AperturePlanes in, const double* cx, const dou
     }
 }
 
+// Test hook: the frame index (y * width + x) of each annulus pixel, in enumeration order.
+__global__ void annulusIndexKernel(AperturePlanes in, const double* cx, const double* cy, std::size_t n,
+                                   double rin, double rout, const int* offsets, int* index) {
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+        int* out = index + offsets[i];
+        detail::forAnnulusAt(in, cx[i], cy[i], rin, rout,
+                             [&](int x, int y, float) { *out++ = y * in.width + x; });
+    }
+}
+
 // Per source: its annulus keys sorted in place (heap sort), turned back into float values in a separate
 // array (no type-punned reads of one buffer), then the clipped statistics.
 __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::size_t n, detail::SkyParamsHD p,
@@ -82,9 +108,10 @@ __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::siz
 }
 
 // Thread t = (job i, radius j): the parts of radius j (and, for j = 0, the job's flag distances).
-__global__ void circlePartsKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n, const double* radii,
-                                  const double* radii2, std::size_t nr, std::size_t stride, ApertureSums* partial,
-                                  ApertureSums* full, ApertureFlagDistances* fd) {
+__global__ void circlePartsKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n,
+                                  const double* radii, const double* radii2, std::size_t nr,
+                                  std::size_t stride, ApertureSums* partial, ApertureSums* full,
+                                  ApertureFlagDistances* fd) {
     const std::size_t total = n * nr;
     for (std::size_t t = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; t < total;
          t += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -92,8 +119,8 @@ __global__ void circlePartsKernel(AperturePlanes in, const CircleJob* jobs, std:
         const CircleJob job = jobs[i];
         ApertureFlagDistances d;
         ApertureSums ps, fs;
-        detail::circleRadiusParts(in, job.sky, job.cx, job.cy, job.ownId, radii + i * stride, radii2 + i * stride,
-                                  nr, j, ps, fs, j == 0 ? &d : nullptr);
+        detail::circleRadiusParts(in, job.sky, job.cx, job.cy, job.ownId, radii + i * stride,
+                                  radii2 + i * stride, nr, j, ps, fs, j == 0 ? &d : nullptr);
         partial[t] = ps;
         full[t] = fs;
         if (j == 0) fd[i] = d;
@@ -131,9 +158,9 @@ public:
         m_in.maskStride = f.width;
         if (!seg.empty()) {
             m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
-            GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(m_seg.get(), sizeof(std::int32_t) * seg.width, seg.data,
-                                                 sizeof(std::int32_t) * seg.stride, sizeof(std::int32_t) * seg.width,
-                                                 seg.height, cudaMemcpyHostToDevice, m_dc.stream()));
+            GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(
+                m_seg.get(), sizeof(std::int32_t) * seg.width, seg.data, sizeof(std::int32_t) * seg.stride,
+                sizeof(std::int32_t) * seg.width, seg.height, cudaMemcpyHostToDevice, m_dc.stream()));
             m_in.seg = m_seg.get();
             m_in.segStride = seg.width;
         }
@@ -150,6 +177,12 @@ public:
 
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                     const detail::SkyParamsHD& p, SkyEstimate* out) override {
+        localSkiesImpl(cx, cy, n, rin, rout, p, out, nullptr);
+    }
+
+    // localSkies, with the test hook's copies of the intermediate arrays when dbg is not null.
+    void localSkiesImpl(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                        const detail::SkyParamsHD& p, SkyEstimate* out, AnnulusDebug* dbg) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
         DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
@@ -157,7 +190,9 @@ public:
         dcy.upload(cy, n);
         DeviceBuffer<int> counts(m_dc, n + 1), offsets(m_dc, n + 1);
         counts.zero();
-        annulusCountKernel<<<blocks(n), m_threads, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout, counts.get());
+        const int tCount = threads(annulusCountKernel);
+        annulusCountKernel<<<blocks(n, tCount), tCount, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout,
+                                                                counts.get());
         checkLaunch("the annulus count");
         std::size_t tmpBytes = 0;
         GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, tmpBytes, counts.get(), offsets.get(),
@@ -171,14 +206,33 @@ public:
         DeviceBuffer<std::uint32_t> keys(m_dc, std::max(total, 1));
         DeviceBuffer<float> values(m_dc, std::max(total, 1));
         if (total > 0) {
-            annulusFillKernel<<<blocks(n), m_threads, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout,
-                                                              offsets.get(), keys.get());
+            const int tFill = threads(annulusFillKernel);
+            annulusFillKernel<<<blocks(n, tFill), tFill, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout,
+                                                                 offsets.get(), keys.get());
             checkLaunch("the annulus values");
         }
         DeviceBuffer<SkyEstimate> dOut(m_dc, n);
-        skyStatsKernel<<<blocks(n), m_threads, 0, s>>>(keys.get(), offsets.get(), n, p, values.get(), dOut.get());
+        const int tStats = threads(skyStatsKernel);
+        skyStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(keys.get(), offsets.get(), n, p, values.get(),
+                                                            dOut.get());
         checkLaunch("the sky statistics");
         dOut.download(out, n);
+        if (dbg) {
+            dbg->offsets.resize(n + 1);
+            offsets.download(dbg->offsets.data(), n + 1);
+            dbg->sorted.resize(static_cast<std::size_t>(total));
+            dbg->index.resize(static_cast<std::size_t>(total));
+            DeviceBuffer<int> index(m_dc, std::max(total, 1));
+            if (total > 0) {
+                const int tIndex = threads(annulusIndexKernel);
+                annulusIndexKernel<<<blocks(n, tIndex), tIndex, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin,
+                                                                        rout, offsets.get(), index.get());
+                checkLaunch("the annulus indices");
+                index.download(dbg->index.data(), static_cast<std::size_t>(total));
+                values.download(dbg->sorted.data(), static_cast<std::size_t>(total));
+            }
+            m_dc.synchronize();
+        }
         m_dc.synchronize();
     }
 
@@ -197,10 +251,13 @@ public:
         dR2.upload(r2.data(), nRadii);
         DeviceBuffer<ApertureSums> partial(m_dc, n * nr), full(m_dc, n * nr), dOut(m_dc, n * nr);
         DeviceBuffer<ApertureFlagDistances> dFd(m_dc, n);
-        circlePartsKernel<<<blocks(n * nr), m_threads, 0, s>>>(m_in, dJobs.get(), n, dR.get(), dR2.get(), nr,
-                                                                radiiStride, partial.get(), full.get(), dFd.get());
+        const int tParts = threads(circlePartsKernel);
+        circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
+            m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
         checkLaunch("the circle sums");
-        circleCombineKernel<<<blocks(n), m_threads, 0, s>>>(partial.get(), full.get(), n, nr, dOut.get());
+        const int tCombine = threads(circleCombineKernel);
+        circleCombineKernel<<<blocks(n, tCombine), tCombine, 0, s>>>(partial.get(), full.get(), n, nr,
+                                                                     dOut.get());
         checkLaunch("the circle totals");
         dOut.download(out, n * nr);
         dFd.download(fd, n);
@@ -213,15 +270,27 @@ public:
         DeviceBuffer<KronJob> dJobs(m_dc, n);
         dJobs.upload(jobs, n);
         DeviceBuffer<KronOut> dOut(m_dc, n);
-        kronKernel<<<blocks(n), m_threads, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
+        const int tKron = threads(kronKernel);
+        kronKernel<<<blocks(n, tKron), tKron, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
         checkLaunch("the Kron apertures");
         dOut.download(out, n);
         m_dc.synchronize();
     }
 
 private:
-    unsigned blocks(std::size_t items) const {
-        return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>((items + m_threads - 1) / m_threads, 1u << 20)));
+    // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
+    // do not depend on the launch configuration: one thread per item, grid-stride loops).
+    template <class K> int threads(K* k) const {
+        cudaFuncAttributes a{};
+        GPUPHOT_CUDA_CHECK(cudaFuncGetAttributes(&a, k));
+        int t = std::min(m_threads, a.maxThreadsPerBlock);
+        if (t >= 32) t -= t % 32;
+        return std::max(t, 1);
+    }
+    static unsigned blocks(std::size_t items, int threadsPerBlock) {
+        const std::size_t t = static_cast<std::size_t>(threadsPerBlock);
+        return static_cast<unsigned>(
+            std::max<std::size_t>(1, std::min<std::size_t>((items + t - 1) / t, 1u << 20)));
     }
     DeviceContext& m_dc;
     const BackgroundResult& m_bkg;
@@ -232,13 +301,31 @@ private:
 
 } // namespace
 
+void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
+                     const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                     const detail::SkyParamsHD& p, double saturation, RunContext& ctx,
+                     std::vector<int>& offsets, std::vector<int>& index, std::vector<float>& sorted,
+                     std::vector<detail::SkyEstimate>& est) {
+    DeviceContext& dc = DeviceContext::of(ctx);
+    const BackgroundResult none;
+    CudaEngine engine(dc, none);
+    engine.begin(image, mask, seg, ImageView{}, ImageView{}, saturation);
+    est.assign(n, detail::SkyEstimate{});
+    AnnulusDebug dbg;
+    engine.localSkiesImpl(cx, cy, n, rin, rout, p, est.data(), &dbg);
+    offsets = std::move(dbg.offsets);
+    index = std::move(dbg.index);
+    sorted = std::move(dbg.sorted);
+}
+
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
-                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx) {
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx) {
     DeviceContext& dc = DeviceContext::of(ctx);
     CudaEngine engine(dc, bkg);
-    return detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain, readNoise,
-                                        params, ctx);
+    return detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain,
+                                        readNoise, params, ctx);
 }
 
 } // namespace gpuphot::cuda

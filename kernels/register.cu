@@ -9,9 +9,7 @@ bool registerStages() {
     CudaStageTable t;
     t.background = &cuda::estimateBackground;
     t.detection = &cuda::detectSources;
-    // cuda::measureApertures (kernels/aperture.cu) is not registered yet: with a local sky annulus its sky
-    // differs from the CPU's for ~10% of sources on the H200 (docs/BENCHMARKS.md). The aperture tests call
-    // it directly.
+    t.aperture = &cuda::measureApertures;
     registerCudaStages(t);
     return true;
 }

@@ -130,6 +130,8 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(integer("psf.maxStars", psf, "Max. stars", "", "At most this many PSF stars (brightest first)", 1, 100000));
     v.push_back(dbl("psf.maxMaskedFraction", psf, "Max. masked fraction", "", "PSF star stamps with more masked pixels are skipped", 0, 1, 0.01, 2));
     v.push_back(integer("psf.maxIterations", psf, "LM iterations", "", "Levenberg-Marquardt iterations per star", 1, 10000));
+    v.push_back(integer("psf.maxStarsPerCell", psf, "Stars per ePSF cell", "",
+                        "Most candidate stars fitted per ePSF grid cell, brightest first (0: no limit)", 0, 100000));
     v.push_back(dbl("psf.clipSigma", psf, "Clip σ", "", "Outlier clipping of the fitted shapes", 0.5, 20, 0.1, 2));
     v.push_back(integer("psf.clipIterations", psf, "Clip iterations", "", "", 0, 100));
     v.push_back(integer("psf.polyOrder", psf, "Spatial order", "", "Polynomial order of FWHM, e1, e2 across the field (lowered when stars are few)", 0, 6));

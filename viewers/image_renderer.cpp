@@ -262,9 +262,63 @@ void ImageRenderer::uploadInstances(InstanceBuffer& buf, const void* data, std::
 void ImageRenderer::setEllipses(EllipseLayer layer, std::span<const EllipseInstance> instances) {
     InstanceBuffer& buf = m_ellipses[static_cast<std::size_t>(layer)];
     float maxAxis = 0;
-    for (const EllipseInstance& e : instances) maxAxis = std::max({maxAxis, e.a, e.b});
-    uploadInstances(buf, instances.data(), instances.size_bytes(), static_cast<int>(instances.size()), true);
+    std::vector<float> axes;
+    axes.reserve(instances.size());
+    double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+    bool any = false;
+    for (const EllipseInstance& e : instances) {
+        const float ax = std::max(e.a, e.b);
+        maxAxis = std::max(maxAxis, ax);
+        axes.push_back(ax);
+        if (!(std::abs(e.x) < 1e8f && std::abs(e.y) < 1e8f)) continue; // the far-away non-finite slots
+        if (!any) {
+            x0 = x1 = e.x;
+            y0 = y1 = e.y;
+            any = true;
+        }
+        x0 = std::min<double>(x0, e.x), x1 = std::max<double>(x1, e.x);
+        y0 = std::min<double>(y0, e.y), y1 = std::max<double>(y1, e.y);
+    }
+    float typical = 0;
+    if (!axes.empty()) {
+        const auto k = axes.begin() + static_cast<std::ptrdiff_t>(axes.size() * 9 / 10);
+        std::nth_element(axes.begin(), k, axes.end());
+        typical = *k;
+    }
+    // A grid of at most 64 x 64 cells over the centres; counting sort of the instances by cell.
+    const double extent = std::max(x1 - x0, y1 - y0);
+    buf.cell = std::max(32.0, extent / 64.0);
+    buf.gx0 = x0;
+    buf.gy0 = y0;
+    buf.nx = static_cast<int>((x1 - x0) / buf.cell) + 1;
+    buf.ny = static_cast<int>((y1 - y0) / buf.cell) + 1;
+    const auto cellOf = [&buf](const EllipseInstance& e) {
+        const int cx = std::clamp(static_cast<int>(std::floor((e.x - buf.gx0) / buf.cell)), 0, buf.nx - 1);
+        const int cy = std::clamp(static_cast<int>(std::floor((e.y - buf.gy0) / buf.cell)), 0, buf.ny - 1);
+        return cy * buf.nx + cx;
+    };
+    buf.cellStart.assign(static_cast<std::size_t>(buf.nx * buf.ny) + 1, 0);
+    for (const EllipseInstance& e : instances)
+        ++buf.cellStart[static_cast<std::size_t>(cellOf(e)) + 1];
+    for (std::size_t c = 1; c < buf.cellStart.size(); ++c)
+        buf.cellStart[c] += buf.cellStart[c - 1];
+    std::vector<EllipseInstance> sorted(instances.size());
+    std::vector<int> next(buf.cellStart.begin(), buf.cellStart.end() - 1);
+    for (const EllipseInstance& e : instances)
+        sorted[static_cast<std::size_t>(next[static_cast<std::size_t>(cellOf(e))]++)] = e;
+    uploadInstances(buf, sorted.data(), sorted.size() * sizeof(EllipseInstance),
+                    static_cast<int>(sorted.size()), true);
     buf.maxAxis = maxAxis;
+    buf.typicalAxis = typical;
+}
+
+void ImageRenderer::setEllipseAttributes(std::size_t first) {
+    const auto base = [first](std::size_t offset) {
+        return reinterpret_cast<void*>(first * kEllipseStride + offset);
+    };
+    glVertexAttribPointer(1, 2, GL_FLOAT, GL_FALSE, kEllipseStride, base(0));
+    glVertexAttribPointer(2, 3, GL_FLOAT, GL_FALSE, kEllipseStride, base(8));
+    glVertexAttribPointer(3, 4, GL_UNSIGNED_BYTE, GL_TRUE, kEllipseStride, base(20));
 }
 
 void ImageRenderer::setSegments(SegmentLayer layer, std::span<const SegmentInstance> instances) {
@@ -339,9 +393,9 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
     p.release();
 }
 
-void ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
-                                 float minRadiusPx) {
-    if (buf.count <= 0) return;
+std::array<int, 3> ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform& view,
+                                               float lineWidthPx, float minRadiusPx, bool point, float pointPx) {
+    if (buf.count <= 0) return {0, 0, 0};
     QOpenGLShaderProgram& p = *m_ellipseProg;
     p.bind();
     p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
@@ -353,10 +407,46 @@ void ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform&
     p.setUniformValue("u_segments", n);
     p.setUniformValue("u_lineWidth", lineWidthPx);
     p.setUniformValue("u_minRadiusPx", minRadiusPx);
+    p.setUniformValue("u_point", point ? 1 : 0);
+    p.setUniformValue("u_pointPx", pointPx);
+    const int verts = point ? 4 : 2 * (n + 1);
+
+    // CPU grid culling: the runs of cells that overlap the visible rectangle (grown by the largest
+    // outline), one instanced draw per grid row; everything in one draw when all cells are visible.
+    const auto vis = view.visibleImageRect();
+    const double margin = buf.maxAxis + (std::max(minRadiusPx, pointPx) + 4.0 * lineWidthPx) / view.zoom;
+    const auto cellRange = [&buf](double lo, double hi, double g0, int count) {
+        const double a = std::floor((lo - g0) / buf.cell), b = std::floor((hi - g0) / buf.cell);
+        return std::array<int, 2>{static_cast<int>(std::clamp(a, 0.0, count - 1.0)),
+                                  static_cast<int>(std::clamp(b, -1.0, count - 1.0))};
+    };
+    const auto xr = cellRange(vis[0] - margin, vis[2] + margin, buf.gx0, buf.nx);
+    const auto yr = cellRange(vis[1] - margin, vis[3] + margin, buf.gy0, buf.ny);
+    // (Only the far-away slots of non-finite positions lie outside the grid: clamped into its edge cells.)
+    const bool all = xr[0] == 0 && yr[0] == 0 && xr[1] == buf.nx - 1 && yr[1] == buf.ny - 1;
+    int drawn = 0, calls = 0;
     glBindVertexArray(buf.vao);
-    glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, 2 * (n + 1), buf.count);
+    if (all || buf.cellStart.empty()) {
+        glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, verts, buf.count);
+        drawn = buf.count;
+        calls = 1;
+    } else {
+        glBindBuffer(GL_ARRAY_BUFFER, buf.vbo);
+        for (int cy = yr[0]; cy <= yr[1]; ++cy) {
+            const int first = buf.cellStart[static_cast<std::size_t>(cy * buf.nx + xr[0])];
+            const int last = buf.cellStart[static_cast<std::size_t>(cy * buf.nx + xr[1] + 1)];
+            if (last <= first) continue;
+            setEllipseAttributes(static_cast<std::size_t>(first));
+            glDrawArraysInstanced(GL_TRIANGLE_STRIP, 0, verts, last - first);
+            drawn += last - first;
+            ++calls;
+        }
+        setEllipseAttributes(0);
+        glBindBuffer(GL_ARRAY_BUFFER, 0);
+    }
     glBindVertexArray(0);
     p.release();
+    return {drawn, verts, calls};
 }
 
 void ImageRenderer::drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
@@ -393,13 +483,26 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
     glBlendFunc(GL_SRC_ALPHA, GL_ONE_MINUS_SRC_ALPHA);
     const float dpr = static_cast<float>(options.devicePixelRatio);
     const float lw = options.lineWidth * dpr;
-    auto on = [&](EllipseLayer l) { return options.ellipses[static_cast<std::size_t>(l)]; };
-    if (on(EllipseLayer::Apertures)) drawEllipses(m_ellipses[1], view, lw, 0.0f);
-    if (on(EllipseLayer::Sources)) drawEllipses(m_ellipses[0], view, lw, 2.0f * dpr);
-    if (on(EllipseLayer::ReferenceStars)) drawEllipses(m_ellipses[2], view, lw, 5.0f * dpr);
+    m_stats = {};
+    const auto ellipses = [&](EllipseLayer l, float minRadiusPx, bool allowPoint, float skipBelowPx) {
+        const std::size_t i = static_cast<std::size_t>(l);
+        const InstanceBuffer& b = m_ellipses[i];
+        if (!options.ellipses[i] || b.count <= 0) return;
+        const float typicalPx = static_cast<float>(b.typicalAxis * view.zoom);
+        if (typicalPx < skipBelowPx * dpr) return; // too small to read: not drawn at all
+        const bool point = allowPoint && typicalPx < kPointLodPx * dpr;
+        const auto r = drawEllipses(b, view, (l == EllipseLayer::Selected ? 2.5f : 1.0f) * lw, minRadiusPx,
+                                    point, kPointPx * dpr);
+        m_stats.instancesDrawn[i] = r[0];
+        m_stats.verticesPerInstance[i] = r[1];
+        m_stats.drawCalls[i] = r[2];
+    };
+    ellipses(EllipseLayer::Apertures, 0.0f, false, kApertureLodPx);
+    ellipses(EllipseLayer::Sources, 2.0f * dpr, true, 0.0f);
+    ellipses(EllipseLayer::ReferenceStars, 5.0f * dpr, false, 0.0f);
     if (options.segments[0]) drawSegments(m_segments[0], view, lw, 0.0f);
     if (options.segments[1]) drawSegments(m_segments[1], view, lw, 6.0f * dpr);
-    if (on(EllipseLayer::Selected)) drawEllipses(m_ellipses[3], view, 2.5f * lw, 4.0f * dpr);
+    ellipses(EllipseLayer::Selected, 4.0f * dpr, false, 0.0f);
 
     const auto r = overviewRect(view, options);
     if (r[2] > 0 && !m_tiles.empty()) {
@@ -415,7 +518,8 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
         glEnable(GL_BLEND);
         // Border of the inset and the visible rectangle, as segments in the overview's image coordinates.
         const auto vis = view.visibleImageRect();
-        const float x0 = static_cast<float>(std::max(vis[0], -0.5)), y0 = static_cast<float>(std::max(vis[1], -0.5));
+        const float x0 = static_cast<float>(std::max(vis[0], -0.5)),
+                    y0 = static_cast<float>(std::max(vis[1], -0.5));
         const float x1 = static_cast<float>(std::min(vis[2], m_width - 0.5));
         const float y1 = static_cast<float>(std::min(vis[3], m_height - 0.5));
         const float bx0 = -0.5f, by0 = -0.5f, bx1 = m_width - 0.5f, by1 = m_height - 0.5f;

@@ -4,6 +4,10 @@
 // GL_MAX_TEXTURE_SIZE; stretch, limits and colormap are uniforms plus two small textures (colormap, histogram
 // equalisation table), so changing them never re-uploads pixels. Overlays are instanced: one VBO of
 // per-instance records per layer (viewers/overlay_geometry.hpp), outlines generated in the vertex shader.
+// Level of detail keeps dense catalogues cheap: markers smaller than ~2 screen px are drawn as one dot each,
+// apertures below a few px are not drawn, outlines get fewer segments when small (ellipseSegments), and
+// ellipse instances are stored sorted by the cells of a coarse grid so a zoomed-in frame submits only the
+// cells in view (a few attribute-pointer offsets per frame; nothing is re-uploaded on pan or zoom).
 // Every method except the constructor, the accessors and the setters of plain state must be called with
 // the context current; destroy() too, before the context goes away.
 #include <QOpenGLExtraFunctions>
@@ -33,6 +37,19 @@ struct DisplaySettings {
     float segmentationAlpha = 0.35f;
     std::array<float, 4> nanColour{0.15f, 0.0f, 0.2f, 1.0f};
     std::array<float, 4> background{0.08f, 0.08f, 0.1f, 1.0f};
+};
+
+// Level of detail (device px): below kPointLodPx a marker's typical semi-axis on screen draws as a dot of
+// kPointPx; apertures/annuli whose typical radius is below kApertureLodPx are not drawn at all.
+inline constexpr float kPointLodPx = 2.0f;
+inline constexpr float kPointPx = 3.0f;
+inline constexpr float kApertureLodPx = 3.0f;
+
+// What the last render() drew per ellipse layer (diagnostics for tests and benchmarks).
+struct RenderStats {
+    std::array<int, 4> instancesDrawn{};     // instances submitted (after CPU grid culling)
+    std::array<int, 4> verticesPerInstance{}; // 4: dot (LOD), 2 (n + 1): outline of n segments, 0: skipped
+    std::array<int, 4> drawCalls{};
 };
 
 struct RenderOptions {
@@ -87,6 +104,7 @@ public:
     std::vector<std::string> takeGlErrors();             // glGetError results recorded so far, "where: 0x...."
     void setTiming(bool finish) { m_finishEachFrame = finish; } // glFinish at the end of render (benchmarks)
     double lastRenderMs() const { return m_lastRenderMs; }
+    const RenderStats& lastStats() const { return m_stats; }
 
 private:
     struct Tile {
@@ -97,11 +115,20 @@ private:
         unsigned vao = 0, vbo = 0;
         int count = 0;
         std::size_t capacity = 0;
-        float maxAxis = 0; // ellipses: largest semi-axis, image px (segment count LOD)
+        float maxAxis = 0;     // ellipses: largest semi-axis, image px (segment count, culling margin)
+        float typicalAxis = 0; // ellipses: 90th percentile of the larger semi-axis (point / skip LOD)
+        // Ellipses are uploaded sorted by the cell of a coarse grid over their centres, so the instances of
+        // one grid row's run of visible cells are contiguous: drawn by offsetting the attribute pointers.
+        double gx0 = 0, gy0 = 0, cell = 1;
+        int nx = 0, ny = 0;
+        std::vector<int> cellStart; // nx * ny + 1 offsets into the sorted instances
     };
     void checkGl(const char* where);
     void drawImage(const ViewTransform& view, const RenderOptions& options, bool overview);
-    void drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float minRadiusPx);
+    // Returns {instances drawn, vertices per instance, draw calls}.
+    std::array<int, 3> drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
+                                    float minRadiusPx, bool point, float pointPx);
+    void setEllipseAttributes(std::size_t firstInstance);
     void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx);
     void uploadInstances(InstanceBuffer& buf, const void* data, std::size_t bytes, int count, bool ellipse);
     void uploadColormap();
@@ -127,6 +154,7 @@ private:
     std::vector<std::string> m_glErrors;
     bool m_finishEachFrame = false;
     double m_lastRenderMs = 0;
+    RenderStats m_stats;
 };
 
 } // namespace gpuphot::viewers

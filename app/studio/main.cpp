@@ -6,7 +6,9 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QFileInfo>
+#include <QElapsedTimer>
 #include <QTimer>
+#include <chrono>
 #include <cstdio>
 
 #include "core/pipeline/device_registry.hpp"
@@ -16,6 +18,8 @@
 #include "viewers/image_view.hpp"
 
 int main(int argc, char** argv) {
+    QElapsedTimer sinceStart;
+    sinceStart.start();
     QApplication app(argc, argv);
     QApplication::setOrganizationName(QStringLiteral("gpuphot"));
     QApplication::setApplicationName(QStringLiteral("gpuphot-studio"));
@@ -41,7 +45,10 @@ int main(int argc, char** argv) {
     const QCommandLineOption shot(QStringLiteral("screenshot"),
                                   QStringLiteral("Save the window to a PNG after the first result, then quit"),
                                   QStringLiteral("png"));
-    cli.addOptions({ref, refCols, hdu, config, follow, shot});
+    const QCommandLineOption firstView(QStringLiteral("time-first-view"),
+                                       QStringLiteral("Print the time from start to the first displayed view "
+                                                      "of the frame, then quit (benchmarks)"));
+    cli.addOptions({ref, refCols, hdu, config, follow, shot, firstView});
     cli.process(app);
 
     gpuphot::ui::MainWindow window;
@@ -69,6 +76,16 @@ int main(int argc, char** argv) {
         QObject::connect(&window, &gpuphot::ui::MainWindow::errorShown, &app, [](const QString& m) {
             std::fprintf(stderr, "gpuphot-studio: %s\n", qPrintable(m));
             QApplication::exit(1);
+        });
+    }
+    if (cli.isSet(firstView)) {
+        QObject::connect(&window, &gpuphot::ui::MainWindow::frameShown, &app, [&window, &sinceStart] {
+            // grabFramebuffer renders the view now: the image is uploaded and drawn (zscaled, fitted).
+            const QImage img = window.imageView()->grabFramebuffer();
+            std::printf("first view after %lld ms (%dx%d view%s)\n", static_cast<long long>(sinceStart.elapsed()),
+                        img.width(), img.height(), img.isNull() ? ", EMPTY" : "");
+            std::fflush(stdout);
+            QApplication::exit(img.isNull() ? 1 : 0);
         });
     }
     const QStringList args = cli.positionalArguments();

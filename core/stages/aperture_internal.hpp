@@ -397,10 +397,10 @@ GPUPHOT_HD inline KronOut kronAperture(const AperturePlanes& in, const KronJob& 
 // ---- local sky ------------------------------------------------------------------------------------
 
 // Calls take(x, y, value) for the annulus pixels rin <= d <= rout (centres) about (cx, cy) that are usable
-// sky: unmasked, in no object, finite, below saturation. Row by row, the inner hole skipped.
+// sky: unmasked, in no object, finite, below saturation. Row by row in ascending x, each pixel once.
 template <class Take>
-GPUPHOT_HD inline void forAnnulus(const AperturePlanes& in, double cx, double cy, double rin, double rout,
-                                  Take&& take) {
+GPUPHOT_HD inline void forAnnulusAt(const AperturePlanes& in, double cx, double cy, double rin, double rout,
+                                    Take&& take) {
     const int y0 = std::max(0, static_cast<int>(std::ceil(cy - rout)));
     const int y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + rout)));
     const double rin2 = rin * rin, rout2 = rout * rout;
@@ -411,27 +411,26 @@ GPUPHOT_HD inline void forAnnulus(const AperturePlanes& in, double cx, double cy
         if (in.segAt(x, y) != 0) return;
         const float v = in.value(x, y);
         if (!std::isfinite(v) || v >= in.saturation) return;
-        take(v);
+        take(x, y, v);
     };
     for (int y = y0; y <= y1; ++y) {
         const double dy2 = (y - cy) * (y - cy);
         if (dy2 > rout2) continue;
-        // the row's span of the outer circle, less the inner hole (margins of 1e-9 px; the exact distance
-        // test in visit() decides)
+        // the row's span of the outer circle (margins of 1e-9 px; the exact distance test in visit() decides,
+        // also for the inner hole: one loop, so that no pixel is visited twice whatever the rounding)
         const double wo = std::sqrt(rout2 - dy2) + 1e-9;
         const int xa = std::max(0, static_cast<int>(std::ceil(cx - wo)));
         const int xb = std::min(in.width - 1, static_cast<int>(std::floor(cx + wo)));
-        int ha = xb + 1, hb = xb; // hole [ha, hb] skipped
-        if (dy2 < rin2) {
-            const double wi = std::sqrt(rin2 - dy2) - 1e-9;
-            ha = static_cast<int>(std::floor(cx - wi)) + 1;
-            hb = static_cast<int>(std::ceil(cx + wi)) - 1;
-        }
-        for (int x = xa; x <= std::min(xb, ha - 1); ++x)
-            visit(x, y, dy2);
-        for (int x = std::max(xa, hb + 1); x <= xb; ++x)
+        for (int x = xa; x <= xb; ++x)
             visit(x, y, dy2);
     }
+}
+
+// forAnnulusAt calling take(value) alone.
+template <class Take>
+GPUPHOT_HD inline void forAnnulus(const AperturePlanes& in, double cx, double cy, double rin, double rout,
+                                  Take&& take) {
+    forAnnulusAt(in, cx, cy, rin, rout, [&](int, int, float v) { take(v); });
 }
 
 // Order-preserving map of finite floats to unsigned keys (ascending keys = ascending values; -0 < +0).

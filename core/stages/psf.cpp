@@ -93,6 +93,7 @@ void validate(const PsfParams& p) {
     if (p.pixelIntegration < 1 || p.pixelIntegration > 5) bad("pixelIntegration must be 1..5");
     if (p.stampRadius < 0 || p.stampRadius > 200) bad("stampRadius must be 0 (auto) .. 200 px");
     if (p.maxStars < 1) bad("maxStars must be >= 1");
+    if (p.maxStarsPerCell < 0) bad("maxStarsPerCell must be >= 0 (0: no cap)");
     if (p.polyOrder < 0 || p.polyOrder > 3) bad("polyOrder must be 0..3");
     if (p.epsfOversampling < 1 || p.epsfOversampling > 16) bad("epsfOversampling must be 1..16");
     if (p.gridNx < 1 || p.gridNy < 1 || p.gridNx > 32 || p.gridNy > 32) bad("gridNx, gridNy must be 1..32");
@@ -139,7 +140,7 @@ double PsfResult::encircledEnergy(double r) const {
 }
 
 PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
+                             const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
     validate(params);
     if (image.empty()) throw InvalidInput("PSF stage: empty image");
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
@@ -237,6 +238,19 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         if (a.x != b.x) return a.x < b.x;
         return a.index < b.index;
     });
+    if (params.maxStarsPerCell > 0) { // brightest first within each ePSF cell (the order above)
+        std::vector<int> perCell(static_cast<std::size_t>(params.gridNx) * params.gridNy, 0);
+        auto cellOf = [](double p, int size, int n) {
+            return std::clamp(static_cast<int>(std::floor((p + 0.5) * n / size)), 0, n - 1);
+        };
+        std::vector<Candidate> kept;
+        for (const Candidate& c : cands) {
+            const int cell = cellOf(c.y, image.height, params.gridNy) * params.gridNx +
+                             cellOf(c.x, image.width, params.gridNx);
+            if (++perCell[static_cast<std::size_t>(cell)] <= params.maxStarsPerCell) kept.push_back(c);
+        }
+        cands.swap(kept);
+    }
     if (static_cast<int>(cands.size()) > params.maxStars) cands.resize(params.maxStars);
     ctx.checkCancelled();
     ctx.report("psf", 0.05);

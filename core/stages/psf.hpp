@@ -44,12 +44,18 @@ struct PsfParams {
     // sources with any of these flags are never PSF stars (PSFEx SAMPLE_FLAGMASK)
     std::uint32_t excludeFlags =
         FlagCrowded | FlagBlended | FlagSaturated | FlagEdge | FlagBadPixels | FlagDeblendOverflow;
-    int maxStars = 2000;            // brightest first (fluxIso desc., ties by y, x, index)
+    int maxStars = 2000; // brightest first (fluxIso desc., ties by y, x, index)
+    // At most this many candidates per ePSF grid cell (gridNx x gridNy) are fitted, brightest first;
+    // 0: no cap. The default (30 a cell, 270 with the 3 x 3 grid) is many times what the spatial
+    // polynomial (minStarsPerTerm * terms: 18 at order 2, 30 at order 3) and the ePSF (epsfMinStars)
+    // need, and bounds the cost of the profile fits on large, dense frames.
+    int maxStarsPerCell = 30;
     double maxMaskedFraction = 0.1; // reject a star whose stamp has more masked pixels than this fraction
 
     // Fit and clipping
-    int maxIterations = 100; // Levenberg–Marquardt iterations per star
-    double clipSigma = 3.0;  // clip outliers of FWHM (and jointly of e1, e2) at this many robust sigmas
+    int maxIterations = 40; // Levenberg–Marquardt iterations per star (well-measured stars need 8-15;
+                            // a fit still crawling after 40 is a faint or resolved source, rejected)
+    double clipSigma = 3.0; // clip outliers of FWHM (and jointly of e1, e2) at this many robust sigmas
     int clipIterations = 5;
 
     // Spatial model (PSFEx PSFVAR_DEGREES)
@@ -70,10 +76,10 @@ struct PsfParams {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PsfParams, model, moffatBeta, fitBeta, betaMin, betaMax,
                                                 pixelIntegration, stampRadius, minSnr, saturation,
                                                 maxPeakFraction, isolationRadius, excludeFlags, maxStars,
-                                                maxMaskedFraction, maxIterations, clipSigma, clipIterations,
-                                                polyOrder, minStarsPerTerm, epsfOversampling, gridNx, gridNy,
-                                                epsfMinStars, psfPhotometry, psfFitRadius, psfFitBackground,
-                                                maxMaskedPsfWeight)
+                                                maxStarsPerCell, maxMaskedFraction, maxIterations, clipSigma,
+                                                clipIterations, polyOrder, minStarsPerTerm, epsfOversampling,
+                                                gridNx, gridNy, epsfMinStars, psfPhotometry, psfFitRadius,
+                                                psfFitBackground, maxMaskedPsfWeight)
 
 // Throws InvalidInput naming the bad parameter.
 void validate(const PsfParams& p);

@@ -196,33 +196,43 @@ ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind 
     Mat h(nAct, nAct);
     Vec g(nAct);
 
-    auto chi2Of = [&](const std::array<double, kNumParams>& p) {
+    // One pass over the samples at p: chi2, and the residuals and active partial derivatives cached for
+    // the normal equations (so an accepted trial is not evaluated twice). The sum of non-negative terms
+    // only grows, so a trial stops (+inf) as soon as it exceeds `limit`: it would be rejected anyway.
+    std::vector<double> resid(static_cast<std::size_t>(nSamples));
+    std::vector<double> deriv(static_cast<std::size_t>(nSamples) * nAct);
+    auto evaluateAll = [&](const std::array<double, kNumParams>& p, double limit) {
         double c = 0.0;
-        for (const FitSample& s : samples) {
-            const double r = s.value - evaluate(p.data(), kind, s.x, s.y, q, nullptr);
+        std::array<double, kNumParams> d{};
+        for (int k = 0; k < nSamples; ++k) {
+            const FitSample& s = samples[k];
+            const double r = s.value - evaluate(p.data(), kind, s.x, s.y, q, d.data());
             c += s.weight * r * r;
+            if (c > limit) return std::numeric_limits<double>::infinity();
+            resid[k] = r;
+            double* dk = deriv.data() + static_cast<std::size_t>(k) * nAct;
+            for (int a = 0; a < nAct; ++a)
+                dk[a] = d[active[a]];
         }
         return c;
     };
-    auto normalEquations = [&](const std::array<double, kNumParams>& p) {
+    // Normal equations from the cached residuals and derivatives (sample order, as one fused pass).
+    auto accumulate = [&]() {
         h.setZero();
         g.setZero();
-        double c = 0.0;
-        std::array<double, kNumParams> d{};
-        for (const FitSample& s : samples) {
-            const double r = s.value - evaluate(p.data(), kind, s.x, s.y, q, d.data());
-            c += s.weight * r * r;
+        for (int k = 0; k < nSamples; ++k) {
+            const double w = samples[k].weight, r = resid[k];
+            const double* dk = deriv.data() + static_cast<std::size_t>(k) * nAct;
             for (int a = 0; a < nAct; ++a) {
-                const double wa = s.weight * d[active[a]];
+                const double wa = w * dk[a];
                 g(a) += wa * r;
                 for (int b = 0; b <= a; ++b)
-                    h(a, b) += wa * d[active[b]];
+                    h(a, b) += wa * dk[b];
             }
         }
         for (int a = 0; a < nAct; ++a)
             for (int b = 0; b < a; ++b)
                 h(b, a) = h(a, b);
-        return c;
     };
     auto valid = [&](const std::array<double, kNumParams>& p) {
         const double det = p[PC11] * p[PC22] - p[PC12] * p[PC12];
@@ -235,7 +245,8 @@ ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind 
     if (!opt.fitBackground) p[PBKG] = start.background;
     if (!valid(p)) return res;
 
-    double chi2 = normalEquations(p);
+    double chi2 = evaluateAll(p, std::numeric_limits<double>::infinity());
+    accumulate();
     double lambda = 1e-3;
     int it = 0;
     bool converged = false;
@@ -251,12 +262,13 @@ ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind 
         if (kind == PsfModelKind::Moffat) trial[PBETA] = std::clamp(trial[PBETA], opt.betaMin, opt.betaMax);
         const bool finite = delta.allFinite();
         const double chi2Trial =
-            finite && valid(trial) ? chi2Of(trial) : std::numeric_limits<double>::infinity();
+            finite && valid(trial) ? evaluateAll(trial, chi2) : std::numeric_limits<double>::infinity();
         if (chi2Trial <= chi2) {
             const double decrease = (chi2 - chi2Trial) / std::max(chi2, 1e-300);
             const double shift = std::max(std::abs(trial[PX0] - p[PX0]), std::abs(trial[PY0] - p[PY0]));
             p = trial;
-            chi2 = normalEquations(p);
+            chi2 = chi2Trial;
+            accumulate();
             lambda = std::max(lambda * 0.1, 1e-12);
             if (decrease < opt.relTolerance && shift < opt.posTolerance) converged = true;
         } else {

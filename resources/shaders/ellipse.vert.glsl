@@ -1,6 +1,7 @@
 // Instanced ellipse outlines: a triangle strip of 2 (u_segments + 1) vertices per instance, the outline
 // point k at angle 2 pi k / n (viewers/overlay_geometry.cpp ellipseOutlinePoint is the CPU reference)
-// widened by u_lineWidth device pixels along the normal.
+// widened by u_lineWidth device pixels along the normal. Level of detail: with u_point != 0 each instance is
+// a 4-vertex strip, a filled square u_pointPx device pixels wide at the centre (markers below ~2 px).
 layout(location = 1) in vec2 i_center;
 layout(location = 2) in vec3 i_abt; // a, b (image px), theta (rad CCW from +x)
 layout(location = 3) in vec4 i_rgba;
@@ -11,6 +12,8 @@ uniform float u_zoom;     // device pixels per image pixel
 uniform int u_segments;
 uniform float u_lineWidth;   // device px
 uniform float u_minRadiusPx; // device px
+uniform int u_point;         // 1: draw a square dot of u_pointPx device px instead of the outline
+uniform float u_pointPx;
 out vec4 v_color;
 void main() {
     float a = max(i_abt.x, u_minRadiusPx / u_zoom);
@@ -20,6 +23,11 @@ void main() {
     v_color = i_rgba;
     if (abs(cclip.x) > 1.0 + rclip || abs(cclip.y) > 1.0 + rclip) { // culled: a degenerate strip off-screen
         gl_Position = vec4(2.0, 2.0, 2.0, 1.0);
+        return;
+    }
+    if (u_point != 0) {
+        vec2 corner = vec2((gl_VertexID & 1) != 0 ? 0.5 : -0.5, (gl_VertexID & 2) != 0 ? 0.5 : -0.5);
+        gl_Position = vec4(cclip + corner * u_pointPx * 2.0 / u_viewport, 0.0, 1.0);
         return;
     }
     int k = gl_VertexID / 2;

@@ -9,8 +9,9 @@ uniform vec2 u_viewport;
 uniform float u_lineWidth;
 uniform float u_headPx;
 out vec4 v_color;
-const vec2 kQuad[6] = vec2[6](vec2(0.0, -1.0), vec2(1.0, -1.0), vec2(1.0, 1.0),
-                              vec2(0.0, -1.0), vec2(1.0, 1.0), vec2(0.0, 1.0));
+// Without a head its triangle is sent outside the clip volume. It used to collapse onto the segment's end
+// (a zero-area triangle), and Mesa's llvmpipe then drew nothing of the segment unless it touched the
+// viewport's edge: the overview's visible rectangle and the PSF whiskers never showed.
 void main() {
     v_color = i_rgba;
     vec2 p0 = (i_seg.xy - u_center) * u_scale;
@@ -22,15 +23,17 @@ void main() {
     int v = gl_VertexID;
     vec2 px;
     if (v < 6) {
-        vec2 q = kQuad[v];
-        px = dir * (q.x * (len - head)) + nrm * (q.y * 0.5 * u_lineWidth);
+        // Two triangles (0,-1) (1,-1) (1,1) and (0,-1) (1,1) (0,1): along the segment, across it.
+        float along = (v == 1 || v == 2 || v == 4) ? 1.0 : 0.0;
+        float across = (v == 2 || v == 4 || v == 5) ? 1.0 : -1.0;
+        px = dir * (along * (len - head)) + nrm * (across * 0.5 * u_lineWidth);
     } else if (head <= 0.0) {
-        px = vec2(0.0);
-    } else if (v == 6) {
-        px = dir * len;
+        gl_Position = vec4(2.0, 2.0, 2.0, 1.0); // no head: its triangle lies outside the clip volume
+        return;
     } else {
-        float sgn = (v == 7) ? 1.0 : -1.0;
-        px = dir * (len - head) + nrm * (sgn * 0.5 * head);
+        // The arrow head: the tip and two barbs.
+        float sgn = v == 7 ? 1.0 : -1.0;
+        px = v == 6 ? dir * len : dir * (len - head) + nrm * (sgn * 0.5 * head);
     }
     gl_Position = vec4(p0 + px * 2.0 / u_viewport, 0.0, 1.0);
 }

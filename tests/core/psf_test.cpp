@@ -524,3 +524,43 @@ TEST(PsfField, NoStarsGivesNoModelAndFailedPhotometry) {
     EXPECT_TRUE(r.flags[0] & FlagPsfFitFailed);
     EXPECT_TRUE(std::isnan(r.fwhm[0]));
 }
+
+TEST(PsfSelection, PerCellCapKeepsBrightestOfEachCell) {
+    const Field f = varyingField();
+    PsfParams all;
+    all.maxStarsPerCell = 0;
+    PsfParams capped;
+    capped.maxStarsPerCell = 6;
+    const PsfResult a = runPsf(f, all), b = runPsf(f, capped);
+    // Expected: the uncapped candidate list (brightest first), keeping the first 6 in each ePSF cell
+    // (cell of a position: the frame split into gridNx x gridNy equal parts, pixel edges at -0.5).
+    const int nx = all.gridNx, ny = all.gridNy;
+    auto cellOf = [&](int k) {
+        const double x = f.sources.x[k], y = f.sources.y[k];
+        const int cx = std::min(nx - 1, static_cast<int>((x + 0.5) / (512.0 / nx)));
+        const int cy = std::min(ny - 1, static_cast<int>((y + 0.5) / (512.0 / ny)));
+        return cy * nx + cx;
+    };
+    std::vector<int> count(static_cast<std::size_t>(nx) * ny, 0), expected;
+    for (const PsfStar& s : a.stars)
+        if (count[cellOf(s.index)]++ < 6) expected.push_back(s.index);
+    ASSERT_GT(a.stars.size(), expected.size()); // the cap does bind on this field
+    std::vector<int> got;
+    for (const PsfStar& s : b.stars)
+        got.push_back(s.index);
+    EXPECT_EQ(got, expected);
+    // A star fitted in both runs gets the same fit (each star is fitted on its own).
+    for (const PsfStar& s : b.stars) {
+        const PsfStar* o = starOf(a, s.index);
+        ASSERT_NE(o, nullptr);
+        EXPECT_EQ(std::memcmp(&o->fit, &s.fit, sizeof(ProfileParams)), 0);
+    }
+    // 54 stars still carry the order-2 model.
+    ASSERT_TRUE(b.hasModel());
+    for (double x : {40.0, 256.0, 470.0})
+        for (double y : {40.0, 256.0, 470.0})
+            EXPECT_NEAR(b.fwhmAt(x, y), varyingPsf(x, y).fwhm(), 0.03 * varyingPsf(x, y).fwhm());
+    PsfParams bad;
+    bad.maxStarsPerCell = -1;
+    EXPECT_THROW(validate(bad), InvalidInput);
+}

@@ -20,6 +20,10 @@ void ensureApp() {
 }
 
 std::string showAndCheckGl(ImageView& view, int w, int h) {
+    // Probe first: showing a QOpenGLWidget where the platform has no OpenGL (offscreen, no DISPLAY) crashes
+    // inside Qt 6.4 (QPlatformBackingStore::rhiFlush) instead of failing.
+    QOpenGLContext probe;
+    if (!probe.create()) return "no OpenGL context (run under xvfb-run)";
     view.resize(w, h);
     view.show();
     QCoreApplication::processEvents();

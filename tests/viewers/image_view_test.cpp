@@ -224,12 +224,127 @@ TEST(ViewerImageView, OverviewShowsInTheCorner) {
     view.setApertures({3.f}, 5.f, 8.f);
     const QImage shot = grab(view);
     shot.save("/tmp/viewer_overview.png");
-    // The inset sits in the lower-right corner, framed in grey. (Known issue: the red visible-rectangle
-    // outline inside it does not appear under llvmpipe yet, so it is not checked here.)
+    // The inset sits in the lower-right corner, framed in grey.
     int grey = 0;
     for (int y = 200; y < 300; ++y)
         for (int x = 250; x < 400; ++x) grey += shot.pixel(x, y) == qRgb(160, 160, 160);
     EXPECT_GT(grey, 200);
+    // The red outline of the visible area: its bounding box in the inset is where the overview's own
+    // transform puts the corners of the main view's visible rectangle (checked twice, before and after a pan).
+    const auto checkRect = [&](const QImage& im) {
+        RenderOptions o;
+        ViewTransform v = view.viewTransform();
+        const auto r = view.renderer()->overviewRect(v, o);
+        ASSERT_GT(r[2], 0);
+        const ViewTransform ov = view.renderer()->overviewTransform(v, o);
+        const auto vis = v.visibleImageRect();
+        const auto lo = ov.imageToWidget(std::max(vis[0], -0.5), std::min(vis[3], 255.5)); // top-left
+        const auto hi = ov.imageToWidget(std::min(vis[2], 511.5), std::max(vis[1], -0.5)); // bottom-right
+        int x0 = 1 << 20, y0 = 1 << 20, x1 = -1, y1 = -1, red = 0;
+        for (int y = r[1]; y < r[1] + r[3]; ++y)
+            for (int x = r[0]; x < r[0] + r[2]; ++x)
+                if (near(im.pixel(x, y), qRgb(255, 64, 64), 8)) {
+                    ++red;
+                    x0 = std::min(x0, x), y0 = std::min(y0, y), x1 = std::max(x1, x), y1 = std::max(y1, y);
+                }
+        ASSERT_GT(red, 20) << "no visible-area rectangle in the overview";
+        EXPECT_NEAR(x0, r[0] + lo[0], 1.5);
+        EXPECT_NEAR(y0, r[1] + lo[1], 1.5);
+        EXPECT_NEAR(x1, r[0] + hi[0], 1.5);
+        EXPECT_NEAR(y1, r[1] + hi[1], 1.5);
+        // An outline, not a filled box: the pixel at its centre keeps the image's colour.
+        EXPECT_EQ(im.pixel((x0 + x1) / 2, (y0 + y1) / 2), qRgb(255, 255, 255));
+    };
+    checkRect(shot);
+    view.centerOn(100, 60);
+    const QImage panned = grab(view);
+    panned.save("/tmp/viewer_overview_panned.png");
+    checkRect(panned);
+    EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
+}
+
+// Level of detail and CPU grid culling of the markers, and headless segments (PSF whiskers) on screen.
+TEST(ViewerImageView, MarkerLevelOfDetailAndGridCulling) {
+    ensureApp();
+    ImageView view;
+    view.setOverviewVisible(false);
+    auto img = std::make_shared<Image<float>>(2000, 2000, 0.0f);
+    view.setImage(img);
+    view.setManualLimits(0, 1); // black
+    const std::string why = showAndCheckGl(view, 400, 400);
+    if (!why.empty()) GTEST_SKIP() << why;
+    std::vector<Marker> markers;
+    for (int j = 0; j < 40; ++j)
+        for (int i = 0; i < 40; ++i)
+            markers.push_back({25.f + 50.f * i, 25.f + 50.f * j, 2.f, 2.f, 0.f, 0u});
+    view.setSourceScale(1.0f); // semi-axes 2 image px
+    view.setSources(markers);
+    view.setApertures({4.f}, 0.f, 0.f);
+    const auto& st = view.renderer()->lastStats();
+    const auto src = static_cast<std::size_t>(EllipseLayer::Sources);
+    const auto ape = static_cast<std::size_t>(EllipseLayer::Apertures);
+    const QRgb green = qRgb(0, 230, 0), cyan = qRgb(0, 200, 255);
+
+    // Zoomed out: 2 px * 0.19 is far below 2 screen px: one dot per source, no apertures.
+    view.zoomToFit();
+    QImage shot = grab(view);
+    shot.save("/tmp/viewer_lod_far.png");
+    EXPECT_EQ(st.verticesPerInstance[src], 4);
+    EXPECT_EQ(st.instancesDrawn[src], 1600);
+    EXPECT_EQ(st.verticesPerInstance[ape], 0);
+    EXPECT_EQ(st.instancesDrawn[ape], 0);
+    int dots = 0;
+    for (const Marker& m : markers)
+        dots += near(at(shot, view.imageToWidget({m.x, m.y})), green, 40);
+    EXPECT_EQ(dots, 1600);
+    int cyanPx = 0;
+    for (int y = 0; y < shot.height(); ++y)
+        for (int x = 0; x < shot.width(); ++x)
+            cyanPx += near(shot.pixel(x, y), cyan, 40);
+    EXPECT_EQ(cyanPx, 0);
+
+    // Zoomed in: outlines (hollow), apertures shown, and only the grid cells in view submitted.
+    for (QPointF c : {QPointF(1025, 1025), QPointF(30, 1970), QPointF(1510, 240)}) {
+        view.setZoom(4.0);
+        view.centerOn(c.x(), c.y());
+        view.setPsfWhiskers({{static_cast<float>(c.x()) + 12.f, static_cast<float>(c.y()), 0.f, 16.f}});
+        shot = grab(view);
+        EXPECT_GT(st.verticesPerInstance[src], 4);
+        EXPECT_GT(st.verticesPerInstance[ape], 4);
+        const auto vis = view.viewTransform().visibleImageRect();
+        int inView = 0;
+        for (const Marker& m : markers)
+            inView += m.x + 2 >= vis[0] && m.x - 2 <= vis[2] && m.y + 2 >= vis[1] && m.y - 2 <= vis[3];
+        EXPECT_GE(st.instancesDrawn[src], inView);
+        EXPECT_LT(st.instancesDrawn[src], 200) << "no culling";
+        EXPECT_GE(st.instancesDrawn[ape], inView);
+        int rings = 0, hollow = 0, apertures = 0;
+        for (const Marker& m : markers) {
+            if (m.x < vis[0] + 5 || m.x > vis[2] - 5 || m.y < vis[1] + 5 || m.y > vis[3] - 5) continue;
+            const QPointF w = view.imageToWidget({m.x, m.y});
+            rings +=
+                near(at(shot, w + QPointF(8, 0)), green, 60) || near(at(shot, w + QPointF(7, 0)), green, 60);
+            hollow += near(at(shot, w), qRgb(0, 0, 0));
+            apertures +=
+                near(at(shot, w - QPointF(16, 0)), cyan, 60) || near(at(shot, w - QPointF(15, 0)), cyan, 60);
+            ++inView;
+        }
+        (void)inView;
+        int expectedRings = 0;
+        for (const Marker& m : markers)
+            expectedRings += !(m.x < vis[0] + 5 || m.x > vis[2] - 5 || m.y < vis[1] + 5 || m.y > vis[3] - 5);
+        EXPECT_GT(expectedRings, 0);
+        EXPECT_EQ(rings, expectedRings) << "at " << c.x() << "," << c.y();
+        EXPECT_EQ(hollow, expectedRings);
+        EXPECT_EQ(apertures, expectedRings);
+        // The whisker: a vertical white segment 12 px right of the centre, 16 image px long.
+        const QPointF wc = view.imageToWidget({c.x() + 12, c.y()});
+        EXPECT_TRUE(near(at(shot, wc), qRgb(255, 255, 255), 30)) << std::hex << at(shot, wc);
+        EXPECT_TRUE(near(at(shot, wc + QPointF(0, 20)), qRgb(255, 255, 255), 30));
+        EXPECT_TRUE(near(at(shot, wc + QPointF(0, 40)), qRgb(0, 0, 0)));
+    }
+    shot.save("/tmp/viewer_lod_near.png");
+    EXPECT_EQ(view.pixelUploadCount(), 1);
     EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
 }
 
@@ -263,7 +378,8 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
         s2 = s2 * 1664525u + 1013904223u;
         const float x = static_cast<float>(s2 % n);
         s2 = s2 * 1664525u + 1013904223u;
-        markers.push_back({x, static_cast<float>(s2 % n), 2.0f, 1.5f, static_cast<float>(i % 180), i % 10 == 0 ? 1u : 0u});
+        markers.push_back(
+            {x, static_cast<float>(s2 % n), 2.0f, 1.5f, static_cast<float>(i % 180), i % 10 == 0 ? 1u : 0u});
     }
     t.restart();
     view.setSources(markers);
@@ -272,6 +388,16 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
     for (double zoom : {0.0, 1.0, 4.0}) {
         if (zoom == 0.0) view.zoomToFit();
         else view.setZoom(zoom);
+        view.setLayerVisible(Layer::Sources, false);
+        view.setLayerVisible(Layer::Apertures, false);
+        view.repaint();
+        double bare = 0;
+        for (int k = 0; k < 5; ++k) {
+            view.repaint();
+            bare += view.renderer()->lastRenderMs();
+        }
+        std::printf("zoom %.3f, image and overview only: %.1f ms per frame\n", view.zoom(), bare / 5);
+        view.setLayerVisible(Layer::Sources, true);
         for (bool apertures : {false, true}) {
             view.setLayerVisible(Layer::Apertures, apertures);
             view.repaint();
@@ -280,8 +406,11 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
                 view.repaint();
                 sum += view.renderer()->lastRenderMs();
             }
-            std::printf("zoom %.3f, 150k markers%s: %.1f ms per frame\n", view.zoom(),
-                        apertures ? " + 750k aperture circles" : "", sum / 5);
+            const RenderStats& st = view.renderer()->lastStats();
+            std::printf("zoom %.3f, 150k markers%s: %.1f ms per frame (sources drawn %d x %d vertices, "
+                        "apertures drawn %d x %d vertices)\n",
+                        view.zoom(), apertures ? " + 750k aperture circles" : "", sum / 5, st.instancesDrawn[0],
+                        st.verticesPerInstance[0], st.instancesDrawn[1], st.verticesPerInstance[1]);
         }
     }
     view.grabFramebuffer().save("/tmp/viewer_151mp.png");
