@@ -122,7 +122,7 @@ def measure_frame(name, a, results):
         r["gpuphot_t%d" % t]["cpu_seconds_per_run"] = LAST_CPU / a.repeat
     outdir = os.path.join(a.work, "out")
     os.makedirs(outdir, exist_ok=True)
-    run([a.gpuphot, "reduce", frame, "--threads", "2", "-o", outdir, "-q"], timeout=a.timeout)
+    run([a.gpuphot, "reduce", frame, "--threads", "2", "-o", outdir, "-q", "--no-tycho2"], timeout=a.timeout)
     ours = os.path.join(outdir, name + ".cat.fits")
     comp = {"gpuphot": (ours, "gpuphot")}
     if mp <= a.no_peers_above:
