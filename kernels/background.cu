@@ -252,94 +252,6 @@ __global__ void interpolateKernel(SplineDev sp, int W, int H, int nx, float* lev
     }
 }
 
-// ---- host-side mesh steps, the same as core/stages/background.cpp ------------------------------------
-
-double medianOf(std::vector<float>& v) {
-    const std::size_t n = v.size();
-    if (n == 0) return 0.0;
-    auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    if (n % 2 == 1) return *mid;
-    const float upper = *mid;
-    const float lower = *std::max_element(v.begin(), mid);
-    return 0.5 * (static_cast<double>(lower) + upper);
-}
-
-int fillBadMeshes(std::vector<MeshOut>& meshes, int nx, int ny) {
-    std::vector<int> bad;
-    for (int i = 0; i < nx * ny; ++i)
-        if (meshes[i].bad) bad.push_back(i);
-    if (bad.empty()) return 0;
-    if (static_cast<int>(bad.size()) == nx * ny) {
-        for (auto& m : meshes) {
-            m.level = 0.0f;
-            m.rms = 1.0f;
-        }
-        return nx * ny;
-    }
-    const std::vector<MeshOut> src = meshes;
-    std::vector<int> nearest;
-    for (const int i : bad) {
-        const int px = i % nx, py = i / nx;
-        std::int64_t best = std::numeric_limits<std::int64_t>::max();
-        nearest.clear();
-        const int rmax = std::max(nx, ny);
-        for (int r = 0; r <= rmax; ++r) {
-            if (static_cast<std::int64_t>(r) * r > best) break;
-            for (int y = py - r; y <= py + r; ++y) {
-                if (y < 0 || y >= ny) continue;
-                const bool edgeRow = (y == py - r || y == py + r);
-                for (int x = px - r; x <= px + r; x += edgeRow ? 1 : std::max(1, 2 * r)) {
-                    if (x < 0 || x >= nx) continue;
-                    const int j = y * nx + x;
-                    if (src[j].bad) continue;
-                    const std::int64_t d2 = std::int64_t(x - px) * (x - px) + std::int64_t(y - py) * (y - py);
-                    if (d2 < best) {
-                        best = d2;
-                        nearest.clear();
-                    }
-                    if (d2 == best) nearest.push_back(j);
-                }
-            }
-        }
-        std::sort(nearest.begin(), nearest.end());
-        double sl = 0.0, sr = 0.0;
-        for (const int j : nearest) {
-            sl += src[j].level;
-            sr += src[j].rms;
-        }
-        meshes[i].level = static_cast<float>(sl / nearest.size());
-        meshes[i].rms = static_cast<float>(sr / nearest.size());
-    }
-    return static_cast<int>(bad.size());
-}
-
-void medianFilter(std::vector<MeshOut>& meshes, int nx, int ny, int fw, int fh, double threshold) {
-    const int hx = fw / 2, hy = fh / 2;
-    if (hx == 0 && hy == 0) return;
-    const std::vector<MeshOut> src = meshes;
-    std::vector<float> bl, br;
-    for (int py = 0; py < ny; ++py) {
-        const int ry = std::min({hy, py, ny - 1 - py});
-        for (int px = 0; px < nx; ++px) {
-            const int rx = std::min({hx, px, nx - 1 - px});
-            bl.clear();
-            br.clear();
-            for (int y = py - ry; y <= py + ry; ++y)
-                for (int x = px - rx; x <= px + rx; ++x) {
-                    bl.push_back(src[y * nx + x].level);
-                    br.push_back(src[y * nx + x].rms);
-                }
-            const int i = py * nx + px;
-            const double med = medianOf(bl);
-            if (std::fabs(med - static_cast<double>(src[i].level)) >= threshold) {
-                meshes[i].level = static_cast<float>(med);
-                meshes[i].rms = static_cast<float>(medianOf(br));
-            }
-        }
-    }
-}
-
 void checkSize(int w, int h, int ow, int oh, const char* what) {
     if (w != ow || h != oh)
         throw InvalidInput(std::string("background: ") + what + " is " + std::to_string(ow) + "x" +
@@ -413,28 +325,11 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
     ctx.report("background", 0.45);
     ctx.checkCancelled();
 
-    // 2. Bad meshes, median filter, global values (host, as the CPU stage).
-    res.badMeshes = fillBadMeshes(meshes, nx, ny);
-    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold);
-    res.meshLevel = Image<float>(nx, ny, Image<float>::NoInit{});
-    res.meshRms = Image<float>(nx, ny, Image<float>::NoInit{});
-    std::vector<float> lv, rv;
-    lv.reserve(meshes.size());
-    rv.reserve(meshes.size());
-    for (int i = 0; i < nMesh; ++i) {
-        res.meshLevel.data()[i] = meshes[i].level;
-        res.meshRms.data()[i] = meshes[i].rms;
-        lv.push_back(meshes[i].level);
-        rv.push_back(meshes[i].rms);
-    }
-    res.globalLevel = medianOf(lv);
-    res.globalRms = medianOf(rv);
-    if (res.globalRms <= 0.0) {
-        std::vector<float> pos;
-        for (const float r : rv)
-            if (r > 0.0f) pos.push_back(r);
-        res.globalRms = pos.empty() ? 1.0 : medianOf(pos);
-    }
+    // 2. Bad meshes, median filter, global values: core's host code, shared with the CPU stage.
+    std::vector<detail::MeshStat> grid(nMesh);
+    for (int i = 0; i < nMesh; ++i)
+        grid[i] = {meshes[i].level, meshes[i].rms, meshes[i].bad != 0};
+    detail::finishMeshGrid(grid, nx, ny, params, res);
     ctx.report("background", 0.5);
     if (!params.fullMaps) return res;
 

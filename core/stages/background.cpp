@@ -23,12 +23,8 @@ constexpr double kModeFallback = 0.3; // |mean - median| / sigma beyond which th
 constexpr int kMaxClipRounds = 100;
 constexpr double kClipConvergence = 1e-4;
 
-// One mesh: where it is and what it gave.
-struct MeshValue {
-    float level = 0.0f;
-    float rms = 0.0f;
-    bool bad = false;
-};
+// One mesh: what it gave.
+using MeshValue = detail::MeshStat;
 
 // Per-thread scratch for mesh statistics.
 struct MeshScratch {
@@ -457,6 +453,31 @@ void interpolateBackground(const BackgroundResult& bkg, const BackgroundSpline& 
     interpolateRows(bkg, spline, y0, rows, level, rms, stride, ctx, [](double) {});
 }
 
+void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
+                            BackgroundResult& res) {
+    res.badMeshes = fillBadMeshes(meshes, nx, ny);
+    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold);
+    res.meshLevel = Image<float>(nx, ny, Image<float>::NoInit{});
+    res.meshRms = Image<float>(nx, ny, Image<float>::NoInit{});
+    std::vector<float> lv, rv;
+    lv.reserve(meshes.size());
+    rv.reserve(meshes.size());
+    for (int i = 0; i < nx * ny; ++i) {
+        res.meshLevel.data()[i] = meshes[i].level;
+        res.meshRms.data()[i] = meshes[i].rms;
+        lv.push_back(meshes[i].level);
+        rv.push_back(meshes[i].rms);
+    }
+    res.globalLevel = medianOf(lv);
+    res.globalRms = medianOf(rv);
+    if (res.globalRms <= 0.0) {
+        std::vector<float> pos;
+        for (const float r : rv)
+            if (r > 0.0f) pos.push_back(r);
+        res.globalRms = pos.empty() ? 1.0 : medianOf(pos);
+    }
+}
+
 BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView& mask,
                                     const BackgroundParams& params, RunContext& ctx,
                                     const ImageViewT<std::int32_t>* sourceMask) {
@@ -513,27 +534,7 @@ BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView&
     }
 
     // 2. Bad meshes, median filter, global values.
-    res.badMeshes = fillBadMeshes(meshes, nx, ny);
-    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold);
-    res.meshLevel = Image<float>(nx, ny, Image<float>::NoInit{});
-    res.meshRms = Image<float>(nx, ny, Image<float>::NoInit{});
-    std::vector<float> lv, rv;
-    lv.reserve(meshes.size());
-    rv.reserve(meshes.size());
-    for (int i = 0; i < nx * ny; ++i) {
-        res.meshLevel.data()[i] = meshes[i].level;
-        res.meshRms.data()[i] = meshes[i].rms;
-        lv.push_back(meshes[i].level);
-        rv.push_back(meshes[i].rms);
-    }
-    res.globalLevel = medianOf(lv);
-    res.globalRms = medianOf(rv);
-    if (res.globalRms <= 0.0) {
-        std::vector<float> pos;
-        for (const float r : rv)
-            if (r > 0.0f) pos.push_back(r);
-        res.globalRms = pos.empty() ? 1.0 : medianOf(pos);
-    }
+    detail::finishMeshGrid(meshes, nx, ny, params, res);
     ctx.report("background", meshShare);
 
     // 3. Full-resolution maps.

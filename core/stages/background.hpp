@@ -114,6 +114,20 @@ struct BackgroundSpline {
     SplineWeights columns; // per image column (used as float in the per-pixel step)
 };
 
+namespace detail {
+// One mesh's statistics before the grid steps (level, rms in ADU; bad: too few valid pixels).
+struct MeshStat {
+    float level = 0.0f;
+    float rms = 0.0f;
+    bool bad = false;
+};
+// Step 2 of the stage on the mesh grid (row-major, nx x ny), shared by the CPU and CUDA backends: fills
+// bad meshes from their nearest good ones, applies the median filter, and sets res.meshLevel, meshRms,
+// globalLevel, globalRms and badMeshes.
+void finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
+                    BackgroundResult& res);
+} // namespace detail
+
 BackgroundSpline makeBackgroundSpline(const BackgroundResult& bkg);
 
 // Evaluates level and/or rms (either may be null) for rows [y0, y0 + rows) into buffers whose row stride
