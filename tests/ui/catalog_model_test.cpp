@@ -2,6 +2,8 @@
 // calibrated field; filtering and numeric sorting; the cost of taking in a 150,000-source result.
 #include <gtest/gtest.h>
 
+#include "tests/ui/ui_test_app.hpp"
+
 #include <QApplication>
 #include <QHeaderView>
 #include <QTableView>
@@ -28,16 +30,7 @@ using namespace gpuphot::ui;
 
 namespace {
 
-QApplication& app() {
-    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
-    static int argc = 1;
-    static char name[] = "ui_tests";
-    static char* argv[] = {name, nullptr};
-    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    static QApplication* instance = new QApplication(argc, argv); // never destroyed (exit-order crash)
-    return *instance;
-}
+QApplication& app() { return gpuphot::test::uiTestApp(); }
 
 struct Calibrated {
     SnapshotPtr snap;

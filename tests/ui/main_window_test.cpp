@@ -4,6 +4,8 @@
 // build directory (docs/ shows one made by `gpuphot-studio --screenshot`).
 #include <gtest/gtest.h>
 
+#include "tests/ui/ui_test_app.hpp"
+
 #include <QApplication>
 #include <QImage>
 #include <QMessageBox>
@@ -23,18 +25,7 @@
 #include "viewers/image_view.hpp"
 
 namespace {
-QApplication& app() {
-    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
-    static int argc = 1;
-    static char name[] = "ui_tests";
-    static char* argv[] = {name, nullptr};
-    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    // Never destroyed: a QApplication torn down by exit handlers, after Qt's own globals (the GL
-    // context of a QOpenGLWidget), crashes on the way out.
-    static QApplication* instance = new QApplication(argc, argv);
-    return *instance;
-}
+QApplication& app() { return gpuphot::test::uiTestApp(); }
 
 // A 512^2 field with a few hundred stars, header WCS and reference catalog, written once.
 struct Field {

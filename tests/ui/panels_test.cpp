@@ -3,6 +3,8 @@
 // are the stages' counts, exports PNG/PDF that are not blank; screenshots go to /tmp/panels_*.png.
 #include <gtest/gtest.h>
 
+#include "tests/ui/ui_test_app.hpp"
+
 #include <qcustomplot.h>
 
 #include <QApplication>
@@ -30,19 +32,7 @@ using gpuphot::test::panelFixture;
 
 namespace {
 
-QApplication& app() {
-    // other test files of this executable may have made the application already: there is only one
-    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
-    static int argc = 1;
-    static char name[] = "ui_tests";
-    static char* argv[] = {name, nullptr};
-    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    // never destroyed: a QApplication destroyed by the exit handlers crashes in Qt 6.4's input-device
-    // teardown (its global statics are gone by then)
-    static QApplication* instance = new QApplication(argc, argv);
-    return *instance;
-}
+QApplication& app() { return gpuphot::test::uiTestApp(); }
 
 int countOf(QCustomPlot* p, const QString& name) {
     for (int k = 0; k < p->plottableCount(); ++k)

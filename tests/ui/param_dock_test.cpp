@@ -2,6 +2,8 @@
 // the configuration exactly (checked against `gpuphot reduce --dump-config`).
 #include <gtest/gtest.h>
 
+#include "tests/ui/ui_test_app.hpp"
+
 #include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
@@ -24,16 +26,7 @@ using namespace gpuphot::ui;
 
 namespace {
 
-QApplication& app() {
-    if (auto* existing = qobject_cast<QApplication*>(QCoreApplication::instance())) return *existing;
-    static int argc = 1;
-    static char name[] = "ui_tests";
-    static char* argv[] = {name, nullptr};
-    if (qEnvironmentVariableIsEmpty("DISPLAY") && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
-    static QApplication* instance = new QApplication(argc, argv); // never destroyed (exit-order crash)
-    return *instance;
-}
+QApplication& app() { return gpuphot::test::uiTestApp(); }
 
 // Values every editor kind can show exactly (spin box decimals) and that differ from the defaults.
 PipelineConfig customConfig() {
