@@ -201,9 +201,10 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     const auto t0 = std::chrono::steady_clock::now();
     w->requestRun(PipelineConfig{});
     const double callMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    // Queued: nothing ran on this thread inside the call.
-    EXPECT_EQ(started.count(), 0);
-    EXPECT_EQ(runThread, nullptr);
+    // Queued: the call returns long before the run (hundreds of ms) can have finished; the worker's
+    // thread may already have started it (that race is fine), but never this thread.
+    EXPECT_EQ(ready.count(), 0);
+    EXPECT_NE(runThread, QThread::currentThread());
     ASSERT_TRUE(waitFor(ready, 1, 60000));
     tick.stop();
     EXPECT_EQ(runThread, host.thread()) << "the run happens on the worker's thread";
@@ -222,7 +223,7 @@ TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
     PipelineWorker* w = host.worker();
     setFrame(w, smallFrame());
     RunScheduler scheduler(w);
-    scheduler.setDelay(100);
+    scheduler.setDelay(500); // long against the 20 ms between edits, even on a loaded CI machine
     QSignalSpy requested(&scheduler, &RunScheduler::requested);
     QSignalSpy ready(w, &PipelineWorker::resultReady);
     PipelineConfig c;
@@ -233,7 +234,7 @@ TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
     }
     EXPECT_EQ(requested.count(), 0) << "nothing is forwarded while edits keep coming";
     ASSERT_TRUE(waitFor(ready, 1, 30000));
-    QTest::qWait(250);
+    QTest::qWait(700);
     EXPECT_EQ(requested.count(), 1);
     ASSERT_EQ(ready.count(), 1);
     EXPECT_EQ(snapshotFrom(ready, 0)->config.detection.minArea, 8);
