@@ -1,5 +1,7 @@
 #include "ui/pipeline_worker.hpp"
 
+#include "core/pipeline/device_registry.hpp"
+
 #include <QMetaObject>
 
 #include <cmath>
@@ -36,7 +38,13 @@ std::string instrumentKey(const PipelineConfig& c) {
 
 PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
     registerWorkerMetaTypes();
-    m_ctx.backend = Backend::Cpu; // the CUDA stages are their own issue; the context keeps its pool then
+    // CUDA when the program links the CUDA backend and a device is present (the context then keeps its
+    // device pool and the uploaded frame between runs), else the CPU.
+    try {
+        m_ctx.backend = resolveBackend(Backend::Auto);
+    } catch (const std::exception&) {
+        m_ctx.backend = Backend::Cpu;
+    }
     m_ctx.cancelFlag = &m_cancel;
     m_ctx.progress = [this](const std::string& stage, double fraction) { reportProgress(stage, fraction); };
 }
