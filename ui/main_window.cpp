@@ -167,7 +167,7 @@ void MainWindow::buildDocks() {
     addDockWidget(Qt::RightDockWidgetArea, m_params);
 
     m_display = new DisplayControls(m_view, this);
-    auto* displayDock = dock(this, tr("Display & layers"), QStringLiteral("DisplayDock"), m_display,
+    auto* displayDock = dock(this, tr("Display, layers"), QStringLiteral("DisplayDock"), m_display,
                              Qt::LeftDockWidgetArea);
     connect(m_display, &DisplayControls::exaggerationChanged, this, [this](double) {
         if (m_snapshot) m_view->setResidualVectors(buildOverlays(*m_snapshot).residuals,
