@@ -252,13 +252,6 @@ __global__ void interpolateKernel(SplineDev sp, int W, int H, int nx, float* lev
     }
 }
 
-void checkSize(int w, int h, int ow, int oh, const char* what) {
-    if (w != ow || h != oh)
-        throw InvalidInput(std::string("background: ") + what + " is " + std::to_string(ow) + "x" +
-                           std::to_string(oh) + " but the image is " + std::to_string(w) + "x" +
-                           std::to_string(h));
-}
-
 void checkLaunch(const char* what) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) throw CudaError(std::string("background: launching ") + what + ": " + cudaGetErrorString(e));
@@ -268,20 +261,8 @@ void checkLaunch(const char* what) {
 
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                     RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
-    if (image.empty()) throw InvalidInput("background: the image is empty");
-    if (image.stride < image.width) throw InvalidInput("background: image stride is smaller than its width");
+    sourceMask = detail::validateBackgroundInputs(image, mask, params, sourceMask);
     const int bw = params.meshW(), bh = params.meshH();
-    if (bw <= 0 || bh <= 0)
-        throw InvalidInput("background: mesh size must be positive (got " + std::to_string(bw) + "x" +
-                           std::to_string(bh) + ")");
-    if (params.filterW() < 1 || params.filterH() < 1)
-        throw InvalidInput("background: filter size must be at least 1 mesh");
-    if (!(params.minGoodFraction >= 0.0 && params.minGoodFraction <= 1.0))
-        throw InvalidInput("background: minGoodFraction must lie in [0, 1]");
-    if (!mask.empty()) checkSize(image.width, image.height, mask.width, mask.height, "the mask");
-    if (sourceMask && sourceMask->empty()) sourceMask = nullptr;
-    if (sourceMask)
-        checkSize(image.width, image.height, sourceMask->width, sourceMask->height, "the source mask");
 
     DeviceContext& dc = DeviceContext::of(ctx);
     const cudaStream_t stream = dc.stream();

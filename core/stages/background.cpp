@@ -478,9 +478,9 @@ void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const
     }
 }
 
-BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView& mask,
-                                    const BackgroundParams& params, RunContext& ctx,
-                                    const ImageViewT<std::int32_t>* sourceMask) {
+const ImageViewT<std::int32_t>* detail::validateBackgroundInputs(const ImageView& image, const MaskView& mask,
+                                                                 const BackgroundParams& params,
+                                                                 const ImageViewT<std::int32_t>* sourceMask) {
     if (image.empty()) throw InvalidInput("background: the image is empty");
     if (image.stride < image.width) throw InvalidInput("background: image stride is smaller than its width");
     const int bw = params.meshW(), bh = params.meshH();
@@ -495,6 +495,14 @@ BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView&
     if (sourceMask && sourceMask->empty()) sourceMask = nullptr;
     if (sourceMask)
         checkSize(image.width, image.height, sourceMask->width, sourceMask->height, "the source mask");
+    return sourceMask;
+}
+
+BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView& mask,
+                                    const BackgroundParams& params, RunContext& ctx,
+                                    const ImageViewT<std::int32_t>* sourceMask) {
+    sourceMask = detail::validateBackgroundInputs(image, mask, params, sourceMask);
+    const int bw = params.meshW(), bh = params.meshH();
 
     const int W = image.width, H = image.height;
     const int nx = (W - 1) / bw + 1, ny = (H - 1) / bh + 1;

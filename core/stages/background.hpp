@@ -126,6 +126,11 @@ struct MeshStat {
 // globalLevel, globalRms and badMeshes.
 void finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
                     BackgroundResult& res);
+// The stage's input checks, shared by both backends: throws InvalidInput for an empty image, bad
+// parameters or masks of another size; returns the source mask to use (null when none or empty).
+const ImageViewT<std::int32_t>* validateBackgroundInputs(const ImageView& image, const MaskView& mask,
+                                                         const BackgroundParams& params,
+                                                         const ImageViewT<std::int32_t>* sourceMask);
 } // namespace detail
 
 BackgroundSpline makeBackgroundSpline(const BackgroundResult& bkg);
