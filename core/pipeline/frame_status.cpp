@@ -1,0 +1,129 @@
+#include "core/pipeline/frame_status.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "core/pipeline/outputs.hpp"
+#include "core/pipeline/reduce.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+namespace {
+
+std::string hostName() {
+    char buf[256] = {};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "";
+    return buf;
+}
+
+std::string utcNow() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+nlohmann::json base(const std::string& frame, const char* status, int exitCode) {
+    return {{"frame", frame}, {"status", status},  {"exit_code", exitCode},
+            {"host", hostName()}, {"pid", static_cast<long>(getpid())}, {"time", utcNow()}};
+}
+
+nlohmann::json field(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json(nullptr);
+}
+
+} // namespace
+
+nlohmann::json frameStatusOk(const ReduceSummary& s) {
+    nlohmann::json j = base(s.frame, "ok", s.calibrationFailed ? 4 : 0);
+    j["seconds"] = s.seconds;
+    j["sources"] = s.sources;
+    j["fwhm"] = field(s.report, "fwhm");
+    j["zp"] = field(s.report, "zp");
+    j["zp_err"] = field(s.report, "zp_err");
+    j["astrometric_rms_arcsec"] = field(s.report, "astrometric_rms_arcsec");
+    const nlohmann::json cal = field(s.report, "calibration");
+    j["matched"] = cal.is_object() ? cal.value("matched", 0) : 0;
+    j["calibration_failed"] = s.calibrationFailed;
+    const nlohmann::json outs = field(s.report, "outputs");
+    j["outputs"] = outs.is_object() ? outs : nlohmann::json::object();
+    if (outs.is_object() && outs.contains("report")) j["report"] = outs["report"];
+    j["warnings"] = s.warnings;
+    return j;
+}
+
+nlohmann::json frameStatusFailed(const std::string& frame, const std::string& error, int exitCode) {
+    nlohmann::json j = base(frame, "failed", exitCode);
+    j["error"] = error;
+    return j;
+}
+
+nlohmann::json frameStatusSkipped(const std::string& frame, const std::string& report) {
+    nlohmann::json j = base(frame, "skipped", 0);
+    j["report"] = report;
+    return j;
+}
+
+bool outputsComplete(const std::string& framePath, const OutputOptions& options) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string rep = reportPath(framePath, options);
+    // A CFITSIO suffix (file.fits[1]) is not part of the file's name.
+    std::string file = framePath;
+    if (const auto b = file.find('['); b != std::string::npos && file.back() == ']') file.resize(b);
+    const auto repTime = fs::last_write_time(rep, ec);
+    if (ec) return false;
+    const auto frameTime = fs::last_write_time(file, ec);
+    if (ec || repTime < frameTime) return false;
+    nlohmann::json report;
+    try {
+        std::ifstream in(rep);
+        report = nlohmann::json::parse(in);
+    } catch (const std::exception&) {
+        return false;
+    }
+    if (!report.is_object() || !report.contains("outputs") || !report["outputs"].is_object()) return false;
+    for (const auto& [key, value] : report["outputs"].items())
+        if (!value.is_string() || !fs::exists(value.get<std::string>(), ec)) return false;
+    return true;
+}
+
+void appendJsonLine(const std::string& path, const nlohmann::json& line) {
+    const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) throw IoError(path + ": cannot open for appending: " + std::strerror(errno));
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    const int err = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size()))
+        throw IoError(path + ": cannot append a status line: " + (n < 0 ? std::strerror(err) : "short write"));
+}
+
+std::vector<nlohmann::json> readJsonLines(const std::string& path, std::size_t* malformed) {
+    std::vector<nlohmann::json> out;
+    std::size_t bad = 0;
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        try {
+            nlohmann::json j = nlohmann::json::parse(line);
+            if (j.is_object()) out.push_back(std::move(j));
+            else ++bad;
+        } catch (const std::exception&) {
+            ++bad;
+        }
+    }
+    if (malformed) *malformed = bad;
+    return out;
+}
+
+} // namespace gpuphot
