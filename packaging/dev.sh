@@ -26,6 +26,11 @@ PACKAGES=(
   # tests: GoogleTest, a display for GUI tests, and the peers used as independent references
   libgtest-dev libgmock-dev xvfb xauth libgl1-mesa-dri libcfitsio-bin
   libsep-dev source-extractor python3-astropy python3-numpy python3-sep python3-photutils
+  python3-astroscrappy
+  # batch and distributed reduction: Redis workers (hiredis), and a real Slurm and Redis in the tests
+  libhiredis-dev redis-server slurm-wlm munge inotify-tools
+  # hardening: clang's libFuzzer and sanitizers; packaging: dpkg-shlibdeps for the .deb
+  clang libclang-rt-14-dev dpkg-dev
 )
 
 deps() {
@@ -78,8 +83,9 @@ demo() {
 run_tests() {
   local xvfb=()
   if [ -z "${DISPLAY:-}" ] && command -v xvfb-run >/dev/null; then xvfb=(xvfb-run -a -s "-screen 0 1280x1024x24"); fi
-  cd "$BUILD_DIR"
-  "${xvfb[@]}" ctest --output-on-failure -j "$JOBS" --timeout 900
+  (cd "$BUILD_DIR" && "${xvfb[@]}" ctest --output-on-failure -j "$JOBS" --timeout 900)
+  # The Debian packages: built, installed with dpkg -i, run, removed.
+  bash packaging/deb_check.sh "$BUILD_DIR"
 }
 
 case "${1:-}" in
