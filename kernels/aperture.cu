@@ -15,6 +15,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -141,15 +142,48 @@ __global__ void kronKernel(AperturePlanes in, const KronJob* jobs, std::size_t n
         out[i] = detail::kronAperture(in, jobs[i], p);
 }
 
+// Strips plan, Kron's first pass: r1 of each job (bounded by maxRadius), which fixes the rows its ellipse reads.
+__global__ void kronFirstMomentKernel(AperturePlanes in, const KronJob* jobs, std::size_t n, double rmax,
+                                      double* r1) {
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+        const KronJob j = jobs[i];
+        const EllipseAperture iso(j.cx, j.cy, j.a, j.b, j.cosT, j.sinT);
+        r1[i] = detail::kronFirstMoment(in, j.sky, iso, j.cx, j.cy, rmax, j.ownId);
+    }
+}
+
 class CudaEngine final : public detail::ApertureEngine {
 public:
-    CudaEngine(DeviceContext& dc, const BackgroundResult& bkg) : m_dc(dc), m_bkg(bkg) {
+    // stripShrink 0: whole plan (frame and maps from the device caches); >= 1: strips plan, the planes'
+    // rows uploaded per group of sources (sorted by y) from the host, band height divided by stripShrink.
+    CudaEngine(DeviceContext& dc, const BackgroundResult& bkg, int stripShrink = 0)
+        : m_dc(dc), m_bkg(bkg), m_shrink(stripShrink) {
         m_threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
     }
     std::size_t batchSize() const override { return 32768; }
+    int groups() const { return m_groups; }
 
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                const ImageView& level, const ImageView& rms, double saturation) override {
+        if (m_shrink > 0) {
+            m_hImage = image;
+            m_hMask = mask;
+            m_hSeg = seg;
+            m_hLevel = level.empty() || rms.empty() ? ImageView{} : level;
+            m_hRms = level.empty() || rms.empty() ? ImageView{} : rms;
+            m_in = AperturePlanes{};
+            m_in.width = image.width;
+            m_in.height = image.height;
+            m_in.saturation = saturation;
+            const std::size_t perRow =
+                static_cast<std::size_t>(image.width) * (4 + (mask.empty() ? 0 : 1) + (seg.empty() ? 0 : 4) +
+                                                         (m_hLevel.empty() ? 0 : 8));
+            // Half of what is left for the band, half for the per-source buffers.
+            m_maxRows = stripRowsFor(m_dc.available() / 2, perRow, 0, image.height) / m_shrink;
+            if (m_maxRows < 1) throw DeviceOutOfMemory("aperture: one band row needs " + bytesText(2 * perRow));
+            return;
+        }
         const DeviceContext::DeviceFrame f = m_dc.frame(image, mask);
         m_in = AperturePlanes{};
         m_in.image = f.pixels;
@@ -177,7 +211,21 @@ public:
 
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                     const detail::SkyParamsHD& p, SkyEstimate* out) override {
-        localSkiesImpl(cx, cy, n, rin, rout, p, out, nullptr);
+        if (m_shrink == 0) return localSkiesImpl(cx, cy, n, rin, rout, p, out, nullptr);
+        const std::vector<double> ext(n, rout);
+        // The annulus reads pixels, mask and segmentation only: no maps.
+        forGroups(cy, ext.data(), n, [](std::size_t) { return false; }, [&](const std::vector<std::size_t>& idx) {
+            const std::size_t m = idx.size();
+            std::vector<double> gx(m), gy(m);
+            std::vector<SkyEstimate> o(m);
+            for (std::size_t k = 0; k < m; ++k) {
+                gx[k] = cx[idx[k]];
+                gy[k] = cy[idx[k]];
+            }
+            localSkiesImpl(gx.data(), gy.data(), m, rin, rout, p, o.data(), nullptr);
+            for (std::size_t k = 0; k < m; ++k)
+                out[idx[k]] = o[k];
+        });
     }
 
     // localSkies, with the test hook's copies of the intermediate arrays when dbg is not null.
@@ -238,6 +286,36 @@ public:
 
     void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                     std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) override {
+        if (m_shrink == 0 || n == 0 || nr == 0) return sumCirclesImpl(jobs, n, radii, nr, radiiStride, out, fd);
+        std::vector<double> ext(n), cy(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            ext[i] = radii[i * radiiStride + nr - 1];
+            cy[i] = jobs[i].cy;
+        }
+        forGroups(cy.data(), ext.data(), n, [&](std::size_t i) { return jobs[i].sky.perPixel != 0; },
+                  [&](const std::vector<std::size_t>& idx) {
+            const std::size_t m = idx.size();
+            std::vector<CircleJob> gj(m);
+            std::vector<double> gr(radiiStride == 0 ? nr : m * radiiStride);
+            std::vector<ApertureSums> o(m * nr);
+            std::vector<ApertureFlagDistances> ofd(m);
+            if (radiiStride == 0) std::copy(radii, radii + nr, gr.begin());
+            for (std::size_t k = 0; k < m; ++k) {
+                gj[k] = jobs[idx[k]];
+                if (radiiStride)
+                    std::copy(radii + idx[k] * radiiStride, radii + (idx[k] + 1) * radiiStride,
+                              gr.begin() + k * radiiStride);
+            }
+            sumCirclesImpl(gj.data(), m, gr.data(), nr, radiiStride, o.data(), ofd.data());
+            for (std::size_t k = 0; k < m; ++k) {
+                std::copy(o.begin() + k * nr, o.begin() + (k + 1) * nr, out + idx[k] * nr);
+                fd[idx[k]] = ofd[k];
+            }
+        });
+    }
+
+    void sumCirclesImpl(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                        std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) {
         if (n == 0 || nr == 0) return;
         const cudaStream_t s = m_dc.stream();
         const std::size_t nRadii = radiiStride == 0 ? nr : n * radiiStride;
@@ -265,6 +343,57 @@ public:
     }
 
     void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
+        if (m_shrink == 0 || n == 0) return kronImpl(jobs, n, p, out);
+        // Pass 1: r1 (rows within maxRadius of the isophotal ellipse); then each ellipse's rows are known.
+        std::vector<double> ext(n), cy(n), r1(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const KronJob& j = jobs[i];
+            cy[i] = j.cy;
+            ext[i] = p.maxRadius * EllipseAperture(j.cx, j.cy, j.a, j.b, j.cosT, j.sinT).halfWidthY();
+        }
+        forGroups(cy.data(), ext.data(), n, [&](std::size_t i) { return jobs[i].sky.perPixel != 0; },
+                  [&](const std::vector<std::size_t>& idx) {
+            const std::size_t m = idx.size();
+            std::vector<KronJob> gj(m);
+            std::vector<double> o(m);
+            for (std::size_t k = 0; k < m; ++k)
+                gj[k] = jobs[idx[k]];
+            DeviceBuffer<KronJob> dJobs(m_dc, m);
+            dJobs.upload(gj.data(), m);
+            DeviceBuffer<double> dR1(m_dc, m);
+            const int t = threads(kronFirstMomentKernel);
+            kronFirstMomentKernel<<<blocks(m, t), t, 0, m_dc.stream()>>>(m_in, dJobs.get(), m, p.maxRadius,
+                                                                         dR1.get());
+            checkLaunch("the Kron first moments");
+            dR1.download(o.data(), m);
+            m_dc.synchronize();
+            for (std::size_t k = 0; k < m; ++k)
+                r1[idx[k]] = o[k];
+        });
+        // Pass 2: the whole measurement (kronAperture: r1 again, then the ellipse) over rows covering both.
+        for (std::size_t i = 0; i < n; ++i) {
+            const KronJob& j = jobs[i];
+            double kron = p.factor * r1[i];
+            if (!std::isfinite(r1[i])) kron = p.minRadius;
+            kron = std::max(kron, p.minRadius);
+            if (kron > 0.0 && std::isfinite(kron))
+                ext[i] = std::max(ext[i], EllipseAperture(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT,
+                                                                  j.sinT).halfWidthY());
+        }
+        forGroups(cy.data(), ext.data(), n, [&](std::size_t i) { return jobs[i].sky.perPixel != 0; },
+                  [&](const std::vector<std::size_t>& idx) {
+            const std::size_t m = idx.size();
+            std::vector<KronJob> gj(m);
+            std::vector<KronOut> o(m);
+            for (std::size_t k = 0; k < m; ++k)
+                gj[k] = jobs[idx[k]];
+            kronImpl(gj.data(), m, p, o.data());
+            for (std::size_t k = 0; k < m; ++k)
+                out[idx[k]] = o[k];
+        });
+    }
+
+    void kronImpl(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
         DeviceBuffer<KronJob> dJobs(m_dc, n);
@@ -278,6 +407,89 @@ public:
     }
 
 private:
+    // Strips plan: items grouped in order of their first row (y - ext), each group's rows [r0, r1) (all
+    // that its items read, ext + 2 rows of margin) at most m_maxRows; the planes' rows uploaded into band
+    // buffers that m_in addresses as if they were the whole frame (row r0 at band row 0); run(indices).
+    // needsMaps(i): item i reads the background maps (a per-pixel sky); a group uploads them only then.
+    template <class P, class F>
+    void forGroups(const double* cy, const double* ext, std::size_t n, P&& needsMaps, F&& run) {
+        if (n == 0) return;
+        const int H = m_in.height;
+        std::vector<int> lo(n), hi(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const double e = std::isfinite(ext[i]) ? ext[i] : double(H);
+            if (!std::isfinite(cy[i])) { // reads nothing (the driver passes finite centres)
+                lo[i] = 0;
+                hi[i] = 1;
+                continue;
+            }
+            lo[i] = static_cast<int>(std::clamp(std::floor(cy[i] - e) - 2.0, 0.0, double(H - 1)));
+            hi[i] = static_cast<int>(std::clamp(std::ceil(cy[i] + e) + 2.0, 0.0, double(H - 1))) + 1;
+        }
+        std::vector<std::size_t> order(n);
+        for (std::size_t i = 0; i < n; ++i)
+            order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return lo[a] < lo[b]; });
+        std::size_t k = 0;
+        std::vector<std::size_t> idx;
+        while (k < n) {
+            const int r0 = lo[order[k]];
+            int r1 = hi[order[k]];
+            if (r1 - r0 > m_maxRows)
+                throw DeviceOutOfMemory("aperture: one source's rows (" + std::to_string(r1 - r0) +
+                                        ") exceed a band of " + std::to_string(m_maxRows) + " rows");
+            idx.clear();
+            while (k < n && std::max(r1, hi[order[k]]) - r0 <= m_maxRows) {
+                r1 = std::max(r1, hi[order[k]]);
+                idx.push_back(order[k++]);
+            }
+            bool maps = false;
+            for (const std::size_t i : idx)
+                maps = maps || needsMaps(i);
+            bindBand(r0, r1, maps);
+            run(idx);
+            m_dc.synchronize();
+            ++m_groups;
+        }
+    }
+
+    void bindBand(int r0, int r1, bool maps) {
+        const int W = m_in.width;
+        const std::size_t np = static_cast<std::size_t>(r1 - r0) * W;
+        const std::ptrdiff_t shift = static_cast<std::ptrdiff_t>(r0) * W;
+        m_bImage.reset();
+        m_bMask.reset();
+        m_bSeg.reset();
+        m_bLevel.reset();
+        m_bRms.reset();
+        m_bImage = DeviceBuffer<float>(m_dc, np);
+        uploadRows(m_dc, m_bImage.get(), m_hImage, r0, r1);
+        m_in.image = m_bImage.get() - shift;
+        m_in.imageStride = W;
+        if (!m_hMask.empty()) {
+            m_bMask = DeviceBuffer<std::uint8_t>(m_dc, np);
+            uploadRows(m_dc, m_bMask.get(), m_hMask, r0, r1);
+            m_in.mask = m_bMask.get() - shift;
+            m_in.maskStride = W;
+        }
+        if (!m_hSeg.empty()) {
+            m_bSeg = DeviceBuffer<std::int32_t>(m_dc, np);
+            uploadRows(m_dc, m_bSeg.get(), m_hSeg, r0, r1);
+            m_in.seg = m_bSeg.get() - shift;
+            m_in.segStride = W;
+        }
+        m_in.level = m_in.rms = nullptr;
+        if (maps && !m_hLevel.empty()) {
+            m_bLevel = DeviceBuffer<float>(m_dc, np);
+            m_bRms = DeviceBuffer<float>(m_dc, np);
+            uploadRows(m_dc, m_bLevel.get(), m_hLevel, r0, r1);
+            uploadRows(m_dc, m_bRms.get(), m_hRms, r0, r1);
+            m_in.level = m_bLevel.get() - shift;
+            m_in.rms = m_bRms.get() - shift;
+            m_in.mapStride = W;
+        }
+    }
+
     // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
     // do not depend on the launch configuration: one thread per item, grid-stride loops).
     template <class K> int threads(K* k) const {
@@ -297,6 +509,14 @@ private:
     int m_threads = 128;
     AperturePlanes m_in;
     DeviceBuffer<std::int32_t> m_seg;
+    // Strips plan.
+    int m_shrink = 0, m_maxRows = 0, m_groups = 0;
+    ImageView m_hImage, m_hLevel, m_hRms;
+    MaskView m_hMask;
+    ImageViewT<std::int32_t> m_hSeg;
+    DeviceBuffer<float> m_bImage, m_bLevel, m_bRms;
+    DeviceBuffer<std::uint8_t> m_bMask;
+    DeviceBuffer<std::int32_t> m_bSeg;
 };
 
 } // namespace
@@ -323,9 +543,43 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx) {
     DeviceContext& dc = DeviceContext::of(ctx);
-    CudaEngine engine(dc, bkg);
-    return detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain,
-                                        readNoise, params, ctx);
+    // Whole plan: frame + mask + both maps resident (device caches), the segmentation map, and up to
+    // 256 MB for one batch's per-source buffers (annulus values of 32768 sources, circle sums).
+    const std::size_t npix = static_cast<std::size_t>(image.width) * image.height;
+    const std::size_t need = npix * (4 + (mask.empty() ? 0 : 1) + (segmentation.empty() ? 0 : 4) +
+                                     (bkg.level.empty() ? 0 : 8)) +
+                             (std::size_t(256) << 20);
+    const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
+    const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
+    std::string why = "whole frame needs " + bytesText(need);
+    if (others + need <= dc.budget()) {
+        try {
+            CudaEngine engine(dc, bkg);
+            ApertureResult r = detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm,
+                                                            gain, readNoise, params, ctx);
+            dc.notePlan("whole", 1);
+            return r;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+        }
+    }
+    for (const int shrink : {1, 4}) {
+        try {
+            dc.dropFrame();
+            dc.dropBackground();
+            CudaEngine engine(dc, bkg, shrink);
+            ApertureResult r = detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm,
+                                                            gain, readNoise, params, ctx);
+            dc.notePlan("strips", engine.groups());
+            return r;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+        }
+    }
+    dc.notePlan("cpu", 0, cpuFallbackNote("aperture", dc.budget(), why));
+    return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
 }
 
 } // namespace gpuphot::cuda

@@ -257,119 +257,265 @@ void checkLaunch(const char* what) {
     if (e != cudaSuccess) throw CudaError(std::string("background: launching ") + what + ": " + cudaGetErrorString(e));
 }
 
+// The spline's per-row and per-column tables on the device (a few MB), shared by both plans.
+struct SplineTables {
+    DeviceBuffer<double> grid, rowW;
+    DeviceBuffer<std::int32_t> rowLo, colLo;
+    DeviceBuffer<float> colW;
+    std::size_t g = 0;
+
+    SplineTables(DeviceContext& dc, const BackgroundSpline& sp, int W, int H, int nx, int ny) {
+        g = static_cast<std::size_t>(nx + 1) * (ny + 1);
+        grid = DeviceBuffer<double>(dc, 8 * g);
+        const std::vector<double>* grids[8] = {&sp.level.v, &sp.level.dyy, &sp.level.dxx, &sp.level.dxxyy,
+                                               &sp.rms.v,   &sp.rms.dyy,   &sp.rms.dxx,   &sp.rms.dxxyy};
+        for (int k = 0; k < 8; ++k)
+            grid.upload(grids[k]->data(), g, k * g);
+        rowW = DeviceBuffer<double>(dc, 4 * static_cast<std::size_t>(H));
+        rowLo = DeviceBuffer<std::int32_t>(dc, H);
+        colLo = DeviceBuffer<std::int32_t>(dc, W);
+        colW = DeviceBuffer<float>(dc, 4 * static_cast<std::size_t>(W));
+        std::vector<float> cw(4 * static_cast<std::size_t>(W));
+        for (int x = 0; x < W; ++x) {
+            cw[x] = static_cast<float>(sp.columns.wa[x]);
+            cw[W + x] = static_cast<float>(sp.columns.wb[x]);
+            cw[2 * W + x] = static_cast<float>(sp.columns.wa3[x]);
+            cw[3 * W + x] = static_cast<float>(sp.columns.wb3[x]);
+        }
+        rowLo.upload(sp.rows.lo.data(), H);
+        rowW.upload(sp.rows.wa.data(), H, 0);
+        rowW.upload(sp.rows.wb.data(), H, H);
+        rowW.upload(sp.rows.wa3.data(), H, 2 * static_cast<std::size_t>(H));
+        rowW.upload(sp.rows.wb3.data(), H, 3 * static_cast<std::size_t>(H));
+        colLo.upload(sp.columns.lo.data(), W);
+        colW.upload(cw.data(), cw.size());
+        dc.synchronize(); // cw is a local
+    }
+    static std::size_t bytes(int W, int H, int nx, int ny) {
+        return 8 * sizeof(double) * static_cast<std::size_t>(nx + 1) * (ny + 1) +
+               static_cast<std::size_t>(H) * (4 * sizeof(double) + 4) + static_cast<std::size_t>(W) * (4 + 16) +
+               4096;
+    }
+    // The tables for image rows [y0, ...).
+    SplineDev dev(int H, int W, int y0) const {
+        SplineDev sd{};
+        for (int map = 0; map < 2; ++map)
+            for (int k = 0; k < 4; ++k)
+                sd.g[map][k] = grid.get() + (map * 4 + k) * g;
+        sd.rowLo = rowLo.get() + y0;
+        sd.colLo = colLo.get();
+        for (int k = 0; k < 4; ++k) {
+            sd.rowW[k] = rowW.get() + k * static_cast<std::size_t>(H) + y0;
+            sd.colW[k] = colW.get() + k * static_cast<std::size_t>(W);
+        }
+        return sd;
+    }
+};
+
+void launchInterpolate(DeviceContext& dc, const SplineDev& sd, int W, int rows, int nx, float* level, float* rms) {
+    const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
+    const int blocks = std::min(rows, 1 << 20);
+    const std::size_t shmem = sizeof(float) * 4 * (nx + 1);
+    if (shmem > 48 * 1024)
+        GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(interpolateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(shmem)));
+    interpolateKernel<<<blocks, threads, shmem, dc.stream()>>>(sd, W, rows, nx, level, rms);
+    checkLaunch("the spline interpolation");
+}
+
+// Mesh statistics of a band of whole mesh rows: px/mk/src address the band's first image row, rows its
+// height; out gets the band's nx * (mesh rows) entries.
+void launchMeshStats(DeviceContext& dc, const float* px, const std::uint8_t* mk, const std::int32_t* src, int W,
+                     int rows, int bw, int bh, int nx, double minGood, MeshOut* out) {
+    const int nMesh = nx * ((rows - 1) / bh + 1);
+    const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
+    const std::size_t shmem = static_cast<std::size_t>(bh) * (2 * sizeof(double) + sizeof(long long)) +
+                              sizeof(int) * (kMaxLevels + 1);
+    if (shmem > 48 * 1024)
+        GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(meshStatsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(shmem)));
+    meshStatsKernel<<<nMesh, threads, shmem, dc.stream()>>>(px, mk, src, W, rows, bw, bh, nx, minGood, out);
+    checkLaunch("the mesh statistics");
+}
+
+struct Setup {
+    const ImageView& image;
+    const MaskView& mask;
+    const BackgroundParams& params;
+    const ImageViewT<std::int32_t>* sourceMask;
+    int W, H, bw, bh, nx, ny;
+};
+
+// Bad meshes, median filter, global values: core's host code, shared with the CPU stage.
+void finishGrid(const Setup& s, const std::vector<MeshOut>& meshes, BackgroundResult& res) {
+    std::vector<detail::MeshStat> grid(meshes.size());
+    for (std::size_t i = 0; i < meshes.size(); ++i)
+        grid[i] = {meshes[i].level, meshes[i].rms, meshes[i].bad != 0};
+    detail::finishMeshGrid(grid, s.nx, s.ny, s.params, res);
+}
+
+BackgroundResult emptyResult(const Setup& s) {
+    BackgroundResult res;
+    res.width = s.W;
+    res.height = s.H;
+    res.meshWidth = s.bw;
+    res.meshHeight = s.bh;
+    res.sextractorSpline = s.params.sextractorSpline;
+    return res;
+}
+
+// Whole plan: the frame from the device cache, full-resolution maps kept on the device for detection.
+BackgroundResult runWhole(DeviceContext& dc, const Setup& s, RunContext& ctx) {
+    const std::size_t npix = static_cast<std::size_t>(s.W) * s.H;
+    BackgroundResult res = emptyResult(s);
+    const DeviceContext::DeviceFrame f = dc.frame(s.image, s.mask);
+    const int nMesh = s.nx * s.ny;
+    std::vector<MeshOut> meshes(nMesh);
+    {
+        DeviceBuffer<std::int32_t> dSource;
+        if (s.sourceMask) {
+            dSource = DeviceBuffer<std::int32_t>(dc, npix);
+            uploadRows(dc, dSource.get(), *s.sourceMask, 0, s.H);
+        }
+        DeviceBuffer<MeshOut> dMesh(dc, nMesh);
+        launchMeshStats(dc, f.pixels, f.mask, dSource.get(), s.W, s.H, s.bw, s.bh, s.nx, s.params.minGoodFraction,
+                        dMesh.get());
+        dMesh.download(meshes.data(), nMesh);
+        dc.synchronize();
+    }
+    ctx.report("background", 0.45);
+    ctx.checkCancelled();
+    finishGrid(s, meshes, res);
+    ctx.report("background", 0.5);
+    if (!s.params.fullMaps) return res;
+
+    const BackgroundSpline sp = makeBackgroundSpline(res);
+    DeviceBuffer<float> dLevel, dRms;
+    {
+        const SplineTables t(dc, sp, s.W, s.H, s.nx, s.ny);
+        dLevel = DeviceBuffer<float>(dc, npix);
+        dRms = DeviceBuffer<float>(dc, npix);
+        launchInterpolate(dc, t.dev(s.H, s.W, 0), s.W, s.H, s.nx, dLevel.get(), dRms.get());
+        res.level = Image<float>(s.W, s.H, Image<float>::NoInit{});
+        res.rms = Image<float>(s.W, s.H, Image<float>::NoInit{});
+        dLevel.download(res.level.data(), npix);
+        dRms.download(res.rms.data(), npix);
+        dc.synchronize();
+    }
+    dc.storeBackground(res.level, res.rms, std::move(dLevel), std::move(dRms));
+    ctx.report("background", 1.0);
+    return res;
+}
+
+// Strips plan: bands of whole mesh rows uploaded from the host, then the maps interpolated in row strips
+// and downloaded (no device cache). shrink divides the strip heights (a retry after a failure). Returns
+// the number of strips (the larger of the band and interpolation counts).
+BackgroundResult runStrips(DeviceContext& dc, const Setup& s, RunContext& ctx, int shrink, int& strips) {
+    dc.dropFrame();
+    dc.dropBackground();
+    const std::size_t margin = std::size_t(64) << 10; // CUB-free stage: launch scratch only
+    BackgroundResult res = emptyResult(s);
+    const int nMesh = s.nx * s.ny;
+    std::vector<MeshOut> meshes(nMesh);
+    const std::size_t perMeshRow = static_cast<std::size_t>(s.bh) * s.W *
+                                   (sizeof(float) + (s.mask.empty() ? 0 : 1) + (s.sourceMask ? 4 : 0));
+    const int meshRows =
+        stripRowsFor(dc.available(), perMeshRow, margin + sizeof(MeshOut) * s.nx * s.ny, s.ny) / shrink;
+    if (meshRows < 1)
+        throw DeviceOutOfMemory("background: one band of mesh rows needs " + bytesText(perMeshRow + margin));
+    const int bands = (s.ny + meshRows - 1) / meshRows;
+    {
+        const std::size_t bandPix = static_cast<std::size_t>(meshRows) * s.bh * s.W;
+        DeviceBuffer<float> px(dc, bandPix);
+        DeviceBuffer<std::uint8_t> mk;
+        if (!s.mask.empty()) mk = DeviceBuffer<std::uint8_t>(dc, bandPix);
+        DeviceBuffer<std::int32_t> src;
+        if (s.sourceMask) src = DeviceBuffer<std::int32_t>(dc, bandPix);
+        DeviceBuffer<MeshOut> dMesh(dc, nMesh);
+        for (int b = 0; b < bands; ++b) {
+            const int y0 = b * meshRows * s.bh, y1 = std::min(s.H, (b + 1) * meshRows * s.bh);
+            uploadRows(dc, px.get(), s.image, y0, y1);
+            if (!s.mask.empty()) uploadRows(dc, mk.get(), s.mask, y0, y1);
+            if (s.sourceMask) uploadRows(dc, src.get(), *s.sourceMask, y0, y1);
+            launchMeshStats(dc, px.get(), mk.get(), src.get(), s.W, y1 - y0, s.bw, s.bh, s.nx,
+                            s.params.minGoodFraction, dMesh.get() + static_cast<std::size_t>(b) * meshRows * s.nx);
+            ctx.checkCancelled();
+        }
+        dMesh.download(meshes.data(), nMesh);
+        dc.synchronize();
+    }
+    ctx.report("background", 0.45);
+    finishGrid(s, meshes, res);
+    ctx.report("background", 0.5);
+    strips = bands;
+    if (!s.params.fullMaps) return res;
+
+    const BackgroundSpline sp = makeBackgroundSpline(res);
+    const SplineTables t(dc, sp, s.W, s.H, s.nx, s.ny);
+    const int rows = stripRowsFor(dc.available(), 2 * sizeof(float) * s.W, margin, s.H) / shrink;
+    if (rows < 1) throw DeviceOutOfMemory("background: one row of the maps needs " + bytesText(8 * s.W + margin));
+    const int n = (s.H + rows - 1) / rows;
+    res.level = Image<float>(s.W, s.H, Image<float>::NoInit{});
+    res.rms = Image<float>(s.W, s.H, Image<float>::NoInit{});
+    DeviceBuffer<float> dLevel(dc, static_cast<std::size_t>(rows) * s.W), dRms(dc, static_cast<std::size_t>(rows) * s.W);
+    for (int k = 0; k < n; ++k) {
+        const int y0 = k * rows, y1 = std::min(s.H, y0 + rows);
+        const std::size_t cnt = static_cast<std::size_t>(y1 - y0) * s.W;
+        launchInterpolate(dc, t.dev(s.H, s.W, y0), s.W, y1 - y0, s.nx, dLevel.get(), dRms.get());
+        dLevel.download(res.level.data() + static_cast<std::size_t>(y0) * s.W, cnt);
+        dRms.download(res.rms.data() + static_cast<std::size_t>(y0) * s.W, cnt);
+        dc.synchronize(); // the strip buffers are reused
+        ctx.checkCancelled();
+    }
+    strips = std::max(strips, n);
+    ctx.report("background", 1.0);
+    return res;
+}
+
 } // namespace
 
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                     RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
     sourceMask = detail::validateBackgroundInputs(image, mask, params, sourceMask);
-    const int bw = params.meshW(), bh = params.meshH();
-
     DeviceContext& dc = DeviceContext::of(ctx);
-    const cudaStream_t stream = dc.stream();
-    const int W = image.width, H = image.height;
-    const int nx = (W - 1) / bw + 1, ny = (H - 1) / bh + 1;
-    const std::size_t npix = static_cast<std::size_t>(W) * H;
+    const Setup s{image, mask, params, sourceMask, image.width, image.height, params.meshW(), params.meshH(),
+                  (image.width - 1) / params.meshW() + 1, (image.height - 1) / params.meshH() + 1};
+    const std::size_t npix = static_cast<std::size_t>(s.W) * s.H;
+    // The maps of an earlier run are stale: their memory goes to this one.
+    dc.dropBackground();
 
-    BackgroundResult res;
-    res.width = W;
-    res.height = H;
-    res.meshWidth = bw;
-    res.meshHeight = bh;
-    res.sextractorSpline = params.sextractorSpline;
-
-    // 1. Mesh statistics on the device.
-    const DeviceContext::DeviceFrame f = dc.frame(image, mask);
-    DeviceBuffer<std::int32_t> dSource;
-    if (sourceMask) {
-        dSource = DeviceBuffer<std::int32_t>(dc, npix);
-        GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(dSource.get(), sizeof(std::int32_t) * W, sourceMask->data,
-                                             sizeof(std::int32_t) * sourceMask->stride,
-                                             sizeof(std::int32_t) * W, H, cudaMemcpyHostToDevice, stream));
+    // Plan: peak of the whole-frame plan = frame + mask (cached) + max(source mask, the two maps) + tables.
+    const std::size_t frameBytes = npix * (sizeof(float) + (mask.empty() ? 0 : 1));
+    const std::size_t work = std::max(sourceMask ? npix * 4 : 0, params.fullMaps ? npix * 8 : 0) +
+                             SplineTables::bytes(s.W, s.H, s.nx, s.ny) + sizeof(MeshOut) * s.nx * s.ny +
+                             (std::size_t(1) << 20);
+    const std::size_t others = dc.inUse() - std::min(dc.inUse(), dc.cachedFrameBytes());
+    std::string why = "whole frame needs " + bytesText(frameBytes + work);
+    if (others + frameBytes + work <= dc.budget()) {
+        try {
+            BackgroundResult r = runWhole(dc, s, ctx);
+            dc.notePlan("whole", 1);
+            return r;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+        }
     }
-    const int nMesh = nx * ny;
-    std::vector<MeshOut> meshes(nMesh);
-    {
-        DeviceBuffer<MeshOut> dMesh(dc, nMesh);
-        const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
-        const std::size_t shmem = static_cast<std::size_t>(bh) * (2 * sizeof(double) + sizeof(long long)) +
-                                  sizeof(int) * (kMaxLevels + 1);
-        if (shmem > 48 * 1024)
-            GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(meshStatsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(shmem)));
-        meshStatsKernel<<<nMesh, threads, shmem, stream>>>(f.pixels, f.mask, dSource.get(), W, H, bw, bh, nx,
-                                                           params.minGoodFraction, dMesh.get());
-        checkLaunch("the mesh statistics");
-        dMesh.download(meshes.data(), nMesh);
-        dc.synchronize();
+    for (const int shrink : {1, 4}) {
+        try {
+            int strips = 0;
+            BackgroundResult r = runStrips(dc, s, ctx, shrink, strips);
+            dc.notePlan("strips", strips);
+            return r;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+        }
     }
-    dSource.reset();
-    ctx.report("background", 0.45);
-    ctx.checkCancelled();
-
-    // 2. Bad meshes, median filter, global values: core's host code, shared with the CPU stage.
-    std::vector<detail::MeshStat> grid(nMesh);
-    for (int i = 0; i < nMesh; ++i)
-        grid[i] = {meshes[i].level, meshes[i].rms, meshes[i].bad != 0};
-    detail::finishMeshGrid(grid, nx, ny, params, res);
-    ctx.report("background", 0.5);
-    if (!params.fullMaps) return res;
-
-    // 3. Full-resolution maps on the device; kept there for the detection stage.
-    const BackgroundSpline sp = makeBackgroundSpline(res);
-    const std::size_t g = static_cast<std::size_t>(nx + 1) * (ny + 1);
-    DeviceBuffer<double> dGrid(dc, 8 * g);
-    const std::vector<double>* grids[8] = {&sp.level.v, &sp.level.dyy, &sp.level.dxx, &sp.level.dxxyy,
-                                           &sp.rms.v,   &sp.rms.dyy,   &sp.rms.dxx,   &sp.rms.dxxyy};
-    for (int k = 0; k < 8; ++k)
-        dGrid.upload(grids[k]->data(), g, k * g);
-    DeviceBuffer<double> dRowW(dc, 4 * static_cast<std::size_t>(H));
-    DeviceBuffer<std::int32_t> dRowLo(dc, H), dColLo(dc, W);
-    DeviceBuffer<float> dColW(dc, 4 * static_cast<std::size_t>(W));
-    std::vector<float> colW(4 * static_cast<std::size_t>(W));
-    for (int x = 0; x < W; ++x) {
-        colW[x] = static_cast<float>(sp.columns.wa[x]);
-        colW[W + x] = static_cast<float>(sp.columns.wb[x]);
-        colW[2 * W + x] = static_cast<float>(sp.columns.wa3[x]);
-        colW[3 * W + x] = static_cast<float>(sp.columns.wb3[x]);
-    }
-    dRowLo.upload(sp.rows.lo.data(), H);
-    dRowW.upload(sp.rows.wa.data(), H, 0);
-    dRowW.upload(sp.rows.wb.data(), H, H);
-    dRowW.upload(sp.rows.wa3.data(), H, 2 * static_cast<std::size_t>(H));
-    dRowW.upload(sp.rows.wb3.data(), H, 3 * static_cast<std::size_t>(H));
-    dColLo.upload(sp.columns.lo.data(), W);
-    dColW.upload(colW.data(), colW.size());
-
-    SplineDev sd{};
-    for (int map = 0; map < 2; ++map)
-        for (int k = 0; k < 4; ++k)
-            sd.g[map][k] = dGrid.get() + (map * 4 + k) * g;
-    sd.rowLo = dRowLo.get();
-    sd.colLo = dColLo.get();
-    for (int k = 0; k < 4; ++k) {
-        sd.rowW[k] = dRowW.get() + k * static_cast<std::size_t>(H);
-        sd.colW[k] = dColW.get() + k * static_cast<std::size_t>(W);
-    }
-    DeviceBuffer<float> dLevel(dc, npix), dRms(dc, npix);
-    {
-        const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
-        const int blocks = std::min(H, 1 << 20);
-        const std::size_t shmem = sizeof(float) * 4 * (nx + 1);
-        if (shmem > 48 * 1024)
-            GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(interpolateKernel,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(shmem)));
-        interpolateKernel<<<blocks, threads, shmem, stream>>>(sd, W, H, nx, dLevel.get(), dRms.get());
-        checkLaunch("the spline interpolation");
-    }
-    res.level = Image<float>(W, H, Image<float>::NoInit{});
-    res.rms = Image<float>(W, H, Image<float>::NoInit{});
-    dLevel.download(res.level.data(), npix);
-    dRms.download(res.rms.data(), npix);
-    dc.synchronize();
-    dc.storeBackground(res.level, res.rms, std::move(dLevel), std::move(dRms));
-    ctx.report("background", 1.0);
-    return res;
+    dc.dropFrame();
+    dc.dropBackground();
+    dc.notePlan("cpu", 0, cpuFallbackNote("background", dc.budget(), why));
+    return cpu::estimateBackground(image, mask, params, ctx, sourceMask);
 }
 
 } // namespace gpuphot::cuda

@@ -63,35 +63,42 @@ __global__ void convolveRowsKernel(const float* in, int W, int H, const float* k
     }
 }
 
-// Vertical pass: dst = 0; dst += k[j] * tmp(x, y + j - r), j ascending, rows inside the image only.
-__global__ void convolveColumnsKernel(const float* in, int W, int H, const float* k, int n, float* out) {
+// Vertical pass for output rows [outY0, outY0 + outRows) of an H-row image: dst = 0; dst += k[j] * tmp(x,
+// y + j - r), j ascending, rows inside the image only. in holds image rows from inY0 on (a strip with its
+// halo), out the output rows.
+__global__ void convolveColumnsKernel(const float* in, int W, int H, int inY0, int outY0, int outRows,
+                                      const float* k, int n, float* out) {
     const int r = n / 2;
-    for (int y = blockIdx.y; y < H; y += gridDim.y) {
+    for (int yl = blockIdx.y; yl < outRows; yl += gridDim.y) {
+        const int y = outY0 + yl;
         const int j0 = max(0, r - y), j1 = min(n, H + r - y);
         for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < W; x += gridDim.x * blockDim.x) {
             float acc = 0.0f;
             for (int j = j0; j < j1; ++j)
-                acc += k[j] * in[static_cast<std::size_t>(y + j - r) * W + x];
-            out[static_cast<std::size_t>(y) * W + x] = acc;
+                acc += k[j] * in[static_cast<std::size_t>(y + j - r - inY0) * W + x];
+            out[static_cast<std::size_t>(yl) * W + x] = acc;
         }
     }
 }
 
 // 2-D kernel: dst = 0; kernel rows j ascending (rows outside skipped), taps i ascending (outside skipped).
-__global__ void convolve2dKernel(const float* in, int W, int H, const float* k, int kw, int kh, float* out) {
+// Strip layout as convolveColumnsKernel.
+__global__ void convolve2dKernel(const float* in, int W, int H, int inY0, int outY0, int outRows, const float* k,
+                                 int kw, int kh, float* out) {
     const int rx = kw / 2, ry = kh / 2;
-    for (int y = blockIdx.y; y < H; y += gridDim.y) {
+    for (int yl = blockIdx.y; yl < outRows; yl += gridDim.y) {
+        const int y = outY0 + yl;
         for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < W; x += gridDim.x * blockDim.x) {
             float acc = 0.0f;
             for (int j = 0; j < kh; ++j) {
                 const int yy = y + j - ry;
                 if (yy < 0 || yy >= H) continue;
-                const float* src = in + static_cast<std::size_t>(yy) * W;
+                const float* src = in + static_cast<std::size_t>(yy - inY0) * W;
                 const int i0 = max(0, rx - x), i1 = min(kw, W + rx - x);
                 for (int i = i0; i < i1; ++i)
                     acc += k[j * kw + i] * src[x + i - rx];
             }
-            out[static_cast<std::size_t>(y) * W + x] = acc;
+            out[static_cast<std::size_t>(yl) * W + x] = acc;
         }
     }
 }
@@ -100,9 +107,10 @@ struct ThresholdArgs {
     const float* det;
     const float* rms;
     const std::uint8_t* state;
-    int W, H;
+    int W, H; // H: rows of this strip (det, rms and state address its first row)
     double threshold;
     bool absolute;
+    int yOff; // image row of the strip's first row
 };
 
 __device__ inline bool above(const ThresholdArgs& a, std::size_t i) {
@@ -144,7 +152,7 @@ template <int Threads> __global__ void rowRunsKernel(ThresholdArgs a, const int*
             Scan(tmp).ExclusiveSum(s | (e << 16), prefix, total); // <= Threads of each: no carry
             if (s) {
                 Run& r = out[starts + (prefix & 0xffffu)];
-                r.y = y;
+                r.y = y + a.yOff;
                 r.x0 = x;
             }
             if (e) out[ends + (prefix >> 16)].x1 = x;
@@ -199,12 +207,141 @@ void thresholdRuns(DeviceContext& dc, const ThresholdArgs& a, std::vector<Run>& 
     int total = 0;
     offsets.download(&total, 1, a.H);
     dc.synchronize();
-    runs.resize(static_cast<std::size_t>(total));
     if (total == 0) return;
+    const std::size_t first = runs.size();
+    runs.resize(first + static_cast<std::size_t>(total));
     DeviceBuffer<Run> dRuns(dc, total);
     rowRunsKernel<Threads><<<blocks, Threads, 0, stream>>>(a, offsets.get(), dRuns.get());
     checkLaunch("the run extraction");
-    dRuns.download(runs.data(), runs.size());
+    dRuns.download(runs.data() + first, static_cast<std::size_t>(total));
+    dc.synchronize();
+}
+
+struct DetSetup {
+    const ImageView& image;
+    const MaskView& mask;
+    const BackgroundResult& bkg;
+    const DetectionParams& p;
+    int W, H;
+    std::vector<float> k; // filter taps (empty: no filter)
+    int kw = 0, kh = 0;   // kh = 0: separable (k both ways)
+    int halo = 0;         // filter half-height
+    int threads = 256;
+};
+
+// Device inputs addressing image row y0: pixels, mask (or null), background level and rms.
+struct DetInputs {
+    const float* px;
+    const std::uint8_t* mk;
+    const float* lv;
+    const float* rm;
+    int y0;
+};
+
+// Rows [y0, y1): subtraction and states over the rows with the filter's halo, the filter, the downloads
+// of the strip's rows of sub, det and state into the host images, and the strip's runs appended.
+void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, const float* dK, int y0, int y1,
+                  float* hSub, float* hDet, std::uint8_t* hState, std::vector<Run>& runs) {
+    const cudaStream_t stream = dc.stream();
+    const int W = s.W, H = s.H;
+    const int h0 = std::max(0, y0 - s.halo), h1 = std::min(H, y1 + s.halo), hr = h1 - h0, rows = y1 - y0;
+    const std::size_t off = static_cast<std::size_t>(h0 - in.y0) * W;
+    const std::size_t nHalo = static_cast<std::size_t>(hr) * W, nRows = static_cast<std::size_t>(rows) * W;
+    const std::size_t inner = static_cast<std::size_t>(y0 - h0) * W; // the strip's first row in sub/state
+    DeviceBuffer<float> dSub(dc, nHalo);
+    DeviceBuffer<std::uint8_t> dState(dc, nHalo);
+    {
+        const int t = s.threads;
+        const int blocks = static_cast<int>(std::min<std::size_t>((nHalo + t - 1) / t, 1 << 20));
+        prepareKernel<<<blocks, t, 0, stream>>>(in.px + off, in.mk ? in.mk + off : nullptr, in.lv + off, in.rm + off,
+                                                nHalo, std::isfinite(s.p.saturationLevel),
+                                                static_cast<float>(s.p.saturationLevel), dSub.get(), dState.get());
+        checkLaunch("the background subtraction");
+    }
+    const std::size_t hostOff = static_cast<std::size_t>(y0) * W;
+    dSub.download(hSub + hostOff, nRows, inner);
+    dState.download(hState + hostOff, nRows, inner);
+
+    DeviceBuffer<float> dDet;
+    const float* det = dSub.get() + inner;
+    if (!s.k.empty()) {
+        dDet = DeviceBuffer<float>(dc, nRows);
+        const dim3 block(s.threads, 1);
+        const auto gx = static_cast<unsigned>((W + s.threads - 1) / s.threads);
+        if (s.kh > 0) {
+            const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
+            convolve2dKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, h0, y0, rows, dK, s.kw, s.kh, dDet.get());
+            checkLaunch("the 2-D filter");
+        } else {
+            DeviceBuffer<float> dTmp(dc, nHalo);
+            const dim3 gridRows(gx, static_cast<unsigned>(std::min(hr, 65535)));
+            convolveRowsKernel<<<gridRows, block, 0, stream>>>(dSub.get(), W, hr, dK, s.kw, dTmp.get());
+            checkLaunch("the row filter");
+            const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
+            convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, h0, y0, rows, dK, s.kw, dDet.get());
+            checkLaunch("the column filter");
+        }
+        dDet.download(hDet + hostOff, nRows);
+        det = dDet.get();
+    }
+    const ThresholdArgs a{det, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState.get() + inner, W, rows,
+                          s.p.threshold, s.p.thresholdIsAbsolute, y0};
+    if (dc.blockSize() > 0 && dc.blockSize() <= 128)
+        thresholdRuns<128>(dc, a, runs);
+    else
+        thresholdRuns<256>(dc, a, runs);
+    dc.synchronize();
+}
+
+// Bytes per strip row of processStrip (sub, state, tmp over the halo rows; det), the strip inputs when
+// they are uploaded, and a share for the runs.
+std::size_t workPerRow(const DetSetup& s) { return static_cast<std::size_t>(s.W) * (4 + 1 + 4 + 4 + 2); }
+std::size_t inputsPerRow(const DetSetup& s) {
+    return static_cast<std::size_t>(s.W) * (4 + (s.mask.empty() ? 0 : 1) + 8);
+}
+
+// Whole plan: the frame and the maps resident (device caches); the per-pixel work in chunks of rows.
+int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub, float* hDet, std::uint8_t* hState,
+             std::vector<Run>& runs, int chunkRows, RunContext& ctx) {
+    const DeviceContext::DeviceFrame f = dc.frame(s.image, s.mask);
+    const auto [dLevel, dRms] = dc.background(s.bkg.level, s.bkg.rms);
+    const DetInputs in{f.pixels, f.mask, dLevel, dRms, 0};
+    int n = 0;
+    for (int y0 = 0; y0 < s.H; y0 += chunkRows, ++n) {
+        processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), hSub, hDet, hState, runs);
+        ctx.checkCancelled();
+    }
+    return n;
+}
+
+// Strips plan: no device cache; each strip's rows (with the halo) uploaded from the host.
+int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub, float* hDet,
+              std::uint8_t* hState, std::vector<Run>& runs, int shrink, RunContext& ctx) {
+    const std::size_t perRow = workPerRow(s) + inputsPerRow(s);
+    // The halo rows, and the scan's scratch (a few kB; counts and offsets are in the per-row share).
+    const std::size_t margin = (std::size_t(64) << 10) + 2 * static_cast<std::size_t>(s.halo) * perRow;
+    const int rows = stripRowsFor(dc.available(), perRow, margin, s.H) / shrink;
+    if (rows < 1)
+        throw DeviceOutOfMemory("detection: one strip row needs " + bytesText(perRow + margin));
+    int n = 0;
+    for (int y0 = 0; y0 < s.H; y0 += rows, ++n) {
+        const int y1 = std::min(s.H, y0 + rows);
+        const int h0 = std::max(0, y0 - s.halo), h1 = std::min(s.H, y1 + s.halo);
+        const std::size_t np = static_cast<std::size_t>(h1 - h0) * s.W;
+        DeviceBuffer<float> px(dc, np), lv(dc, np), rm(dc, np);
+        DeviceBuffer<std::uint8_t> mk;
+        uploadRows(dc, px.get(), s.image, h0, h1);
+        uploadRows(dc, lv.get(), s.bkg.level.view(), h0, h1);
+        uploadRows(dc, rm.get(), s.bkg.rms.view(), h0, h1);
+        if (!s.mask.empty()) {
+            mk = DeviceBuffer<std::uint8_t>(dc, np);
+            uploadRows(dc, mk.get(), s.mask, h0, h1);
+        }
+        processStrip(dc, s, DetInputs{px.get(), mk.get(), lv.get(), rm.get(), h0}, dK, y0, y1, hSub, hDet, hState,
+                     runs);
+        ctx.checkCancelled();
+    }
+    return n;
 }
 
 } // namespace
@@ -214,84 +351,84 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     if (!acceptable(image, mask, bkg, p)) return cpu::detectSources(image, mask, bkg, p, ctx); // throws
 
     DeviceContext& dc = DeviceContext::of(ctx);
-    const cudaStream_t stream = dc.stream();
     const int W = image.width, H = image.height;
     const std::size_t npix = static_cast<std::size_t>(W) * H;
-    const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
-
-    // 1. Subtraction and pixel states.
-    const DeviceContext::DeviceFrame f = dc.frame(image, mask);
-    const auto [dLevel, dRms] = dc.background(bkg.level, bkg.rms);
-    DeviceBuffer<float> dSub(dc, npix);
-    DeviceBuffer<std::uint8_t> dState(dc, npix);
-    {
-        const int blocks = static_cast<int>(std::min<std::size_t>((npix + threads - 1) / threads, 1 << 20));
-        prepareKernel<<<blocks, threads, 0, stream>>>(f.pixels, f.mask, dLevel, dRms, npix,
-                                                      std::isfinite(p.saturationLevel),
-                                                      static_cast<float>(p.saturationLevel), dSub.get(),
-                                                      dState.get());
-        checkLaunch("the background subtraction");
-    }
-    auto* hSub = static_cast<float*>(dc.pinned(0, npix * sizeof(float)));
-    auto* hState = static_cast<std::uint8_t*>(dc.pinned(2, npix));
-    dSub.download(hSub, npix);
-    dState.download(hState, npix);
-
-    // 2. Matched filter (kernel taps computed on the host, as the CPU stage).
-    DeviceBuffer<float> dDet;
-    if (p.filter) {
-        std::vector<float> k;
-        int kw = 0, kh = 0;
+    DetSetup s{image, mask, bkg, p, W, H};
+    s.threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
+    if (p.filter) { // kernel taps computed on the host, as the CPU stage
         if (!p.filterKernel.empty()) {
-            k = p.filterKernel;
+            s.k = p.filterKernel;
             double sum = 0.0;
-            for (float v : k)
+            for (float v : s.k)
                 sum += v;
             if (sum != 0.0)
-                for (float& v : k)
+                for (float& v : s.k)
                     v = static_cast<float>(v / sum);
-            kw = p.filterKernelWidth;
-            kh = static_cast<int>(k.size()) / kw;
+            s.kw = p.filterKernelWidth;
+            s.kh = static_cast<int>(s.k.size()) / s.kw;
+            s.halo = s.kh / 2;
         } else {
-            k = gaussianKernel1d(p.filterFwhm);
-            kw = static_cast<int>(k.size());
+            s.k = gaussianKernel1d(p.filterFwhm);
+            s.kw = static_cast<int>(s.k.size());
+            s.halo = s.kw / 2;
         }
-        DeviceBuffer<float> dK(dc, k.size());
-        dK.upload(k.data(), k.size());
-        dDet = DeviceBuffer<float>(dc, npix);
-        const dim3 block(threads, 1);
-        const dim3 grid(static_cast<unsigned>((W + threads - 1) / threads), static_cast<unsigned>(std::min(H, 65535)));
-        if (kh > 0) {
-            convolve2dKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, dK.get(), kw, kh, dDet.get());
-            checkLaunch("the 2-D filter");
-        } else {
-            DeviceBuffer<float> dTmp(dc, npix);
-            convolveRowsKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, dK.get(), kw, dTmp.get());
-            checkLaunch("the row filter");
-            convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, dK.get(), kw, dDet.get());
-            checkLaunch("the column filter");
-        }
-        dSub.reset();
-    }
-    const float* det = p.filter ? dDet.get() : dSub.get();
-    float* hDet = hSub;
-    if (p.filter) {
-        hDet = static_cast<float*>(dc.pinned(1, npix * sizeof(float)));
-        dDet.download(hDet, npix);
     }
 
-    // 3. Threshold runs in raster order.
-    ThresholdArgs a{det, dRms, dState.get(), W, H, p.threshold, p.thresholdIsAbsolute};
+    // Host images (pinned, reused between runs) that the strips fill row by row.
+    auto* hSub = static_cast<float*>(dc.pinned(0, npix * sizeof(float)));
+    auto* hState = static_cast<std::uint8_t*>(dc.pinned(2, npix));
+    float* hDet = s.k.empty() ? hSub : static_cast<float*>(dc.pinned(1, npix * sizeof(float)));
+
+    // Plan. Whole: frame, mask and both maps resident + one chunk's work (an eighth of the frame, at
+    // least 64 rows). Strips: as many rows as the budget allows with everything uploaded per strip.
+    const int chunkRows = std::min(H, std::max(64, (H + 7) / 8));
+    const std::size_t resident = inputsPerRow(s) * H;
+    const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
+    const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
+    const std::size_t wholeNeed = resident + workPerRow(s) * (chunkRows + 2 * s.halo) + (std::size_t(2) << 20);
+    std::string why = "whole frame needs " + bytesText(wholeNeed);
     std::vector<Run> runs;
-    if (dc.blockSize() > 0 && dc.blockSize() <= 128)
-        thresholdRuns<128>(dc, a, runs);
-    else
-        thresholdRuns<256>(dc, a, runs);
-    dc.synchronize();
+    bool done = false;
+    const std::size_t kBytes = s.k.size() * sizeof(float);
+    if (others + wholeNeed + kBytes <= dc.budget()) {
+        try {
+            DeviceBuffer<float> dK(dc, s.k.size());
+            dK.upload(s.k.data(), s.k.size());
+            runWhole(dc, s, dK.get(), hSub, hDet, hState, runs, chunkRows, ctx);
+            dc.notePlan("whole", 1);
+            done = true;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+            runs.clear();
+        }
+    }
+    for (const int shrink : {1, 4}) {
+        if (done) break;
+        try {
+            dc.dropFrame();
+            dc.dropBackground();
+            DeviceBuffer<float> dK(dc, s.k.size());
+            dK.upload(s.k.data(), s.k.size());
+            const int n = runStrips(dc, s, dK.get(), hSub, hDet, hState, runs, shrink, ctx);
+            dc.notePlan("strips", n);
+            done = true;
+        } catch (const DeviceOutOfMemory& e) {
+            why = e.what();
+            dc.drain();
+            runs.clear();
+        }
+    }
+    if (!done) {
+        dc.dropFrame();
+        dc.dropBackground();
+        dc.notePlan("cpu", 0, cpuFallbackNote("detection", dc.budget(), why));
+        return cpu::detectSources(image, mask, bkg, p, ctx);
+    }
     ctx.report("detection", 0.2);
     ctx.checkCancelled();
 
-    // 4. The per-object half on the host, on the downloaded images.
+    // The per-object half on the host, on the downloaded images.
     detail::DetectionImages im;
     im.width = W;
     im.height = H;
@@ -301,9 +438,6 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     im.state = ImageViewT<std::uint8_t>{hState, W, H, W};
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
-    dState.reset();
-    dDet.reset();
-    dSub.reset();
     return detail::detectFromRuns(std::move(runs), im, p, ctx);
 }
 

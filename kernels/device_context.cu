@@ -86,6 +86,10 @@ DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std:
     std::uint64_t threshold = ~0ull;
     GPUPHOT_CUDA_CHECK(cudaMemPoolSetAttribute(m_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
     if (const char* env = std::getenv("GPUPHOT_CUDA_BLOCK")) m_blockSize = std::atoi(env);
+    if (const char* env = std::getenv("GPUPHOT_CUDA_FAIL_ALLOC")) {
+        const long long n = std::atoll(env);
+        m_failAfter = n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
     m_impl->defaultBudget = freeBytes();
     if (m_budget == 0) m_budget = m_impl->defaultBudget;
 }
@@ -106,6 +110,10 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
             const auto d = weak.lock();
             if (!d) return;
             r.deviceHighWater = d->highWater();
+            r.devicePlan = d->planMode();
+            r.deviceStrips = d->planStrips();
+            r.deviceNote = d->planNote();
+            d->clearPlan();
             std::size_t f = 0, t = 0;
             if (cudaMemGetInfo(&f, &t) == cudaSuccess)
                 r.deviceFree = f;
@@ -122,6 +130,10 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
 
 void* DeviceContext::allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
+    ++m_allocations;
+    if (m_failAfter > 0 && --m_failAfter == 0)
+        throw DeviceOutOfMemory("CUDA backend: injected allocation failure (" + std::to_string(bytes) +
+                                " bytes, allocation " + std::to_string(m_allocations) + ")");
     if (m_inUse + bytes > m_budget)
         throw DeviceOutOfMemory("CUDA backend: allocating " + std::to_string(bytes) + " bytes with " +
                                 std::to_string(m_inUse) + " in use exceeds the GPU memory budget of " +
@@ -205,6 +217,17 @@ std::pair<const float*, const float*> DeviceContext::background(const Image<floa
         s.rmsKey = rk;
     }
     return {s.level.get(), s.rms.get()};
+}
+
+std::size_t DeviceContext::cachedFrameBytes() const { return m_impl->pixels.bytes() + m_impl->mask.bytes(); }
+
+std::size_t DeviceContext::cachedBackgroundBytes() const { return m_impl->level.bytes() + m_impl->rms.bytes(); }
+
+void DeviceContext::dropFrame() {
+    m_impl->pixels.reset();
+    m_impl->mask.reset();
+    m_impl->pixelsKey = {};
+    m_impl->maskKey = {};
 }
 
 void DeviceContext::dropBackground() {

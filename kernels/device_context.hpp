@@ -4,7 +4,9 @@
 // frame (pixels, mask) and of the background maps kept on the device between stages and between runs.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,6 +43,11 @@ public:
 
     cudaStream_t stream() const { return m_stream; }
     void synchronize() const { GPUPHOT_CUDA_CHECK(cudaStreamSynchronize(m_stream)); }
+    // After a failed attempt: wait for the work already queued (copies into host memory that the
+    // unwinding freed), without throwing.
+    void drain() const noexcept {
+        if (cudaStreamSynchronize(m_stream) != cudaSuccess) cudaGetLastError();
+    }
 
     // Stream-ordered allocation from the pool; throws DeviceOutOfMemory over budget or when the device
     // has no memory left. bytes == 0 gives nullptr.
@@ -48,6 +55,40 @@ public:
     void release(void* p, std::size_t bytes) noexcept;
 
     std::size_t inUse() const { return m_inUse; }
+    // Bytes the budget still allows (0 when over it).
+    std::size_t available() const { return m_budget > m_inUse ? m_budget - m_inUse : 0; }
+
+    // ---- fault injection (tests; issue 8) -----------------------------------------------------------
+    // The n-th allocation from now (n >= 1) throws DeviceOutOfMemory, once; 0 disarms. Also armed from
+    // the environment variable GPUPHOT_CUDA_FAIL_ALLOC=n when the context is created (CLI tests).
+    void setFailAfter(std::size_t n) { m_failAfter = n; }
+    std::size_t failAfter() const { return m_failAfter; }
+    // Allocations (non-empty) requested so far, the injected failure included (tests count a clean run).
+    std::size_t allocations() const { return m_allocations; }
+
+    // ---- plans (the report) -------------------------------------------------------------------------
+    // How the stage in progress ran: "whole" (the frame resident on the device), "strips" (rows streamed
+    // from the host, N strips), "cpu" (the CPU stage: even one strip did not fit); note: a warning for the
+    // report. Read (and cleared) by the stage checkpoint into StageRecord::devicePlan / deviceStrips /
+    // deviceNote. A stage that runs twice in one record (second pass) keeps the last plan.
+    void notePlan(const std::string& mode, int strips, const std::string& note = {}) {
+        m_planMode = mode;
+        m_planStrips = strips;
+        if (!note.empty()) m_planNote = note;
+    }
+    const std::string& planMode() const { return m_planMode; }
+    int planStrips() const { return m_planStrips; }
+    const std::string& planNote() const { return m_planNote; }
+    void clearPlan() {
+        m_planMode.clear();
+        m_planStrips = 0;
+        m_planNote.clear();
+    }
+    // Bytes held by the frame cache and by the background cache.
+    std::size_t cachedFrameBytes() const;
+    std::size_t cachedBackgroundBytes() const;
+    // Release the frame cache (pixels and mask): strips read from the host instead.
+    void dropFrame();
     std::size_t highWater() const { return m_highWater; }
     void resetHighWater() { m_highWater = m_inUse; }
     std::size_t budget() const { return m_budget; }
@@ -93,6 +134,10 @@ private:
     int m_blockSize = 0;
     std::uint64_t m_generation = 0;
     std::uint64_t m_uploads = 0;
+    std::size_t m_failAfter = 0;
+    std::size_t m_allocations = 0;
+    std::string m_planMode, m_planNote;
+    int m_planStrips = 0;
     std::unique_ptr<Impl> m_impl;
 };
 
@@ -186,6 +231,40 @@ private:
     std::size_t m_count = 0;
     T* m_ptr = nullptr;
 };
+
+// ---- strip planning helpers ---------------------------------------------------------------------------
+
+// "1.50 GB"-style text for notes and messages.
+inline std::string bytesText(std::size_t b) {
+    char buf[48];
+    if (b >= (std::size_t(1) << 30))
+        std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / double(std::size_t(1) << 30));
+    else
+        std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / double(std::size_t(1) << 20));
+    return buf;
+}
+
+// Rows per strip so that rows * bytesPerRow + fixed fits in avail (at most maxRows); 0 when not even one.
+inline int stripRowsFor(std::size_t avail, std::size_t bytesPerRow, std::size_t fixed, int maxRows) {
+    if (avail <= fixed || bytesPerRow == 0) return 0;
+    const std::size_t rows = (avail - fixed) / bytesPerRow;
+    return static_cast<int>(std::min<std::size_t>(rows, static_cast<std::size_t>(maxRows)));
+}
+
+// Copies rows [r0, r1) of a host view (any stride) into dst (row stride = width), stream-ordered.
+template <class T>
+void uploadRows(DeviceContext& dc, T* dst, const ImageViewT<T>& v, int r0, int r1) {
+    if (r1 <= r0 || v.empty()) return;
+    GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(T) * v.width, v.data + static_cast<std::ptrdiff_t>(r0) * v.stride,
+                                         sizeof(T) * v.stride, sizeof(T) * v.width, r1 - r0,
+                                         cudaMemcpyHostToDevice, dc.stream()));
+}
+
+// The note a stage leaves when it falls back to the CPU.
+inline std::string cpuFallbackNote(const char* stage, std::size_t budget, const std::string& why) {
+    return std::string("gpu: stage ") + stage + " ran on the CPU: budget " + bytesText(budget) + " too small (" +
+           why + ")";
+}
 
 } // namespace cuda
 } // namespace gpuphot

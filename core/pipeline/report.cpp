@@ -15,12 +15,21 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
                            const RunContext& ctx) {
     using nlohmann::json;
     json stages = json::array();
+    std::vector<std::string> gpuNotes; // CUDA backend's re-planning notes, added to the warnings
     double total = 0.0;
     for (const auto& s : ctx.records) {
         stages.push_back({{"stage", s.stage}, {"seconds", s.seconds}, {"peak_host_bytes", s.peakHostBytes}});
         if (ctx.backend == Backend::Cuda) { // GPU memory checkpoints (DESIGN.md, GPU memory model)
             stages.back()["device_high_water_bytes"] = s.deviceHighWater;
             stages.back()["device_free_bytes"] = s.deviceFree;
+            if (!s.devicePlan.empty()) {
+                stages.back()["gpu_plan"] = s.devicePlan;
+                stages.back()["gpu_strips"] = s.deviceStrips;
+            }
+        }
+        if (!s.deviceNote.empty()) {
+            stages.back()["gpu_note"] = s.deviceNote;
+            gpuNotes.push_back(s.deviceNote);
         }
         total += s.seconds;
     }
@@ -66,7 +75,11 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"method", r.astrometry.method}, {"message", r.astrometry.message}, {"sip_order", r.astrometry.sipOrder},
           {"matched", r.astrometry.nMatched}, {"used", r.astrometry.nUsed}, {"seconds", r.astrometry.solveSeconds}}},
         {"astrometric_rms_arcsec", r.astrometry.ok ? num(r.astrometry.rmsArcsec) : nlohmann::json(nullptr)},
-        {"warnings", r.warnings},
+        {"warnings", [&] {
+             std::vector<std::string> w = r.warnings;
+             w.insert(w.end(), gpuNotes.begin(), gpuNotes.end());
+             return w;
+         }()},
         {"config", config},
     };
     return report;

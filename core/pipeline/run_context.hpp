@@ -21,6 +21,11 @@ struct StageRecord {
     std::size_t peakHostBytes = 0;   // process peak RSS after the stage (VmHWM)
     std::size_t deviceHighWater = 0; // pool high-water mark (CUDA backend)
     std::size_t deviceFree = 0;      // cudaMemGetInfo free after the stage
+    // CUDA backend's plan for the stage: "whole" (frame resident on the device), "strips" (rows streamed
+    // from the host in deviceStrips strips), "cpu" (fell back to the CPU stage); empty: not a GPU stage.
+    std::string devicePlan;
+    int deviceStrips = 0;
+    std::string deviceNote; // e.g. "gpu: stage detection ran on the CPU: budget ... too small"
 };
 
 class RunContext {

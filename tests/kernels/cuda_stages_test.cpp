@@ -315,23 +315,29 @@ TEST(CudaStages, LaunchConfigurationDoesNotMatter) {
     }
 }
 
-TEST(CudaStages, TinyMemoryBudgetThrowsDeviceOutOfMemory) {
+TEST(CudaStages, TinyMemoryBudgetIsAnsweredByReplanning) {
     REQUIRE_DEVICE();
     const RandomFrame f = randomFrame(300, 200, 9);
+    RunContext c = cpuCtx();
+    const BackgroundResult ref = estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, c);
+    // Not even one strip fits: the CPU stage runs (same numbers) and the context says so.
     RunContext g = cudaCtx();
     g.gpuMemLimit = 4096;
-    EXPECT_THROW(estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g), DeviceOutOfMemory);
-    // The context stays usable: a larger budget then succeeds, and matches the CPU.
+    expectSameBackground(ref, estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g));
+    EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "cpu");
+    EXPECT_NE(cuda::DeviceContext::of(g).planNote().find("ran on the CPU"), std::string::npos);
+    // The context stays usable: a larger budget runs on the device, whole, and matches the CPU.
     g.gpuMemLimit = std::size_t(64) << 20;
-    RunContext c = cpuCtx();
-    expectSameBackground(estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, c),
-                         estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g));
-    // A budget just big enough for the frame but not for detection's images.
+    expectSameBackground(ref, estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g));
+    EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "whole");
+    // A budget just big enough for the frame but not for detection's whole plan: strips, same catalog.
     RunContext g2 = cudaCtx();
     const BackgroundResult b = estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g2);
     auto& dc = cuda::DeviceContext::of(g2);
     g2.gpuMemLimit = dc.inUse() + 1000;
-    EXPECT_THROW(detectSources(f.image.view(), f.mask.view(), b, DetectionParams{}, g2), DeviceOutOfMemory);
+    expectSameDetection(detectSources(f.image.view(), f.mask.view(), ref, DetectionParams{}, c),
+                        detectSources(f.image.view(), f.mask.view(), b, DetectionParams{}, g2));
+    EXPECT_EQ(dc.planMode(), "strips");
 }
 
 TEST(CudaStages, FrameUploadedOnceAndCheckpointsRecorded) {
