@@ -16,6 +16,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/util/errors.hpp"
+#include "ui/catalog_prep.hpp"
 
 namespace gpuphot::ui {
 
@@ -47,12 +48,112 @@ PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
     }
     m_ctx.cancelFlag = &m_cancel;
     m_ctx.progress = [this](const std::string& stage, double fraction) { reportProgress(stage, fraction); };
+    m_psfCache = std::make_shared<PsfFitCache>();
 }
 
 PipelineWorker::~PipelineWorker() = default;
 
 void PipelineWorker::setThreads(int threads) { m_ctx.threads = threads; }
 void PipelineWorker::setEmitStaleResults(bool on) { m_emitStale = on; }
+
+void PipelineWorker::setPsfFitCacheEnabled(bool on) {
+    if (on && !m_psfCache) m_psfCache = std::make_shared<PsfFitCache>();
+    if (!on) m_psfCache.reset();
+}
+
+void PipelineWorker::setCatalogSort(int column, bool descending, int aperture) {
+    std::lock_guard lock(m_mutex);
+    m_catalogSort = {column, descending, aperture};
+}
+
+void PipelineWorker::setThresholdPrefetch(double step, int count) {
+    std::lock_guard lock(m_mutex);
+    m_prefetchStep = step > 0.0 ? step : 0.0;
+    m_prefetchCount = std::max(1, count);
+}
+
+void PipelineWorker::schedulePrefetch() {
+    double step = 0.0;
+    int count = 1;
+    {
+        std::lock_guard lock(m_mutex);
+        step = m_prefetchStep;
+        count = m_prefetchCount;
+    }
+    m_prefetchQueue.clear();
+    if (!(step > 0.0) || !m_last || !m_last->frame) return;
+    if (static_cast<double>(m_last->frame->width()) * m_last->frame->height() > 16e6) return; // memory: 2 results
+    const PipelineConfig& base = m_last->config;
+    // Keep the precomputed results that are still neighbours; queue the missing ones, nearest first.
+    std::vector<PipelineConfig> want;
+    for (int k = 1; k <= count; ++k)
+        for (int sgn : {1, -1}) {
+            PipelineConfig c = base;
+            c.detection.threshold = base.detection.threshold + sgn * k * step;
+            // the parameter dock's rounding (2 decimals): the value a spin-box step gives
+            c.detection.threshold = std::round(c.detection.threshold * 100.0) / 100.0;
+            if (c.detection.threshold > 0.0) want.push_back(c);
+        }
+    std::vector<std::pair<std::string, std::shared_ptr<Snapshot>>> keep;
+    for (const PipelineConfig& c : want) {
+        const std::string key = nlohmann::json(c).dump();
+        bool have = false;
+        for (auto& e : m_prefetched)
+            if (e.first == key && e.second && e.second->frame == m_last->frame &&
+                e.second->reference == m_last->reference) {
+                keep.push_back(std::move(e));
+                have = true;
+                break;
+            }
+        if (!have) m_prefetchQueue.push_back(c);
+    }
+    m_prefetched = std::move(keep);
+    if (!m_prefetchQueue.empty()) QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
+}
+
+void PipelineWorker::prefetchNext() {
+    if (m_prefetchQueue.empty() || !m_last) return;
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_pending) return; // a real request goes first (its own processPending is queued)
+        m_cancel.store(false); // a request after this point cancels the precomputation
+    }
+    const PipelineConfig config = m_prefetchQueue.front();
+    m_prefetchQueue.erase(m_prefetchQueue.begin());
+    const SnapshotPtr base = m_last;
+    auto snap = std::make_shared<Snapshot>();
+    snap->frame = base->frame;
+    snap->reference = base->reference;
+    snap->config = config;
+    snap->backend = base->backend;
+    snap->firstStage = firstAffectedStage(base->config, config);
+    if (snap->firstStage != Stage::Background) snap->result = base->result;
+    snap->result.keepFullMaps = true;
+    snap->result.psfFitCache = m_psfCache;
+    auto progress = std::move(m_ctx.progress); // background work: no progress shown
+    m_ctx.progress = nullptr;
+    m_ctx.records.clear();
+    bool ok = false;
+    try {
+#ifdef _OPENMP
+        if (m_ctx.threads > 0) omp_set_num_threads(m_ctx.threads);
+#endif
+        runPipeline(*snap->frame, config, m_ctx, snap->result, snap->firstStage, snap->reference.get());
+        ok = true;
+    } catch (const std::exception&) { // Cancelled by a request, or a failure the request itself will report
+    }
+    m_ctx.progress = std::move(progress);
+    snap->result.psfFitCache.reset();
+    if (!ok) return;
+    if (m_psfCache && snap->firstStage <= Stage::Psf && m_ctx.backend == Backend::Cpu) {
+        snap->psfFitsReused = m_psfCache->lastHits();
+        snap->psfFitsMade = m_psfCache->lastMisses();
+    }
+    snap->timings = m_ctx.records;
+    m_prefetched.emplace_back(nlohmann::json(config).dump(), std::move(snap));
+    ++m_prefetchedRuns;
+    if (!m_prefetchQueue.empty()) QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
+}
 
 quint64 PipelineWorker::requestRun(const PipelineConfig& config) {
     quint64 generation = 0;
@@ -156,19 +257,51 @@ void PipelineWorker::processPending() {
         snap->reference = reference;
         snap->config = config;
         snap->backend = backendName(m_ctx.backend);
-        Stage first = Stage::Background;
-        if (m_last && m_last->frame == frame && m_last->reference == reference) {
-            first = firstAffectedStage(m_last->config, config);
-            if (first != Stage::Background) snap->result = m_last->result; // reused stages (one copy per run)
+        // A precomputed result for exactly this configuration (setThresholdPrefetch): taken as it is.
+        std::shared_ptr<Snapshot> ready;
+        if (!m_prefetched.empty()) {
+            const std::string key = nlohmann::json(config).dump();
+            for (auto it = m_prefetched.begin(); it != m_prefetched.end(); ++it)
+                if (it->first == key && it->second->frame == frame && it->second->reference == reference) {
+                    ready = std::move(it->second);
+                    m_prefetched.erase(it);
+                    break;
+                }
         }
-        snap->firstStage = first;
-        m_ctx.records.clear();
+        if (ready) {
+            ready->generation = generation;
+            ready->prefetched = true;
+            snap = std::move(ready);
+            ++m_prefetchHits;
+        } else {
+            Stage first = Stage::Background;
+            if (m_last && m_last->frame == frame && m_last->reference == reference) {
+                first = firstAffectedStage(m_last->config, config);
+                if (first != Stage::Background) snap->result = m_last->result; // reused stages (one copy per run)
+            }
+            snap->firstStage = first;
+            m_ctx.records.clear();
+            {
+                std::lock_guard lock(m_progressMutex);
+                m_progressStage.clear();
+            }
+            snap->result.keepFullMaps = true; // the workbench shows the full background maps
+            snap->result.psfFitCache = m_psfCache; // identical star fits of earlier runs are reused (same result)
+            runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
+            snap->result.psfFitCache.reset(); // the snapshot goes to the UI: the cache stays the worker's
+            if (m_psfCache && first <= Stage::Psf && m_ctx.backend == Backend::Cpu) {
+                snap->psfFitsReused = m_psfCache->lastHits();
+                snap->psfFitsMade = m_psfCache->lastMisses();
+            }
+            snap->timings = m_ctx.records;
+        }
+        CatalogSort sort;
         {
-            std::lock_guard lock(m_progressMutex);
-            m_progressStage.clear();
+            std::lock_guard lock(m_mutex);
+            sort = m_catalogSort;
         }
-        runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
-        snap->timings = m_ctx.records;
+        // The table's flags and row order, here rather than on the UI thread.
+        snap->catalog = prepareCatalog(*snap, sort.column, sort.descending, sort.aperture);
         m_last = snap; // valid for its config even when stale: the base of the next incremental run
         ++m_completedRuns;
         m_running.store(false);
@@ -178,6 +311,7 @@ void PipelineWorker::processPending() {
             stale = m_pending.has_value() || generation != m_generation.load();
         }
         if (!stale || m_emitStale) emit resultReady(SnapshotPtr(std::move(snap)));
+        if (!stale) schedulePrefetch();
     } catch (const Cancelled&) {
         m_running.store(false);
         ++m_cancelledRuns;
@@ -206,6 +340,9 @@ void PipelineWorker::loadFrame(const QString& path, const QString& hdu) {
         m_framePath = path.toStdString();
         m_frameHdu = read.hdu;
         m_last.reset();
+        m_prefetched.clear();
+        m_prefetchQueue.clear();
+        if (m_psfCache) m_psfCache->clear();
         m_movedReference.reset();
         m_movedFor.reset();
         emit frameLoaded(frame);
@@ -221,6 +358,9 @@ void PipelineWorker::setFrame(FramePtr frame) {
     m_resolvedFrame.reset();
     m_resolvedKey.clear();
     m_last.reset();
+    m_prefetched.clear();
+    m_prefetchQueue.clear();
+    if (m_psfCache) m_psfCache->clear();
     m_movedReference.reset();
     m_movedFor.reset();
     if (frame) emit frameLoaded(frame);
@@ -242,6 +382,8 @@ void PipelineWorker::loadReference(const QString& path, const QString& columns) 
 
 void PipelineWorker::setReference(ReferencePtr reference) {
     m_reference = std::move(reference);
+    m_prefetched.clear();
+    m_prefetchQueue.clear();
     m_movedReference.reset();
     m_movedFor.reset();
     emit referenceLoaded(m_reference);

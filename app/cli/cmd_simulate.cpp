@@ -36,7 +36,17 @@ struct SimulateOptions {
     std::string psf;
     double sky = 0.0, zeroPoint = 0.0, fwhmCorner = 1.0, refMagLimit = 0.0, refMargin = 0.0;
     std::vector<std::string> sets;
+    bool raw = false;   // --raw: raw-detector preset and NAME.bias_NN/dark_NN/flat_NN.fits
+    int rawCount = 5;
 };
+
+// --raw preset (before --config and --set, so both override it): a camera with a bias pattern, an
+// overscan, dark current with hot pixels and a vignetted flat with pixel-to-pixel response.
+nlohmann::json rawPreset() {
+    return {{"bias", 1000.0},          {"biasRowAmplitude", 2.0}, {"biasColumnAmplitude", 3.0},
+            {"overscan", 32},          {"darkCurrent", 0.5},      {"darkHotPixels", 50},
+            {"flatVignetting", 0.15},  {"flatPixelSigma", 0.01}};
+}
 
 nlohmann::json readJsonFile(const std::string& path) {
     std::ifstream in(path);
@@ -86,6 +96,7 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
     };
     // Defaults, then --config, then the explicit options, then --set.
     nlohmann::json j = SimParams{};
+    if (o.raw) j.update(rawPreset());
     if (!o.common.config.empty()) j.update(readJsonFile(o.common.config));
     SimParams p = j.get<SimParams>();
     if (!o.size.empty()) parseSize(o.size, p);
@@ -138,6 +149,8 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
     if (progress) std::fprintf(stderr, "\n");
     const auto t1 = Clock::now();
     writeSimulation(r, o.common.outdir, o.name, o.bitpix);
+    std::vector<std::string> calibration;
+    if (o.raw) calibration = writeCalibrationFrames(p, o.common.outdir, o.name, o.rawCount, o.bitpix, &ctx);
     const auto t2 = Clock::now();
     const double simS = std::chrono::duration<double>(t1 - t0).count();
     const double writeS = std::chrono::duration<double>(t2 - t1).count();
@@ -149,6 +162,10 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
                     static_cast<unsigned long long>(p.seed));
         std::printf("wrote %s.truth.fits (%zu rows), %s.ref.fits (%zu rows)\n", base.c_str(), r.truth.rows(),
                     base.c_str(), r.reference.rows());
+        if (!calibration.empty())
+            std::printf("wrote %zu calibration frames (%d bias, %d dark, %d flat): %s ... %s\n", calibration.size(),
+                        o.rawCount, o.rawCount, o.rawCount, calibration.front().c_str(), calibration.back().c_str());
+        if (p.cosmicRays > 0) std::printf("wrote %s.crmask.fits (cosmic-ray truth)\n", base.c_str());
         std::printf("time: simulate %.2f s, write %.2f s, total %.2f s (%d threads)\n", simS, writeS, simS + writeS,
                     ctx.threadCount());
     }
@@ -191,6 +208,12 @@ Command registerSimulate(CLI::App& app) {
     given.push_back(sub->add_option("--wcs-scale-error", o->wcsScaleError, "Header WCS scale wrong by this fraction"));
     sub->add_flag("--no-wcs", o->noWcs, "No WCS in the header (only RA/DEC pointing keywords)");
     sub->add_option("--set", o->sets, "Set any parameter: KEY=VALUE (JSON value), repeatable");
+    sub->add_flag("--raw", o->raw,
+                  "Raw camera frame (bias pattern, overscan, dark current, vignetted flat; see docs/CLI.md) and "
+                  "NAME.bias_NN/.dark_NN/.flat_NN.fits calibration frames of the same detector");
+    sub->add_option("--raw-count", o->rawCount, "Calibration frames of each kind with --raw")
+        ->check(CLI::Range(1, 999))
+        ->capture_default_str();
     sub->add_flag("--dump-config", o->dumpConfig, "Print the resolved parameters as JSON and exit");
     return {sub, [o, given] { return runSimulate(*o, given); }};
 }

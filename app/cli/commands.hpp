@@ -44,5 +44,12 @@ Command registerInfo(CLI::App& app);
 Command registerReduce(CLI::App& app);
 Command registerBench(CLI::App& app);
 Command registerSimulate(CLI::App& app);
+Command registerSubmit(CLI::App& app);
+Command registerStatus(CLI::App& app);
+Command registerWatch(CLI::App& app);
+Command registerWorker(CLI::App& app);  // cmd_worker.cpp: Redis-fed long-lived worker
+Command registerEnqueue(CLI::App& app); // cmd_worker.cpp
+Command registerResults(CLI::App& app); // cmd_worker.cpp
+Command registerMaster(CLI::App& app);  // cmd_master.cpp: master bias/dark/flat
 
 } // namespace gpuphot::cli

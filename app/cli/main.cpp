@@ -23,6 +23,13 @@ int main(int argc, char** argv) {
         cli::registerInfo(app),
         cli::registerReduce(app),
         cli::registerBench(app),
+        cli::registerSubmit(app),
+        cli::registerStatus(app),
+        cli::registerWatch(app),
+        cli::registerWorker(app),
+        cli::registerEnqueue(app),
+        cli::registerResults(app),
+        cli::registerMaster(app),
     };
     try {
         app.parse(argc, argv);

@@ -302,7 +302,7 @@ RawColumns gatherText(const std::string& path, const std::string& text, const Re
         std::size_t end = text.find('\n', pos);
         if (end == std::string::npos) end = text.size();
         std::string_view line(text.data() + pos, end - pos);
-        pos = end + 1;
+        pos = std::min(end + 1, text.size()); // a header without a final newline ends the text
         ++lineNo;
         const std::string t = trimmed(line);
         if (t.empty() || t.front() == '#') continue;

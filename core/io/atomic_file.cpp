@@ -1,28 +1,120 @@
 #include "core/io/atomic_file.hpp"
 
+#include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
 #include <unistd.h>
 
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
 namespace fs = std::filesystem;
+namespace {
+
+// This host's name as it appears in temporary names: letters, digits and '-' only (at most 32).
+const std::string& hostTag() {
+    static const std::string tag = [] {
+        char buf[256] = {};
+        if (::gethostname(buf, sizeof buf - 1) != 0) return std::string("host");
+        std::string s;
+        for (const char* p = buf; *p && s.size() < 32; ++p)
+            s += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '-';
+        return s.empty() ? std::string("host") : s;
+    }();
+    return tag;
+}
+
+struct TempNameParts {
+    std::string host;
+    long pid = 0;
+};
+
+// Parses ".<name>.<host>.<pid>.<8 hex>.tmp" from the end (the final name may itself contain dots).
+bool parseTempName(const std::string& n, TempNameParts* parts) {
+    const std::string suffix = ".tmp";
+    if (n.size() < 2 + suffix.size() || n[0] != '.' || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return false;
+    std::string rest = n.substr(0, n.size() - suffix.size());
+    auto takeField = [&rest](std::string& field) {
+        const auto dot = rest.rfind('.');
+        if (dot == std::string::npos || dot == 0) return false;
+        field = rest.substr(dot + 1);
+        rest.resize(dot);
+        return !field.empty();
+    };
+    std::string hex, pid, host;
+    if (!takeField(hex) || !takeField(pid) || !takeField(host)) return false;
+    if (hex.size() != 8 || rest.size() < 2) return false; // rest = "." + final name
+    for (char c : hex)
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+    if (pid.size() > 9) return false;
+    for (char c : pid)
+        if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    for (char c : host)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    if (parts) {
+        parts->host = host;
+        parts->pid = std::stol(pid);
+    }
+    return true;
+}
+
+bool processAlive(long pid) {
+    if (pid <= 0) return true; // never remove what we cannot attribute
+    return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+}
+
+// Runs removeStaleTemporaries once per directory in this process.
+void cleanOnce(const fs::path& dir) {
+    static std::mutex mutex;
+    static std::set<std::string> done;
+    std::error_code ec;
+    const std::string key = fs::absolute(dir.empty() ? fs::path(".") : dir, ec).string();
+    {
+        std::lock_guard lock(mutex);
+        if (!done.insert(key).second) return;
+    }
+    removeStaleTemporaries(key);
+}
+
+} // namespace
+
+bool isAtomicTemporaryName(const std::string& fileName) { return parseTempName(fileName, nullptr); }
+
+std::size_t removeStaleTemporaries(const std::string& dir) {
+    std::size_t removed = 0;
+    std::error_code ec;
+    fs::directory_iterator it(dir.empty() ? fs::path(".") : fs::path(dir), ec);
+    if (ec) return 0;
+    for (const auto& e : it) {
+        const std::string name = e.path().filename().string();
+        if (name.empty() || name[0] != '.') continue;
+        TempNameParts parts;
+        if (!parseTempName(name, &parts) || parts.host != hostTag() || processAlive(parts.pid)) continue;
+        std::error_code ec2;
+        if (e.is_regular_file(ec2) && fs::remove(e.path(), ec2)) ++removed;
+    }
+    return removed;
+}
 
 AtomicOutput::AtomicOutput(std::string finalPath) : m_final(std::move(finalPath)) {
     const fs::path p(m_final);
     std::random_device rd;
-    char suffix[32];
+    char suffix[64];
     std::snprintf(suffix, sizeof suffix, ".%d.%08x.tmp", static_cast<int>(getpid()), rd());
     // The temporary name starts with '.' so that globs for outputs never pick it up.
-    m_temp = (p.parent_path() / ("." + p.filename().string() + suffix)).string();
+    m_temp = (p.parent_path() / ("." + p.filename().string() + "." + hostTag() + suffix)).string();
     std::error_code ec;
     if (!p.parent_path().empty() && !fs::is_directory(p.parent_path(), ec))
         throw IoError("cannot write " + m_final + ": directory " + p.parent_path().string() + " does not exist");
+    cleanOnce(p.parent_path());
 }
 
 AtomicOutput::~AtomicOutput() {

@@ -452,6 +452,7 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options) {
             frame.wcsProblem = why;
     } catch (const std::exception& e) {
         frame.wcsProblem = e.what();
+        frame.wcsBroken = true;
     }
     return frame;
 }

@@ -19,6 +19,7 @@ struct Frame {
     Header header;              // the image HDU's header (with inherited primary cards when INHERIT = T)
     std::shared_ptr<const Wcs> wcs; // null when the header has no usable celestial WCS
     std::string wcsProblem;         // why wcs is null when the header tried to have one
+    bool wcsBroken = false;         // the header has celestial WCS keywords, but unusable ones (singular CD, ...)
     Instrument instrument;
     std::string path;           // the file it came from ("" for in-memory frames)
     int hdu = 0;                // 0-based HDU number in the file

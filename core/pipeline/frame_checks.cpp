@@ -37,6 +37,10 @@ FrameStats frameStats(const Frame& frame) {
 FrameStats validateForReduction(const Frame& frame) {
     const std::string name = frame.path.empty() ? std::string("frame") : frame.path;
     if (frame.pixels.empty()) throw InvalidInput(name + ": empty image");
+    if (frame.width() < kMinFrameAxis || frame.height() < kMinFrameAxis)
+        throw InvalidInput(name + ": image too small to reduce (" + std::to_string(frame.width()) + " x " +
+                           std::to_string(frame.height()) + " pixels; at least " + std::to_string(kMinFrameAxis) +
+                           " x " + std::to_string(kMinFrameAxis) + " needed): a wrong HDU or a placeholder?");
     FrameStats s = frameStats(frame);
     if (s.saturated == s.pixels)
         throw InvalidInput(name + ": every pixel is saturated (at or above SATURATE " +

@@ -15,8 +15,12 @@ struct FrameStats {
 
 FrameStats frameStats(const Frame& frame);
 
-// Throws InvalidInput naming the file when the frame has no usable pixels: all NaN/masked, constant or
-// all-zero (no variance), or saturated everywhere.
+// The smallest frame `reduce` accepts, per axis: the detection filter of a 3-px FWHM star is 7 x 7 px, so a
+// smaller image cannot hold a measurable source (it is, in practice, a wrong HDU or a placeholder).
+constexpr int kMinFrameAxis = 8;
+
+// Throws InvalidInput naming the file when the frame has no usable pixels: smaller than kMinFrameAxis on
+// an axis, all NaN/masked, constant or all-zero (no variance), or saturated everywhere.
 FrameStats validateForReduction(const Frame& frame);
 
 } // namespace gpuphot

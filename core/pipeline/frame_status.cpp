@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <fitsio.h>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -93,6 +94,48 @@ bool outputsComplete(const std::string& framePath, const OutputOptions& options)
     if (!report.is_object() || !report.contains("outputs") || !report["outputs"].is_object()) return false;
     for (const auto& [key, value] : report["outputs"].items())
         if (!value.is_string() || !fs::exists(value.get<std::string>(), ec)) return false;
+    return true;
+}
+
+bool fitsFileComplete(const std::string& path, std::string* why) {
+    auto fail = [why](std::string text) {
+        if (why) *why = std::move(text);
+        return false;
+    };
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (ec) return fail("cannot read its size: " + ec.message());
+    if (size < 2880) return fail("shorter than one FITS block (" + std::to_string(size) + " bytes)");
+    fitsfile* f = nullptr;
+    int status = 0;
+    // The disk-file driver: no CFITSIO extended syntax, no decompression into memory.
+    const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+    if (gz)
+        fits_open_file(&f, path.c_str(), READONLY, &status);
+    else
+        fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+    if (status) {
+        char text[FLEN_STATUS] = {};
+        fits_get_errstatus(status, text);
+        fits_clear_errmsg();
+        return fail(std::string("not FITS: ") + text);
+    }
+    int nhdu = 0;
+    fits_get_num_hdus(f, &nhdu, &status);
+    LONGLONG headStart = 0, dataStart = 0, dataEnd = 0;
+    if (!status && nhdu > 0) fits_movabs_hdu(f, nhdu, nullptr, &status);
+    if (!status) fits_get_hduaddrll(f, &headStart, &dataStart, &dataEnd, &status);
+    int closeStatus = 0;
+    fits_close_file(f, &closeStatus);
+    if (status || nhdu < 1) {
+        char text[FLEN_STATUS] = {};
+        fits_get_errstatus(status, text);
+        fits_clear_errmsg();
+        return fail(std::string("cannot read its HDUs: ") + text);
+    }
+    // dataEnd counts the data's padding to a whole 2880-byte block; writers pad, so compare with it.
+    if (!gz && static_cast<LONGLONG>(size) < dataEnd)
+        return fail("truncated: " + std::to_string(size) + " of " + std::to_string(dataEnd) + " bytes");
     return true;
 }
 

@@ -28,6 +28,11 @@ nlohmann::json frameStatusSkipped(const std::string& frame, const std::string& r
 // a complete reduction).
 bool outputsComplete(const std::string& framePath, const OutputOptions& options);
 
+// True when `path` is a complete FITS file: every HDU's header parses and the file is at least as long as
+// the end of the last HDU's data (a camera still writing it, or a copy cut short, is not complete).
+// Gzip-compressed files (.gz) are checked by opening every HDU only. On false, *why says what is missing.
+bool fitsFileComplete(const std::string& path, std::string* why = nullptr);
+
 // Appends `line` (compact, one line, '\n') to `path` with one write(2) on an O_APPEND descriptor, so
 // concurrent writers (processes on the same host or array elements on a shared file system that keeps
 // O_APPEND atomic) never interleave within a line. Creates the file. Throws IoError naming the file.

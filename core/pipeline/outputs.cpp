@@ -75,10 +75,19 @@ Image<float> residualImage(const Frame& frame, const BackgroundResult& bkg, cons
     const int w = frame.width(), h = frame.height();
     Image<float> out(w, h, Image<float>::NoInit{});
     const bool fullMap = bkg.level.width() == w && bkg.level.height() == h;
-#pragma omp parallel for schedule(static)
-    for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x)
-            out(x, y) = frame.pixels(x, y) - (fullMap ? bkg.level(x, y) : static_cast<float>(bkg.globalLevel));
+    const bool sampled = !fullMap && bkg.sampler && bkg.sampler->width() == w && bkg.sampler->height() == h;
+#pragma omp parallel
+    {
+        std::vector<float> lv(sampled ? w : 0);
+#pragma omp for schedule(static)
+        for (int y = 0; y < h; ++y) {
+            if (sampled) bkg.sampler->row(y, lv.data(), nullptr);
+            for (int x = 0; x < w; ++x)
+                out(x, y) = frame.pixels(x, y) - (fullMap ? bkg.level(x, y)
+                                                  : sampled ? lv[x]
+                                                            : static_cast<float>(bkg.globalLevel));
+        }
+    }
     if (psf.fluxPsf.size() != s.size() || psf.epsf.empty()) return out;
     const int r = std::max(1, psf.stampRadius);
     // Serial over sources: a fixed order of subtraction keeps the map bitwise reproducible.
@@ -108,7 +117,16 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
     for (const auto& m : o.maps) {
         const std::string p = path("." + m + ".fits");
         if (m == "bkg" || m == "rms") {
-            const Image<float>& img = m == "bkg" ? r.background.level : r.background.rms;
+            const Image<float>& kept = m == "bkg" ? r.background.level : r.background.rms;
+            Image<float> made; // evaluated from the sampler when the run kept no full maps
+            if (kept.empty() && r.background.sampler) {
+                const BackgroundSampler& smp = *r.background.sampler;
+                made = Image<float>(smp.width(), smp.height(), Image<float>::NoInit{});
+#pragma omp parallel for schedule(static)
+                for (int y = 0; y < smp.height(); ++y)
+                    smp.row(y, m == "bkg" ? made.row(y) : nullptr, m == "bkg" ? nullptr : made.row(y));
+            }
+            const Image<float>& img = kept.empty() ? made : kept;
             Header hdr = mapHeader;
             hdr.set("BUNIT", "adu");
             writeFitsImage(p, img.view(), hdr);

@@ -8,6 +8,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/stages/crossmatch.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -71,12 +72,23 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
     if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
+    // Lean maps (CPU backend): the background stage keeps the mesh grid only and the stages evaluate the
+    // maps on demand, bit for bit the full maps' pixels; the full maps are built where a stage needs them.
+    const bool lean = ctx.backend == Backend::Cpu && !r.keepFullMaps;
+    BackgroundParams bkgParams = config.background;
+    if (lean) bkgParams.fullMaps = false;
+    auto estimate = [&](const ImageViewT<std::int32_t>* objects) {
+        BackgroundResult b = estimateBackground(image, mask, bkgParams, ctx, objects);
+        if (lean) b.sampler = std::make_shared<const BackgroundSampler>(b, ctx);
+        return b;
+    };
 
     if (first <= Stage::Background) {
         r.warnings.clear();
         ctx.checkCancelled();
         auto t = ctx.time("background");
-        r.background = estimateBackground(image, mask, config.background, ctx);
+        r.background = BackgroundResult{}; // the old maps go before the new ones are made
+        r.background = estimate(nullptr);
         r.completed = Stage::Detection;
     }
     if (first <= Stage::Detection) {
@@ -84,6 +96,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         const DetectionParams dp = detectionParamsFor(frame, config.detection);
         {
             auto t = ctx.time("detection");
+            r.detection = DetectionResult{};
             r.detection = detectSources(image, mask, r.background, dp, ctx);
         }
         if (config.backgroundSecondPass) {
@@ -92,9 +105,11 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
                 auto t = ctx.time("background (second pass)");
                 const Image<std::int32_t> objects = dilatedObjectMask(r.detection.segmentation, config.secondPassDilate);
                 const ImageViewT<std::int32_t> objectView = objects.view();
-                r.background = estimateBackground(image, mask, config.background, ctx, &objectView);
+                r.background = BackgroundResult{};
+                r.background = estimate(&objectView);
             }
             auto t = ctx.time("detection (second pass)");
+            r.detection = DetectionResult{};
             r.detection = detectSources(image, mask, r.background, dp, ctx);
         }
         if (r.detection.sources.size() == 0)
@@ -104,8 +119,12 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
     if (first <= Stage::Psf) {
         ctx.checkCancelled();
         auto t = ctx.time("psf");
-        r.psf = buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
-                              psfParamsFor(frame, config.psf), ctx);
+        if (r.psfFitCache && ctx.backend == Backend::Cpu) // reuses identical star fits (same result)
+            r.psf = cpu::buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
+                                       psfParamsFor(frame, config.psf), ctx, r.psfFitCache.get());
+        else
+            r.psf = buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
+                                  psfParamsFor(frame, config.psf), ctx);
         if (r.psf.hasModel() && r.psf.medianFwhm > 0) {
             r.fwhm = r.psf.medianFwhm;
             r.fwhmSource = "psf";
@@ -136,6 +155,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         }
         r.completed = Stage::Calibration;
     }
+
     if (first <= Stage::Calibration) {
         ctx.checkCancelled();
         const Sources& s = r.detection.sources;
@@ -174,16 +194,37 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
                                        "): no crossmatch, no zero point";
             } else {
                 r.calibrationRan = true;
+                // The catalog cut once to the frame's cone (with the final WCS: header, refined or blind), so
+                // that one covering far more sky costs little; the margin covers crossmatch's own cone and
+                // the zero point's isolation radius. Reference rows are mapped back to `reference` after.
+                std::vector<std::int32_t> cutRows;
+                const double pxScale =
+                    wcs->pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
+                const double cutMargin = 1.5 * (2.0 * config.crossmatch.marginPx + 20.0) *
+                                             (std::isfinite(pxScale) ? pxScale : 0.0) +
+                                         config.zeropoint.isolationArcsec + config.crossmatch.radiusArcsec;
+                ReferenceCatalog refCut;
+                const bool cut = std::isfinite(pxScale) && pxScale > 0.0;
+                if (cut)
+                    refCut = cutReferenceToFrame(*reference, *wcs, frame.width(), frame.height(), cutMargin,
+                                                 &cutRows);
+                const ReferenceCatalog& refUse = cut ? refCut : *reference;
                 {
                     auto t = ctx.time("crossmatch");
-                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), *reference, *wcs,
+                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, *wcs,
                                               config.crossmatch, ctx);
                 }
                 auto t = ctx.time("zeropoint");
                 std::vector<std::uint32_t> flags(n);
                 for (std::size_t i = 0; i < n; ++i)
                     flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
-                r.zeropoint = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, *reference, config.zeropoint, ctx);
+                r.zeropoint = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, refUse, config.zeropoint, ctx);
+                if (cut) {
+                    for (std::int32_t& row : r.crossmatch.refIndex)
+                        if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];
+                    for (std::int32_t& row : r.crossmatch.refSelected)
+                        row = cutRows[static_cast<std::size_t>(row)];
+                }
                 if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
             }
             if (!r.calibrationProblem.empty()) r.warnings.push_back("calibration failed: " + r.calibrationProblem);

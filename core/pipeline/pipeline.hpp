@@ -42,6 +42,16 @@ struct PipelineResult {
     std::string fwhmSource;  // "psf" or "default"
     std::vector<std::string> warnings;
     Stage completed = Stage::Background; // first stage whose result is not valid
+
+    // Set by the caller before a run. false (CPU backend): background.level/rms stay empty; the result
+    // keeps the mesh grid and background.sampler, whose exact on-demand values every stage and output
+    // uses instead (8 B/px less, the run's peak host memory stays under 4x the frame's float size).
+    // true: full-resolution maps (the workbench shows them; the CUDA backend always builds them).
+    // The catalog is bitwise the same either way.
+    bool keepFullMaps = false;
+    // Optional, set by the caller (the workbench's worker, across runs): per-star PSF fits reused where
+    // every input is bitwise the same (core/stages/psf.hpp PsfFitCache; CPU backend). Results unchanged.
+    std::shared_ptr<PsfFitCache> psfFitCache;
 };
 
 // Runs every stage from `first` on (earlier results in `result` are reused and must be valid). The

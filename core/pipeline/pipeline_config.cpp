@@ -21,7 +21,8 @@ void to_json(nlohmann::json& j, const PipelineConfig& c) {
                        {"apertureToTotal", c.apertureToTotal},
                        {"defaultFwhm", c.defaultFwhm},
                        {"keywords", c.keywords},
-                       {"instrument", c.instrument}};
+                       {"instrument", c.instrument},
+                       {"prepare", c.prepare}};
 }
 
 void from_json(const nlohmann::json& j, PipelineConfig& c) {
@@ -42,6 +43,7 @@ void from_json(const nlohmann::json& j, PipelineConfig& c) {
     get("defaultFwhm", c.defaultFwhm);
     get("keywords", c.keywords);
     get("instrument", c.instrument);
+    get("prepare", c.prepare);
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include "core/stages/background.hpp"
 #include "core/stages/crossmatch.hpp"
 #include "core/stages/detection.hpp"
+#include "core/stages/prepare.hpp"
 #include "core/stages/psf.hpp"
 #include "core/stages/zeropoint.hpp"
 
@@ -33,6 +34,7 @@ struct PipelineConfig {
     double defaultFwhm = 3.0;          // px, used for FWHM-scaled apertures when no PSF model can be built
     InstrumentKeywords keywords;       // which header keywords hold gain, read noise, ...
     InstrumentOverrides instrument;    // explicit values (CLI --gain ...), win over the header
+    PrepareParams prepare;             // frame preparation before stage 1 (overscan, masters, bad pixels, cosmics)
 };
 
 void to_json(nlohmann::json& j, const PipelineConfig& c);

@@ -41,6 +41,11 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
         auto t = ctx.time("read");
         frame = readFrame(path, read);
     }
+    PrepareResult prepared;
+    {
+        auto t = ctx.time("prepare");
+        prepared = prepareFrame(frame, options.prepare, options.config.prepare, ctx);
+    }
     validateForReduction(frame);
     if (!std::isfinite(frame.instrument.airmass)) frame.instrument.airmass = airmassFromAltitudeKeywords(frame.header);
     if (options.ignoreHeaderWcs && frame.wcs) {
@@ -48,6 +53,11 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
         frame.wcsProblem = "the header WCS is ignored (--ignore-header-wcs)";
     }
     const bool canSolve = options.reference && options.config.fitAstrometry;
+    // A header that has a celestial WCS, but a broken one (singular CD, unknown projection, ...): RA/Dec
+    // would silently be NaN. An error, unless the frame can be solved or the user opts out.
+    if (frame.wcsBroken && !frame.wcs && !options.ignoreHeaderWcs && !canSolve)
+        throw InvalidInput(path + ": unusable WCS in the header: " + frame.wcsProblem +
+                           " (give --ref REFCAT to solve the frame, or --ignore-header-wcs for a pixel-only catalog)");
     if (options.targets && !frame.wcs && !canSolve)
         throw InvalidInput("--targets " + options.targets->path + ": " + path + " has no WCS to place the targets (" +
                            (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
@@ -109,6 +119,12 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
         auto t = ctx.time("catalog");
         const Table catalog = buildCatalog(frame, result, options.config, reference);
         summary.report = buildReport(frame, result, options.config, ctx);
+        if (!prepared.steps.empty()) summary.report["prepare"] = prepared;
+        if (reference)
+            summary.report["reference"] = {{"file", reference->path},
+                                           {"rows", reference->rowsRead},
+                                           {"usable", reference->size()},
+                                           {"skipped_nonfinite", reference->skippedNonFinite}};
         if (targetTable) summary.report["targets"] = {{"count", targetTable->rows()}, {"file", options.targets->path}};
         if (options.write)
             summary.outputs = writeReductionOutputs(frame, result, catalog, options.output, summary.report,

@@ -1,6 +1,7 @@
 #pragma once
 // One frame end to end: read, check, run the stages, assemble the catalog and report, write the
 // outputs. The CLI's reduce and bench, the batch worker and the tests all call this.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct ReduceOptions {
     // solve with) is InvalidInput naming --targets; when a solve fails on a frame without a header WCS
     // the outputs are written without the targets table and a warning says why.
     const TargetList* targets = nullptr;
+    // Master bias/dark/flat and bad-pixel mask (--bias --dark --flat --bpm; null: none), loaded once by the
+    // caller (loadPrepareInputs) and shared by every frame. Preparation (config.prepare) runs right after
+    // the read either way.
+    const PrepareInputs* prepare = nullptr;
+    std::shared_ptr<const PrepareInputs> prepareStorage; // owns *prepare when the options loaded it
     ForcedPhotometryParams forced;
     // --ignore-header-wcs: reduce as if the header had no WCS (the solve is blind, from the pointing
     // keywords or none; RA/Dec come only from a verified solution).

@@ -63,6 +63,19 @@ template <class P, class F> void visitFields(P& p, F&& f) {
     f("cosmicRayLengthMax", p.cosmicRayLengthMax);
     f("cosmicRayCharge", p.cosmicRayCharge);
     f("badColumns", p.badColumns);
+    f("frameType", p.frameType);
+    f("detectorSeed", p.detectorSeed);
+    f("biasRowAmplitude", p.biasRowAmplitude);
+    f("biasColumnAmplitude", p.biasColumnAmplitude);
+    f("prescan", p.prescan);
+    f("overscan", p.overscan);
+    f("darkCurrent", p.darkCurrent);
+    f("darkHotPixels", p.darkHotPixels);
+    f("darkHotMin", p.darkHotMin);
+    f("darkHotMax", p.darkHotMax);
+    f("flatVignetting", p.flatVignetting);
+    f("flatPixelSigma", p.flatPixelSigma);
+    f("flatLevel", p.flatLevel);
     f("exptime", p.exptime);
     f("filter", p.filter);
     f("mjd", p.mjd);
@@ -127,6 +140,16 @@ void validate(const SimParams& p) {
     require(p.hotPixelMin > 0 && p.hotPixelMin <= p.hotPixelMax, "hotPixelMin must be in (0, hotPixelMax]");
     require(p.cosmicRayLengthMax >= 1 && p.cosmicRayCharge > 0, "cosmic-ray length >= 1 px and charge > 0");
     require(p.exptime >= 0, "exptime must be >= 0 s");
+    require(p.frameType == "light" || p.frameType == "bias" || p.frameType == "dark" || p.frameType == "flat",
+            "frameType must be \"light\", \"bias\", \"dark\" or \"flat\", not \"" + p.frameType + "\"");
+    require(p.biasRowAmplitude >= 0 && p.biasColumnAmplitude >= 0, "bias pattern amplitudes must be >= 0 ADU");
+    require(p.prescan >= 0 && p.overscan >= 0 && p.prescan + p.overscan <= 4096,
+            "prescan and overscan must be in [0, 4096] columns");
+    require(p.darkCurrent >= 0 && p.darkHotPixels >= 0 && p.darkHotMin > 0 && p.darkHotMin <= p.darkHotMax,
+            "darkCurrent >= 0, darkHotPixels >= 0 and 0 < darkHotMin <= darkHotMax");
+    require(p.flatVignetting >= 0 && p.flatVignetting < 0.9, "flatVignetting must be in [0, 0.9)");
+    require(p.flatPixelSigma >= 0 && p.flatPixelSigma < 0.2, "flatPixelSigma must be in [0, 0.2)");
+    require(p.flatLevel > 0, "flatLevel must be > 0 ADU");
     require(p.dec >= -90 && p.dec <= 90, "dec must be in [-90, 90] deg");
     require(p.pixelScale > 0, "pixelScale must be > 0 arcsec/px");
     require(p.sipOrder == 0 || p.sipOrder == 2 || p.sipOrder == 3, "sipOrder must be 0, 2 or 3");

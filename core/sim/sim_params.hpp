@@ -72,6 +72,28 @@ struct SimParams {
     int badColumns = 0;          // bad columns, each from a random row to the top: dead (bias only) or hot
                                  // (+hotPixelMin ADU), alternately
 
+    // --- raw detector: calibration structure for frame preparation (all off by default) ------------
+    // A raw pixel is bias(x, y) + Poisson(gain * (signal(x, y) * flat(x, y) + dark(x, y) * exptime / gain)) / gain
+    // + read noise, with signal = sources + sky (light), 0 (bias, dark) or flatLevel (flat).
+    std::string frameType = "light"; // "light", "bias", "dark" or "flat" (IMAGETYP); calibration frames have
+                                     // no sources, bias frames no exposure (EXPTIME = 0)
+    std::uint64_t detectorSeed = 0;  // seed of the fixed detector structure (hot pixels, bad columns, bias
+                                     // pattern, dark hot pixels, pixel response); 0: `seed`. Keep it and vary
+                                     // `seed` for the calibration frames of one camera.
+    double biasRowAmplitude = 0.0;   // ADU: RMS of a fixed row-to-row bias pattern (also in the overscan)
+    double biasColumnAmplitude = 0.0;// ADU: RMS of a fixed column-to-column bias pattern (data area only)
+    int prescan = 0;                 // bias-only columns left of the data (header CRPIX1 shifts by this; the
+                                     // truth stays in data-section pixels)
+    int overscan = 0;                // bias-only columns right of the data (BIASSEC; DATASEC/TRIMSEC written
+                                     // whenever prescan + overscan > 0)
+    double darkCurrent = 0.0;        // e-/s/px, uniform
+    int darkHotPixels = 0;           // pixels with a high dark current (they scale with exptime)
+    double darkHotMin = 20.0;        // e-/s: log-uniform range of the hot pixels' dark current
+    double darkHotMax = 2000.0;
+    double flatVignetting = 0.0;     // fractional response loss at the corners (quadratic in radius)
+    double flatPixelSigma = 0.0;     // RMS pixel-to-pixel response (PRNU), fraction
+    double flatLevel = 20000.0;      // ADU: illumination of a flat frame (frameType "flat", before the response)
+
     // --- observation keywords --------------------------------------------------------------------
     double exptime = 60.0;       // s
     std::string filter = "r";

@@ -28,8 +28,86 @@ constexpr int kBandRows = 32; // render band height (fixed: the image does not d
 enum Stream : std::uint64_t {
     kStreamPos = 1, kStreamMag, kStreamColour, kStreamPm, kStreamClusters, kStreamGalaxies, kStreamNoise,
     kStreamCosmics, kStreamHot, kStreamColumns, kStreamSip /* = 11, used in sim_wcs.cpp */, kStreamRefNoise,
-    kStreamDistractors, kStreamDead
+    kStreamDistractors, kStreamDead, kStreamBiasRow, kStreamBiasColumn, kStreamPrnu, kStreamDarkHot,
+    kStreamOverscan
 };
+
+std::uint64_t detectorSeedOf(const SimParams& p) { return p.detectorSeed != 0 ? p.detectorSeed : p.seed; }
+
+// The fixed detector structure of a raw frame: bias pattern, pixel response (flat) and dark current.
+// Every value is a function of the detector seed and the pixel's data-section position only.
+struct DarkHot {
+    std::int64_t index;
+    double rate; // e-/s
+};
+struct Detector {
+    const SimParams* p = nullptr;
+    std::uint64_t seed = 0;
+    bool hasFlat = false, hasBiasPattern = false, hasDark = false;
+    double vigNorm = 1.0; // median of the vignetting over the data section (the flat's median is ~1)
+    std::vector<DarkHot> hot; // sorted by index
+
+    explicit Detector(const SimParams& sp) : p(&sp), seed(detectorSeedOf(sp)) {
+        hasFlat = sp.flatVignetting > 0.0 || sp.flatPixelSigma > 0.0;
+        hasBiasPattern = sp.biasRowAmplitude > 0.0 || sp.biasColumnAmplitude > 0.0;
+        hasDark = (sp.darkCurrent > 0.0 || sp.darkHotPixels > 0) && sp.exptime > 0.0;
+        if (sp.flatVignetting > 0.0) {
+            constexpr int kGrid = 129;
+            std::vector<double> v;
+            v.reserve(kGrid * kGrid);
+            for (int j = 0; j < kGrid; ++j)
+                for (int i = 0; i < kGrid; ++i)
+                    v.push_back(vignetting((i + 0.5) / kGrid * sp.width - 0.5, (j + 0.5) / kGrid * sp.height - 0.5));
+            std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+            vigNorm = v[v.size() / 2];
+        }
+        sim::SimRng rng(seed, kStreamDarkHot);
+        for (int i = 0; i < sp.darkHotPixels; ++i) {
+            const int x = rng.uniformInt(sp.width), y = rng.uniformInt(sp.height);
+            const double rate = sp.darkHotMin * std::pow(sp.darkHotMax / sp.darkHotMin, rng.uniform());
+            hot.push_back({static_cast<std::int64_t>(y) * sp.width + x, rate});
+        }
+        std::stable_sort(hot.begin(), hot.end(), [](const DarkHot& a, const DarkHot& b) { return a.index < b.index; });
+    }
+    double vignetting(double x, double y) const {
+        const double xn = (x - (p->width - 1) * 0.5) / (0.5 * p->width);
+        const double yn = (y - (p->height - 1) * 0.5) / (0.5 * p->height);
+        return 1.0 - p->flatVignetting * 0.5 * (xn * xn + yn * yn);
+    }
+    double flat(int x, int y) const {
+        double f = p->flatVignetting > 0.0 ? vignetting(x, y) / vigNorm : 1.0;
+        if (p->flatPixelSigma > 0.0) {
+            sim::CounterRng rng(seed, kStreamPrnu, static_cast<std::uint64_t>(y) * p->width + x);
+            f *= 1.0 + p->flatPixelSigma * rng.normal();
+        }
+        return f;
+    }
+    double rowPattern(int y) const {
+        if (p->biasRowAmplitude <= 0.0) return 0.0;
+        sim::CounterRng rng(seed, kStreamBiasRow, static_cast<std::uint64_t>(y));
+        return p->biasRowAmplitude * rng.normal();
+    }
+    double columnPattern(int x) const {
+        if (p->biasColumnAmplitude <= 0.0) return 0.0;
+        sim::CounterRng rng(seed, kStreamBiasColumn, static_cast<std::uint64_t>(x));
+        return p->biasColumnAmplitude * rng.normal();
+    }
+    double bias(int x, int y) const { return hasBiasPattern ? p->bias + rowPattern(y) + columnPattern(x) : p->bias; }
+};
+
+// The parameters a frame of `p.frameType` is rendered with: calibration frames have no sources, bias
+// and dark frames no light, flat frames a uniform illumination of flatLevel ADU.
+SimParams effectiveParams(const SimParams& p) {
+    SimParams q = p;
+    if (p.frameType == "light") return q;
+    q.stars = 0;
+    q.galaxies = 0;
+    q.clusters = 0;
+    q.skyGradientX = q.skyGradientY = q.skyCorner = 0.0;
+    q.sky = p.frameType == "flat" ? p.flatLevel : 0.0;
+    if (p.frameType == "bias") q.exptime = 0.0;
+    return q;
+}
 
 struct Source {
     double x = 0, y = 0;          // 0-based
@@ -144,7 +222,7 @@ struct BadColumn {
 std::vector<Deposit> drawDeposits(const SimParams& p) {
     std::vector<Deposit> d;
     const int W = p.width, H = p.height;
-    sim::SimRng hot(p.seed, kStreamHot), cr(p.seed, kStreamCosmics);
+    sim::SimRng hot(detectorSeedOf(p), kStreamHot), cr(p.seed, kStreamCosmics);
     for (int i = 0; i < p.hotPixels; ++i) {
         const int x = hot.uniformInt(W), y = hot.uniformInt(H);
         const double adu = p.hotPixelMin * std::pow(p.hotPixelMax / p.hotPixelMin, hot.uniform());
@@ -173,7 +251,7 @@ std::vector<Deposit> drawDeposits(const SimParams& p) {
 
 std::vector<BadColumn> drawBadColumns(const SimParams& p) {
     std::vector<BadColumn> c;
-    sim::SimRng rng(p.seed, kStreamColumns);
+    sim::SimRng rng(detectorSeedOf(p), kStreamColumns);
     for (int i = 0; i < p.badColumns; ++i) {
         BadColumn b;
         b.x = rng.uniformInt(p.width);
@@ -201,6 +279,7 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
     }
     const std::vector<Deposit> deposits = drawDeposits(p);
     const std::vector<BadColumn> columns = drawBadColumns(p);
+    const Detector det(p);
 
     std::atomic<int> done{0};
     std::atomic<bool> cancelled{false};
@@ -234,6 +313,8 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
             }
             auto dep = std::lower_bound(deposits.begin(), deposits.end(), static_cast<std::int64_t>(y0) * W,
                                         [](const Deposit& d, std::int64_t v) { return d.index < v; });
+            auto dh = std::lower_bound(det.hot.begin(), det.hot.end(), static_cast<std::int64_t>(y0) * W,
+                                       [](const DarkHot& d, std::int64_t v) { return d.index < v; });
             for (int iy = y0; iy < y1; ++iy) {
                 const double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
                 float* out = image.row(iy);
@@ -241,12 +322,18 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
                 for (int ix = 0; ix < W; ++ix) {
                     const std::int64_t idx = static_cast<std::int64_t>(iy) * W + ix;
                     double v = row[ix] + simSkyAt(p, ix, iy);
+                    if (det.hasFlat) v *= det.flat(ix, iy);
+                    if (det.hasDark) {
+                        double rate = p.darkCurrent; // e-/s
+                        for (; dh != det.hot.end() && dh->index == idx; ++dh) rate += dh->rate;
+                        v += rate * p.exptime / p.gain;
+                    }
                     if (p.noise) {
                         sim::CounterRng rng(p.seed, kStreamNoise, static_cast<std::uint64_t>(idx));
                         const double electrons = rng.poisson(std::max(v, 0.0) * p.gain);
                         v = electrons / p.gain + rnAdu * rng.normal();
                     }
-                    v += p.bias;
+                    v += det.bias(ix, iy);
                     for (; dep != deposits.end() && dep->index == idx; ++dep) {
                         v += dep->adu;
                         mrow[ix] |= dep->mask;
@@ -260,7 +347,7 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
                     if (c.hot) {
                         v = static_cast<float>(v + p.hotPixelMin);
                     } else {
-                        double dead = p.bias;
+                        double dead = det.bias(c.x, iy);
                         if (p.noise) {
                             sim::CounterRng rng(p.seed, kStreamDead, static_cast<std::uint64_t>(iy) * W + c.x);
                             dead += rnAdu * rng.normal();
@@ -449,12 +536,17 @@ void addSimKeywords(Header& h, const SimParams& p, const TanSip& truth) {
     h.set("SIMWROT", p.wcsRotation, "[deg] header WCS rotation error");
     h.set("SIMWSCL", p.wcsScaleError, "header WCS scale error (fraction)");
     h.set("SIMREFLM", p.refMagLimit, "[mag] reference catalog limit");
+    if (p.detectorSeed != 0) h.set("SIMDSEED", static_cast<long long>(p.detectorSeed), "detector structure seed");
+    if (p.darkCurrent > 0 || p.darkHotPixels > 0) h.set("SIMDARK", p.darkCurrent, "[e-/s] dark current");
+    if (p.flatVignetting > 0) h.set("SIMVIGN", p.flatVignetting, "flat-field vignetting at the corners");
+    if (p.flatPixelSigma > 0) h.set("SIMPRNU", p.flatPixelSigma, "pixel-to-pixel response RMS");
 }
 
 } // namespace
 
-SimResult simulateField(const SimParams& p, RunContext* ctxIn) {
-    validate(p);
+SimResult simulateField(const SimParams& pIn, RunContext* ctxIn) {
+    validate(pIn);
+    const SimParams p = effectiveParams(pIn);
     RunContext local;
     RunContext& ctx = ctxIn ? *ctxIn : local;
     auto timer = ctx.time("simulate");
@@ -542,6 +634,36 @@ SimResult simulateField(const SimParams& p, RunContext* ctxIn) {
     t.meta.set("EPOCH", epochYear(p.mjd + 0.5 * p.exptime / 86400.0), "[yr] epoch of the true positions");
     t.meta.update(r.trueWcs.toHeader());
 
+    // Raw frame: bias-only prescan/overscan columns around the data section.
+    const int pre = p.prescan, over = p.overscan;
+    if (pre + over > 0) {
+        const Detector det(p);
+        const int W = p.width, H = p.height, RW = W + pre + over;
+        Image<float> raw(RW, H, Image<float>::NoInit{});
+        Image<std::uint8_t> rawDefects(RW, H, 0);
+        const double rnAdu = p.readNoise / p.gain;
+#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
+        for (int y = 0; y < H; ++y) {
+            float* out = raw.row(y);
+            std::uint8_t* m = rawDefects.row(y);
+            std::copy(r.image.row(y), r.image.row(y) + W, out + pre);
+            std::copy(r.defects.row(y), r.defects.row(y) + W, m + pre);
+            const double level = p.bias + det.rowPattern(y);
+            for (int x = 0; x < RW; ++x) {
+                if (x >= pre && x < pre + W) continue;
+                double v = level;
+                if (p.noise) {
+                    sim::CounterRng rng(p.seed, kStreamOverscan, static_cast<std::uint64_t>(y) * RW + x);
+                    v += rnAdu * rng.normal();
+                }
+                out[x] = static_cast<float>(v);
+                m[x] = MaskOutside;
+            }
+        }
+        r.image = std::move(raw);
+        r.defects = std::move(rawDefects);
+    }
+
     // Image header.
     Header& h = r.header;
     h.set("OBJECT", p.object, "target");
@@ -562,7 +684,24 @@ SimResult simulateField(const SimParams& p, RunContext* ctxIn) {
     h.set("OBJCTRA", sexagesimal(raP, true), "pointing RA (h m s)");
     h.set("OBJCTDEC", sexagesimal(decP, false), "pointing Dec (d m s)");
     h.set("EQUINOX", 2000.0, "equinox of the coordinates");
-    if (p.writeWcs) h.update(r.headerWcs.toHeader());
+    if (p.writeWcs) {
+        h.update(r.headerWcs.toHeader());
+        if (pre > 0) h.set("CRPIX1", r.headerWcs.crpix[0] + pre, "reference pixel (1-based)");
+    }
+    static const char* kImageTypes[][2] = {
+        {"light", "Light Frame"}, {"bias", "Bias Frame"}, {"dark", "Dark Frame"}, {"flat", "Flat Field"}};
+    for (const auto& t : kImageTypes)
+        if (p.frameType == t[0]) h.set("IMAGETYP", t[1], "frame type");
+    if (pre + over > 0) {
+        auto sec = [](int x0, int x1, int y1) {
+            return "[" + std::to_string(x0) + ":" + std::to_string(x1) + ",1:" + std::to_string(y1) + "]";
+        };
+        const std::string data = sec(pre + 1, pre + p.width, p.height);
+        h.set("DATASEC", data, "data section (1-based)");
+        h.set("TRIMSEC", data, "section to keep after overscan correction");
+        if (over > 0) h.set("BIASSEC", sec(pre + p.width + 1, pre + p.width + over, p.height), "overscan section");
+        else h.set("BIASSEC", sec(1, pre, p.height), "prescan section");
+    }
     addSimKeywords(h, p, r.trueWcs);
     h.addHistory("simulated by gpuphot " GPUPHOT_VERSION " (gpuphot simulate)");
     return r;
@@ -583,6 +722,87 @@ void writeSimulation(const SimResult& result, const std::string& dir, const std:
     writeFitsImage((base / (name + ".fits")).string(), result.image.view(), result.header, bp);
     writeFitsTable((base / (name + ".truth.fits")).string(), result.truth);
     writeFitsTable((base / (name + ".ref.fits")).string(), result.reference);
+    // Cosmic-ray truth: 1 where a simulated track deposited charge (the colleague's detection accuracy
+    // is measured against it). Written only when the simulation has cosmic rays.
+    if (result.params.cosmicRays > 0 && result.defects.width() == result.image.width() &&
+        result.defects.height() == result.image.height()) {
+        const int w = result.defects.width(), h = result.defects.height();
+        Image<std::uint8_t> cr(w, h, 0);
+        for (int y = 0; y < h; ++y)
+            for (int x = 0; x < w; ++x) cr(x, y) = (result.defects(x, y) & MaskCosmicRay) ? 1 : 0;
+        Header ch;
+        ch.set("EXTNAME", "CRMASK", "cosmic-ray truth mask");
+        ch.set("SIMSEED", static_cast<long long>(result.params.seed), "simulation seed");
+        ch.set("SIMNCR", result.params.cosmicRays, "cosmic-ray tracks injected");
+        ch.addHistory("1 = pixel hit by a simulated cosmic ray, 0 = clean");
+        writeFitsImage((base / (name + ".crmask.fits")).string(), cr.view(), ch);
+    }
+}
+
+Image<float> simFlatMap(const SimParams& pIn) {
+    const SimParams p = effectiveParams(pIn);
+    const Detector det(p);
+    Image<float> m(p.width, p.height, Image<float>::NoInit{});
+#pragma omp parallel for schedule(static)
+    for (int y = 0; y < p.height; ++y)
+        for (int x = 0; x < p.width; ++x) m(x, y) = static_cast<float>(det.hasFlat ? det.flat(x, y) : 1.0);
+    return m;
+}
+
+Image<float> simBiasMap(const SimParams& pIn) {
+    const SimParams p = effectiveParams(pIn);
+    const Detector det(p);
+    Image<float> m(p.width, p.height, Image<float>::NoInit{});
+#pragma omp parallel for schedule(static)
+    for (int y = 0; y < p.height; ++y)
+        for (int x = 0; x < p.width; ++x) m(x, y) = static_cast<float>(det.bias(x, y));
+    return m;
+}
+
+Image<float> simDarkMap(const SimParams& pIn) {
+    SimParams p = effectiveParams(pIn);
+    p.exptime = 1.0; // the rate does not depend on it
+    const Detector det(p);
+    Image<float> m(p.width, p.height, static_cast<float>(p.darkCurrent));
+    for (const DarkHot& d : det.hot)
+        m(static_cast<int>(d.index % p.width), static_cast<int>(d.index / p.width)) += static_cast<float>(d.rate);
+    return m;
+}
+
+SimParams calibrationFrameParams(const SimParams& light, const std::string& type, int index) {
+    if (type != "bias" && type != "dark" && type != "flat")
+        throw InvalidInput("simulate: calibration frame type must be bias, dark or flat, not '" + type + "'");
+    SimParams q = light;
+    q.frameType = type;
+    q.detectorSeed = detectorSeedOf(light);
+    const std::uint64_t typeNo = type == "bias" ? 1 : type == "dark" ? 2 : 3;
+    q.seed = light.seed + 1000003ull * typeNo + static_cast<std::uint64_t>(index) + 1;
+    if (type == "flat") q.exptime = kCalibrationFlatExptime;
+    if (type == "bias") q.exptime = 0.0;
+    q.refMargin = 0.0;
+    return q;
+}
+
+std::vector<std::string> writeCalibrationFrames(const SimParams& light, const std::string& dir,
+                                                const std::string& name, int count, int bitpix, RunContext* ctx) {
+    if (count < 1 || count > 999) throw InvalidInput("simulate: calibration frame count must be in [1, 999]");
+    namespace fs = std::filesystem;
+    const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    if (ec) throw IoError(base.string() + ": cannot create the output directory: " + ec.message());
+    const int bp = bitpix == 16 ? kBitpixUInt16 : bitpix;
+    std::vector<std::string> out;
+    for (const char* type : {"bias", "dark", "flat"})
+        for (int i = 0; i < count; ++i) {
+            const SimResult r = simulateField(calibrationFrameParams(light, type, i), ctx);
+            char suffix[32];
+            std::snprintf(suffix, sizeof suffix, ".%s_%02d.fits", type, i + 1);
+            const std::string path = (base / (name + suffix)).string();
+            writeFitsImage(path, r.image.view(), r.header, bp);
+            out.push_back(path);
+        }
+    return out;
 }
 
 } // namespace gpuphot

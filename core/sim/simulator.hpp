@@ -10,6 +10,7 @@
 // catalog and the true TAN-SIP WCS.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/catalog/table.hpp"
 #include "core/model/header.hpp"
@@ -44,6 +45,22 @@ SimResult simulateField(const SimParams& params, RunContext* ctx = nullptr);
 // Writes DIR/NAME.fits (bitpix 16: unsigned 16-bit via BZERO, or -32: float), DIR/NAME.truth.fits and
 // DIR/NAME.ref.fits, each atomically. Creates DIR when missing. Throws IoError or InvalidInput.
 void writeSimulation(const SimResult& result, const std::string& dir, const std::string& name, int bitpix);
+
+// Raw-detector truth over the data section (0-based data-section pixels), for frame-preparation tests:
+// the relative response (flat; median ~1, 1 without flatVignetting/flatPixelSigma), the bias (ADU: level
+// plus row/column pattern) and the dark current (e-/s, hot pixels included).
+Image<float> simFlatMap(const SimParams& p);
+Image<float> simBiasMap(const SimParams& p);
+Image<float> simDarkMap(const SimParams& p);
+// Calibration frame `index` (0-based) of `type` ("bias", "dark" or "flat") for the camera of `light`: the same
+// detector (detectorSeed, or the light's seed), its own noise and cosmic rays (seed), no sources. Darks have
+// the light's exposure time, flats kCalibrationFlatExptime.
+constexpr double kCalibrationFlatExptime = 2.0; // s
+SimParams calibrationFrameParams(const SimParams& light, const std::string& type, int index);
+// Writes DIR/NAME.bias_01.fits ... NAME.dark_NN.fits, NAME.flat_NN.fits (`count` of each); returns the paths.
+std::vector<std::string> writeCalibrationFrames(const SimParams& light, const std::string& dir,
+                                                const std::string& name, int count, int bitpix,
+                                                RunContext* ctx = nullptr);
 
 // The field-dependent truths the simulation used (0-based pixel positions).
 struct SimPsf {

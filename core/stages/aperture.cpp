@@ -101,6 +101,10 @@ public:
         m_in.height = image.height;
         m_in.saturation = saturation;
     }
+    bool setMapSampler(const BackgroundSampler* sampler) override {
+        m_in.sampler = sampler;
+        return true;
+    }
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                     const detail::SkyParamsHD& p, SkyEstimate* out) override {
         forEach(n, [&](std::size_t i, Scratch& sc) {
@@ -237,10 +241,14 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     };
     if (!mask.empty()) sameSize(mask.width, mask.height, "the mask");
     if (!segmentation.empty()) sameSize(segmentation.width, segmentation.height, "the segmentation map");
-    const bool haveMap = !bkg.level.empty() && !bkg.rms.empty();
-    if (haveMap) {
+    // The map: full-resolution images, or (CPU engine) the same pixels evaluated on demand by bkg.sampler.
+    const bool fullMap = !bkg.level.empty() && !bkg.rms.empty();
+    const bool haveMap = fullMap || bkg.sampler != nullptr;
+    if (fullMap) {
         sameSize(bkg.level.width(), bkg.level.height(), "the background map");
         sameSize(bkg.rms.width(), bkg.rms.height(), "the background rms map");
+    } else if (haveMap) {
+        sameSize(bkg.sampler->width(), bkg.sampler->height(), "the background map");
     }
     if (!p.useLocalSky && !haveMap)
         throw InvalidInput("aperture photometry: useLocalSky is off but no background map was given");
@@ -300,15 +308,15 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     const std::size_t fwhmIndex = wantCog ? indexOf(oneFwhm) : 0;
 
     const double saturation = (p.saturation > 0.0) ? p.saturation : kInf;
-    engine.begin(image, mask, segmentation, haveMap ? bkg.level.view() : ImageView{},
-                 haveMap ? bkg.rms.view() : ImageView{}, saturation);
+    engine.begin(image, mask, segmentation, fullMap ? bkg.level.view() : ImageView{},
+                 fullMap ? bkg.rms.view() : ImageView{}, saturation);
+    if (haveMap && !fullMap && !engine.setMapSampler(bkg.sampler.get()))
+        throw InvalidInput("aperture photometry: this backend needs the full-resolution background maps");
     const double rmsCorrection = clipRmsCorrection(p.skyClipSigma);
     const double kappa = skyMeanFactor(p.skyEstimator);
     const detail::SkyParamsHD skyParams{p.skyClipSigma, p.skyClipIterations, p.minSkyPixels,
                                         static_cast<int>(p.skyEstimator), rmsCorrection};
     const detail::KronParamsHD kronParams{p.kronFactor, p.kronMinRadius, p.kronMaxRadius};
-    const ImageView level = haveMap ? bkg.level.view() : ImageView{};
-    const ImageView rmsMap = haveMap ? bkg.rms.view() : ImageView{};
 
 
     res.flux.assign(nFixed, std::vector<double>(n, kNaN));
@@ -430,8 +438,8 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 }
             }
             if (skyFromMap) {
-                res.sky[i] = level(pxc, pyc);
-                res.skyRms[i] = rmsMap(pxc, pyc);
+                res.sky[i] = bkg.levelAt(pxc, pyc);
+                res.skyRms[i] = bkg.rmsAt(pxc, pyc);
                 skyPerPixel[i] = 1;
             }
         }

@@ -30,6 +30,13 @@ namespace detail {
 // Mask bits that exclude a pixel from the sums (MaskSaturated pixels are kept and flagged).
 inline constexpr std::uint8_t kApertureExcludeBits = static_cast<std::uint8_t>(~4u); // ~MaskSaturated
 
+} // namespace detail
+class BackgroundSampler;
+// BackgroundSampler::levelAt / rmsAt (host only; core/stages/background.cpp).
+float sampledLevel(const BackgroundSampler* sampler, int x, int y);
+float sampledRms(const BackgroundSampler* sampler, int x, int y);
+namespace detail {
+
 // The frame as raw planes: host pointers on the CPU, device pointers in the kernels. Empty planes are null.
 struct AperturePlanes {
     const float* image = nullptr;
@@ -41,6 +48,7 @@ struct AperturePlanes {
     const float* level = nullptr; // background map (null when none)
     const float* rms = nullptr;
     std::ptrdiff_t mapStride = 0;
+    const BackgroundSampler* sampler = nullptr; // CPU engine only: the maps on demand when level/rms are null
     int width = 0, height = 0;
     double saturation = std::numeric_limits<double>::infinity();
 
@@ -51,8 +59,18 @@ struct AperturePlanes {
     GPUPHOT_HD std::int32_t segAt(int x, int y) const {
         return seg ? seg[static_cast<std::ptrdiff_t>(y) * segStride + x] : 0;
     }
-    GPUPHOT_HD float levelAt(int x, int y) const { return level[static_cast<std::ptrdiff_t>(y) * mapStride + x]; }
-    GPUPHOT_HD float rmsAt(int x, int y) const { return rms[static_cast<std::ptrdiff_t>(y) * mapStride + x]; }
+    GPUPHOT_HD float levelAt(int x, int y) const {
+#if !defined(__CUDA_ARCH__)
+        if (!level) return sampledLevel(sampler, x, y);
+#endif
+        return level[static_cast<std::ptrdiff_t>(y) * mapStride + x];
+    }
+    GPUPHOT_HD float rmsAt(int x, int y) const {
+#if !defined(__CUDA_ARCH__)
+        if (!rms) return sampledRms(sampler, x, y);
+#endif
+        return rms[static_cast<std::ptrdiff_t>(y) * mapStride + x];
+    }
 };
 
 // The sky under one source: a constant (local annulus) or the per-pixel map.
@@ -600,6 +618,9 @@ public:
     // level/rms empty when there is no background map).
     virtual void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                        const ImageView& level, const ImageView& rms, double saturation) = 0;
+    // After begin, when the background has no full maps but an on-demand sampler: false when the engine
+    // cannot use one (then the stage needs full maps).
+    virtual bool setMapSampler(const BackgroundSampler* /*sampler*/) { return false; }
     // Local sky of n sources (centres finite).
     virtual void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                             const SkyParamsHD& p, SkyEstimate* out) = 0;

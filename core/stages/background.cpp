@@ -453,6 +453,88 @@ void interpolateBackground(const BackgroundResult& bkg, const BackgroundSpline& 
     interpolateRows(bkg, spline, y0, rows, level, rms, stride, ctx, [](double) {});
 }
 
+BackgroundSampler::BackgroundSampler(const BackgroundResult& bkg, RunContext& ctx) {
+    const BackgroundSpline sp = makeBackgroundSpline(bkg);
+    m_width = bkg.width;
+    m_height = bkg.height;
+    const int nx = sp.level.nx;
+    m_stride = static_cast<std::size_t>(nx) + 1;
+    m_lo = sp.columns.lo;
+    m_ca.resize(m_width);
+    m_cb.resize(m_width);
+    m_ca3.resize(m_width);
+    m_cb3.resize(m_width);
+    for (int x = 0; x < m_width; ++x) {
+        m_ca[x] = static_cast<float>(sp.columns.wa[x]);
+        m_cb[x] = static_cast<float>(sp.columns.wb[x]);
+        m_ca3[x] = static_cast<float>(sp.columns.wa3[x]);
+        m_cb3[x] = static_cast<float>(sp.columns.wb3[x]);
+        if (x == 0 || m_lo[x] != m_lo[x - 1]) {
+            m_runStart.push_back(x);
+            m_runNode.push_back(m_lo[x]);
+        }
+    }
+    m_runStart.push_back(m_width);
+    const std::size_t size = static_cast<std::size_t>(m_height) * m_stride;
+    m_levelN.resize(size);
+    m_levelD.resize(size);
+    m_rmsN.resize(size);
+    m_rmsD.resize(size);
+    // Node values of every row, as interpolateRows computes them.
+#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
+    for (int y = 0; y < m_height; ++y) {
+        const int lo = sp.rows.lo[y];
+        const double A = sp.rows.wa[y], B = sp.rows.wb[y], A3 = sp.rows.wa3[y], B3 = sp.rows.wb3[y];
+        for (int map = 0; map < 2; ++map) {
+            const SplineGrid& g = map == 0 ? sp.level : sp.rms;
+            float* node = (map == 0 ? m_levelN : m_rmsN).data() + static_cast<std::size_t>(y) * m_stride;
+            float* dnode = (map == 0 ? m_levelD : m_rmsD).data() + static_cast<std::size_t>(y) * m_stride;
+            const std::size_t s = m_stride;
+            const double* v0 = g.v.data() + lo * s;
+            const double* v1 = v0 + s;
+            const double* e0 = g.dyy.data() + lo * s;
+            const double* e1 = e0 + s;
+            const double* x0 = g.dxx.data() + lo * s;
+            const double* x1 = x0 + s;
+            const double* f0 = g.dxxyy.data() + lo * s;
+            const double* f1 = f0 + s;
+            for (int i = 0; i <= nx; ++i) {
+                node[i] = static_cast<float>(((A * v0[i] + B * v1[i]) + A3 * e0[i]) + B3 * e1[i]);
+                dnode[i] = static_cast<float>(((A * x0[i] + B * x1[i]) + A3 * f0[i]) + B3 * f1[i]);
+            }
+        }
+    }
+}
+
+void BackgroundSampler::rowOf(const std::vector<float>& n, const std::vector<float>& d, int y,
+                              float* o) const {
+    const float* node = n.data() + static_cast<std::size_t>(y) * m_stride;
+    const float* dnode = d.data() + static_cast<std::size_t>(y) * m_stride;
+    const float *ca = m_ca.data(), *cb = m_cb.data(), *ca3 = m_ca3.data(), *cb3 = m_cb3.data();
+    for (std::size_t k = 0; k + 1 < m_runStart.size(); ++k) {
+        const int j = m_runNode[k];
+        const float n0 = node[j], n1 = node[j + 1], d0 = dnode[j], d1 = dnode[j + 1];
+#pragma omp simd
+        for (int x = m_runStart[k]; x < m_runStart[k + 1]; ++x)
+            o[x] = ((ca[x] * n0 + cb[x] * n1) + ca3[x] * d0) + cb3[x] * d1;
+    }
+}
+
+void BackgroundSampler::row(int y, float* level, float* rms) const {
+    if (level) rowOf(m_levelN, m_levelD, y, level);
+    if (rms) rowOf(m_rmsN, m_rmsD, y, rms);
+}
+
+float sampledLevel(const BackgroundSampler* sampler, int x, int y) { return sampler->levelAt(x, y); }
+float sampledRms(const BackgroundSampler* sampler, int x, int y) { return sampler->rmsAt(x, y); }
+
+void materializeBackgroundMaps(BackgroundResult& bkg, RunContext& ctx) {
+    const BackgroundSpline sp = makeBackgroundSpline(bkg);
+    bkg.level = Image<float>(bkg.width, bkg.height, Image<float>::NoInit{});
+    bkg.rms = Image<float>(bkg.width, bkg.height, Image<float>::NoInit{});
+    interpolateRows(bkg, sp, 0, bkg.height, bkg.level.data(), bkg.rms.data(), bkg.width, ctx, [](double) {});
+}
+
 void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
                             BackgroundResult& res) {
     res.badMeshes = fillBadMeshes(meshes, nx, ny);

@@ -29,6 +29,7 @@
 //    with the column weights of BackgroundSpline::columns.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,7 @@
 namespace gpuphot {
 
 class RunContext;
+class BackgroundSampler;
 
 struct BackgroundParams {
     int meshSize = 64;    // px, mesh width (and height when meshHeight = 0); SExtractor BACK_SIZE, sep bw
@@ -78,6 +80,14 @@ struct BackgroundResult {
     int meshHeight = 0; // px
     int badMeshes = 0;  // meshes with too few valid pixels, filled from their nearest good neighbours
     bool sextractorSpline = false; // BackgroundParams::sextractorSpline used for the maps
+    // The maps without storing them (set by the pipeline when it keeps no full maps, CPU backend): exact
+    // per-pixel values, bit for bit those of level/rms. Null when none.
+    std::shared_ptr<const BackgroundSampler> sampler;
+
+    bool hasFullMaps() const { return !level.empty() && !rms.empty(); }
+    // The level/rms map pixel from the full map when kept, else from the sampler (needs one of the two).
+    float levelAt(int x, int y) const;
+    float rmsAt(int x, int y) const;
 };
 
 // mask: optional (empty view = none); pixels with any mask bit set are excluded.
@@ -139,5 +149,48 @@ BackgroundSpline makeBackgroundSpline(const BackgroundResult& bkg);
 // is `stride` floats (row y0 at the buffer start), exactly as estimateBackground fills its full maps.
 void interpolateBackground(const BackgroundResult& bkg, const BackgroundSpline& spline, int y0, int rows,
                            float* level, float* rms, std::ptrdiff_t stride, RunContext& ctx);
+
+// Exact on-demand values of the full-resolution maps from the mesh grid: the per-row node values
+// (float, computed as interpolateBackground does) and the column weights, about 16 bytes per image row
+// and mesh column (0.25 B/px at 64 px meshes) instead of 8 B/px for the two maps. levelAt/rmsAt and rows()
+// give the maps' pixels bit for bit (the same float operations in the same order).
+class BackgroundSampler {
+public:
+    BackgroundSampler() = default;
+    // Throws InvalidInput when bkg has no mesh grid.
+    BackgroundSampler(const BackgroundResult& bkg, RunContext& ctx);
+
+    int width() const { return m_width; }
+    int height() const { return m_height; }
+    float levelAt(int x, int y) const { return eval(m_levelN, m_levelD, x, y); }
+    float rmsAt(int x, int y) const { return eval(m_rmsN, m_rmsD, x, y); }
+    // Row y of the level and/or rms map (either may be null) into buffers of width() floats.
+    void row(int y, float* level, float* rms) const;
+
+private:
+    float eval(const std::vector<float>& n, const std::vector<float>& d, int x, int y) const {
+        const std::size_t o = static_cast<std::size_t>(y) * m_stride + static_cast<std::size_t>(m_lo[x]);
+        return ((m_ca[x] * n[o] + m_cb[x] * n[o + 1]) + m_ca3[x] * d[o]) + m_cb3[x] * d[o + 1];
+    }
+    void rowOf(const std::vector<float>& n, const std::vector<float>& d, int y, float* out) const;
+
+    int m_width = 0, m_height = 0;
+    std::size_t m_stride = 0;                     // nodes per row: nx + 1
+    // height x stride node values and their x second derivatives / 6, per map
+    std::vector<float> m_levelN, m_levelD, m_rmsN, m_rmsD;
+    std::vector<std::int32_t> m_lo;               // per column: lower node
+    std::vector<float> m_ca, m_cb, m_ca3, m_cb3;  // per column weights (float)
+    std::vector<int> m_runStart, m_runNode;       // runs of columns sharing one node interval
+};
+
+inline float BackgroundResult::levelAt(int x, int y) const {
+    return !level.empty() ? level(x, y) : sampler->levelAt(x, y);
+}
+inline float BackgroundResult::rmsAt(int x, int y) const {
+    return !rms.empty() ? rms(x, y) : sampler->rmsAt(x, y);
+}
+
+// Fills bkg.level and bkg.rms from its mesh grid (the same pixels as estimateBackground's full maps).
+void materializeBackgroundMaps(BackgroundResult& bkg, RunContext& ctx);
 
 } // namespace gpuphot

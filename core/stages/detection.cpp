@@ -72,12 +72,18 @@ void validate(const ImageView& image, const MaskView& mask, const BackgroundResu
     auto sizeOf = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
     const std::string size = sizeOf(image.width, image.height);
     if (image.empty()) throw InvalidInput("detection: the image is empty");
-    if (bkg.level.width() != image.width || bkg.level.height() != image.height)
-        throw InvalidInput("detection: background level map is " +
-                           sizeOf(bkg.level.width(), bkg.level.height()) + ", the image " + size);
-    if (bkg.rms.width() != image.width || bkg.rms.height() != image.height)
-        throw InvalidInput("detection: background rms map is " + sizeOf(bkg.rms.width(), bkg.rms.height()) +
-                           ", the image " + size);
+    if (!bkg.hasFullMaps() && bkg.level.empty() && bkg.rms.empty() && bkg.sampler) {
+        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height)
+            throw InvalidInput("detection: background is " +
+                               sizeOf(bkg.sampler->width(), bkg.sampler->height()) + ", the image " + size);
+    } else {
+        if (bkg.level.width() != image.width || bkg.level.height() != image.height)
+            throw InvalidInput("detection: background level map is " +
+                               sizeOf(bkg.level.width(), bkg.level.height()) + ", the image " + size);
+        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height)
+            throw InvalidInput("detection: background rms map is " +
+                               sizeOf(bkg.rms.width(), bkg.rms.height()) + ", the image " + size);
+    }
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
         throw InvalidInput("detection: mask is " + sizeOf(mask.width, mask.height) + ", the image " + size);
     if (!(p.threshold > 0.0) || !std::isfinite(p.threshold))
@@ -108,13 +114,29 @@ struct PrepareInputs {
     const BackgroundResult* bkg;
     bool hasSat;
     float sat;
+    const BackgroundSampler* sampler; // the maps' rows when bkg keeps no full maps (else null)
 };
 
-inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t* st) {
+// Row y of the rms map: the full map's row, or the sampler's evaluated into buf (width floats).
+inline const float* rmsRow(const BackgroundResult& bkg, int y, float* buf) {
+    if (!bkg.rms.empty()) return bkg.rms.row(y);
+    bkg.sampler->row(y, nullptr, buf);
+    return buf;
+}
+
+// lvBuf, rmBuf: scratch rows (width floats) used when in.sampler is set.
+inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t* st, float* lvBuf,
+                       float* rmBuf) {
     const int w = in.image->width;
     const float* px = in.image->row(y);
-    const float* lv = in.bkg->level.row(y);
-    const float* rm = in.bkg->rms.row(y);
+    const float* lv = lvBuf;
+    const float* rm = rmBuf;
+    if (in.sampler) {
+        in.sampler->row(y, lvBuf, rmBuf);
+    } else {
+        lv = in.bkg->level.row(y);
+        rm = in.bkg->rms.row(y);
+    }
     const std::uint8_t* mk = in.mask->empty() ? nullptr : in.mask->row(y);
     const bool hasSat = in.hasSat;
     const float sat = in.sat;
@@ -133,7 +155,8 @@ inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t*
 
 PrepareInputs prepareInputs(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                             const DetectionParams& p) {
-    return {&image, &mask, &bkg, std::isfinite(p.saturationLevel), static_cast<float>(p.saturationLevel)};
+    return {&image, &mask, &bkg, std::isfinite(p.saturationLevel), static_cast<float>(p.saturationLevel),
+            bkg.hasFullMaps() ? nullptr : bkg.sampler.get()};
 }
 
 // Background-subtracted pixels and per-pixel state.
@@ -143,9 +166,13 @@ void prepare(const ImageView& image, const MaskView& mask, const BackgroundResul
     sub = Image<float>(w, h, Image<float>::NoInit{});
     state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
     const PrepareInputs in = prepareInputs(image, mask, bkg, p);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int y = 0; y < h; ++y)
-        prepareRow(in, y, sub.row(y), state.row(y));
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> lv(in.sampler ? w : 0), rm(in.sampler ? w : 0);
+#pragma omp for schedule(static)
+        for (int y = 0; y < h; ++y)
+            prepareRow(in, y, sub.row(y), state.row(y), lv.data(), rm.data());
+    }
 }
 
 // Appends the runs of above-threshold pixels of row y (d: detection row, r: rms row, s: state row).
@@ -191,12 +218,16 @@ std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
 #pragma omp parallel num_threads(threads)
     {
         std::vector<std::uint8_t> above(static_cast<std::size_t>(im.width) + 8);
+        std::vector<float> rmBuf(im.rms.data ? 0 : im.width);
 #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < nBlocks; ++b) {
             const int y1 = std::min(im.height, (b + 1) * kBlock);
-            for (int y = b * kBlock; y < y1; ++y)
-                rowRuns(y, im.width, im.det.row(y), im.rms.row(y), im.state.row(y), im.threshold, im.absolute,
+            for (int y = b * kBlock; y < y1; ++y) {
+                const float* rm = im.rms.data ? im.rms.row(y) : rmBuf.data();
+                if (!im.rms.data) im.rmsSampler->row(y, nullptr, rmBuf.data());
+                rowRuns(y, im.width, im.det.row(y), rm, im.state.row(y), im.threshold, im.absolute,
                         above.data(), blocks[b]);
+            }
         }
     }
     std::size_t total = 0;
@@ -236,6 +267,8 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
         std::vector<float> ring(filtered ? static_cast<std::size_t>(n) * w : 0);
         std::vector<float> halo(filtered ? w : 0);
         std::vector<std::uint8_t> above(static_cast<std::size_t>(w) + 8);
+        // Scratch rows for the maps when they are evaluated from the sampler.
+        std::vector<float> lvBuf(in.sampler ? w : 0), rmBuf(in.sampler ? w : 0), rmRow(in.sampler ? w : 0);
         // Horizontal pass of one row: acc = 0; acc += k[j] * src(x + j - r), j = 0..n-1, taps outside
         // the row skipped (interior pixels: one tap at a time over the row, the same order per pixel).
         auto hconv = [&](const float* src, float* dst) {
@@ -270,9 +303,9 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
             auto& out = blocks[b];
             if (!filtered) {
                 for (int y = y0; y < y1; ++y) {
-                    prepareRow(in, y, sub.row(y), state.row(y));
-                    rowRuns(y, w, sub.row(y), bkg.rms.row(y), state.row(y), p.threshold,
-                            p.thresholdIsAbsolute, above.data(), out);
+                    prepareRow(in, y, sub.row(y), state.row(y), lvBuf.data(), rmBuf.data());
+                    rowRuns(y, w, sub.row(y), in.sampler ? rmBuf.data() : bkg.rms.row(y), state.row(y),
+                            p.threshold, p.thresholdIsAbsolute, above.data(), out);
                 }
                 continue;
             }
@@ -282,7 +315,7 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
                 for (; next <= need; ++next) {
                     const bool own = next >= y0 && next < y1;
                     float* src = own ? sub.row(next) : halo.data();
-                    prepareRow(in, next, src, own ? state.row(next) : nullptr);
+                    prepareRow(in, next, src, own ? state.row(next) : nullptr, lvBuf.data(), rmBuf.data());
                     hconv(src, ring.data() + static_cast<std::size_t>(next % n) * w);
                 }
                 // Vertical pass, rows y - r .. y + r in order.
@@ -297,7 +330,8 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
                     for (int x = 0; x < w; ++x)
                         dst[x] += kj * src[x];
                 }
-                rowRuns(y, w, dst, bkg.rms.row(y), state.row(y), p.threshold, p.thresholdIsAbsolute,
+                rowRuns(y, w, dst, in.sampler ? rmsRow(bkg, y, rmRow.data()) : bkg.rms.row(y), state.row(y),
+                        p.threshold, p.thresholdIsAbsolute,
                         above.data(), out);
             }
         }
@@ -352,8 +386,12 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     im.height = h;
     im.sub = sub.view();
     im.det = p.filter ? filtered.view() : sub.view();
-    im.rms = bkg.rms.view();
+    if (!bkg.rms.empty()) im.rms = bkg.rms.view();
+    else im.rmsSampler = bkg.sampler.get();
     im.state = state.view();
+    // The filtered image is read by deblending, measurement and cleaning only: freed before the
+    // segmentation map is made.
+    if (p.filter) im.releasableDet = &filtered;
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
     if (kernel2d) runs = thresholdRuns(im, threads);
@@ -464,6 +502,7 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
         objects.swap(kept);
         iso.swap(keptIso);
     }
+    if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
     ctx.report("detection", 0.75);
     ctx.checkCancelled();
 

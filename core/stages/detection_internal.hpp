@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/model/image.hpp"
+#include "core/stages/background.hpp"
 #include "core/stages/detection.hpp"
 
 namespace gpuphot {
@@ -41,13 +42,17 @@ struct DetectionImages {
     int width = 0, height = 0;
     ImageView sub; // background-subtracted, bad pixels 0
     ImageView det; // filtered sub (== sub without filter)
-    ImageView rms;
+    ImageView rms; // empty when rmsSampler gives the rms map
+    const BackgroundSampler* rmsSampler = nullptr;
     ImageViewT<std::uint8_t> state;
     double threshold = 0.0;
     bool absolute = false;
+    // Owner of det's pixels when detectFromRuns may free them once no step reads them (null: kept).
+    Image<float>* releasableDet = nullptr;
 
+    float rmsAt(int x, int y) const { return rms.data ? rms(x, y) : rmsSampler->rmsAt(x, y); }
     double thresholdAt(int x, int y) const {
-        return absolute ? threshold : threshold * static_cast<double>(rms(x, y));
+        return absolute ? threshold : threshold * static_cast<double>(rmsAt(x, y));
     }
     bool above(int x, int y) const {
         return !(state(x, y) & StateInvalid) && static_cast<double>(det(x, y)) > thresholdAt(x, y);

@@ -33,7 +33,7 @@ IsoMeasure measureIsophotal(const std::vector<Run>& runs, const DetectionImages&
         m.xMax = std::max(m.xMax, r.x1);
         const float* vrow = im.sub.row(r.y);
         const float* drow = im.det.row(r.y);
-        const float* rrow = im.rms.row(r.y);
+        const float* rrow = im.rms.data ? im.rms.row(r.y) : nullptr;
         const std::uint8_t* srow = im.state.row(r.y);
         const double dy = r.y - y0;
         for (std::int32_t x = r.x0; x <= r.x1; ++x) {
@@ -51,7 +51,7 @@ IsoMeasure measureIsophotal(const std::vector<Run>& runs, const DetectionImages&
             nxx += dx * dx;
             nyy += dy * dy;
             nxy += dx * dy;
-            const double rms = rrow[x];
+            const double rms = rrow ? rrow[x] : im.rmsSampler->rmsAt(x, r.y);
             var += rms * rms;
             if (p.gain > 0.0 && v > 0.0) var += v / p.gain;
             if (v > peak) peak = v;
@@ -170,7 +170,7 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
         double sw = 0.0, swx = 0.0, swy = 0.0, sex = 0.0, sey = 0.0;
         for (int yy = ya; yy <= yb; ++yy) {
             const float* vrow = im.sub.row(yy);
-            const float* rrow = im.rms.row(yy);
+            const float* rrow = im.rms.data ? im.rms.row(yy) : nullptr;
             const std::uint8_t* srow = im.state.row(yy);
             const std::int32_t* grow = seg.row(yy);
             const double dy = yy - y;
@@ -186,7 +186,8 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
                 sw += wv;
                 swx += wv * dx;
                 swy += wv * dy;
-                double var = static_cast<double>(rrow[xx]) * rrow[xx];
+                const float rv = rrow ? rrow[xx] : im.rmsSampler->rmsAt(xx, yy);
+                double var = static_cast<double>(rv) * rv;
                 if (p.gain > 0.0 && v > 0.0) var += v / p.gain;
                 sex += wt * wt * var * dx * dx;
                 sey += wt * wt * var * dy * dy;

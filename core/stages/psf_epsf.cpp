@@ -12,11 +12,13 @@ namespace gpuphot {
 
 double PsfFrame::level(int x, int y) const {
     if (bkg == nullptr) return 0.0;
+    if (bkg->level.empty() && bkg->sampler) return bkg->sampler->levelAt(x, y); // maps on demand, same pixels
     return bkg->level.empty() ? bkg->globalLevel : static_cast<double>(bkg->level(x, y));
 }
 
 double PsfFrame::rms(int x, int y) const {
     if (bkg == nullptr) return 0.0;
+    if (bkg->rms.empty() && bkg->sampler) return bkg->sampler->rmsAt(x, y);
     return bkg->rms.empty() ? bkg->globalRms : static_cast<double>(bkg->rms(x, y));
 }
 

@@ -168,7 +168,16 @@ ParseResult parseHeader(const Header& header) {
         if (w->naxis > 2) cdfix(w);
         datfix(w);
         unitfix(1, w);
-        celfix(w);
+        // celfix only translates AIPS NCP/GLS; on any other header it merely runs wcsset, and when that
+        // fails WCSLIB 7.12 leaks the error message (found by tests/fuzz/fuzz_header_wcs, e.g. CTYPE2 =
+        // 'DEC-2-TAN'). wcsset below reports the same error without the leak.
+        bool aipsCelestial = false;
+        for (int k = 0; k < w->naxis; ++k) {
+            const std::string ct = trimmed(w->ctype[k], 72);
+            aipsCelestial = aipsCelestial || (ct.size() > 4 && (ct.compare(ct.size() - 4, 4, "-NCP") == 0 ||
+                                                                ct.compare(ct.size() - 4, 4, "-GLS") == 0));
+        }
+        if (aipsCelestial) celfix(w);
         spcfix(w);
         const int status = wcsset(w);
         if (status != 0) {

@@ -1,0 +1,736 @@
+// Many frames: shared reduce options, input expansion, one warm pipeline, and the local batch runner.
+#include "app/cli/batch.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fnmatch.h>
+#include <fstream>
+#include <glob.h>
+#include <iostream>
+#include <mutex>
+#include <poll.h>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/catalog/tycho2_index.hpp"
+#include "core/io/fits_image.hpp"
+#include "core/io/target_list.hpp"
+#include "core/pipeline/device_registry.hpp"
+#include "core/pipeline/frame_status.hpp"
+#include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/pointing.hpp"
+#include "core/pipeline/reduce.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
+
+namespace gpuphot::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> splitList(const std::vector<std::string>& items) {
+    std::vector<std::string> out;
+    for (const auto& item : items) {
+        std::stringstream ss(item);
+        std::string part;
+        while (std::getline(ss, part, ','))
+            if (!part.empty()) out.push_back(part);
+    }
+    return out;
+}
+
+// The Tycho-2 stars around a frame: centre and radius from its header WCS (half diagonal + 10%), or from
+// its pointing keywords when the WCS is missing or ignored (radius: the astrometric search radius plus
+// the half diagonal at the largest scale searched).
+ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro, const std::vector<std::string>& files) {
+    const Header h = readHeader(path, ro.read.hdu);
+    long long w = 0, hgt = 0;
+    for (const HduSummary& s : listHdus(path))
+        if (s.type == "IMAGE" && s.axes.size() == 2 &&
+            (ro.read.hdu.empty() ? true : (ro.read.hdu == std::to_string(s.index) || ro.read.hdu == s.extname))) {
+            w = s.axes[0];
+            hgt = s.axes[1];
+            break;
+        }
+    if (w <= 0 || hgt <= 0) return {};
+    const double halfDiag = 0.5 * std::hypot(static_cast<double>(w), static_cast<double>(hgt));
+    std::optional<Wcs> wcs;
+    if (!ro.ignoreHeaderWcs) {
+        try {
+            wcs = Wcs::tryFromHeader(h);
+        } catch (const InvalidInput&) {
+        }
+    }
+    if (wcs) {
+        const auto [ra, dec] = wcs->pixelToWorld(0.5 * (w - 1), 0.5 * (hgt - 1));
+        const double scale = wcs->pixelScaleArcsec(0.5 * (w - 1), 0.5 * (hgt - 1));
+        if (std::isfinite(ra) && std::isfinite(dec) && scale > 0)
+            return loadTycho2Region(ra, dec, 1.1 * halfDiag * scale / 3600.0 + 0.05, files);
+    }
+    const auto p = framePointing(h);
+    if (!p) return {};
+    const double radius = ro.config.astrometry.searchRadiusDeg + halfDiag * ro.config.astrometry.scaleHigh / 3600.0;
+    return loadTycho2Region(p->ra, p->dec, std::min(radius, 30.0), files);
+}
+
+bool isFitsName(const std::string& name) {
+    std::string n = name;
+    for (const char* z : {".gz", ".fz"})
+        if (n.size() > 3 && n.compare(n.size() - 3, 3, z) == 0) n.resize(n.size() - 3);
+    for (const char* ext : {".fits", ".fit", ".fts", ".FITS", ".FIT", ".FTS"}) {
+        const std::size_t l = std::strlen(ext);
+        if (n.size() > l && n.compare(n.size() - l, l, ext) == 0) return true;
+    }
+    return name.size() > 3 && name.compare(name.size() - 3, 3, ".fz") == 0;
+}
+
+bool hasGlobChars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::vector<std::string> readListFile(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw InvalidInput("list file " + path + ": cannot be read");
+    const fs::path base = fs::path(path).parent_path();
+    std::vector<std::string> out;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+        const auto b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+        if (b == std::string::npos) continue;
+        line = line.substr(b, e - b + 1);
+        out.push_back(fs::path(line).is_absolute() || base.empty() ? line : (base / line).string());
+    }
+    return out;
+}
+
+std::vector<std::string> directoryFrames(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.is_regular_file() && isFitsName(e.path().filename().string())) out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+int exitCodeFor(const std::exception& e) {
+    if (dynamic_cast<const InvalidInput*>(&e)) return 2;
+    if (dynamic_cast<const IoError*>(&e)) return 3;
+    return 1;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+std::string num(const nlohmann::json& j, const char* key, const char* f) {
+    return j.contains(key) && j[key].is_number() ? fmt(f, j[key].get<double>()) : "-";
+}
+
+std::string clock(double s) {
+    if (!std::isfinite(s) || s < 0) return "--:--";
+    const long t = std::lround(s);
+    char buf[32];
+    if (t >= 3600)
+        std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else
+        std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+// Progress on stderr: a bar rewritten with \r on a TTY, else one line per frame on stdout.
+class Progress {
+public:
+    Progress(std::size_t total, bool tty, int verbosity)
+        : m_total(total), m_tty(tty), m_verbosity(verbosity), m_start(std::chrono::steady_clock::now()) {}
+
+    void frameDone(const nlohmann::json& line) {
+        ++m_done;
+        const std::string status = line.value("status", "");
+        if (m_tty) clearBar();
+        if (status == "failed") {
+            std::fprintf(stderr, "gpuphot: error: %s\n", describeStatus(line).c_str());
+        } else if (m_verbosity > 0 && !m_tty) {
+            std::printf("%s\n", describeStatus(line).c_str());
+            std::fflush(stdout);
+        }
+        if (line.contains("warnings") && line["warnings"].is_array())
+            for (const auto& w : line["warnings"])
+                if (w.is_string())
+                    std::fprintf(stderr, "gpuphot: warning: %s: %s\n", line.value("frame", "").c_str(),
+                                 w.get<std::string>().c_str());
+        if (m_tty) drawBar();
+    }
+    void start() {
+        if (m_tty) drawBar();
+    }
+    void finish() {
+        if (m_tty) clearBar();
+    }
+    double elapsed() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    }
+
+private:
+    void clearBar() { std::fprintf(stderr, "\r%79s\r", ""); }
+    void drawBar() {
+        const double t = elapsed();
+        const double rate = t > 0 ? m_done / t : 0.0;
+        const double eta = rate > 0 ? (m_total - m_done) / rate : NAN;
+        constexpr int width = 30;
+        const int filled = m_total ? static_cast<int>(width * m_done / m_total) : width;
+        std::string bar(filled, '#');
+        bar.resize(width, '.');
+        std::fprintf(stderr, "\r[%s] %zu/%zu  %.2f frames/s  ETA %s ", bar.c_str(), m_done, m_total, rate,
+                     clock(eta).c_str());
+        std::fflush(stderr);
+    }
+
+    std::size_t m_total, m_done = 0;
+    bool m_tty;
+    int m_verbosity;
+    std::chrono::steady_clock::time_point m_start;
+};
+
+// A child process of this binary in `reduce --batch-child` mode.
+struct Child {
+    pid_t pid = -1;
+    int in = -1;  // its stdin (we write frame paths)
+    int out = -1; // its stdout (we read status lines)
+    std::string buffer;
+    long frame = -1; // index of the frame it is reducing, -1 idle
+    bool ready = false; // it has set up its pipeline (sent {"ready": true})
+    std::string gpu; // CUDA_VISIBLE_DEVICES for it ("" : inherit)
+};
+
+std::string selfExe() {
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) throw IoError(std::string("/proc/self/exe: cannot resolve this program's path: ") + std::strerror(errno));
+    buf[n] = '\0';
+    return buf;
+}
+
+void spawnChild(Child& c, const std::string& exe, const std::vector<std::string>& args) {
+    int toChild[2], fromChild[2];
+    if (::pipe2(toChild, O_CLOEXEC) != 0) throw IoError(std::string("batch: pipe: ") + std::strerror(errno));
+    if (::pipe2(fromChild, O_CLOEXEC) != 0) {
+        ::close(toChild[0]);
+        ::close(toChild[1]);
+        throw IoError(std::string("batch: pipe: ") + std::strerror(errno));
+    }
+    std::vector<std::string> argv = {exe, "reduce", "--batch-child"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw IoError(std::string("batch: fork: ") + std::strerror(errno));
+    if (pid == 0) {
+        ::dup2(toChild[0], STDIN_FILENO);
+        ::dup2(fromChild[1], STDOUT_FILENO);
+        if (!c.gpu.empty()) ::setenv("CUDA_VISIBLE_DEVICES", c.gpu.c_str(), 1);
+        ::execv(exe.c_str(), cargv.data());
+        _exit(127);
+    }
+    ::close(toChild[0]);
+    ::close(fromChild[1]);
+    c.pid = pid;
+    c.in = toChild[1];
+    c.out = fromChild[0];
+    c.buffer.clear();
+    c.frame = -1;
+    c.ready = false;
+}
+
+std::string describeWaitStatus(int status) {
+    if (WIFSIGNALED(status)) {
+        const int sig = WTERMSIG(status);
+        const char* name = ::strsignal(sig);
+        return "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+    }
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    return "ended";
+}
+
+void closeChild(Child& c) {
+    if (c.in >= 0) ::close(c.in);
+    if (c.out >= 0) ::close(c.out);
+    c.in = c.out = -1;
+}
+
+bool writeAll(int fd, const std::string& text) {
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+// The GPUs children are spread over: CUDA_VISIBLE_DEVICES entries, else 0..n-1 of the listed devices.
+std::vector<std::string> visibleGpus() {
+    const auto devices = listCudaDevices();
+    std::vector<std::string> out;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+        std::stringstream ss(v);
+        std::string part;
+        while (std::getline(ss, part, ','))
+            if (!part.empty()) out.push_back(part);
+        if (out.size() > devices.size()) out.resize(devices.size());
+    } else {
+        for (std::size_t i = 0; i < devices.size(); ++i) out.push_back(std::to_string(i));
+    }
+    return out;
+}
+
+// Runs the frames not skipped through N children; fills `results` (one line per frame index).
+void runChildren(const std::vector<std::string>& frames, const std::vector<std::size_t>& todo, int jobs,
+                 const std::vector<std::string>& gpus, std::vector<std::string> args,
+                 std::vector<nlohmann::json>& results, Progress& progress, const std::string& jsonl) {
+    const std::string exe = selfExe();
+    struct sigaction ignore {}, oldPipe{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &oldPipe);
+    std::vector<Child> children(static_cast<std::size_t>(std::min<std::size_t>(jobs, todo.size())));
+    for (std::size_t i = 0; i < children.size(); ++i) {
+        if (!gpus.empty()) children[i].gpu = gpus[i % gpus.size()];
+        spawnChild(children[i], exe, args);
+    }
+    std::size_t next = 0, finished = 0;
+    std::size_t restarts = 0;
+    auto record = [&](std::size_t index, nlohmann::json line) {
+        results[index] = std::move(line);
+        if (!jsonl.empty()) appendJsonLine(jsonl, results[index]);
+        progress.frameDone(results[index]);
+        ++finished;
+    };
+    auto dispatch = [&](Child& c) {
+        while (c.pid > 0 && c.frame < 0 && next < todo.size()) {
+            const std::size_t index = todo[next++];
+            c.frame = static_cast<long>(index);
+            if (!writeAll(c.in, frames[index] + "\n")) return; // it died: seen as EOF on its stdout
+        }
+    };
+    for (auto& c : children) dispatch(c);
+    while (finished < todo.size()) {
+        std::vector<pollfd> fds;
+        std::vector<Child*> owners;
+        for (auto& c : children)
+            if (c.pid > 0) {
+                fds.push_back({c.out, POLLIN, 0});
+                owners.push_back(&c);
+            }
+        if (fds.empty()) throw IoError("batch: no worker process left");
+        const int n = ::poll(fds.data(), fds.size(), 1000);
+        if (n < 0 && errno != EINTR) throw IoError(std::string("batch: poll: ") + std::strerror(errno));
+        for (std::size_t k = 0; k < fds.size(); ++k) {
+            if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            Child& c = *owners[k];
+            char buf[65536];
+            const ssize_t got = ::read(c.out, buf, sizeof buf);
+            if (got < 0 && errno == EINTR) continue;
+            if (got > 0) {
+                c.buffer.append(buf, static_cast<std::size_t>(got));
+                std::size_t nl;
+                while ((nl = c.buffer.find('\n')) != std::string::npos) {
+                    const std::string text = c.buffer.substr(0, nl);
+                    c.buffer.erase(0, nl + 1);
+                    nlohmann::json line;
+                    try {
+                        line = nlohmann::json::parse(text);
+                    } catch (const std::exception&) {
+                        continue; // not a status line
+                    }
+                    if (!line.is_object()) continue;
+                    if (line.contains("ready")) {
+                        c.ready = true;
+                        continue;
+                    }
+                    if (c.frame < 0) continue;
+                    const auto index = static_cast<std::size_t>(c.frame);
+                    c.frame = -1;
+                    line["frame"] = frames[index];
+                    record(index, std::move(line));
+                }
+                dispatch(c);
+                continue;
+            }
+            // EOF: the child ended; the frame it held failed. Start another when work remains.
+            closeChild(c);
+            int status = 0;
+            ::waitpid(c.pid, &status, 0);
+            c.pid = -1;
+            if (!c.ready) // it could not even set up (bad options, unreadable reference): its error is above
+                throw IoError("batch: a worker process " + describeWaitStatus(status) +
+                              " before it was ready (see its error above)");
+            if (c.frame >= 0) {
+                const auto index = static_cast<std::size_t>(c.frame);
+                c.frame = -1;
+                record(index, frameStatusFailed(frames[index],
+                                                "worker process " + describeWaitStatus(status) +
+                                                    " while reducing this frame",
+                                                1));
+            }
+            if (next < todo.size()) {
+                if (++restarts > todo.size() + children.size())
+                    throw IoError("batch: worker processes keep dying (" + describeWaitStatus(status) + ")");
+                spawnChild(c, exe, args);
+                dispatch(c);
+            }
+        }
+    }
+    for (auto& c : children) {
+        if (c.pid <= 0) continue;
+        closeChild(c); // end of input: the child returns
+        int status = 0;
+        ::waitpid(c.pid, &status, 0);
+    }
+    ::sigaction(SIGPIPE, &oldPipe, nullptr);
+}
+
+} // namespace
+
+void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
+    addCommonOptions(sub, o.common);
+    addPrepareOptions(sub, o.prepare);
+    sub.add_option("--hdu", o.hdu, "HDU by 0-based number or EXTNAME (default: first image with data)");
+    sub.add_option("--formats", o.formats, "Extra catalog formats: ecsv,csv,reg")->delimiter(',');
+    sub.add_option("--maps", o.maps, "Maps to write: bkg,rms,seg,psf,resid")->delimiter(',');
+    sub.add_option("--gain", o.gain, "Gain in e-/ADU (overrides the header)");
+    sub.add_option("--rdnoise", o.readNoise, "Read noise in e- (overrides the header)");
+    sub.add_option("--saturation", o.saturation, "Saturation level in ADU (overrides the header)");
+    sub.add_option("--exptime", o.exptime, "Exposure time in s (overrides the header)");
+    sub.add_option("--threshold", o.threshold, "Detection threshold in background sigma (DETECT_THRESH)");
+    sub.add_option("--minarea", o.minArea, "Minimum object area in pixels (DETECT_MINAREA)");
+    sub.add_option("--aper", o.radii, "Aperture radii in pixels (or FWHM multiples with aperture.radiiInFwhm)")
+        ->delimiter(',');
+    sub.add_flag("--no-tycho2", o.noTycho2,
+                 "Without --ref, do not calibrate against Tycho-2 (astrometry-data-tycho2 index files)");
+    sub.add_option("--ref", o.reference, "Reference catalog (FITS table or CSV) for crossmatch and zero point");
+    sub.add_option("--ref-columns", o.refColumns,
+                   "Reference column map, e.g. ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");
+    sub.add_option("--targets", o.targets,
+                   "Forced photometry at these RA/Dec (FITS table, ECSV or CSV; columns ra, dec in degrees or "
+                   "sexagesimal, optional name) -> STEM.targets.fits");
+    sub.add_flag("--write-solved", o.writeSolved,
+                 "Write STEM.solved.fits: the frame with the fitted WCS in its header (needs a verified fit)");
+    sub.add_flag("--ignore-header-wcs", o.ignoreHeaderWcs,
+                 "Solve as if the header had no WCS (blind, from the pointing keywords)");
+    sub.add_option("--scale-low", o.scaleLow, "Lowest pixel scale searched by a blind solve (arcsec/px)");
+    sub.add_option("--scale-high", o.scaleHigh, "Highest pixel scale searched by a blind solve (arcsec/px)");
+}
+
+ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
+    PipelineConfig config = loadConfig(o.common);
+    if (o.gain) config.instrument.gain = o.gain;
+    if (o.readNoise) config.instrument.readNoise = o.readNoise;
+    if (o.saturation) config.instrument.saturation = o.saturation;
+    if (o.exptime) config.instrument.exptime = o.exptime;
+    if (o.threshold) config.detection.threshold = *o.threshold;
+    if (o.minArea) config.detection.minArea = *o.minArea;
+    if (!o.radii.empty()) config.aperture.radii = o.radii;
+    if (o.scaleLow) config.astrometry.scaleLow = *o.scaleLow;
+    if (o.scaleHigh) config.astrometry.scaleHigh = *o.scaleHigh;
+    if (!(config.astrometry.scaleLow > 0.0) || !(config.astrometry.scaleHigh >= config.astrometry.scaleLow) ||
+        !std::isfinite(config.astrometry.scaleHigh))
+        throw InvalidInput("reduce: --scale-low/--scale-high must satisfy 0 < low <= high (arcsec/px), got " +
+                           std::to_string(config.astrometry.scaleLow) + " and " +
+                           std::to_string(config.astrometry.scaleHigh));
+    ReduceOptions ro;
+    ro.read.hdu = o.hdu;
+    ro.config = config;
+    ro.output.outdir = o.common.outdir;
+    ro.output.formats = splitList(o.formats);
+    ro.output.maps = splitList(o.maps);
+    ro.output.writeSolved = o.writeSolved;
+    ro.ignoreHeaderWcs = o.ignoreHeaderWcs;
+    validateOutputOptions(ro.output);
+    applyPrepareOptions(o.prepare, ro);
+    return ro;
+}
+
+struct FrameReducer::State {
+    ReduceOptions options;
+    ReferenceCatalog reference;
+    TargetList targets;
+    std::vector<std::string> tycho2Files;
+    RunContext ctx;
+    int verbosity = 1;
+};
+
+FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique<State>()) {
+    State& s = *m_state;
+    s.verbosity = o.common.verbosity;
+    s.options = toReduceOptions(o);
+    if (!o.targets.empty()) {
+        s.targets = readTargetList(o.targets);
+        s.options.targets = &s.targets;
+        if (s.verbosity > 1) std::printf("targets %s: %zu positions\n", o.targets.c_str(), s.targets.size());
+    }
+    if (o.writeSolved && o.reference.empty() && s.verbosity > 0)
+        std::fprintf(stderr, "gpuphot: note: --write-solved needs --ref REFCAT to fit a WCS against\n");
+    // Without --ref: Tycho-2 from Debian's astrometry-data-tycho2 index files, cut per frame.
+    const char* noTycho2Env = std::getenv("GPUPHOT_NO_TYCHO2");
+    if (o.reference.empty() && !o.noTycho2 && !(noTycho2Env && *noTycho2Env)) s.tycho2Files = findTycho2IndexFiles();
+    if (!o.reference.empty()) {
+        s.reference = readReferenceCatalog(o.reference, parseRefColumnMap(o.refColumns));
+        s.options.reference = &s.reference;
+        if (s.verbosity > 1)
+            std::printf("reference %s: %zu stars (%zu rows skipped: NaN position or magnitude)\n", o.reference.c_str(),
+                        s.reference.size(), s.reference.skippedNonFinite);
+    } else if (!s.tycho2Files.empty()) {
+        if (s.verbosity > 0)
+            std::fprintf(stderr, "gpuphot: note: no --ref: calibrating against Tycho-2 (%zu index files of "
+                                 "astrometry-data-tycho2; --no-tycho2 to skip)\n", s.tycho2Files.size());
+    } else if (s.verbosity > 0) {
+        std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
+                             "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
+    }
+    s.ctx = makeRunContext(o.common);
+}
+
+FrameReducer::~FrameReducer() = default;
+
+const ReduceOptions& FrameReducer::options() const { return m_state->options; }
+RunContext& FrameReducer::context() { return m_state->ctx; }
+
+nlohmann::json FrameReducer::process(const std::string& frame, bool force) {
+    State& s = *m_state;
+    try {
+        if (!force && outputsComplete(frame, s.options.output))
+            return frameStatusSkipped(frame, reportPath(frame, s.options.output));
+        ReduceOptions ro = s.options;
+        ReferenceCatalog tycho2;
+        if (!s.tycho2Files.empty()) {
+            tycho2 = tycho2ForFrame(frame, ro, s.tycho2Files);
+            ro.reference = tycho2.size() ? &tycho2 : nullptr;
+            if (!ro.reference && s.verbosity > 0)
+                std::fprintf(stderr, "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
+                                     "keywords, or none in the field): no calibration\n", frame.c_str());
+        }
+        s.ctx.records.clear();
+        const ReduceSummary summary = reduceFrame(frame, ro, s.ctx);
+        return frameStatusOk(summary);
+    } catch (const Cancelled&) {
+        throw;
+    } catch (const std::exception& e) {
+        return frameStatusFailed(frame, e.what(), exitCodeFor(e));
+    }
+}
+
+std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args, const std::string& listFile) {
+    std::vector<std::string> raw;
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    auto add = [&](const std::string& p) {
+        if (seen.insert(p).second) out.push_back(p);
+    };
+    std::function<void(const std::string&)> expand = [&](const std::string& a) {
+        std::error_code ec;
+        if (a.size() > 1 && a[0] == '@') {
+            for (const auto& p : readListFile(a.substr(1))) expand(p);
+        } else if (fs::is_directory(a, ec)) {
+            for (const auto& p : directoryFrames(a)) add(p);
+        } else if (!fs::exists(a, ec) && hasGlobChars(a) && a.back() != ']') {
+            glob_t g{};
+            const int rc = ::glob(a.c_str(), 0, nullptr, &g);
+            std::vector<std::string> matches;
+            if (rc == 0)
+                for (std::size_t i = 0; i < g.gl_pathc; ++i) matches.push_back(g.gl_pathv[i]);
+            ::globfree(&g);
+            if (matches.empty()) throw InvalidInput("reduce: '" + a + "' matches no file");
+            for (const auto& m : matches) add(m); // glob(3) sorts
+        } else {
+            add(a); // a file, or file.fits[EXT]; reduceFrame reports a missing one
+        }
+    };
+    for (const auto& a : args) expand(a);
+    if (!listFile.empty())
+        for (const auto& p : readListFile(listFile)) expand(p);
+    return out;
+}
+
+std::vector<std::string> reproduceArgs(const CLI::App& sub, const std::set<std::string>& exclude) {
+    std::vector<std::string> out;
+    for (const CLI::Option* opt : sub.get_options()) {
+        if (!opt->nonpositional() || opt->count() == 0) continue;
+        bool skip = false;
+        for (const auto& n : opt->get_lnames()) skip |= exclude.count("--" + n) > 0;
+        for (const auto& n : opt->get_snames()) skip |= exclude.count("-" + n) > 0;
+        if (skip || opt->get_name() == "--help" || opt->get_name() == "-h") continue;
+        const std::string name = opt->get_lnames().empty() ? "-" + opt->get_snames().front() : "--" + opt->get_lnames().front();
+        if (opt->get_type_size_max() == 0) {
+            for (std::size_t i = 0; i < opt->count(); ++i) out.push_back(name);
+        } else {
+            for (const auto& r : opt->results()) out.push_back(name + "=" + r);
+        }
+    }
+    return out;
+}
+
+std::string describeStatus(const nlohmann::json& j) {
+    const std::string frame = j.value("frame", "");
+    const std::string status = j.value("status", "");
+    if (status == "failed") {
+        const std::string error = j.value("error", std::string("failed"));
+        return error.find(frame) != std::string::npos ? error : frame + ": " + error;
+    }
+    if (status == "skipped") return frame + ": skipped (outputs complete: " + j.value("report", std::string()) + ")";
+    std::string s = frame + ": " + std::to_string(j.value("sources", 0)) + " sources, FWHM " + num(j, "fwhm", "%.2f") + " px";
+    if (j.contains("zp") && j["zp"].is_number())
+        s += ", zp " + num(j, "zp", "%.4f") + " +- " + num(j, "zp_err", "%.4f") + " (" +
+             std::to_string(j.value("matched", 0)) + " matched)";
+    if (j.contains("astrometric_rms_arcsec") && j["astrometric_rms_arcsec"].is_number())
+        s += ", astrometric rms " + num(j, "astrometric_rms_arcsec", "%.3f") + "\"";
+    s += ", " + num(j, "seconds", "%.2f") + " s";
+    if (j.contains("outputs") && j["outputs"].is_object() && j["outputs"].contains("catalog"))
+        s += " -> " + j["outputs"]["catalog"].get<std::string>();
+    return s;
+}
+
+void printSummaryTable(std::FILE* out, const std::vector<nlohmann::json>& lines, double wallSeconds) {
+    std::size_t width = 5;
+    for (const auto& j : lines) width = std::max(width, fs::path(j.value("frame", "")).filename().string().size());
+    width = std::min<std::size_t>(width, 48);
+    std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), "frame", "status", "sources",
+                 "FWHM", "zp", "rms\"", "seconds");
+    std::size_t ok = 0, skipped = 0, failed = 0, uncal = 0, sources = 0;
+    double busy = 0.0;
+    for (const auto& j : lines) {
+        const std::string status = j.value("status", "");
+        ok += status == "ok";
+        skipped += status == "skipped";
+        failed += status == "failed";
+        uncal += status == "ok" && j.value("calibration_failed", false);
+        if (status == "ok") sources += j.value("sources", std::size_t{0});
+        if (j.contains("seconds") && j["seconds"].is_number()) busy += j["seconds"].get<double>();
+        std::string name = fs::path(j.value("frame", "")).filename().string();
+        if (name.size() > width) name = "..." + name.substr(name.size() - width + 3);
+        const bool measured = status == "ok";
+        std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), name.c_str(), status.c_str(),
+                     measured ? std::to_string(j.value("sources", 0)).c_str() : "-",
+                     measured ? num(j, "fwhm", "%.2f").c_str() : "-", measured ? num(j, "zp", "%.4f").c_str() : "-",
+                     measured ? num(j, "astrometric_rms_arcsec", "%.3f").c_str() : "-",
+                     measured ? num(j, "seconds", "%.2f").c_str() : "-");
+    }
+    std::fprintf(out, "%zu frames: %zu ok, %zu skipped, %zu failed", lines.size(), ok, skipped, failed);
+    if (uncal) std::fprintf(out, " (%zu not calibrated)", uncal);
+    std::fprintf(out, "; %zu sources; %.2f s reducing, %.2f s wall", sources, busy, wallSeconds);
+    if (wallSeconds > 0 && ok) std::fprintf(out, ", %.2f frames/s", ok / wallSeconds);
+    std::fprintf(out, "\n");
+}
+
+int batchExitStatus(const std::vector<nlohmann::json>& lines) {
+    bool uncal = false;
+    for (const auto& j : lines) {
+        if (j.value("status", "") == "failed") return 1;
+        uncal |= j.value("status", "") == "ok" && j.value("calibration_failed", false);
+    }
+    return uncal ? 4 : 0;
+}
+
+int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, const BatchOptions& b) {
+    if (frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ...)");
+    const ReduceOptions ro = toReduceOptions(o); // validates the options before anything runs
+    const std::string jsonl = !b.jsonl.empty() ? b.jsonl
+                              : frames.size() > 1 ? (fs::path(o.common.outdir) / "gpuphot.jsonl").string()
+                                                  : std::string();
+    const bool tty = stderrIsTty() && o.common.verbosity > 0;
+    // Complete frames are skipped in batch use (several frames, or --jsonl as a Slurm array element runs
+    // it); a plain `gpuphot reduce FRAME` always reduces (the skip rule does not see changed parameters).
+    const bool force = b.force || (frames.size() == 1 && b.jsonl.empty());
+
+    // Workers: -j N, else one per visible GPU with the CUDA backend, else one (in this process).
+    const Backend backend = resolveBackend(parseBackend(o.common.backend));
+    std::vector<std::string> gpus;
+    if (backend == Backend::Cuda) gpus = visibleGpus();
+    int jobs = b.jobs > 0 ? b.jobs : std::max<int>(1, static_cast<int>(gpus.size()));
+    const bool inProcess = frames.size() == 1 || (b.jobs <= 0 && jobs == 1);
+    if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size()) gpus.resize(jobs);
+
+    std::vector<nlohmann::json> results(frames.size());
+    Progress progress(frames.size(), tty && frames.size() > 1, o.common.verbosity);
+    progress.start();
+    if (inProcess) {
+        FrameReducer reducer(o);
+        std::mutex progressMutex;
+        if (tty && frames.size() == 1)
+            reducer.context().progress = [&](const std::string& stage, double fraction) {
+                std::lock_guard lock(progressMutex);
+                std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(), static_cast<int>(fraction * 100 + 0.5));
+                std::fflush(stderr);
+            };
+        for (std::size_t i = 0; i < frames.size(); ++i) {
+            results[i] = reducer.process(frames[i], force);
+            if (tty && frames.size() == 1) std::fprintf(stderr, "\r%40s\r", "");
+            if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
+            progress.frameDone(results[i]);
+            if (frames.size() == 1 && o.common.verbosity > 1 && results[i].value("status", "") == "ok")
+                for (const auto& st : reducer.context().records)
+                    std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
+        }
+    } else {
+        // Skipped frames are decided here; the rest go to the children.
+        std::vector<std::size_t> todo;
+        for (std::size_t i = 0; i < frames.size(); ++i) {
+            if (!force && outputsComplete(frames[i], ro.output)) {
+                results[i] = frameStatusSkipped(frames[i], reportPath(frames[i], ro.output));
+                if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
+                progress.frameDone(results[i]);
+            } else {
+                todo.push_back(i);
+            }
+        }
+        std::vector<std::string> args = b.childArgs;
+        if (!b.threadsGiven && backend == Backend::Cpu) {
+            const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+            args.push_back("--threads=" + std::to_string(std::max(1, cores / jobs)));
+        }
+        args.push_back("-q");
+        if (!todo.empty()) runChildren(frames, todo, jobs, gpus, args, results, progress, jsonl);
+    }
+    progress.finish();
+    if (frames.size() > 1 && o.common.verbosity > 0) printSummaryTable(stdout, results, progress.elapsed());
+    if (frames.size() == 1 && results[0].value("status", "") == "failed") return results[0].value("exit_code", 1);
+    return batchExitStatus(results);
+}
+
+int runBatchChild(const ReduceCliOptions& o) {
+    // Status lines go to the parent on the original stdout; anything else printed goes to stderr.
+    const int protocol = ::dup(STDOUT_FILENO);
+    if (protocol < 0) throw IoError(std::string("batch child: dup: ") + std::strerror(errno));
+    std::fflush(stdout);
+    ::dup2(STDERR_FILENO, STDOUT_FILENO);
+    FrameReducer reducer(o);
+    if (!writeAll(protocol, "{\"ready\": true}\n")) return 1;
+    // Test hook: abort (as a crash would) on a frame whose file name contains this text.
+    const char* crashOn = std::getenv("GPUPHOT_TEST_BATCH_CHILD_ABORT_ON");
+    std::string frame;
+    while (std::getline(std::cin, frame)) {
+        if (frame.empty()) continue;
+        if (crashOn && *crashOn && fs::path(frame).filename().string().find(crashOn) != std::string::npos)
+            std::abort();
+        const nlohmann::json line = reducer.process(frame, true);
+        std::fflush(stdout);
+        if (!writeAll(protocol, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) break;
+    }
+    ::close(protocol);
+    return 0;
+}
+
+} // namespace gpuphot::cli

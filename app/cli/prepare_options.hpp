@@ -1,0 +1,30 @@
+#pragma once
+// The frame-preparation options of `gpuphot reduce` (and everything that shares the reduce options):
+// --bias --dark --flat --bpm (master frames and a bad-pixel mask, loaded once for every frame),
+// --no-overscan, --cosmics, --salt-pepper, --bayer lum|r|g|b|none. They override config "prepare".
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace gpuphot {
+struct ReduceOptions;
+}
+
+namespace gpuphot::cli {
+
+struct PrepareCliOptions {
+    std::string bias, dark, flat, bpm; // paths ("" : none)
+    bool noOverscan = false;
+    bool cosmics = false;
+    bool saltPepper = false;
+    std::string bayer;                 // "" : as configured
+};
+
+void addPrepareOptions(CLI::App& sub, PrepareCliOptions& o);
+// Applies the options to ro.config.prepare and loads the masters (ro.prepare / ro.prepareStorage).
+// Throws IoError / InvalidInput naming the file.
+void applyPrepareOptions(const PrepareCliOptions& o, ReduceOptions& ro);
+
+} // namespace gpuphot::cli
