@@ -1,7 +1,9 @@
 #pragma once
 // The cuda:: stage implementations registered in core's CudaStageTable (kernels/register.cu). Each has
 // the exact signature of its cpu:: counterpart and gives the same answer (tests/kernels).
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/model/image.hpp"
 
@@ -14,6 +16,11 @@ struct DetectionResult;
 struct ApertureParams;
 struct ApertureResult;
 struct Sources;
+class Wcs;
+struct ReferenceCatalog;
+struct CrossmatchParams;
+struct CrossmatchResult;
+struct PrepareCalibration;
 } // namespace gpuphot
 
 namespace gpuphot::cuda {
@@ -35,5 +42,41 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
                                 double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
+
+// Crossmatch (kernels/crossmatch.cu): the grid-hash candidate search on the device, bitwise equal to
+// cpu::crossmatch. crossmatch() is the registered entry: below the measured crossover (below) it calls
+// cpu::crossmatch, and it falls back to it when the device is out of memory; crossmatchGpu() always uses
+// the device (tests, benchmarks).
+CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
+                            RunContext& ctx);
+CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                               const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
+                               RunContext& ctx);
+// When crossmatch() uses the device: reference catalog rows >= minRefsAlone, or rows >= minRefs and
+// sources >= minSources. The defaults are the crossover measured on an H200 with 16 host threads
+// (docs/BENCHMARKS.md, "GPU crossmatch crossover"): the device's grid search replaces the k-d tree, the
+// cone cut and the WCSLIB projection stay on the host in both.
+struct CrossmatchCrossover {
+    std::size_t minSources = 10000;
+    std::size_t minRefs = 100000;
+    std::size_t minRefsAlone = 500000;
+};
+CrossmatchCrossover crossmatchCrossover();
+void setCrossmatchCrossover(const CrossmatchCrossover& c);
+bool crossmatchUsesDevice(std::size_t nSources, std::size_t nRefs);
+// Diagnostics of the last crossmatchGpu call: candidates found on the device, and how many of their
+// device separations differed in any bit from the CPU formula's (those are recomputed on the host).
+std::size_t crossmatchLastCandidates();
+std::size_t crossmatchLastSeparationMismatches();
+
+// Frame preparation (kernels/prepare.cu): prepareFrame's per-pixel calibration on the device, masters
+// resident in the DeviceContext, the result kept as its frame cache (cal.keepOnDevice). Returns the pixels
+// newly set MaskBad.
+std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
+                             RunContext& ctx);
+// Master uploads so far (tests: resident masters are not uploaded again) and the last kernel's time.
+std::uint64_t prepareMasterUploads();
+double prepareKernelMilliseconds();
 
 } // namespace gpuphot::cuda

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
@@ -71,6 +72,7 @@ struct DeviceContext::Impl {
     DeviceBuffer<float> level, rms;
     std::vector<PinnedBuffer<unsigned char>> pinned;
     std::size_t defaultBudget = 0;
+    std::map<std::string, std::shared_ptr<void>> stageState;
 };
 
 DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std::make_unique<Impl>()) {
@@ -187,6 +189,22 @@ DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const Ma
     }
     return {s.pixels.get(), mask.empty() ? nullptr : s.mask.get(), image.width, image.height};
 }
+
+void DeviceContext::adoptFrame(const ImageView& image, const MaskView& mask, DeviceBuffer<float>&& pixels,
+                               DeviceBuffer<std::uint8_t>&& maskBuffer) {
+    Impl& s = *m_impl;
+    s.pixels = std::move(pixels);
+    s.pixelsKey = keyOf(image, m_generation);
+    if (mask.empty()) {
+        s.mask.reset();
+        s.maskKey = {};
+    } else {
+        s.mask = std::move(maskBuffer);
+        s.maskKey = keyOf(mask, m_generation);
+    }
+}
+
+std::shared_ptr<void>& DeviceContext::stageState(const std::string& name) { return m_impl->stageState[name]; }
 
 void DeviceContext::storeBackground(const Image<float>& level, const Image<float>& rms,
                                     DeviceBuffer<float>&& dLevel, DeviceBuffer<float>&& dRms) {

@@ -108,6 +108,13 @@ public:
         int width = 0, height = 0;
     };
     DeviceFrame frame(const ImageView& image, const MaskView& mask);
+    // Takes device copies that already hold these host views' values (the CUDA prepare stage's result,
+    // downloaded into them) as the frame cache, so that the following stages do not upload the frame.
+    void adoptFrame(const ImageView& image, const MaskView& mask, DeviceBuffer<float>&& pixels,
+                    DeviceBuffer<std::uint8_t>&& maskBuffer);
+    // Per-context state of one stage (e.g. the prepare stage's resident calibration masters), created
+    // empty on first use and released with the context, before its pool.
+    std::shared_ptr<void>& stageState(const std::string& name);
     // Call after changing a frame's pixels in place (same buffer): the next run re-uploads.
     void bumpGeneration() { ++m_generation; }
     std::uint64_t uploads() const { return m_uploads; } // frame uploads so far (tests)

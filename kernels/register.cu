@@ -2,6 +2,8 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 
+#include "core/stages/crossmatch.hpp"
+
 namespace gpuphot::cuda {
 
 namespace {
@@ -10,6 +12,8 @@ bool registerStages() {
     t.background = &cuda::estimateBackground;
     t.detection = &cuda::detectSources;
     t.aperture = &cuda::measureApertures;
+    t.crossmatch = &cuda::crossmatch;
+    t.prepare = &cuda::prepareCalibrate;
     registerCudaStages(t);
     return true;
 }

@@ -24,6 +24,7 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.psf) dst.psf = t.psf;
     if (t.aperture) dst.aperture = t.aperture;
     if (t.crossmatch) dst.crossmatch = t.crossmatch;
+    if (t.prepare) dst.prepare = t.prepare;
 }
 
 const CudaStageTable& cudaStages() { return table(); }

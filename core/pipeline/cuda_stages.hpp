@@ -5,6 +5,7 @@
 // backend is Cuda and the entry is set, else to the cpu:: implementation declared beside them. Every entry
 // has the exact signature of its cpu:: counterpart and must give the same answer (DESIGN.md,
 // Determinism); tests/kernels compares them.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,20 @@ struct ApertureResult;
 struct CrossmatchParams;
 struct CrossmatchResult;
 
+// The per-pixel calibration of prepareFrame (core/stages/prepare.cpp, step 4-5), views already aligned
+// with the (trimmed) frame; empty views are not applied. Every output pixel is
+//   v = p - bias; v = float(v - darkScale * dark); v /= flat when flat is finite and > minFlat,
+// and MaskBad is set where a master mask, the bad-pixel mask or the flat guard says so.
+struct PrepareCalibration {
+    ImageView bias, dark, flat;
+    MaskView biasMask, darkMask, flatMask, badPixels;
+    double darkScale = 0.0;
+    float minFlat = 0.05f;
+    // The result may stay on the device as the frame cache for the following stages (false when a later
+    // prepare step changes the frame in place, e.g. salt-and-pepper or cosmic rays).
+    bool keepOnDevice = true;
+};
+
 struct CudaStageTable {
     BackgroundResult (*background)(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) = nullptr;
@@ -41,6 +56,10 @@ struct CudaStageTable {
     CrossmatchResult (*crossmatch)(const std::vector<double>& x, const std::vector<double>& y, int width,
                                    int height, const ReferenceCatalog& ref, const Wcs& wcs,
                                    const CrossmatchParams& params, RunContext& ctx) = nullptr;
+    // prepareFrame's per-pixel calibration on pixels/mask in place (same size); returns the pixels newly
+    // set MaskBad. The CPU version is the loop in prepareFrame.
+    std::size_t (*prepare)(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
+                           RunContext& ctx) = nullptr;
 };
 
 // Called once by the kernels library (static initialisation); later calls replace entries that are set.
