@@ -139,9 +139,13 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
     if (first <= Stage::Aperture) {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
+        ApertureParams apParams = apertureParamsFor(frame, config.aperture);
+        if (r.psf.hasModel()) // the curve of growth when too few stars qualify to measure one
+            apParams.psfApertureFractions = [&psf = r.psf](const std::vector<double>& radii) {
+                return psf.apertureFractions(radii);
+            };
         r.aperture = measureApertures(image, mask, r.background, r.detection.segmentation.view(), r.detection.sources,
-                                      r.fwhm, frame.instrument.gain, frame.instrument.readNoise,
-                                      apertureParamsFor(frame, config.aperture), ctx);
+                                      r.fwhm, frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
         if (config.apertureToTotal && r.psf.hasModel() && r.aperture.apCorrRefRadius > 0.0 &&
             !r.aperture.apCorrRatio.empty()) {
             const double R = r.aperture.apCorrRefRadius;

@@ -2,6 +2,7 @@
 #include "core/stages/astrometry.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -43,29 +44,50 @@ astrom::Detections prepareDetections(const std::vector<double>& x, const std::ve
     return d;
 }
 
-astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads) {
-    std::vector<std::int32_t> order;
-    for (std::size_t i = 0; i < ref.size(); ++i)
-        if (std::isfinite(ref.ra[i]) && std::isfinite(ref.dec[i]))
-            order.push_back(static_cast<std::int32_t>(i));
-    auto magOf = [&](std::int32_t i) { return std::isfinite(ref.mag[i]) ? ref.mag[i] : 99.0; };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t a, std::int32_t b) { return magOf(a) < magOf(b); });
+// The usable reference stars (finite position), brightest first (ties by row), with unit vectors. With a
+// cone (centre unit vector, chord^2 bound), only the stars inside it: the same stars in the same relative
+// order as the whole catalog's preparation, so a refinement that stays inside the cone selects the same.
+astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
+                             const std::array<double, 3>* centre = nullptr, double chord2Max = 0.0) {
+    const std::size_t nAll = ref.size();
+    const int nt = std::max(1, threads);
+    std::vector<char> keep(nAll, 0);
+    std::vector<std::array<double, 3>> unit(nAll); // computed once, for the cone test and the result
+#pragma omp parallel for schedule(static) num_threads(nt) if (nAll > 65536)
+    for (long long i = 0; i < static_cast<long long>(nAll); ++i) {
+        if (!std::isfinite(ref.ra[i]) || !std::isfinite(ref.dec[i])) continue;
+        unit[i] = astrom::unitVector(ref.ra[i], ref.dec[i]);
+        if (centre) {
+            const std::array<double, 3>& u = unit[i];
+            double d2 = 0.0;
+            for (int k = 0; k < 3; ++k)
+                d2 += (u[k] - (*centre)[k]) * (u[k] - (*centre)[k]);
+            if (!(d2 <= chord2Max)) continue;
+        }
+        keep[i] = 1;
+    }
+    // (magnitude, row) pairs sorted: the same order as a stable sort by magnitude.
+    std::vector<std::pair<double, std::int32_t>> order;
+    for (std::size_t i = 0; i < nAll; ++i)
+        if (keep[i])
+            order.emplace_back(std::isfinite(ref.mag[i]) ? ref.mag[i] : 99.0, static_cast<std::int32_t>(i));
+    std::sort(order.begin(), order.end());
     astrom::RefStars r;
     const std::size_t n = order.size();
     r.ra.resize(n);
     r.dec.resize(n);
     r.mag.resize(n);
     r.xyz.resize(n);
-#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
+    r.index.resize(n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > 16384)
     for (long long k = 0; k < static_cast<long long>(n); ++k) {
-        const std::int32_t i = order[k];
+        const std::int32_t i = order[k].second;
         r.ra[k] = ref.ra[i];
         r.dec[k] = ref.dec[i];
-        r.mag[k] = magOf(i);
-        r.xyz[k] = astrom::unitVector(ref.ra[i], ref.dec[i]);
+        r.mag[k] = order[k].first;
+        r.xyz[k] = unit[i];
+        r.index[k] = i;
     }
-    r.index = std::move(order);
     return r;
 }
 
@@ -88,10 +110,8 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
                            "0 < scaleLow <= scaleHigh, nBrightest >= 4)");
     AstrometryResult res;
     const astrom::Detections det = prepareDetections(x, y, flux, width, height);
-    const astrom::RefStars refs = prepareRefs(ref, ctx.threadCount());
-    if (det.size() < 6 || refs.size() < 6) {
-        res.message = "astrometry: too few detections (" + std::to_string(det.size()) +
-                      ") or reference stars (" + std::to_string(refs.size()) + ")";
+    if (det.size() < 6) {
+        res.message = "astrometry: too few detections (" + std::to_string(det.size()) + ")";
         return res;
     }
     // The sky k-d tree over the whole catalog is needed by the blind search only (refinement cuts the
@@ -108,15 +128,47 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
         }
     }
 
+    // The refinement only ever looks at stars within twice its first projection cone of the starting
+    // frame centre (RefPool in astrometry_refine.cpp): it is handed the stars of a cone 1.25 times wider
+    // than that, prepared (sorted, unit vectors) without touching the rest of a large catalog. The blind
+    // search prepares the whole catalog.
+    astrom::RefStars refs;
+    bool refsAll = false;
+    auto prepareAll = [&] {
+        if (!refsAll) refs = prepareRefs(ref, ctx.threadCount());
+        refsAll = true;
+    };
     astrom::RefineOutcome outcome;
     std::string refineWhy;
     if (start && params.blind != 1) {
-        outcome = astrom::refine(det, refs, nullptr, *start, params.refineRadiusPx, true, params,
-                                 ctx.threadCount());
-        if (outcome.ok)
-            res.method = "refined";
-        else
-            refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
+        double ra0 = 0, dec0 = 0;
+        start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+        const double r = std::max(params.refineRadiusPx, std::max(params.matchRadiusPx, 0.1));
+        const double coneDeg =
+            2.5 * (0.5 * std::hypot(width, height) * 1.2 + r) * start->pixelScaleArcsec() / 3600.0;
+        if (std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0) {
+            const std::array<double, 3> c = astrom::unitVector(ra0, dec0);
+            const double ch = astrom::chordFromDeg(coneDeg);
+            refs = prepareRefs(ref, ctx.threadCount(), &c, ch * ch);
+        } else {
+            prepareAll();
+        }
+        if (refs.size() >= 6) {
+            outcome = astrom::refine(det, refs, nullptr, *start, params.refineRadiusPx, true, params,
+                                     ctx.threadCount());
+            if (outcome.ok)
+                res.method = "refined";
+            else
+                refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
+        } else {
+            refineWhy = "refining the header WCS failed: " + std::to_string(refs.size()) +
+                        " reference stars around the frame; ";
+        }
+    }
+    if (!outcome.ok && params.blind != 0) prepareAll();
+    if (!outcome.ok && params.blind != 0 && refs.size() < 6) {
+        res.message = "astrometry: too few reference stars (" + std::to_string(refs.size()) + ")";
+        return res;
     }
     if (!outcome.ok && params.blind != 0) {
         astrom::BlindSearch search;

@@ -61,13 +61,21 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
                                  const std::vector<double>& refY, const std::vector<std::int32_t>& refIds,
                                  std::size_t nRef, double radius, int threads = 1);
 
+// Rows per block of the fit's sums (see fitTanSip).
+constexpr std::size_t kFitBlock = 2048;
+
 // Weighted least-squares TAN+SIP fit of pixel (x, y; 0-based) -> sky (ra, dec) with the reference pixel
 // fixed at crpix (1-based); the tangent point starts at crval0 and is moved until the polynomial has no
 // constant term. order 1: pure TAN (affine CD). Returns false when the normal equations are singular.
-// The per-star terms are computed on `threads` threads, the sums serially: the result does not depend on it.
+// The normal equations are accumulated per fixed block of kFitBlock rows (blocks on `threads` threads) and
+// the block sums added in block order: the result is bit for bit the same for any thread count.
 bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
                const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
                const double crval0[2], int order, TanSip& out, double* chi2 = nullptr, int threads = 1);
+
+constexpr std::size_t kRefineDetCap = 16000; // detections matched in the intermediate rounds
+constexpr std::size_t kRefineFitCap = 4000;  // matches fitted in the intermediate rounds
+constexpr std::size_t kFinalFitCap = 20000;  // matches fitted in the final round
 
 struct RefineOutcome {
     bool ok = false;
@@ -81,10 +89,23 @@ struct RefineOutcome {
     std::string why;
 };
 
+// A spatially stratified, deterministic subset of at most `cap` items: the frame is cut into a grid of
+// cells; within a cell items keep their order (callers pass them brightest first), and items are taken by
+// their rank within their cell (all first-of-cell items, then all second-of-cell, ...; ties by position in
+// the input). Returns positions into x/y in ascending order; all of them when x.size() <= cap.
+std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const std::vector<double>& y,
+                                          int width, int height, std::size_t cap);
+
 // Iterative refinement from a starting WCS: offset vote, affine fits with the bright stars at shrinking
 // radii, then the full TAN+SIP fit with order selection, re-matching and clipping; finally verification.
-// The reference stars around the frame are cut from `refs` once per call (through `tree` when given,
-// else by a linear scan); projections run on `threads` threads (results do not depend on it).
+// The intermediate TAN+SIP rounds match a stratified subset of the detections (kRefineDetCap, brightest per
+// cell) and fit a stratified subset of those matches (kRefineFitCap); the final round matches every
+// detection and fits a stratified subset of at most kFinalFitCap matches; every final match is then
+// judged ("used") by the final fit's clipping rule. Only reference stars that can lie within the match
+// radius of a detection are projected exactly (a cheap closed-form pre-selection in undistorted pixel
+// coordinates with a bound on the SIP Jacobian). The reference stars around the frame are cut from `refs`
+// once per call (through `tree` when given, else by a linear scan); projections, matching and the fits'
+// sums run on `threads` threads; the result is the same for any thread count.
 RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
                      double startRadiusPx, bool vote, const AstrometryParams& p, int threads = 1);
 

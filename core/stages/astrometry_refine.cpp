@@ -1,8 +1,10 @@
 // Stage 7 internals: iterative refinement of a starting WCS (matching, clipping, SIP order selection,
 // verification).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
+#include <numeric>
 
 #include <Eigen/Dense>
 
@@ -133,6 +135,211 @@ Projected projectRefs(const RefStars& refs, const RefPool& pool, const TanSip& w
     return out;
 }
 
+// Stage B's projection: only the reference stars of the frame's cone that can lie within `radius` (px) of a
+// detection of `d` are projected exactly (TanSip::worldToPixel, Newton on the SIP); the others are dropped
+// after a closed-form pre-selection. For each star its undistorted pixel position p' = p + S(p) (S: the SIP
+// distortion) follows from the tangent-plane coordinates (dot products with the tangent point's basis) and
+// CD^-1 without iterations; detections are mapped the same way (forward SIP). |p'_ref - p'_det| <=
+// (1 + g) |p_ref - p_det|, g a bound on the SIP Jacobian over the frame (grid estimate x 1.5 + 1e-3), so a
+// cell grid (cells >= (1 + g) radius) over the detections' p' keeps every star that can match. The result
+// (stars within frame + radius, ascending order, exact positions) is the subset of projectRefs' result that
+// matchInPixels can use, so the matches are the same. countOnFrame: onFrame counts every star of the cone
+// on the frame proper, exactly: p' decides away from the frame's edges (|p - p'| = |S(p)| <= a bound from
+// the same grid), stars in a band around the edges are projected exactly.
+// Bounds of the SIP distortion S over the frame + marginPx (+10%): largest displacement |S| and largest
+// Jacobian norm (Frobenius, by unit differences), on a 25 x 25 grid.
+void sipBounds(const TanSip& w, int width, int height, double marginPx, double& maxDisp, double& maxJac) {
+    maxDisp = maxJac = 0.0;
+    if (w.sipOrder <= 0) return;
+    const int g = 24;
+    const double ext = marginPx + 0.1 * std::max(width, height) + 1.0;
+    for (int j = 0; j <= g; ++j)
+        for (int i = 0; i <= g; ++i) {
+            const double x = -0.5 - ext + (width + 2 * ext) * i / g,
+                         y = -0.5 - ext + (height + 2 * ext) * j / g;
+            const double u = x + 1.0 - w.crpix[0], v = y + 1.0 - w.crpix[1];
+            double du = 0, dv = 0, du1 = 0, dv1 = 0, du2 = 0, dv2 = 0;
+            w.distort(u, v, du, dv);
+            w.distort(u + 1.0, v, du1, dv1);
+            w.distort(u, v + 1.0, du2, dv2);
+            maxDisp = std::max(maxDisp, std::hypot(du, dv));
+            maxJac = std::max(maxJac, std::sqrt((du1 - du) * (du1 - du) + (dv1 - dv) * (dv1 - dv) +
+                                                (du2 - du) * (du2 - du) + (dv2 - dv) * (dv2 - dv)));
+        }
+}
+
+// How far the undistorted positions p' (of stars: through the tangent plane and CD^-1; of detections:
+// p + S(p)) can move between WCS a and WCS b over the frame + marginPx: grid maxima (x 1.5, + 0.5 px) of
+// both, added.
+double undistortedShiftBound(const TanSip& a, const TanSip& b, int width, int height, double marginPx) {
+    const int g = 16;
+    const double detB = b.cd[0][0] * b.cd[1][1] - b.cd[0][1] * b.cd[1][0];
+    double dRef = 0.0, dDet = 0.0;
+    for (int j = 0; j <= g; ++j)
+        for (int i = 0; i <= g; ++i) {
+            const double x = -0.5 - marginPx + (width + 2 * marginPx) * i / g;
+            const double y = -0.5 - marginPx + (height + 2 * marginPx) * j / g;
+            double ua = 0, va = 0, ub = 0, vb = 0;
+            a.distort(x + 1.0 - a.crpix[0], y + 1.0 - a.crpix[1], ua, va);
+            b.distort(x + 1.0 - b.crpix[0], y + 1.0 - b.crpix[1], ub, vb);
+            dDet = std::max(dDet, std::hypot(ub - ua, vb - va));
+            double ra = 0, dec = 0, xi = 0, eta = 0;
+            a.pixelToWorld(x, y, ra, dec);
+            if (!tanProject(b.crval[0], b.crval[1], ra, dec, xi, eta)) return INFINITY;
+            const double px = (b.cd[1][1] * xi - b.cd[0][1] * eta) / detB + b.crpix[0] - 1.0;
+            const double py = (-b.cd[1][0] * xi + b.cd[0][0] * eta) / detB + b.crpix[1] - 1.0;
+            dRef = std::max(dRef, std::hypot(px - (x + ua), py - (y + va)));
+        }
+    const double bound = 1.5 * (dRef + dDet) + 0.5;
+    return std::isfinite(bound) ? bound : INFINITY;
+}
+
+// restrictTo (optional, ascending): consider only these stars instead of the frame's cone (a pool from an
+// earlier call, valid while the WCS has not moved the stars' p' by more than its slack). poolOut (optional):
+// receives the cone's stars whose p' lies within poolRadius of a detection's (a coarse grid; a superset).
+Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const TanSip& w,
+                                const Detections& d, double radius, bool countOnFrame, int threads,
+                                const std::vector<std::uint32_t>* restrictTo = nullptr,
+                                std::vector<std::uint32_t>* poolOut = nullptr, double poolRadius = 0.0) {
+    Projected out;
+    const int width = d.width, height = d.height;
+    const double marginPx = radius;
+    double ra0 = 0, dec0 = 0;
+    w.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+    const double scaleDeg = w.pixelScaleArcsec() / 3600.0;
+    const double coneR = (0.5 * std::hypot(width, height) * 1.2 + marginPx) * scaleDeg;
+    const std::vector<std::uint32_t> ids =
+        restrictTo ? *restrictTo : pool.cone(ra0, dec0, std::min(coneR, 89.0));
+    const std::size_t n = ids.size();
+    if (poolOut) poolOut->clear();
+    if (n == 0 || d.size() == 0) return out;
+    const int nt = std::max(1, threads);
+
+    // SIP bounds over the frame + margin (+10%): displacement |S| and Jacobian norm.
+    double maxDisp = 0.0, maxJac = 0.0;
+    sipBounds(w, width, height, marginPx, maxDisp, maxJac);
+    const double gJac = 1.5 * maxJac + 1e-3;
+    const double band = 1.5 * maxDisp + 0.5;
+
+    // Tangent-plane basis at crval: xi = (p.e) / (p.c), eta = (p.n) / (p.c) (radians).
+    const double a0 = w.crval[0] * std::numbers::pi / 180.0, d0 = w.crval[1] * std::numbers::pi / 180.0;
+    const std::array<double, 3> ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
+    const std::array<double, 3> ee = {-std::sin(a0), std::cos(a0), 0.0};
+    const std::array<double, 3> en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0),
+                                      std::cos(d0)};
+    const double det = w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0];
+    const double toDeg = 180.0 / std::numbers::pi;
+    const double i00 = w.cd[1][1] / det * toDeg, i01 = -w.cd[0][1] / det * toDeg;
+    const double i10 = -w.cd[1][0] / det * toDeg, i11 = w.cd[0][0] / det * toDeg;
+    const double ox = w.crpix[0] - 1.0, oy = w.crpix[1] - 1.0;
+
+    // Detections' undistorted positions and the occupancy grid over them.
+    const std::size_t nd = d.size();
+    std::vector<double> dx(nd), dy(nd);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nd > 8192)
+    for (long long i = 0; i < static_cast<long long>(nd); ++i) {
+        double du = 0, dv = 0;
+        if (w.sipOrder > 0) w.distort(d.x[i] + 1.0 - w.crpix[0], d.y[i] + 1.0 - w.crpix[1], du, dv);
+        dx[i] = d.x[i] + du;
+        dy[i] = d.y[i] + dv;
+    }
+    double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+    for (std::size_t i = 0; i < nd; ++i) {
+        x0 = std::min(x0, dx[i]);
+        x1 = std::max(x1, dx[i]);
+        y0 = std::min(y0, dy[i]);
+        y1 = std::max(y1, dy[i]);
+    }
+    if (!std::isfinite(x0) || !std::isfinite(y0) || !std::isfinite(x1) || !std::isfinite(y1)) return out;
+    double cell = radius * (1.0 + gJac) * (1.0 + 1e-9) + 1e-9;
+    while ((x1 - x0) / cell * ((y1 - y0) / cell) > 1.6e7) // fine cells: few stars pass for nothing
+        cell *= 2.0;
+    const auto gx = static_cast<long long>((x1 - x0) / cell) + 1,
+               gy = static_cast<long long>((y1 - y0) / cell) + 1;
+    std::vector<char> occupied(static_cast<std::size_t>(gx * gy), 0);
+    for (std::size_t i = 0; i < nd; ++i)
+        occupied[static_cast<std::size_t>(static_cast<long long>((dy[i] - y0) / cell) * gx +
+                                          static_cast<long long>((dx[i] - x0) / cell))] = 1;
+    // The pool's coarser grid (cells >= poolRadius).
+    double pcell = std::max(poolRadius, cell) * (1.0 + 1e-9) + 1e-9;
+    while ((x1 - x0) / pcell * ((y1 - y0) / pcell) > 1.6e7)
+        pcell *= 2.0;
+    const auto px_ = poolOut ? static_cast<long long>((x1 - x0) / pcell) + 1 : 0LL;
+    const auto py_ = poolOut ? static_cast<long long>((y1 - y0) / pcell) + 1 : 0LL;
+    std::vector<char> poolOcc(static_cast<std::size_t>(px_ * py_), 0);
+    if (poolOut)
+        for (std::size_t i = 0; i < nd; ++i)
+            poolOcc[static_cast<std::size_t>(static_cast<long long>((dy[i] - y0) / pcell) * px_ +
+                                             static_cast<long long>((dx[i] - x0) / pcell))] = 1;
+    auto nearOccupied = [](const std::vector<char>& occ, long long nx, long long ny, double fx, double fy) {
+        if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) return false;
+        const auto cx = static_cast<long long>(fx), cy = static_cast<long long>(fy);
+        for (long long yy = std::max(0LL, cy - 1); yy <= std::min(ny - 1, cy + 1); ++yy)
+            for (long long xx = std::max(0LL, cx - 1); xx <= std::min(nx - 1, cx + 1); ++xx)
+                if (occ[static_cast<std::size_t>(yy * nx + xx)]) return true;
+        return false;
+    };
+
+    // Per star: bit 0: candidate (can be within radius of a detection); bits 1-2: 1 certainly on the frame,
+    // 2 near the frame's edges (decided by the exact projection), 0 certainly off (or not counted).
+    std::vector<unsigned char> cls(n, 0);
+    const double fx0 = -0.5, fy0 = -0.5, fx1 = width - 0.5, fy1 = height - 0.5;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > 16384)
+    for (long long k = 0; k < static_cast<long long>(n); ++k) {
+        const std::array<double, 3>& p = refs.xyz[ids[k]];
+        const double pc = p[0] * ec[0] + p[1] * ec[1] + p[2] * ec[2];
+        if (!(pc > 0.0)) continue;
+        const double xi = (p[0] * ee[0] + p[1] * ee[1] + p[2] * ee[2]) / pc;
+        const double eta = (p[0] * en[0] + p[1] * en[1] + p[2] * en[2]) / pc;
+        const double px = i00 * xi + i01 * eta + ox, py = i10 * xi + i11 * eta + oy;
+        if (!std::isfinite(px) || !std::isfinite(py)) continue;
+        unsigned char c =
+            nearOccupied(occupied, gx, gy, std::floor((px - x0) / cell), std::floor((py - y0) / cell)) ? 1
+                                                                                                       : 0;
+        if (poolOut &&
+            nearOccupied(poolOcc, px_, py_, std::floor((px - x0) / pcell), std::floor((py - y0) / pcell)))
+            c |= 8;
+        if (countOnFrame) {
+            if (px >= fx0 + band && px <= fx1 - band && py >= fy0 + band && py <= fy1 - band)
+                c |= 2;
+            else if (!(px < fx0 - band || px > fx1 + band || py < fy0 - band || py > fy1 + band))
+                c |= 4;
+        }
+        cls[k] = c;
+    }
+    std::vector<std::size_t> todo;
+    std::size_t certainOn = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        if (cls[k] & 2) ++certainOn;
+        if (cls[k] & 5) todo.push_back(k);
+        if (cls[k] & 8) poolOut->push_back(ids[k]);
+    }
+    const std::size_t m = todo.size();
+    std::vector<double> px(m), py(m);
+    std::vector<char> ok(m);
+#pragma omp parallel for schedule(static) num_threads(nt) if (m > 4096)
+    for (long long t = 0; t < static_cast<long long>(m); ++t) {
+        const std::uint32_t id = ids[todo[t]];
+        double x = 0, y = 0;
+        ok[t] = w.worldToPixel(refs.ra[id], refs.dec[id], x, y) && std::isfinite(x) && std::isfinite(y);
+        px[t] = x;
+        py[t] = y;
+    }
+    out.onFrame = certainOn;
+    for (std::size_t t = 0; t < m; ++t) {
+        if (!ok[t]) continue;
+        const unsigned char c = cls[todo[t]];
+        const double x = px[t], y = py[t];
+        if (x < -marginPx || y < -marginPx || x > width - 1 + marginPx || y > height - 1 + marginPx) continue;
+        if ((c & 4) && x >= -0.5 && y >= -0.5 && x <= width - 0.5 && y <= height - 0.5) ++out.onFrame;
+        if (!(c & 1)) continue;
+        out.x.push_back(x);
+        out.y.push_back(y);
+        out.ids.push_back(static_cast<std::int32_t>(ids[todo[t]]));
+    }
+    return out;
+}
+
 // The most common detection -> reference offset (2-px bins, 3x3 peak); false without a clear peak.
 bool voteShift(const Detections& det, std::size_t nDet, const Projected& pr, std::size_t nRef, double radius,
                double& sx, double& sy) {
@@ -198,7 +405,7 @@ void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::v
     rx.assign(n, 0.0);
     ry.assign(n, 0.0);
     const double det = w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0];
-#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 8192)
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
     for (long long i = 0; i < static_cast<long long>(n); ++i) {
         double ra = 0, dec = 0, xf = 0, yf = 0, xr = 0, yr = 0;
         w.pixelToWorld(s.x[i], s.y[i], ra, dec);
@@ -227,7 +434,7 @@ bool fitSubset(const FitSet& s, const std::vector<char>& used, const double crpi
 // Fit with iterative clipping (a point may come back); `used` in: candidates, out: kept.
 bool fitClip(const FitSet& s, const double crpix[2], const double crval[2], int order, double clipSigma,
              std::vector<char>& used, TanSip& out, std::vector<double>& rx, std::vector<double>& ry,
-             int threads) {
+             int threads, double* sigmaOut = nullptr) {
     const std::size_t n = s.x.size();
     const std::vector<char> candidates = used;
     for (int loop = 0; loop < 6; ++loop) {
@@ -244,6 +451,7 @@ bool fitClip(const FitSet& s, const double crpix[2], const double crval[2], int 
             }
         std::nth_element(z.begin(), z.begin() + z.size() / 2, z.end());
         const double sigma = 1.4826 * z[z.size() / 2];
+        if (sigmaOut) *sigmaOut = sigma;
         if (!(sigma > 0.0)) break;
         std::vector<char> next(n, 0);
         for (std::size_t i = 0; i < n; ++i) {
@@ -261,7 +469,7 @@ bool fitClip(const FitSet& s, const double crpix[2], const double crval[2], int 
 // the squared residuals of the used stars: non-negative coefficients (best subset), iteratively
 // reweighted by 1 / model^2 (the variance of a squared residual); sets s.w.
 void updateWeights(FitSet& s, const std::vector<char>& used, const std::vector<double>& rx,
-                   const std::vector<double>& ry) {
+                   const std::vector<double>& ry, FitSet* also = nullptr) {
     double fscale = 0.0; // flux normalisation for conditioning
     int n = 0;
     double meanVar = 0.0;
@@ -317,6 +525,9 @@ void updateWeights(FitSet& s, const std::vector<char>& used, const std::vector<d
     }
     for (std::size_t i = 0; i < s.x.size(); ++i)
         s.w[i] = 1.0 / varOf(1.0 / s.flux[i] / fscale);
+    if (also)
+        for (std::size_t i = 0; i < also->x.size(); ++i)
+            also->w[i] = 1.0 / varOf(1.0 / also->flux[i] / fscale);
 }
 
 FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector<Match>& m) {
@@ -333,13 +544,46 @@ FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector
 }
 } // namespace
 
+std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const std::vector<double>& y,
+                                          int width, int height, std::size_t cap) {
+    const std::size_t n = x.size();
+    std::vector<std::size_t> out;
+    if (n <= cap) {
+        out.resize(n);
+        std::iota(out.begin(), out.end(), std::size_t{0});
+        return out;
+    }
+    // About 16 items per cell at the cap.
+    const int g =
+        std::clamp(static_cast<int>(std::lround(std::sqrt(static_cast<double>(cap) / 16.0))), 2, 64);
+    auto cellOf = [&](double v, int size) {
+        const double f = std::floor((v + 0.5) / std::max(size, 1) * g);
+        return f >= 0.0 ? static_cast<int>(std::min(f, double(g - 1))) : 0; // NaN, below: cell 0
+    };
+    std::vector<std::uint32_t> inCell(static_cast<std::size_t>(g) * g, 0), rank(n);
+    std::vector<std::size_t> perRank; // number of items of each rank
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t c = static_cast<std::size_t>(cellOf(y[i], height)) * g + cellOf(x[i], width);
+        rank[i] = inCell[c]++;
+        if (rank[i] >= perRank.size()) perRank.push_back(0);
+        ++perRank[rank[i]];
+    }
+    // All items of rank < R, then the first `rest` items of rank R (in input order).
+    std::size_t R = 0, taken = 0;
+    while (R < perRank.size() && taken + perRank[R] <= cap)
+        taken += perRank[R++];
+    std::size_t rest = cap - taken;
+    out.reserve(cap);
+    for (std::size_t i = 0; i < n; ++i)
+        if (rank[i] < R || (rank[i] == R && rest > 0 && (--rest, true))) out.push_back(i);
+    return out;
+}
+
 RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
                      double startRadiusPx, bool vote, const AstrometryParams& p, int threads) {
     RefineOutcome out;
     const int width = det.width, height = det.height;
-    // The fits stay serial: their many short parallel loops cost more than they save on a busy 2-core
-    // machine (threads wait at barriers); the projections and the pixel matching run on `threads`.
-    const int fitThreads = 1;
+    const int fitThreads = threads; // the fits' sums are blocked: results do not depend on it
     const double crpix[2] = {0.5 * (width + 1), 0.5 * (height + 1)};
     TanSip w = start;
     const double matchR = std::max(p.matchRadiusPx, 0.1);
@@ -387,36 +631,102 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
         r = next;
     }
 
-    // Stage B: every star, TAN+SIP with the order chosen by BIC, re-matched each iteration.
+    // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration. The intermediate rounds
+    // match a stratified subset of the detections and fit a stratified subset of those matches; the final
+    // round matches every detection and fits a stratified subset of at most kFinalFitCap of them.
+    Detections sub;                   // the detections of the intermediate rounds (all of them when few)
+    std::vector<std::int32_t> subRow; // sub row -> det row
+    {
+        const std::vector<std::size_t> pick = stratifiedSubset(det.x, det.y, width, height, kRefineDetCap);
+        sub.width = width;
+        sub.height = height;
+        for (std::size_t i : pick) {
+            sub.x.push_back(det.x[i]);
+            sub.y.push_back(det.y[i]);
+            sub.flux.push_back(det.flux[i]);
+            sub.index.push_back(det.index[i]);
+            subRow.push_back(static_cast<std::int32_t>(i));
+        }
+    }
     std::vector<Match> matches;
     std::vector<char> usedFinal;
-    FitSet s;
     int chosen = 1;
     const int iterations = std::max(1, p.iterations);
+    // The intermediate rounds look only at a pool of stars near the subset's detections, found by the
+    // first of them with a slack, and found again when the WCS has moved the stars by more than it allows.
+    std::vector<std::uint32_t> subPool;
+    TanSip poolWcs;
+    double poolRadius = 0.0;
+    bool havePool = false;
+    const double poolSlack = 16.0; // px
     for (int it = 0; it < iterations; ++it) {
+        const bool last = it == iterations - 1;
+        const Detections& d = last ? det : sub;
         const double radius = it == 0 ? std::max(matchR, std::min(r, 2.0 * matchR)) : matchR;
-        pr = projectRefs(refs, pool, w, width, height, radius, threads);
-        matches = matchInPixels(det, det.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius, threads);
-        out.refsOnFrame = pr.onFrame;
-        s = makeFitSet(det, refs, matches);
+        if (last) {
+            pr = projectNearDetections(refs, pool, w, d, radius, true, threads);
+        } else {
+            bool valid = false;
+            if (havePool) {
+                double maxDisp = 0.0, maxJac = 0.0;
+                sipBounds(w, width, height, radius, maxDisp, maxJac);
+                valid = radius * (1.5 * maxJac + 1.001) +
+                            undistortedShiftBound(poolWcs, w, width, height, radius) <=
+                        poolRadius;
+            }
+            if (valid) {
+                pr = projectNearDetections(refs, pool, w, d, radius, false, threads, &subPool);
+            } else {
+                double maxDisp = 0.0, maxJac = 0.0;
+                sipBounds(w, width, height, radius, maxDisp, maxJac);
+                poolRadius = radius * (1.5 * maxJac + 1.001) + poolSlack;
+                pr = projectNearDetections(refs, pool, w, d, radius, false, threads, nullptr, &subPool,
+                                           poolRadius);
+                poolWcs = w;
+                havePool = true;
+            }
+        }
+        matches = matchInPixels(d, d.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius, threads);
+        if (!last)
+            for (Match& mm : matches)
+                mm.det = subRow[static_cast<std::size_t>(mm.det)];
+        if (last) out.refsOnFrame = pr.onFrame;
+        // The fit set: a stratified subset of the matches (brightest per cell; matches are in detection
+        // order, i.e. brightest first).
+        std::vector<double> mx(matches.size()), my(matches.size());
+        for (std::size_t k = 0; k < matches.size(); ++k) {
+            mx[k] = det.x[matches[k].det];
+            my[k] = det.y[matches[k].det];
+        }
+        const std::vector<std::size_t> fitPos =
+            stratifiedSubset(mx, my, width, height, last ? kFinalFitCap : kRefineFitCap);
+        std::vector<Match> fitMatches;
+        fitMatches.reserve(fitPos.size());
+        for (std::size_t k : fitPos)
+            fitMatches.push_back(matches[k]);
+        FitSet s = makeFitSet(det, refs, fitMatches);
         const std::size_t n = s.x.size();
         if (n < 6) {
-            out.why = "too few matches (" + std::to_string(n) + ")";
+            out.why = "too few matches (" + std::to_string(matches.size()) + ")";
             return out;
         }
+        const bool subset = n < matches.size();
+        FitSet all; // every match, when the fit set is a subset (final round)
+        if (last && subset) all = makeFitSet(det, refs, matches);
         std::vector<char> used(n, 1);
         std::vector<double> rx, ry;
         int maxOrder = 1;
         for (int o = std::max(2, p.minSipOrder); o <= std::min(p.maxSipOrder, 9); ++o)
             if (termsOf(o) * p.minMatchesPerTerm <= static_cast<double>(n)) maxOrder = o;
         TanSip fit;
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, fitThreads)) {
+        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, threads)) {
             out.why = "the TAN+SIP fit failed";
             return out;
         }
-        updateWeights(s, used, rx, ry);
+        updateWeights(s, used, rx, ry, last && subset ? &all : nullptr);
         used.assign(n, 1); // every match is a candidate again under the new weights
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, fitThreads)) {
+        double sigma = 0.0;
+        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, threads, &sigma)) {
             out.why = "the weighted TAN+SIP fit failed";
             return out;
         }
@@ -429,7 +739,7 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
         for (int o = lo; o <= maxOrder; ++o) {
             TanSip f;
             double chi2 = 0.0;
-            if (!fitSubset(s, used, crpix, w.crval, o, f, &chi2, fitThreads)) continue;
+            if (!fitSubset(s, used, crpix, w.crval, o, f, &chi2, threads)) continue;
             const double bic = chi2 + 2.0 * termsOf(o) * std::log(2.0 * nUsed);
             if (bic < bestBic) {
                 bestBic = bic;
@@ -438,7 +748,23 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
             }
         }
         w = best;
-        usedFinal = used;
+        if (!last) continue;
+        if (!subset) {
+            usedFinal = used;
+            continue;
+        }
+        // Every match is judged by the fit's clipping rule (weighted residual <= clipSigma robust sigmas);
+        // the fitted ones keep the fit's own decision.
+        std::vector<double> ax, ay;
+        residuals(all, w, ax, ay, threads);
+        usedFinal.assign(matches.size(), 0);
+        for (std::size_t k = 0; k < matches.size(); ++k) {
+            const double sw = std::sqrt(all.w[k]);
+            usedFinal[k] =
+                !(sigma > 0.0) || std::max(std::fabs(ax[k]), std::fabs(ay[k])) * sw <= p.clipSigma * sigma;
+        }
+        for (std::size_t j = 0; j < fitPos.size(); ++j)
+            usedFinal[fitPos[j]] = used[j];
     }
     out.wcs = w;
     out.sipOrder = chosen >= 2 ? chosen : 0;

@@ -127,17 +127,10 @@ WeightedFit fitWithIntrinsic(const Calib& d, const std::vector<char>& keep, bool
     f.chi2dof = chi2(d, keep, f.model, 0.0) / dof;
     if (!(f.chi2dof > 1.0)) return f;
     double s2 = 0.0;
-    // The kept stars' squared residuals and variances, packed once per model: chi2(s²) below is then the
-    // same sum, in the same order, as chi2() (bit for bit) without re-evaluating the model.
+    // The kept stars' squared residuals and variances, packed once per model.
     std::vector<double> r2, var;
     r2.reserve(n);
     var.reserve(n);
-    auto chi2Packed = [&](double sInt2) {
-        double s = 0.0;
-        for (std::size_t i = 0; i < r2.size(); ++i)
-            s += r2[i] / (var[i] + sInt2);
-        return s;
-    };
     for (int round = 0; round < 4; ++round) {
         r2.clear();
         var.clear();
@@ -147,19 +140,21 @@ WeightedFit fitWithIntrinsic(const Calib& d, const std::vector<char>& keep, bool
                 r2.push_back(r * r);
                 var.push_back(d.var[i]);
             }
-        // chi2(s²) is decreasing in s²; bracket and bisect chi2 = dof.
-        double lo = 0.0, hi = 1e-6;
-        while (chi2Packed(hi) > dof && hi < 1e4)
-            hi *= 4.0;
-        for (int it = 0; it < 100; ++it) {
-            const double mid = 0.5 * (lo + hi);
-            // Once the midpoint rounds onto a bound, this update leaves a state that every later
-            // iteration repeats unchanged (same mid, same decision): the remaining ones can be skipped.
-            const bool last = mid == lo || mid == hi;
-            (chi2Packed(mid) > dof ? lo : hi) = mid;
-            if (last) break;
+        // chi2(s²) - dof is decreasing and convex in s²: Newton's method from s² = 0 (where it is > 0)
+        // climbs monotonically to the root without overshooting; stop once a step no longer moves s².
+        s2 = 0.0;
+        for (int it = 0; it < 200; ++it) {
+            double c = 0.0, dc = 0.0; // chi2 and -d chi2 / d s²
+            for (std::size_t i = 0; i < r2.size(); ++i) {
+                const double inv = 1.0 / (var[i] + s2);
+                c += r2[i] * inv;
+                dc += r2[i] * inv * inv;
+            }
+            if (!(c > dof) || !(dc > 0.0)) break;
+            const double next = s2 + (c - dof) / dc;
+            if (!(next > s2) || !std::isfinite(next)) break;
+            s2 = next;
         }
-        s2 = 0.5 * (lo + hi);
         const Model m = fitModel(d, keep, colour, s2, true);
         if (!m.ok) break;
         f.model = m;
@@ -316,6 +311,8 @@ void validate(const ZeroPointParams& p) {
     if (p.minStars < 1) throw InvalidInput("zeropoint: minStars must be >= 1");
     if (p.ransacIterations < 1) throw InvalidInput("zeropoint: ransacIterations must be >= 1");
     if (!(p.ransacThreshold > 0.0)) throw InvalidInput("zeropoint: ransacThreshold must be positive");
+    if (!(p.colourTermMinSignificance >= 0.0) || !std::isfinite(p.colourTermMinSignificance))
+        throw InvalidInput("zeropoint: colourTermMinSignificance must be >= 0");
     if (std::isnan(p.minSnr) || std::isnan(p.magBright) || std::isnan(p.magFaint))
         throw InvalidInput("zeropoint: minSnr, magBright and magFaint must not be NaN");
     if (p.isolationArcsec < 0.0 || !std::isfinite(p.isolationArcsec))
@@ -339,6 +336,7 @@ void to_json(nlohmann::json& j, const ZeroPointParams& p) {
                        {"clipSigma", p.clipSigma},
                        {"maxIterations", p.maxIterations},
                        {"fitColourTerm", p.fitColourTerm},
+                       {"colourTermMinSignificance", p.colourTermMinSignificance},
                        {"seed", p.seed},
                        {"ransacIterations", p.ransacIterations},
                        {"ransacThreshold", p.ransacThreshold},
@@ -357,6 +355,7 @@ void from_json(const nlohmann::json& j, ZeroPointParams& p) {
     p.clipSigma = j.value("clipSigma", d.clipSigma);
     p.maxIterations = j.value("maxIterations", d.maxIterations);
     p.fitColourTerm = j.value("fitColourTerm", d.fitColourTerm);
+    p.colourTermMinSignificance = j.value("colourTermMinSignificance", d.colourTermMinSignificance);
     p.seed = j.value("seed", d.seed);
     p.ransacIterations = j.value("ransacIterations", d.ransacIterations);
     p.ransacThreshold = j.value("ransacThreshold", d.ransacThreshold);
@@ -500,7 +499,7 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
                     std::to_string(matches.nMatched) +
                     " matched sources), minStars = " + std::to_string(params.minStars));
 
-    const std::vector<char> keep =
+    std::vector<char> keep =
         params.method == "ransac" ? ransac(d, colour, params) : clippedMean(d, colour, params);
     int nKeep = 0;
     for (char k : keep)
@@ -508,8 +507,27 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     if (nKeep < params.minStars)
         return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
                     std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
-    const WeightedFit f = fitWithIntrinsic(d, keep, colour);
+    WeightedFit f = fitWithIntrinsic(d, keep, colour);
     if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
+    std::string colourNote;
+    if (colour && params.colourTermMinSignificance > 0.0 &&
+        !(std::fabs(f.model.ct) >= params.colourTermMinSignificance * f.model.ctErr)) {
+        // Not significant: the zero point alone, from the same candidates (outlier rejection redone).
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; colour term %.4f +- %.4f not significant (< %g sigma): not applied",
+                      f.model.ct, f.model.ctErr, params.colourTermMinSignificance);
+        colourNote = buf;
+        colour = false;
+        keep = params.method == "ransac" ? ransac(d, false, params) : clippedMean(d, false, params);
+        nKeep = 0;
+        for (char k : keep)
+            nKeep += k != 0;
+        if (nKeep < params.minStars)
+            return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
+                        std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
+        f = fitWithIntrinsic(d, keep, false);
+        if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
+    }
 
     res.zp = f.model.zp;
     res.zpErr = f.model.zpErr;
@@ -538,8 +556,8 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     char buf[160];
     std::snprintf(buf, sizeof buf, "%d of %d calibrators (%s), scatter %.4f mag", nKeep, static_cast<int>(nc),
                   params.method.c_str(), res.scatter);
-    res.message = buf + note;
-    if (params.fitColourTerm && haveColour && !colour)
+    res.message = buf + note + colourNote;
+    if (params.fitColourTerm && haveColour && !colour && colourNote.empty())
         res.message += "; too few coloured calibrators: no colour term";
     ctx.report("zeropoint", 1.0);
     return res;

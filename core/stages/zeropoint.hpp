@@ -17,9 +17,11 @@
 //     drawn with a SplitMix64 generator seeded by `seed`; the model with the most stars within
 //     ransacThreshold (ties: smaller truncated squared-residual sum, then earlier iteration) wins; then a
 //     weighted refit on its inliers, inliers re-selected with the refit model, a last refit.
-// σ_int (intrinsic scatter): 0 when chi²/dof <= 1, else solved so that chi²/dof = 1 (bisection). zpErr and
-// colourTermErr: sqrt of the diagonal of (AᵀWA)⁻¹ with those weights (Eigen, LDLT on the 1x1/2x2 normal
-// matrix). scatter: weighted RMS of the used residuals.
+// Colour term significance: when |ct| < colourTermMinSignificance * ctErr the colour term is dropped and
+// the calibrators are fitted again (clipping included) for a zero point alone; the message says so.
+// σ_int (intrinsic scatter): 0 when chi²/dof <= 1, else solved so that chi²/dof = 1 (Newton from 0).
+// zpErr and colourTermErr: sqrt of the diagonal of (AᵀWA)⁻¹ with those weights (Eigen, LDLT on the 1x1/2x2
+// normal matrix). scatter: weighted RMS of the used residuals.
 //
 // Limiting magnitude (S/N = 5, i.e. magInstErr = 1.0857 / 5 = 0.2171): over all sources with finite
 // mag_inst and error (none of excludeFlags), log10(magInstErr) is fitted as a straight line in mag_inst
@@ -58,7 +60,11 @@ struct ZeroPointParams {
     double clipSigma = 3.0;
     int maxIterations = 10;
     bool fitColourTerm = false; // needs ref.color; otherwise zp only and a note in the message
-    std::uint64_t seed = 1;     // RANSAC
+    // A fitted colour term is kept only when |ct| >= this many of its standard errors; otherwise the fit is
+    // redone without it (a zero point at colour 0 extrapolated with an insignificant slope carries the
+    // slope's noise times the calibrators' mean colour). 0: always keep it.
+    double colourTermMinSignificance = 3.0;
+    std::uint64_t seed = 1; // RANSAC
     int ransacIterations = 500;
     double ransacThreshold = 0.05; // mag: inlier residual for RANSAC
     int minStars = 5;              // fewer calibrators (after clipping): ok = false

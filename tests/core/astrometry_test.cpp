@@ -4,6 +4,7 @@
 // sigma grows towards faint stars (about 0.01 px bright, 0.1-0.15 px at the faint end).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/stages/astrometry.hpp"
+#include "core/stages/astrometry_internal.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -362,4 +364,218 @@ TEST(Astrometry, DISABLED_BlindSolves20Fields) {
 // The same with a reference catalogue reaching 3 deg beyond the frame (the whole search area).
 TEST(Astrometry, DISABLED_BlindSolves20FieldsWideReference) {
     runBench(20, 2048, 3000, 3.0);
+}
+
+namespace {
+
+// A large synthetic field for the capped/stratified refinement: a 4096^2 frame at 0.8"/px with an order-3
+// SIP distortion (up to ~6 px in the corners), `nStars` reference stars uniform over the frame's
+// circumscribed circle; detections: every on-frame star (truth + noise growing to 0.1 px for faint ones)
+// plus 2% random sources.
+struct BigField {
+    TanSip truth;
+    ReferenceCatalog ref;
+    std::vector<double> x, y, flux;
+    std::vector<std::int32_t> row; // per detection: its reference row (-1: random source)
+};
+
+BigField makeBigField(int nStars, std::uint64_t seed) {
+    BigField f;
+    const int size = 4096;
+    TanSip& t = f.truth;
+    t.crpix[0] = t.crpix[1] = 0.5 * (size + 1);
+    t.crval[0] = 210.0;
+    t.crval[1] = 54.0;
+    const double s = 0.8 / 3600.0, a = 0.4;
+    t.cd[0][0] = -s * std::cos(a);
+    t.cd[0][1] = s * std::sin(a);
+    t.cd[1][0] = s * std::sin(a);
+    t.cd[1][1] = s * std::cos(a);
+    t.setSipOrder(3);
+    t.coeffA(2, 0) = 3e-7;
+    t.coeffA(0, 2) = -2e-7;
+    t.coeffB(1, 1) = 2.5e-7;
+    t.coeffA(3, 0) = 4e-11;
+    t.coeffB(0, 3) = -3e-11;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::normal_distribution<double> g(0.0, 1.0);
+    const double radiusArcmin = 0.8 * size * std::sqrt(0.5) / 60.0 * 1.05;
+    for (int i = 0; i < nStars; ++i) {
+        double ra = 0, dec = 0;
+        offsetPosition(t.crval[0], t.crval[1], radiusArcmin * std::sqrt(u(rng)), 360.0 * u(rng), ra, dec);
+        const double mag = 12.0 + 8.0 * std::pow(u(rng), 0.4);
+        f.ref.ra.push_back(ra);
+        f.ref.dec.push_back(dec);
+        f.ref.mag.push_back(mag);
+        f.ref.id.push_back(i + 1);
+        double x = 0, y = 0;
+        if (t.worldToPixel(ra, dec, x, y) && x >= 0 && y >= 0 && x <= size - 1 && y <= size - 1) {
+            const double flux = std::pow(10.0, -0.4 * (mag - 25.0));
+            const double sigma = std::min(0.1, 0.01 + 30.0 / std::sqrt(flux));
+            f.x.push_back(x + sigma * g(rng));
+            f.y.push_back(y + sigma * g(rng));
+            f.flux.push_back(flux);
+            f.row.push_back(i);
+        }
+    }
+    const std::size_t nRandom = f.x.size() / 50;
+    for (std::size_t i = 0; i < nRandom; ++i) {
+        f.x.push_back((size - 1) * u(rng));
+        f.y.push_back((size - 1) * u(rng));
+        f.flux.push_back(std::pow(10.0, -0.4 * (20.0 - 25.0)) * (0.5 + u(rng)));
+        f.row.push_back(-1);
+    }
+    const std::size_t n = f.ref.ra.size();
+    f.ref.magErr.assign(n, 0.01);
+    f.ref.color.assign(n, NAN);
+    f.ref.pmRa.assign(n, NAN);
+    f.ref.pmDec.assign(n, NAN);
+    return f;
+}
+
+} // namespace
+
+// The refinement with more detections than kRefineDetCap and more matches than kFinalFitCap (stratified
+// subsets in every round, the final fit capped, the fits' sums on blocks in parallel, projections and
+// matching in parallel): bit for bit the same with 1 and 2 threads, and within the accuracy bar.
+TEST(Astrometry, RefineIsBitwiseTheSameWithOneAndTwoThreads) {
+    const BigField f = makeBigField(60000, 31);
+    const int size = 4096;
+    ASSERT_GT(f.x.size(), astrom::kFinalFitCap + 5000);
+    TanSip off = f.truth; // header: 3 px and 0.05 deg off, no SIP
+    off.setSipOrder(0);
+    off.crpix[0] += 3.0;
+    const double r = 0.05 * M_PI / 180.0;
+    for (int k = 0; k < 2; ++k) {
+        const double a = off.cd[k][0], b = off.cd[k][1];
+        off.cd[k][0] = a * std::cos(r) - b * std::sin(r);
+        off.cd[k][1] = a * std::sin(r) + b * std::cos(r);
+    }
+    const Wcs header = Wcs::fromTanSip(off);
+    AstrometryParams p;
+    p.blind = 0;
+    RunContext c1, c2;
+    c1.threads = 1;
+    c2.threads = 2;
+    const AstrometryResult a = solveAstrometry(f.x, f.y, f.flux, size, size, f.ref, &header, {}, p, c1);
+    const AstrometryResult b = solveAstrometry(f.x, f.y, f.flux, size, size, f.ref, &header, {}, p, c2);
+    ASSERT_TRUE(a.ok) << a.message;
+    ASSERT_TRUE(b.ok) << b.message;
+    const double truthPx = wcsDifferencePx(f.truth, a.wcs, size, size);
+    std::printf(
+        "[astrometry] capped refinement: %zu detections, %d matched, %d used, SIP %d, truth RMS %.5f px, "
+        "fit RMS %.4f px\n",
+        f.x.size(), a.nMatched, a.nUsed, a.sipOrder, truthPx, a.rmsPx);
+    EXPECT_LT(truthPx, 0.02);
+    EXPECT_GT(a.nMatched, static_cast<int>(astrom::kFinalFitCap)); // every detection was matched in the end
+    EXPECT_GT(a.nUsed, static_cast<int>(0.97 * a.nMatched));       // judged beyond the fitted subset too
+    for (int k = 0; k < 2; ++k) {
+        EXPECT_EQ(a.wcs.crval[k], b.wcs.crval[k]);
+        EXPECT_EQ(a.wcs.cd[k][0], b.wcs.cd[k][0]);
+        EXPECT_EQ(a.wcs.cd[k][1], b.wcs.cd[k][1]);
+    }
+    EXPECT_EQ(a.wcs.a, b.wcs.a);
+    EXPECT_EQ(a.wcs.b, b.wcs.b);
+    EXPECT_EQ(a.sipOrder, b.sipOrder);
+    EXPECT_EQ(a.sourceIndex, b.sourceIndex);
+    EXPECT_EQ(a.refIndex, b.refIndex);
+    EXPECT_EQ(a.dxArcsec, b.dxArcsec);
+    EXPECT_EQ(a.dyArcsec, b.dyArcsec);
+    EXPECT_EQ(a.used, b.used);
+    EXPECT_EQ(a.rmsArcsec, b.rmsArcsec);
+    EXPECT_EQ(a.chanceMatches, b.chanceMatches);
+    // Every match pairs a detection with its own star.
+    int right = 0;
+    for (std::size_t k = 0; k < a.sourceIndex.size(); ++k)
+        right += f.row[a.sourceIndex[k]] == a.refIndex[k];
+    EXPECT_GT(right, 0.995 * a.nMatched);
+}
+
+// The final fit's cap: an order-3 TAN+SIP fitted to a stratified 20,000 of ~45,000 matches agrees with
+// the fit to all of them far below the 0.02 px bar (30 coefficients per axis at most are pinned by
+// 20,000 well-spread stars), and both agree with the truth.
+TEST(Astrometry, CappedStratifiedFitAgreesWithTheFullFit) {
+    const BigField f = makeBigField(80000, 32);
+    const int size = 4096;
+    std::vector<double> x, y, ra, dec, w;
+    for (std::size_t i = 0; i < f.x.size(); ++i)
+        if (f.row[i] >= 0) {
+            x.push_back(f.x[i]);
+            y.push_back(f.y[i]);
+            ra.push_back(f.ref.ra[f.row[i]]);
+            dec.push_back(f.ref.dec[f.row[i]]);
+            const double sigma = std::min(0.1, 0.01 + 30.0 / std::sqrt(f.flux[i]));
+            w.push_back(1.0 / (sigma * sigma));
+        }
+    ASSERT_GT(x.size(), 2 * astrom::kFinalFitCap);
+    const std::vector<std::size_t> pick = astrom::stratifiedSubset(x, y, size, size, astrom::kFinalFitCap);
+    ASSERT_EQ(pick.size(), astrom::kFinalFitCap);
+    std::vector<double> sx, sy, sra, sdec, sw;
+    for (std::size_t i : pick) {
+        sx.push_back(x[i]);
+        sy.push_back(y[i]);
+        sra.push_back(ra[i]);
+        sdec.push_back(dec[i]);
+        sw.push_back(w[i]);
+    }
+    const double crpix[2] = {0.5 * (size + 1), 0.5 * (size + 1)};
+    TanSip all, capped;
+    for (int order : {3, 4}) {
+        ASSERT_TRUE(astrom::fitTanSip(x, y, ra, dec, w, crpix, f.truth.crval, order, all, nullptr, 2));
+        ASSERT_TRUE(
+            astrom::fitTanSip(sx, sy, sra, sdec, sw, crpix, f.truth.crval, order, capped, nullptr, 2));
+        const double diff = wcsDifferencePx(all, capped, size, size);
+        const double tAll = wcsDifferencePx(f.truth, all, size, size);
+        const double tCap = wcsDifferencePx(f.truth, capped, size, size);
+        std::printf(
+            "[astrometry] order %d: %zu matches vs stratified %zu: fits differ by %.5f px RMS; truth RMS "
+            "%.5f (all) %.5f (capped) px\n",
+            order, x.size(), sx.size(), diff, tAll, tCap);
+        EXPECT_LT(diff, 0.004);
+        EXPECT_LT(tAll, 0.004);
+        EXPECT_LT(tCap, 0.005);
+    }
+}
+
+TEST(Astrometry, StratifiedSubsetIsSpreadBrightestFirstAndDeterministic) {
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const int size = 1000;
+    std::vector<double> x, y;
+    for (int i = 0; i < 30000; ++i) { // three quarters of the items crowd into one quadrant
+        const bool crowd = i % 4 != 0;
+        x.push_back((crowd ? 0.5 : 1.0) * (size - 1) * u(rng));
+        y.push_back((crowd ? 0.5 : 1.0) * (size - 1) * u(rng));
+    }
+    const std::size_t cap = 4000;
+    const std::vector<std::size_t> a = astrom::stratifiedSubset(x, y, size, size, cap);
+    EXPECT_EQ(a, astrom::stratifiedSubset(x, y, size, size, cap));
+    ASSERT_EQ(a.size(), cap);
+    EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+    EXPECT_TRUE(std::adjacent_find(a.begin(), a.end()) == a.end());
+    // Quadrants: evenly spread (the crowded one holds 75% of the input but about 25% of the subset).
+    int quad[4] = {0, 0, 0, 0};
+    for (std::size_t i : a)
+        ++quad[(x[i] >= 0.5 * size ? 1 : 0) + (y[i] >= 0.5 * size ? 2 : 0)];
+    for (int q = 0; q < 4; ++q)
+        EXPECT_NEAR(quad[q], cap / 4.0, cap * 0.03) << q;
+    // Within a cell the first (brightest) items are taken: an item is only taken when every earlier item
+    // of its cell is (16x16 cells at this cap).
+    const int g = 16;
+    std::vector<char> taken(x.size(), 0);
+    for (std::size_t i : a)
+        taken[i] = 1;
+    std::vector<char> cellSkipped(g * g, 0);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const int c = std::min(g - 1, static_cast<int>((y[i] + 0.5) / size * g)) * g +
+                      std::min(g - 1, static_cast<int>((x[i] + 0.5) / size * g));
+        if (!taken[i])
+            cellSkipped[c] = 1;
+        else
+            EXPECT_FALSE(cellSkipped[c]) << i;
+    }
+    // Fewer items than the cap: all of them.
+    const std::vector<double> sx(x.begin(), x.begin() + 100), sy(y.begin(), y.begin() + 100);
+    EXPECT_EQ(astrom::stratifiedSubset(sx, sy, size, size, cap).size(), 100u);
 }

@@ -405,3 +405,85 @@ TEST(ZeroPoint, EndToEndOnSimulatedField) {
                 zOpt.limitingMag, lim.size(), lim[lim.size() / 2]);
     EXPECT_NEAR(zOpt.limitingMag, lim[lim.size() / 2], 0.1);
 }
+
+// The 1024 x 1024 / 1500-star field of the issue (colours 0.7 +- 0.3, no colour term in the truth). With a
+// colour term forced into the fit, the zero point is the value at colour 0: ȳ - ct c̄, an extrapolation
+// 0.7 mag (2.3 colour sigmas) beyond the calibrators' mean colour, whose error is sqrt(1 + c̄²/σ_c²) = 2.5
+// times that of the mean and which inherits ct's noise times c̄. The significance test drops the
+// insignificant colour term and the zero point is the weighted mean: within the 0.002 bar.
+TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
+    SimParams sp;
+    sp.width = 1024;
+    sp.height = 1024;
+    sp.stars = 1500;
+    sp.seed = 11;
+    ASSERT_EQ(sp.colourTerm, 0.0);
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim);
+    ASSERT_TRUE(frame.wcs);
+    RunContext ctx;
+    const PipelineResult pr = runPipeline(frame, PipelineConfig{}, ctx);
+    const Sources& src = pr.detection.sources;
+    ReferenceCatalog ref;
+    ref.ra = sim.reference.doubles("ra");
+    ref.dec = sim.reference.doubles("dec");
+    ref.mag = sim.reference.doubles("mag");
+    ref.magErr = sim.reference.doubles("mag_err");
+    ref.color = sim.reference.doubles("colour");
+    ref.pmRa.assign(ref.ra.size(), std::nan(""));
+    ref.pmDec.assign(ref.ra.size(), std::nan(""));
+    for (double v : sim.reference.doubles("id"))
+        ref.id.push_back(static_cast<std::int64_t>(v));
+    const CrossmatchResult m =
+        crossmatch(src.x, src.y, frame.width(), frame.height(), ref, *frame.wcs, CrossmatchParams{}, ctx);
+    const double zpTrue = *sim.header.getDouble("SIMZP");
+    const ApertureResult& ap = pr.aperture;
+    std::vector<std::uint32_t> flags(src.size());
+    std::vector<double> mOpt(src.size()), eOpt(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) {
+        flags[i] = src.flags[i] | ap.flags[i];
+        const double f = ap.fluxOpt[i], e = ap.fluxOptErr[i];
+        mOpt[i] = f > 0 ? -2.5 * std::log10(f) : std::nan("");
+        eOpt[i] = f > 0 ? 1.0857362047581294 * e / f : std::nan("");
+    }
+    ZeroPointParams p;
+    p.fitColourTerm = true;
+    const ZeroPointResult z = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);
+    p.colourTermMinSignificance = 0.0; // forced: the old behaviour
+    const ZeroPointResult forced = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);
+    p.fitColourTerm = false;
+    const ZeroPointResult plain = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);
+    for (const auto& [name, r] : {std::pair<const char*, const ZeroPointResult*>{"tested", &z},
+                                  {"forced ct", &forced},
+                                  {"no ct", &plain}})
+        std::printf(
+            "[zeropoint] 1024^2 %-9s: zp %.5f +- %.5f (diff %+.5f), ct %.5f +- %.5f, %d of %d used; %s\n",
+            name, r->zp, r->zpErr, r->zp - zpTrue, r->colourTerm, r->colourTermErr, r->nUsed, r->nCandidates,
+            r->message.c_str());
+    ASSERT_TRUE(z.ok && forced.ok && plain.ok);
+    ASSERT_TRUE(forced.colourTermFitted);
+    // The forced fit's zero point moves with its colour term by -c̄ per unit of ct (the extrapolation):
+    // the difference to the plain zero point is explained by ct * (weighted mean colour) to 20%.
+    double sw = 0.0, swc = 0.0;
+    for (std::size_t k = 0; k < forced.sourceIndex.size(); ++k)
+        if (forced.used[k]) {
+            const double e = eOpt[forced.sourceIndex[k]];
+            const std::int32_t row = m.refIndex[forced.sourceIndex[k]];
+            const double re = std::isfinite(ref.magErr[row]) ? ref.magErr[row] : 0.0;
+            const double w = 1.0 / (e * e + re * re + forced.intrinsicScatter * forced.intrinsicScatter);
+            sw += w;
+            swc += w * ref.color[row];
+        }
+    const double meanColour = swc / sw;
+    std::printf(
+        "[zeropoint] 1024^2: weighted mean calibrator colour %.3f; forced - plain %.5f, -ct * mean %.5f\n",
+        meanColour, forced.zp - plain.zp, -forced.colourTerm * meanColour);
+    EXPECT_NEAR(forced.zp - plain.zp, -forced.colourTerm * meanColour,
+                0.2 * std::fabs(forced.colourTerm * meanColour) + 0.0005);
+    EXPECT_FALSE(z.colourTermFitted) << z.message;
+    EXPECT_EQ(z.colourTerm, 0.0);
+    EXPECT_NE(z.message.find("not significant"), std::string::npos) << z.message;
+    EXPECT_EQ(z.zp, plain.zp);
+    EXPECT_NEAR(z.zp, zpTrue, 0.002);
+    EXPECT_LT(std::fabs(z.zp - zpTrue), 3.0 * z.zpErr + 0.0005);
+}
