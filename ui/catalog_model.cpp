@@ -15,10 +15,6 @@ namespace gpuphot::ui {
 namespace {
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-double at(const std::vector<double>& v, int row) {
-    return static_cast<std::size_t>(row) < v.size() ? v[static_cast<std::size_t>(row)] : kNan;
-}
-
 const Wcs* wcsOf(const Snapshot& s) {
     if (s.result.fittedWcs) return s.result.fittedWcs.get();
     return s.frame ? s.frame->wcs.get() : nullptr;
@@ -29,32 +25,33 @@ CatalogModel::CatalogModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 const Sources* CatalogModel::sources() const { return m_snap ? &m_snap->result.detection.sources : nullptr; }
 
+bool CatalogModel::prepMatches(const CatalogPrep& p) const {
+    if (p.column != m_sortColumn) return false;
+    if (m_sortColumn < 0) return true;
+    if (p.descending != (m_sortOrder == Qt::DescendingOrder)) return false;
+    return p.aperture == m_aperture || (m_sortColumn != MagAper && m_sortColumn != MagErr);
+}
+
+void CatalogModel::resort() {
+    if (!m_snap) {
+        m_prep.reset();
+        return;
+    }
+    m_prep = prepareCatalog(*m_snap, m_sortColumn, m_sortOrder == Qt::DescendingOrder, m_aperture,
+                            m_prep ? &m_prep->flags : nullptr);
+}
+
 void CatalogModel::setSnapshot(SnapshotPtr snapshot) {
     beginResetModel();
     m_snap = std::move(snapshot);
-    m_ra.clear();
-    m_dec.clear();
-    m_flags.clear();
-    if (const Sources* s = sources()) {
-        // The catalog's flags column: detection | aperture | PSF, plus calibrator and astrometric-star marks.
-        const PipelineResult& r = m_snap->result;
-        const std::size_t n = s->size();
-        m_flags.assign(s->flags.begin(), s->flags.end());
-        if (r.aperture.flags.size() == n)
-            for (std::size_t i = 0; i < n; ++i) m_flags[i] |= r.aperture.flags[i];
-        if (r.psf.flags.size() == n)
-            for (std::size_t i = 0; i < n; ++i) m_flags[i] |= r.psf.flags[i];
-        // as core/pipeline/catalog_builder.cpp marks them
-        const auto mark = [&](const std::vector<std::int32_t>& idx, const std::vector<bool>& used, std::uint32_t bit) {
-            for (std::size_t k = 0; k < idx.size() && k < used.size(); ++k)
-                if (used[k] && idx[k] >= 0 && static_cast<std::size_t>(idx[k]) < n) m_flags[static_cast<std::size_t>(idx[k])] |= bit;
-        };
-        mark(r.astrometry.sourceIndex, r.astrometry.used, FlagAstromStar);
-        mark(r.zeropoint.sourceIndex, r.zeropoint.used, FlagCalibrator);
+    m_usedPrep = m_snap && m_snap->catalog && m_snap->catalog->flags.size() == m_snap->result.detection.sources.size() &&
+                 prepMatches(*m_snap->catalog);
+    if (m_usedPrep) {
+        m_prep = m_snap->catalog; // prepared by the worker: a pointer swap
+    } else {
+        m_prep.reset();
+        resort();
     }
-    m_order.resize(m_flags.size());
-    std::iota(m_order.begin(), m_order.end(), 0);
-    if (m_sortColumn >= 0) sortRows();
     endResetModel();
 }
 
@@ -63,6 +60,8 @@ void CatalogModel::setApertureIndex(int index) {
     m_aperture = index;
     if (rowCount() > 0) emit dataChanged(this->index(0, MagAper), this->index(rowCount() - 1, MagErr));
     emit headerDataChanged(Qt::Horizontal, MagAper, MagErr);
+    if (m_sortColumn == MagAper || m_sortColumn == MagErr) sortBy(m_sortColumn, m_sortOrder); // the key changed
+    else emit sortChanged(m_sortColumn, m_sortOrder, m_aperture);
 }
 
 int CatalogModel::rowCount(const QModelIndex& parent) const {
@@ -79,28 +78,14 @@ const char* CatalogModel::columnName(int column) {
 }
 
 int CatalogModel::sourceIndex(int row) const {
-    return row >= 0 && static_cast<std::size_t>(row) < m_order.size() ? m_order[static_cast<std::size_t>(row)] : -1;
+    return m_prep && row >= 0 && static_cast<std::size_t>(row) < m_prep->order.size()
+               ? m_prep->order[static_cast<std::size_t>(row)]
+               : -1;
 }
 
 std::uint32_t CatalogModel::flags(int row) const {
     const int i = sourceIndex(row);
-    return i >= 0 ? m_flags[static_cast<std::size_t>(i)] : 0u;
-}
-
-void CatalogModel::sortRows() {
-    const std::size_t n = m_order.size();
-    std::iota(m_order.begin(), m_order.end(), 0);
-    if (m_sortColumn < 0 || n == 0) return;
-    std::vector<double> key(n);
-    for (std::size_t i = 0; i < n; ++i) key[i] = sourceValue(i, m_sortColumn);
-    const bool asc = m_sortOrder == Qt::AscendingOrder;
-    // NaN last in either order; ties keep the source order (deterministic)
-    std::stable_sort(m_order.begin(), m_order.end(), [&](int a, int b) {
-        const double ka = key[static_cast<std::size_t>(a)], kb = key[static_cast<std::size_t>(b)];
-        const bool na = std::isnan(ka), nb = std::isnan(kb);
-        if (na || nb) return !na && nb;
-        return asc ? ka < kb : ka > kb;
-    });
+    return i >= 0 ? m_prep->flags[static_cast<std::size_t>(i)] : 0u;
 }
 
 void CatalogModel::sortBy(int column, Qt::SortOrder order) {
@@ -110,39 +95,27 @@ void CatalogModel::sortBy(int column, Qt::SortOrder order) {
     for (const QModelIndex& idx : before) sources.push_back(sourceIndex(idx.row()));
     m_sortColumn = column >= 0 && column < ColumnCount ? column : -1;
     m_sortOrder = order;
-    sortRows();
-    std::vector<int> rowOf(m_order.size());
-    for (std::size_t r = 0; r < m_order.size(); ++r) rowOf[static_cast<std::size_t>(m_order[r])] = static_cast<int>(r);
+    resort();
+    const std::vector<int> empty;
+    const std::vector<int>& ord = m_prep ? m_prep->order : empty;
+    std::vector<int> rowOf(ord.size());
+    for (std::size_t r = 0; r < ord.size(); ++r) rowOf[static_cast<std::size_t>(ord[r])] = static_cast<int>(r);
     QModelIndexList after;
     for (int k = 0; k < before.size(); ++k)
         after << (sources[k] >= 0 ? index(rowOf[static_cast<std::size_t>(sources[k])], before[k].column()) : QModelIndex());
     changePersistentIndexList(before, after);
     emit layoutChanged({}, QAbstractItemModel::VerticalSortHint);
+    emit sortChanged(m_sortColumn, m_sortOrder, m_aperture);
 }
 
-void CatalogModel::skyPosition(int row, double& ra, double& dec) const {
+void CatalogModel::skyPosition(int source, double& ra, double& dec) const {
     ra = dec = kNan;
-    if (!m_ra.empty()) {
-        ra = at(m_ra, row);
-        dec = at(m_dec, row);
-        return;
-    }
     const Wcs* wcs = m_snap ? wcsOf(*m_snap) : nullptr;
     const Sources* s = sources();
-    if (!wcs || !s || static_cast<std::size_t>(row) >= s->size()) return;
-    const double x = s->x[static_cast<std::size_t>(row)], y = s->y[static_cast<std::size_t>(row)];
+    if (!wcs || !s || source < 0 || static_cast<std::size_t>(source) >= s->size()) return;
+    const double x = s->x[static_cast<std::size_t>(source)], y = s->y[static_cast<std::size_t>(source)];
     if (!std::isfinite(x) || !std::isfinite(y)) return;
     std::tie(ra, dec) = wcs->pixelToWorld(x, y);
-}
-
-void CatalogModel::ensureSkyCache() const {
-    const Wcs* wcs = m_snap ? wcsOf(*m_snap) : nullptr;
-    const Sources* s = sources();
-    if (!m_ra.empty() || !wcs || !s || s->size() == 0) return;
-    std::vector<double> ra(s->size(), kNan), dec(s->size(), kNan);
-    wcs->pixelToWorld(s->x, s->y, ra, dec);
-    m_ra = std::move(ra);
-    m_dec = std::move(dec);
 }
 
 double CatalogModel::value(int row, int column) const {
@@ -151,48 +124,8 @@ double CatalogModel::value(int row, int column) const {
 }
 
 double CatalogModel::sourceValue(std::size_t i, int column) const {
-    const Sources* s = sources();
-    if (!s || i >= s->size()) return kNan;
-    const int row = static_cast<int>(i); // source index
-    const PipelineResult& r = m_snap->result;
-    const ApertureResult& ap = r.aperture;
-    const bool haveAp = ap.count == s->size() && static_cast<std::size_t>(m_aperture) < ap.flux.size();
-    switch (column) {
-    case Id: return static_cast<double>(row + 1);
-    case X: return s->x[i] + 1.0;
-    case Y: return s->y[i] + 1.0;
-    case Ra:
-    case Dec: {
-        if (m_ra.empty()) ensureSkyCache(); // sorting asks for every row: one bulk transform
-        double ra, dec;
-        skyPosition(row, ra, dec);
-        return column == Ra ? ra : dec;
-    }
-    case MagAper: return haveAp ? instrumentalMag(ap.flux[m_aperture][i]) : kNan;
-    case MagErr: return haveAp ? magError(ap.flux[m_aperture][i], ap.fluxErr[m_aperture][i]) : kNan;
-    case MagCal: {
-        if (!r.zeropoint.ok) return kNan;
-        const double m = at(r.magInst, row);
-        if (!std::isfinite(m)) return kNan;
-        double ct = 0.0;
-        if (r.zeropoint.colourTermFitted && m_snap->reference && r.crossmatch.refIndex.size() == s->size() &&
-            r.crossmatch.refIndex[i] >= 0) {
-            const auto j = static_cast<std::size_t>(r.crossmatch.refIndex[i]);
-            if (j < m_snap->reference->color.size() && std::isfinite(m_snap->reference->color[j]))
-                ct = r.zeropoint.colourTerm * m_snap->reference->color[j];
-        }
-        return m + r.zeropoint.zp + ct;
-    }
-    case Fwhm: return at(r.psf.fwhm, row);
-    case FluxIso: return s->fluxIso[i];
-    case Snr: {
-        // S/N of the optimal-aperture flux (the one the zero point and the limiting magnitude use)
-        const double f = at(ap.fluxOpt, row), e = at(ap.fluxOptErr, row);
-        return e > 0 ? f / e : kNan;
-    }
-    case Flags: return static_cast<double>(flags(row));
-    }
-    return kNan;
+    if (!m_snap || !m_prep) return kNan;
+    return catalogValue(*m_snap, m_prep->flags, i, column, m_aperture);
 }
 
 QVariant CatalogModel::data(const QModelIndex& index, int role) const {

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "ui/catalog_prep.hpp"
 #include "ui/snapshot.hpp"
 
 namespace gpuphot::ui {
@@ -25,7 +26,9 @@ public:
 
     explicit CatalogModel(QObject* parent = nullptr);
 
-    // Takes a new result (beginResetModel/endResetModel; O(n) work for the combined flags only).
+    // Takes a new result (beginResetModel/endResetModel). O(1) when the snapshot carries its CatalogPrep
+    // (Snapshot::catalog, made by the worker) for the current sort column, order and aperture; else the
+    // flags and the order are computed here (O(n), radix sort).
     void setSnapshot(SnapshotPtr snapshot);
     const SnapshotPtr& snapshot() const { return m_snap; }
     // Which fixed aperture mag_aper/magerr show (0-based index into aperture.radii; default 0).
@@ -42,6 +45,9 @@ public:
     // sorted the same way). column < 0: source order.
     void sortBy(int column, Qt::SortOrder order = Qt::AscendingOrder);
     int sortColumn() const { return m_sortColumn; }
+    Qt::SortOrder sortOrder() const { return m_sortOrder; }
+    // True when the last setSnapshot took the worker's precomputed flags and order (no O(n) work).
+    bool lastResetUsedPrep() const { return m_usedPrep; }
     // The source index (into Sources) shown in a row.
     int sourceIndex(int row) const;
 
@@ -50,20 +56,23 @@ public:
     std::uint32_t flags(int row) const; // combined: detection | aperture | psf | calibrator | astrometric star
     static const char* columnName(int column); // "id", "x", ... as the catalog file's columns
 
+signals:
+    // The table was sorted another way (the worker then prepares the next results in that order).
+    void sortChanged(int column, Qt::SortOrder order, int aperture);
+
 private:
     double sourceValue(std::size_t i, int column) const;
-    void sortRows(); // m_order by m_sortColumn / m_sortOrder
+    bool prepMatches(const CatalogPrep& prep) const; // same sort column, order and (when it matters) aperture
+    void resort();                                   // m_prep for m_sortColumn / m_sortOrder / m_aperture
     const Sources* sources() const;
-    void skyPosition(int row, double& ra, double& dec) const;
-    void ensureSkyCache() const; // bulk RA/Dec for sorting by those columns
+    void skyPosition(int source, double& ra, double& dec) const;
 
     SnapshotPtr m_snap;
     int m_aperture = 0;
-    std::vector<std::uint32_t> m_flags;
-    std::vector<int> m_order; // row -> source index
+    std::shared_ptr<const CatalogPrep> m_prep; // combined flags and row -> source index
     int m_sortColumn = -1;
     Qt::SortOrder m_sortOrder = Qt::AscendingOrder;
-    mutable std::vector<double> m_ra, m_dec; // filled on demand (sorting by RA/Dec)
+    bool m_usedPrep = false;
 };
 
 class CatalogFilter : public QSortFilterProxyModel {

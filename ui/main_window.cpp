@@ -77,6 +77,9 @@ QString stageTimes(const Snapshot& s) {
         parts << QStringLiteral("%1 %2 ms").arg(QString::fromStdString(r.stage)).arg(r.seconds * 1e3, 0, 'f', 0);
         total += r.seconds;
     }
+    if (s.prefetched) parts << QStringLiteral("computed ahead");
+    if (s.psfFitsReused > 0) // star fits the worker's PSF cache supplied (identical inputs, identical result)
+        parts << QStringLiteral("%1/%2 PSF fits reused").arg(s.psfFitsReused).arg(s.psfFitsReused + s.psfFitsMade);
     return QStringLiteral("#%1  %2 sources  |  %3  |  total %4 ms (%5)")
         .arg(s.generation)
         .arg(s.result.detection.sources.size())
@@ -95,6 +98,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     m_thread = std::make_unique<PipelineWorkerThread>();
     m_scheduler = new RunScheduler(m_thread->worker(), this);
+    // While idle, the worker precomputes the detection threshold one spin-box step (0.1 sigma, the
+    // parameter dock's step) either way: the most common next edit then lands at once.
+    m_thread->worker()->setThresholdPrefetch(0.1);
 
     m_view = new viewers::ImageView(this);
     setCentralWidget(m_view);
@@ -194,6 +200,10 @@ void MainWindow::buildDocks() {
     m_table = new QTableView(tableBox);
     m_table->setObjectName(QStringLiteral("CatalogTable"));
     m_table->setModel(m_filter);
+    // The worker prepares each result's table order for the sort shown (no O(n log n) on the UI thread).
+    connect(m_model, &CatalogModel::sortChanged, this, [this](int column, Qt::SortOrder order, int aperture) {
+        m_thread->worker()->setCatalogSort(column, order == Qt::DescendingOrder, aperture);
+    });
     m_table->setSortingEnabled(true);
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);

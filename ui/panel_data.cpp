@@ -249,8 +249,11 @@ SnrPlotData snrPlotData(const Snapshot& s) {
 MapData backgroundMap(const BackgroundResult& bkg, int maxCells) {
     MapData m;
     const Image<float>& level = bkg.level;
-    if (level.width() > 0 && level.height() > 0) {
-        const int w = level.width(), h = level.height();
+    const bool full = level.width() > 0 && level.height() > 0;
+    // Without full maps (the CPU backend's lean result) the sampler gives the same pixels, bit for bit.
+    const BackgroundSampler* sampler = full ? nullptr : bkg.sampler.get();
+    if (full || (sampler && sampler->width() > 0 && sampler->height() > 0)) {
+        const int w = full ? level.width() : sampler->width(), h = full ? level.height() : sampler->height();
         const int block = std::max(1, (std::max(w, h) + maxCells - 1) / std::max(1, maxCells));
         m.nx = (w + block - 1) / block;
         m.ny = (h + block - 1) / block;
@@ -261,7 +264,7 @@ MapData backgroundMap(const BackgroundResult& bkg, int maxCells) {
             for (int i = 0; i < m.nx; ++i) {
                 const int x = std::min(w - 1, i * block + block / 2),
                           y = std::min(h - 1, j * block + block / 2);
-                m.values[static_cast<std::size_t>(j) * m.nx + i] = level(x, y);
+                m.values[static_cast<std::size_t>(j) * m.nx + i] = full ? level(x, y) : sampler->levelAt(x, y);
             }
         m.dx = m.dy = block;
         m.x0 = m.y0 =

@@ -81,8 +81,12 @@ void PipelineWorker::schedulePrefetch() {
         count = m_prefetchCount;
     }
     m_prefetchQueue.clear();
-    if (!(step > 0.0) || !m_last || !m_last->frame) return;
-    if (static_cast<double>(m_last->frame->width()) * m_last->frame->height() > 16e6) return; // memory: 2 results
+    if (!(step > 0.0) || !m_last || !m_last->frame ||
+        static_cast<double>(m_last->frame->width()) * m_last->frame->height() > 16e6) { // memory: 2 more results
+        m_prefetched.clear();
+        m_previous.reset();
+        return;
+    }
     const PipelineConfig& base = m_last->config;
     // Keep the precomputed results that are still neighbours; queue the missing ones, nearest first.
     std::vector<PipelineConfig> want;
@@ -94,17 +98,24 @@ void PipelineWorker::schedulePrefetch() {
             c.detection.threshold = std::round(c.detection.threshold * 100.0) / 100.0;
             if (c.detection.threshold > 0.0) want.push_back(c);
         }
-    std::vector<std::pair<std::string, std::shared_ptr<Snapshot>>> keep;
+    std::vector<std::pair<std::string, SnapshotPtr>> keep;
+    const auto sameData = [this](const SnapshotPtr& s) {
+        return s && s->frame == m_last->frame && s->reference == m_last->reference;
+    };
     for (const PipelineConfig& c : want) {
         const std::string key = nlohmann::json(c).dump();
         bool have = false;
         for (auto& e : m_prefetched)
-            if (e.first == key && e.second && e.second->frame == m_last->frame &&
-                e.second->reference == m_last->reference) {
+            if (e.first == key && sameData(e.second)) {
                 keep.push_back(std::move(e));
                 have = true;
                 break;
             }
+        // The result just replaced (one step back) is a neighbour too: kept as it is.
+        if (!have && sameData(m_previous) && nlohmann::json(m_previous->config).dump() == key) {
+            keep.emplace_back(key, m_previous);
+            have = true;
+        }
         if (!have) m_prefetchQueue.push_back(c);
     }
     m_prefetched = std::move(keep);
@@ -128,7 +139,7 @@ void PipelineWorker::prefetchNext() {
     snap->backend = base->backend;
     snap->firstStage = firstAffectedStage(base->config, config);
     if (snap->firstStage != Stage::Background) snap->result = base->result;
-    snap->result.keepFullMaps = true;
+    snap->result.keepFullMaps = false; // as processPending
     snap->result.psfFitCache = m_psfCache;
     auto progress = std::move(m_ctx.progress); // background work: no progress shown
     m_ctx.progress = nullptr;
@@ -150,7 +161,7 @@ void PipelineWorker::prefetchNext() {
         snap->psfFitsMade = m_psfCache->lastMisses();
     }
     snap->timings = m_ctx.records;
-    m_prefetched.emplace_back(nlohmann::json(config).dump(), std::move(snap));
+    m_prefetched.emplace_back(nlohmann::json(config).dump(), SnapshotPtr(std::move(snap)));
     ++m_prefetchedRuns;
     if (!m_prefetchQueue.empty()) QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
 }
@@ -258,7 +269,7 @@ void PipelineWorker::processPending() {
         snap->config = config;
         snap->backend = backendName(m_ctx.backend);
         // A precomputed result for exactly this configuration (setThresholdPrefetch): taken as it is.
-        std::shared_ptr<Snapshot> ready;
+        SnapshotPtr ready;
         if (!m_prefetched.empty()) {
             const std::string key = nlohmann::json(config).dump();
             for (auto it = m_prefetched.begin(); it != m_prefetched.end(); ++it)
@@ -269,9 +280,9 @@ void PipelineWorker::processPending() {
                 }
         }
         if (ready) {
-            ready->generation = generation;
-            ready->prefetched = true;
-            snap = std::move(ready);
+            snap = std::make_shared<Snapshot>(*ready); // a copy (it may have been shown before): lean, ~1 ms
+            snap->generation = generation;
+            snap->prefetched = true;
             ++m_prefetchHits;
         } else {
             Stage first = Stage::Background;
@@ -285,7 +296,10 @@ void PipelineWorker::processPending() {
                 std::lock_guard lock(m_progressMutex);
                 m_progressStage.clear();
             }
-            snap->result.keepFullMaps = true; // the workbench shows the full background maps
+            // Lean background maps (CPU): the mesh grid and the shared sampler instead of two full-resolution
+            // maps, which the panels do not need (the background plot samples the sampler): 8 B/px less to
+            // build and to copy into every incremental run's result. The catalog is bitwise the same.
+            snap->result.keepFullMaps = false;
             snap->result.psfFitCache = m_psfCache; // identical star fits of earlier runs are reused (same result)
             runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
             snap->result.psfFitCache.reset(); // the snapshot goes to the UI: the cache stays the worker's
@@ -302,6 +316,7 @@ void PipelineWorker::processPending() {
         }
         // The table's flags and row order, here rather than on the UI thread.
         snap->catalog = prepareCatalog(*snap, sort.column, sort.descending, sort.aperture);
+        m_previous = std::move(m_last);
         m_last = snap; // valid for its config even when stale: the base of the next incremental run
         ++m_completedRuns;
         m_running.store(false);
@@ -340,6 +355,7 @@ void PipelineWorker::loadFrame(const QString& path, const QString& hdu) {
         m_framePath = path.toStdString();
         m_frameHdu = read.hdu;
         m_last.reset();
+        m_previous.reset();
         m_prefetched.clear();
         m_prefetchQueue.clear();
         if (m_psfCache) m_psfCache->clear();
@@ -358,6 +374,7 @@ void PipelineWorker::setFrame(FramePtr frame) {
     m_resolvedFrame.reset();
     m_resolvedKey.clear();
     m_last.reset();
+    m_previous.reset();
     m_prefetched.clear();
     m_prefetchQueue.clear();
     if (m_psfCache) m_psfCache->clear();

@@ -20,6 +20,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -37,6 +39,19 @@ public:
     // Worker settings; call before the thread starts or between runs (they are read on the worker thread).
     void setThreads(int threads);        // 0: all cores
     void setEmitStaleResults(bool on);   // testing aid: also emit results a newer request superseded
+    // Reuse of identical PSF star fits between runs (on by default; PsfFitCache, results unchanged).
+    void setPsfFitCacheEnabled(bool on);
+    // Thread-safe: the catalog table's sort (CatalogModel::Column, -1: none) and aperture index; each result
+    // then carries its table flags and row order (Snapshot::catalog), computed here, off the UI thread.
+    void setCatalogSort(int column, bool descending, int aperture);
+    // Idle-time precomputation (off by default; thread-safe): after each result, while no request waits,
+    // the worker runs the same configuration with the detection threshold `step` lower and higher
+    // (`count` steps each way) and keeps those complete results (at most 2 * count, frames up to 16 MP).
+    // A request for one of them is answered with it at once; the results are the ones a run would give
+    // (same deterministic computation), and a real request cancels a precomputation in progress.
+    void setThresholdPrefetch(double step, int count = 1);
+    quint64 prefetchedRuns() const { return m_prefetchedRuns.load(); } // precomputations completed
+    quint64 prefetchHits() const { return m_prefetchHits.load(); }     // requests answered by one
 
     // Counters, readable from any thread.
     quint64 latestGeneration() const { return m_generation.load(); }
@@ -79,6 +94,7 @@ signals:
 
 private slots:
     void processPending();
+    void prefetchNext(); // one queued precomputation, if no request waits
 
 private:
     FramePtr frameFor(const PipelineConfig& config); // re-resolves the instrument when keywords/overrides changed
@@ -105,6 +121,19 @@ private:
     ReferencePtr m_reference, m_movedReference;
     FramePtr m_movedFor; // the frame m_movedReference was moved for
     SnapshotPtr m_last; // last successful run (the base of incremental re-runs)
+    std::shared_ptr<PsfFitCache> m_psfCache; // PSF star fits of earlier runs on this frame (null: disabled)
+    struct CatalogSort {
+        int column = -1;
+        bool descending = false;
+        int aperture = 0;
+    } m_catalogSort; // guarded by m_mutex
+    double m_prefetchStep = 0.0; // guarded by m_mutex
+    int m_prefetchCount = 1;     // guarded by m_mutex
+    std::vector<PipelineConfig> m_prefetchQueue;                            // worker thread
+    std::vector<std::pair<std::string, SnapshotPtr>> m_prefetched; // config JSON -> complete result
+    SnapshotPtr m_previous; // the result before m_last (a neighbour after a one-step edit: kept, not recomputed)
+    std::atomic<quint64> m_prefetchedRuns{0}, m_prefetchHits{0};
+    void schedulePrefetch(); // after a result: queue the neighbours of its config
 
     std::mutex m_progressMutex;
     std::string m_progressStage;

@@ -221,6 +221,7 @@ void PlotsPanel::onPlottableClick(QCPAbstractPlottable* plottable, int, QMouseEv
 
 void PlotsPanel::rebuild() {
     m_pointSources.clear();
+    m_arrowHeads.clear(); // removed with the other items below
     for (QCustomPlot* p : m_plots) {
         p->clearGraphs();
         p->clearPlottables();
@@ -336,6 +337,8 @@ void PlotsPanel::buildAstrometry() {
         }
         setTitle(w, tr("Astrometric residuals"));
     }
+    for (QCPItemLine* head : m_arrowHeads) plot(pv)->removeItem(head);
+    m_arrowHeads.clear();
     plot(px)->xAxis->setLabel(tr("x (px)"));
     plot(py)->xAxis->setLabel(tr("y (px)"));
     for (Plot w : {px, py})
@@ -388,6 +391,11 @@ void PlotsPanel::buildAstrometry() {
     m_exaggeration = m_requestedExaggeration > 0 ? m_requestedExaggeration : autoVectorExaggeration(d);
     setTitle(pv, summary + tr("; vectors × %1").arg(m_exaggeration));
     QCustomPlot* p = plot(pv);
+    int nVectors = 0;
+    for (const AstrometryPoints* pts : {&d.used, &d.clipped})
+        for (std::size_t k = 0; k < pts->size(); ++k)
+            nVectors += std::isfinite(pts->dxPx[k]) && std::isfinite(pts->dyPx[k]);
+    const bool heads = nVectors <= kMaxArrowHeads;
     for (int set = 0; set < 2; ++set) {
         const AstrometryPoints& pts = set == 0 ? d.used : d.clipped;
         const QColor colour = set == 0 ? kUsed : kClipped;
@@ -397,8 +405,21 @@ void PlotsPanel::buildAstrometry() {
         QVector<double> cx, cy;
         for (std::size_t k = 0; k < pts.size(); ++k) {
             if (!std::isfinite(pts.dxPx[k]) || !std::isfinite(pts.dyPx[k])) continue;
-            cx << pts.x[k] << pts.x[k] + m_exaggeration * pts.dxPx[k] << qQNaN();
-            cy << pts.y[k] << pts.y[k] + m_exaggeration * pts.dyPx[k] << qQNaN();
+            const double ex = pts.x[k] + m_exaggeration * pts.dxPx[k], ey = pts.y[k] + m_exaggeration * pts.dyPx[k];
+            cx << pts.x[k] << ex << qQNaN();
+            cy << pts.y[k] << ey << qQNaN();
+            if (heads && (pts.dxPx[k] != 0.0 || pts.dyPx[k] != 0.0)) {
+                // The head: an item over the last 5% of the shaft (the curve draws the shaft), so it points
+                // along the vector on screen whatever the axes' scales; sized in screen pixels.
+                auto* head = new QCPItemLine(p);
+                head->setObjectName(QStringLiteral("arrowHead"));
+                head->setSelectable(false);
+                head->setPen(QPen(colour, 1));
+                head->start->setCoords(ex - 0.05 * m_exaggeration * pts.dxPx[k], ey - 0.05 * m_exaggeration * pts.dyPx[k]);
+                head->end->setCoords(ex, ey);
+                head->setHead(QCPLineEnding(QCPLineEnding::esSpikeArrow, 5, 6)); // px: small, many vectors are short
+                m_arrowHeads.push_back(head);
+            }
         }
         curve->setData(cx, cy);
         curve->removeFromLegend();

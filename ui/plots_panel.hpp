@@ -15,6 +15,7 @@
 class QCustomPlot;
 class QCPAbstractPlottable;
 class QCPGraph;
+class QCPItemLine;
 class QCPItemText;
 class QCPTextElement;
 class QTabWidget;
@@ -59,6 +60,9 @@ public:
     // that makes the RMS vector 3% of the frame).
     void setVectorExaggeration(double factor);
     double vectorExaggeration() const { return m_exaggeration; }
+    // The vector map draws an arrow head on each vector up to this many vectors (QCustomPlot items; more
+    // would slow the replot), plain segments beyond.
+    static constexpr int kMaxArrowHeads = 3000;
 
 signals:
     void sourceSelected(int index);
@@ -85,6 +89,7 @@ private:
     QCPItemText* m_emptyText[kPlotCount] = {};
     QString m_empty[kPlotCount];
     QHash<QCPAbstractPlottable*, std::vector<int>> m_pointSources; // data index (sorted) -> source
+    std::vector<QCPItemLine*> m_arrowHeads; // of the vector map (objectName "arrowHead")
     SnapshotPtr m_snapshot;
     int m_selected = -1;
     double m_exaggeration = 0.0; // as used

@@ -14,6 +14,8 @@
 
 namespace gpuphot::ui {
 
+struct CatalogPrep; // ui/catalog_prep.hpp
+
 struct Snapshot {
     std::uint64_t generation = 0;                     // increases with every request the worker accepts
     std::shared_ptr<const Frame> frame;               // the frame the run used
@@ -23,6 +25,11 @@ struct Snapshot {
     Stage firstStage = Stage::Background;             // the first stage that was re-run
     std::vector<StageRecord> timings;                 // per stage, this run
     std::string backend;                              // "cpu" or "cuda"
+    // The catalog table's flags and row order for the sort the UI asked for (PipelineWorker::setCatalogSort),
+    // computed on the worker's thread; null when not prepared (the table model then computes it).
+    std::shared_ptr<const CatalogPrep> catalog;
+    int psfFitsReused = -1, psfFitsMade = -1; // PSF star fits taken from the worker's cache / fitted; -1: stage not run
+    bool prefetched = false; // computed ahead by the idle worker (PipelineWorker::setThresholdPrefetch)
 };
 
 using SnapshotPtr = std::shared_ptr<const Snapshot>;

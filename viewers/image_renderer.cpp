@@ -129,23 +129,53 @@ void ImageRenderer::destroy() {
 
 void ImageRenderer::clearImage() {
     clearSegmentation();
+    clearLod();
     for (Tile& t : m_tiles)
         if (t.tex) glDeleteTextures(1, &t.tex);
     m_tiles.clear();
     m_width = m_height = 0;
 }
 
+void ImageRenderer::clearLod() {
+    for (LodTiles& l : m_lod)
+        for (Tile& t : l.tiles)
+            if (t.tex) glDeleteTextures(1, &t.tex);
+    m_lod.clear();
+}
+
+void ImageRenderer::uploadLodLevel(int factor, const ImageViewT<float>& level) {
+    if (m_width <= 0 || factor < 2 || level.empty() || level.width != (m_width + factor - 1) / factor ||
+        level.height != (m_height + factor - 1) / factor)
+        return; // not a level of the uploaded image
+    for (LodTiles& l : m_lod)
+        if (l.factor == factor) return;
+    LodTiles l;
+    l.factor = factor;
+    l.width = level.width;
+    l.height = level.height;
+    uploadTiles(level, l.tiles);
+    m_lod.push_back(std::move(l));
+    std::sort(m_lod.begin(), m_lod.end(), [](const LodTiles& a, const LodTiles& b) { return a.factor < b.factor; });
+    checkGl("ImageRenderer::uploadLodLevel");
+}
+
 void ImageRenderer::uploadImage(const ImageViewT<float>& image) {
     clearImage();
     if (image.empty()) return;
-    const int tile = std::max(1, m_tileLimit > 0 ? std::min(m_tileLimit, m_maxTexture) : m_maxTexture);
     m_width = image.width;
     m_height = image.height;
+    uploadTiles(image, m_tiles);
+    checkGl("ImageRenderer::uploadImage");
+}
+
+void ImageRenderer::uploadTiles(const ImageViewT<float>& image, std::vector<Tile>& tiles) {
+    const int tile = std::max(1, m_tileLimit > 0 ? std::min(m_tileLimit, m_maxTexture) : m_maxTexture);
+    const int width = image.width, height = image.height;
     glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
     glPixelStorei(GL_UNPACK_ROW_LENGTH, static_cast<GLint>(image.stride));
-    for (int y0 = 0; y0 < m_height; y0 += tile) {
-        for (int x0 = 0; x0 < m_width; x0 += tile) {
-            Tile t{x0, y0, std::min(tile, m_width - x0), std::min(tile, m_height - y0)};
+    for (int y0 = 0; y0 < height; y0 += tile) {
+        for (int x0 = 0; x0 < width; x0 += tile) {
+            Tile t{x0, y0, std::min(tile, width - x0), std::min(tile, height - y0)};
             glGenTextures(1, &t.tex);
             glBindTexture(GL_TEXTURE_2D, t.tex);
             glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
@@ -153,13 +183,12 @@ void ImageRenderer::uploadImage(const ImageViewT<float>& image) {
             glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
             glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
             glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, t.w, t.h, 0, GL_RED, GL_FLOAT, &image(x0, y0));
-            ++m_pixelUploads;
-            m_tiles.push_back(t);
+            if (&tiles == &m_tiles) ++m_pixelUploads; // full-resolution tiles (levels are counted apart)
+            tiles.push_back(t);
         }
     }
     glPixelStorei(GL_UNPACK_ROW_LENGTH, 0);
     glBindTexture(GL_TEXTURE_2D, 0);
-    checkGl("ImageRenderer::uploadImage");
 }
 
 void ImageRenderer::clearSegmentation() {
@@ -377,15 +406,27 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
     glBindTexture(GL_TEXTURE_2D, m_cmapTex);
     glBindVertexArray(m_quadVao);
     const auto vis = view.visibleImageRect();
-    for (const Tile& t : m_tiles) {
-        if (t.x0 - 0.5 > vis[2] || t.x0 + t.w - 0.5 < vis[0] || t.y0 - 0.5 > vis[3] || t.y0 + t.h - 0.5 < vis[1])
+    // Level of detail: the coarsest level whose pixel is still >= one screen pixel (factor * zoom <= 1).
+    const LodTiles* lod = nullptr;
+    if (m_lodEnabled && !seg)
+        for (const LodTiles& l : m_lod)
+            if (l.factor * view.zoom <= 1.0) lod = &l;
+    if (!overview) m_lastLodFactor = lod ? lod->factor : 1;
+    const int f = lod ? lod->factor : 1;
+    p.setUniformValue("u_texScale", static_cast<float>(f));
+    for (const Tile& t : lod ? lod->tiles : m_tiles) {
+        // the tile's region of the frame, image px (a level's last row/column of tiles may reach past the
+        // frame's edge: clipped to it)
+        const int x0 = t.x0 * f, y0 = t.y0 * f;
+        const int w = std::min(t.w * f, m_width - x0), h = std::min(t.h * f, m_height - y0);
+        if (x0 - 0.5 > vis[2] || x0 + w - 0.5 < vis[0] || y0 - 0.5 > vis[3] || y0 + h - 0.5 < vis[1])
             continue;
         glActiveTexture(GL_TEXTURE0);
         glBindTexture(GL_TEXTURE_2D, t.tex);
         glActiveTexture(GL_TEXTURE1);
         glBindTexture(GL_TEXTURE_2D, seg && t.seg ? t.seg : m_dummySeg);
-        p.setUniformValue("u_tile", static_cast<float>(t.x0), static_cast<float>(t.y0), static_cast<float>(t.w),
-                          static_cast<float>(t.h));
+        p.setUniformValue("u_tile", static_cast<float>(x0), static_cast<float>(y0), static_cast<float>(w),
+                          static_cast<float>(h));
         glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
     }
     glBindVertexArray(0);

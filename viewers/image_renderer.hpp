@@ -80,6 +80,15 @@ public:
     void clearImage();
     void uploadSegmentation(const ImageViewT<std::int32_t>& seg); // same size as the image, else ignored
     void clearSegmentation();
+    // Level of detail (viewers/image_lod.hpp): a reduced copy of the uploaded image, `factor` full-resolution
+    // pixels per level pixel, tiled like the image. render() draws the coarsest level with factor <= 1 /
+    // zoom (a level pixel no smaller than a screen pixel) instead of the full-resolution tiles, except
+    // where the segmentation layer is drawn (it is kept at full resolution). Cleared with the image.
+    void uploadLodLevel(int factor, const ImageViewT<float>& level);
+    void clearLod();
+    int lodLevelCount() const { return static_cast<int>(m_lod.size()); }
+    void setLodEnabled(bool on) { m_lodEnabled = on; } // default on (off: always full resolution)
+    int lastLodFactor() const { return m_lastLodFactor; } // main view of the last render (1: full resolution)
     int imageWidth() const { return m_width; }
     int imageHeight() const { return m_height; }
     int tileCount() const { return static_cast<int>(m_tiles.size()); }
@@ -123,6 +132,11 @@ private:
         int nx = 0, ny = 0;
         std::vector<int> cellStart; // nx * ny + 1 offsets into the sorted instances
     };
+    struct LodTiles {
+        int factor = 1, width = 0, height = 0; // level pixels
+        std::vector<Tile> tiles;               // in level pixels
+    };
+    void uploadTiles(const ImageViewT<float>& image, std::vector<Tile>& tiles);
     void checkGl(const char* where);
     void drawImage(const ViewTransform& view, const RenderOptions& options, bool overview);
     // Returns {instances drawn, vertices per instance, draw calls}.
@@ -139,6 +153,9 @@ private:
     int m_tileLimit = 0;
     int m_width = 0, m_height = 0;
     std::vector<Tile> m_tiles;
+    std::vector<LodTiles> m_lod; // by increasing factor
+    bool m_lodEnabled = true;
+    int m_lastLodFactor = 1;
     bool m_hasSeg = false;
     std::unique_ptr<QOpenGLShaderProgram> m_imageProg, m_ellipseProg, m_segmentProg;
     unsigned m_quadVao = 0, m_quadVbo = 0;

@@ -1,9 +1,11 @@
 #include "viewers/image_view.hpp"
 
+#include <QCoreApplication>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QOpenGLContext>
 #include <QSurfaceFormat>
+#include <QThreadPool>
 #include <QWheelEvent>
 
 #include <algorithm>
@@ -32,6 +34,7 @@ ImageView::ImageView(QWidget* parent) : QOpenGLWidget(parent), m_renderer(std::m
 }
 
 ImageView::~ImageView() {
+    m_lodToken.reset(); // a level build still running is dropped when it lands
     QObject::disconnect(m_contextConnection);
     if (m_renderer->initialized() && context()) {
         makeCurrent();
@@ -42,10 +45,35 @@ ImageView::~ImageView() {
 
 // ---- data -------------------------------------------------------------------------------------------
 
+void ImageView::setLodMinPixels(std::int64_t pixels) { m_lodMinPixels = std::max<std::int64_t>(0, pixels); }
+
 void ImageView::setImage(std::shared_ptr<const Image<float>> image) {
     m_image = std::move(image);
     m_sample = m_image ? samplePixels(m_image->view()) : std::vector<float>{};
     m_imageDirty = true;
+    m_lod.clear();
+    m_lodDirty = false;
+    m_lodToken.reset(); // a build still running for the previous image is dropped when it lands
+    if (m_image && static_cast<std::int64_t>(m_image->width()) * m_image->height() >= m_lodMinPixels) {
+        m_lodToken = std::make_shared<int>(0);
+        const std::weak_ptr<int> token = m_lodToken;
+        const std::shared_ptr<const Image<float>> img = m_image;
+        const std::int64_t minPixels = m_lodMinPixels;
+        QThreadPool::globalInstance()->start([this, token, img, minPixels] {
+            auto levels = std::make_shared<std::vector<LodLevel>>(buildLodLevels(img->view(), minPixels));
+            // Back on the UI thread; the token (reset only there) says whether this view and image still exist.
+            QMetaObject::invokeMethod(
+                qApp,
+                [this, token, levels] {
+                    if (token.expired()) return;
+                    m_lod = std::move(*levels);
+                    m_lodDirty = true;
+                    update();
+                    emit lodReady();
+                },
+                Qt::QueuedConnection);
+        });
+    }
     if (m_seg) m_segDirty = true;
     recomputeLimits();
     m_fitPending = true;
@@ -275,6 +303,7 @@ void ImageView::initializeGL() {
     });
     // A new context (reparenting) needs every GPU-side object again.
     m_imageDirty = static_cast<bool>(m_image);
+    m_lodDirty = !m_lod.empty();
     m_segDirty = static_cast<bool>(m_seg);
     m_lutDirty = true;
     m_ellipseDirty.fill(true);
@@ -293,6 +322,12 @@ void ImageView::syncRenderer() {
         else r.clearImage();
         m_imageDirty = false;
         m_segDirty = true;
+        m_lodDirty = !m_lod.empty(); // uploadImage dropped the levels
+    }
+    if (m_lodDirty) {
+        r.clearLod();
+        for (const LodLevel& l : m_lod) r.uploadLodLevel(l.factor, l.image->view());
+        m_lodDirty = false;
     }
     if (m_segDirty) {
         if (m_seg && m_image) r.uploadSegmentation(m_seg->view());

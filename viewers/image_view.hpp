@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/model/image.hpp"
+#include "viewers/image_lod.hpp"
 #include "viewers/overlay_geometry.hpp"
 #include "viewers/stretch.hpp"
 #include "viewers/view_transform.hpp"
@@ -32,6 +33,11 @@ public:
     ~ImageView() override;
 
     void setImage(std::shared_ptr<const Image<float>> image); // uploads once (tiled above GL_MAX_TEXTURE_SIZE)
+    // Level of detail for far zoomed-out views (viewers/image_lod.hpp): for an image of at least this many
+    // pixels (default 16 M) setImage also builds reduced levels on Qt's global thread pool; they are
+    // uploaded when ready (lodReady) and drawn instead of the full-resolution texture where the zoom allows.
+    void setLodMinPixels(std::int64_t pixels);
+    int lodLevels() const { return static_cast<int>(m_lod.size()); } // levels built for the current image
     std::shared_ptr<const Image<float>> image() const { return m_image; }
 
     void setStretch(Stretch stretch);
@@ -81,6 +87,7 @@ signals:
     void cursorMoved(double x, double y); // 0-based image px (NaN when outside)
     void sourceClicked(int index);        // nearest marker within a few screen px
     void viewChanged();
+    void lodReady(); // the reduced levels of the current image exist (drawn from the next frame on)
 
 protected:
     void initializeGL() override;
@@ -110,6 +117,10 @@ private:
     std::shared_ptr<const Image<std::int32_t>> m_seg;
     std::vector<Marker> m_markers;
     std::vector<float> m_sample; // deterministic pixel sample for limits and the histogram-equalisation LUT
+    std::vector<LodLevel> m_lod;   // reduced levels of m_image (empty until built)
+    std::shared_ptr<int> m_lodToken; // a build's result is taken only while its token lives (same image, view alive)
+    std::int64_t m_lodMinPixels = 16'000'000;
+    bool m_lodDirty = false;
     OverlayStyle m_style;
     std::vector<float> m_apertureRadii;
     float m_annulusInner = 0, m_annulusOuter = 0;

@@ -2,14 +2,18 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/psf_epsf.hpp"
 #include "core/util/errors.hpp"
@@ -139,8 +143,142 @@ double PsfResult::encircledEnergy(double r) const {
     return 1.0 - std::exp(-0.5 * (r / sigma) * (r / sigma));
 }
 
+std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radii) const {
+    std::vector<double> out(radii.size(), std::nan(""));
+    if (!hasModel() || !(medianFwhm > 0.0)) return out;
+    const bool moffat = model == PsfModelKind::Moffat && medianBeta > 1.0;
+    const PsfModelKind kind = moffat ? PsfModelKind::Moffat : PsfModelKind::Gaussian;
+    ProfileParams prof;
+    prof.amplitude = 1.0;
+    prof.beta = moffat ? medianBeta : 3.0;
+    setProfileShape(prof, kind, medianFwhm, 0.0, 0.0);
+    const double total = profileFlux(prof, kind);
+    double rMax = 0.0;
+    for (double r : radii)
+        if (std::isfinite(r)) rMax = std::max(rMax, r);
+    if (!(total > 0.0) || !std::isfinite(total)) return out;
+    // centre offsets on a 4 x 4 grid over the pixel's quarter [0, 0.5)^2 (the circular profile and the
+    // pixel grid are symmetric under x -> -x, y -> -y and x <-> y, so a quarter covers all offsets)
+    constexpr int kOff = 4;
+    const int half = static_cast<int>(std::ceil(rMax)) + 1;
+    const int side = 2 * half + 1;
+    std::vector<double> pix(static_cast<std::size_t>(side) * side);
+    std::vector<double> sum(radii.size(), 0.0);
+    for (int oy = 0; oy < kOff; ++oy)
+        for (int ox = 0; ox < kOff; ++ox) {
+            const double cx = (ox + 0.5) / (2.0 * kOff), cy = (oy + 0.5) / (2.0 * kOff);
+            prof.x0 = cx;
+            prof.y0 = cy;
+            for (int py = -half; py <= half; ++py)
+                for (int px = -half; px <= half; ++px)
+                    pix[static_cast<std::size_t>(py + half) * side + (px + half)] =
+                        profileValue(prof, kind, px, py, 5);
+            for (std::size_t k = 0; k < radii.size(); ++k) {
+                const double r = radii[k];
+                if (!(r >= 0.0) || !std::isfinite(r)) continue;
+                const int rr = static_cast<int>(std::ceil(r)) + 1;
+                double f = 0.0;
+                for (int py = -rr; py <= rr; ++py)
+                    for (int px = -rr; px <= rr; ++px) {
+                        const double w = circlePixelOverlap(cx, cy, r, px, py);
+                        if (w > 0.0) f += w * pix[static_cast<std::size_t>(py + half) * side + (px + half)];
+                    }
+                sum[k] += f;
+            }
+        }
+    for (std::size_t k = 0; k < radii.size(); ++k)
+        if (radii[k] >= 0.0 && std::isfinite(radii[k])) out[k] = sum[k] / (kOff * kOff * total);
+    return out;
+}
+
+namespace {
+bool sameBits(double a, double b) {
+    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+bool sameOptions(const LmOptions& a, const LmOptions& b) {
+    return a.maxIterations == b.maxIterations && sameBits(a.relTolerance, b.relTolerance) &&
+           sameBits(a.posTolerance, b.posTolerance) && a.fitBeta == b.fitBeta &&
+           a.fitBackground == b.fitBackground && sameBits(a.betaMin, b.betaMin) && sameBits(a.betaMax, b.betaMax) &&
+           sameBits(a.maxShift, b.maxShift) && a.nQuad == b.nQuad;
+}
+bool sameStart(const ProfileParams& a, const ProfileParams& b) {
+    return sameBits(a.x0, b.x0) && sameBits(a.y0, b.y0) && sameBits(a.amplitude, b.amplitude) &&
+           sameBits(a.background, b.background) && sameBits(a.c11, b.c11) && sameBits(a.c12, b.c12) &&
+           sameBits(a.c22, b.c22) && sameBits(a.beta, b.beta);
+}
+static_assert(sizeof(FitSample) == 4 * sizeof(double), "FitSample is compared bytewise: no padding");
+std::size_t entryBytes(const PsfFitCache::Entry& e) {
+    return sizeof(PsfFitCache::Entry) + e.samples.size() * sizeof(FitSample) + 64;
+}
+} // namespace
+
+std::uint64_t PsfFitCache::key(int ix, int iy) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(iy)) << 32) | static_cast<std::uint32_t>(ix);
+}
+
+void PsfFitCache::clear() {
+    m_entries.clear();
+    m_bytes = 0;
+}
+
+void PsfFitCache::beginRun() {
+    ++m_run;
+    m_hits = m_misses = 0;
+}
+
+const PsfFitCache::Entry* PsfFitCache::find(int ix, int iy, PsfModelKind kind, const ProfileParams& start,
+                                            const LmOptions& options, const std::vector<FitSample>& samples) const {
+    const auto [first, last] = m_entries.equal_range(key(ix, iy));
+    for (auto it = first; it != last; ++it) {
+        const Entry& e = it->second;
+        if (e.ix != ix || e.iy != iy || e.kind != kind || !sameStart(e.start, start) ||
+            !sameOptions(e.options, options) || e.samples.size() != samples.size())
+            continue;
+        if (!samples.empty() &&
+            std::memcmp(e.samples.data(), samples.data(), samples.size() * sizeof(FitSample)) != 0)
+            continue;
+        return &e;
+    }
+    return nullptr;
+}
+
+void PsfFitCache::touch(const Entry* entry) {
+    ++m_hits;
+    const_cast<Entry*>(entry)->lastUsed = m_run; // entries are only handed out by find() on this cache
+}
+
+void PsfFitCache::insert(Entry entry) {
+    ++m_misses;
+    entry.lastUsed = m_run;
+    m_bytes += entryBytes(entry);
+    const std::uint64_t k = key(entry.ix, entry.iy);
+    m_entries.emplace(k, std::move(entry));
+    if (m_bytes > m_maxBytes) evict();
+}
+
+void PsfFitCache::evict() {
+    // Least recently used first (ties: by position, so eviction is deterministic); down to 3/4 of the cap.
+    std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, decltype(m_entries)::iterator>> order;
+    order.reserve(m_entries.size());
+    for (auto it = m_entries.begin(); it != m_entries.end(); ++it)
+        order.push_back({{it->second.lastUsed, it->first}, it});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [when, it] : order) {
+        if (m_bytes <= m_maxBytes / 4 * 3) break;
+        m_bytes -= std::min(m_bytes, entryBytes(it->second));
+        m_entries.erase(it);
+    }
+}
+
 PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                              const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
+    return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx, nullptr);
+}
+
+PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                             const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
+                             PsfFitCache* cache) {
     validate(params);
     if (image.empty()) throw InvalidInput("PSF stage: empty image");
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
@@ -265,6 +403,11 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     lm.maxShift = std::max(1.0, 0.5 * fwhmGuess);
     res.stars.resize(cands.size());
     const int nCand = static_cast<int>(cands.size());
+    // Reuse of identical fits (RunContext::psfFitCache): per star, the hit or the new entry; merged into
+    // the cache serially after each block, in star order.
+    if (cache) cache->beginRun();
+    std::vector<const PsfFitCache::Entry*> hits(cache ? cands.size() : 0, nullptr);
+    std::vector<std::optional<PsfFitCache::Entry>> fresh(cache ? cands.size() : 0);
     for (int c0 = 0; c0 < nCand; c0 += kChunk) {
         const int c1 = std::min(nCand, c0 + kChunk);
 #pragma omp parallel for schedule(dynamic, 2) num_threads(nThreads)
@@ -308,7 +451,15 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             double f0 = sizeOf(k);
             if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
             setProfileShape(start, kind, f0, 0.0, 0.0);
-            const ProfileFitResult fr = fitProfile(samples, kind, start, lm);
+            ProfileFitResult fr;
+            const PsfFitCache::Entry* hit = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
+            if (hit) {
+                fr = hit->result;
+                hits[c] = hit;
+            } else {
+                fr = fitProfile(samples, kind, start, lm);
+                if (cache) fresh[c] = PsfFitCache::Entry{ix, iy, kind, start, lm, std::move(samples), fr, 0};
+            }
             st.fit = fr.params;
             st.chi2 = fr.chi2;
             st.iterations = fr.iterations;
@@ -316,6 +467,14 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             st.flux = profileFlux(fr.params, kind);
             st.converged = fr.converged && std::isfinite(st.shape.fwhm) && st.shape.fwhm > 0.5 &&
                            st.shape.fwhm < 2.0 * radius && std::isfinite(st.flux) && st.flux > 0.0;
+        }
+        if (cache) { // hits first: an insert may evict entries
+            for (int c = c0; c < c1; ++c)
+                if (hits[c]) cache->touch(hits[c]);
+            for (int c = c0; c < c1; ++c)
+                if (fresh[c]) cache->insert(std::move(*fresh[c]));
+            for (int c = c0; c < c1; ++c)
+                fresh[c].reset(), hits[c] = nullptr;
         }
         ctx.checkCancelled();
         ctx.report("psf", 0.05 + 0.45 * c1 / std::max(nCand, 1));

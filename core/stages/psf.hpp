@@ -10,6 +10,7 @@
 // thread count.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <vector>
 
 #include "core/model/flags.hpp"
@@ -128,6 +129,13 @@ struct PsfResult {
     // Fraction of a star's flux within radius r (px) for the field's median model (circular, FWHM
     // medianFwhm, beta medianBeta for Moffat); NaN without a model.
     double encircledEnergy(double r) const;
+    // Fraction of a star's total flux that a circular aperture of radius r (px) collects from the PIXELS
+    // of the field's median model (circular, medianFwhm, medianBeta): the profile integrated over each
+    // pixel times the pixel's exact overlap with the disc, averaged over sub-pixel centre offsets. This is
+    // what aperture photometry of a model star measures; it is below encircledEnergy(r) at small r (the
+    // pixels blur the core). One value per radius; NaN without a model. Used as the aperture-correction
+    // curve of growth when too few stars qualify to measure one.
+    std::vector<double> apertureFractions(const std::vector<double>& radii) const;
     double medianBeta = 0.0;                        // over the used stars (Moffat)
     double fwhmAt(double x, double y) const;        // px
     double ellipticityAt(double x, double y) const; // 1 - b/a
@@ -151,6 +159,52 @@ struct PsfResult {
     double epsfValue(double x, double y, double dx, double dy) const;
 };
 
+// Per-star profile fits kept between runs (the workbench re-runs the PSF stage on every edit). A fit is
+// reused only when every input of it is bitwise the same as when it was made: the stamp's samples (pixel
+// minus background, weight: from the image, mask, background maps and gain), the start parameters (from
+// the source's x, y, peak, a, b and the frame-wide FWHM guess), the model and the fit options. A run with
+// a cache therefore gives bitwise the result of a run without one; only new or changed stars are fitted.
+// Set RunContext::psfFitCache to use one. Entries are looked up by the stamp's integer centre; the least
+// recently used go when the stored samples exceed maxBytes. Not thread-safe across runs: one run at a
+// time (inside a run, the parallel fit loop only reads it; new fits are added after each block, serially).
+class PsfFitCache {
+public:
+    struct Entry {
+        int ix = 0, iy = 0; // stamp centre, px
+        PsfModelKind kind = PsfModelKind::Moffat;
+        ProfileParams start;
+        LmOptions options;
+        std::vector<FitSample> samples;
+        ProfileFitResult result;
+        std::uint64_t lastUsed = 0; // run counter
+    };
+
+    explicit PsfFitCache(std::size_t maxBytes = std::size_t(64) << 20) : m_maxBytes(maxBytes) {}
+    void clear();
+    std::size_t size() const { return m_entries.size(); }
+    std::size_t bytes() const { return m_bytes; }
+    // Of the last run that used the cache: fits reused, fits made.
+    int lastHits() const { return m_hits; }
+    int lastMisses() const { return m_misses; }
+
+    // Used by the PSF stage.
+    void beginRun();
+    // The entry whose inputs all equal these, bit for bit; nullptr when none. Safe to call concurrently
+    // with other find() calls (no insert() meanwhile).
+    const Entry* find(int ix, int iy, PsfModelKind kind, const ProfileParams& start, const LmOptions& options,
+                      const std::vector<FitSample>& samples) const;
+    void touch(const Entry* entry); // a hit: counts it and marks it used in this run (serial)
+    void insert(Entry entry);       // a new fit (serial); evicts above maxBytes
+
+private:
+    static std::uint64_t key(int ix, int iy);
+    void evict();
+    std::unordered_multimap<std::uint64_t, Entry> m_entries;
+    std::size_t m_maxBytes = 0, m_bytes = 0;
+    std::uint64_t m_run = 0;
+    int m_hits = 0, m_misses = 0;
+};
+
 // image: the frame; mask: optional (empty = none), pixels with any bit set are excluded;
 // bkg: level and rms maps at full resolution (or empty maps: globalLevel / globalRms are used);
 // gain: e-/ADU for the Poisson term of the pixel variance (<= 0: none).
@@ -159,6 +213,11 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
 namespace cpu {
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
+// The same, reusing identical per-star fits from `cache` and adding the new ones to it (null: none).
+// The result is bitwise the one without a cache.
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
+                        PsfFitCache* cache);
 }
 
 } // namespace gpuphot

@@ -52,6 +52,7 @@ PanelFixture make() {
     cal->reference = ref;
     cal->config = config;
     cal->backend = "cpu";
+    cal->result.keepFullMaps = true; // full maps (as the CUDA backend); the worker's lean ones: panel_data_test
     runPipeline(*frame, config, ctx, cal->result, Stage::Background, ref.get());
     cal->timings = ctx.records;
     std::printf(

@@ -15,6 +15,7 @@
 #include <QRegularExpression>
 #include <QSet>
 #include <QTableWidget>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -22,6 +23,7 @@
 #include "tests/ui/panel_fixture.hpp"
 #include "ui/header_view.hpp"
 #include "ui/log_panel.hpp"
+#include "ui/panel_data.hpp"
 #include "ui/plots_panel.hpp"
 #include "ui/psf_panel.hpp"
 #include "ui/source_inspector.hpp"
@@ -96,6 +98,37 @@ TEST(Panels, PlotsShowTheStagesCountsAndExport) {
     EXPECT_EQ(countOf(panel.plot(P::AstrometryVectors), "used"), a.nUsed);
     EXPECT_EQ(countOf(panel.plot(P::AstrometryVectors), "vectors"), 3 * a.nUsed); // start, end, gap
     EXPECT_GT(panel.vectorExaggeration(), 1.0);
+    // Every vector (used and clipped) ends in an arrow head at its tip: residual x exaggeration from the star.
+    {
+        const AstrometryPlotData ad = astrometryPlotData(s);
+        std::vector<std::pair<double, double>> tips;
+        for (const AstrometryPoints* pts : {&ad.used, &ad.clipped})
+            for (std::size_t k = 0; k < pts->size(); ++k)
+                if (std::isfinite(pts->dxPx[k]) && std::isfinite(pts->dyPx[k]))
+                    tips.push_back({pts->x[k] + panel.vectorExaggeration() * pts->dxPx[k],
+                                    pts->y[k] + panel.vectorExaggeration() * pts->dyPx[k]});
+        ASSERT_LE(static_cast<int>(tips.size()), PlotsPanel::kMaxArrowHeads);
+        std::vector<std::pair<double, double>> heads;
+        QCustomPlot* vp = panel.plot(P::AstrometryVectors);
+        for (int k = 0; k < vp->itemCount(); ++k)
+            if (auto* line = qobject_cast<QCPItemLine*>(vp->item(k)); line && line->objectName() == QLatin1String("arrowHead")) {
+                EXPECT_EQ(line->head().style(), QCPLineEnding::esSpikeArrow);
+                heads.push_back({line->end->coords().x(), line->end->coords().y()});
+            }
+        std::sort(tips.begin(), tips.end());
+        std::sort(heads.begin(), heads.end());
+        ASSERT_EQ(heads.size(), tips.size());
+        for (std::size_t k = 0; k < tips.size(); ++k) {
+            EXPECT_NEAR(heads[k].first, tips[k].first, 1e-9);
+            EXPECT_NEAR(heads[k].second, tips[k].second, 1e-9);
+        }
+        // a second snapshot replaces them (no heads left over)
+        panel.setSnapshot(f.calibrated);
+        settle();
+        int again = 0;
+        for (int k = 0; k < vp->itemCount(); ++k) again += vp->item(k)->objectName() == QLatin1String("arrowHead");
+        EXPECT_EQ(again, static_cast<int>(tips.size()));
+    }
     std::size_t measured = 0;
     for (std::size_t i = 0; i < s.result.magInst.size(); ++i)
         measured += std::isfinite(s.result.magInst[i]) && s.result.magInstErr[i] > 0;

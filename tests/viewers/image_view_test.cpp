@@ -10,8 +10,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "tests/viewers/gl_test_util.hpp"
+#include "viewers/image_lod.hpp"
 #include "viewers/image_renderer.hpp"
 #include "viewers/image_view.hpp"
 
@@ -348,6 +350,87 @@ TEST(ViewerImageView, MarkerLevelOfDetailAndGridCulling) {
     EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
 }
 
+// ---- level of detail --------------------------------------------------------------------------------
+
+// Block means against a direct sum: finite pixels only, partial blocks at the right and bottom edges, NaN
+// where a block has no finite pixel; the chain of levels 4, 8, ... and the size threshold.
+TEST(ViewerLod, BlockMeanAndLevels) {
+    Image<float> img(10, 7, 0.0f);
+    for (int y = 0; y < 7; ++y)
+        for (int x = 0; x < 10; ++x) img(x, y) = static_cast<float>(x + 10 * y);
+    for (int y = 0; y < 4; ++y)
+        for (int x = 4; x < 8; ++x) img(x, y) = std::numeric_limits<float>::quiet_NaN(); // block (1, 0)
+    img(0, 0) = std::numeric_limits<float>::infinity();
+    const Image<float> m = blockMean(img.view(), 4);
+    ASSERT_EQ(m.width(), 3);
+    ASSERT_EQ(m.height(), 2);
+    for (int j = 0; j < 2; ++j)
+        for (int i = 0; i < 3; ++i) {
+            double s = 0;
+            int n = 0;
+            for (int y = 4 * j; y < std::min(7, 4 * j + 4); ++y)
+                for (int x = 4 * i; x < std::min(10, 4 * i + 4); ++x)
+                    if (std::isfinite(img(x, y))) s += img(x, y), ++n;
+            if (n == 0) EXPECT_TRUE(std::isnan(m(i, j))) << i << "," << j;
+            else EXPECT_FLOAT_EQ(m(i, j), static_cast<float>(s / n)) << i << "," << j;
+        }
+    EXPECT_TRUE(std::isnan(m(1, 0)));
+
+    EXPECT_TRUE(buildLodLevels(img.view()).empty()); // below the default 16 MP
+    Image<float> big(3000, 1000, 1.5f);
+    const auto levels = buildLodLevels(big.view(), 0, 100);
+    ASSERT_EQ(levels.size(), 4u); // 750, 375, 188, 94 px wide
+    for (std::size_t k = 0; k < levels.size(); ++k) {
+        EXPECT_EQ(levels[k].factor, 4 << k);
+        EXPECT_EQ(levels[k].image->width(), (3000 + levels[k].factor - 1) / levels[k].factor);
+        EXPECT_EQ(levels[k].image->height(), (1000 + levels[k].factor - 1) / levels[k].factor);
+        EXPECT_FLOAT_EQ((*levels[k].image)(3, 2), 1.5f);
+    }
+}
+
+// A one-pixel checkerboard of 0 and 1 zoomed out 8x: the full-resolution texture aliases (every screen pixel
+// shows one texel, 0 or 1: black or white), the level of detail (factor 4) shows the block mean, mid grey. At 1:1 the
+// full-resolution texture is drawn.
+TEST(ViewerLod, ZoomedOutViewDrawsTheReducedLevel) {
+    ensureApp();
+    const int n = 2048;
+    auto img = std::make_shared<Image<float>>(n, n, 0.0f);
+    for (int y = 0; y < n; ++y)
+        for (int x = 0; x < n; ++x) (*img)(x, y) = static_cast<float>((x + y) & 1);
+    ImageView view;
+    view.setLodMinPixels(0);
+    const std::string why = showAndCheckGl(view, 400, 300);
+    if (!why.empty()) GTEST_SKIP() << why;
+    view.setLimitMode(LimitMode::Manual);
+    view.setManualLimits(0.0, 1.0);
+    view.setOverviewVisible(false);
+    QElapsedTimer t;
+    t.start();
+    view.setImage(img);
+    while (view.lodLevels() == 0 && t.elapsed() < 20000) QApplication::processEvents();
+    ASSERT_GT(view.lodLevels(), 0);
+    EXPECT_EQ(view.lodLevels(), 1); // 512 px: the last level is the first at most 512 px on a side
+    view.setZoom(0.125);
+    view.centerOn(1023.5, 1023.5);
+    QImage shot = grab(view);
+    EXPECT_EQ(view.renderer()->lastLodFactor(), 4);
+    const QRgb mid = shot.pixel(shot.width() / 2, shot.height() / 2);
+    EXPECT_NEAR(qRed(mid), 128, 8) << std::hex << mid;
+    shot.save("/tmp/guilat_lod_on.png");
+    view.renderer()->setLodEnabled(false);
+    shot = grab(view);
+    EXPECT_EQ(view.renderer()->lastLodFactor(), 1);
+    const int v = qRed(shot.pixel(shot.width() / 2, shot.height() / 2));
+    EXPECT_TRUE(v < 10 || v > 245) << v; // aliased: one texel, black or white
+    shot.save("/tmp/guilat_lod_off.png");
+    view.renderer()->setLodEnabled(true);
+    view.setZoom(1.0);
+    shot = grab(view);
+    EXPECT_EQ(view.renderer()->lastLodFactor(), 1);
+    EXPECT_EQ(view.pixelUploadCount(), 1); // levels are not re-uploads of the frame
+    EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
+}
+
 // Measurement, not a check: run with --gtest_also_run_disabled_tests under xvfb-run.
 TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
     ensureApp();
@@ -372,6 +455,25 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
                 "%d tiles, max texture %d)\n",
                 setMs, firstMs, view.renderer()->lastRenderMs(), view.renderer()->tileCount(),
                 view.renderer()->maxTextureSize());
+    // Level of detail: built on the thread pool, uploaded by the next frame; fit-zoom frame time with and without.
+    while (view.lodLevels() == 0 && t.elapsed() < 60000) QApplication::processEvents();
+    const double lodReadyMs = t.nsecsElapsed() * 1e-6;
+    view.repaint();
+    std::printf("level of detail: %d levels ready %.0f ms after setImage; frame with their upload %.1f ms\n",
+                view.lodLevels(), lodReadyMs, view.renderer()->lastRenderMs());
+    view.zoomToFit();
+    for (bool lod : {false, true, false, true}) {
+        view.renderer()->setLodEnabled(lod);
+        view.repaint();
+        double sum = 0;
+        for (int k = 0; k < 5; ++k) {
+            view.repaint();
+            sum += view.renderer()->lastRenderMs();
+        }
+        std::printf("zoom %.3f, image and overview only, level of detail %s (factor %d): %.1f ms per frame\n",
+                    view.zoom(), lod ? "on" : "off", view.renderer()->lastLodFactor(), sum / 5);
+    }
+    view.renderer()->setLodEnabled(true);
     std::vector<Marker> markers;
     std::uint32_t s2 = 7;
     for (int i = 0; i < 150000; ++i) {
