@@ -2,7 +2,8 @@
 # GPUPHOT Studio developer entry point: installs what is missing (Debian 12), builds, and runs.
 #   packaging/dev.sh demo   build, simulate the bundled demo frame, reduce it, and open it in the workbench
 #                           when there is a display (GPUPHOT_DEMO_HEADLESS=1: reduce only)
-#   packaging/dev.sh test   build and run the whole test suite (ctest)
+#   packaging/dev.sh test   build and run the whole test suite (ctest), build/install the .deb packages,
+#                           the sanitizer run and the fuzz targets
 #   packaging/dev.sh deps   only install the Debian packages
 #   packaging/dev.sh build  only build (into build/)
 # Environment: BUILD_DIR (default build), CUDA_ARCHS (default: one arch under CI, the full set
@@ -86,6 +87,14 @@ run_tests() {
   (cd "$BUILD_DIR" && "${xvfb[@]}" ctest --output-on-failure -j "$JOBS" --timeout 900)
   # The Debian packages: built, installed with dpkg -i, run, removed.
   bash packaging/deb_check.sh "$BUILD_DIR"
+  # Hardening (docs/RELIABILITY.md): core, CLI and their suites under ASan + UBSan + LSan, then each
+  # libFuzzer target for FUZZ_SECONDS (60). GPUPHOT_SKIP_SANITIZE=1 / GPUPHOT_SKIP_FUZZ=1 skip them.
+  if [ -z "${GPUPHOT_SKIP_SANITIZE:-}" ]; then
+    BUILD_DIR=build-asan JOBS="$JOBS" bash tests/sanitize/run.sh
+  fi
+  if [ -z "${GPUPHOT_SKIP_FUZZ:-}" ]; then
+    BUILD_DIR=build-fuzz FUZZ_JOBS="$JOBS" FUZZ_SECONDS="${FUZZ_SECONDS:-60}" bash tests/fuzz/run.sh
+  fi
 }
 
 case "${1:-}" in

@@ -141,6 +141,9 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     h.set("FWHM", r.fwhm, "[pix] median FWHM of the field (" + r.fwhmSource + ")");
     h.set("ELLIPTIC", r.psf.medianEllipticity, "median PSF ellipticity");
     h.set("NPSFSTAR", r.psf.nStars, "stars in the PSF model");
+    h.set("APCSRC", ap.apCorrSource.empty() ? std::string_view("none") : std::string_view(ap.apCorrSource),
+          "aperture correction from: stars, psf_model, gaussian");
+    h.set("NAPCSTAR", ap.apCorrStars, "stars that measured the aperture correction");
     const double zpv = zp.ok ? zp.zp : nan;
     h.set("ZP", zpv, zp.ok ? "[mag] photometric zero point: mag_cal = mag + ZP" : "[mag] not calibrated");
     h.set("ZPERR", zp.ok ? zp.zpErr : nan, "[mag] error of ZP");

@@ -140,19 +140,33 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
         ApertureParams apParams = apertureParamsFor(frame, config.aperture);
-        if (r.psf.hasModel()) // the curve of growth when too few stars qualify to measure one
-            apParams.psfApertureFractions = [&psf = r.psf](const std::vector<double>& radii) {
-                return psf.apertureFractions(radii);
+        // The curves of growth when too few stars qualify to measure one, and the reference aperture's
+        // fraction of the total: the PSF model's; without one, a Moffat of the PSF stage's starting beta at
+        // the field FWHM (real stars have wings; a Gaussian, which has none, put 0.3 mag too little light
+        // outside 2 px for FWHM 3 px).
+        PsfResult defaultPsf;
+        const PsfResult* cogPsf = r.psf.hasModel() ? &r.psf : nullptr;
+        if (!cogPsf && r.fwhm > 0.0 && config.psf.model == PsfModelKind::Moffat && config.psf.moffatBeta > 1.0) {
+            defaultPsf.model = PsfModelKind::Moffat;
+            defaultPsf.fwhmPoly.coeffs = {r.fwhm};
+            defaultPsf.medianFwhm = r.fwhm;
+            defaultPsf.medianBeta = config.psf.moffatBeta;
+            cogPsf = &defaultPsf;
+            apParams.psfApertureFractionsSource = "default_moffat";
+        }
+        if (cogPsf)
+            apParams.psfApertureFractions = [cogPsf](const std::vector<double>& radii) {
+                return cogPsf->apertureFractions(radii);
             };
         r.aperture = measureApertures(image, mask, r.background, r.detection.segmentation.view(), r.detection.sources,
                                       r.fwhm, frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
-        if (config.apertureToTotal && r.psf.hasModel() && r.aperture.apCorrRefRadius > 0.0 &&
+        if (config.apertureToTotal && cogPsf && r.aperture.apCorrRefRadius > 0.0 &&
             !r.aperture.apCorrRatio.empty()) {
             const double R = r.aperture.apCorrRefRadius;
-            double fraction = r.psf.encircledEnergy(R);
+            double fraction = cogPsf->encircledEnergy(R);
             const double a1 = r.aperture.skyAnnulusInner, a2 = r.aperture.skyAnnulusOuter;
             if (a2 > a1) // wing light in the annulus raises the local sky and is subtracted over the aperture
-                fraction -= R * R / (a2 * a2 - a1 * a1) * (r.psf.encircledEnergy(a2) - r.psf.encircledEnergy(a1));
+                fraction -= R * R / (a2 * a2 - a1 * a1) * (cogPsf->encircledEnergy(a2) - cogPsf->encircledEnergy(a1));
             if (fraction > 0.5 && fraction <= 1.0) extendApertureCorrectionToTotal(r.aperture, fraction);
             else r.warnings.push_back("PSF model gives an implausible reference-aperture fraction: "
                                       "aperture corrections stop at the reference radius");

@@ -59,6 +59,7 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
         {"ellipticity", num(r.psf.medianEllipticity)},
         {"aperture",
          {{"radii", r.aperture.radii}, {"apcorr_mag", r.aperture.apCorrMag}, {"apcorr_stars", r.aperture.apCorrStars},
+          {"apcorr_source", r.aperture.apCorrSource},
           {"reference_radius", r.aperture.apCorrRefRadius}, {"reference_fraction", r.aperture.refApertureFraction}}},
         {"calibration",
          {{"ran", r.calibrationRan}, {"problem", r.calibrationProblem},

@@ -568,6 +568,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         const std::size_t nGrid = res.cogRadius.size();
         if (static_cast<int>(stars.size()) >= std::max(1, p.apCorrMinStars)) {
             res.apCorrStars = static_cast<int>(stars.size());
+            res.apCorrSource = "stars";
             res.apCorrStarIndex.assign(stars.begin(), stars.end());
             // fractions[star][grid]
             std::vector<std::vector<double>> frac(stars.size());
@@ -611,15 +612,41 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 }
             }
         } else {
-            // Gaussian of the field FWHM
-            const double sigma = fwhm * kFwhmToSigma;
-            auto g = [&](double r) { return 1.0 - std::exp(-0.5 * r * r / (sigma * sigma)); };
-            const double gref = g(refRadius);
-            for (double r : res.cogRadius)
-                res.cogFraction.push_back(g(r) / gref);
+            // Too few stars: the curve of growth of the PSF model, else of a Gaussian of the field FWHM.
+            // cogRadius, then the fixed radii, then the reference radius and the sky annulus' radii.
+            std::vector<double> want = res.cogRadius;
+            want.insert(want.end(), res.radii.begin(), res.radii.end());
+            want.push_back(refRadius);
+            want.push_back(p.useLocalSky ? rin : 0.0);
+            want.push_back(p.useLocalSky ? rout : 0.0);
+            std::vector<double> model;
+            if (p.psfApertureFractions) model = p.psfApertureFractions(want);
+            bool useModel = model.size() == want.size();
+            for (std::size_t k = 0; k < model.size() && useModel; ++k)
+                useModel = model[k] >= 0.0 && model[k] <= 1.0 + 1e-9;
+            if (useModel) {
+                res.apCorrSource = p.psfApertureFractionsSource;
+            } else {
+                res.apCorrSource = "gaussian";
+                const double sigma = fwhm * kFwhmToSigma;
+                model.clear();
+                for (double r : want)
+                    model.push_back(1.0 - std::exp(-0.5 * r * r / (sigma * sigma)));
+            }
+            // The measured ratios are of fluxes with the local sky subtracted, and the wing light in the
+            // annulus raises that sky by W / A per pixel (W: the annulus' flux fraction, A: its area):
+            // an aperture of radius r keeps model(r) - pi r^2 W / A. The model ratios do the same.
+            const std::size_t nw = want.size();
+            const double wing = (p.useLocalSky && rout > rin) ? (model[nw - 1] - model[nw - 2]) /
+                                                                    (rout * rout - rin * rin)
+                                                              : 0.0;
+            auto g = [&](std::size_t k) { return model[k] - want[k] * want[k] * wing; };
+            const double gref = g(nw - 3);
+            for (std::size_t k = 0; k < res.cogRadius.size(); ++k)
+                res.cogFraction.push_back(g(k) / gref);
             if (p.apertureCorrection) {
                 for (std::size_t k = 0; k < nFixed; ++k) {
-                    const double ratio = g(res.radii[k]) / gref;
+                    const double ratio = g(res.cogRadius.size() + k) / gref;
                     res.apCorrRatio.push_back(ratio);
                     res.apCorrMag.push_back(2.5 * std::log10(ratio));
                     res.apCorrMagErr.push_back(kNaN);
