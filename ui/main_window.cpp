@@ -429,6 +429,7 @@ void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
     statusBar()->clearMessage();
     m_snapshot.reset();
     m_view->setImage(std::shared_ptr<const Image<float>>(m_frame, &m_frame->pixels));
+    m_shownFrame = m_frame;
     m_view->setSources({});
     m_view->setSegmentation(nullptr);
     m_model->setSnapshot(nullptr);
@@ -453,6 +454,12 @@ void MainWindow::onResult(SnapshotPtr snap) {
     if (snap->frame != m_frame && m_frame && snap->frame && snap->frame->path != m_frame->path) return;
     m_snapshot = snap;
     m_progress->setVisible(false);
+    // The run measured the prepared frame (calibrated, trimmed, 2x2-binned for a CFA frame ...): show
+    // those pixels, so that the overlays and the readout refer to the image on screen.
+    if (snap->frame && snap->frame != m_shownFrame) {
+        m_shownFrame = snap->frame;
+        m_view->setImage(std::shared_ptr<const Image<float>>(snap->frame, &snap->frame->pixels));
+    }
     const OverlayGeometry g = buildOverlays(*snap);
     m_view->setSources(g.sources);
     m_view->setApertures(g.apertureRadii, g.annulusInner, g.annulusOuter);

@@ -112,6 +112,7 @@ private:
     QPointer<QMessageBox> m_errorBox;
 
     std::shared_ptr<const Frame> m_frame;
+    std::shared_ptr<const Frame> m_shownFrame; // the pixels in the viewer: the loaded frame, then the prepared one
     SnapshotPtr m_snapshot;
     QString m_framePath;
     QString m_refPath;

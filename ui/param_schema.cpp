@@ -78,6 +78,42 @@ const std::string kFlagList = " Bits (docs/FLAGS.md): 1 crowded, 2 blended, 4 sa
 std::vector<ParamSpec> buildSchema() {
     const double inf = 1e9;
     std::vector<ParamSpec> v;
+    // --- Preparation (before stage 1; core/stages/prepare.hpp, docs/CONFIG.md "prepare") ---
+    const std::string pr = "prepare";
+    v.push_back(boolean("prepare.overscan", pr, "Overscan", "Subtract the median of the overscan (BIASSEC) when the header has one"));
+    v.push_back(choice("prepare.overscanMethod", pr, "Overscan method", "One level for the frame, or the median of each overscan row",
+                       {{"median", "median"}, {"per row", "row"}}));
+    v.push_back(boolean("prepare.trim", pr, "Trim", "Cut the frame to TRIMSEC (else DATASEC); CRPIX1/2 shift with it"));
+    v.push_back(boolean("prepare.bleedTrails", pr, "Bleed trails",
+                        "Mask runs of pixels above the bleed fraction of SATURATE along a column touching a saturated pixel"));
+    v.push_back(dbl("prepare.bleedFraction", pr, "Bleed fraction", "", "Fraction of SATURATE that continues a bleed trail", 0.01, 1, 0.05, 2));
+    v.push_back(integer("prepare.bleedGrow", pr, "Bleed growth", "px", "Saturated pixels and trails grown along the column", 0, 100));
+    v.push_back(dbl("prepare.minFlat", pr, "Min. flat", "",
+                    "Master-flat values at or below this (or NaN) are masked as bad, not divided", 0, 1, 0.01, 3));
+    v.push_back(boolean("prepare.saltPepper", pr, "Salt-and-pepper filter",
+                        "Mask pixels far above/below the local median as bad (--salt-pepper)"));
+    v.push_back(boolean("prepare.cosmics", pr, "Cosmic rays", "L.A.Cosmic; found pixels get the cosmic-ray mask bit (--cosmics)"));
+    v.push_back(dbl("prepare.cosmic.sigclip", pr, "CR σ clip", "σ", "Laplacian-to-noise limit for cosmic-ray pixels [astroscrappy sigclip]",
+                    0.5, 100, 0.1, 2));
+    v.push_back(dbl("prepare.cosmic.sigfrac", pr, "CR σ fraction", "",
+                    "Fraction of the σ clip for neighbouring pixels [astroscrappy sigfrac]", 0.01, 1, 0.05, 2));
+    v.push_back(dbl("prepare.cosmic.objlim", pr, "CR object limit", "",
+                    "Minimum contrast of Laplacian to fine structure; raise it when star cores are flagged [astroscrappy objlim]",
+                    0.1, 100, 0.5, 2));
+    v.push_back(integer("prepare.cosmic.niter", pr, "CR iterations", "", "Maximum L.A.Cosmic iterations [astroscrappy niter]", 1, 20));
+    v.push_back(choice("prepare.bayer", pr, "Bayer (CFA)", "Colour-filter-array frames: 2x2 super-pixel luminance or one colour (--bayer)",
+                       {{"none", "none"}, {"luminance", "lum"}, {"red", "r"}, {"green", "g"}, {"blue", "b"}}));
+    for (const char* key : {"autoBadPixels", "hotSigma", "flatLow", "flatHigh"})
+        v.push_back(hidden(std::string("prepare.") + key, pr, "used with master frames (reduce --dark/--flat)"));
+    for (const char* key : {"highSigma", "lowSigma", "window"})
+        v.push_back(hidden(std::string("prepare.saltPepperParams.") + key, pr, "advanced: profile JSON"));
+    for (const char* key : {"gain", "readnoise", "satlevel", "pedestal", "clean"})
+        v.push_back(hidden(std::string("prepare.cosmic.") + key, pr, "from the frame (advanced: profile JSON)"));
+    for (const char* key : {"output", "luminanceMean", "pattern", "rowOrder", "xOffset", "yOffset"})
+        v.push_back(hidden(std::string("prepare.bayerParams.") + key, pr, "from the header (advanced: profile JSON)"));
+    // Whole objects (the dock's leaf keys are one level deep): their fields have specs above.
+    for (const char* key : {"saltPepperParams", "cosmic", "bayerParams"})
+        v.push_back(hidden(std::string("prepare.") + key, pr, "fields listed separately"));
     // --- Background (stage 1) ---
     const std::string bg = "background";
     v.push_back(integer("background.meshSize", bg, "Mesh width", "px", "Background mesh width [BACK_SIZE, sep bw]", 4, 4096));
@@ -245,7 +281,7 @@ std::vector<ParamSpec> buildSchema() {
 
 const std::vector<ParamGroup>& paramGroups() {
     static const std::vector<ParamGroup> groups{
-        {"background", "1 Background"}, {"detection", "2 Detection"},  {"psf", "3 PSF"},
+        {"prepare", "0 Preparation"},   {"background", "1 Background"}, {"detection", "2 Detection"},  {"psf", "3 PSF"},
         {"aperture", "4 Aperture"},     {"crossmatch", "5 Crossmatch"}, {"zeropoint", "6 Zero point"},
         {"astrometry", "7 Astrometry"}, {"instrument", "Instrument"},   {"keywords", "Header keywords"}};
     return groups;

@@ -202,22 +202,81 @@ void PipelineWorker::reportProgress(const std::string& stage, double fraction) {
 
 FramePtr PipelineWorker::frameFor(const PipelineConfig& config) {
     if (!m_frame) return nullptr;
-    const std::string key = instrumentKey(config);
-    if (m_resolvedFrame && key == m_resolvedKey) return m_resolvedFrame;
-    if (!m_framePath.empty()) {
-        // Saturation also decides the mask: read the file again, as `reduce` would with this config.
-        FrameReadOptions read;
-        read.hdu = m_frameHdu;
-        read.keywords = config.keywords;
-        read.overrides = config.instrument;
-        m_resolvedFrame = std::make_shared<const Frame>(readFrame(m_framePath, read));
-    } else {
-        auto frame = std::make_shared<Frame>(*m_frame);
-        frame->instrument = readInstrument(frame->header, config.keywords, config.instrument);
-        m_resolvedFrame = std::move(frame);
+    const std::string rawKey = instrumentKey(config);
+    if (!m_rawResolved || rawKey != m_rawKey) {
+        if (!m_framePath.empty()) {
+            // Saturation also decides the mask: read the file again, as `reduce` would with this config.
+            FrameReadOptions read;
+            read.hdu = m_frameHdu;
+            read.keywords = config.keywords;
+            read.overrides = config.instrument;
+            m_rawResolved = std::make_shared<const Frame>(readFrame(m_framePath, read));
+        } else {
+            auto frame = std::make_shared<Frame>(*m_frame);
+            frame->instrument = readInstrument(frame->header, config.keywords, config.instrument);
+            m_rawResolved = std::move(frame);
+        }
+        m_rawKey = rawKey;
+        m_resolvedFrame.reset();
     }
+    // The preparation, as `reduce` applies it right after reading the frame: redone from the raw frame
+    // whenever a prepare.* key or a calibration file changed (a new frame: the run starts at stage 1).
+    const std::string key = rawKey + nlohmann::json(config.prepare).dump() + "|" + m_calibFiles.bias + "|" +
+                            m_calibFiles.dark + "|" + m_calibFiles.flat + "|" + m_calibFiles.bpm;
+    if (m_resolvedFrame && key == m_resolvedKey) return m_resolvedFrame;
+    const PrepareInputs* inputs = prepareInputsFor(config.prepare);
+    auto frame = std::make_shared<Frame>(*m_rawResolved);
+    m_prepared = prepareFrame(*frame, inputs, config.prepare, m_ctx);
+    m_resolvedFrame = std::move(frame);
     m_resolvedKey = key;
     return m_resolvedFrame;
+}
+
+const PrepareInputs* PipelineWorker::prepareInputsFor(const PrepareParams& params) {
+    const CalibrationFiles& f = m_calibFiles;
+    if (f.bias.empty() && f.dark.empty() && f.flat.empty() && f.bpm.empty()) {
+        m_prepareInputs.reset();
+        m_prepareInputsKey.clear();
+        return nullptr;
+    }
+    const std::string key = nlohmann::json{{"files", {f.bias, f.dark, f.flat, f.bpm}},
+                                           {"auto", params.autoBadPixels},
+                                           {"hot", params.hotSigma},
+                                           {"low", params.flatLow},
+                                           {"high", params.flatHigh}}
+                                .dump();
+    if (!m_prepareInputs || key != m_prepareInputsKey) {
+        m_prepareInputs.reset();
+        m_prepareInputs = loadPrepareInputs(f.bias, f.dark, f.flat, f.bpm, params);
+        m_prepareInputsKey = key;
+    }
+    return &*m_prepareInputs;
+}
+
+void PipelineWorker::setCalibrationFrames(const QString& bias, const QString& dark, const QString& flat,
+                                          const QString& bpm) {
+    PipelineConfig config;
+    {
+        std::lock_guard lock(m_mutex);
+        config = m_latestConfig;
+    }
+    m_calibFiles = {bias.toStdString(), dark.toStdString(), flat.toStdString(), bpm.toStdString()};
+    m_prepareInputs.reset();
+    m_prepareInputsKey.clear();
+    m_resolvedFrame.reset();
+    m_resolvedKey.clear();
+    m_last.reset();
+    m_previous.reset();
+    m_prefetched.clear();
+    m_prefetchQueue.clear();
+    try {
+        prepareInputsFor(config.prepare); // read now: a bad file is reported at once
+    } catch (const std::exception& e) {
+        m_calibFiles = {};
+        m_prepareInputs.reset();
+        m_prepareInputsKey.clear();
+        emit loadFailed(QString::fromStdString(e.what()));
+    }
 }
 
 ReferencePtr PipelineWorker::referenceFor(const FramePtr& framePtr) {
@@ -350,8 +409,10 @@ void PipelineWorker::loadFrame(const QString& path, const QString& hdu) {
         read.overrides = config.instrument;
         auto frame = std::make_shared<const Frame>(readFrame(path.toStdString(), read));
         m_frame = frame;
-        m_resolvedFrame = frame;
-        m_resolvedKey = instrumentKey(config);
+        m_rawResolved = frame;
+        m_rawKey = instrumentKey(config);
+        m_resolvedFrame.reset(); // prepared by the first run
+        m_resolvedKey.clear();
         m_framePath = path.toStdString();
         m_frameHdu = read.hdu;
         m_last.reset();
@@ -371,6 +432,8 @@ void PipelineWorker::setFrame(FramePtr frame) {
     m_frame = frame;
     m_framePath.clear();
     m_frameHdu.clear();
+    m_rawResolved.reset();
+    m_rawKey.clear();
     m_resolvedFrame.reset();
     m_resolvedKey.clear();
     m_last.reset();

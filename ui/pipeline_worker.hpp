@@ -81,6 +81,11 @@ public slots:
     // referenceLoaded or loadFailed. An empty path removes the reference.
     void loadReference(const QString& path, const QString& columns = QString());
     void setReference(gpuphot::ui::ReferencePtr reference);
+    // Master bias / dark / flat and bad-pixel mask for the frame preparation (empty: not used); loaded
+    // once here (loadPrepareInputs, with the newest config's prepare parameters), again only when the
+    // auto-bad-pixel parameters change. Emits loadFailed when a file cannot be used. The next run
+    // re-prepares the frame and starts from the background.
+    void setCalibrationFrames(const QString& bias, const QString& dark, const QString& flat, const QString& bpm);
 
 signals:
     void started(quint64 generation);
@@ -97,7 +102,10 @@ private slots:
     void prefetchNext(); // one queued precomputation, if no request waits
 
 private:
-    FramePtr frameFor(const PipelineConfig& config); // re-resolves the instrument when keywords/overrides changed
+    // The prepared frame for a config: the instrument re-resolved when keywords/overrides changed, then
+    // prepareFrame (config.prepare, the calibration frames) on a copy, redone when any of these changed.
+    FramePtr frameFor(const PipelineConfig& config);
+    const PrepareInputs* prepareInputsFor(const PrepareParams& params); // null when no calibration files
     ReferencePtr referenceFor(const FramePtr& frame);   // proper motions applied to the frame's epoch
     void reportProgress(const std::string& stage, double fraction);
 
@@ -115,8 +123,16 @@ private:
 
     // Worker-thread state.
     FramePtr m_frame;          // as loaded (instrument from the load-time keywords/overrides)
-    FramePtr m_resolvedFrame;  // m_frame with the instrument of the last run's keywords/overrides
-    std::string m_resolvedKey; // JSON of those keywords/overrides
+    FramePtr m_rawResolved;    // m_frame with the instrument of the last run's keywords/overrides
+    std::string m_rawKey;      // JSON of those keywords/overrides
+    FramePtr m_resolvedFrame;  // m_rawResolved after prepareFrame with the last run's prepare parameters
+    std::string m_resolvedKey; // m_rawKey + JSON of those prepare parameters and the calibration files
+    PrepareResult m_prepared;  // what the last preparation did
+    struct CalibrationFiles {
+        std::string bias, dark, flat, bpm;
+    } m_calibFiles;
+    std::optional<PrepareInputs> m_prepareInputs; // loaded calibration frames (none: no files)
+    std::string m_prepareInputsKey;               // files + auto-bad-pixel parameters they were loaded with
     std::string m_framePath, m_frameHdu;
     ReferencePtr m_reference, m_movedReference;
     FramePtr m_movedFor; // the frame m_movedReference was moved for
