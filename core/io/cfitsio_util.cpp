@@ -1,7 +1,12 @@
 #include "core/io/cfitsio_util.hpp"
 
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <vector>
+
+#include "core/util/errors.hpp"
 
 namespace gpuphot {
 
@@ -38,6 +43,61 @@ std::string cfitsioText(int status) {
         msg += "]";
     }
     return msg;
+}
+
+void checkHeadersCfitsioCanParse(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return;
+    in.seekg(0, std::ios::end);
+    const long long size = static_cast<long long>(in.tellg());
+    constexpr long long kBlock = 2880;
+    char block[kBlock];
+    long long pos = 0;
+    for (int hdu = 0; hdu < 100000 && pos + kBlock <= size; ++hdu) {
+        long long bitpix = 0, naxis = 0, pcount = 0, gcount = 1, product = 1;
+        bool end = false;
+        while (!end) {
+            if (pos + kBlock > size) return;
+            in.seekg(pos);
+            if (!in.read(block, kBlock)) return;
+            if (pos == 0 && std::memcmp(block, "SIMPLE  =", 9) != 0) return; // not plain FITS
+            pos += kBlock;
+            for (int c = 0; c < 36 && !end; ++c) {
+                const std::string card(block + 80 * c, 80);
+                std::string key = card.substr(0, 8);
+                while (!key.empty() && key.back() == ' ')
+                    key.pop_back();
+                if (key == "END") {
+                    end = true;
+                    break;
+                }
+                if (card[8] != '=') continue;
+                std::string value = card.substr(9);
+                const auto first = value.find_first_not_of(' ');
+                value = first == std::string::npos ? std::string() : value.substr(first);
+                while (!value.empty() && value.back() == ' ')
+                    value.pop_back();
+                if (key.rfind("TTYPE", 0) == 0 && !value.empty() && value[0] != '\'' && value.size() >= 69)
+                    throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": header keyword " + key +
+                                       " has an unquoted value of " + std::to_string(value.size()) +
+                                       " characters (a column name must be a quoted string)");
+                const long long v = std::strtoll(value.c_str(), nullptr, 10);
+                if (key == "BITPIX") bitpix = v;
+                else if (key == "NAXIS") naxis = v;
+                else if (key == "PCOUNT") pcount = v;
+                else if (key == "GCOUNT") gcount = v;
+                else if (key.rfind("NAXIS", 0) == 0 && key.size() > 5) {
+                    if (v < 0 || (v > 0 && product > (1LL << 50) / v)) return;
+                    product *= v;
+                }
+            }
+        }
+        if (naxis == 0) product = 0;
+        const long long bytes = std::llabs(bitpix) / 8;
+        if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8 || product + pcount > (1LL << 50)) return;
+        const long long data = bytes * gcount * (pcount + product);
+        pos += (data + kBlock - 1) / kBlock * kBlock;
+    }
 }
 
 } // namespace gpuphot

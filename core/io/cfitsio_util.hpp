@@ -20,4 +20,11 @@ struct FitsHandle {
 // CFITSIO's status text plus the newest messages of its error stack (which it then clears).
 std::string cfitsioText(int status);
 
+// Walks the headers of every HDU of the plain FITS file at path (not compressed, no extended syntax)
+// before CFITSIO parses them, and throws InvalidInput naming the file, the HDU and the card for a card
+// that would crash CFITSIO 4.2.0: an unquoted TTYPEn value of 69 or more characters overflows CFITSIO's
+// 70-byte column name (a fortified strcpy aborts; found by tests/fuzz/fuzz_refcat). Returns silently
+// on anything it cannot walk (gzip, a truncated file): CFITSIO reports those itself.
+void checkHeadersCfitsioCanParse(const std::string& path);
+
 } // namespace gpuphot

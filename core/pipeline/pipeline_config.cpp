@@ -84,7 +84,8 @@ PipelineConfig loadPipelineConfig(const std::string& path) {
     nlohmann::json j;
     try {
         j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+        // parse_error, and out_of_range for a number beyond double's range (found by tests/fuzz/fuzz_config)
         throw InvalidInput(path + ": not valid JSON: " + e.what());
     }
     PipelineConfig c;

@@ -165,9 +165,16 @@ ParseResult parseHeader(const Header& header) {
         // surface in wcsset below. cdfix (unit diagonal for an axis whose CD row and column are all zero)
         // only beyond two axes, where a cube's spectral axis needs it; on an image it would turn an
         // all-zero CD matrix into 1 deg/px instead of an error.
+        // Each fix may leave an informative message in w->err (e.g. datfix's "Set MJD-OBS ... from
+        // DATE-OBS"); WCSLIB 7.12's unitfix then loses that error object (a leak on every header with
+        // DATE-OBS but no MJD-OBS, found by tests/fuzz/fuzz_header_wcs). The messages are not used here:
+        // clear each one.
         if (w->naxis > 2) cdfix(w);
+        wcserr_clear(&w->err);
         datfix(w);
+        wcserr_clear(&w->err);
         unitfix(1, w);
+        wcserr_clear(&w->err);
         // celfix only translates AIPS NCP/GLS; on any other header it merely runs wcsset, and when that
         // fails WCSLIB 7.12 leaks the error message (found by tests/fuzz/fuzz_header_wcs, e.g. CTYPE2 =
         // 'DEC-2-TAN'). wcsset below reports the same error without the leak.
@@ -178,7 +185,9 @@ ParseResult parseHeader(const Header& header) {
                                                                 ct.compare(ct.size() - 4, 4, "-GLS") == 0));
         }
         if (aipsCelestial) celfix(w);
+        wcserr_clear(&w->err);
         spcfix(w);
+        wcserr_clear(&w->err);
         const int status = wcsset(w);
         if (status != 0) {
             if (celestialCtype || w->lng >= 0 || w->lat >= 0)
