@@ -98,7 +98,7 @@ run_tests() {
   if [ -z "${GPUPHOT_SKIP_FUZZ:-}" ]; then
     if ! BUILD_DIR=build-fuzz FUZZ_JOBS="$JOBS" FUZZ_SECONDS="${FUZZ_SECONDS:-60}" bash tests/fuzz/run.sh; then
       echo "== fuzz: findings (see build-fuzz/fuzz-work and docs/RELIABILITY.md, open findings)"
-      [ -n "${GPUPHOT_FUZZ_GATE:-}" ] && return 1
+      if [ -n "${GPUPHOT_FUZZ_GATE:-}" ]; then return 1; fi
     fi
   fi
 }
