@@ -9,6 +9,7 @@
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTest>
+#include <QSemaphore>
 #include <QThread>
 #include <QTimer>
 
@@ -263,12 +264,17 @@ TEST(PipelineWorker, BackToBackRequestsEmitOnlyTheNewest) {
     PipelineWorker* w = host.worker();
     setFrame(w, smallFrame());
     QSignalSpy ready(w, &PipelineWorker::resultReady);
+    // Hold the worker thread until all five requests are made, so that they are back to back however
+    // loaded the machine is (without this, a preempted test thread let run 1 finish first under CI load).
+    QSemaphore gate;
+    QMetaObject::invokeMethod(w, [&gate] { gate.acquire(); }, Qt::QueuedConnection);
     PipelineConfig c;
     quint64 last = 0;
     for (int i = 0; i < 5; ++i) {
         c.detection.threshold = 2.0 + i;
         last = w->requestRun(c);
     }
+    gate.release();
     ASSERT_TRUE(waitFor(ready, 1, 30000));
     QTest::qWait(300);
     ASSERT_EQ(ready.count(), 1);
