@@ -386,6 +386,17 @@ void checkCompatible(const Frame& frame, const CalibrationImage& c, const char* 
 
 } // namespace
 
+double CalibrationImage::sectionMedian(const ImageView& section) const {
+    const std::array<std::ptrdiff_t, 4> key{section.data - pixels.data(), section.width, section.height,
+                                            static_cast<std::ptrdiff_t>(section.stride)};
+    std::lock_guard<std::mutex> lock(medians->mutex);
+    for (const auto& [k, v] : medians->values)
+        if (k == key) return v;
+    const double m = robustMedian(section);
+    medians->values.emplace_back(key, m);
+    return m;
+}
+
 PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const PrepareParams& params, RunContext& ctx) {
     PrepareResult r = applyOverscanAndTrim(frame, params, ctx);
     ctx.checkCancelled();
@@ -483,13 +494,13 @@ PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const Prep
         if (r.darkApplied) r.steps.push_back("dark");
         if (r.flatApplied) r.steps.push_back("flat");
         if (!bpm.empty()) r.steps.push_back("bad pixels");
-        if (r.biasApplied) pedestal += robustMedian(bias);
-        if (r.darkApplied) pedestal += r.darkScale * robustMedian(dark);
+        if (r.biasApplied) pedestal += inputs->bias->sectionMedian(bias);
+        if (r.darkApplied) pedestal += r.darkScale * inputs->dark->sectionMedian(dark);
     }
     // The saturation level in prepared ADU (the mask keeps the authoritative saturated pixels).
     if (std::isfinite(rawSaturation) && (r.overscanApplied || anyCal)) {
         double fl = 1.0;
-        if (!flat.empty()) fl = robustMedian(flat);
+        if (!flat.empty()) fl = inputs->flat->sectionMedian(flat);
         frame.instrument.saturation = (rawSaturation - pedestal) / (fl > 0.0 ? fl : 1.0);
     }
     ctx.checkCancelled();

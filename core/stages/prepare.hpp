@@ -18,7 +18,10 @@
 // Masters whose size is that of the untrimmed frame are trimmed with the frame's section. Mismatched
 // sizes, binning (XBINNING/YBINNING or CCDSUM) or a flat's FILTER different from the frame's are
 // InvalidInput naming both files.
+#include <array>
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,14 +60,24 @@ struct PrepareParams {
 void to_json(nlohmann::json& j, const PrepareParams& p);
 void from_json(const nlohmann::json& j, PrepareParams& p); // missing keys keep defaults; bad values InvalidInput
 
+// Robust medians of sections of a calibration frame, computed once: every frame of a run asks for them.
+struct CalibrationMedians {
+    std::mutex mutex;
+    std::vector<std::pair<std::array<std::ptrdiff_t, 4>, double>> values; // (offset, w, h, stride) -> median
+};
+
 // A calibration frame loaded once and shared by every frame of a run.
 struct CalibrationImage {
     Image<float> pixels;
     Image<std::uint8_t> mask; // MaskBits as read (non-finite values, BLANK)
     Header header;
     std::string path;
+    std::shared_ptr<CalibrationMedians> medians = std::make_shared<CalibrationMedians>();
     int width() const { return pixels.width(); }
     int height() const { return pixels.height(); }
+    // robustMedian (masters.hpp) of `section`, a view into `pixels` (the whole frame or a trimmed part),
+    // remembered per section; thread-safe.
+    double sectionMedian(const ImageView& section) const;
 };
 
 struct PrepareInputs {
