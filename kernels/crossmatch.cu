@@ -1,10 +1,9 @@
 // GPU crossmatch (issue 5): the candidate search of cpu::crossmatch (core/stages/crossmatch.cpp) on the
 // device through a uniform grid hash, giving the same refIndex and separations bit for bit.
 //
-//  1-2. Cone preselection, WCS projection of the reference stars (WCSLIB, TAN+SIP) and the sources' world
-//       positions stay on the host, computed exactly as the CPU stage does (the same code, the same libm):
-//       the projection decides which stars are kept at the frame + margin edge and WCSLIB's iterative SIP
-//       inverse has no bitwise device twin. The host loops run on ctx.threadCount() std::threads.
+//  1-2. Cone preselection, WCS projection of the reference stars and the sources' world positions stay on
+//       the host: detail::prepareCrossmatch (core/stages/crossmatch.cpp), the very function the CPU stage
+//       calls, so the stars kept at the frame + margin edge and every unit vector are the CPU's.
 //  3.   Device: the projected stars are binned into square cells of side >= radiusPx, sorted by cell with
 //       CUB's (stable) radix sort, each cell's [begin, end) found in the sorted order; one thread per
 //       source visits the cells its radius touches, keeps the stars with the k-d tree's pixel test
@@ -13,9 +12,8 @@
 //       relative: CUDA's atan2 is not correctly rounded, up to 2 ulp). Count pass, CUB exclusive scan,
 //       fill pass.
 //  4.   Host: the candidates' separations are re-evaluated with the CPU's function (a few per source) so
-//       that the values and the <= radiusArcsec cut are bitwise the CPU's, then the CPU's assignment:
-//       per-source order (separation, ref), and for one-to-one the global greedy over
-//       (separation, source, ref).
+//       that the values and the <= radiusArcsec cut are bitwise the CPU's, then the CPU's assignment
+//       (detail::sortCandidates, detail::assignMatches).
 // cuda::crossmatch chooses between this and cpu::crossmatch by problem size (crossover measured on an
 // H200, docs/BENCHMARKS.md "GPU crossmatch crossover").
 #include <cuda_runtime.h>
@@ -51,22 +49,6 @@ namespace {
 
 constexpr double kDeg = 3.14159265358979323846 / 180.0;
 
-using Vec3 = std::array<double, 3>;
-
-// Host: the CPU stage's functions, verbatim.
-Vec3 unitVector(double raDeg, double decDeg) {
-    const double ra = raDeg * kDeg, dec = decDeg * kDeg;
-    return {std::cos(dec) * std::cos(ra), std::cos(dec) * std::sin(ra), std::sin(dec)};
-}
-
-double separationArcsec(const Vec3& a, const Vec3& b) {
-    const double cx = a[1] * b[2] - a[2] * b[1];
-    const double cy = a[2] * b[0] - a[0] * b[2];
-    const double cz = a[0] * b[1] - a[1] * b[0];
-    const double dot = a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
-    return std::atan2(std::sqrt(cx * cx + cy * cy + cz * cz), dot) / kDeg * 3600.0;
-}
-
 // Device: the same formula (unit vectors from the host).
 __device__ double deviceSeparationArcsec(const double* a, const double* b) {
     const double cx = a[1] * b[2] - a[2] * b[1];
@@ -95,20 +77,6 @@ template <class Fn> void parallelChunks(std::size_t n, int threads, std::size_t 
     for (int i = 1; i < t; ++i) pool.emplace_back(work, i);
     work(0);
     for (auto& th : pool) th.join();
-}
-
-// Batched Wcs transform in fixed chunks, one Wcs copy per thread (the Wcs serialises calls).
-template <class Fn> void transformChunked(const Wcs& wcs, std::size_t n, int threads, Fn&& fn) {
-    constexpr std::size_t kChunk = 16384;
-    if (n <= kChunk || threads <= 1) {
-        if (n > 0) fn(wcs, std::size_t{0}, n);
-        return;
-    }
-    const int t = static_cast<int>(std::min<std::size_t>((n + kChunk - 1) / kChunk, std::size_t(threads)));
-    std::vector<Wcs> copies;
-    copies.reserve(t);
-    for (int i = 0; i < t; ++i) copies.emplace_back(wcs);
-    parallelChunks(n, t, kChunk, [&](std::size_t b, std::size_t e, int id) { fn(copies[id], b, e - b); });
 }
 
 struct Grid {
@@ -218,126 +186,23 @@ std::size_t crossmatchLastCandidates() { return g_lastCandidates; }
 CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                                const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                                RunContext& ctx) {
-    if (x.size() != y.size())
-        throw InvalidInput("crossmatch: x has " + std::to_string(x.size()) + " entries, y " +
-                           std::to_string(y.size()));
-    if (width <= 0 || height <= 0)
-        throw InvalidInput("crossmatch: frame size must be positive (got " + std::to_string(width) + "x" +
-                           std::to_string(height) + ")");
-    if (!(params.radiusArcsec > 0.0) || !std::isfinite(params.radiusArcsec))
-        throw InvalidInput("crossmatch: radiusArcsec must be positive (got " +
-                           std::to_string(params.radiusArcsec) + ")");
-    if (!(params.marginPx >= 0.0) || !std::isfinite(params.marginPx))
-        throw InvalidInput("crossmatch: marginPx must be >= 0 (got " + std::to_string(params.marginPx) + ")");
-    if (ref.size() > static_cast<std::size_t>(INT32_MAX))
-        throw InvalidInput("crossmatch: reference catalog " + ref.path + " has too many rows");
-    if (ref.dec.size() != ref.size() || ref.mag.size() != ref.size())
-        throw InvalidInput("crossmatch: reference catalog " + ref.path + " has columns of different lengths");
-    if (x.size() > static_cast<std::size_t>(INT32_MAX))
-        throw InvalidInput("crossmatch: too many sources");
-
     DeviceContext& dc = DeviceContext::of(ctx);
-    const int threads = ctx.threadCount();
-    const std::size_t nSrc = x.size();
+    const int threads = std::max(1, ctx.threadCount());
     CrossmatchResult res;
-    res.refIndex.assign(nSrc, -1);
-    res.separationArcsec.assign(nSrc, std::numeric_limits<double>::quiet_NaN());
-
-    // --- 1. cone around the frame centre (host, as the CPU) ----------------------------------------------
-    const double cx = 0.5 * (width - 1), cy = 0.5 * (height - 1);
-    const auto [ra0, dec0] = wcs.pixelToWorld(cx, cy);
-    if (!std::isfinite(ra0) || !std::isfinite(dec0))
-        throw InvalidInput("crossmatch: the frame centre does not transform with the WCS");
-    const Vec3 centre = unitVector(ra0, dec0);
-    const double lo = -0.5 - params.marginPx;
-    const double hiX = width - 0.5 + params.marginPx, hiY = height - 0.5 + params.marginPx;
-    double coneArcsec = 0.0;
-    double minScale = std::numeric_limits<double>::infinity();
-    for (int iy = 0; iy <= 4; ++iy)
-        for (int ix = 0; ix <= 4; ++ix) {
-            const double px = lo + (hiX - lo) * ix / 4.0, py = lo + (hiY - lo) * iy / 4.0;
-            const auto [ra, dec] = wcs.pixelToWorld(px, py);
-            if (std::isfinite(ra) && std::isfinite(dec))
-                coneArcsec = std::max(coneArcsec, separationArcsec(centre, unitVector(ra, dec)));
-            const double s =
-                wcs.pixelScaleArcsec(std::clamp(px, 0.0, width - 1.0), std::clamp(py, 0.0, height - 1.0));
-            if (std::isfinite(s) && s > 0.0) minScale = std::min(minScale, s);
-        }
-    if (!std::isfinite(minScale))
-        throw InvalidInput("crossmatch: the WCS gives no finite pixel scale on the frame");
-    coneArcsec = coneArcsec * 1.01 + 10.0 * minScale;
-    const double cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
-
-    const bool cutBright = std::isfinite(params.refMagBright), cutFaint = std::isfinite(params.refMagFaint);
-    const std::size_t nRef = ref.size();
-    std::vector<std::uint8_t> inCone(nRef, 0);
-    parallelChunks(nRef, threads, 65536, [&](std::size_t b, std::size_t e, int) {
-        for (std::size_t i = b; i < e; ++i) {
-            const double m = ref.mag[i];
-            if (cutBright && !(m >= params.refMagBright)) continue;
-            if (cutFaint && !(m <= params.refMagFaint)) continue;
-            const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
-            inCone[i] = (u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone;
-        }
-    });
-    std::vector<std::int32_t> coneRows;
-    for (std::size_t i = 0; i < nRef; ++i)
-        if (inCone[i]) coneRows.push_back(static_cast<std::int32_t>(i));
-    ctx.checkCancelled();
-    ctx.report("crossmatch", 0.2);
-
-    // --- 2. projection (host, WCSLIB) ------------------------------------------------------------------
-    const std::size_t nCone = coneRows.size();
-    std::vector<double> cRa(nCone), cDec(nCone), cX(nCone), cY(nCone);
-    for (std::size_t k = 0; k < nCone; ++k) {
-        cRa[k] = ref.ra[coneRows[k]];
-        cDec[k] = ref.dec[coneRows[k]];
-    }
-    transformChunked(wcs, nCone, threads, [&](const Wcs& w, std::size_t b, std::size_t n) {
-        w.worldToPixel(std::span<const double>(cRa).subspan(b, n), std::span<const double>(cDec).subspan(b, n),
-                       std::span<double>(cX).subspan(b, n), std::span<double>(cY).subspan(b, n));
-    });
-    std::vector<std::size_t> selectedCone;
-    for (std::size_t k = 0; k < nCone; ++k) {
-        const double px = cX[k], py = cY[k];
-        if (!(px >= lo && px <= hiX && py >= lo && py <= hiY)) continue;
-        if (px >= -0.5 && px <= width - 0.5 && py >= -0.5 && py <= height - 0.5) ++res.nRefInFrame;
-        res.refSelected.push_back(coneRows[k]);
-        res.refX.push_back(px);
-        res.refY.push_back(py);
-        selectedCone.push_back(k);
-    }
-    const std::size_t nSel = selectedCone.size();
-    std::vector<double> refUnit(3 * nSel);
-    parallelChunks(nSel, threads, 16384, [&](std::size_t b, std::size_t e, int) {
-        for (std::size_t k = b; k < e; ++k) {
-            const Vec3 u = unitVector(cRa[selectedCone[k]], cDec[selectedCone[k]]);
-            std::memcpy(&refUnit[3 * k], u.data(), sizeof u);
-        }
-    });
+    // --- 1-2. cone, projection, the sources' unit vectors (host, the CPU stage's own code) --------------
+    const detail::CrossmatchSetup setup =
+        detail::prepareCrossmatch(x, y, width, height, ref, wcs, params, threads, res);
+    const std::size_t nSrc = x.size();
+    const std::size_t nSel = res.refSelected.size();
+    const double lo = setup.lo, hiX = setup.hiX, hiY = setup.hiY;
+    static_assert(sizeof(detail::UnitVector) == 3 * sizeof(double), "unit vectors must be packed doubles");
+    const double* refUnit = setup.refUnit.empty() ? nullptr : setup.refUnit.data()->data();
+    const double* srcUnit = setup.srcUnit.empty() ? nullptr : setup.srcUnit.data()->data();
+    const std::vector<std::uint8_t>& valid = setup.srcValid;
     ctx.checkCancelled();
     ctx.report("crossmatch", 0.5);
 
     // --- 3. candidates per source (device) ---------------------------------------------------------------
-    res.radiusPx = params.radiusArcsec / minScale * 1.05 + 0.5;
-    std::vector<double> srcRa(nSrc), srcDec(nSrc);
-    transformChunked(wcs, nSrc, threads, [&](const Wcs& w, std::size_t b, std::size_t n) {
-        w.pixelToWorld(std::span<const double>(x).subspan(b, n), std::span<const double>(y).subspan(b, n),
-                       std::span<double>(srcRa).subspan(b, n), std::span<double>(srcDec).subspan(b, n));
-    });
-    std::vector<double> srcUnit(3 * nSrc, 0.0);
-    std::vector<std::uint8_t> valid(nSrc, 0);
-    parallelChunks(nSrc, threads, 16384, [&](std::size_t b, std::size_t e, int) {
-        for (std::size_t i = b; i < e; ++i) {
-            if (!std::isfinite(x[i]) || !std::isfinite(y[i]) || !std::isfinite(srcRa[i]) ||
-                !std::isfinite(srcDec[i]))
-                continue;
-            valid[i] = 1;
-            const Vec3 u = unitVector(srcRa[i], srcDec[i]);
-            std::memcpy(&srcUnit[3 * i], u.data(), sizeof u);
-        }
-    });
-
     std::vector<std::uint32_t> offsets(nSrc + 1, 0);
     std::vector<std::uint32_t> candRef;
     std::vector<double> candSep;
@@ -367,7 +232,7 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
             DeviceBuffer<double> dRx(dc, nSel), dRy(dc, nSel), dRu(dc, 3 * nSel);
             dRx.upload(res.refX.data(), nSel);
             dRy.upload(res.refY.data(), nSel);
-            dRu.upload(refUnit.data(), 3 * nSel);
+            dRu.upload(refUnit, 3 * nSel);
             DeviceBuffer<std::uint32_t> keyIn(dc, nSel), keyOut(dc, nSel), idxIn(dc, nSel), idxOut(dc, nSel);
             cellOfRefs<<<blocksFor(nSel, kBlock), kBlock, 0, s>>>(dRx.get(), dRy.get(), nSel, g, keyIn.get(),
                                                                    idxIn.get());
@@ -394,7 +259,7 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
             DeviceBuffer<std::uint8_t> dValid(dc, nSrc);
             dSx.upload(x.data(), nSrc);
             dSy.upload(y.data(), nSrc);
-            dSu.upload(srcUnit.data(), 3 * nSrc);
+            dSu.upload(srcUnit, 3 * nSrc);
             dValid.upload(valid.data(), nSrc);
             DeviceBuffer<std::uint32_t> dCount(dc, nSrc + 1), dOffset(dc, nSrc + 1);
             dCount.zero();
@@ -449,62 +314,42 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
     ctx.checkCancelled();
 
     // --- exact separations (host, the CPU's function) ----------------------------------------------------
-    struct Candidate {
-        double sep;
-        std::int32_t src, ref; // ref: row in the catalog
-    };
-    std::vector<std::vector<Candidate>> cands(nSrc);
-    std::vector<std::size_t> mismatchPerThread(std::max(threads, 1) + 1, 0);
+    std::vector<std::uint32_t> count(nSrc, 0);
+    std::vector<detail::MatchCandidate> cands(offsets[nSrc]);
+    std::vector<std::size_t> mismatchPerThread(threads + 1, 0);
     parallelChunks(nSrc, threads, 4096, [&](std::size_t b, std::size_t e, int id) {
         std::size_t mism = 0;
         for (std::size_t i = b; i < e; ++i) {
             const std::uint32_t o0 = offsets[i], o1 = offsets[i + 1];
-            if (o0 == o1) continue;
-            Vec3 su;
-            std::memcpy(su.data(), &srcUnit[3 * i], sizeof su);
-            auto& c = cands[i];
+            std::uint32_t n = o0;
             for (std::uint32_t o = o0; o < o1; ++o) {
                 const std::uint32_t k = candRef[o];
-                Vec3 ru;
-                std::memcpy(ru.data(), &refUnit[3 * std::size_t(k)], sizeof ru);
-                const double sep = separationArcsec(su, ru);
+                const double sep = detail::separationArcsec(setup.srcUnit[i], setup.refUnit[k]);
                 if (std::memcmp(&sep, &candSep[o], sizeof sep) != 0) ++mism;
                 if (sep <= params.radiusArcsec)
-                    c.push_back({sep, static_cast<std::int32_t>(i), res.refSelected[k]});
+                    cands[n++] = {sep, static_cast<std::int32_t>(i), res.refSelected[k]};
             }
-            std::sort(c.begin(), c.end(), [](const Candidate& p, const Candidate& q) {
-                return std::tie(p.sep, p.ref) < std::tie(q.sep, q.ref);
-            });
+            detail::sortCandidates(cands.data() + o0, cands.data() + n);
+            count[i] = n - o0;
         }
         mismatchPerThread[id] += mism;
     });
     g_lastSepMismatch = 0;
     for (auto m : mismatchPerThread) g_lastSepMismatch += m;
     g_lastCandidates = offsets[nSrc];
+    // Compact the groups (a few device candidates may fail the exact cut).
+    std::vector<std::uint32_t> groups(nSrc + 1, 0);
+    for (std::size_t i = 0; i < nSrc; ++i) {
+        groups[i + 1] = groups[i] + count[i];
+        if (groups[i] != offsets[i])
+            std::copy(cands.begin() + offsets[i], cands.begin() + offsets[i] + count[i],
+                      cands.begin() + groups[i]);
+    }
+    cands.resize(groups[nSrc]);
     ctx.report("crossmatch", 0.8);
 
-    // --- 4. assignment (as the CPU) ----------------------------------------------------------------------
-    if (!params.oneToOne) {
-        for (std::size_t i = 0; i < nSrc; ++i)
-            if (!cands[i].empty()) {
-                res.refIndex[i] = cands[i].front().ref;
-                res.separationArcsec[i] = cands[i].front().sep;
-            }
-    } else {
-        std::vector<Candidate> all;
-        for (const auto& c : cands) all.insert(all.end(), c.begin(), c.end());
-        std::sort(all.begin(), all.end(), [](const Candidate& p, const Candidate& q) {
-            return std::tie(p.sep, p.src, p.ref) < std::tie(q.sep, q.src, q.ref);
-        });
-        std::vector<std::uint8_t> refTaken(nRef, 0);
-        for (const Candidate& c : all) {
-            if (res.refIndex[c.src] >= 0 || refTaken[c.ref]) continue;
-            res.refIndex[c.src] = c.ref;
-            res.separationArcsec[c.src] = c.sep;
-            refTaken[c.ref] = 1;
-        }
-    }
-    for (std::size_t i = 0; i < nSrc; ++i) res.nMatched += res.refIndex[i] >= 0;
+    // --- 4. assignment (the CPU's) -----------------------------------------------------------------------
+    detail::assignMatches(cands, groups, ref.size(), params.oneToOne, res);
     ctx.report("crossmatch", 1.0);
     return res;
 }

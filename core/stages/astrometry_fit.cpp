@@ -8,6 +8,7 @@
 #include <nanoflann.hpp>
 
 #include "core/stages/astrometry_internal.hpp"
+#include "core/stages/crossmatch.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -23,13 +24,6 @@ struct Cloud3 {
 };
 using Tree3 = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, Cloud3>, Cloud3, 3>;
 
-struct Cloud2 {
-    std::vector<std::array<double, 2>> pts;
-    std::size_t kdtree_get_point_count() const { return pts.size(); }
-    double kdtree_get_pt(std::size_t i, std::size_t d) const { return pts[i][d]; }
-    template <class B> bool kdtree_get_bbox(B&) const { return false; }
-};
-using Tree2 = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, Cloud2>, Cloud2, 2>;
 } // namespace
 
 std::array<double, 3> unitVector(double raDeg, double decDeg) {
@@ -78,74 +72,56 @@ std::pair<std::int64_t, double> SkyTree::nearest(const std::array<double, 3>& p)
     return {static_cast<std::int64_t>(idx), std::sqrt(d2)};
 }
 
+bool boundingBox(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
+                 std::array<double, 4>& box) {
+    box = {INFINITY, INFINITY, -INFINITY, -INFINITY};
+    for (std::size_t i = 0; i < n; ++i) {
+        box[0] = std::min(box[0], x[i]);
+        box[2] = std::max(box[2], x[i]);
+        box[1] = std::min(box[1], y[i]);
+        box[3] = std::max(box[3], y[i]);
+    }
+    return std::isfinite(box[0]) && std::isfinite(box[1]) && std::isfinite(box[2]) && std::isfinite(box[3]);
+}
+
 std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const std::vector<double>& refX,
                                  const std::vector<double>& refY, const std::vector<std::int32_t>& refIds,
                                  std::size_t nRef, double radius, int threads) {
     nDet = std::min(nDet, det.size());
     nRef = std::min(nRef, refX.size());
     std::vector<Match> cand;
-    if (nDet == 0 || nRef == 0) return cand;
-    // Only a reference star within `radius` of some detection can be accepted as a detection's nearest:
-    // when there are many more stars than detections, the others are dropped before the k-d tree is built
-    // (a grid of cells >= radius over the detections; a star is kept when one of its 3x3 cells holds a
-    // detection). The accepted matches are the same (up to exact distance ties, measure zero).
-    std::vector<std::uint32_t> keep; // rows of the tree -> rows of refX; empty: all
-    if (nRef > 4 * nDet + 1024 && radius > 0.0) {
-        double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
-        for (std::size_t i = 0; i < nDet; ++i) {
-            x0 = std::min(x0, det.x[i]);
-            x1 = std::max(x1, det.x[i]);
-            y0 = std::min(y0, det.y[i]);
-            y1 = std::max(y1, det.y[i]);
-        }
-        double cell = radius * (1.0 + 1e-9); // rounding allowance
-        while ((x1 - x0) / cell * ((y1 - y0) / cell) > 4.0e6)
-            cell *= 2.0;
-        const auto nx = static_cast<long long>((x1 - x0) / cell) + 1;
-        const auto ny = static_cast<long long>((y1 - y0) / cell) + 1;
-        if (std::isfinite(x0) && std::isfinite(y0) && nx > 0 && ny > 0) {
-            std::vector<char> occupied(static_cast<std::size_t>(nx * ny), 0);
-            for (std::size_t i = 0; i < nDet; ++i)
-                occupied[static_cast<std::size_t>(static_cast<long long>((det.y[i] - y0) / cell) * nx +
-                                                  static_cast<long long>((det.x[i] - x0) / cell))] = 1;
-            for (std::size_t j = 0; j < nRef; ++j) {
-                const double fx = std::floor((refX[j] - x0) / cell), fy = std::floor((refY[j] - y0) / cell);
-                if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) continue;
-                const auto cx = static_cast<long long>(fx), cy = static_cast<long long>(fy);
-                bool near = false;
-                for (long long yy = std::max(0LL, cy - 1); yy <= std::min(ny - 1, cy + 1) && !near; ++yy)
-                    for (long long xx = std::max(0LL, cx - 1); xx <= std::min(nx - 1, cx + 1); ++xx)
-                        if (occupied[static_cast<std::size_t>(yy * nx + xx)]) {
-                            near = true;
-                            break;
-                        }
-                if (near) keep.push_back(static_cast<std::uint32_t>(j));
-            }
-            if (keep.empty()) return cand;
-        }
-    }
-    Cloud2 cloud;
-    if (keep.empty()) {
-        cloud.pts.resize(nRef);
-        for (std::size_t j = 0; j < nRef; ++j)
-            cloud.pts[j] = {refX[j], refY[j]};
-    } else {
-        cloud.pts.resize(keep.size());
-        for (std::size_t k = 0; k < keep.size(); ++k)
-            cloud.pts[k] = {refX[keep[k]], refY[keep[k]]};
-    }
-    Tree2 tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(16));
+    if (nDet == 0 || nRef == 0 || !(radius >= 0.0)) return cand;
+    // The nearest star of each detection from a uniform grid over the stars (cells >= radius): the cells
+    // the detection's radius touches hold every star within the radius. Squared distances as a k-d tree
+    // computes them ((q - p)^2 summed from 0); ties go to the lower star row. Same matches as a k-d tree
+    // search up to exact distance ties (measure zero).
+    std::array<double, 4> box{};
+    if (!boundingBox(refX, refY, nRef, box)) return cand;
+    const detail::PointGrid grid(refX, refY, nRef, box[0], box[1], box[2] - box[0], box[3] - box[1],
+                                 radius * (1.0 + 1e-9));
+    const std::vector<std::uint32_t> order = grid.cellOrder(det.x, det.y, nDet);
     const double r2 = radius * radius;
+    const double reach = radius * (1.0 + 1e-6) + 1e-6;
     // Nearest star per detection (independent queries, in parallel), then collected in detection order.
     std::vector<Match> nearest(nDet);
 #pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (nDet > 4096)
-    for (long long i = 0; i < static_cast<long long>(nDet); ++i) {
-        const double q[2] = {det.x[i], det.y[i]};
-        std::uint32_t idx = 0;
-        double d2 = 0.0;
-        if (tree.knnSearch(q, 1, &idx, &d2) == 0 || d2 > r2) continue;
-        const std::uint32_t j = keep.empty() ? idx : keep[idx];
-        nearest[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(j), std::sqrt(d2)};
+    for (long long o = 0; o < static_cast<long long>(order.size()); ++o) {
+        const std::uint32_t i = order[o];
+        const double qx = det.x[i], qy = det.y[i];
+        double best = INFINITY;
+        std::uint32_t bestJ = 0;
+        grid.visit(qx, qy, reach, [&](std::uint32_t j) {
+            const double dx = qx - grid.sx[j], dy = qy - grid.sy[j];
+            double d2 = 0.0;
+            d2 += dx * dx;
+            d2 += dy * dy;
+            if (d2 < best || (d2 == best && grid.index[j] < bestJ)) {
+                best = d2;
+                bestJ = grid.index[j];
+            }
+        });
+        if (!(best <= r2)) continue;
+        nearest[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(bestJ), std::sqrt(best)};
     }
     for (const Match& m : nearest)
         if (m.det >= 0) cand.push_back(m);

@@ -54,6 +54,10 @@ struct Match {
     double dist = 0.0;     // px
 };
 
+// Bounding box {x0, y0, x1, y1} of the first n points; false when it is not finite (no points, NaN, inf).
+bool boundingBox(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
+                 std::array<double, 4>& box);
+
 // One-to-one nearest-neighbour matching in pixel space: every detection (first nDet of them) takes its
 // nearest projected reference star (first nRef of refsOnFrame) within radius; a reference star claimed
 // by several detections keeps the closest (ties: lower detection index).

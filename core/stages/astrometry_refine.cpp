@@ -31,6 +31,34 @@ inline double chord2(const std::array<double, 3>& q, const std::array<double, 3>
     return r;
 }
 
+// Cells of a grid (nx x ny) that lie within one cell (3 x 3 neighbourhood) of a marked cell, as one bit per
+// cell of the grid extended by one cell on each side: near() is one lookup in a compact bitmap (a byte
+// grid with 3 x 3 probes per query missed the cache at every star).
+class NearMask {
+public:
+    NearMask(long long nx, long long ny)
+        : m_w(nx + 2), m_h(ny + 2), m_bits(static_cast<std::size_t>((m_w * m_h + 63) / 64), 0) {}
+    // Marks cell (cx, cy), 0 <= cx < nx, 0 <= cy < ny.
+    void mark(long long cx, long long cy) {
+        for (long long ey = cy; ey <= cy + 2; ++ey)
+            for (long long ex = cx; ex <= cx + 2; ++ex) {
+                const auto b = static_cast<std::size_t>(ey * m_w + ex);
+                m_bits[b >> 6] |= std::uint64_t{1} << (b & 63);
+            }
+    }
+    // Whether a marked cell lies within one cell of cell (fx, fy) (floored cell coordinates, any value).
+    bool near(double fx, double fy) const {
+        if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(m_w - 2) && fy <= double(m_h - 2))) return false;
+        const auto b =
+            static_cast<std::size_t>((static_cast<long long>(fy) + 1) * m_w + static_cast<long long>(fx) + 1);
+        return (m_bits[b >> 6] >> (b & 63)) & 1u;
+    }
+
+private:
+    long long m_w, m_h;
+    std::vector<std::uint64_t> m_bits;
+};
+
 // The reference stars a refinement can ever project, cut ONCE from the whole catalog: a cone around the
 // starting WCS's frame centre, twice as wide as the first projection cone (which covers the frame with
 // 20% to spare). Later cones (the WCS moves by pixels, not by half a field) are answered from this cut
@@ -243,42 +271,29 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
         dx[i] = d.x[i] + du;
         dy[i] = d.y[i] + dv;
     }
-    double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
-    for (std::size_t i = 0; i < nd; ++i) {
-        x0 = std::min(x0, dx[i]);
-        x1 = std::max(x1, dx[i]);
-        y0 = std::min(y0, dy[i]);
-        y1 = std::max(y1, dy[i]);
-    }
-    if (!std::isfinite(x0) || !std::isfinite(y0) || !std::isfinite(x1) || !std::isfinite(y1)) return out;
+    std::array<double, 4> box{};
+    if (!boundingBox(dx, dy, nd, box)) return out;
+    const double x0 = box[0], y0 = box[1], x1 = box[2], y1 = box[3];
     double cell = radius * (1.0 + gJac) * (1.0 + 1e-9) + 1e-9;
     while ((x1 - x0) / cell * ((y1 - y0) / cell) > 1.6e7) // fine cells: few stars pass for nothing
         cell *= 2.0;
     const auto gx = static_cast<long long>((x1 - x0) / cell) + 1,
                gy = static_cast<long long>((y1 - y0) / cell) + 1;
-    std::vector<char> occupied(static_cast<std::size_t>(gx * gy), 0);
+    NearMask occupied(gx, gy);
     for (std::size_t i = 0; i < nd; ++i)
-        occupied[static_cast<std::size_t>(static_cast<long long>((dy[i] - y0) / cell) * gx +
-                                          static_cast<long long>((dx[i] - x0) / cell))] = 1;
+        occupied.mark(static_cast<long long>((dx[i] - x0) / cell),
+                      static_cast<long long>((dy[i] - y0) / cell));
     // The pool's coarser grid (cells >= poolRadius).
     double pcell = std::max(poolRadius, cell) * (1.0 + 1e-9) + 1e-9;
     while ((x1 - x0) / pcell * ((y1 - y0) / pcell) > 1.6e7)
         pcell *= 2.0;
     const auto px_ = poolOut ? static_cast<long long>((x1 - x0) / pcell) + 1 : 0LL;
     const auto py_ = poolOut ? static_cast<long long>((y1 - y0) / pcell) + 1 : 0LL;
-    std::vector<char> poolOcc(static_cast<std::size_t>(px_ * py_), 0);
+    NearMask poolOcc(px_, py_);
     if (poolOut)
         for (std::size_t i = 0; i < nd; ++i)
-            poolOcc[static_cast<std::size_t>(static_cast<long long>((dy[i] - y0) / pcell) * px_ +
-                                             static_cast<long long>((dx[i] - x0) / pcell))] = 1;
-    auto nearOccupied = [](const std::vector<char>& occ, long long nx, long long ny, double fx, double fy) {
-        if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) return false;
-        const auto cx = static_cast<long long>(fx), cy = static_cast<long long>(fy);
-        for (long long yy = std::max(0LL, cy - 1); yy <= std::min(ny - 1, cy + 1); ++yy)
-            for (long long xx = std::max(0LL, cx - 1); xx <= std::min(nx - 1, cx + 1); ++xx)
-                if (occ[static_cast<std::size_t>(yy * nx + xx)]) return true;
-        return false;
-    };
+            poolOcc.mark(static_cast<long long>((dx[i] - x0) / pcell),
+                         static_cast<long long>((dy[i] - y0) / pcell));
 
     // Per star: bit 0: candidate (can be within radius of a detection); bits 1-2: 1 certainly on the frame,
     // 2 near the frame's edges (decided by the exact projection), 0 certainly off (or not counted).
@@ -293,12 +308,8 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
         const double eta = (p[0] * en[0] + p[1] * en[1] + p[2] * en[2]) / pc;
         const double px = i00 * xi + i01 * eta + ox, py = i10 * xi + i11 * eta + oy;
         if (!std::isfinite(px) || !std::isfinite(py)) continue;
-        unsigned char c =
-            nearOccupied(occupied, gx, gy, std::floor((px - x0) / cell), std::floor((py - y0) / cell)) ? 1
-                                                                                                       : 0;
-        if (poolOut &&
-            nearOccupied(poolOcc, px_, py_, std::floor((px - x0) / pcell), std::floor((py - y0) / pcell)))
-            c |= 8;
+        unsigned char c = occupied.near(std::floor((px - x0) / cell), std::floor((py - y0) / cell)) ? 1 : 0;
+        if (poolOut && poolOcc.near(std::floor((px - x0) / pcell), std::floor((py - y0) / pcell))) c |= 8;
         if (countOnFrame) {
             if (px >= fx0 + band && px <= fx1 - band && py >= fy0 + band && py <= fy1 - band)
                 c |= 2;
@@ -392,25 +403,40 @@ bool voteShift(const Detections& det, std::size_t nDet, const Projected& pr, std
 
 struct FitSet {
     std::vector<double> x, y, ra, dec, flux, w;
+    std::vector<std::array<double, 3>> xyz; // the reference stars' unit vectors
 };
 
 int termsOf(int order) {
     return order <= 1 ? 3 : (order + 1) * (order + 2) / 2;
 }
 
-// Residuals (fit minus reference) in intermediate pixel units along x and y.
+// Residuals (fit minus reference) in intermediate pixel units along x and y. Both sides on the tangent plane
+// at w.crval: the detection's standard coordinates are CD (p + S(p)) (what tanProject of w's own
+// pixelToWorld gives, without the round trip through the sphere), the reference star's follow from its unit
+// vector by dot products with the tangent point's basis (as tanProject, without trigonometry).
 void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::vector<double>& ry,
                int threads) {
     const std::size_t n = s.x.size();
     rx.assign(n, 0.0);
     ry.assign(n, 0.0);
     const double det = w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0];
+    const double a0 = w.crval[0] * kPi / 180.0, d0 = w.crval[1] * kPi / 180.0;
+    const std::array<double, 3> ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
+    const std::array<double, 3> ee = {-std::sin(a0), std::cos(a0), 0.0};
+    const std::array<double, 3> en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0),
+                                      std::cos(d0)};
+    const double toDeg = 180.0 / kPi;
 #pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
     for (long long i = 0; i < static_cast<long long>(n); ++i) {
-        double ra = 0, dec = 0, xf = 0, yf = 0, xr = 0, yr = 0;
-        w.pixelToWorld(s.x[i], s.y[i], ra, dec);
-        tanProject(w.crval[0], w.crval[1], ra, dec, xf, yf);
-        tanProject(w.crval[0], w.crval[1], s.ra[i], s.dec[i], xr, yr);
+        const double u = s.x[i] + 1.0 - w.crpix[0], v = s.y[i] + 1.0 - w.crpix[1];
+        double du = 0, dv = 0;
+        w.distort(u, v, du, dv);
+        const double uu = u + du, vv = v + dv;
+        const double xf = w.cd[0][0] * uu + w.cd[0][1] * vv, yf = w.cd[1][0] * uu + w.cd[1][1] * vv;
+        const std::array<double, 3>& p = s.xyz[i];
+        const double pc = p[0] * ec[0] + p[1] * ec[1] + p[2] * ec[2];
+        const double xr = (p[0] * ee[0] + p[1] * ee[1] + p[2] * ee[2]) / pc * toDeg;
+        const double yr = (p[0] * en[0] + p[1] * en[1] + p[2] * en[2]) / pc * toDeg;
         const double dxi = xf - xr, deta = yf - yr;
         rx[i] = (w.cd[1][1] * dxi - w.cd[0][1] * deta) / det;
         ry[i] = (-w.cd[1][0] * dxi + w.cd[0][0] * deta) / det;
@@ -539,6 +565,7 @@ FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector
         s.dec.push_back(refs.dec[mm.ref]);
         s.flux.push_back(det.flux[mm.det]);
         s.w.push_back(1.0);
+        s.xyz.push_back(refs.xyz[mm.ref]);
     }
     return s;
 }

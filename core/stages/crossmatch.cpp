@@ -3,16 +3,19 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
 
-#include <nanoflann.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/catalog/reference_catalog.hpp"
+#include "core/model/header.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -41,18 +44,6 @@ double separationArcsec(const Vec3& a, const Vec3& b) {
     const double dot = a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
     return std::atan2(std::sqrt(cx * cx + cy * cy + cz * cz), dot) / kDeg * 3600.0;
 }
-
-// Struct-of-arrays point cloud for nanoflann.
-struct PointCloud2D {
-    const std::vector<double>& x;
-    const std::vector<double>& y;
-    std::size_t kdtree_get_point_count() const { return x.size(); }
-    double kdtree_get_pt(std::size_t i, std::size_t dim) const { return dim == 0 ? x[i] : y[i]; }
-    template <class Bbox> bool kdtree_get_bbox(Bbox&) const { return false; }
-};
-
-using KdTree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, PointCloud2D>,
-                                                   PointCloud2D, 2, std::uint32_t>;
 
 // Applies a batched Wcs transform in fixed chunks, one Wcs copy per thread (the Wcs serialises calls).
 template <class Fn> void transformChunked(const Wcs& wcs, std::size_t n, int threads, Fn&& fn) {
@@ -145,9 +136,21 @@ ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs
     return out;
 }
 
-CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
-                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
-                            RunContext& ctx) {
+namespace detail {
+
+double separationArcsec(const UnitVector& a, const UnitVector& b) {
+    return gpuphot::separationArcsec(a, b);
+}
+
+void sortCandidates(MatchCandidate* begin, MatchCandidate* end) {
+    std::sort(begin, end, [](const MatchCandidate& a, const MatchCandidate& b) {
+        return std::tie(a.sep, a.ref) < std::tie(b.sep, b.ref);
+    });
+}
+
+CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
+                                  int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                                  const CrossmatchParams& params, int threads, CrossmatchResult& res) {
     if (x.size() != y.size())
         throw InvalidInput("crossmatch: x has " + std::to_string(x.size()) + " entries, y " +
                            std::to_string(y.size()));
@@ -163,10 +166,11 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
         throw InvalidInput("crossmatch: reference catalog " + ref.path + " has too many rows");
     if (ref.dec.size() != ref.size() || ref.mag.size() != ref.size())
         throw InvalidInput("crossmatch: reference catalog " + ref.path + " has columns of different lengths");
+    if (x.size() > static_cast<std::size_t>(INT32_MAX)) throw InvalidInput("crossmatch: too many sources");
 
-    const int threads = ctx.threadCount();
+    const int nt = std::max(1, threads);
     const std::size_t nSrc = x.size();
-    CrossmatchResult res;
+    CrossmatchSetup setup;
     res.refIndex.assign(nSrc, -1);
     res.separationArcsec.assign(nSrc, std::numeric_limits<double>::quiet_NaN());
 
@@ -178,6 +182,9 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
     const Vec3 centre = unitVector(ra0, dec0);
     const double lo = -0.5 - params.marginPx;
     const double hiX = width - 0.5 + params.marginPx, hiY = height - 0.5 + params.marginPx;
+    setup.lo = lo;
+    setup.hiX = hiX;
+    setup.hiY = hiY;
     double coneArcsec = 0.0;
     double minScale = std::numeric_limits<double>::infinity();
     for (int iy = 0; iy <= 4; ++iy)
@@ -194,37 +201,92 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
         throw InvalidInput("crossmatch: the WCS gives no finite pixel scale on the frame");
     coneArcsec = coneArcsec * 1.01 + 10.0 * minScale; // distortion between the sampled points, rounding
     const double cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
+    const double coneDeg = std::min(coneArcsec / 3600.0, 180.0) * (1.0 + 1e-9) + 1e-9;
+    const double decLo = dec0 - coneDeg, decHi = dec0 + coneDeg;
 
+    // Per fixed chunk of rows: the rows inside the cone (after the magnitude cut) and their unit vectors,
+    // concatenated in chunk order (ascending rows, whatever the thread count).
     const bool cutBright = std::isfinite(params.refMagBright), cutFaint = std::isfinite(params.refMagFaint);
     const std::size_t nRef = ref.size();
-    std::vector<std::uint8_t> inCone(nRef, 0);
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (long long i = 0; i < static_cast<long long>(nRef); ++i) {
-        const double m = ref.mag[i];
-        if (cutBright && !(m >= params.refMagBright)) continue;
-        if (cutFaint && !(m <= params.refMagFaint)) continue;
-        const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
-        inCone[i] = (u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone;
+    constexpr std::size_t kConeChunk = 65536;
+    const std::size_t nChunks = (nRef + kConeChunk - 1) / kConeChunk;
+    std::vector<std::vector<std::int32_t>> chunkRows(nChunks);
+    std::vector<std::vector<Vec3>> chunkUnit(nChunks);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
+        const std::size_t b = static_cast<std::size_t>(c) * kConeChunk, e = std::min(nRef, b + kConeChunk);
+        auto& rows = chunkRows[c];
+        auto& units = chunkUnit[c];
+        for (std::size_t i = b; i < e; ++i) {
+            const double m = ref.mag[i];
+            if (cutBright && !(m >= params.refMagBright)) continue;
+            if (cutFaint && !(m <= params.refMagFaint)) continue;
+            if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue; // outside by declination alone
+            const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
+            if ((u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone) {
+                rows.push_back(static_cast<std::int32_t>(i));
+                units.push_back(u);
+            }
+        }
     }
     std::vector<std::int32_t> coneRows;
-    for (std::size_t i = 0; i < nRef; ++i)
-        if (inCone[i]) coneRows.push_back(static_cast<std::int32_t>(i));
-    ctx.checkCancelled();
-    ctx.report("crossmatch", 0.2);
+    std::vector<Vec3> coneUnit;
+    {
+        std::size_t n = 0;
+        for (const auto& r : chunkRows)
+            n += r.size();
+        coneRows.reserve(n);
+        coneUnit.reserve(n);
+        for (std::size_t c = 0; c < nChunks; ++c) {
+            coneRows.insert(coneRows.end(), chunkRows[c].begin(), chunkRows[c].end());
+            coneUnit.insert(coneUnit.end(), chunkUnit[c].begin(), chunkUnit[c].end());
+            std::vector<std::int32_t>().swap(chunkRows[c]);
+            std::vector<Vec3>().swap(chunkUnit[c]);
+        }
+    }
 
     // --- 2. projection --------------------------------------------------------------------------------
-    const std::size_t nCone = coneRows.size();
-    std::vector<double> cRa(nCone), cDec(nCone), cX(nCone), cY(nCone);
-    for (std::size_t k = 0; k < nCone; ++k) {
-        cRa[k] = ref.ra[coneRows[k]];
-        cDec[k] = ref.dec[coneRows[k]];
+    std::optional<TanSip> tan;
+    try {
+        tan = tanSipFromHeaderExact(wcs.toHeader());
+    } catch (const std::exception&) {
+        tan.reset();
     }
-    transformChunked(wcs, nCone, threads, [&](const Wcs& w, std::size_t b, std::size_t n) {
-        w.worldToPixel(std::span<const double>(cRa).subspan(b, n),
-                       std::span<const double>(cDec).subspan(b, n), std::span<double>(cX).subspan(b, n),
-                       std::span<double>(cY).subspan(b, n));
-    });
-    std::vector<std::size_t> selectedCone; // per selected star: its row in the cone arrays
+    const std::size_t nCone = coneRows.size();
+    std::vector<double> cX(nCone), cY(nCone);
+    // Tangent-plane basis at the tangent point: xi = (p.e) / (p.c), eta = (p.n) / (p.c) (radians).
+    Vec3 ec{}, ee{}, en{};
+    if (tan) {
+        const double a0 = tan->crval[0] * kDeg, d0 = tan->crval[1] * kDeg;
+        ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
+        ee = {-std::sin(a0), std::cos(a0), 0.0};
+        en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0), std::cos(d0)};
+    }
+    if (tan) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nCone > 16384)
+        for (long long k = 0; k < static_cast<long long>(nCone); ++k) {
+            const Vec3& p = coneUnit[k];
+            const double pc = p[0] * ec[0] + p[1] * ec[1] + p[2] * ec[2];
+            if (!(pc > 0.0)) {
+                cX[k] = cY[k] = std::numeric_limits<double>::quiet_NaN();
+                continue;
+            }
+            const double xi = (p[0] * ee[0] + p[1] * ee[1] + p[2] * ee[2]) / pc / kDeg;
+            const double eta = (p[0] * en[0] + p[1] * en[1] + p[2] * en[2]) / pc / kDeg;
+            tan->standardToPixel(xi, eta, cX[k], cY[k]);
+        }
+    } else {
+        std::vector<double> cRa(nCone), cDec(nCone);
+        for (std::size_t k = 0; k < nCone; ++k) {
+            cRa[k] = ref.ra[coneRows[k]];
+            cDec[k] = ref.dec[coneRows[k]];
+        }
+        transformChunked(wcs, nCone, nt, [&](const Wcs& w, std::size_t b, std::size_t n) {
+            w.worldToPixel(std::span<const double>(cRa).subspan(b, n),
+                           std::span<const double>(cDec).subspan(b, n), std::span<double>(cX).subspan(b, n),
+                           std::span<double>(cY).subspan(b, n));
+        });
+    }
     for (std::size_t k = 0; k < nCone; ++k) {
         const double px = cX[k], py = cY[k];
         if (!(px >= lo && px <= hiX && py >= lo && py <= hiY)) continue;
@@ -232,137 +294,228 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
         res.refSelected.push_back(coneRows[k]);
         res.refX.push_back(px);
         res.refY.push_back(py);
-        selectedCone.push_back(k);
+        setup.refUnit.push_back(coneUnit[k]);
     }
-    const std::size_t nSel = selectedCone.size();
-    std::vector<Vec3> refUnit(nSel);
-#pragma omp parallel for schedule(static) num_threads(threads) if (nSel > 16384)
-    for (long long k = 0; k < static_cast<long long>(nSel); ++k)
-        refUnit[k] = unitVector(cRa[selectedCone[k]], cDec[selectedCone[k]]);
-    ctx.checkCancelled();
-    ctx.report("crossmatch", 0.5);
 
-    // --- 3. candidates per source -----------------------------------------------------------------------
+    // --- the sources' world positions, as unit vectors ------------------------------------------------
     // The local scale can shrink between the sampled points; 5% (plus half a pixel) covers it.
     res.radiusPx = params.radiusArcsec / minScale * 1.05 + 0.5;
-    std::vector<double> srcRa(nSrc), srcDec(nSrc);
-    transformChunked(wcs, nSrc, threads, [&](const Wcs& w, std::size_t b, std::size_t n) {
-        w.pixelToWorld(std::span<const double>(x).subspan(b, n), std::span<const double>(y).subspan(b, n),
-                       std::span<double>(srcRa).subspan(b, n), std::span<double>(srcDec).subspan(b, n));
-    });
+    setup.srcUnit.assign(nSrc, Vec3{0.0, 0.0, 0.0});
+    setup.srcValid.assign(nSrc, 0);
+    if (tan) {
+        // p = (c + xi e + eta n) / |...|: the gnomonic deprojection without trigonometry.
+        const TanSip& w = *tan;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
+        for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
+            if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
+            const double u = x[i] + 1.0 - w.crpix[0], v = y[i] + 1.0 - w.crpix[1];
+            double du = 0, dv = 0;
+            if (w.sipOrder > 0) w.distort(u, v, du, dv);
+            const double uu = u + du, vv = v + dv;
+            const double xi = (w.cd[0][0] * uu + w.cd[0][1] * vv) * kDeg;
+            const double eta = (w.cd[1][0] * uu + w.cd[1][1] * vv) * kDeg;
+            Vec3 p;
+            for (int k = 0; k < 3; ++k)
+                p[k] = ec[k] + xi * ee[k] + eta * en[k];
+            const double norm = std::sqrt(p[0] * p[0] + p[1] * p[1] + p[2] * p[2]);
+            for (int k = 0; k < 3; ++k)
+                p[k] /= norm;
+            if (!std::isfinite(p[0]) || !std::isfinite(p[1]) || !std::isfinite(p[2])) continue;
+            setup.srcUnit[i] = p;
+            setup.srcValid[i] = 1;
+        }
+    } else {
+        std::vector<double> srcRa(nSrc), srcDec(nSrc);
+        transformChunked(wcs, nSrc, nt, [&](const Wcs& w, std::size_t b, std::size_t n) {
+            w.pixelToWorld(std::span<const double>(x).subspan(b, n), std::span<const double>(y).subspan(b, n),
+                           std::span<double>(srcRa).subspan(b, n), std::span<double>(srcDec).subspan(b, n));
+        });
+#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
+        for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
+            if (!std::isfinite(x[i]) || !std::isfinite(y[i]) || !std::isfinite(srcRa[i]) ||
+                !std::isfinite(srcDec[i]))
+                continue;
+            setup.srcUnit[i] = unitVector(srcRa[i], srcDec[i]);
+            setup.srcValid[i] = 1;
+        }
+    }
+    return setup;
+}
 
-    struct Candidate {
-        double sep;
-        std::int32_t src, ref; // ref: row in the catalog
-    };
-    std::vector<std::vector<Candidate>> cands(nSrc);
-    // The k-d tree holds only the selected stars that can be within radiusPx of a source: with many more
-    // stars than sources, a grid of cells >= radiusPx over the sources drops the others first (a star is
-    // kept when one of its 3x3 cells holds a source). Radius searches return the same candidates.
-    std::vector<std::uint32_t> treeRows; // tree point -> selected star
-    bool allRows = true;
-    if (nSel > 4 * nSrc + 4096) {
-        double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+void assignMatches(const std::vector<MatchCandidate>& cands, const std::vector<std::uint32_t>& offsets,
+                   std::size_t nRef, bool oneToOne, CrossmatchResult& res) {
+    const std::size_t nSrc = res.refIndex.size();
+    if (!oneToOne) {
         for (std::size_t i = 0; i < nSrc; ++i)
-            if (std::isfinite(x[i]) && std::isfinite(y[i])) {
-                x0 = std::min(x0, x[i]);
-                x1 = std::max(x1, x[i]);
-                y0 = std::min(y0, y[i]);
-                y1 = std::max(y1, y[i]);
-            }
-        allRows = false;
-        if (std::isfinite(x0) && std::isfinite(y0)) {
-            double cell = res.radiusPx * (1.0 + 1e-9); // rounding allowance
-            while ((x1 - x0) / cell * ((y1 - y0) / cell) > 4.0e6)
-                cell *= 2.0;
-            const auto nx = static_cast<long long>((x1 - x0) / cell) + 1;
-            const auto ny = static_cast<long long>((y1 - y0) / cell) + 1;
-            std::vector<std::uint8_t> occupied(static_cast<std::size_t>(nx * ny), 0);
-            for (std::size_t i = 0; i < nSrc; ++i)
-                if (std::isfinite(x[i]) && std::isfinite(y[i]))
-                    occupied[static_cast<std::size_t>(static_cast<long long>((y[i] - y0) / cell) * nx +
-                                                      static_cast<long long>((x[i] - x0) / cell))] = 1;
-            for (std::size_t k = 0; k < nSel; ++k) {
-                const double fx = std::floor((res.refX[k] - x0) / cell);
-                const double fy = std::floor((res.refY[k] - y0) / cell);
-                if (!(fx >= -1.0 && fy >= -1.0 && fx <= double(nx) && fy <= double(ny))) continue;
-                const auto gx = static_cast<long long>(fx), gy = static_cast<long long>(fy);
-                bool near = false;
-                for (long long yy = std::max(0LL, gy - 1); yy <= std::min(ny - 1, gy + 1) && !near; ++yy)
-                    for (long long xx = std::max(0LL, gx - 1); xx <= std::min(nx - 1, gx + 1); ++xx)
-                        if (occupied[static_cast<std::size_t>(yy * nx + xx)]) {
-                            near = true;
-                            break;
-                        }
-                if (near) treeRows.push_back(static_cast<std::uint32_t>(k));
-            }
-        }
-    }
-    std::vector<double> treeX, treeY;
-    if (!allRows) {
-        treeX.reserve(treeRows.size());
-        treeY.reserve(treeRows.size());
-        for (std::uint32_t k : treeRows) {
-            treeX.push_back(res.refX[k]);
-            treeY.push_back(res.refY[k]);
-        }
-    }
-    if (allRows ? !res.refSelected.empty() : !treeRows.empty()) {
-        const PointCloud2D cloud{allRows ? res.refX : treeX, allRows ? res.refY : treeY};
-        const KdTree tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(10));
-        const double r2 = res.radiusPx * res.radiusPx;
-#pragma omp parallel num_threads(threads)
-        {
-            std::vector<std::pair<std::uint32_t, double>> found;
-#pragma omp for schedule(dynamic, 256)
-            for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
-                if (!std::isfinite(x[i]) || !std::isfinite(y[i]) || !std::isfinite(srcRa[i]) ||
-                    !std::isfinite(srcDec[i]))
-                    continue;
-                const double q[2] = {x[i], y[i]};
-                found.clear();
-                tree.radiusSearch(q, r2, found, nanoflann::SearchParams(32, 0.0f, false));
-                const Vec3 s = unitVector(srcRa[i], srcDec[i]);
-                auto& c = cands[i];
-                for (const auto& [t, d2] : found) {
-                    const std::size_t k = allRows ? t : treeRows[t];
-                    const double sep = separationArcsec(s, refUnit[k]);
-                    if (sep <= params.radiusArcsec)
-                        c.push_back({sep, static_cast<std::int32_t>(i), res.refSelected[k]});
-                }
-                std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
-                    return std::tie(a.sep, a.ref) < std::tie(b.sep, b.ref);
-                });
-            }
-        }
-    }
-    ctx.checkCancelled();
-    ctx.report("crossmatch", 0.8);
-
-    // --- 4. assignment --------------------------------------------------------------------------------
-    if (!params.oneToOne) {
-        for (std::size_t i = 0; i < nSrc; ++i)
-            if (!cands[i].empty()) {
-                res.refIndex[i] = cands[i].front().ref;
-                res.separationArcsec[i] = cands[i].front().sep;
+            if (offsets[i] < offsets[i + 1]) {
+                res.refIndex[i] = cands[offsets[i]].ref;
+                res.separationArcsec[i] = cands[offsets[i]].sep;
             }
     } else {
-        std::vector<Candidate> all;
-        for (const auto& c : cands)
-            all.insert(all.end(), c.begin(), c.end());
-        std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+        // Greedy over all pairs by (separation, source, reference). A source whose best candidate no other
+        // source claims takes it at once: it would win it in the greedy pass too (nobody else competes).
+        std::vector<std::uint8_t> claims(nRef, 0); // 0, 1, 2 = more than one
+        for (const MatchCandidate& c : cands)
+            if (claims[c.ref] < 2) ++claims[c.ref];
+        std::vector<MatchCandidate> all;
+        std::vector<std::uint8_t> refTaken(nRef, 0);
+        for (std::size_t i = 0; i < nSrc; ++i) {
+            const std::uint32_t b = offsets[i], e = offsets[i + 1];
+            if (b == e) continue;
+            if (claims[cands[b].ref] == 1) {
+                res.refIndex[i] = cands[b].ref;
+                res.separationArcsec[i] = cands[b].sep;
+                refTaken[cands[b].ref] = 1;
+            } else {
+                all.insert(all.end(), cands.begin() + b, cands.begin() + e);
+            }
+        }
+        std::sort(all.begin(), all.end(), [](const MatchCandidate& a, const MatchCandidate& b) {
             return std::tie(a.sep, a.src, a.ref) < std::tie(b.sep, b.src, b.ref);
         });
-        std::vector<std::uint8_t> refTaken(nRef, 0);
-        for (const Candidate& c : all) {
+        for (const MatchCandidate& c : all) {
             if (res.refIndex[c.src] >= 0 || refTaken[c.ref]) continue;
             res.refIndex[c.src] = c.ref;
             res.separationArcsec[c.src] = c.sep;
             refTaken[c.ref] = 1;
         }
     }
+    res.nMatched = 0;
     for (std::size_t i = 0; i < nSrc; ++i)
         res.nMatched += res.refIndex[i] >= 0;
+}
+
+PointGrid::PointGrid(const std::vector<double>& x, const std::vector<double>& y, std::size_t n, double x0,
+                     double y0, double spanX, double spanY, double minCell, double perCell)
+    : m_x0(x0), m_y0(y0) {
+    spanX = std::max(spanX, 0.0);
+    spanY = std::max(spanY, 0.0);
+    m_cell = std::max(minCell, std::sqrt(spanX * spanY / std::max(1.0, static_cast<double>(n) / perCell)));
+    if (!(m_cell > 0.0) || !std::isfinite(m_cell)) m_cell = 1.0;
+    auto cellsOf = [&] {
+        m_nx = static_cast<long long>(std::min(spanX / m_cell, 1e9)) + 1;
+        m_ny = static_cast<long long>(std::min(spanY / m_cell, 1e9)) + 1;
+    };
+    cellsOf();
+    while (static_cast<double>(m_nx) * static_cast<double>(m_ny) > 4.0e6) {
+        m_cell *= 2.0;
+        cellsOf();
+    }
+    const std::size_t nCells = static_cast<std::size_t>(m_nx * m_ny);
+    m_start.assign(nCells + 1, 0);
+    std::vector<std::uint32_t> cellOfPoint(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        cellOfPoint[k] = static_cast<std::uint32_t>(cellOf(x[k], y[k]));
+        ++m_start[cellOfPoint[k] + 1];
+    }
+    for (std::size_t c = 0; c < nCells; ++c)
+        m_start[c + 1] += m_start[c];
+    sx.resize(n);
+    sy.resize(n);
+    index.resize(n);
+    std::vector<std::uint32_t> fill(m_start.begin(), m_start.end() - 1);
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::uint32_t at = fill[cellOfPoint[k]]++;
+        sx[at] = x[k];
+        sy[at] = y[k];
+        index[at] = static_cast<std::uint32_t>(k);
+    }
+}
+
+std::vector<std::uint32_t> PointGrid::cellOrder(const std::vector<double>& qx, const std::vector<double>& qy,
+                                                std::size_t n, const std::vector<std::uint8_t>* valid) const {
+    const std::size_t nCells = m_start.size() - 1;
+    std::vector<std::uint32_t> start(nCells + 1, 0), cell(n, 0);
+    auto usable = [&](std::size_t i) {
+        return (!valid || (*valid)[i]) && std::isfinite(qx[i]) && std::isfinite(qy[i]);
+    };
+    for (std::size_t i = 0; i < n; ++i)
+        if (usable(i)) {
+            cell[i] = static_cast<std::uint32_t>(cellOf(qx[i], qy[i]));
+            ++start[cell[i] + 1];
+        }
+    for (std::size_t c = 0; c < nCells; ++c)
+        start[c + 1] += start[c];
+    std::vector<std::uint32_t> order(start[nCells]);
+    for (std::size_t i = 0; i < n; ++i)
+        if (usable(i)) order[start[cell[i]]++] = static_cast<std::uint32_t>(i);
+    return order;
+}
+
+} // namespace detail
+
+CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
+                                 int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                                 const CrossmatchParams& params, RunContext& ctx) {
+    const int threads = std::max(1, ctx.threadCount());
+    CrossmatchResult res;
+    const detail::CrossmatchSetup setup =
+        detail::prepareCrossmatch(x, y, width, height, ref, wcs, params, threads, res);
+    const std::size_t nSrc = x.size();
+    ctx.checkCancelled();
+    ctx.report("crossmatch", 0.5);
+
+    // --- 3. candidates per source: a uniform grid over the selected stars (frame + margin) -------------
+    const std::size_t nSel = res.refSelected.size();
+    std::vector<detail::MatchCandidate> cands;
+    std::vector<std::uint32_t> offsets(nSrc + 1, 0);
+    if (nSel > 0 && nSrc > 0) {
+        const double lo = setup.lo;
+        const detail::PointGrid grid(res.refX, res.refY, nSel, lo, lo, setup.hiX - lo, setup.hiY - lo,
+                                     res.radiusPx * (1.0 + 1e-9));
+        std::vector<detail::UnitVector> gu(nSel);
+        std::vector<std::int32_t> grow(nSel);
+        for (std::size_t j = 0; j < nSel; ++j) {
+            gu[j] = setup.refUnit[grid.index[j]];
+            grow[j] = res.refSelected[grid.index[j]];
+        }
+        const std::vector<std::uint32_t> order = grid.cellOrder(x, y, nSrc, &setup.srcValid);
+        const double r2 = res.radiusPx * res.radiusPx;
+        const double reach = res.radiusPx * (1.0 + 1e-6) + 1e-6;
+        constexpr std::size_t kChunk = 4096;
+        const std::size_t nChunks = (order.size() + kChunk - 1) / kChunk;
+        std::vector<std::vector<detail::MatchCandidate>> found(nChunks);
+        std::vector<std::uint32_t> count(nSrc, 0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (nChunks > 1)
+        for (long long ch = 0; ch < static_cast<long long>(nChunks); ++ch) {
+            auto& out = found[ch];
+            const std::size_t b = static_cast<std::size_t>(ch) * kChunk,
+                              e = std::min(order.size(), b + kChunk);
+            for (std::size_t o = b; o < e; ++o) {
+                const std::uint32_t i = order[o];
+                const double xs = x[i], ys = y[i];
+                const detail::UnitVector& su = setup.srcUnit[i];
+                const std::size_t first = out.size();
+                grid.visit(xs, ys, reach, [&](std::uint32_t j) {
+                    // the k-d tree's test: (q - p)^2 summed from 0, < radius^2
+                    const double dx = xs - grid.sx[j], dy = ys - grid.sy[j];
+                    double d2 = 0.0;
+                    d2 += dx * dx;
+                    d2 += dy * dy;
+                    if (!(d2 < r2)) return;
+                    const double sep = detail::separationArcsec(su, gu[j]);
+                    if (sep <= params.radiusArcsec)
+                        out.push_back({sep, static_cast<std::int32_t>(i), grow[j]});
+                });
+                detail::sortCandidates(out.data() + first, out.data() + out.size());
+                count[i] = static_cast<std::uint32_t>(out.size() - first);
+            }
+        }
+        for (std::size_t i = 0; i < nSrc; ++i)
+            offsets[i + 1] = offsets[i] + count[i];
+        cands.resize(offsets[nSrc]);
+        for (const auto& out : found)
+            for (std::size_t k = 0; k < out.size();) {
+                const std::int32_t src = out[k].src;
+                std::copy(out.begin() + k, out.begin() + k + count[src], cands.begin() + offsets[src]);
+                k += count[src];
+            }
+    }
+    ctx.checkCancelled();
+    ctx.report("crossmatch", 0.8);
+
+    // --- 4. assignment --------------------------------------------------------------------------------
+    detail::assignMatches(cands, offsets, ref.size(), params.oneToOne, res);
     ctx.report("crossmatch", 1.0);
     return res;
 }

@@ -5,12 +5,16 @@
 //    from it to the frame's corners and edge midpoints (plus the margin, plus 1%) define a cone; reference
 //    stars outside it (and outside the magnitude cut) are dropped with a dot product per row, so
 //    catalogs of millions of rows cost milliseconds.
-// 2. The survivors are projected with the WCS (per-thread copies of the Wcs, fixed chunks) and kept
-//    when they fall within the frame plus `marginPx` (0-based pixels, frame = [-0.5, size - 0.5]).
-// 3. A k-d tree (nanoflann) over the projected reference positions; for each source, every reference
-//    within a pixel radius that safely covers `radiusArcsec` at the smallest local pixel scale. The
-//    separation is the exact great-circle distance between the source's world position (through the
-//    same WCS) and the reference position, in arcsec; candidates beyond `radiusArcsec` are dropped.
+// 2. The survivors are projected with the WCS and kept when they fall within the frame plus `marginPx`
+//    (0-based pixels, frame = [-0.5, size - 0.5]). A WCS that is exactly TAN or TAN-SIP
+//    (tanSipFromHeaderExact) is evaluated in closed form from the unit vectors of step 1 (TanSip; within
+//    1e-9 px of WCSLIB); any other through WCSLIB (per-thread copies of the Wcs, fixed chunks).
+// 3. For each source, every reference star within a pixel radius that safely covers `radiusArcsec` at the
+//    smallest local pixel scale (squared pixel distance < radius^2, as a k-d tree's radius search): the
+//    stars are binned into a uniform grid of cells and the sources visit the cells their radius touches,
+//    in cell order. The separation is the exact great-circle distance between the source's world position
+//    (through the same WCS) and the reference position, in arcsec; candidates beyond `radiusArcsec` are
+//    dropped.
 // 4. Without one-to-one: each source takes its nearest candidate. With one-to-one: all candidate pairs
 //    sorted by (separation, source index, reference index) are assigned greedily when both are still
 //    free: the closest claimant keeps a reference star, the others fall back to their next candidate
@@ -18,6 +22,8 @@
 //
 // No proper-motion correction here: the caller moves the catalog to the frame's epoch first
 // (applyProperMotion).
+#include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -72,6 +78,82 @@ CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<doub
 // Throws InvalidInput when the frame centre does not transform or marginArcsec is negative.
 ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs, int width, int height,
                                      double marginArcsec, std::vector<std::int32_t>* rows = nullptr);
+
+namespace detail {
+// What cpu::crossmatch and the CUDA crossmatch (kernels/crossmatch.cu) share, so that they cannot drift
+// apart: input checks, steps 1-2, the sources' world positions (step 3's input) and step 4.
+using UnitVector = std::array<double, 3>;
+struct CrossmatchSetup {
+    std::vector<UnitVector> refUnit;       // per selected star (res.refSelected order)
+    std::vector<UnitVector> srcUnit;       // per source; zeros where !srcValid
+    std::vector<std::uint8_t> srcValid;    // pixel and world position finite
+    double lo = 0.0, hiX = 0.0, hiY = 0.0; // the frame + margin (0-based px): selected stars lie inside
+};
+// Checks the inputs (throws InvalidInput as crossmatch documents), then fills res.refIndex (-1),
+// res.separationArcsec (NaN), res.refSelected/refX/refY, res.nRefInFrame and res.radiusPx.
+CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
+                                  int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                                  const CrossmatchParams& params, int threads, CrossmatchResult& res);
+// Great-circle separation (arcsec) of two unit vectors: atan2(|a x b|, a.b).
+double separationArcsec(const UnitVector& a, const UnitVector& b);
+struct MatchCandidate {
+    double sep;
+    std::int32_t src, ref; // ref: row in the ReferenceCatalog
+};
+// Step 4. cands: grouped by source (source i: [offsets[i], offsets[i + 1]), each group sorted by (sep, ref)).
+// Fills res.refIndex, res.separationArcsec and res.nMatched.
+void assignMatches(const std::vector<MatchCandidate>& cands, const std::vector<std::uint32_t>& offsets,
+                   std::size_t nRef, bool oneToOne, CrossmatchResult& res);
+// Sorts one source's candidates by (sep, ref).
+void sortCandidates(MatchCandidate* begin, MatchCandidate* end);
+
+// A uniform grid of square cells over points in [x0, x0 + spanX] x [y0, y0 + spanY] (points outside go to
+// the nearest edge cell): the points sorted by cell (row-major, stable: ascending index within a cell),
+// for "every point within r of q" and "nearest point" queries without a tree. Cells are at least
+// `minCell` wide and hold about `perCell` points on average (at most ~4M cells).
+class PointGrid {
+public:
+    PointGrid(const std::vector<double>& x, const std::vector<double>& y, std::size_t n, double x0, double y0,
+              double spanX, double spanY, double minCell, double perCell = 2.0);
+    // Sorted positions and the original index of each sorted point.
+    std::vector<double> sx, sy;
+    std::vector<std::uint32_t> index;
+    // fn(j) for every sorted point j in the cells that the square [qx - reach, qx + reach] x [qy - reach,
+    // qy + reach] touches (a superset of the points within reach of q), row by row.
+    template <class Fn> void visit(double qx, double qy, double reach, Fn&& fn) const {
+        const double fx0 = std::floor((qx - reach - m_x0) / m_cell),
+                     fx1 = std::floor((qx + reach - m_x0) / m_cell);
+        const double fy0 = std::floor((qy - reach - m_y0) / m_cell),
+                     fy1 = std::floor((qy + reach - m_y0) / m_cell);
+        if (!(fx1 >= 0.0 && fy1 >= 0.0 && fx0 <= double(m_nx - 1) && fy0 <= double(m_ny - 1))) return;
+        const long long cx0 = clampCell(fx0, m_nx), cx1 = clampCell(fx1, m_nx);
+        const long long cy0 = clampCell(fy0, m_ny), cy1 = clampCell(fy1, m_ny);
+        for (long long cy = cy0; cy <= cy1; ++cy) {
+            const std::size_t row = static_cast<std::size_t>(cy * m_nx);
+            const std::uint32_t end = m_start[row + cx1 + 1];
+            for (std::uint32_t j = m_start[row + cx0]; j < end; ++j)
+                fn(j);
+        }
+    }
+    // The indices of the finite query points (valid[i] != 0 when valid is given) in cell order: queries
+    // visited in this order touch memory in order.
+    std::vector<std::uint32_t> cellOrder(const std::vector<double>& qx, const std::vector<double>& qy,
+                                         std::size_t n,
+                                         const std::vector<std::uint8_t>* valid = nullptr) const;
+
+private:
+    static long long clampCell(double f, long long n) {
+        return static_cast<long long>(!(f >= 0.0) ? 0.0 : (f > double(n - 1) ? double(n - 1) : f));
+    }
+    std::size_t cellOf(double px, double py) const {
+        return static_cast<std::size_t>(clampCell(std::floor((py - m_y0) / m_cell), m_ny) * m_nx +
+                                        clampCell(std::floor((px - m_x0) / m_cell), m_nx));
+    }
+    double m_x0 = 0.0, m_y0 = 0.0, m_cell = 1.0;
+    long long m_nx = 1, m_ny = 1;
+    std::vector<std::uint32_t> m_start; // per cell: first sorted point; size cells + 1
+};
+} // namespace detail
 
 namespace cpu {
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,

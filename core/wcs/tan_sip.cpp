@@ -1,9 +1,11 @@
 #include "core/wcs/tan_sip.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <numbers>
+#include <string>
 
 #include "core/model/header.hpp"
 
@@ -78,6 +80,11 @@ void TanSip::pixelToWorld(double x, double y, double& ra, double& dec) const {
 bool TanSip::worldToPixel(double ra, double dec, double& x, double& y) const {
     double xi = 0, eta = 0;
     if (!tanProject(crval[0], crval[1], ra, dec, xi, eta)) return false;
+    standardToPixel(xi, eta, x, y);
+    return true;
+}
+
+void TanSip::standardToPixel(double xi, double eta, double& x, double& y) const {
     const double det = cd[0][0] * cd[1][1] - cd[0][1] * cd[1][0];
     const double U = (cd[1][1] * xi - cd[0][1] * eta) / det;
     const double V = (-cd[1][0] * xi + cd[0][0] * eta) / det;
@@ -106,7 +113,78 @@ bool TanSip::worldToPixel(double ra, double dec, double& x, double& y) const {
     }
     x = u + crpix[0] - 1.0;
     y = v + crpix[1] - 1.0;
-    return true;
+}
+
+std::optional<TanSip> tanSipFromHeaderExact(const Header& h) {
+    const auto t1 = h.getString("CTYPE1"), t2 = h.getString("CTYPE2");
+    if (!t1 || !t2) return std::nullopt;
+    const bool sip = *t1 == "RA---TAN-SIP" && *t2 == "DEC--TAN-SIP";
+    if (!sip && !(*t1 == "RA---TAN" && *t2 == "DEC--TAN")) return std::nullopt;
+    for (const char* k : {"CUNIT1", "CUNIT2"})
+        if (const auto u = h.getString(k); u && !u->empty() && *u != "deg") return std::nullopt;
+    if (const auto lp = h.getDouble("LONPOLE"); lp && *lp != 180.0) return std::nullopt;
+    for (const HeaderCard& c : h.cards()) {
+        const std::string& k = c.key;
+        // PVi_m / PSi_m (projection parameters), distortion tables and polynomials other than SIP.
+        if ((k.size() > 2 && (k[0] == 'P') && (k[1] == 'V' || k[1] == 'S') && std::isdigit(k[2])) ||
+            k.rfind("CPDIS", 0) == 0 || k.rfind("CQDIS", 0) == 0 || k.rfind("DP", 0) == 0 ||
+            k.rfind("DQ", 0) == 0 || k.rfind("CTYPE3", 0) == 0 || (k == "WCSAXES" && c.value != "2"))
+            return std::nullopt;
+    }
+    TanSip w;
+    const auto c1 = h.getDouble("CRPIX1"), c2 = h.getDouble("CRPIX2");
+    const auto v1 = h.getDouble("CRVAL1"), v2 = h.getDouble("CRVAL2");
+    if (!c1 || !c2 || !v1 || !v2) return std::nullopt;
+    w.crpix[0] = *c1;
+    w.crpix[1] = *c2;
+    w.crval[0] = *v1;
+    w.crval[1] = *v2;
+    const bool hasCd = h.has("CD1_1") || h.has("CD1_2") || h.has("CD2_1") || h.has("CD2_2");
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const std::string ij = std::to_string(i + 1) + "_" + std::to_string(j + 1);
+            if (hasCd) {
+                w.cd[i][j] = h.getDouble("CD" + ij).value_or(0.0);
+            } else {
+                const double pc = h.getDouble("PC" + ij).value_or(i == j ? 1.0 : 0.0);
+                const auto cdelt = h.getDouble("CDELT" + std::to_string(i + 1));
+                if (!cdelt) return std::nullopt;
+                w.cd[i][j] = *cdelt * pc;
+            }
+        }
+    if (!(w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0] != 0.0)) return std::nullopt;
+    if (!sip) return w;
+    auto readPoly = [&](const char* name, std::vector<double>& c, int& order) {
+        const auto o = h.getInt(std::string(name) + "_ORDER");
+        if (!o) return false;
+        if (*o < 0 || *o > 9) return false;
+        order = static_cast<int>(*o);
+        c.assign(static_cast<std::size_t>((order + 1) * (order + 1)), 0.0);
+        for (int p = 0; p <= order; ++p)
+            for (int q = 0; p + q <= order; ++q)
+                if (const auto v =
+                        h.getDouble(std::string(name) + "_" + std::to_string(p) + "_" + std::to_string(q)))
+                    c[static_cast<std::size_t>(p * (order + 1) + q)] = *v;
+        return true;
+    };
+    int aOrder = 0, bOrder = 0;
+    if (!readPoly("A", w.a, aOrder) || !readPoly("B", w.b, bOrder) || aOrder != bOrder) return std::nullopt;
+    w.sipOrder = aOrder;
+    // TanSip's SIP has no constant or linear forward terms (the convention; WCSLIB would apply them).
+    for (int p = 0; p <= aOrder; ++p)
+        for (int q = 0; p + q <= aOrder && p + q < 2; ++q)
+            if (w.a[static_cast<std::size_t>(p * (aOrder + 1) + q)] != 0.0 ||
+                w.b[static_cast<std::size_t>(p * (aOrder + 1) + q)] != 0.0)
+                return std::nullopt;
+    int apOrder = 0, bpOrder = 0;
+    std::vector<double> ap, bp;
+    if (readPoly("AP", ap, apOrder) && readPoly("BP", bp, bpOrder) && apOrder == bpOrder) {
+        w.sipInvOrder = apOrder;
+        w.ap = std::move(ap);
+        w.bp = std::move(bp);
+    }
+    if (w.sipOrder == 0) w.sipInvOrder = 0;
+    return w;
 }
 
 double TanSip::pixelScaleArcsec() const {
