@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "core/stages/background.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "kernels/device_maps.hpp"
 
 namespace gpuphot::cuda {
 
@@ -192,9 +194,7 @@ public:
         m_in.maskStride = f.width;
         if (!seg.empty()) {
             m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
-            GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(
-                m_seg.get(), sizeof(std::int32_t) * seg.width, seg.data, sizeof(std::int32_t) * seg.stride,
-                sizeof(std::int32_t) * seg.width, seg.height, cudaMemcpyHostToDevice, m_dc.stream()));
+            uploadRows(m_dc, m_seg.get(), seg, 0, seg.height); // pinned staging when contiguous
             m_in.seg = m_seg.get();
             m_in.segStride = seg.width;
         }
@@ -207,6 +207,25 @@ public:
         m_in.width = image.width;
         m_in.height = image.height;
         m_in.saturation = saturation;
+    }
+
+    // Lean background (no full host maps, core's sampler): the maps on the device from the mesh grid,
+    // resident (whole plan) or interpolated band by band (strips plan).
+    bool setMapSampler(const BackgroundSampler* sampler) override {
+        if (!sampler || !hasBackgroundGrid(m_bkg, m_in.width, m_in.height)) return false;
+        if (m_shrink == 0) {
+            const auto maps = deviceBackgroundMaps(m_dc, m_bkg);
+            m_in.level = maps.first;
+            m_in.rms = maps.second;
+            m_in.mapStride = m_in.width;
+            return true;
+        }
+        m_rows = std::make_unique<DeviceBackgroundRows>(m_dc, m_bkg);
+        const std::size_t perRow = static_cast<std::size_t>(m_in.width) *
+                                   (4 + (m_hMask.empty() ? 0 : 1) + (m_hSeg.empty() ? 0 : 4) + 8);
+        m_maxRows = stripRowsFor(m_dc.available() / 2, perRow, 0, m_in.height) / m_shrink;
+        if (m_maxRows < 1) throw DeviceOutOfMemory("aperture: one band row needs " + bytesText(2 * perRow));
+        return true;
     }
 
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
@@ -479,7 +498,14 @@ private:
             m_in.segStride = W;
         }
         m_in.level = m_in.rms = nullptr;
-        if (maps && !m_hLevel.empty()) {
+        if (maps && m_rows) {
+            m_bLevel = DeviceBuffer<float>(m_dc, np);
+            m_bRms = DeviceBuffer<float>(m_dc, np);
+            m_rows->rows(r0, r1 - r0, m_bLevel.get(), m_bRms.get());
+            m_in.level = m_bLevel.get() - shift;
+            m_in.rms = m_bRms.get() - shift;
+            m_in.mapStride = W;
+        } else if (maps && !m_hLevel.empty()) {
             m_bLevel = DeviceBuffer<float>(m_dc, np);
             m_bRms = DeviceBuffer<float>(m_dc, np);
             uploadRows(m_dc, m_bLevel.get(), m_hLevel, r0, r1);
@@ -515,6 +541,7 @@ private:
     MaskView m_hMask;
     ImageViewT<std::int32_t> m_hSeg;
     DeviceBuffer<float> m_bImage, m_bLevel, m_bRms;
+    std::unique_ptr<DeviceBackgroundRows> m_rows; // strips plan, lean background
     DeviceBuffer<std::uint8_t> m_bMask;
     DeviceBuffer<std::int32_t> m_bSeg;
 };
@@ -546,8 +573,9 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
     // Whole plan: frame + mask + both maps resident (device caches), the segmentation map, and up to
     // 256 MB for one batch's per-source buffers (annulus values of 32768 sources, circle sums).
     const std::size_t npix = static_cast<std::size_t>(image.width) * image.height;
-    const std::size_t need = npix * (4 + (mask.empty() ? 0 : 1) + (segmentation.empty() ? 0 : 4) +
-                                     (bkg.level.empty() ? 0 : 8)) +
+    const bool maps = bkg.hasFullMaps() || (bkg.sampler && hasBackgroundGrid(bkg, image.width, image.height));
+    const std::size_t need =
+        npix * (4 + (mask.empty() ? 0 : 1) + (segmentation.empty() ? 0 : 4) + (maps ? 8 : 0)) +
                              (std::size_t(256) << 20);
     const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
     const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);

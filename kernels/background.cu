@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/stages/background.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "kernels/device_maps.hpp"
 
 namespace gpuphot::cuda {
 namespace {
@@ -344,7 +347,27 @@ struct Setup {
     const BackgroundParams& params;
     const ImageViewT<std::int32_t>* sourceMask;
     int W, H, bw, bh, nx, ny;
+    bool deviceMaps = false; // !params.fullMaps: interpolate the maps on the device and keep them there
 };
+
+// The full-resolution maps of res's mesh grid interpolated on the device and stored in the context
+// under the grid's signature (no download).
+std::pair<const float*, const float*> interpolateAndStore(DeviceContext& dc, const BackgroundResult& res) {
+    const int W = res.width, H = res.height, nx = res.meshLevel.width(), ny = res.meshLevel.height();
+    const std::size_t npix = static_cast<std::size_t>(W) * H;
+    std::vector<std::uint8_t> sig = backgroundSignature(res);
+    dc.dropBackground();
+    const BackgroundSpline sp = makeBackgroundSpline(res);
+    DeviceBuffer<float> dLevel, dRms;
+    {
+        const SplineTables t(dc, sp, W, H, nx, ny);
+        dLevel = DeviceBuffer<float>(dc, npix);
+        dRms = DeviceBuffer<float>(dc, npix);
+        launchInterpolate(dc, t.dev(H, W, 0), W, H, nx, dLevel.get(), dRms.get());
+    }
+    dc.storeBackground(sig, std::move(dLevel), std::move(dRms));
+    return dc.findBackground(sig);
+}
 
 // Bad meshes, median filter, global values: core's host code, shared with the CPU stage.
 void finishGrid(const Setup& s, const std::vector<MeshOut>& meshes, BackgroundResult& res) {
@@ -387,7 +410,20 @@ BackgroundResult runWhole(DeviceContext& dc, const Setup& s, RunContext& ctx) {
     ctx.checkCancelled();
     finishGrid(s, meshes, res);
     ctx.report("background", 0.5);
-    if (!s.params.fullMaps) return res;
+    if (!s.params.fullMaps) {
+        // Lean result: the maps stay on the device for detection and apertures (device_maps.hpp); the
+        // host stages use the result's sampler. Without room for them they are made later, or in strips.
+        if (s.deviceMaps) {
+            try {
+                interpolateAndStore(dc, res);
+            } catch (const DeviceOutOfMemory&) {
+                dc.drain();
+                dc.dropBackground();
+            }
+        }
+        ctx.report("background", 1.0);
+        return res;
+    }
 
     const BackgroundSpline sp = makeBackgroundSpline(res);
     DeviceBuffer<float> dLevel, dRms;
@@ -398,9 +434,8 @@ BackgroundResult runWhole(DeviceContext& dc, const Setup& s, RunContext& ctx) {
         launchInterpolate(dc, t.dev(s.H, s.W, 0), s.W, s.H, s.nx, dLevel.get(), dRms.get());
         res.level = Image<float>(s.W, s.H, Image<float>::NoInit{});
         res.rms = Image<float>(s.W, s.H, Image<float>::NoInit{});
-        dLevel.download(res.level.data(), npix);
-        dRms.download(res.rms.data(), npix);
-        dc.synchronize();
+        dc.downloadStaged(res.level.data(), dLevel.get(), npix * sizeof(float));
+        dc.downloadStaged(res.rms.data(), dRms.get(), npix * sizeof(float));
     }
     dc.storeBackground(res.level, res.rms, std::move(dLevel), std::move(dRms));
     ctx.report("background", 1.0);
@@ -462,8 +497,9 @@ BackgroundResult runStrips(DeviceContext& dc, const Setup& s, RunContext& ctx, i
         const int y0 = k * rows, y1 = std::min(s.H, y0 + rows);
         const std::size_t cnt = static_cast<std::size_t>(y1 - y0) * s.W;
         launchInterpolate(dc, t.dev(s.H, s.W, y0), s.W, y1 - y0, s.nx, dLevel.get(), dRms.get());
-        dLevel.download(res.level.data() + static_cast<std::size_t>(y0) * s.W, cnt);
-        dRms.download(res.rms.data() + static_cast<std::size_t>(y0) * s.W, cnt);
+        const std::size_t at = static_cast<std::size_t>(y0) * s.W;
+        dc.downloadStaged(res.level.data() + at, dLevel.get(), cnt * sizeof(float));
+        dc.downloadStaged(res.rms.data() + at, dRms.get(), cnt * sizeof(float));
         dc.synchronize(); // the strip buffers are reused
         ctx.checkCancelled();
     }
@@ -473,6 +509,67 @@ BackgroundResult runStrips(DeviceContext& dc, const Setup& s, RunContext& ctx, i
 }
 
 } // namespace
+
+std::vector<std::uint8_t> backgroundSignature(const BackgroundResult& bkg) {
+    if (bkg.meshLevel.empty() || bkg.meshRms.empty()) return {};
+    const int head[] = {bkg.width,
+                        bkg.height,
+                        bkg.meshWidth,
+                        bkg.meshHeight,
+                        bkg.sextractorSpline ? 1 : 0,
+                        bkg.meshLevel.width(),
+                        bkg.meshLevel.height(),
+                        bkg.meshRms.width(),
+                        bkg.meshRms.height()};
+    const std::size_t rowL = sizeof(float) * bkg.meshLevel.width();
+    const std::size_t rowR = sizeof(float) * bkg.meshRms.width();
+    std::vector<std::uint8_t> sig(sizeof head + rowL * bkg.meshLevel.height() + rowR * bkg.meshRms.height());
+    std::memcpy(sig.data(), head, sizeof head);
+    std::size_t o = sizeof head;
+    for (int y = 0; y < bkg.meshLevel.height(); ++y, o += rowL)
+        std::memcpy(sig.data() + o, bkg.meshLevel.view().row(y), rowL);
+    for (int y = 0; y < bkg.meshRms.height(); ++y, o += rowR)
+        std::memcpy(sig.data() + o, bkg.meshRms.view().row(y), rowR);
+    return sig;
+}
+
+bool hasBackgroundGrid(const BackgroundResult& bkg, int width, int height) {
+    return !bkg.meshLevel.empty() && !bkg.meshRms.empty() && bkg.width == width && bkg.height == height &&
+           bkg.meshWidth > 0 && bkg.meshHeight > 0;
+}
+
+std::pair<const float*, const float*> deviceBackgroundMaps(DeviceContext& dc, const BackgroundResult& bkg) {
+    if (bkg.hasFullMaps()) return dc.background(bkg.level, bkg.rms);
+    const auto stored = dc.findBackground(backgroundSignature(bkg));
+    if (stored.first) return stored;
+    return interpolateAndStore(dc, bkg);
+}
+
+struct DeviceBackgroundRows::Impl {
+    SplineTables tables;
+    int width, height, nx;
+    Impl(DeviceContext& dc, const BackgroundSpline& sp, const BackgroundResult& b)
+        : tables(dc, sp, b.width, b.height, b.meshLevel.width(), b.meshLevel.height()), width(b.width),
+          height(b.height), nx(b.meshLevel.width()) {}
+    DeviceContext* dc = nullptr;
+};
+
+DeviceBackgroundRows::DeviceBackgroundRows(DeviceContext& dc, const BackgroundResult& bkg)
+    : m_impl(std::make_unique<Impl>(dc, makeBackgroundSpline(bkg), bkg)) {
+    m_impl->dc = &dc;
+}
+
+DeviceBackgroundRows::~DeviceBackgroundRows() = default;
+
+void DeviceBackgroundRows::rows(int y0, int rows, float* level, float* rms) {
+    Impl& m = *m_impl;
+    if (rows <= 0) return;
+    launchInterpolate(*m.dc, m.tables.dev(m.height, m.width, y0), m.width, rows, m.nx, level, rms);
+}
+
+std::size_t DeviceBackgroundRows::tableBytes(const BackgroundResult& bkg) {
+    return SplineTables::bytes(bkg.width, bkg.height, bkg.meshLevel.width(), bkg.meshLevel.height());
+}
 
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                     RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
@@ -493,7 +590,9 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
     std::string why = "whole frame needs " + bytesText(frameBytes + work);
     if (others + frameBytes + work <= dc.budget()) {
         try {
-            BackgroundResult r = runWhole(dc, s, ctx);
+            Setup whole = s;
+            whole.deviceMaps = !params.fullMaps && others + frameBytes + work + npix * 8 <= dc.budget();
+            BackgroundResult r = runWhole(dc, whole, ctx);
             dc.notePlan("whole", 1);
             return r;
         } catch (const DeviceOutOfMemory& e) {

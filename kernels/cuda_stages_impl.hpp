@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 // The cuda:: stage implementations registered in core's CudaStageTable (kernels/register.cu). Each has
 // the exact signature of its cpu:: counterpart and gives the same answer (tests/kernels).
 #include <cstddef>
@@ -21,6 +22,13 @@ struct ReferenceCatalog;
 struct CrossmatchParams;
 struct CrossmatchResult;
 struct PrepareCalibration;
+struct Instrument;
+struct CosmicRayParams;
+struct CosmicRayResult;
+struct SaltPepperParams;
+struct SaltPepperResult;
+struct CfaLayout;
+enum class CfaOutput;
 } // namespace gpuphot
 
 namespace gpuphot::cuda {
@@ -73,10 +81,32 @@ std::size_t crossmatchLastSeparationMismatches();
 // Frame preparation (kernels/prepare.cu): prepareFrame's per-pixel calibration on the device, masters
 // resident in the DeviceContext, the result kept as its frame cache (cal.keepOnDevice). Returns the pixels
 // newly set MaskBad.
+// A new DeviceContext (CUDA context, stream, pool) for RunContext::deviceState; any thread.
+std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit);
 std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
                              RunContext& ctx);
 // Master uploads so far (tests: resident masters are not uploaded again) and the last kernel's time.
 std::uint64_t prepareMasterUploads();
 double prepareKernelMilliseconds();
+
+// Frame preparation steps 6-8 (kernels/cosmic_rays.cu, kernels/bayer.cu), bitwise equal to the CPU
+// functions of core/stages/cosmic_rays.hpp and bayer.hpp, which dispatch here after checking their inputs.
+CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
+                                 const CosmicRayParams& params, RunContext& ctx);
+SaltPepperResult saltPepperMask(const ImageView& pixels, const MaskView& mask, const SaltPepperParams& params,
+                                RunContext& ctx);
+Image<float> cfaSuperPixels(const ImageView& pixels, const CfaLayout& layout, CfaOutput output,
+                            bool luminanceMean, RunContext& ctx);
+// Device times (CUDA events, ms) of the last detectCosmicRays call: setup (upload, electrons, background
+// level, good-pixel masks), each iteration that ran, output (mask, clean image, download).
+struct CosmicRayTimings {
+    double setupMs = 0.0;
+    std::vector<double> iterationMs;
+    double outputMs = 0.0;
+};
+CosmicRayTimings cosmicRaysLastTimings();
+// The last cfaSuperPixels call: the kernel alone, and upload + kernel + download (ms).
+double cfaKernelMilliseconds();
+double cfaTotalMilliseconds();
 
 } // namespace gpuphot::cuda

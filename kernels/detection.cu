@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "core/stages/detection_internal.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "kernels/device_maps.hpp"
 
 namespace gpuphot::cuda {
 namespace {
@@ -172,8 +174,14 @@ void checkLaunch(const char* what) {
 bool acceptable(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                 const DetectionParams& p) {
     if (image.empty()) return false;
-    if (bkg.level.width() != image.width || bkg.level.height() != image.height) return false;
-    if (bkg.rms.width() != image.width || bkg.rms.height() != image.height) return false;
+    if (bkg.hasFullMaps()) {
+        if (bkg.level.width() != image.width || bkg.level.height() != image.height) return false;
+        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height) return false;
+    } else { // lean maps: made on the device from the grid, the host half reads the sampler
+        if (!bkg.level.empty() || !bkg.rms.empty() || !bkg.sampler) return false;
+        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height) return false;
+        if (!hasBackgroundGrid(bkg, image.width, image.height)) return false;
+    }
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height)) return false;
     if (!(p.threshold > 0.0) || !std::isfinite(p.threshold)) return false;
     if (p.minArea < 1 || p.deblendLevels < 1 || p.deblendLevels > 1024) return false;
@@ -229,6 +237,27 @@ struct DetSetup {
     int threads = 256;
 };
 
+// The host copies of sub, det and state for the per-object half (uninitialised until filled).
+struct HostImages {
+    std::unique_ptr<float[]> sub, det;
+    std::unique_ptr<std::uint8_t[]> state;
+    std::size_t n = 0, nDet = 0;
+    void reserve(std::size_t npix, bool withDet) {
+        if (n < npix) {
+            sub.reset();
+            state.reset();
+            sub.reset(new float[npix]);
+            state.reset(new std::uint8_t[npix]);
+            n = npix;
+        }
+        if (withDet && nDet < npix) {
+            det.reset();
+            det.reset(new float[npix]);
+            nDet = npix;
+        }
+    }
+};
+
 // Device inputs addressing image row y0: pixels, mask (or null), background level and rms.
 struct DetInputs {
     const float* px;
@@ -259,8 +288,8 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
         checkLaunch("the background subtraction");
     }
     const std::size_t hostOff = static_cast<std::size_t>(y0) * W;
-    dSub.download(hSub + hostOff, nRows, inner);
-    dState.download(hState + hostOff, nRows, inner);
+    dc.downloadStaged(hSub + hostOff, dSub.get() + inner, nRows * sizeof(float));
+    dc.downloadStaged(hState + hostOff, dState.get() + inner, nRows);
 
     DeviceBuffer<float> dDet;
     const float* det = dSub.get() + inner;
@@ -281,7 +310,7 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, h0, y0, rows, dK, s.kw, dDet.get());
             checkLaunch("the column filter");
         }
-        dDet.download(hDet + hostOff, nRows);
+        dc.downloadStaged(hDet + hostOff, dDet.get(), nRows * sizeof(float));
         det = dDet.get();
     }
     const ThresholdArgs a{det, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState.get() + inner, W, rows,
@@ -304,7 +333,7 @@ std::size_t inputsPerRow(const DetSetup& s) {
 int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub, float* hDet, std::uint8_t* hState,
              std::vector<Run>& runs, int chunkRows, RunContext& ctx) {
     const DeviceContext::DeviceFrame f = dc.frame(s.image, s.mask);
-    const auto [dLevel, dRms] = dc.background(s.bkg.level, s.bkg.rms);
+    const auto [dLevel, dRms] = deviceBackgroundMaps(dc, s.bkg);
     const DetInputs in{f.pixels, f.mask, dLevel, dRms, 0};
     int n = 0;
     for (int y0 = 0; y0 < s.H; y0 += chunkRows, ++n) {
@@ -320,6 +349,9 @@ int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub
     const std::size_t perRow = workPerRow(s) + inputsPerRow(s);
     // The halo rows, and the scan's scratch (a few kB; counts and offsets are in the per-row share).
     const std::size_t margin = (std::size_t(64) << 10) + 2 * static_cast<std::size_t>(s.halo) * perRow;
+    // Lean maps: the strip's rows interpolated on the device from the mesh grid (tables once).
+    std::unique_ptr<DeviceBackgroundRows> maps;
+    if (!s.bkg.hasFullMaps()) maps = std::make_unique<DeviceBackgroundRows>(dc, s.bkg);
     const int rows = stripRowsFor(dc.available(), perRow, margin, s.H) / shrink;
     if (rows < 1)
         throw DeviceOutOfMemory("detection: one strip row needs " + bytesText(perRow + margin));
@@ -331,8 +363,12 @@ int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub
         DeviceBuffer<float> px(dc, np), lv(dc, np), rm(dc, np);
         DeviceBuffer<std::uint8_t> mk;
         uploadRows(dc, px.get(), s.image, h0, h1);
-        uploadRows(dc, lv.get(), s.bkg.level.view(), h0, h1);
-        uploadRows(dc, rm.get(), s.bkg.rms.view(), h0, h1);
+        if (maps) {
+            maps->rows(h0, h1 - h0, lv.get(), rm.get());
+        } else {
+            uploadRows(dc, lv.get(), s.bkg.level.view(), h0, h1);
+            uploadRows(dc, rm.get(), s.bkg.rms.view(), h0, h1);
+        }
         if (!s.mask.empty()) {
             mk = DeviceBuffer<std::uint8_t>(dc, np);
             uploadRows(dc, mk.get(), s.mask, h0, h1);
@@ -374,10 +410,15 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
         }
     }
 
-    // Host images (pinned, reused between runs) that the strips fill row by row.
-    auto* hSub = static_cast<float*>(dc.pinned(0, npix * sizeof(float)));
-    auto* hState = static_cast<std::uint8_t*>(dc.pinned(2, npix));
-    float* hDet = s.k.empty() ? hSub : static_cast<float*>(dc.pinned(1, npix * sizeof(float)));
+    // Host images that the strips fill row by row, reused between runs: pageable, filled through the
+    // context's pinned staging (pinning 1.4 GB at 151 MP cost the first run of a process 0.6 s).
+    auto& state = dc.stageState("detection host images");
+    if (!state) state = std::make_shared<HostImages>();
+    auto& hi = *static_cast<HostImages*>(state.get());
+    hi.reserve(npix, !s.k.empty());
+    float* hSub = hi.sub.get();
+    std::uint8_t* hState = hi.state.get();
+    float* hDet = s.k.empty() ? hSub : hi.det.get();
 
     // Plan. Whole: frame, mask and both maps resident + one chunk's work (an eighth of the frame, at
     // least 64 rows). Strips: as many rows as the budget allows with everything uploaded per strip.
@@ -434,7 +475,10 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     im.height = H;
     im.sub = ImageView{hSub, W, H, W};
     im.det = ImageView{hDet, W, H, W};
-    im.rms = bkg.rms.view();
+    if (bkg.hasFullMaps())
+        im.rms = bkg.rms.view();
+    else
+        im.rmsSampler = bkg.sampler.get();
     im.state = ImageViewT<std::uint8_t>{hState, W, H, W};
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;

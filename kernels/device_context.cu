@@ -8,48 +8,15 @@
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
+#include "kernels/host_copy.hpp"
 
 namespace gpuphot::cuda {
 namespace {
 
-// FNV-1a over the bytes of up to ~4096 elements spread over the image (plus its corners): a cheap guard
-// against a new frame that happens to reuse a freed frame's address.
-template <class T> std::uint64_t fingerprint(const ImageViewT<T>& v) {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](const void* p, std::size_t n) {
-        const auto* b = static_cast<const unsigned char*>(p);
-        for (std::size_t i = 0; i < n; ++i) {
-            h ^= b[i];
-            h *= 1099511628211ull;
-        }
-    };
-    if (v.empty()) return h;
-    const int sy = std::max(1, v.height / 64), sx = std::max(1, v.width / 64);
-    for (int y = 0; y < v.height; y += sy)
-        for (int x = (y * 7) % sx; x < v.width; x += sx)
-            mix(&v(x, y), sizeof(T));
-    mix(&v(v.width - 1, v.height - 1), sizeof(T));
-    mix(&v(0, v.height - 1), sizeof(T));
-    mix(&v(v.width - 1, 0), sizeof(T));
-    return h;
-}
-
-struct ViewKey {
-    const void* ptr = nullptr;
-    int width = 0, height = 0;
-    std::ptrdiff_t stride = 0;
-    std::uint64_t generation = 0;
-    std::uint64_t print = 0;
-    bool operator==(const ViewKey&) const = default;
-};
-
-template <class T> ViewKey keyOf(const ImageViewT<T>& v, std::uint64_t generation) {
-    return {v.data, v.width, v.height, v.stride, generation, fingerprint(v)};
-}
-
-template <class T> void uploadView(DeviceBuffer<T>& dst, const ImageViewT<T>& v, cudaStream_t s) {
+template <class T>
+void uploadView(DeviceContext& dc, DeviceBuffer<T>& dst, const ImageViewT<T>& v, cudaStream_t s) {
     if (v.stride == v.width) {
-        dst.upload(v.data, static_cast<std::size_t>(v.width) * v.height);
+        dc.uploadStaged(dst.get(), v.data, sizeof(T) * static_cast<std::size_t>(v.width) * v.height);
     } else {
         GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(dst.get(), sizeof(T) * v.width, v.data, sizeof(T) * v.stride,
                                              sizeof(T) * v.width, v.height, cudaMemcpyHostToDevice, s));
@@ -64,13 +31,40 @@ std::size_t freeBytes() {
 
 } // namespace
 
+template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generation) {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const void* p, std::size_t n) {
+        const auto* b = static_cast<const unsigned char*>(p);
+        for (std::size_t i = 0; i < n; ++i) {
+            h ^= b[i];
+            h *= 1099511628211ull;
+        }
+    };
+    if (!v.empty()) {
+        const int sy = std::max(1, v.height / 64), sx = std::max(1, v.width / 64);
+        for (int y = 0; y < v.height; y += sy)
+            for (int x = (y * 7) % sx; x < v.width; x += sx)
+                mix(&v(x, y), sizeof(T));
+        mix(&v(v.width - 1, v.height - 1), sizeof(T));
+        mix(&v(0, v.height - 1), sizeof(T));
+        mix(&v(v.width - 1, 0), sizeof(T));
+    }
+    return {v.data, v.width, v.height, v.stride, generation, h};
+}
+template ViewKey viewKey<float>(const ImageViewT<float>&, std::uint64_t);
+template ViewKey viewKey<std::uint8_t>(const ImageViewT<std::uint8_t>&, std::uint64_t);
+template ViewKey viewKey<std::int32_t>(const ImageViewT<std::int32_t>&, std::uint64_t);
+
 struct DeviceContext::Impl {
     ViewKey pixelsKey, maskKey;
     DeviceBuffer<float> pixels;
     DeviceBuffer<std::uint8_t> mask;
     ViewKey levelKey, rmsKey;
+    std::vector<std::uint8_t> gridSignature; // maps kept on the device only (empty: keyed by host maps)
     DeviceBuffer<float> level, rms;
     std::vector<PinnedBuffer<unsigned char>> pinned;
+    PinnedBuffer<unsigned char> staging[2];
+    cudaEvent_t stagingDone[2] = {nullptr, nullptr};
     std::size_t defaultBudget = 0;
     std::map<std::string, std::shared_ptr<void>> stageState;
 };
@@ -97,15 +91,28 @@ DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std:
 }
 
 DeviceContext::~DeviceContext() {
+    if (m_stream) cudaStreamSynchronize(m_stream);
+    for (cudaEvent_t& e : m_impl->stagingDone)
+        if (e) cudaEventDestroy(e);
     m_impl.reset(); // cached buffers go back to the pool first
     if (m_stream) cudaStreamSynchronize(m_stream);
     if (m_pool) cudaMemPoolDestroy(m_pool);
     if (m_stream) cudaStreamDestroy(m_stream);
 }
 
+std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit) {
+    return std::make_shared<DeviceContext>(gpuMemLimit);
+}
+
 DeviceContext& DeviceContext::of(RunContext& ctx) {
     if (!ctx.deviceState) {
-        auto dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit);
+        std::shared_ptr<DeviceContext> dc;
+        if (ctx.deviceStateWarmUp.valid()) { // created on another thread while the frame was read
+            const auto warm = std::move(ctx.deviceStateWarmUp);
+            ctx.deviceStateWarmUp = {};
+            dc = std::static_pointer_cast<DeviceContext>(warm.get()); // rethrows the creation's error
+        }
+        if (!dc) dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit);
         std::weak_ptr<DeviceContext> weak = dc;
         ctx.deviceState = dc;
         ctx.deviceCheckpoint = [weak](StageRecord& r) {
@@ -163,14 +170,14 @@ void DeviceContext::release(void* p, std::size_t bytes) noexcept {
 DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const MaskView& mask) {
     Impl& s = *m_impl;
     const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
-    const ViewKey pk = keyOf(image, m_generation);
+    const ViewKey pk = viewKey(image, m_generation);
     if (!(pk == s.pixelsKey) || s.pixels.size() != n) {
         s.pixelsKey = {};
         s.pixels.reset();
         s.mask.reset();
         s.maskKey = {};
         s.pixels = DeviceBuffer<float>(*this, n);
-        uploadView(s.pixels, image, m_stream);
+        uploadView(*this, s.pixels, image, m_stream);
         s.pixelsKey = pk;
         ++m_uploads;
     }
@@ -178,12 +185,12 @@ DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const Ma
         s.mask.reset();
         s.maskKey = {};
     } else {
-        const ViewKey mk = keyOf(mask, m_generation);
+        const ViewKey mk = viewKey(mask, m_generation);
         if (!(mk == s.maskKey) || s.mask.size() != n) {
             s.maskKey = {};
             s.mask.reset();
             s.mask = DeviceBuffer<std::uint8_t>(*this, n);
-            uploadView(s.mask, mask, m_stream);
+            uploadView(*this, s.mask, mask, m_stream);
             s.maskKey = mk;
         }
     }
@@ -194,13 +201,13 @@ void DeviceContext::adoptFrame(const ImageView& image, const MaskView& mask, Dev
                                DeviceBuffer<std::uint8_t>&& maskBuffer) {
     Impl& s = *m_impl;
     s.pixels = std::move(pixels);
-    s.pixelsKey = keyOf(image, m_generation);
+    s.pixelsKey = viewKey(image, m_generation);
     if (mask.empty()) {
         s.mask.reset();
         s.maskKey = {};
     } else {
         s.mask = std::move(maskBuffer);
-        s.maskKey = keyOf(mask, m_generation);
+        s.maskKey = viewKey(mask, m_generation);
     }
 }
 
@@ -211,27 +218,49 @@ void DeviceContext::storeBackground(const Image<float>& level, const Image<float
     Impl& s = *m_impl;
     s.level = std::move(dLevel);
     s.rms = std::move(dRms);
-    s.levelKey = keyOf(level.view(), 0);
-    s.rmsKey = keyOf(rms.view(), 0);
+    s.levelKey = viewKey(level.view(), 0);
+    s.rmsKey = viewKey(rms.view(), 0);
+    s.gridSignature.clear();
+}
+
+void DeviceContext::storeBackground(std::vector<std::uint8_t> signature, DeviceBuffer<float>&& dLevel,
+                                    DeviceBuffer<float>&& dRms) {
+    Impl& s = *m_impl;
+    s.level = std::move(dLevel);
+    s.rms = std::move(dRms);
+    s.levelKey = {};
+    s.rmsKey = {};
+    s.gridSignature = std::move(signature);
+}
+
+std::pair<const float*, const float*>
+DeviceContext::findBackground(const std::vector<std::uint8_t>& signature) const {
+    const Impl& s = *m_impl;
+    if (signature.empty() || s.gridSignature != signature || !s.level.get() || !s.rms.get())
+        return {nullptr, nullptr};
+    return {s.level.get(), s.rms.get()};
 }
 
 std::pair<const float*, const float*> DeviceContext::background(const Image<float>& level,
                                                                 const Image<float>& rms) {
     Impl& s = *m_impl;
     const std::size_t n = static_cast<std::size_t>(level.width()) * level.height();
-    const ViewKey lk = keyOf(level.view(), 0), rk = keyOf(rms.view(), 0);
-    if (!(lk == s.levelKey) || s.level.size() != n) {
+    const ViewKey lk = viewKey(level.view(), 0), rk = viewKey(rms.view(), 0);
+    if (!(lk == s.levelKey) || s.level.size() != n || !s.gridSignature.empty()) {
+        s.gridSignature.clear();
+        s.rmsKey = {};
+        s.rms.reset();
         s.levelKey = {};
         s.level.reset();
         s.level = DeviceBuffer<float>(*this, n);
-        s.level.upload(level.data(), n);
+        uploadStaged(s.level.get(), level.data(), n * sizeof(float));
         s.levelKey = lk;
     }
     if (!(rk == s.rmsKey) || s.rms.size() != n) {
         s.rmsKey = {};
         s.rms.reset();
         s.rms = DeviceBuffer<float>(*this, n);
-        s.rms.upload(rms.data(), n);
+        uploadStaged(s.rms.get(), rms.data(), n * sizeof(float));
         s.rmsKey = rk;
     }
     return {s.level.get(), s.rms.get()};
@@ -253,6 +282,76 @@ void DeviceContext::dropBackground() {
     m_impl->rms.reset();
     m_impl->levelKey = {};
     m_impl->rmsKey = {};
+    m_impl->gridSignature.clear();
+}
+
+// The two staging buffers (of the current chunk size) and their events.
+void DeviceContext::prepareStaging() {
+    Impl& s = *m_impl;
+    for (int b = 0; b < 2; ++b) {
+        if (s.staging[b].size() < m_stagingChunk) {
+            if (s.stagingDone[b]) GPUPHOT_CUDA_CHECK(cudaEventSynchronize(s.stagingDone[b]));
+            s.staging[b] = PinnedBuffer<unsigned char>();
+            s.staging[b] = PinnedBuffer<unsigned char>(m_stagingChunk);
+        }
+        if (!s.stagingDone[b])
+            GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&s.stagingDone[b], cudaEventDisableTiming));
+    }
+}
+
+// Staging: chunk k goes through buffer k % 2; a buffer is refilled (upload) or read (download) only after
+// the event recorded behind its previous copy.
+void DeviceContext::uploadStaged(void* device, const void* host, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (bytes < m_stagingChunk) {
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, m_stream));
+        return;
+    }
+    Impl& s = *m_impl;
+    prepareStaging();
+    const auto* src = static_cast<const unsigned char*>(host);
+    auto* dst = static_cast<unsigned char*>(device);
+    for (std::size_t off = 0, k = 0; off < bytes; off += m_stagingChunk, ++k) {
+        const int b = static_cast<int>(k % 2);
+        const std::size_t n = std::min(m_stagingChunk, bytes - off);
+        GPUPHOT_CUDA_CHECK(cudaEventSynchronize(s.stagingDone[b])); // its previous copy is done
+        parallelCopy(s.staging[b].get(), src + off, n);
+        GPUPHOT_CUDA_CHECK(
+            cudaMemcpyAsync(dst + off, s.staging[b].get(), n, cudaMemcpyHostToDevice, m_stream));
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(s.stagingDone[b], m_stream));
+    }
+    m_stagedBytes += bytes;
+}
+
+void DeviceContext::downloadStaged(void* host, const void* device, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (bytes < m_stagingChunk) {
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, m_stream));
+        synchronize();
+        return;
+    }
+    Impl& s = *m_impl;
+    prepareStaging();
+    const auto* src = static_cast<const unsigned char*>(device);
+    auto* dst = static_cast<unsigned char*>(host);
+    const std::size_t chunks = (bytes + m_stagingChunk - 1) / m_stagingChunk;
+    auto enqueue = [&](std::size_t k) {
+        const int b = static_cast<int>(k % 2);
+        const std::size_t off = k * m_stagingChunk, n = std::min(m_stagingChunk, bytes - off);
+        GPUPHOT_CUDA_CHECK(
+            cudaMemcpyAsync(s.staging[b].get(), src + off, n, cudaMemcpyDeviceToHost, m_stream));
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(s.stagingDone[b], m_stream));
+    };
+    enqueue(0);
+    if (chunks > 1) enqueue(1);
+    for (std::size_t k = 0; k < chunks; ++k) {
+        const int b = static_cast<int>(k % 2);
+        const std::size_t off = k * m_stagingChunk, n = std::min(m_stagingChunk, bytes - off);
+        GPUPHOT_CUDA_CHECK(cudaEventSynchronize(s.stagingDone[b]));
+        parallelCopy(dst + off, s.staging[b].get(), n);
+        if (k + 2 < chunks) enqueue(k + 2);
+    }
+    m_stagedBytes += bytes;
 }
 
 void* DeviceContext::pinned(int slot, std::size_t bytes) {

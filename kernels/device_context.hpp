@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/model/image.hpp"
 #include "core/util/errors.hpp"
@@ -29,6 +30,20 @@ public:
 namespace cuda {
 
 template <class T> class DeviceBuffer;
+
+// Identity of a host view for the device caches (frame, background maps, prepare's masters): pointer,
+// size, stride, a generation counter and a sampled fingerprint (FNV-1a over about 4096 elements spread
+// over the view and its corners: a cheap guard against a new image that reuses a freed one's address).
+struct ViewKey {
+    const void* ptr = nullptr;
+    int width = 0, height = 0;
+    std::ptrdiff_t stride = 0;
+    std::uint64_t generation = 0;
+    std::uint64_t print = 0;
+    bool operator==(const ViewKey&) const = default;
+};
+// Defined for float, std::uint8_t and std::int32_t views.
+template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generation = 0);
 
 class DeviceContext {
 public:
@@ -125,12 +140,29 @@ public:
                          DeviceBuffer<float>&& dLevel, DeviceBuffer<float>&& dRms);
     // Device maps for these host maps (uploaded when they are not the stored ones).
     std::pair<const float*, const float*> background(const Image<float>& level, const Image<float>& rms);
+    // Maps kept on the device only (the host result has no full maps, kernels/device_maps.hpp), stored
+    // under a signature of what determines them (frame size, mesh grid, spline kind); findBackground
+    // gives {nullptr, nullptr} when the stored maps have another signature.
+    void storeBackground(std::vector<std::uint8_t> signature, DeviceBuffer<float>&& dLevel,
+                         DeviceBuffer<float>&& dRms);
+    std::pair<const float*, const float*> findBackground(const std::vector<std::uint8_t>& signature) const;
     void dropBackground();
 
     // Reusable pinned host memory (grown on demand) for downloads, by slot.
     void* pinned(int slot, std::size_t bytes);
 
+    // Large host <-> device copies through pinned staging buffers (two of stagingChunk() bytes, filled and
+    // drained by several host threads, overlapped with the DMA): pageable memory copies at a few GB/s,
+    // pinned at tens. Both return when the host buffer may be reused or read (the stream is synchronised
+    // for a download); small copies (under one chunk) go directly.
+    void uploadStaged(void* device, const void* host, std::size_t bytes);
+    void downloadStaged(void* host, const void* device, std::size_t bytes);
+    std::size_t stagingChunk() const { return m_stagingChunk; }
+    void setStagingChunk(std::size_t bytes) { m_stagingChunk = std::max<std::size_t>(bytes, 4096); }
+    std::uint64_t stagedBytes() const { return m_stagedBytes; } // bytes copied through staging so far
+
 private:
+    void prepareStaging();
     struct Impl;
     cudaStream_t m_stream = nullptr;
     cudaMemPool_t m_pool = nullptr;
@@ -145,6 +177,8 @@ private:
     std::size_t m_allocations = 0;
     std::string m_planMode, m_planNote;
     int m_planStrips = 0;
+    std::size_t m_stagingChunk = std::size_t(32) << 20;
+    std::uint64_t m_stagedBytes = 0;
     std::unique_ptr<Impl> m_impl;
 };
 
@@ -258,10 +292,17 @@ inline int stripRowsFor(std::size_t avail, std::size_t bytesPerRow, std::size_t 
     return static_cast<int>(std::min<std::size_t>(rows, static_cast<std::size_t>(maxRows)));
 }
 
-// Copies rows [r0, r1) of a host view (any stride) into dst (row stride = width), stream-ordered.
+// Copies rows [r0, r1) of a host view (any stride) into dst (row stride = width), stream-ordered; a
+// contiguous block of at least one staging chunk goes through the pinned staging buffers.
 template <class T>
 void uploadRows(DeviceContext& dc, T* dst, const ImageViewT<T>& v, int r0, int r1) {
     if (r1 <= r0 || v.empty()) return;
+    const std::size_t bytes =
+        sizeof(T) * static_cast<std::size_t>(v.width) * static_cast<std::size_t>(r1 - r0);
+    if (v.stride == v.width && bytes >= dc.stagingChunk()) {
+        dc.uploadStaged(dst, v.data + static_cast<std::ptrdiff_t>(r0) * v.stride, bytes);
+        return;
+    }
     GPUPHOT_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(T) * v.width, v.data + static_cast<std::ptrdiff_t>(r0) * v.stride,
                                          sizeof(T) * v.stride, sizeof(T) * v.width, r1 - r0,
                                          cudaMemcpyHostToDevice, dc.stream()));

@@ -24,40 +24,14 @@ namespace gpuphot::cuda {
 
 namespace {
 
-template <class T> std::uint64_t sampledPrint(const ImageViewT<T>& v) {
-    std::uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](const void* p, std::size_t n) {
-        const auto* b = static_cast<const unsigned char*>(p);
-        for (std::size_t i = 0; i < n; ++i) {
-            h ^= b[i];
-            h *= 1099511628211ull;
-        }
-    };
-    if (v.empty()) return h;
-    const int sy = std::max(1, v.height / 64), sx = std::max(1, v.width / 64);
-    for (int y = 0; y < v.height; y += sy)
-        for (int x = (y * 13) % sx; x < v.width; x += sx) mix(&v(x, y), sizeof(T));
-    mix(&v(v.width - 1, v.height - 1), sizeof(T));
-    mix(&v(0, v.height - 1), sizeof(T));
-    mix(&v(v.width - 1, 0), sizeof(T));
-    return h;
-}
-
-struct Key {
-    const void* ptr = nullptr;
-    int width = 0, height = 0;
-    std::ptrdiff_t stride = 0;
-    std::uint64_t print = 0;
-    bool operator==(const Key&) const = default;
-};
-
-template <class T> Key keyOf(const ImageViewT<T>& v) {
+// The resident masters are keyed like the frame cache (DeviceContext's viewKey).
+template <class T> ViewKey keyOf(const ImageViewT<T>& v) {
     if (v.empty()) return {};
-    return {v.data, v.width, v.height, v.stride, sampledPrint(v)};
+    return viewKey(v);
 }
 
 template <class T> struct Resident {
-    Key key;
+    ViewKey key;
     DeviceBuffer<T> buf;
 };
 
@@ -77,7 +51,7 @@ template <class T> const T* resident(DeviceContext& dc, Resident<T>& slot, const
         slot.key = {};
         return nullptr;
     }
-    const Key k = keyOf(v);
+    const ViewKey k = keyOf(v);
     const std::size_t n = static_cast<std::size_t>(v.width) * v.height;
     if (!(k == slot.key) || slot.buf.size() != n) {
         slot.key = {};
@@ -198,8 +172,8 @@ std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, co
         DeviceBuffer<float> dPix(dc, n);
         DeviceBuffer<std::uint8_t> dMask(dc, n);
         DeviceBuffer<unsigned long long> dBad(dc, 1);
-        dPix.upload(pixels.data(), n);
-        dMask.upload(mask.data(), n);
+        dc.uploadStaged(dPix.get(), pixels.data(), n * sizeof(float)); // pinned staging
+        dc.uploadStaged(dMask.get(), mask.data(), n);
         dBad.zero();
         a.px = dPix.get();
         a.mask = dMask.get();
@@ -220,9 +194,11 @@ std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, co
         calibrateKernel<<<grid, block, 0, dc.stream()>>>(a);
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
         GPUPHOT_CUDA_CHECK(cudaEventRecord(e1, dc.stream()));
+        // The host Frame is still read by the host stages (PSF stamps, outputs): downloaded through the
+        // pinned staging buffers; the device copy becomes the frame cache below.
         unsigned long long bad = 0;
-        dPix.download(pixels.data(), n);
-        dMask.download(mask.data(), n);
+        dc.downloadStaged(pixels.data(), dPix.get(), n * sizeof(float));
+        dc.downloadStaged(mask.data(), dMask.get(), n);
         dBad.download(&bad, 1);
         dc.synchronize();
         float ms = 0.0f;

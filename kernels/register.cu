@@ -2,6 +2,8 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 
+#include "core/stages/bayer.hpp"
+#include "core/stages/cosmic_rays.hpp"
 #include "core/stages/crossmatch.hpp"
 
 namespace gpuphot::cuda {
@@ -14,6 +16,10 @@ bool registerStages() {
     t.aperture = &cuda::measureApertures;
     t.crossmatch = &cuda::crossmatch;
     t.prepare = &cuda::prepareCalibrate;
+    t.cosmicRays = &cuda::detectCosmicRays;
+    t.saltPepper = &cuda::saltPepperMask;
+    t.cfaSuperPixels = &cuda::cfaSuperPixels;
+    t.createDeviceState = &cuda::createDeviceState;
     registerCudaStages(t);
     return true;
 }

@@ -78,6 +78,13 @@ QString stageTimes(const Snapshot& s) {
         total += r.seconds;
     }
     if (s.prefetched) parts << QStringLiteral("computed ahead");
+    if (s.provisional) // the first look of a re-detection: the complete result follows
+        return QStringLiteral("#%1  %2 sources  |  PROVISIONAL: new detection + apertures, PSF model and calibration "
+                              "measured with the previous run's PSF; PSF fits running...  |  %3  |  %4 ms")
+            .arg(s.generation)
+            .arg(s.result.detection.sources.size())
+            .arg(parts.join(QStringLiteral(", ")))
+            .arg(total * 1e3, 0, 'f', 0);
     if (s.psfFitsReused > 0) // star fits the worker's PSF cache supplied (identical inputs, identical result)
         parts << QStringLiteral("%1/%2 PSF fits reused").arg(s.psfFitsReused).arg(s.psfFitsReused + s.psfFitsMade);
     return QStringLiteral("#%1  %2 sources  |  %3  |  total %4 ms (%5)")
@@ -101,6 +108,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     // While idle, the worker precomputes the detection threshold one spin-box step (0.1 sigma, the
     // parameter dock's step) either way: the most common next edit then lands at once.
     m_thread->worker()->setThresholdPrefetch(0.1);
+    // A re-detection shows its sources, apertures and table first, the PSF-dependent numbers when they land.
+    m_thread->worker()->setProvisionalResults(true);
 
     m_view = new viewers::ImageView(this);
     setCentralWidget(m_view);
@@ -112,6 +121,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_readout->setMinimumWidth(420);
     m_times = new QLabel(this);
     m_backend = new QLabel(this);
+    m_calibLabel = new QLabel(this);
+    m_calibLabel->setObjectName(QStringLiteral("CalibrationLabel"));
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 100);
     m_progress->setMaximumWidth(160);
@@ -119,12 +130,23 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     statusBar()->addWidget(m_readout);
     statusBar()->addWidget(m_times, 1);
     statusBar()->addPermanentWidget(m_progress);
+    statusBar()->addPermanentWidget(m_calibLabel);
     statusBar()->addPermanentWidget(m_backend);
     updateBackendLabel();
 
     PipelineWorker* w = m_thread->worker();
     connect(w, &PipelineWorker::frameLoaded, this, [this](FramePtr f) { onFrameLoaded(std::move(f)); });
     connect(w, &PipelineWorker::resultReady, this, [this](SnapshotPtr s) { onResult(std::move(s)); });
+    connect(w, &PipelineWorker::provisionalReady, this, [this](SnapshotPtr s) { onResult(std::move(s)); });
+    connect(w, &PipelineWorker::calibrationFramesSet, this,
+            [this](const QString& bias, const QString& dark, const QString& flat, const QString& bpm) {
+                m_calibration = {bias, dark, flat, bpm};
+                saveCalibrationSettings(m_calibration);
+                m_calibLabel->setText(tr("calibration: %1").arg(m_calibration.summary()));
+                m_calibLabel->setToolTip(m_calibration.details());
+                m_log->append(LogLevel::Info, tr("calibration frames: %1").arg(m_calibration.details()));
+                emit calibrationFramesApplied();
+            });
     connect(w, &PipelineWorker::loadFailed, this, [this](const QString& m) { showError(m); });
     connect(w, &PipelineWorker::runFailed, this, [this](const QString& m, quint64) {
         m_progress->setVisible(false);
@@ -161,6 +183,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     if (!s.contains(QStringLiteral("window/geometry"))) resize(1500, 950);
     m_display->restoreSettings();
+    // The calibration frames of the last session (the worker reads them; a file gone is an error dialog).
+    const CalibrationFrames calib = loadCalibrationSettings();
+    m_calibLabel->setText(tr("calibration: %1").arg(calib.summary()));
+    m_calibLabel->setToolTip(calib.details());
+    if (!calib.empty()) setCalibrationFrames(calib);
 }
 
 MainWindow::~MainWindow() = default;
@@ -264,6 +291,7 @@ void MainWindow::buildMenus() {
             QLineEdit::Normal, QString(), &ok);
         if (ok) openReference(path, cols);
     });
+    file->addAction(tr("Calibration &frames..."), this, [this] { showCalibrationDialog(); });
     file->addAction(tr("&Follow a folder..."), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Follow the newest frame in"));
         if (!dir.isEmpty()) followFolder(dir);
@@ -451,9 +479,11 @@ void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
 
 void MainWindow::onResult(SnapshotPtr snap) {
     if (!snap || (m_snapshot && snap->generation < m_snapshot->generation)) return;
+    // A provisional result never replaces the complete one of its own request.
+    if (snap->provisional && m_snapshot && snap->generation == m_snapshot->generation) return;
     if (snap->frame != m_frame && m_frame && snap->frame && snap->frame->path != m_frame->path) return;
     m_snapshot = snap;
-    m_progress->setVisible(false);
+    if (!snap->provisional) m_progress->setVisible(false); // the PSF stage is still running otherwise
     // The run measured the prepared frame (calibrated, trimmed, 2x2-binned for a CFA frame ...): show
     // those pixels, so that the overlays and the readout refer to the image on screen.
     if (snap->frame && snap->frame != m_shownFrame) {
@@ -472,6 +502,10 @@ void MainWindow::onResult(SnapshotPtr snap) {
     m_psf->setSnapshot(snap);
     m_inspector->setSnapshot(snap);
     m_times->setText(stageTimes(*snap));
+    if (snap->provisional) { // the log, history and listeners get the complete result
+        emit provisionalShown(snap);
+        return;
+    }
     for (const std::string& w : snap->result.warnings)
         m_log->append(LogLevel::Warning, QString::fromStdString(w));
     if (!snap->result.calibrationProblem.empty())
@@ -506,6 +540,27 @@ void MainWindow::onCursor(double x, double y) {
 }
 
 QString MainWindow::cursorReadout() const { return m_readout->text(); }
+
+QString MainWindow::statusTimesText() const { return m_times->text(); }
+
+void MainWindow::setCalibrationFrames(const CalibrationFrames& frames) {
+    PipelineWorker* w = m_thread->worker();
+    // Queued on the worker's thread, so the files are read there and before the re-run requested next.
+    QMetaObject::invokeMethod(
+        w, [w, frames] { w->setCalibrationFrames(frames.bias, frames.dark, frames.flat, frames.bpm); },
+        Qt::QueuedConnection);
+    if (m_frame) m_scheduler->runNow(m_params->config());
+}
+
+CalibrationDialog* MainWindow::showCalibrationDialog() {
+    auto* dialog = new CalibrationDialog(m_calibration, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this, [this, dialog] {
+        if (dialog->frames() != m_calibration) setCalibrationFrames(dialog->frames());
+    });
+    dialog->open();
+    return dialog;
+}
 
 void MainWindow::selectSource(int index, bool centre) {
     if (!m_snapshot || index < 0 ||

@@ -6,6 +6,7 @@
 #include <QPointer>
 #include <memory>
 
+#include "ui/calibration_dialog.hpp"
 #include "ui/snapshot.hpp"
 
 class QLabel;
@@ -65,10 +66,21 @@ public:
     bool exportRegions(const QString& path);
     bool exportWcs(const QString& path);
     bool saveViewPng(const QString& path);       // the view with its overlays
+    // Master bias / dark / flat and bad-pixel mask of the frame preparation (File > Calibration frames...).
+    // Applied on the worker (which reads them; an unusable file is an error dialog and clears the choice),
+    // persisted in QSettings once the worker took them, shown in the status bar; the frame re-reduces.
+    void setCalibrationFrames(const CalibrationFrames& frames);
+    CalibrationFrames calibrationFrames() const { return m_calibration; } // as the worker took them
+    CalibrationDialog* showCalibrationDialog(); // non-modal-loop (open()); OK applies the files
+    QString statusTimesText() const;            // the status line (stage times; "provisional" while it is)
 
 signals:
     void frameShown(const QString& path);
     void snapshotShown(gpuphot::ui::SnapshotPtr snapshot); // overlays, table and panels updated
+    // A provisional result shown (PipelineWorker::setProvisionalResults): the new detection with apertures
+    // and calibration from the previous PSF model; snapshotShown follows with the complete result.
+    void provisionalShown(gpuphot::ui::SnapshotPtr snapshot);
+    void calibrationFramesApplied(); // the worker took (or refused and cleared) the calibration frames
     void errorShown(const QString& message);
 
 protected:
@@ -108,6 +120,8 @@ private:
     QLabel* m_readout = nullptr;
     QLabel* m_times = nullptr;
     QLabel* m_backend = nullptr;
+    QLabel* m_calibLabel = nullptr;
+    CalibrationFrames m_calibration; // as the worker took them
     QProgressBar* m_progress = nullptr;
     QPointer<QMessageBox> m_errorBox;
 

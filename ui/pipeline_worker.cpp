@@ -35,6 +35,37 @@ namespace {
 std::string instrumentKey(const PipelineConfig& c) {
     return nlohmann::json{{"k", c.keywords}, {"i", c.instrument}}.dump();
 }
+
+// Thrown by the worker's progress callback at the PSF stage's first report (serial code, before any
+// fit; the stage's result is assigned only when it returns) when the worker wants the new detection
+// before the PSF stage (setProvisionalResults): runPipeline unwinds with result.completed == Stage::Psf,
+// everything before the PSF stage valid, and a later runPipeline from Stage::Psf continues the run.
+struct PausedAtPsf {};
+
+// The previous PSF model applied to a new source list: the model (spatial polynomials, ePSF grid, median
+// FWHM) as it was; per source the model's FWHM, ellipticity and angle at the new positions; PSF fluxes
+// NaN (not measured yet) and no PSF-star flags (the stars belong to the old source list).
+PsfResult psfForNewSources(const PsfResult& old, const Sources& sources) {
+    PsfResult p = old;
+    const std::size_t n = sources.size();
+    const double nan = std::nan("");
+    p.fwhm.assign(n, nan);
+    p.ellipticity.assign(n, nan);
+    p.theta.assign(n, nan);
+    p.fluxPsf.assign(n, nan);
+    p.fluxPsfErr.assign(n, nan);
+    p.flags.assign(n, 0u);
+    for (PsfStar& s : p.stars) s.index = -1;
+    if (p.hasModel())
+        for (std::size_t k = 0; k < n; ++k) {
+            const double x = sources.x[k], y = sources.y[k];
+            if (!std::isfinite(x) || !std::isfinite(y)) continue;
+            p.fwhm[k] = p.fwhmAt(x, y);
+            p.ellipticity[k] = p.ellipticityAt(x, y);
+            p.theta[k] = p.thetaAt(x, y);
+        }
+    return p;
+}
 } // namespace
 
 PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
@@ -189,6 +220,14 @@ void PipelineWorker::cancel() {
 }
 
 void PipelineWorker::reportProgress(const std::string& stage, double fraction) {
+    if (m_stopAtPsf.load() && stage == "psf" && QThread::currentThread() == thread()
+#ifdef _OPENMP
+        && !omp_in_parallel() // never out of a parallel region
+#endif
+    ) {
+        m_stopAtPsf.store(false);
+        throw PausedAtPsf{};
+    }
     // Called from OpenMP threads too: at most one signal per stage change or per 50 ms.
     const auto now = std::chrono::steady_clock::now();
     {
@@ -277,6 +316,9 @@ void PipelineWorker::setCalibrationFrames(const QString& bias, const QString& da
         m_prepareInputsKey.clear();
         emit loadFailed(QString::fromStdString(e.what()));
     }
+    const CalibrationFiles& f = m_calibFiles;
+    emit calibrationFramesSet(QString::fromStdString(f.bias), QString::fromStdString(f.dark),
+                              QString::fromStdString(f.flat), QString::fromStdString(f.bpm));
 }
 
 ReferencePtr PipelineWorker::referenceFor(const FramePtr& framePtr) {
@@ -360,9 +402,29 @@ void PipelineWorker::processPending() {
             // build and to copy into every incremental run's result. The catalog is bitwise the same.
             snap->result.keepFullMaps = false;
             snap->result.psfFitCache = m_psfCache; // identical star fits of earlier runs are reused (same result)
+            // Two steps (setProvisionalResults): the run pauses where the PSF stage starts, a provisional
+            // snapshot with the new detection is measured and emitted, and the run continues from the PSF
+            // stage on the same result object (the complete result is the one an uninterrupted run gives).
+            const SnapshotPtr previous = m_last;
+            if (m_provisionalResults.load() && first <= Stage::Detection && previous && previous->frame == frame &&
+                previous->reference == reference && previous->result.completed == Stage::Done) {
+                m_stopAtPsf.store(true);
+                try {
+                    runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
+                    first = Stage::Done; // no pause (the PSF stage did not report): the run is complete
+                } catch (const PausedAtPsf&) {
+                    if (!m_ctx.records.empty() && m_ctx.records.back().stage == "psf") m_ctx.records.pop_back();
+                    first = Stage::Psf;
+                } catch (...) {
+                    m_stopAtPsf.store(false);
+                    throw;
+                }
+                m_stopAtPsf.store(false);
+                if (first == Stage::Psf) publishProvisional(*snap, *previous);
+            }
             runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
             snap->result.psfFitCache.reset(); // the snapshot goes to the UI: the cache stays the worker's
-            if (m_psfCache && first <= Stage::Psf && m_ctx.backend == Backend::Cpu) {
+            if (m_psfCache && snap->firstStage <= Stage::Psf && m_ctx.backend == Backend::Cpu) {
                 snap->psfFitsReused = m_psfCache->lastHits();
                 snap->psfFitsMade = m_psfCache->lastMisses();
             }
@@ -394,6 +456,55 @@ void PipelineWorker::processPending() {
         m_running.store(false);
         emit runFailed(QString::fromStdString(e.what()), generation);
     }
+}
+
+void PipelineWorker::publishProvisional(const Snapshot& snap, const Snapshot& previous) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto prov = std::make_shared<Snapshot>();
+    prov->generation = snap.generation;
+    prov->frame = snap.frame;
+    prov->reference = snap.reference;
+    prov->config = snap.config;
+    prov->backend = snap.backend;
+    prov->firstStage = snap.firstStage;
+    prov->provisional = true;
+    prov->timings = m_ctx.records; // the stages up to the detection
+    {
+        const PipelineResult& r = snap.result;
+        PipelineResult& p = prov->result;
+        p.background = r.background;
+        p.detection = r.detection;
+        p.warnings = r.warnings;
+        p.keepFullMaps = r.keepFullMaps;
+        p.psf = psfForNewSources(previous.result.psf, r.detection.sources);
+        p.fwhm = previous.result.fwhm;
+        p.fwhmSource = previous.result.fwhmSource;
+        p.completed = Stage::Aperture;
+    }
+    {
+        StageRecord copy;
+        copy.stage = "provisional copy";
+        copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        prov->timings.push_back(copy);
+    }
+    const std::size_t before = m_ctx.records.size();
+    runPipeline(*prov->frame, prov->config, m_ctx, prov->result, Stage::Aperture, prov->reference.get());
+    for (std::size_t k = before; k < m_ctx.records.size(); ++k) prov->timings.push_back(m_ctx.records[k]);
+    m_ctx.records.resize(before); // the complete result's timings are those of its own stages
+    CatalogSort sort;
+    {
+        std::lock_guard lock(m_mutex);
+        sort = m_catalogSort;
+    }
+    prov->catalog = prepareCatalog(*prov, sort.column, sort.descending, sort.aperture);
+    bool stale = false;
+    {
+        std::lock_guard lock(m_mutex);
+        stale = m_pending.has_value() || snap.generation != m_generation.load();
+    }
+    if (stale && !m_emitStale) return;
+    ++m_provisionalEmitted;
+    emit provisionalReady(SnapshotPtr(std::move(prov)));
 }
 
 void PipelineWorker::loadFrame(const QString& path, const QString& hdu) {

@@ -30,6 +30,10 @@ struct Snapshot {
     std::shared_ptr<const CatalogPrep> catalog;
     int psfFitsReused = -1, psfFitsMade = -1; // PSF star fits taken from the worker's cache / fitted; -1: stage not run
     bool prefetched = false; // computed ahead by the idle worker (PipelineWorker::setThresholdPrefetch)
+    // A first look while the run goes on (PipelineWorker::setProvisionalResults): this config's detection,
+    // with apertures and calibration measured using the previous result's PSF model (per-source PSF
+    // fluxes NaN); the complete result of the same generation follows and replaces it.
+    bool provisional = false;
 };
 
 using SnapshotPtr = std::shared_ptr<const Snapshot>;

@@ -1,10 +1,13 @@
 #include "core/io/cfitsio_util.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
+
+#include <zlib.h>
 
 #include "core/util/errors.hpp"
 
@@ -100,4 +103,35 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
     }
 }
 
+std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::size_t maxOut) {
+    z_stream z{};
+    if (inflateInit2(&z, 15 + 16) != Z_OK) return "zlib could not start inflating"; // gzip only, as CFITSIO
+    struct End {
+        z_stream& z;
+        ~End() { inflateEnd(&z); }
+    } end{z};
+    unsigned char scratch[16384];
+    std::size_t fed = 0;
+    for (;;) {
+        if (z.avail_in == 0 && fed < bytes) { // zlib counts input in 32 bits: feed it in slices
+            const std::size_t slice = std::min<std::size_t>(bytes - fed, 1u << 30);
+            z.next_in = const_cast<unsigned char*>(data + fed);
+            z.avail_in = static_cast<uInt>(slice);
+            fed += slice;
+        }
+        z.next_out = scratch;
+        z.avail_out = sizeof scratch;
+        const int err = inflate(&z, Z_NO_FLUSH);
+        if (z.total_out > maxOut)
+            return "its GZIP data expands beyond the tile's " + std::to_string(maxOut) + " bytes";
+        if (err == Z_STREAM_END) return {};
+        if (err == Z_BUF_ERROR && z.avail_in == 0 && fed == bytes)
+            return "its GZIP data ends before the end of the compressed stream (truncated tile)";
+        if (err != Z_OK && err != Z_BUF_ERROR)
+            return std::string("its GZIP data is corrupt (zlib: ") +
+                   (z.msg ? std::string(z.msg) : "error " + std::to_string(err)) + ")";
+    }
+}
+
 } // namespace gpuphot
+

@@ -2,6 +2,7 @@
 // Shared by the CFITSIO adapters (fits_image, fits_table): an owning handle and error text.
 #include <fitsio.h>
 
+#include <cstddef>
 #include <string>
 
 namespace gpuphot {
@@ -26,5 +27,13 @@ std::string cfitsioText(int status);
 // 70-byte column name (a fortified strcpy aborts; found by tests/fuzz/fuzz_refcat). Returns silently
 // on anything it cannot walk (gzip, a truncated file): CFITSIO reports those itself.
 void checkHeadersCfitsioCanParse(const std::string& path);
+
+// Why CFITSIO must not inflate these bytes as one GZIP_1/GZIP_2 tile (empty: it may). CFITSIO 4.2.0
+// (uncompress2mem_from_mem) grows its output buffer by 28 800 bytes for as long as zlib answers Z_OK or
+// Z_BUF_ERROR, so a gzip stream that ends before its final block never stops growing the buffer: one
+// 12 kB file ran until memory ran out (found by tests/fuzz/fuzz_fits_reader). This inflates the stream
+// with zlib into a small scratch buffer and requires it to end within `bytes` and to produce at most
+// `maxOut` bytes (a tile's pixels); bytes after the end of the stream are ignored, as CFITSIO does.
+std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::size_t maxOut);
 
 } // namespace gpuphot

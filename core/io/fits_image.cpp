@@ -17,6 +17,7 @@
 
 #include "core/io/atomic_file.hpp"
 #include "core/io/cfitsio_util.hpp"
+#include "core/io/fits_raw_read.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -96,19 +97,7 @@ const char* hduTypeName(int type) {
     return "UNKNOWN";
 }
 
-std::string readExtname(fitsfile* f) {
-    char value[FLEN_VALUE] = {};
-    int st = 0;
-    fits_read_key(f, TSTRING, "EXTNAME", value, nullptr, &st);
-    if (st) {
-        fits_clear_errmsg();
-        return {};
-    }
-    std::string s = value;
-    while (!s.empty() && s.back() == ' ')
-        s.pop_back();
-    return s;
-}
+
 
 std::vector<long long> imageAxes(fitsfile* f, int& status) {
     int naxis = 0;
@@ -295,6 +284,25 @@ Header readHeaderWithInherit(fitsfile* f, const std::string& path, int hduIndex)
     return h;
 }
 
+// The string value of `key` in the current HDU, trailing blanks trimmed; empty when it is missing.
+std::string readKeyString(fitsfile* f, const char* key) {
+    char value[FLEN_VALUE] = {};
+    int st = 0;
+    fits_read_key(f, TSTRING, key, value, nullptr, &st);
+    if (st) {
+        fits_clear_errmsg();
+        return {};
+    }
+    std::string s = value;
+    while (!s.empty() && s.back() == ' ')
+        s.pop_back();
+    return s;
+}
+
+std::string readExtname(fitsfile* f) {
+    return readKeyString(f, "EXTNAME");
+}
+
 long long readKeyLL(fitsfile* f, const char* key, long long fallback) {
     long long v = 0;
     int st = 0;
@@ -322,12 +330,13 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
         const long long heap = readKeyLL(f, "PCOUNT", 0);
         if (rowBytes < 0 || rows < 0 || heap < 0)
             throw InvalidInput(where + ": malformed tile-compressed image (bad NAXIS1/NAXIS2/PCOUNT)");
-        long long tiles = 1;
+        long long tiles = 1, tilePixels = 1;
         for (std::size_t i = 0; i < axes.size(); ++i) {
             const std::string key = "ZTILE" + std::to_string(i + 1);
             const long long t = readKeyLL(f, key.c_str(), i == 0 ? axes[0] : 1);
             if (t <= 0) throw InvalidInput(where + ": malformed tile-compressed image (" + key + " <= 0)");
             tiles *= (axes[i] + t - 1) / t;
+            tilePixels *= std::min(t, axes[i]); // axes were bounded by the caller
         }
         if (tiles != rows)
             throw InvalidInput(where + ": inconsistent tile-compressed image: its size (" +
@@ -341,6 +350,11 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
             // Every tile's descriptor (element count, heap offset) must lie inside the heap: CFITSIO
             // allocates the compressed tile's buffer from the count before reading it (a 9 kB file asked
             // for 1.9 GB; found by tests/fuzz/fuzz_fits_reader).
+            // GZIP tiles (ZCMPTYPE GZIP_1/GZIP_2, or GZIP_COMPRESSED_DATA, which holds the tiles that
+            // could not be quantized under any ZCMPTYPE) must inflate to a complete stream within the
+            // tile's pixel bytes before CFITSIO inflates them (see gzipTileProblem).
+            const bool gzipImage = readKeyString(f, "ZCMPTYPE").rfind("GZIP_", 0) == 0;
+            std::vector<unsigned char> tileBytes;
             int ncols = 0;
             fits_get_num_cols(f, &ncols, &status);
             for (int c = 1; c <= ncols && !status; ++c) {
@@ -349,6 +363,9 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
                 fits_get_coltypell(f, c, &typecode, &repeat, &width, &status);
                 if (status || typecode >= 0) continue; // fixed-size column
                 const long long elem = std::max(1LL, width);
+                const std::string name = readKeyString(f, ("TTYPE" + std::to_string(c)).c_str());
+                const bool gzipColumn = -typecode == TBYTE && (name == "GZIP_COMPRESSED_DATA" ||
+                                                               (gzipImage && name == "COMPRESSED_DATA"));
                 for (long long r = 1; r <= rows && !status; ++r) {
                     long long count = 0, offset = 0;
                     fits_read_descriptll(f, c, r, &count, &offset, &status);
@@ -358,6 +375,16 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
                         throw InvalidInput(where + ": malformed tile-compressed image (tile " +
                                            std::to_string(r) + " of column " + std::to_string(c) +
                                            " points outside the heap)");
+                    if (status || !gzipColumn || count == 0) continue;
+                    tileBytes.resize(static_cast<std::size_t>(count));
+                    int anyNull = 0;
+                    fits_read_col(f, TBYTE, c, r, 1, count, nullptr, tileBytes.data(), &anyNull, &status);
+                    if (status) break;
+                    const std::string why = gzipTileProblem(tileBytes.data(), tileBytes.size(),
+                                                            static_cast<std::size_t>(tilePixels) * 8);
+                    if (!why.empty())
+                        throw InvalidInput(where + ": malformed tile-compressed image (tile " +
+                                           std::to_string(r) + " of column " + name + ": " + why + ")");
                 }
             }
             if (status)
@@ -446,10 +473,17 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options) {
     frame.mask = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
     // Straight into the float buffer: CFITSIO converts (and applies BSCALE/BZERO) chunk by chunk. With a
     // NaN null value, BLANK pixels of integer images (and NaN/Inf of float images) come back as NaN.
+    // Uncompressed images: the raw bytes read and converted by several threads (fits_raw_read.hpp), the
+    // same floats as CFITSIO's conversion.
+    const std::optional<RawImageLayout> raw =
+        op.extendedSyntax ? std::nullopt : rawImageLayout(f, path, npix);
     float nulval = std::numeric_limits<float>::quiet_NaN();
     int anynul = 0;
-    fits_read_img(f, TFLOAT, 1, npix, &nulval, frame.pixels.data(), &anynul, &status);
-    if (status == NUM_OVERFLOW) { // -64 data beyond float range: clipped to +-FLT_MAX by CFITSIO
+    if (raw)
+        readRawImage(path, *raw, frame.pixels.data());
+    else
+        fits_read_img(f, TFLOAT, 1, npix, &nulval, frame.pixels.data(), &anynul, &status);
+    if (status == NUM_OVERFLOW) { // -64 data beyond the float range: +-Inf (masked), as the raw read
         status = 0;
         fits_clear_errmsg();
     }

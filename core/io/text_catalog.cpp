@@ -70,9 +70,9 @@ template <class T> void appendNumber(std::string& out, T v) {
     out.append(buf, r.ptr);
 }
 
-// ECSV / whitespace-delimited: quote when empty or when blanks, quotes or a leading '#' are present.
-void appendEcsvString(std::string& out, const std::string& s) {
-    const bool quote = s.empty() || s.front() == '#' || s.find_first_of(" \t\"\n\r") != std::string::npos;
+// `s` as it is, or when `quote`, in double quotes with inner quotes doubled (line breaks turned into blanks
+// when `flattenLines`).
+void appendMaybeQuoted(std::string& out, const std::string& s, bool quote, bool flattenLines) {
     if (!quote) {
         out += s;
         return;
@@ -80,25 +80,22 @@ void appendEcsvString(std::string& out, const std::string& s) {
     out += '"';
     for (char c : s) {
         if (c == '"') out += '"';
-        out += (c == '\n' || c == '\r') ? ' ' : c;
+        out += (flattenLines && (c == '\n' || c == '\r')) ? ' ' : c;
     }
     out += '"';
+}
+
+// ECSV / whitespace-delimited: quote when empty or when blanks, quotes or a leading '#' are present.
+void appendEcsvString(std::string& out, const std::string& s) {
+    const bool quote = s.empty() || s.front() == '#' || s.find_first_of(" \t\"\n\r") != std::string::npos;
+    appendMaybeQuoted(out, s, quote, true);
 }
 
 // RFC 4180.
 void appendCsvString(std::string& out, const std::string& s) {
     const bool quote = s.find_first_of(",\"\n\r") != std::string::npos ||
                        (!s.empty() && (s.front() == ' ' || s.back() == ' ' || s.front() == '#'));
-    if (!quote) {
-        out += s;
-        return;
-    }
-    out += '"';
-    for (char c : s) {
-        if (c == '"') out += '"';
-        out += c;
-    }
-    out += '"';
+    appendMaybeQuoted(out, s, quote, false);
 }
 
 void appendCell(std::string& out, const Column& c, std::size_t row, bool csv) {
@@ -116,11 +113,41 @@ void appendCell(std::string& out, const Column& c, std::size_t row, bool csv) {
         c.data);
 }
 
+// The line of column names and one line per row (ECSV: blank-separated, ECSV quoting; CSV: commas,
+// RFC 4180 quoting), then the file is renamed into place.
+void finishNamesAndRows(TextOut& out, const Table& table, bool csv) {
+    std::string& b = out.buffer();
+    const char sep = csv ? ',' : ' ';
+    for (std::size_t i = 0; i < table.columns().size(); ++i) {
+        if (i) b += sep;
+        csv ? appendCsvString(b, table.columns()[i].name) : appendEcsvString(b, table.columns()[i].name);
+    }
+    b += '\n';
+    const std::size_t rows = table.rows();
+    for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t i = 0; i < table.columns().size(); ++i) {
+            if (i) b += sep;
+            appendCell(b, table.columns()[i], r, csv);
+        }
+        b += '\n';
+        out.flushIfLarge();
+    }
+    out.finish();
+}
+
 void checkLengths(const std::string& path, const Table& table) {
     for (const Column& c : table.columns())
         if (c.size() != table.rows())
             throw InvalidInput("cannot write " + path + ": column '" + c.name + "' has " +
                                std::to_string(c.size()) + " rows, expected " + std::to_string(table.rows()));
+}
+
+// A whole decimal integer, optionally with a leading '+'.
+bool parseInteger(std::string_view s, long long& value) {
+    if (s.empty()) return false;
+    const char* b = s.data() + (s.front() == '+' ? 1 : 0);
+    const auto r = std::from_chars(b, s.data() + s.size(), value);
+    return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
 // YAML double-quoted scalar (JSON-compatible escapes).
@@ -177,9 +204,7 @@ std::string yamlValue(const std::string& fitsValue) {
     const bool isInt = v.find_first_of(".eEdD") == std::string::npos;
     if (isInt) {
         long long i = 0;
-        const char* b = v.data() + (v.front() == '+' ? 1 : 0);
-        auto r = std::from_chars(b, v.data() + v.size(), i);
-        if (r.ec == std::errc() && r.ptr == v.data() + v.size()) return std::to_string(i);
+        if (parseInteger(v, i)) return std::to_string(i);
     }
     if (std::isnan(*num)) return ".nan";
     if (std::isinf(*num)) return *num > 0 ? ".inf" : "-.inf";
@@ -386,42 +411,13 @@ void writeEcsv(const std::string& path, const Table& table) {
     list("history", history);
     if (!metaLines.empty()) b += "# meta: !!omap\n" + metaLines;
     b += "# schema: astropy-2.0\n";
-    for (std::size_t i = 0; i < table.columns().size(); ++i) {
-        if (i) b += ' ';
-        appendEcsvString(b, table.columns()[i].name);
-    }
-    b += '\n';
-    const std::size_t rows = table.rows();
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t i = 0; i < table.columns().size(); ++i) {
-            if (i) b += ' ';
-            appendCell(b, table.columns()[i], r, false);
-        }
-        b += '\n';
-        out.flushIfLarge();
-    }
-    out.finish();
+    finishNamesAndRows(out, table, false);
 }
 
 void writeCsv(const std::string& path, const Table& table) {
     checkLengths(path, table);
     TextOut out(path);
-    std::string& b = out.buffer();
-    for (std::size_t i = 0; i < table.columns().size(); ++i) {
-        if (i) b += ',';
-        appendCsvString(b, table.columns()[i].name);
-    }
-    b += '\n';
-    const std::size_t rows = table.rows();
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t i = 0; i < table.columns().size(); ++i) {
-            if (i) b += ',';
-            appendCell(b, table.columns()[i], r, true);
-        }
-        b += '\n';
-        out.flushIfLarge();
-    }
-    out.finish();
+    finishNamesAndRows(out, table, true);
 }
 
 Table readCsv(const std::string& path) {
@@ -477,21 +473,16 @@ Table readCsv(const std::string& path) {
                 allNum = allInt = false;
                 break;
             }
-            if (allInt) {
-                long long v;
-                const char* b = s.data() + (s.front() == '+' ? 1 : 0);
-                auto r = std::from_chars(b, s.data() + s.size(), v);
-                if (r.ec != std::errc() || r.ptr != s.data() + s.size()) allInt = false;
-            }
+            long long v;
+            if (allInt && !parseInteger(s, v)) allInt = false;
         }
         std::string name = names[i].empty() ? "col" + std::to_string(i + 1) : names[i];
         if (table.find(name)) name += "_" + std::to_string(i + 1);
         if (allInt) {
             std::vector<std::int64_t> v(col.size());
             for (std::size_t r = 0; r < col.size(); ++r) {
-                const char* b = col[r].data() + (col[r].front() == '+' ? 1 : 0);
                 long long x = 0;
-                std::from_chars(b, col[r].data() + col[r].size(), x);
+                parseInteger(col[r], x);
                 v[r] = x;
             }
             table.add(name, std::move(v));

@@ -57,6 +57,38 @@ std::optional<std::string> firstNonEmptyString(const Header& h, const std::vecto
     throw InvalidInput(std::string("instrument override ") + what + " = " + formatValue(v) + ": " + rule);
 }
 
+// The bound a quantity read by readBounded must keep: > 0, or >= 0 when zero is allowed.
+struct Bound {
+    const char* overrideName; // in the override's message
+    const char* headerName;   // in the header keyword's message
+    bool zeroAllowed;
+    const char* unit;
+    bool infiniteOverride; // an infinite override is accepted (header values are always finite)
+};
+
+// `value` from the override, else from the first finite keyword of `keys`, either checked against `b`;
+// `source` says "override" or names the keyword. False (nothing set) when neither is there.
+bool readBounded(const Header& h, const std::vector<std::string>& keys, const std::optional<double>& ov,
+                 const Bound& b, double& value, std::string& source) {
+    const auto inBound = [&](double v) { return b.zeroAllowed ? v >= 0 : v > 0; };
+    const std::string rule = std::string(b.zeroAllowed ? "must be >= 0 " : "must be > 0 ") + b.unit;
+    std::string which;
+    if (ov) {
+        if (!inBound(*ov) || (!b.infiniteOverride && !std::isfinite(*ov)))
+            badOverride(b.overrideName, *ov, rule.c_str());
+        value = *ov;
+        source = "override";
+        return true;
+    }
+    if (auto v = firstFinite(h, keys, which)) {
+        if (!inBound(*v)) badValue(which, *v, (b.headerName + (" " + rule)).c_str());
+        value = *v;
+        source = which;
+        return true;
+    }
+    return false;
+}
+
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil algorithm).
 long long daysFromCivil(long long y, unsigned m, unsigned d) {
     y -= m <= 2;
@@ -126,15 +158,8 @@ Instrument readInstrument(const Header& h, const InstrumentKeywords& keys, const
     std::string which;
 
     // Gain: a single keyword, else the mean of the per-amplifier gains present.
-    if (ov.gain) {
-        if (!(*ov.gain > 0) || !std::isfinite(*ov.gain)) badOverride("gain", *ov.gain, "must be > 0 e-/ADU");
-        inst.gain = *ov.gain;
-        inst.gainSource = "override";
-    } else if (auto g = firstFinite(h, keys.gain, which)) {
-        if (!(*g > 0)) badValue(which, *g, "gain must be > 0 e-/ADU");
-        inst.gain = *g;
-        inst.gainSource = which;
-    } else {
+    if (!readBounded(h, keys.gain, ov.gain, {"gain", "gain", false, "e-/ADU", false}, inst.gain,
+                     inst.gainSource)) {
         double sum = 0.0;
         std::string used;
         int n = 0;
@@ -151,38 +176,13 @@ Instrument readInstrument(const Header& h, const InstrumentKeywords& keys, const
             inst.gainSource = n == 1 ? used : "mean(" + used + ")";
         }
     }
-
-    if (ov.readNoise) {
-        if (!(*ov.readNoise >= 0) || !std::isfinite(*ov.readNoise))
-            badOverride("read noise", *ov.readNoise, "must be >= 0 e-");
-        inst.readNoise = *ov.readNoise;
-        inst.readNoiseSource = "override";
-    } else if (auto r = firstFinite(h, keys.readNoise, which)) {
-        if (*r < 0) badValue(which, *r, "read noise must be >= 0 e-");
-        inst.readNoise = *r;
-        inst.readNoiseSource = which;
-    }
-
-    if (ov.saturation) {
-        if (!(*ov.saturation > 0)) badOverride("saturation", *ov.saturation, "must be > 0 ADU");
-        inst.saturation = *ov.saturation;
-        inst.saturationSource = "override";
-    } else if (auto s = firstFinite(h, keys.saturation, which)) {
-        if (!(*s > 0)) badValue(which, *s, "saturation level must be > 0 ADU");
-        inst.saturation = *s;
-        inst.saturationSource = which;
-    }
-
-    if (ov.exptime) {
-        if (!(*ov.exptime >= 0) || !std::isfinite(*ov.exptime))
-            badOverride("exposure time", *ov.exptime, "must be >= 0 s");
-        inst.exptime = *ov.exptime;
-        inst.exptimeSource = "override";
-    } else if (auto e = firstFinite(h, keys.exptime, which)) {
-        if (*e < 0) badValue(which, *e, "exposure time must be >= 0 s");
-        inst.exptime = *e;
-        inst.exptimeSource = which;
-    }
+    readBounded(h, keys.readNoise, ov.readNoise, {"read noise", "read noise", true, "e-", false},
+                inst.readNoise, inst.readNoiseSource);
+    // An infinite saturation override means "none".
+    readBounded(h, keys.saturation, ov.saturation, {"saturation", "saturation level", false, "ADU", true},
+                inst.saturation, inst.saturationSource);
+    readBounded(h, keys.exptime, ov.exptime, {"exposure time", "exposure time", true, "s", false},
+                inst.exptime, inst.exptimeSource);
 
     if (ov.airmass) {
         if (!(*ov.airmass >= 1.0) || !std::isfinite(*ov.airmass))

@@ -19,6 +19,24 @@ double magError(double flux, double fluxErr) {
                                                                        : std::nan("");
 }
 
+void addApertureColumns(Table& t, const ApertureResult& ap, std::size_t n) {
+    if (ap.count != n) return;
+    for (std::size_t k = 0; k < ap.radii.size(); ++k) {
+        const std::string suffix = std::to_string(k + 1);
+        std::vector<double> mag(n), magErr(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            mag[i] = instrumentalMag(ap.flux[k][i]);
+            magErr[i] = magError(ap.flux[k][i], ap.fluxErr[k][i]);
+        }
+        const std::string what = "circular aperture of radius APRAD" + suffix;
+        t.add("flux_aper_" + suffix, ap.flux[k], "adu", "flux in the " + what);
+        t.add("fluxerr_aper_" + suffix, ap.fluxErr[k], "adu", "error of flux_aper_" + suffix);
+        t.add("mag_aper_" + suffix, mag, "mag",
+              "-2.5 log10(flux_aper_" + suffix + "), no aperture correction");
+        t.add("magerr_aper_" + suffix, magErr, "mag", "error of mag_aper_" + suffix);
+    }
+}
+
 namespace {
 std::vector<double> plusOne(const std::vector<double>& v) {
     std::vector<double> out(v.size());
@@ -64,19 +82,7 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
 
     const ApertureResult& ap = r.aperture;
     const bool haveAp = ap.count == n;
-    for (std::size_t k = 0; k < ap.radii.size() && haveAp; ++k) {
-        const std::string suffix = std::to_string(k + 1);
-        std::vector<double> mag(n), magErr(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            mag[i] = instrumentalMag(ap.flux[k][i]);
-            magErr[i] = magError(ap.flux[k][i], ap.fluxErr[k][i]);
-        }
-        const std::string what = "circular aperture of radius APRAD" + suffix;
-        t.add("flux_aper_" + suffix, ap.flux[k], "adu", "flux in the " + what);
-        t.add("fluxerr_aper_" + suffix, ap.fluxErr[k], "adu", "error of flux_aper_" + suffix);
-        t.add("mag_aper_" + suffix, mag, "mag", "-2.5 log10(flux_aper_" + suffix + "), no aperture correction");
-        t.add("magerr_aper_" + suffix, magErr, "mag", "error of mag_aper_" + suffix);
-    }
+    addApertureColumns(t, ap, n);
     std::vector<double> magAuto(n, nan);
     for (std::size_t i = 0; i < n && haveAp; ++i) magAuto[i] = instrumentalMag(ap.fluxAuto[i]);
     t.add("flux_auto", orNan(ap.fluxAuto, n), "adu", "flux in the Kron (AUTO) ellipse");

@@ -6,6 +6,7 @@
 
 namespace gpuphot {
 
+struct ApertureResult;
 struct Frame;
 struct PipelineConfig;
 struct PipelineResult;
@@ -18,5 +19,9 @@ Table buildCatalog(const Frame& frame, const PipelineResult& result, const Pipel
 // -2.5 log10(flux) for flux > 0, else NaN; and its error 2.5/ln10 * err/flux.
 double instrumentalMag(double flux);
 double magError(double flux, double fluxErr);
+
+// Appends flux_aper_K, fluxerr_aper_K, mag_aper_K, magerr_aper_K (K = 1..radii) for an aperture result
+// of n rows; nothing when `ap` did not measure n sources.
+void addApertureColumns(Table& t, const ApertureResult& ap, std::size_t n);
 
 } // namespace gpuphot

@@ -1,6 +1,8 @@
 // Backend dispatch of the stage functions (see cuda_stages.hpp).
 #include "core/pipeline/cuda_stages.hpp"
 
+#include <future>
+
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture.hpp"
 #include "core/stages/background.hpp"
@@ -25,9 +27,19 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.aperture) dst.aperture = t.aperture;
     if (t.crossmatch) dst.crossmatch = t.crossmatch;
     if (t.prepare) dst.prepare = t.prepare;
+    if (t.cosmicRays) dst.cosmicRays = t.cosmicRays;
+    if (t.saltPepper) dst.saltPepper = t.saltPepper;
+    if (t.cfaSuperPixels) dst.cfaSuperPixels = t.cfaSuperPixels;
 }
 
 const CudaStageTable& cudaStages() { return table(); }
+
+void startDeviceWarmUp(RunContext& ctx) {
+    const auto create = table().createDeviceState;
+    if (ctx.backend != Backend::Cuda || !create || ctx.deviceState || ctx.deviceStateWarmUp.valid()) return;
+    const std::size_t limit = ctx.gpuMemLimit;
+    ctx.deviceStateWarmUp = std::async(std::launch::async, [create, limit] { return create(limit); }).share();
+}
 
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                     RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {

@@ -27,6 +27,13 @@ struct ApertureParams;
 struct ApertureResult;
 struct CrossmatchParams;
 struct CrossmatchResult;
+struct Instrument;
+struct CosmicRayParams;
+struct CosmicRayResult;
+struct SaltPepperParams;
+struct SaltPepperResult;
+struct CfaLayout;
+enum class CfaOutput;
 
 // The per-pixel calibration of prepareFrame (core/stages/prepare.cpp, step 4-5), views already aligned
 // with the (trimmed) frame; empty views are not applied. Every output pixel is
@@ -60,10 +67,27 @@ struct CudaStageTable {
     // set MaskBad. The CPU version is the loop in prepareFrame.
     std::size_t (*prepare)(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
                            RunContext& ctx) = nullptr;
+    // Frame preparation steps 6-8 (issue 9), each with the signature of its CPU function, which
+    // dispatches to the entry after checking its inputs: L.A.Cosmic and the salt-and-pepper prefilter
+    // (core/stages/cosmic_rays.cpp) and the CFA super-pixel image (core/stages/bayer.cpp).
+    CosmicRayResult (*cosmicRays)(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
+                                  const CosmicRayParams& params, RunContext& ctx) = nullptr;
+    SaltPepperResult (*saltPepper)(const ImageView& pixels, const MaskView& mask,
+                                   const SaltPepperParams& params, RunContext& ctx) = nullptr;
+    Image<float> (*cfaSuperPixels)(const ImageView& pixels, const CfaLayout& layout, CfaOutput output,
+                                   bool luminanceMean, RunContext& ctx) = nullptr;
+    // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's).
+    std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit) = nullptr;
 };
 
 // Called once by the kernels library (static initialisation); later calls replace entries that are set.
 void registerCudaStages(const CudaStageTable& table);
+
+// With the CUDA backend, starts creating ctx's device state (CUDA context, stream, memory pool: ~0.3 s)
+// on another thread, so that it overlaps the read of the first frame; the first stage that needs the
+// device waits for it and rethrows its error. No-op for the CPU backend, without the kernels, or when the
+// state exists. Call before the context is shared with other threads.
+void startDeviceWarmUp(RunContext& ctx);
 const CudaStageTable& cudaStages();
 
 } // namespace gpuphot

@@ -282,19 +282,7 @@ Table buildTargetTable(const Frame& frame, const PipelineResult& r, const Target
     t.add("x", x, "pix", "position on the frame (FITS 1-based) through the WCS");
     t.add("y", y, "pix", "position on the frame (FITS 1-based) through the WCS");
     const bool haveAp = ap.count == n;
-    for (std::size_t k = 0; k < ap.radii.size() && haveAp; ++k) {
-        const std::string suffix = std::to_string(k + 1);
-        std::vector<double> mag(n), magErr(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            mag[i] = instrumentalMag(ap.flux[k][i]);
-            magErr[i] = magError(ap.flux[k][i], ap.fluxErr[k][i]);
-        }
-        const std::string what = "circular aperture of radius APRAD" + suffix;
-        t.add("flux_aper_" + suffix, ap.flux[k], "adu", "flux in the " + what);
-        t.add("fluxerr_aper_" + suffix, ap.fluxErr[k], "adu", "error of flux_aper_" + suffix);
-        t.add("mag_aper_" + suffix, mag, "mag", "-2.5 log10(flux_aper_" + suffix + "), no aperture correction");
-        t.add("magerr_aper_" + suffix, magErr, "mag", "error of mag_aper_" + suffix);
-    }
+    addApertureColumns(t, ap, n);
     const ZeroPointResult& zp = r.zeropoint;
     std::vector<double> magCal(n, nan), magErrCal(n, nan);
     std::vector<std::int16_t> aperCal(n, -1);

@@ -72,9 +72,11 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
     if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
-    // Lean maps (CPU backend): the background stage keeps the mesh grid only and the stages evaluate the
-    // maps on demand, bit for bit the full maps' pixels; the full maps are built where a stage needs them.
-    const bool lean = ctx.backend == Backend::Cpu && !r.keepFullMaps;
+    // Lean maps (both backends): the background stage keeps the mesh grid only and the host stages
+    // evaluate the maps on demand, bit for bit the full maps' pixels; the CUDA backend keeps the full maps
+    // on the device for its detection and aperture kernels (kernels/device_maps.hpp) instead of
+    // downloading them. The full maps are built where a stage or an output needs them.
+    const bool lean = !r.keepFullMaps;
     BackgroundParams bkgParams = config.background;
     if (lean) bkgParams.fullMaps = false;
     auto estimate = [&](const ImageViewT<std::int32_t>* objects) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ public:
     // opaque to core; created by the backend on first use and kept for the context's lifetime, so a
     // long-lived context (the workbench's worker, `gpuphot worker`) reuses its warm pool.
     std::shared_ptr<void> deviceState;
+    // A device state being created on another thread (startDeviceWarmUp, core/pipeline/cuda_stages.hpp):
+    // the CUDA context and pool come up while the first frame is read; the backend adopts it on first use.
+    std::shared_future<std::shared_ptr<void>> deviceStateWarmUp;
     std::size_t gpuMemLimit = 0; // bytes the CUDA backend may use; 0: what the device has free
     // Set by the CUDA backend: fills deviceHighWater / deviceFree of each stage's record.
     std::function<void(StageRecord&)> deviceCheckpoint;

@@ -542,6 +542,27 @@ void addSimKeywords(Header& h, const SimParams& p, const TanSip& truth) {
     if (p.flatPixelSigma > 0) h.set("SIMPRNU", p.flatPixelSigma, "pixel-to-pixel response RMS");
 }
 
+// The directory the simulation's files go to (created when missing; "" is the current directory).
+std::filesystem::path outputDirectory(const std::string& dir) {
+    namespace fs = std::filesystem;
+    const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    if (ec) throw IoError(base.string() + ": cannot create the output directory: " + ec.message());
+    return base;
+}
+
+// A float map of one per-pixel detector quantity, value(det, x, y), for the effective parameters.
+template <class Value> Image<float> detectorMap(const SimParams& pIn, const Value& value) {
+    const SimParams p = effectiveParams(pIn);
+    const Detector det(p);
+    Image<float> m(p.width, p.height, Image<float>::NoInit{});
+#pragma omp parallel for schedule(static)
+    for (int y = 0; y < p.height; ++y)
+        for (int x = 0; x < p.width; ++x) m(x, y) = static_cast<float>(value(det, x, y));
+    return m;
+}
+
 } // namespace
 
 SimResult simulateField(const SimParams& pIn, RunContext* ctxIn) {
@@ -714,11 +735,7 @@ void writeSimulation(const SimResult& result, const std::string& dir, const std:
     else throw InvalidInput("simulate: bitpix must be 16 or -32, not " + std::to_string(bitpix));
     if (name.empty() || name.find('/') != std::string::npos)
         throw InvalidInput("simulate: output name '" + name + "' must be a plain file stem");
-    namespace fs = std::filesystem;
-    const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
-    std::error_code ec;
-    fs::create_directories(base, ec);
-    if (ec) throw IoError(base.string() + ": cannot create the output directory: " + ec.message());
+    const std::filesystem::path base = outputDirectory(dir);
     writeFitsImage((base / (name + ".fits")).string(), result.image.view(), result.header, bp);
     writeFitsTable((base / (name + ".truth.fits")).string(), result.truth);
     writeFitsTable((base / (name + ".ref.fits")).string(), result.reference);
@@ -740,23 +757,12 @@ void writeSimulation(const SimResult& result, const std::string& dir, const std:
 }
 
 Image<float> simFlatMap(const SimParams& pIn) {
-    const SimParams p = effectiveParams(pIn);
-    const Detector det(p);
-    Image<float> m(p.width, p.height, Image<float>::NoInit{});
-#pragma omp parallel for schedule(static)
-    for (int y = 0; y < p.height; ++y)
-        for (int x = 0; x < p.width; ++x) m(x, y) = static_cast<float>(det.hasFlat ? det.flat(x, y) : 1.0);
-    return m;
+    return detectorMap(pIn,
+                       [](const Detector& det, int x, int y) { return det.hasFlat ? det.flat(x, y) : 1.0; });
 }
 
 Image<float> simBiasMap(const SimParams& pIn) {
-    const SimParams p = effectiveParams(pIn);
-    const Detector det(p);
-    Image<float> m(p.width, p.height, Image<float>::NoInit{});
-#pragma omp parallel for schedule(static)
-    for (int y = 0; y < p.height; ++y)
-        for (int x = 0; x < p.width; ++x) m(x, y) = static_cast<float>(det.bias(x, y));
-    return m;
+    return detectorMap(pIn, [](const Detector& det, int x, int y) { return det.bias(x, y); });
 }
 
 Image<float> simDarkMap(const SimParams& pIn) {
@@ -786,11 +792,7 @@ SimParams calibrationFrameParams(const SimParams& light, const std::string& type
 std::vector<std::string> writeCalibrationFrames(const SimParams& light, const std::string& dir,
                                                 const std::string& name, int count, int bitpix, RunContext* ctx) {
     if (count < 1 || count > 999) throw InvalidInput("simulate: calibration frame count must be in [1, 999]");
-    namespace fs = std::filesystem;
-    const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
-    std::error_code ec;
-    fs::create_directories(base, ec);
-    if (ec) throw IoError(base.string() + ": cannot create the output directory: " + ec.message());
+    const std::filesystem::path base = outputDirectory(dir);
     const int bp = bitpix == 16 ? kBitpixUInt16 : bitpix;
     std::vector<std::string> out;
     for (const char* type : {"bias", "dark", "flat"})

@@ -8,6 +8,7 @@
 
 #include "core/model/frame.hpp"
 #include "core/model/header.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
@@ -123,6 +124,9 @@ Image<float> cfaSuperPixels(const ImageView& pixels, const CfaLayout& layout, Cf
     if (pixels.width < 2 || pixels.height < 2)
         throw InvalidInput("colour-filter array: image " + std::to_string(pixels.width) + " x " +
                            std::to_string(pixels.height) + " is smaller than one 2x2 cell");
+    // CUDA backend: kernels/bayer.cu, bitwise equal.
+    if (ctx.backend == Backend::Cuda && cudaStages().cfaSuperPixels)
+        return cudaStages().cfaSuperPixels(pixels, layout, output, luminanceMean, ctx);
     const int w = pixels.width / 2, h = pixels.height / 2;
     const auto use = cellPixels(layout, output, pixels.height);
     Image<float> out(w, h, Image<float>::NoInit{});

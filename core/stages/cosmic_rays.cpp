@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/model/instrument.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
 
@@ -243,6 +244,9 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
         !(res.satlevel > 0))
         throw InvalidInput("cosmic rays: unusable gain " + std::to_string(res.gain) + ", read noise " +
                            std::to_string(res.readnoise) + " or saturation " + std::to_string(res.satlevel));
+    // CUDA backend: the same steps on the device (kernels/cosmic_rays.cu), bitwise equal.
+    if (ctx.backend == Backend::Cuda && cudaStages().cosmicRays)
+        return cudaStages().cosmicRays(pixels, mask, instrument, p, ctx);
 
     const int w = pixels.width, h = pixels.height, threads = ctx.threadCount();
     const std::size_t npix = pixels.pixelCount();
@@ -404,6 +408,8 @@ SaltPepperResult saltPepperMask(const ImageView& pixels, const MaskView& mask, c
                            " (expected 3 or 5)");
     if (!(p.highSigma > 0) || !(p.lowSigma > 0))
         throw InvalidInput("salt-and-pepper filter: highSigma and lowSigma must be > 0");
+    if (ctx.backend == Backend::Cuda && cudaStages().saltPepper) // kernels/cosmic_rays.cu, bitwise equal
+        return cudaStages().saltPepper(pixels, mask, p, ctx);
     const int w = pixels.width, h = pixels.height;
     auto valid = [&](int x, int y) {
         return std::isfinite(pixels(x, y)) && (mask.empty() || !(mask(x, y) & kBadBits));

@@ -210,6 +210,18 @@ inline void rowRuns(int y, int w, const float* d, const float* r, const std::uin
     }
 }
 
+// The runs of all row blocks, block after block (raster order when each block is).
+std::vector<Run> concatenated(const std::vector<std::vector<Run>>& blocks) {
+    std::size_t total = 0;
+    for (const auto& b : blocks)
+        total += b.size();
+    std::vector<Run> runs;
+    runs.reserve(total);
+    for (const auto& b : blocks)
+        runs.insert(runs.end(), b.begin(), b.end());
+    return runs;
+}
+
 // Runs of above-threshold pixels in raster order; rows are scanned in parallel in fixed blocks.
 std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
     constexpr int kBlock = 64;
@@ -230,14 +242,7 @@ std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
             }
         }
     }
-    std::size_t total = 0;
-    for (const auto& b : blocks)
-        total += b.size();
-    std::vector<Run> runs;
-    runs.reserve(total);
-    for (const auto& b : blocks)
-        runs.insert(runs.end(), b.begin(), b.end());
-    return runs;
+    return concatenated(blocks);
 }
 
 // Background subtraction, pixel states, the separable matched filter and thresholding in one pass
@@ -336,20 +341,27 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
             }
         }
     }
-    std::size_t total = 0;
-    for (const auto& b : blocks)
-        total += b.size();
-    std::vector<Run> runs;
-    runs.reserve(total);
-    for (const auto& b : blocks)
-        runs.insert(runs.end(), b.begin(), b.end());
-    return runs;
+    return concatenated(blocks);
 }
 
 struct Object {
     std::vector<Run> runs;
     std::uint32_t flags = 0; // FlagBlended, FlagDeblendOverflow
 };
+
+// body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot).
+template <class Body> void parallelEach(std::size_t n, int threads, int chunk, const Body& body) {
+    const auto count = static_cast<std::int64_t>(n);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+    for (std::int64_t i = 0; i < count; ++i)
+        body(i);
+}
+
+// Progress between the steps, and the cancel check that goes with it.
+void stepDone(const RunContext& ctx, double fraction) {
+    ctx.report("detection", fraction);
+    ctx.checkCancelled();
+}
 
 } // namespace
 
@@ -395,8 +407,7 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
     if (kernel2d) runs = thresholdRuns(im, threads);
-    ctx.report("detection", 0.2);
-    ctx.checkCancelled();
+    stepDone(ctx, 0.2);
 
     // 2. The per-object half is shared with the CUDA backend.
     return detail::detectFromRuns(std::move(runs), im, p, ctx);
@@ -431,17 +442,14 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
         if (rootIndex[label[r]] >= 0) roots[rootIndex[label[r]]].push_back(runs[r]);
     runs = {};
     result.nBeforeDeblend = roots.size();
-    ctx.report("detection", 0.35);
-    ctx.checkCancelled();
+    stepDone(ctx, 0.35);
 
     // 3. Deblending, per region in parallel; children collected in region order.
-    const auto nRoots = static_cast<std::int64_t>(roots.size());
     std::vector<detail::DeblendOutput> deblended(roots.size());
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (std::int64_t i = 0; i < nRoots; ++i)
-        detail::deblendObject(roots[i], im, p, deblended[i]);
+    parallelEach(roots.size(), threads, 16,
+                 [&](std::int64_t i) { detail::deblendObject(roots[i], im, p, deblended[i]); });
     std::vector<Object> objects;
-    for (std::int64_t i = 0; i < nRoots; ++i) {
+    for (std::size_t i = 0; i < deblended.size(); ++i) {
         auto& d = deblended[i];
         std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
         for (auto& c : d.children)
@@ -451,15 +459,13 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
     roots = {};
     deblended = {};
     result.nDeblended = objects.size();
-    ctx.report("detection", 0.6);
-    ctx.checkCancelled();
+    stepDone(ctx, 0.6);
 
     // 4. Isophotal measurements, cleaning.
     const auto nObj = static_cast<std::int64_t>(objects.size());
     std::vector<detail::IsoMeasure> iso(objects.size());
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (std::int64_t i = 0; i < nObj; ++i)
-        iso[i] = detail::measureIsophotal(objects[i].runs, im, p);
+    parallelEach(objects.size(), threads, 64,
+                 [&](std::int64_t i) { iso[i] = detail::measureIsophotal(objects[i].runs, im, p); });
     if (p.clean) {
         std::vector<const std::vector<Run>*> footprints(objects.size());
         for (std::size_t i = 0; i < objects.size(); ++i)
@@ -503,8 +509,7 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
         iso.swap(keptIso);
     }
     if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
-    ctx.report("detection", 0.75);
-    ctx.checkCancelled();
+    stepDone(ctx, 0.75);
 
     // 5. Final order: first pixel in raster order.
     std::vector<std::int32_t> order(objects.size());

@@ -6,6 +6,7 @@
 #include <wcslib/wcserr.h>
 #include <wcslib/wcsfix.h>
 #include <wcslib/wcshdr.h>
+#include <wcslib/wcsunits.h>
 #include <wcslib/wcsutil.h>
 
 #include <algorithm>
@@ -98,6 +99,101 @@ bool isNumericWcsKey(const std::string& key) {
     return std::regex_match(key, re);
 }
 
+// Keywords that define a celestial WCS (with an optional alternate letter): a damaged one makes the
+// header WCS broken; any other damaged card is merely left out of what WCSLIB sees.
+bool isCelestialWcsKey(const std::string& key) {
+    static const std::regex re(
+        R"(^((WCSAXES|CTYPE|CUNIT|CRPIX|CRVAL|CDELT|CROTA)[0-9]{0,2}[A-Z]?|)"
+        R"((CD|PC|PV|PS)[0-9]{1,2}_[0-9]{1,2}[A-Z]?|(A|B|AP|BP)_([0-9]_[0-9]|ORDER|DMAX)|)"
+        R"((LONPOLE|LATPOLE|EQUINOX|RADESYS)[A-Z]?|RADECSYS|EPOCH|)"
+        R"((CPDIS|CQDIS)[0-9]{1,2}|(DP|DQ)[0-9]{1,2})$)");
+    return std::regex_match(key, re);
+}
+
+// Why a value text cannot be handed to WCSLIB as one card (empty: it can). A string must close within
+// its card with every inner quote doubled and nothing after it; WCSLIB 7.12's scanner otherwise reads
+// on into the next cards and its fortified strcpy aborts the process on the over-long string (found by
+// tests/fuzz/fuzz_header_wcs: an unterminated CUNIT1 string).
+std::string malformedValue(const std::string& value) {
+    constexpr std::size_t kMaxValue = 70; // columns 11-80 of a card
+    if (value.size() > kMaxValue)
+        return "a value of " + std::to_string(value.size()) + " characters, more than a card holds";
+    for (char ch : value)
+        if (static_cast<unsigned char>(ch) < 32 || static_cast<unsigned char>(ch) > 126)
+            return "a non-printable character in the value";
+    if (value.find('\'') == std::string::npos) return {};
+    if (value.front() != '\'') return "a quote inside a value that is not a string";
+    std::size_t i = 1;
+    for (;; ++i) {
+        if (i >= value.size()) return "an unterminated string";
+        if (value[i] != '\'') continue;
+        if (i + 1 < value.size() && value[i + 1] == '\'') {
+            ++i; // a doubled quote inside the string
+            continue;
+        }
+        break;
+    }
+    if (value.find_first_not_of(' ', i + 1) != std::string::npos) return "text after the closing quote";
+    return {};
+}
+
+std::string printableExcerpt(const std::string& text, std::size_t max) {
+    std::string out = text.substr(0, max);
+    for (char& ch : out)
+        if (static_cast<unsigned char>(ch) < 32 || static_cast<unsigned char>(ch) > 126) ch = '?';
+    return out + (text.size() > max ? "..." : "");
+}
+
+// The header as WCSLIB's wcspih gets it: only value cards of plain 1-8 character keywords, each
+// re-formatted by us without its comment, so that every card is well formed and nothing spans two
+// cards. Commentary, HIERARCH and CONTINUE cards carry no WCS and are left out. Returns the reason when a
+// celestial WCS keyword itself is damaged (then the header WCS is broken), else empty.
+std::string wcslibHeaderText(const Header& header, std::string& text) {
+    text.clear();
+    text.reserve(header.size() * 80);
+    for (const auto& card : header.cards()) {
+        if (card.value.empty() || card.key.empty() || card.key.size() > 8) continue;
+        if (card.key.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+            continue;
+        if (const std::string why = malformedValue(card.value); !why.empty()) {
+            if (isCelestialWcsKey(card.key))
+                return "header WCS keyword " + card.key + " is damaged (" + why +
+                       "): " + printableExcerpt(card.value, 40);
+            continue;
+        }
+        // WCSLIB 7.12's wcspih sizes its arrays from NAXIS / WCSAXES (NAXIS = 950970851 asked for 7.6 GB;
+        // found by tests/fuzz/fuzz_header_wcs): a WCS has at most 99 axes.
+        if (card.key == "NAXIS" || card.key.rfind("WCSAXES", 0) == 0) {
+            const auto n = parseFitsNumber(card.value);
+            if (!n || !(*n >= 0 && *n <= 99)) // not a number: wcspih might still read its leading digits
+                return "header keyword " + card.key + " = " + printableExcerpt(card.value, 40) +
+                       " is out of range for a WCS (at most 99 axes)";
+        }
+        text += Header::formatCard({card.key, card.value, {}});
+    }
+    return {};
+}
+
+// Why a CUNITn of a celestial axis of `w` would make wcsset fail (empty: none would). WCSLIB 7.12's
+// wcsset frees the unit parser's error object without its message when a celestial axis's unit is not
+// an angle (a leak on every such header; found by tests/fuzz/fuzz_header_wcs: CUNIT1 = 'deg    0').
+// The same check here, with the error object cleared properly, refuses those headers before wcsset.
+std::string unusableCelestialUnit(const wcsprm* w) {
+    for (int k = 0; k < w->naxis; ++k) {
+        const std::string unit = trimmed(w->cunit[k], 72);
+        if (unit.empty() || !looksCelestial(trimmed(w->ctype[k], 72))) continue;
+        wcserr* err = nullptr;
+        double scale = 0, offset = 0, power = 0;
+        const int status = wcsunitse(unit.c_str(), "deg", &scale, &offset, &power, &err);
+        const std::string why = err && err->msg ? err->msg : "not an angle";
+        wcserr_clear(&err);
+        if (status != 0)
+            return "CUNIT" + std::to_string(k + 1) + " = '" + printableExcerpt(unit, 40) +
+                   "' is not an angle unit: " + why;
+    }
+    return {};
+}
+
 enum class ParseOutcome { Ok, NoWcs, Broken };
 
 struct ParseResult {
@@ -120,7 +216,8 @@ ParseResult parseHeader(const Header& header) {
             return broken("header WCS keyword " + card.key + " = " + card.value + " is not finite");
     }
 
-    std::string text = header.toFitsString();
+    std::string text;
+    if (std::string damaged = wcslibHeaderText(header, text); !damaged.empty()) return broken(damaged);
     const int nkeyrec = static_cast<int>(text.size() / 80);
     int nreject = 0, nwcs = 0;
     wcsprm* all = nullptr;
@@ -188,6 +285,8 @@ ParseResult parseHeader(const Header& header) {
         wcserr_clear(&w->err);
         spcfix(w);
         wcserr_clear(&w->err);
+        if (std::string bad = unusableCelestialUnit(w); !bad.empty())
+            return broken("header " + altName + ": " + bad);
         const int status = wcsset(w);
         if (status != 0) {
             if (celestialCtype || w->lng >= 0 || w->lat >= 0)
@@ -272,14 +371,16 @@ struct Wcs::Impl {
     bool jacobian(double x, double y, double j[2][2], double* raC = nullptr, double* decC = nullptr) const;
 };
 
-void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra, double* dec) const {
-    wcsprm* w = wcs.get();
-    const int lng = w->lng, lat = w->lat;
+namespace {
+
+// The work arrays of one wcsp2s/wcss2p call over m points (two coordinates each). valid[k] = 0 marks an
+// input the caller replaced by the reference point; stat[k] != 0 a point WCSLIB could not transform.
+struct TransformChunk {
     std::vector<double> pix, img, phi, theta, world;
     std::vector<int> stat;
     std::vector<char> valid;
-    for (std::size_t start = 0; start < n; start += kChunk) {
-        const std::size_t m = std::min(kChunk, n - start);
+
+    void reset(std::size_t m) {
         pix.resize(2 * m);
         img.resize(2 * m);
         world.resize(2 * m);
@@ -287,31 +388,46 @@ void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra,
         theta.resize(m);
         stat.assign(m, 0);
         valid.assign(m, 1);
+    }
+
+    // call(k, count) transforms points k..k+count-1 and returns WCSLIB's status. A whole-call failure
+    // other than `badPointStatus` (e.g. a distortion that does not converge) is retried point by point.
+    template <class Call> void transform(std::size_t m, int badPointStatus, Call call) {
+        const int status = call(0, static_cast<int>(m));
+        if (status == 0 || status == badPointStatus) return;
+        for (std::size_t k = 0; k < m; ++k)
+            if (call(k, 1) != 0) stat[k] = 1;
+    }
+};
+
+} // namespace
+
+void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra, double* dec) const {
+    wcsprm* w = wcs.get();
+    const int lng = w->lng, lat = w->lat;
+    TransformChunk c;
+    for (std::size_t start = 0; start < n; start += kChunk) {
+        const std::size_t m = std::min(kChunk, n - start);
+        c.reset(m);
         for (std::size_t k = 0; k < m; ++k) {
             const double px = x[start + k], py = y[start + k];
             if (!std::isfinite(px) || !std::isfinite(py)) {
-                valid[k] = 0;
-                pix[2 * k] = w->crpix[0];
-                pix[2 * k + 1] = w->crpix[1];
+                c.valid[k] = 0;
+                c.pix[2 * k] = w->crpix[0];
+                c.pix[2 * k + 1] = w->crpix[1];
             } else {
-                pix[2 * k] = px + 1.0; // WCSLIB pixel coordinates are 1-based
-                pix[2 * k + 1] = py + 1.0;
+                c.pix[2 * k] = px + 1.0; // WCSLIB pixel coordinates are 1-based
+                c.pix[2 * k + 1] = py + 1.0;
             }
         }
-        int status = wcsp2s(w, static_cast<int>(m), 2, pix.data(), img.data(), phi.data(), theta.data(),
-                            world.data(), stat.data());
-        if (status != 0 && status != WCSERR_BAD_PIX) {
-            // A whole-call failure (e.g. a distortion that does not converge): retry point by point.
-            for (std::size_t k = 0; k < m; ++k) {
-                const int s =
-                    wcsp2s(w, 1, 2, &pix[2 * k], &img[2 * k], &phi[k], &theta[k], &world[2 * k], &stat[k]);
-                if (s != 0) stat[k] = 1;
-            }
-        }
+        c.transform(m, WCSERR_BAD_PIX, [&](std::size_t k, int count) {
+            return wcsp2s(w, count, 2, &c.pix[2 * k], &c.img[2 * k], &c.phi[k], &c.theta[k], &c.world[2 * k],
+                          &c.stat[k]);
+        });
         for (std::size_t k = 0; k < m; ++k) {
-            const bool ok = valid[k] && stat[k] == 0;
-            ra[start + k] = ok ? wrapRa(world[2 * k + lng]) : kNaN;
-            dec[start + k] = ok ? world[2 * k + lat] : kNaN;
+            const bool ok = c.valid[k] && c.stat[k] == 0;
+            ra[start + k] = ok ? wrapRa(c.world[2 * k + lng]) : kNaN;
+            dec[start + k] = ok ? c.world[2 * k + lat] : kNaN;
         }
     }
 }
@@ -319,43 +435,30 @@ void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra,
 void Wcs::Impl::s2p(std::size_t n, const double* ra, const double* dec, double* x, double* y) const {
     wcsprm* w = wcs.get();
     const int lng = w->lng, lat = w->lat;
-    std::vector<double> pix, img, phi, theta, world;
-    std::vector<int> stat;
-    std::vector<char> valid;
+    TransformChunk c;
     for (std::size_t start = 0; start < n; start += kChunk) {
         const std::size_t m = std::min(kChunk, n - start);
-        pix.resize(2 * m);
-        img.resize(2 * m);
-        world.resize(2 * m);
-        phi.resize(m);
-        theta.resize(m);
-        stat.assign(m, 0);
-        valid.assign(m, 1);
+        c.reset(m);
         for (std::size_t k = 0; k < m; ++k) {
             const double a = ra[start + k], d = dec[start + k];
             if (!std::isfinite(a) || !std::isfinite(d) || std::fabs(d) > 90.0) {
-                valid[k] = 0;
-                world[2 * k + lng] = w->crval[lng];
-                world[2 * k + lat] = w->crval[lat];
+                c.valid[k] = 0;
+                c.world[2 * k + lng] = w->crval[lng];
+                c.world[2 * k + lat] = w->crval[lat];
             } else {
-                world[2 * k + lng] = a;
-                world[2 * k + lat] = d;
+                c.world[2 * k + lng] = a;
+                c.world[2 * k + lat] = d;
             }
         }
-        int status = wcss2p(w, static_cast<int>(m), 2, world.data(), phi.data(), theta.data(), img.data(),
-                            pix.data(), stat.data());
-        if (status != 0 && status != WCSERR_BAD_WORLD) {
-            for (std::size_t k = 0; k < m; ++k) {
-                const int s =
-                    wcss2p(w, 1, 2, &world[2 * k], &phi[k], &theta[k], &img[2 * k], &pix[2 * k], &stat[k]);
-                if (s != 0) stat[k] = 1;
-            }
-        }
+        c.transform(m, WCSERR_BAD_WORLD, [&](std::size_t k, int count) {
+            return wcss2p(w, count, 2, &c.world[2 * k], &c.phi[k], &c.theta[k], &c.img[2 * k], &c.pix[2 * k],
+                          &c.stat[k]);
+        });
         for (std::size_t k = 0; k < m; ++k) {
-            const bool ok =
-                valid[k] && stat[k] == 0 && std::isfinite(pix[2 * k]) && std::isfinite(pix[2 * k + 1]);
-            x[start + k] = ok ? pix[2 * k] - 1.0 : kNaN;
-            y[start + k] = ok ? pix[2 * k + 1] - 1.0 : kNaN;
+            const bool ok = c.valid[k] && c.stat[k] == 0 && std::isfinite(c.pix[2 * k]) &&
+                            std::isfinite(c.pix[2 * k + 1]);
+            x[start + k] = ok ? c.pix[2 * k] - 1.0 : kNaN;
+            y[start + k] = ok ? c.pix[2 * k + 1] - 1.0 : kNaN;
         }
     }
 }

@@ -18,6 +18,7 @@
 #include "core/stages/astrometry_internal.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
+#include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
 
@@ -383,15 +384,7 @@ BigField makeBigField(int nStars, std::uint64_t seed) {
     BigField f;
     const int size = 4096;
     TanSip& t = f.truth;
-    t.crpix[0] = t.crpix[1] = 0.5 * (size + 1);
-    t.crval[0] = 210.0;
-    t.crval[1] = 54.0;
-    const double s = 0.8 / 3600.0, a = 0.4;
-    t.cd[0][0] = -s * std::cos(a);
-    t.cd[0][1] = s * std::sin(a);
-    t.cd[1][0] = s * std::sin(a);
-    t.cd[1][1] = s * std::cos(a);
-    t.setSipOrder(3);
+    t = test::rotatedTanSip(0.5 * (size + 1), 0.5 * (size + 1), 210.0, 54.0, 0.8, 0.4, 3);
     t.coeffA(2, 0) = 3e-7;
     t.coeffA(0, 2) = -2e-7;
     t.coeffB(1, 1) = 2.5e-7;
@@ -446,12 +439,7 @@ TEST(Astrometry, RefineIsBitwiseTheSameWithOneAndTwoThreads) {
     TanSip off = f.truth; // header: 3 px and 0.05 deg off, no SIP
     off.setSipOrder(0);
     off.crpix[0] += 3.0;
-    const double r = 0.05 * M_PI / 180.0;
-    for (int k = 0; k < 2; ++k) {
-        const double a = off.cd[k][0], b = off.cd[k][1];
-        off.cd[k][0] = a * std::cos(r) - b * std::sin(r);
-        off.cd[k][1] = a * std::sin(r) + b * std::cos(r);
-    }
+    test::rotateCd(off, 0.05 * M_PI / 180.0);
     const Wcs header = Wcs::fromTanSip(off);
     AstrometryParams p;
     p.blind = 0;
@@ -470,13 +458,7 @@ TEST(Astrometry, RefineIsBitwiseTheSameWithOneAndTwoThreads) {
     EXPECT_LT(truthPx, 0.02);
     EXPECT_GT(a.nMatched, static_cast<int>(astrom::kFinalFitCap)); // every detection was matched in the end
     EXPECT_GT(a.nUsed, static_cast<int>(0.97 * a.nMatched));       // judged beyond the fitted subset too
-    for (int k = 0; k < 2; ++k) {
-        EXPECT_EQ(a.wcs.crval[k], b.wcs.crval[k]);
-        EXPECT_EQ(a.wcs.cd[k][0], b.wcs.cd[k][0]);
-        EXPECT_EQ(a.wcs.cd[k][1], b.wcs.cd[k][1]);
-    }
-    EXPECT_EQ(a.wcs.a, b.wcs.a);
-    EXPECT_EQ(a.wcs.b, b.wcs.b);
+    test::expectSameFit(a.wcs, b.wcs);
     EXPECT_EQ(a.sipOrder, b.sipOrder);
     EXPECT_EQ(a.sourceIndex, b.sourceIndex);
     EXPECT_EQ(a.refIndex, b.refIndex);

@@ -15,6 +15,7 @@
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
+#include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
 
@@ -49,17 +50,7 @@ Image<float> mosaic(const std::string& pattern, bool topDown, int xoff, int yoff
 }
 
 TanSip sampleSip() {
-    TanSip t;
-    t.crpix[0] = 101.3;
-    t.crpix[1] = 80.6;
-    t.crval[0] = 150.2;
-    t.crval[1] = 35.4;
-    const double s = 1.2 / 3600, th = 0.4;
-    t.cd[0][0] = -s * std::cos(th);
-    t.cd[0][1] = s * std::sin(th);
-    t.cd[1][0] = s * std::sin(th);
-    t.cd[1][1] = s * std::cos(th);
-    t.setSipOrder(3);
+    TanSip t = test::rotatedTanSip(101.3, 80.6, 150.2, 35.4, 1.2, 0.4, 3);
     t.coeffA(2, 0) = 2e-5;
     t.coeffA(1, 1) = -1e-5;
     t.coeffA(0, 2) = 3e-6;

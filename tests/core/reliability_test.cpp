@@ -3,6 +3,8 @@
 // the fuzzers (tests/fuzz) found that once crashed or misbehaved.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <fitsio.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/io/atomic_file.hpp"
+#include "core/io/cfitsio_util.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline_config.hpp"
@@ -175,11 +178,12 @@ TEST(Reliability, FuzzConfigNumberBeyondDoubleRangeIsATypedError) {
 
 namespace {
 
-// Writes a small float image (Rice tile-compressed when `compressed`) with CFITSIO directly.
-void writeCfitsio(const std::string& path, bool compressed) {
+// Writes a small 32-bit integer image (tile-compressed with `compression`, CFITSIO's file-name syntax)
+// with CFITSIO directly. Pixel i is 100 + i % 7.
+void writeCfitsio(const std::string& path, const char* compression = "[compress R 16,1]") {
     int status = 0;
     fitsfile* f = nullptr;
-    const std::string name = "!" + path + (compressed ? "[compress R 16,1]" : "");
+    const std::string name = "!" + path + compression;
     fits_create_file(&f, name.c_str(), &status);
     long axes[2] = {16, 12};
     fits_create_img(f, LONG_IMG, 2, axes, &status);
@@ -206,7 +210,7 @@ TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAlloca
     // 1.9 GB for the compressed tile before reading it. Now refused from the descriptors.
     test::TempDir dir("gpuphot_reliab");
     const fs::path path = dir / "rice.fits";
-    writeCfitsio(path.string(), true);
+    writeCfitsio(path.string());
     ASSERT_NO_THROW((void)readFrame(path.string(), {})) << "the unmodified file must read";
     // The descriptor of tile 1 (1PB: count, offset as big-endian int32) opens the table's data.
     long long dataStart = 0;
@@ -278,4 +282,242 @@ TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt
             EXPECT_NE(msg.find("TTYPE3"), std::string::npos) << msg;
         }
     }
+}
+
+// ---- fuzzer findings inside WCSLIB and CFITSIO, guarded in our code ------------------------------
+
+namespace {
+
+const std::string kRegressions = std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions";
+
+Header tanHeader() {
+    Header h;
+    h.set("NAXIS", 2);
+    h.set("NAXIS1", 64);
+    h.set("NAXIS2", 48);
+    h.set("CTYPE1", "RA---TAN");
+    h.set("CTYPE2", "DEC--TAN");
+    h.set("CUNIT1", "deg");
+    h.set("CUNIT2", "deg");
+    for (auto [k, v] : {std::pair{"CRPIX1", 32.5}, {"CRPIX2", 24.5}, {"CRVAL1", 210.0}, {"CRVAL2", -35.0},
+                        {"CD1_1", -1e-4}, {"CD1_2", 0.0}, {"CD2_1", 0.0}, {"CD2_2", 1e-4}})
+        h.set(k, v);
+    return h;
+}
+
+// The world coordinates of 0-based pixel (31.5, 23.5), i.e. CRPIX: (CRVAL1, CRVAL2) for a valid WCS.
+std::pair<double, double> worldAtCrpix(const Wcs& w) {
+    const std::vector<double> x = {31.5}, y = {23.5};
+    std::vector<double> ra(1), dec(1);
+    w.pixelToWorld(x, y, ra, dec);
+    return {ra[0], dec[0]};
+}
+
+} // namespace
+
+TEST(Reliability, FuzzHeaderWcsUnterminatedStringIsABrokenWcsNotAnAbort) {
+    // fuzz_header_wcs: CUNIT1 = 'deg ... without its closing quote ran into the next cards; WCSLIB 7.12's
+    // wcspih read the string across them and its fortified strcpy aborted the process. The reproducer
+    // itself, then the same damage on a header whose WCS is otherwise valid.
+    std::ifstream in(kRegressions + "/header_wcs/wcspih_unterminated_cunit1.hdr", std::ios::binary);
+    ASSERT_TRUE(in) << "reproducer missing";
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::string msg = errorOf([&] { (void)Wcs::tryFromHeader(Header::fromFitsString(text)); });
+    EXPECT_NE(msg.find("CUNIT1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unterminated"), std::string::npos) << msg;
+
+    const auto good = Wcs::tryFromHeader(tanHeader());
+    ASSERT_TRUE(good.has_value());
+    EXPECT_NEAR(worldAtCrpix(*good).first, 210.0, 1e-9);
+    EXPECT_NEAR(worldAtCrpix(*good).second, -35.0, 1e-9);
+    Header h = tanHeader();
+    h.setRaw("CUNIT1", "'deg    NAXIS   =                    2");
+    const std::string why = errorOf([&] { (void)Wcs::tryFromHeader(h); });
+    EXPECT_NE(why.find("CUNIT1"), std::string::npos) << why;
+    EXPECT_NE(why.find("unterminated"), std::string::npos) << why;
+    // A string longer than a card can hold (formatting would cut its closing quote): the same damage.
+    h = tanHeader();
+    h.set("CTYPE2", "DEC--TAN" + std::string(90, 'X'));
+    const std::string tooLong = errorOf([&] { (void)Wcs::tryFromHeader(h); });
+    EXPECT_NE(tooLong.find("CTYPE2"), std::string::npos) << tooLong;
+    EXPECT_NE(tooLong.find("more than a card holds"), std::string::npos) << tooLong;
+}
+
+TEST(Reliability, FuzzHeaderWcsCelestialUnitThatIsNotAnAngleIsRefusedWithoutLeaking) {
+    // fuzz_header_wcs (the 5-minute run): CUNIT1 = 'deg    0' (unitfix makes it 'deg0') made WCSLIB 7.12's
+    // wcsset free the unit parser's error object without its message (LeakSanitizer, 42 bytes). Now
+    // refused before wcsset; the leak itself is LeakSanitizer's to see in tests/sanitize/run.sh.
+    std::ifstream in(kRegressions + "/header_wcs/wcsset_cunit1_not_an_angle.hdr", std::ios::binary);
+    ASSERT_TRUE(in) << "reproducer missing";
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string msg = errorOf([&] { (void)Wcs::tryFromHeader(Header::fromFitsString(text)); });
+    EXPECT_NE(msg.find("CUNIT1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not an angle"), std::string::npos) << msg;
+    for (const char* unit : {"deg    0", "m", "Hz"}) {
+        Header h = tanHeader();
+        h.set("CUNIT2", unit);
+        msg = errorOf([&] { (void)Wcs::tryFromHeader(h); });
+        EXPECT_NE(msg.find("CUNIT2"), std::string::npos) << unit << ": " << msg;
+    }
+    // An angle in other units is still an angle: 'arcsec' scales CD (1e-4 arcsec/px here).
+    Header h = tanHeader();
+    h.set("CUNIT1", "arcsec");
+    h.set("CUNIT2", "arcsec");
+    std::string why;
+    const auto w = Wcs::tryFromHeader(h, &why);
+    ASSERT_TRUE(w.has_value()) << why;
+    EXPECT_NEAR(w->pixelScaleArcsec(31.5, 23.5), 1e-4, 1e-9);
+}
+
+TEST(Reliability, FuzzHeaderWcsAbsurdAxisCountIsRefusedBeforeWcslibAllocates) {
+    // fuzz_header_wcs (the 5-minute run): NAXIS = 950970851 made WCSLIB 7.12's wcspih calloc 7.6 GB.
+    std::ifstream in(kRegressions + "/header_wcs/wcspih_absurd_naxis.hdr", std::ios::binary);
+    ASSERT_TRUE(in) << "reproducer missing";
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string msg = errorOf([&] { (void)Wcs::tryFromHeader(Header::fromFitsString(text)); });
+    EXPECT_NE(msg.find("NAXIS = 950970851"), std::string::npos) << msg;
+    Header h = tanHeader();
+    h.set("WCSAXES", 100000);
+    msg = errorOf([&] { (void)Wcs::tryFromHeader(h); });
+    EXPECT_NE(msg.find("WCSAXES"), std::string::npos) << msg;
+    h.set("WCSAXES", 2);
+    EXPECT_TRUE(Wcs::tryFromHeader(h).has_value());
+}
+
+TEST(Reliability, FuzzHeaderWcsDamagedNonWcsCardsDoNotAffectTheWcs) {
+    // Damaged cards that are not WCS keywords are left out of what WCSLIB sees: the WCS is unchanged.
+    Header h = tanHeader();
+    h.setRaw("OBJECT", "'M 83 field, no closing quote");
+    h.setRaw("OBSERVER", "'A. B.' 'C. D.'");
+    h.setRaw("FILTER", std::string(1, '\'') + std::string(80, 'r') + "'");
+    h.setRaw("HIERARCH ESO INS FILT1 NAME", "'" + std::string(90, 'x'));
+    h.addComment("a comment with a stray quote ' and a slash /");
+    std::string why;
+    const auto w = Wcs::tryFromHeader(h, &why);
+    ASSERT_TRUE(w.has_value()) << why;
+    EXPECT_NEAR(worldAtCrpix(*w).first, 210.0, 1e-9);
+    EXPECT_NEAR(worldAtCrpix(*w).second, -35.0, 1e-9);
+    EXPECT_NEAR(w->pixelScaleArcsec(31.5, 23.5), 0.36, 1e-6);
+}
+
+TEST(Reliability, FuzzHeaderWcsDamagedWcsCardLeavesTheFrameReadableWithABrokenWcs) {
+    // As for any other unusable header WCS: the frame reads, the WCS is marked broken with the reason
+    // (reduce then refuses it unless --ref or --ignore-header-wcs; tests/app/cli_bad_input_test.cpp).
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path path = dir / "cunit.fits";
+    Image<float> img(16, 16, 1.0f);
+    Header h = tanHeader();
+    h.remove("NAXIS");
+    h.remove("NAXIS1");
+    h.remove("NAXIS2");
+    writeFitsImage(path.string(), img.view(), h);
+    ASSERT_TRUE(readFrame(path.string()).wcs) << "the unmodified file must have a WCS";
+    std::string bytes = slurp(path);
+    const auto at = bytes.find("CUNIT1  = 'deg");
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(at % 80, 0u);
+    std::string card = "CUNIT1  = 'deg    ";
+    card.resize(80, ' ');
+    bytes.replace(at, 80, card);
+    spit(path, bytes);
+    const Frame f = readFrame(path.string());
+    EXPECT_FALSE(f.wcs);
+    EXPECT_TRUE(f.wcsBroken);
+    EXPECT_NE(f.wcsProblem.find("CUNIT1"), std::string::npos) << f.wcsProblem;
+    EXPECT_EQ(f.pixels.width(), 16);
+    EXPECT_FLOAT_EQ(f.pixels(3, 4), 1.0f);
+}
+
+namespace {
+
+std::string gzipped(const std::string& data) {
+    z_stream z{};
+    EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string out(deflateBound(&z, data.size()) + 64, '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+    z.avail_in = static_cast<uInt>(data.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    return out;
+}
+
+std::string gzipProblem(const std::string& bytes, std::size_t maxOut) {
+    return gzipTileProblem(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), maxOut);
+}
+
+} // namespace
+
+TEST(Reliability, GzipTileCheckAcceptsCompleteStreamsOnly) {
+    std::string pixels;
+    for (int i = 0; i < 4000; ++i) pixels += static_cast<char>(i * 7 % 251);
+    const std::string gz = gzipped(pixels);
+    ASSERT_GT(gz.size(), 20u);
+    EXPECT_EQ(gzipProblem(gz, pixels.size()), "");
+    EXPECT_EQ(gzipProblem(gz + "trailing bytes", pixels.size()), "") << "CFITSIO ignores them too";
+    EXPECT_NE(gzipProblem(gz.substr(0, gz.size() - 9), pixels.size()).find("truncated"), std::string::npos);
+    EXPECT_NE(gzipProblem(gz.substr(0, gz.size() / 2), pixels.size()).find("truncated"), std::string::npos);
+    EXPECT_NE(gzipProblem(gz, pixels.size() - 1).find("expands beyond"), std::string::npos);
+    std::string bad = gz;
+    bad[1] = 'x'; // not the gzip magic
+    EXPECT_NE(gzipProblem(bad, pixels.size()).find("corrupt"), std::string::npos);
+    // A highly compressible tile: 1 MB of zeros in ~1 kB must not be mistaken for a bomb within its size.
+    const std::string zeros(1 << 20, '\0');
+    EXPECT_EQ(gzipProblem(gzipped(zeros), zeros.size()), "");
+    EXPECT_NE(gzipProblem(gzipped(zeros), zeros.size() / 2).find("expands beyond"), std::string::npos);
+}
+
+TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesIt) {
+    // fuzz_fits_reader: a GZIP_2 tile whose gzip stream ends early made CFITSIO 4.2.0 grow its output
+    // buffer by 28 800 bytes forever (it takes zlib's Z_BUF_ERROR for "need more space"); a 12 kB file
+    // ran until memory ran out. The reproducer, then the same damage made to a valid GZIP_1 file.
+    const std::string repro = kRegressions + "/fits_reader/gzip_tile_truncated_stream.fits";
+    ASSERT_TRUE(fs::exists(repro));
+    std::string msg = errorOf([&] { (void)readFrame(repro); });
+    EXPECT_NE(msg.find("gzip_tile_truncated_stream.fits"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tile 11"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path path = dir / "gzip.fits";
+    writeCfitsio(path.string(), "[compress G 16,1]");
+    const Frame ok = readFrame(path.string());
+    ASSERT_EQ(ok.pixels.width(), 16);
+    ASSERT_EQ(ok.pixels.height(), 12);
+    for (int i = 0; i < 16 * 12; ++i)
+        ASSERT_EQ(ok.pixels(i % 16, i / 16), static_cast<float>(100 + i % 7)) << "pixel " << i;
+    // Shorten tile 3's stream by 6 bytes (its descriptor: count, offset as big-endian int32, row 3).
+    long long dataStart = 0, rowBytes = 0;
+    {
+        int status = 0, type = 0;
+        fitsfile* f = nullptr;
+        fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+        fits_movabs_hdu(f, 2, &type, &status);
+        char cmp[FLEN_VALUE] = {};
+        fits_read_key(f, TSTRING, "ZCMPTYPE", cmp, nullptr, &status);
+        EXPECT_STREQ(cmp, "GZIP_1");
+        fits_read_key(f, TLONGLONG, "NAXIS1", &rowBytes, nullptr, &status); // the tile table's row size
+        long long head = 0, end = 0;
+        fits_get_hduaddrll(f, &head, &dataStart, &end, &status);
+        fits_close_file(f, &status);
+        ASSERT_EQ(status, 0);
+    }
+    std::string bytes = slurp(path);
+    const std::size_t desc = static_cast<std::size_t>(dataStart + 2 * rowBytes); // row 3, first column
+    auto be32 = [&](std::size_t at) {
+        unsigned v = 0;
+        for (int k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(bytes[at + k]);
+        return v;
+    };
+    const unsigned count = be32(desc);
+    ASSERT_GT(count, 10u);
+    const unsigned shorter = count - 6;
+    for (int k = 0; k < 4; ++k) bytes[desc + k] = static_cast<char>((shorter >> (24 - 8 * k)) & 0xff);
+    spit(path, bytes);
+    msg = errorOf([&] { (void)readFrame(path.string()); });
+    EXPECT_NE(msg.find("gzip.fits"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tile 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }

@@ -17,6 +17,7 @@
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
+#include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
 
@@ -136,17 +137,7 @@ Header makeTanHeader(double cd11, double cd12, double cd21, double cd22) {
 
 // An order-3 TAN-SIP with corner distortions of a few pixels (like a wide-field refractor).
 TanSip realisticTanSip() {
-    TanSip t;
-    t.crpix[0] = 1530.25;
-    t.crpix[1] = 1020.75;
-    t.crval[0] = 83.82;
-    t.crval[1] = -5.39;
-    const double s = 2.5 / 3600, th = 0.35;
-    t.cd[0][0] = -s * std::cos(th);
-    t.cd[0][1] = s * std::sin(th);
-    t.cd[1][0] = s * std::sin(th);
-    t.cd[1][1] = s * std::cos(th);
-    t.setSipOrder(3);
+    TanSip t = test::rotatedTanSip(1530.25, 1020.75, 83.82, -5.39, 2.5, 0.35, 3);
     t.coeffA(2, 0) = 3.1e-7;
     t.coeffA(1, 1) = -1.7e-7;
     t.coeffA(0, 2) = 5.5e-8;

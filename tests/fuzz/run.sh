@@ -4,8 +4,10 @@
 # Usage: tests/fuzz/run.sh [target ...]        (default: all four)
 # Env:   FUZZ_SECONDS (per target), FUZZ_JOBS (build -j, default 2), BUILD_DIR (default build-fuzz),
 #        FUZZ_WORK (where the growing corpora and crash files go, default BUILD_DIR/fuzz-work).
-# Exit status: non-zero when a build fails or any target finds a crash, leak, timeout or OOM; the
-# reproducer is FUZZ_WORK/<target>/crash-* (run: BUILD_DIR/tests/fuzz/<target> FILE).
+# Exit status: non-zero when a build fails or any target finds a crash, leak, timeout or OOM (CI gates
+# on it: packaging/dev.sh test); the reproducer is FUZZ_WORK/<target>/crash-*, timeout-*, leak-* or
+# oom-* (run: BUILD_DIR/tests/fuzz/<target> FILE). Once fixed, it goes to tests/fuzz/regressions/<name>/
+# (replayed by every run) and becomes a Reliability.Fuzz* test in tests/core/reliability_test.cpp.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
@@ -30,9 +32,13 @@ for t in "${TARGETS[@]}"; do
     mkdir -p "$WORK/$t/corpus"
     log="$WORK/$t/log.txt"
     echo "== $t: ${SECONDS_PER_TARGET} s"
-    # New inputs go to the work corpus; the checked-in seeds are read only. -rss_limit_mb and
-    # -malloc_limit_mb: a single allocation beyond 1 GiB (an absurd NAXIS that slipped through) is a finding.
-    if ! "$BUILD/tests/fuzz/$t" "$WORK/$t/corpus" "tests/fuzz/corpus/$name" \
+    # New inputs go to the work corpus; the checked-in seeds and the inputs of past findings
+    # (tests/fuzz/regressions/<name>, replayed first, so a regression fails at once) are read only.
+    # -rss_limit_mb and -malloc_limit_mb: a single allocation beyond 1 GiB (an absurd NAXIS that slipped
+    # through) is a finding.
+    dirs=("tests/fuzz/corpus/$name")
+    [ -d "tests/fuzz/regressions/$name" ] && dirs+=("tests/fuzz/regressions/$name")
+    if ! "$BUILD/tests/fuzz/$t" "$WORK/$t/corpus" "${dirs[@]}" \
             -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=20 \
             -max_len=65536 -print_final_stats=1 -artifact_prefix="$WORK/$t/" >"$log" 2>&1; then
         echo "!! $t failed; the reproducer is in $WORK/$t/ (tail of $log):"

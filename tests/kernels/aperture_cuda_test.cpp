@@ -16,8 +16,6 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/model/sources.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
@@ -29,6 +27,7 @@
 #include "core/stages/detection.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
@@ -42,90 +41,15 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
 
 namespace {
 
-bool haveDevice() {
-    cuda::linkKernels();
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
+using namespace gpuphot::cudatest;
 
-#define REQUIRE_DEVICE()                                                                                     \
-    do {                                                                                                     \
-        if (!haveDevice()) GTEST_SKIP() << "no CUDA device";                                                 \
-    } while (0)
-
-RunContext ctxFor(Backend b) {
-    RunContext c;
-    c.backend = b;
-    c.threads = 2;
-    return c;
-}
-
-template <class T>
-::testing::AssertionResult sameVec(const std::vector<T>& a, const std::vector<T>& b,
-                                   const std::string& what) {
-    if (a.size() != b.size())
-        return ::testing::AssertionFailure() << what << ": " << a.size() << " vs " << b.size() << " entries";
-    std::size_t diff = 0, first = a.size();
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
-            if (first == a.size()) first = i;
-            ++diff;
-        }
-    if (diff == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << what << ": " << diff << " of " << a.size() << " differ (first at "
-                                         << first << ": " << a[first] << " vs " << b[first] << ")";
-}
-
-void expectSame(const ApertureResult& c, const ApertureResult& g) {
-    ASSERT_EQ(c.count, g.count);
-    EXPECT_TRUE(sameVec(c.radii, g.radii, "radii"));
-    ASSERT_EQ(c.flux.size(), g.flux.size());
-    for (std::size_t r = 0; r < c.flux.size(); ++r) {
-        const std::string k = "[" + std::to_string(r) + "]";
-        EXPECT_TRUE(sameVec(c.flux[r], g.flux[r], "flux" + k));
-        EXPECT_TRUE(sameVec(c.fluxErr[r], g.fluxErr[r], "fluxErr" + k));
-        EXPECT_TRUE(sameVec(c.apertureFlags[r], g.apertureFlags[r], "apertureFlags" + k));
-    }
-    EXPECT_TRUE(sameVec(c.sky, g.sky, "sky"));
-    EXPECT_TRUE(sameVec(c.skyRms, g.skyRms, "skyRms"));
-    EXPECT_TRUE(sameVec(c.skyArea, g.skyArea, "skyArea"));
-    EXPECT_TRUE(sameVec(c.kronRadius, g.kronRadius, "kronRadius"));
-    EXPECT_TRUE(sameVec(c.fluxAuto, g.fluxAuto, "fluxAuto"));
-    EXPECT_TRUE(sameVec(c.fluxAutoErr, g.fluxAutoErr, "fluxAutoErr"));
-    EXPECT_TRUE(sameVec(c.radiusOpt, g.radiusOpt, "radiusOpt"));
-    EXPECT_TRUE(sameVec(c.fluxOpt, g.fluxOpt, "fluxOpt"));
-    EXPECT_TRUE(sameVec(c.fluxOptErr, g.fluxOptErr, "fluxOptErr"));
-    EXPECT_TRUE(sameVec(c.apCorrMag, g.apCorrMag, "apCorrMag"));
-    EXPECT_TRUE(sameVec(c.apCorrMagErr, g.apCorrMagErr, "apCorrMagErr"));
-    EXPECT_TRUE(sameVec(c.apCorrRatio, g.apCorrRatio, "apCorrRatio"));
-    EXPECT_TRUE(sameVec(c.apCorrStarIndex, g.apCorrStarIndex, "apCorrStarIndex"));
-    EXPECT_TRUE(sameVec(c.cogRadius, g.cogRadius, "cogRadius"));
-    EXPECT_TRUE(sameVec(c.cogFraction, g.cogFraction, "cogFraction"));
-    EXPECT_TRUE(sameVec(c.flags, g.flags, "flags"));
-    EXPECT_EQ(c.apCorrStars, g.apCorrStars);
-}
-
-struct Field {
-    SimResult sim;
-    BackgroundResult bkg;
-    DetectionResult det;
-    Sources sources; // detections plus edge / off-frame / non-finite extras
+// A simulated field plus extra sources: edge / off-frame / non-finite positions.
+struct Field : SimField {
+    Sources sources; // detections plus the extras
 };
 
 Field makeField(int w, int h, int stars, std::uint64_t seed) {
-    SimParams sp;
-    sp.width = w;
-    sp.height = h;
-    sp.stars = stars;
-    sp.seed = seed;
-    Field f{simulateField(sp), {}, {}, {}};
-    RunContext c = ctxFor(Backend::Cpu);
-    f.bkg = estimateBackground(f.sim.image.view(), f.sim.defects.view(), BackgroundParams{}, c);
-    f.det = detectSources(f.sim.image.view(), f.sim.defects.view(), f.bkg, DetectionParams{}, c);
+    Field f{simulateDetectedField(w, h, stars, seed), {}};
     f.sources = f.det.sources;
     // extras: only x and y (the other columns fall back), at the corners, half off the frame, outside it,
     // and NaN
@@ -141,11 +65,7 @@ Field makeField(int w, int h, int stars, std::uint64_t seed) {
 
 ApertureResult run(const Field& f, const ApertureParams& p, RunContext& ctx, bool withMask = true,
                    bool withSeg = true) {
-    // the CUDA stage called directly (whether or not core dispatches to it)
-    auto* stage = ctx.backend == Backend::Cuda ? &cuda::measureApertures : &cpu::measureApertures;
-    return stage(f.sim.image.view(), withMask ? f.sim.defects.view() : MaskView{}, f.bkg,
-                 withSeg ? f.det.segmentation.view() : ImageViewT<std::int32_t>{}, f.sources, 3.0, 1.5, 6.0,
-                 p, ctx);
+    return runApertures(f, f.sources, p, ctx, withMask, withSeg);
 }
 
 std::vector<std::pair<std::string, ApertureParams>> paramSets() {
@@ -193,12 +113,12 @@ TEST(ApertureCuda, MatchesCpuBitwiseOnSimulatedFrames) {
     REQUIRE_DEVICE();
     const Field f = makeField(420, 360, 350, 7);
     ASSERT_GT(f.det.sources.size(), 50u);
-    RunContext c = ctxFor(Backend::Cpu), g = ctxFor(Backend::Cuda);
+    RunContext c = testContext(Backend::Cpu), g = testContext(Backend::Cuda);
     for (const auto& [name, p] : paramSets()) {
         SCOPED_TRACE(name);
         const ApertureResult rc = run(f, p, c);
         const ApertureResult rg = run(f, p, g);
-        expectSame(rc, rg);
+        expectSameApertures(rc, rg);
         // sanity: the comparison has something to compare
         std::size_t finite = 0;
         for (double v : rc.flux[0])
@@ -206,42 +126,42 @@ TEST(ApertureCuda, MatchesCpuBitwiseOnSimulatedFrames) {
         EXPECT_GT(finite, f.det.sources.size() / 2);
     }
     SCOPED_TRACE("no mask, no segmentation");
-    expectSame(run(f, ApertureParams{}, c, false, false), run(f, ApertureParams{}, g, false, false));
+    expectSameApertures(run(f, ApertureParams{}, c, false, false), run(f, ApertureParams{}, g, false, false));
 }
 
 TEST(ApertureCuda, MatchesCpuOnACrowdedFrameWithManyStars) {
     REQUIRE_DEVICE();
     const Field f = makeField(700, 600, 2500, 19);
-    RunContext c = ctxFor(Backend::Cpu), g = ctxFor(Backend::Cuda);
+    RunContext c = testContext(Backend::Cpu), g = testContext(Backend::Cuda);
     ApertureParams p;
     const ApertureResult rc = run(f, p, c);
     EXPECT_GE(rc.apCorrStars, p.apCorrMinStars); // the measured curve of growth is exercised
-    expectSame(rc, run(f, p, g));
+    expectSameApertures(rc, run(f, p, g));
 }
 
 TEST(ApertureCuda, RepeatedRunsAndLaunchConfigurationsIdentical) {
     REQUIRE_DEVICE();
     const Field f = makeField(400, 400, 400, 23);
-    RunContext c = ctxFor(Backend::Cpu);
+    RunContext c = testContext(Backend::Cpu);
     const ApertureResult ref = run(f, ApertureParams{}, c);
-    RunContext shared = ctxFor(Backend::Cuda);
+    RunContext shared = testContext(Backend::Cuda);
     for (int k = 0; k < 5; ++k) {
         SCOPED_TRACE("run " + std::to_string(k));
-        RunContext fresh = ctxFor(Backend::Cuda);
-        expectSame(ref, run(f, ApertureParams{}, k % 2 ? fresh : shared));
+        RunContext fresh = testContext(Backend::Cuda);
+        expectSameApertures(ref, run(f, ApertureParams{}, k % 2 ? fresh : shared));
     }
     for (const int threads : {32, 64, 256, 1024}) {
         SCOPED_TRACE("block " + std::to_string(threads));
-        RunContext g = ctxFor(Backend::Cuda);
+        RunContext g = testContext(Backend::Cuda);
         cuda::DeviceContext::of(g).setBlockSize(threads);
-        expectSame(ref, run(f, ApertureParams{}, g));
+        expectSameApertures(ref, run(f, ApertureParams{}, g));
     }
 }
 
 TEST(ApertureCuda, InvalidParametersThrowAsOnCpu) {
     REQUIRE_DEVICE();
     const Field f = makeField(200, 160, 60, 3);
-    RunContext g = ctxFor(Backend::Cuda);
+    RunContext g = testContext(Backend::Cuda);
     ApertureParams p;
     p.radii = {};
     EXPECT_THROW(run(f, p, g), InvalidInput);
@@ -283,7 +203,7 @@ TEST(ApertureCuda, LocalSkyPiecesMatchHost) {
     };
     const Case cases[] = {{"fwhm", 12.0, 18.0, std::numeric_limits<double>::infinity(), 3.0, 2},
                           {"pixel", 8.0, 14.0, 20000.0, 2.5, 1}};
-    RunContext g = ctxFor(Backend::Cuda);
+    RunContext g = testContext(Backend::Cuda);
     for (const Case& cs : cases) {
         SCOPED_TRACE(cs.name);
         in.saturation = cs.saturation;

@@ -15,8 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/catalog/reference_catalog.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
@@ -27,46 +25,18 @@
 #include "core/wcs/wcs.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/core/test_fields.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
 namespace {
 
-bool haveDevice() {
-    cuda::linkKernels();
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
-
-#define REQUIRE_DEVICE()                                                                                     \
-    do {                                                                                                     \
-        if (!haveDevice()) GTEST_SKIP() << "no CUDA device";                                                 \
-    } while (0)
-
-RunContext ctxOf(Backend b, int threads = 2) {
-    RunContext c;
-    c.backend = b;
-    c.threads = threads;
-    return c;
-}
+using namespace gpuphot::cudatest;
 
 // scale arcsec/px, rotated, mild SIP distortion.
 TanSip makeTanSip(int w, int h, double scale) {
-    TanSip t;
-    t.crpix[0] = 0.49 * w;
-    t.crpix[1] = 0.52 * h;
-    t.crval[0] = 150.0;
-    t.crval[1] = 20.0;
-    const double s = scale / 3600.0, a = 20.0 * M_PI / 180.0;
-    t.cd[0][0] = -s * std::cos(a);
-    t.cd[0][1] = s * std::sin(a);
-    t.cd[1][0] = s * std::sin(a);
-    t.cd[1][1] = s * std::cos(a);
-    t.setSipOrder(2);
+    TanSip t = test::rotatedTanSip(0.49 * w, 0.52 * h, 150.0, 20.0, scale, 20.0 * M_PI / 180.0, 2);
     const double k = 1024.0 / std::max(w, h);
     t.coeffA(2, 0) = 2e-6 * k;
     t.coeffA(1, 1) = -1e-6 * k;
@@ -162,7 +132,7 @@ Field makeField(int w, int h, double scale, std::size_t nRef, double matched, do
 void compareBoth(const Field& f, CrossmatchParams p, const char* what) {
     for (bool oneToOne : {true, false}) {
         p.oneToOne = oneToOne;
-        RunContext cc = ctxOf(Backend::Cpu), gc = ctxOf(Backend::Cuda);
+        RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
         const CrossmatchResult a = cpu::crossmatch(f.sx, f.sy, f.w, f.h, f.ref, f.wcs, p, cc);
         const CrossmatchResult b = cuda::crossmatchGpu(f.sx, f.sy, f.w, f.h, f.ref, f.wcs, p, gc);
         EXPECT_TRUE(sameResult(a, b)) << what << " oneToOne=" << oneToOne;
@@ -237,7 +207,7 @@ TEST(CrossmatchCuda, SimulatedLargeFieldAndEmptyCases) {
     CrossmatchParams p;
     compareBoth(f, p, "simulated 16 Mpx");
     // No sources; no stars on the frame.
-    RunContext cc = ctxOf(Backend::Cpu), gc = ctxOf(Backend::Cuda);
+    RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
     const std::vector<double> none;
     EXPECT_TRUE(sameResult(cpu::crossmatch(none, none, f.w, f.h, f.ref, f.wcs, p, cc),
                            cuda::crossmatchGpu(none, none, f.w, f.h, f.ref, f.wcs, p, gc)));
@@ -256,7 +226,7 @@ TEST(CrossmatchCuda, AutomaticChoiceThroughTheStageTable) {
     ASSERT_NE(cudaStages().crossmatch, nullptr);
     const Field f = makeField(1024, 1024, 0.5, 4000, 0.8, 1.0, 100, 5);
     CrossmatchParams p;
-    RunContext cc = ctxOf(Backend::Cpu);
+    RunContext cc = testContext(Backend::Cpu);
     const CrossmatchResult ref = cpu::crossmatch(f.sx, f.sy, f.w, f.h, f.ref, f.wcs, p, cc);
     const cuda::CrossmatchCrossover saved = cuda::crossmatchCrossover();
     // the default rule: small problems on the CPU, a large catalog on the device
@@ -270,7 +240,7 @@ TEST(CrossmatchCuda, AutomaticChoiceThroughTheStageTable) {
             c.minSources = c.minRefs = c.minRefsAlone = std::numeric_limits<std::size_t>::max();
         }
         cuda::setCrossmatchCrossover(c);
-        RunContext gc = ctxOf(Backend::Cuda);
+        RunContext gc = testContext(Backend::Cuda);
         const CrossmatchResult b = crossmatch(f.sx, f.sy, f.w, f.h, f.ref, f.wcs, p, gc);
         EXPECT_TRUE(sameResult(ref, b)) << "device " << device;
         // the device plan is noted only when the device ran
@@ -312,7 +282,7 @@ TEST(CrossmatchCuda, CrossoverBenchmark) {
             CrossmatchResult res[2];
             for (int rep = 0; rep < 3; ++rep)
                 for (int gpu = 0; gpu < 2; ++gpu) {
-                    RunContext c = ctxOf(gpu ? Backend::Cuda : Backend::Cpu, threads);
+                    RunContext c = testContext(gpu ? Backend::Cuda : Backend::Cpu, threads);
                     if (gpu) cuda::DeviceContext::of(c); // context creation outside the timing
                     const auto t0 = std::chrono::steady_clock::now();
                     res[gpu] = gpu ? cuda::crossmatchGpu(sx, sy, w, h, base.ref, base.wcs, p, c)

@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -22,141 +20,21 @@
 #include "core/stages/detection.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
 namespace {
 
-bool haveDevice() {
-    cuda::linkKernels();
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
+using namespace gpuphot::cudatest;
 
-#define REQUIRE_DEVICE()                                                                                     \
-    do {                                                                                                     \
-        if (!haveDevice()) GTEST_SKIP() << "no CUDA device";                                                 \
-    } while (0)
-
-RunContext ctxFor(Backend b) {
-    RunContext c;
-    c.backend = b;
-    c.threads = 2;
-    return c;
-}
-
-template <class T>
-::testing::AssertionResult sameVec(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
-    if (a.size() != b.size())
-        return ::testing::AssertionFailure() << what << ": " << a.size() << " vs " << b.size() << " entries";
-    std::size_t diff = 0, first = a.size();
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
-            if (first == a.size()) first = i;
-            ++diff;
-        }
-    if (diff == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << what << ": " << diff << " of " << a.size() << " differ (first at "
-                                         << first << ")";
-}
-
-template <class T> ::testing::AssertionResult sameImage(const Image<T>& a, const Image<T>& b, const std::string& what) {
-    if (a.width() != b.width() || a.height() != b.height())
-        return ::testing::AssertionFailure() << what << ": sizes differ";
-    const std::size_t n = static_cast<std::size_t>(a.width()) * a.height();
-    if (n == 0 || std::memcmp(a.data(), b.data(), n * sizeof(T)) == 0) return ::testing::AssertionSuccess();
-    std::size_t diff = 0;
-    for (std::size_t i = 0; i < n; ++i)
-        diff += std::memcmp(a.data() + i, b.data() + i, sizeof(T)) != 0;
-    return ::testing::AssertionFailure() << what << ": " << diff << " of " << n << " pixels differ";
-}
-
-void expectSameBackground(const BackgroundResult& c, const BackgroundResult& g) {
-    EXPECT_TRUE(sameImage(c.meshLevel, g.meshLevel, "meshLevel"));
-    EXPECT_TRUE(sameImage(c.meshRms, g.meshRms, "meshRms"));
-    EXPECT_TRUE(sameImage(c.level, g.level, "level"));
-    EXPECT_TRUE(sameImage(c.rms, g.rms, "rms"));
-    EXPECT_EQ(std::memcmp(&c.globalLevel, &g.globalLevel, sizeof(double)), 0);
-    EXPECT_EQ(std::memcmp(&c.globalRms, &g.globalRms, sizeof(double)), 0);
-    EXPECT_EQ(c.badMeshes, g.badMeshes);
-}
-
-void expectSameDetection(const DetectionResult& c, const DetectionResult& g) {
-    ASSERT_EQ(c.sources.size(), g.sources.size());
-    EXPECT_EQ(c.nBeforeDeblend, g.nBeforeDeblend);
-    EXPECT_EQ(c.nDeblended, g.nDeblended);
-    const Sources& a = c.sources;
-    const Sources& b = g.sources;
-    EXPECT_TRUE(sameVec(a.x, b.x, "x"));
-    EXPECT_TRUE(sameVec(a.y, b.y, "y"));
-    EXPECT_TRUE(sameVec(a.x2, b.x2, "x2"));
-    EXPECT_TRUE(sameVec(a.fluxIso, b.fluxIso, "fluxIso"));
-    EXPECT_TRUE(sameVec(a.fluxIsoErr, b.fluxIsoErr, "fluxIsoErr"));
-    EXPECT_TRUE(sameVec(a.areaIso, b.areaIso, "areaIso"));
-    EXPECT_TRUE(sameVec(a.peak, b.peak, "peak"));
-    EXPECT_TRUE(sameVec(a.flags, b.flags, "flags"));
-    EXPECT_TRUE(sameImage(c.segmentation, g.segmentation, "segmentation"));
-}
-
-void expectSameApertures(const ApertureResult& c, const ApertureResult& g) {
-    ASSERT_EQ(c.count, g.count);
-    ASSERT_EQ(c.flux.size(), g.flux.size());
-    for (std::size_t r = 0; r < c.flux.size(); ++r) {
-        const std::string k = "[" + std::to_string(r) + "]";
-        EXPECT_TRUE(sameVec(c.flux[r], g.flux[r], "flux" + k));
-        EXPECT_TRUE(sameVec(c.fluxErr[r], g.fluxErr[r], "fluxErr" + k));
-        EXPECT_TRUE(sameVec(c.apertureFlags[r], g.apertureFlags[r], "apertureFlags" + k));
-    }
-    EXPECT_TRUE(sameVec(c.sky, g.sky, "sky"));
-    EXPECT_TRUE(sameVec(c.skyRms, g.skyRms, "skyRms"));
-    EXPECT_TRUE(sameVec(c.kronRadius, g.kronRadius, "kronRadius"));
-    EXPECT_TRUE(sameVec(c.fluxAuto, g.fluxAuto, "fluxAuto"));
-    EXPECT_TRUE(sameVec(c.fluxAutoErr, g.fluxAutoErr, "fluxAutoErr"));
-    EXPECT_TRUE(sameVec(c.fluxOpt, g.fluxOpt, "fluxOpt"));
-    EXPECT_TRUE(sameVec(c.apCorrMag, g.apCorrMag, "apCorrMag"));
-    EXPECT_TRUE(sameVec(c.flags, g.flags, "flags"));
-}
-
-// A simulated field with its CPU background and detections (the inputs of the later stages).
-struct Field {
-    SimResult sim;
-    BackgroundResult bkg;
-    DetectionResult det;
-};
-Field makeField(int w, int h, int stars, std::uint64_t seed) {
-    SimParams sp;
-    sp.width = w;
-    sp.height = h;
-    sp.stars = stars;
-    sp.seed = seed;
-    Field f{simulateField(sp), {}, {}};
-    RunContext c = ctxFor(Backend::Cpu);
-    f.bkg = estimateBackground(f.sim.image.view(), f.sim.defects.view(), BackgroundParams{}, c);
-    f.det = detectSources(f.sim.image.view(), f.sim.defects.view(), f.bkg, DetectionParams{}, c);
+const SimField& field() {
+    static const SimField f = simulateDetectedField(420, 360, 250, 5);
     return f;
 }
 
-const Field& field() {
-    static const Field f = makeField(420, 360, 250, 5);
-    return f;
-}
-
-BackgroundResult runBackground(const Field& f, RunContext& ctx) {
-    auto* stage = ctx.backend == Backend::Cuda ? &cuda::estimateBackground : &cpu::estimateBackground;
-    return stage(f.sim.image.view(), f.sim.defects.view(), BackgroundParams{}, ctx, nullptr);
-}
-DetectionResult runDetection(const Field& f, const DetectionParams& p, RunContext& ctx) {
-    auto* stage = ctx.backend == Backend::Cuda ? &cuda::detectSources : &cpu::detectSources;
-    return stage(f.sim.image.view(), f.sim.defects.view(), f.bkg, p, ctx);
-}
-ApertureResult runApertures(const Field& f, const ApertureParams& p, RunContext& ctx) {
-    auto* stage = ctx.backend == Backend::Cuda ? &cuda::measureApertures : &cpu::measureApertures;
-    return stage(f.sim.image.view(), f.sim.defects.view(), f.bkg, f.det.segmentation.view(), f.det.sources, 3.0,
-                 1.5, 6.0, p, ctx);
+ApertureResult runApertures(const SimField& f, const ApertureParams& p, RunContext& ctx) {
+    return cudatest::runApertures(f, f.det.sources, p, ctx);
 }
 
 // Memory in use beyond the device caches (must be 0 between stages: nothing leaked).
@@ -186,10 +64,10 @@ TEST(CudaMemory, FailAfterHookAndEnvironment) {
 
 TEST(CudaMemory, BackgroundStripsMatchUnsplitAndCpu) {
     REQUIRE_DEVICE();
-    const Field& f = field();
-    RunContext c = ctxFor(Backend::Cpu);
+    const SimField& f = field();
+    RunContext c = testContext(Backend::Cpu);
     const BackgroundResult ref = runBackground(f, c);
-    RunContext w = ctxFor(Backend::Cuda);
+    RunContext w = testContext(Backend::Cuda);
     const BackgroundResult whole = runBackground(f, w);
     EXPECT_EQ(cuda::DeviceContext::of(w).planMode(), "whole");
     expectSameBackground(ref, whole);
@@ -198,7 +76,7 @@ TEST(CudaMemory, BackgroundStripsMatchUnsplitAndCpu) {
     bool sawStrips = false;
     for (const double rowsOfMeshes : {2.0, 4.0}) {
         SCOPED_TRACE("budget of " + std::to_string(rowsOfMeshes) + " mesh rows");
-        RunContext g = ctxFor(Backend::Cuda);
+        RunContext g = testContext(Backend::Cuda);
         g.gpuMemLimit = (std::size_t(64) << 10) + 8192 + static_cast<std::size_t>(rowsOfMeshes * perMeshRow);
         const BackgroundResult r = runBackground(f, g);
         auto& dc = cuda::DeviceContext::of(g);
@@ -217,7 +95,7 @@ TEST(CudaMemory, BackgroundStripsMatchUnsplitAndCpu) {
         for (int x = 50; x < 300; ++x)
             src(x, y) = 1;
     const auto sv = src.view();
-    RunContext g = ctxFor(Backend::Cuda);
+    RunContext g = testContext(Backend::Cuda);
     g.gpuMemLimit = (std::size_t(64) << 10) + 3 * std::size_t(64) * W * 9;
     expectSameBackground(cpu::estimateBackground(f.sim.image.view(), f.sim.defects.view(), BackgroundParams{}, c, &sv),
                          cuda::estimateBackground(f.sim.image.view(), f.sim.defects.view(), BackgroundParams{}, g, &sv));
@@ -226,33 +104,25 @@ TEST(CudaMemory, BackgroundStripsMatchUnsplitAndCpu) {
 
 TEST(CudaMemory, DetectionStripsMatchUnsplitAndCpu) {
     REQUIRE_DEVICE();
-    const Field& f = field();
+    const SimField& f = field();
     const int W = f.sim.image.width(), H = f.sim.image.height();
-    std::vector<std::pair<std::string, DetectionParams>> cases;
-    cases.push_back({"default", DetectionParams{}});
+    std::vector<std::pair<std::string, DetectionParams>> cases = detectionFilterCases();
     DetectionParams wide;
     wide.filterFwhm = 5.0;
     cases.push_back({"wide filter", wide});
-    DetectionParams k2d;
-    k2d.filterKernel = {1, 2, 1, 2, 4, 2, 1, 2, 1, 2, 4, 2, 1, 2, 1};
-    k2d.filterKernelWidth = 3;
-    cases.push_back({"2-D kernel 3x5", k2d});
-    DetectionParams none;
-    none.filter = false;
-    cases.push_back({"no filter", none});
     for (const auto& [name, p] : cases) {
         SCOPED_TRACE(name);
-        RunContext c = ctxFor(Backend::Cpu);
+        RunContext c = testContext(Backend::Cpu);
         const DetectionResult ref = runDetection(f, p, c);
         EXPECT_GT(ref.sources.size(), 20u);
-        RunContext w = ctxFor(Backend::Cuda);
+        RunContext w = testContext(Backend::Cuda);
         expectSameDetection(ref, runDetection(f, p, w));
         EXPECT_EQ(cuda::DeviceContext::of(w).planMode(), "whole");
         for (const int strips : {2, 5, 8}) {
             SCOPED_TRACE(std::to_string(strips) + " strips wanted");
             const std::size_t perRow = std::size_t(W) * (15 + 13);
             const int rows = (H + strips - 1) / strips;
-            RunContext g = ctxFor(Backend::Cuda);
+            RunContext g = testContext(Backend::Cuda);
             g.gpuMemLimit = (std::size_t(64) << 10) + std::size_t(2 * 8 + rows) * perRow + 4096;
             const DetectionResult r = runDetection(f, p, g);
             auto& dc = cuda::DeviceContext::of(g);
@@ -268,7 +138,7 @@ TEST(CudaMemory, DetectionStripsMatchUnsplitAndCpu) {
 
 TEST(CudaMemory, ApertureStripsMatchUnsplitAndCpu) {
     REQUIRE_DEVICE();
-    const Field& f = field();
+    const SimField& f = field();
     const int W = f.sim.image.width();
     ApertureParams mapSky;
     mapSky.useLocalSky = false;
@@ -278,14 +148,14 @@ TEST(CudaMemory, ApertureStripsMatchUnsplitAndCpu) {
     for (const auto& [name, p] : std::vector<std::pair<std::string, ApertureParams>>{
              {"default", ApertureParams{}}, {"map sky", mapSky}, {"8 radii, Kron 2", kron}}) {
         SCOPED_TRACE(name);
-        RunContext c = ctxFor(Backend::Cpu);
+        RunContext c = testContext(Backend::Cpu);
         const ApertureResult ref = runApertures(f, p, c);
-        RunContext w = ctxFor(Backend::Cuda);
+        RunContext w = testContext(Backend::Cuda);
         expectSameApertures(ref, runApertures(f, p, w));
         EXPECT_EQ(cuda::DeviceContext::of(w).planMode(), "whole");
         for (const int rows : {60, 120}) {
             SCOPED_TRACE(std::to_string(rows) + "-row bands");
-            RunContext g = ctxFor(Backend::Cuda);
+            RunContext g = testContext(Backend::Cuda);
             // Half the budget goes to the band (17 bytes per pixel), half to the per-source buffers.
             g.gpuMemLimit = 2 * (std::size_t(64 << 10) + std::size_t(rows) * W * 17);
             const ApertureResult r = runApertures(f, p, g);
@@ -301,9 +171,9 @@ TEST(CudaMemory, ApertureStripsMatchUnsplitAndCpu) {
 
 TEST(CudaMemory, TooSmallBudgetFallsBackToCpuAndSaysSo) {
     REQUIRE_DEVICE();
-    const Field& f = field();
-    RunContext c = ctxFor(Backend::Cpu);
-    RunContext g = ctxFor(Backend::Cuda);
+    const SimField& f = field();
+    RunContext c = testContext(Backend::Cpu);
+    RunContext g = testContext(Backend::Cuda);
     g.gpuMemLimit = 4096;
     BackgroundResult b;
     {
@@ -327,8 +197,8 @@ TEST(CudaMemory, TooSmallBudgetFallsBackToCpuAndSaysSo) {
 // was consumed, and only the device caches hold memory afterwards.
 TEST(CudaMemory, InjectedAllocationFailureAtEverySite) {
     REQUIRE_DEVICE();
-    const Field f = makeField(200, 170, 60, 9);
-    RunContext c = ctxFor(Backend::Cpu);
+    const SimField f = simulateDetectedField(200, 170, 60, 9);
+    RunContext c = testContext(Backend::Cpu);
     const BackgroundResult refB = runBackground(f, c);
     const DetectionResult refD = runDetection(f, DetectionParams{}, c);
     const ApertureResult refA = runApertures(f, ApertureParams{}, c);
@@ -346,7 +216,7 @@ TEST(CudaMemory, InjectedAllocationFailureAtEverySite) {
         SCOPED_TRACE(s.name);
         std::size_t count = 0;
         {
-            RunContext g = ctxFor(Backend::Cuda);
+            RunContext g = testContext(Backend::Cuda);
             auto& dc = cuda::DeviceContext::of(g);
             s.run(g);
             count = dc.allocations();
@@ -355,7 +225,7 @@ TEST(CudaMemory, InjectedAllocationFailureAtEverySite) {
         ASSERT_GT(count, 3u);
         for (std::size_t n = 1; n <= count; ++n) {
             SCOPED_TRACE("allocation " + std::to_string(n) + " of " + std::to_string(count) + " fails");
-            RunContext g = ctxFor(Backend::Cuda);
+            RunContext g = testContext(Backend::Cuda);
             auto& dc = cuda::DeviceContext::of(g);
             dc.setFailAfter(n);
             ASSERT_NO_THROW(s.run(g));
@@ -371,9 +241,9 @@ TEST(CudaMemory, InjectedAllocationFailureAtEverySite) {
 // each stage's record.
 TEST(CudaMemory, StagesUnderBudgetRecordTheirPlans) {
     REQUIRE_DEVICE();
-    const Field& f = field();
-    RunContext c = ctxFor(Backend::Cpu);
-    RunContext g = ctxFor(Backend::Cuda);
+    const SimField& f = field();
+    RunContext c = testContext(Backend::Cpu);
+    RunContext g = testContext(Backend::Cuda);
     BackgroundResult b;
     DetectionResult d;
     ApertureResult a;
@@ -408,7 +278,7 @@ TEST(CudaMemory, StagesUnderBudgetRecordTheirPlans) {
         EXPECT_TRUE(r.deviceNote.empty()) << r.deviceNote;
         EXPECT_LE(r.deviceHighWater, limits[k]);
     }
-    RunContext c2 = ctxFor(Backend::Cpu);
+    RunContext c2 = testContext(Backend::Cpu);
     expectSameApertures(cpu::measureApertures(f.sim.image.view(), f.sim.defects.view(), f.bkg,
                                               f.det.segmentation.view(), f.det.sources, 3.0, 1.5, 6.0,
                                               ApertureParams{}, c2),

@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -21,114 +19,13 @@
 #include "core/stages/convolution.hpp"
 #include "core/stages/detection.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
 namespace {
 
-bool haveDevice() {
-    cuda::linkKernels();
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
-
-#define REQUIRE_DEVICE()                                                                                     \
-    do {                                                                                                     \
-        if (!haveDevice()) GTEST_SKIP() << "no CUDA device";                                                 \
-    } while (0)
-
-RunContext cpuCtx() {
-    RunContext c;
-    c.backend = Backend::Cpu;
-    c.threads = 2;
-    return c;
-}
-RunContext cudaCtx() {
-    RunContext c;
-    c.backend = Backend::Cuda;
-    c.threads = 2;
-    return c;
-}
-
-// Bitwise comparison of two float arrays; on a difference, the count and the largest difference in ulps.
-template <class T>
-::testing::AssertionResult sameBits(const T* a, const T* b, std::size_t n, const char* what) {
-    std::size_t diff = 0, first = n;
-    long long maxUlp = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-        if (std::memcmp(&a[i], &b[i], sizeof(T)) == 0) continue;
-        if (first == n) first = i;
-        ++diff;
-        if constexpr (std::is_same_v<T, float>) {
-            std::int32_t ia, ib;
-            std::memcpy(&ia, &a[i], 4);
-            std::memcpy(&ib, &b[i], 4);
-            maxUlp = std::max(maxUlp, std::llabs(static_cast<long long>(ia) - ib));
-        }
-    }
-    if (diff == 0) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << what << ": " << diff << " of " << n << " values differ (first at "
-                                         << first << ": " << a[first] << " vs " << b[first]
-                                         << "), max " << maxUlp << " ulp";
-}
-
-template <class T> ::testing::AssertionResult sameImage(const Image<T>& a, const Image<T>& b, const char* what) {
-    if (a.width() != b.width() || a.height() != b.height())
-        return ::testing::AssertionFailure() << what << ": sizes differ";
-    return sameBits(a.data(), b.data(), static_cast<std::size_t>(a.width()) * a.height(), what);
-}
-
-template <class T> ::testing::AssertionResult sameVec(const std::vector<T>& a, const std::vector<T>& b, const char* what) {
-    if (a.size() != b.size())
-        return ::testing::AssertionFailure() << what << ": " << a.size() << " vs " << b.size() << " entries";
-    return sameBits(a.data(), b.data(), a.size(), what);
-}
-
-void expectSameBackground(const BackgroundResult& c, const BackgroundResult& g) {
-    EXPECT_TRUE(sameImage(c.meshLevel, g.meshLevel, "meshLevel"));
-    EXPECT_TRUE(sameImage(c.meshRms, g.meshRms, "meshRms"));
-    EXPECT_TRUE(sameImage(c.level, g.level, "level"));
-    EXPECT_TRUE(sameImage(c.rms, g.rms, "rms"));
-    EXPECT_EQ(std::memcmp(&c.globalLevel, &g.globalLevel, sizeof(double)), 0);
-    EXPECT_EQ(std::memcmp(&c.globalRms, &g.globalRms, sizeof(double)), 0);
-    EXPECT_EQ(c.badMeshes, g.badMeshes);
-}
-
-void expectSameDetection(const DetectionResult& c, const DetectionResult& g) {
-    ASSERT_EQ(c.sources.size(), g.sources.size());
-    EXPECT_EQ(c.nBeforeDeblend, g.nBeforeDeblend);
-    EXPECT_EQ(c.nDeblended, g.nDeblended);
-    EXPECT_EQ(c.nCleaned, g.nCleaned);
-    const Sources& a = c.sources;
-    const Sources& b = g.sources;
-    EXPECT_TRUE(sameVec(a.x, b.x, "x"));
-    EXPECT_TRUE(sameVec(a.y, b.y, "y"));
-    EXPECT_TRUE(sameVec(a.xErr, b.xErr, "xErr"));
-    EXPECT_TRUE(sameVec(a.yErr, b.yErr, "yErr"));
-    EXPECT_TRUE(sameVec(a.xIso, b.xIso, "xIso"));
-    EXPECT_TRUE(sameVec(a.yIso, b.yIso, "yIso"));
-    EXPECT_TRUE(sameVec(a.x2, b.x2, "x2"));
-    EXPECT_TRUE(sameVec(a.y2, b.y2, "y2"));
-    EXPECT_TRUE(sameVec(a.xy, b.xy, "xy"));
-    EXPECT_TRUE(sameVec(a.a, b.a, "a"));
-    EXPECT_TRUE(sameVec(a.b, b.b, "b"));
-    EXPECT_TRUE(sameVec(a.theta, b.theta, "theta"));
-    EXPECT_TRUE(sameVec(a.fluxIso, b.fluxIso, "fluxIso"));
-    EXPECT_TRUE(sameVec(a.fluxIsoErr, b.fluxIsoErr, "fluxIsoErr"));
-    EXPECT_TRUE(sameVec(a.areaIso, b.areaIso, "areaIso"));
-    EXPECT_TRUE(sameVec(a.peak, b.peak, "peak"));
-    EXPECT_TRUE(sameVec(a.xMin, b.xMin, "xMin"));
-    EXPECT_TRUE(sameVec(a.xMax, b.xMax, "xMax"));
-    EXPECT_TRUE(sameVec(a.yMin, b.yMin, "yMin"));
-    EXPECT_TRUE(sameVec(a.yMax, b.yMax, "yMax"));
-    EXPECT_TRUE(sameVec(a.flags, b.flags, "flags"));
-    EXPECT_TRUE(sameVec(a.segmentId, b.segmentId, "segmentId"));
-    EXPECT_TRUE(sameImage(c.segmentation, g.segmentation, "segmentation"));
-}
+using namespace gpuphot::cudatest;
 
 // Gaussian noise on a sloped sky, a few bright blobs, NaNs, a masked block (bad meshes) and masked pixels.
 struct RandomFrame {
@@ -159,15 +56,6 @@ RandomFrame randomFrame(int w, int h, std::uint32_t seed) {
     return f;
 }
 
-SimResult smallSim(int size, int stars, std::uint64_t seed) {
-    SimParams p;
-    p.width = size;
-    p.height = size;
-    p.stars = stars;
-    p.seed = seed;
-    return simulateField(p);
-}
-
 } // namespace
 
 TEST(CudaStages, RegisteredWithCore) {
@@ -185,7 +73,7 @@ TEST(CudaStages, BackgroundMatchesCpuOnRandomFrames) {
             BackgroundParams p;
             p.meshSize = mesh;
             p.sextractorSpline = sx;
-            RunContext c = cpuCtx(), g = cudaCtx();
+            RunContext c = cpuContext(), g = cudaContext();
             const BackgroundResult rc = estimateBackground(f.image.view(), f.mask.view(), p, c);
             const BackgroundResult rg = estimateBackground(f.image.view(), f.mask.view(), p, g);
             EXPECT_GT(rc.badMeshes, 0);
@@ -202,7 +90,7 @@ TEST(CudaStages, BackgroundMatchesCpuOnRandomFrames) {
     for (int y = 100; y < 200; ++y)
         for (int x = 200; x < 260; ++x)
             src(x, y) = 3;
-    RunContext c = cpuCtx(), g = cudaCtx();
+    RunContext c = cpuContext(), g = cudaContext();
     const auto sv = src.view();
     expectSameBackground(estimateBackground(f.image.view(), MaskView{}, p, c, &sv),
                          estimateBackground(f.image.view(), MaskView{}, p, g, &sv));
@@ -210,9 +98,9 @@ TEST(CudaStages, BackgroundMatchesCpuOnRandomFrames) {
 
 TEST(CudaStages, BackgroundMatchesCpuOnSimulatedFrame) {
     REQUIRE_DEVICE();
-    const SimResult sim = smallSim(700, 400, 11);
+    const SimResult sim = simulateSmall(700, 700, 400, 11);
     BackgroundParams p;
-    RunContext c = cpuCtx(), g = cudaCtx();
+    RunContext c = cpuContext(), g = cudaContext();
     expectSameBackground(estimateBackground(sim.image.view(), sim.defects.view(), p, c),
                          estimateBackground(sim.image.view(), sim.defects.view(), p, g));
     p.fullMaps = false; // mesh grids only
@@ -224,21 +112,9 @@ TEST(CudaStages, BackgroundMatchesCpuOnSimulatedFrame) {
 
 TEST(CudaStages, DetectionMatchesCpu) {
     REQUIRE_DEVICE();
-    const SimResult sim = smallSim(640, 500, 21);
+    const SimResult sim = simulateSmall(640, 640, 500, 21);
     const RandomFrame rf = randomFrame(517, 389, 3);
-    struct Case {
-        const char* name;
-        DetectionParams p;
-    };
-    std::vector<Case> cases;
-    cases.push_back({"default", {}});
-    DetectionParams noFilter;
-    noFilter.filter = false;
-    cases.push_back({"no filter", noFilter});
-    DetectionParams k2d;
-    k2d.filterKernel = {1, 2, 1, 2, 4, 2, 1, 2, 1, 2, 4, 2, 1, 2, 1};
-    k2d.filterKernelWidth = 3;
-    cases.push_back({"2-D kernel 3x5", k2d});
+    std::vector<std::pair<std::string, DetectionParams>> cases = detectionFilterCases();
     DetectionParams wide;
     wide.filterFwhm = 4.5;
     wide.threshold = 3.0;
@@ -253,18 +129,18 @@ TEST(CudaStages, DetectionMatchesCpu) {
     for (int frame = 0; frame < 2; ++frame) {
         const ImageView img = frame == 0 ? sim.image.view() : rf.image.view();
         const MaskView mask = frame == 0 ? sim.defects.view() : rf.mask.view();
-        RunContext c = cpuCtx(), g = cudaCtx();
+        RunContext c = cpuContext(), g = cudaContext();
         const BackgroundResult bc = estimateBackground(img, mask, BackgroundParams{}, c);
         const BackgroundResult bg = estimateBackground(img, mask, BackgroundParams{}, g);
         expectSameBackground(bc, bg);
-        for (const Case& k : cases) {
-            SCOPED_TRACE(std::string(frame == 0 ? "simulated, " : "random, ") + k.name);
-            const DetectionResult dc = detectSources(img, mask, bc, k.p, c);
-            const DetectionResult dg = detectSources(img, mask, bg, k.p, g);
+        for (const auto& [name, p] : cases) {
+            SCOPED_TRACE(std::string(frame == 0 ? "simulated, " : "random, ") + name);
+            const DetectionResult dc = detectSources(img, mask, bc, p, c);
+            const DetectionResult dg = detectSources(img, mask, bg, p, g);
             EXPECT_GT(dc.sources.size(), 5u);
             expectSameDetection(dc, dg);
             // The device maps of bg were reused; a CPU-made background (other host maps) is uploaded.
-            expectSameDetection(dc, detectSources(img, mask, bc, k.p, g));
+            expectSameDetection(dc, detectSources(img, mask, bc, p, g));
         }
     }
 }
@@ -272,7 +148,7 @@ TEST(CudaStages, DetectionMatchesCpu) {
 TEST(CudaStages, InvalidParametersThrowAsOnCpu) {
     REQUIRE_DEVICE();
     const RandomFrame f = randomFrame(200, 150, 5);
-    RunContext g = cudaCtx();
+    RunContext g = cudaContext();
     const BackgroundResult b = estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g);
     DetectionParams p;
     p.threshold = -1.0;
@@ -284,14 +160,14 @@ TEST(CudaStages, InvalidParametersThrowAsOnCpu) {
 
 TEST(CudaStages, RepeatedRunsAreIdentical) {
     REQUIRE_DEVICE();
-    const SimResult sim = smallSim(600, 600, 33);
-    RunContext g0 = cudaCtx();
+    const SimResult sim = simulateSmall(600, 600, 600, 33);
+    RunContext g0 = cudaContext();
     const BackgroundResult b0 = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, g0);
     const DetectionResult d0 = detectSources(sim.image.view(), sim.defects.view(), b0, DetectionParams{}, g0);
-    RunContext shared = cudaCtx(); // warm context: frame and pool reused
+    RunContext shared = cudaContext(); // warm context: frame and pool reused
     for (int run = 0; run < 5; ++run) {
         SCOPED_TRACE("run " + std::to_string(run));
-        RunContext fresh = cudaCtx();
+        RunContext fresh = cudaContext();
         RunContext& g = run % 2 ? fresh : shared;
         const BackgroundResult b = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, g);
         expectSameBackground(b0, b);
@@ -301,13 +177,13 @@ TEST(CudaStages, RepeatedRunsAreIdentical) {
 
 TEST(CudaStages, LaunchConfigurationDoesNotMatter) {
     REQUIRE_DEVICE();
-    const SimResult sim = smallSim(600, 500, 44);
-    RunContext g0 = cudaCtx();
+    const SimResult sim = simulateSmall(600, 600, 500, 44);
+    RunContext g0 = cudaContext();
     const BackgroundResult b0 = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, g0);
     const DetectionResult d0 = detectSources(sim.image.view(), sim.defects.view(), b0, DetectionParams{}, g0);
     for (const int threads : {32, 64, 128, 512, 1024}) {
         SCOPED_TRACE("block " + std::to_string(threads));
-        RunContext g = cudaCtx();
+        RunContext g = cudaContext();
         cuda::DeviceContext::of(g).setBlockSize(threads);
         const BackgroundResult b = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, g);
         expectSameBackground(b0, b);
@@ -318,10 +194,10 @@ TEST(CudaStages, LaunchConfigurationDoesNotMatter) {
 TEST(CudaStages, TinyMemoryBudgetIsAnsweredByReplanning) {
     REQUIRE_DEVICE();
     const RandomFrame f = randomFrame(300, 200, 9);
-    RunContext c = cpuCtx();
+    RunContext c = cpuContext();
     const BackgroundResult ref = estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, c);
     // Not even one strip fits: the CPU stage runs (same numbers) and the context says so.
-    RunContext g = cudaCtx();
+    RunContext g = cudaContext();
     g.gpuMemLimit = 4096;
     expectSameBackground(ref, estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g));
     EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "cpu");
@@ -331,7 +207,7 @@ TEST(CudaStages, TinyMemoryBudgetIsAnsweredByReplanning) {
     expectSameBackground(ref, estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g));
     EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "whole");
     // A budget just big enough for the frame but not for detection's whole plan: strips, same catalog.
-    RunContext g2 = cudaCtx();
+    RunContext g2 = cudaContext();
     const BackgroundResult b = estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g2);
     auto& dc = cuda::DeviceContext::of(g2);
     g2.gpuMemLimit = dc.inUse() + 1000;
@@ -343,7 +219,7 @@ TEST(CudaStages, TinyMemoryBudgetIsAnsweredByReplanning) {
 TEST(CudaStages, FrameUploadedOnceAndCheckpointsRecorded) {
     REQUIRE_DEVICE();
     const RandomFrame f = randomFrame(300, 200, 13);
-    RunContext g = cudaCtx();
+    RunContext g = cudaContext();
     {
         auto t = g.time("background");
         (void)estimateBackground(f.image.view(), f.mask.view(), BackgroundParams{}, g);

@@ -21,53 +21,19 @@
 #include "core/stages/prepare.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
 namespace {
 
-bool haveDevice() {
-    cuda::linkKernels();
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
-
-#define REQUIRE_DEVICE()                                                                                     \
-    do {                                                                                                     \
-        if (!haveDevice()) GTEST_SKIP() << "no CUDA device";                                                 \
-    } while (0)
-
-// splitmix64: fast enough for 151 Mpx test images.
-struct Rng {
-    std::uint64_t s;
-    explicit Rng(std::uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-    std::uint64_t next() {
-        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
-    // roughly normal (sum of three uniforms), mean m, sigma s
-    float normal(float m, float sd) { return m + sd * 2.0f * (uniform() + uniform() + uniform() - 1.5f); }
-};
-
-RunContext ctxOf(Backend b) {
-    RunContext c;
-    c.backend = b;
-    c.threads = 2;
-    return c;
-}
+using namespace gpuphot::cudatest;
 
 Frame makeFrame(int w, int h, unsigned seed) {
     Frame f;
     f.pixels = Image<float>(w, h, 0.0f);
     f.mask = Image<std::uint8_t>(w, h, 0);
-    Rng rng(seed);
+    SplitMix64 rng(seed);
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
             float v = rng.normal(1000.0f, 50.0f);
@@ -89,7 +55,7 @@ CalibrationImage makeMaster(int w, int h, float level, float sigma, unsigned see
     CalibrationImage c;
     c.pixels = Image<float>(w, h, 0.0f);
     c.mask = Image<std::uint8_t>(w, h, 0);
-    Rng rng(seed);
+    SplitMix64 rng(seed);
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
             float v = rng.normal(level, sigma);
@@ -121,7 +87,7 @@ PrepareInputs makeInputs(int w, int h, bool bias, bool dark, bool flat, bool bpm
     if (flat) in.flat = makeMaster(w, h, 1.0f, 0.05f, seed + 3, true);
     if (bpm) {
         in.badPixels = Image<std::uint8_t>(w, h, 0);
-        Rng rng(seed + 4);
+        SplitMix64 rng(seed + 4);
         for (std::size_t i = 0; i < in.badPixels.pixelCount(); ++i) in.badPixels.data()[i] = rng.uniform() < 0.005f;
         in.badPixelPath = "bpm.fits";
     }
@@ -172,7 +138,7 @@ TEST(PrepareCuda, EveryCombinationOfMastersMatchesCpuBitwise) {
         const PrepareInputs in = makeInputs(w, h, bits & 1, bits & 2, bits & 4, bits & 8, 10u * bits);
         const Frame raw = makeFrame(w, h, 100u + bits);
         Frame a = raw, b = raw;
-        RunContext cc = ctxOf(Backend::Cpu), gc = ctxOf(Backend::Cuda);
+        RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
         PrepareParams p = paramsNoExtras();
         p.minFlat = 0.05;
         const PrepareResult ra = prepareFrame(a, &in, p, cc);
@@ -203,7 +169,7 @@ TEST(PrepareCuda, TrimmedFrameWithRawSizeMastersAndBleedTrails) {
     for (int y = 31; y < 40; ++y) raw.mask(20, y) = MaskSaturated;
     for (const char* method : {"median", "row"}) {
         Frame a = raw, b = raw;
-        RunContext cc = ctxOf(Backend::Cpu), gc = ctxOf(Backend::Cuda);
+        RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
         PrepareParams p;
         p.overscanMethod = method;
         const PrepareResult ra = prepareFrame(a, &in, p, cc);
@@ -221,7 +187,7 @@ TEST(PrepareCuda, MastersStayResidentAndTheResultIsTheFrameCache) {
     REQUIRE_DEVICE();
     const int w = 128, h = 96;
     const PrepareInputs in = makeInputs(w, h, true, true, true, true, 5);
-    RunContext gc = ctxOf(Backend::Cuda);
+    RunContext gc = testContext(Backend::Cuda);
     const PrepareParams p = paramsNoExtras();
     Frame f1 = makeFrame(w, h, 1);
     prepareFrame(f1, &in, p, gc);
@@ -239,7 +205,7 @@ TEST(PrepareCuda, MastersStayResidentAndTheResultIsTheFrameCache) {
     for (unsigned s = 2; s < 5; ++s) {
         Frame f = makeFrame(w, h, s), c = f;
         prepareFrame(f, &in, p, gc);
-        RunContext cc = ctxOf(Backend::Cpu);
+        RunContext cc = testContext(Backend::Cpu);
         prepareFrame(c, &in, p, cc);
         EXPECT_TRUE(sameFrames(f, c));
     }
@@ -263,7 +229,7 @@ TEST(PrepareCuda, BudgetTooSmallIsDeviceOutOfMemoryAndLeavesTheFrame) {
     REQUIRE_DEVICE();
     const int w = 256, h = 256;
     const PrepareInputs in = makeInputs(w, h, true, true, true, false, 3);
-    RunContext gc = ctxOf(Backend::Cuda);
+    RunContext gc = testContext(Backend::Cuda);
     gc.gpuMemLimit = 100000; // < one master
     Frame f = makeFrame(w, h, 3);
     const Frame before = f;
@@ -290,7 +256,7 @@ TEST(PrepareCuda, Benchmark151Mpx) {
     cal.badPixels = in.badPixels.view();
     cal.darkScale = 37.5 / 60.0;
     cal.minFlat = 0.05f;
-    RunContext gc = ctxOf(Backend::Cuda);
+    RunContext gc = testContext(Backend::Cuda);
     gc.threads = 16;
     Frame f = raw;
     auto t0 = std::chrono::steady_clock::now();
@@ -311,7 +277,7 @@ TEST(PrepareCuda, Benchmark151Mpx) {
                 double(w) * h * 26.0 / (bestKernel * 1e-3) / 1e9, bestCall);
     // correctness at full size, and the CPU loop for reference
     Frame a = raw, b = raw;
-    RunContext cc = ctxOf(Backend::Cpu);
+    RunContext cc = testContext(Backend::Cpu);
     cc.threads = 16;
     const PrepareParams p = paramsNoExtras();
     t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,240 @@
+#include "core/io/fits_raw_read.hpp"
+
+#include <fcntl.h>
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/util/errors.hpp"
+
+namespace gpuphot {
+namespace {
+
+// Big-endian loads.
+inline std::uint16_t be16(const unsigned char* p) {
+    return static_cast<std::uint16_t>((static_cast<unsigned>(p[0]) << 8) | p[1]);
+}
+inline std::uint32_t be32(const unsigned char* p) {
+    std::uint32_t v;
+    std::memcpy(&v, p, 4);
+    return __builtin_bswap32(v);
+}
+inline std::uint64_t be64(const unsigned char* p) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+// Integer pixels: BLANK -> NaN, else unscaled or scaled in double (CFITSIO's fffi1r4/fffi2r4/fffi4r4).
+template <class T, class Load>
+void convertInt(const unsigned char* src, std::size_t n, const RawImageLayout& l, float* out, Load load) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const bool noScale = l.scale == 1.0 && l.zero == 0.0;
+    const double scale = l.scale, zero = l.zero;
+    const bool blankFits = l.hasBlank && l.blank >= static_cast<long long>(std::numeric_limits<T>::min()) &&
+                           l.blank <= static_cast<long long>(std::numeric_limits<T>::max());
+    const T blank = blankFits ? static_cast<T>(l.blank) : T(0);
+    constexpr std::size_t size = sizeof(T);
+    if (noScale) {
+        for (std::size_t i = 0; i < n; ++i) {
+            const T v = load(src + i * size);
+            out[i] = blankFits && v == blank ? nan : static_cast<float>(v);
+        }
+    } else {
+        for (std::size_t i = 0; i < n; ++i) {
+            const T v = load(src + i * size);
+            out[i] =
+                blankFits && v == blank ? nan : static_cast<float>(static_cast<double>(v) * scale + zero);
+        }
+    }
+}
+
+// IEEE pixels: exponent all ones (NaN, +-Inf) -> NaN; exponent zero (+-0, subnormals) -> CFITSIO's
+// "underflow" value (+0, or BZERO when scaled); else the value, unscaled or scaled in double, converted
+// to float as C does (a double beyond the float range becomes +-Inf, as in CFITSIO 4.2).
+template <class F, class U, class Load>
+void convertIeee(const unsigned char* src, std::size_t n, const RawImageLayout& l, float* out, U expMask,
+                 Load load) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const bool noScale = l.scale == 1.0 && l.zero == 0.0;
+    const double scale = l.scale, zero = l.zero;
+    const float under = noScale ? 0.0f : static_cast<float>(zero);
+    for (std::size_t i = 0; i < n; ++i) {
+        const U u = load(src + sizeof(U) * i);
+        const U e = u & expMask;
+        if (e == expMask) {
+            out[i] = nan;
+        } else if (e == 0) {
+            out[i] = under;
+        } else {
+            F v;
+            std::memcpy(&v, &u, sizeof v);
+            out[i] =
+                noScale ? static_cast<float>(v) : static_cast<float>(static_cast<double>(v) * scale + zero);
+        }
+    }
+}
+
+bool startsWithSimple(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char head[9] = {};
+    const ssize_t got = ::pread(fd, head, sizeof head, 0);
+    ::close(fd);
+    return got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, "SIMPLE  =", 9) == 0;
+}
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+} // namespace
+
+void convertRawPixels(const unsigned char* src, std::size_t n, const RawImageLayout& l, float* out) {
+    switch (l.bitpix) {
+    case 8:
+        convertInt<std::uint8_t>(src, n, l, out, [](const unsigned char* p) { return *p; });
+        return;
+    case 16:
+        convertInt<std::int16_t>(src, n, l, out,
+                                 [](const unsigned char* p) { return static_cast<std::int16_t>(be16(p)); });
+        return;
+    case 32:
+        convertInt<std::int32_t>(src, n, l, out,
+                                 [](const unsigned char* p) { return static_cast<std::int32_t>(be32(p)); });
+        return;
+    case -32:
+        convertIeee<float, std::uint32_t>(src, n, l, out, 0x7F800000u, be32);
+        return;
+    case -64:
+        convertIeee<double, std::uint64_t>(src, n, l, out, 0x7FF0000000000000ull, be64);
+        return;
+    default:
+        throw InvalidInput("convertRawPixels: unsupported BITPIX " + std::to_string(l.bitpix));
+    }
+}
+
+std::optional<RawImageLayout> rawImageLayout(fitsfile* f, const std::string& path, long long count) {
+    if (const char* env = std::getenv("GPUPHOT_CFITSIO_READ"); env && std::strcmp(env, "1") == 0)
+        return std::nullopt;
+    int status = 0;
+    if (fits_is_compressed_image(f, &status) || status) {
+        fits_clear_errmsg();
+        return std::nullopt;
+    }
+    RawImageLayout l;
+    l.count = count;
+    fits_get_img_type(f, &l.bitpix, &status);
+    if (status) {
+        fits_clear_errmsg();
+        return std::nullopt;
+    }
+    if (l.bitpix != 8 && l.bitpix != 16 && l.bitpix != 32 && l.bitpix != -32 && l.bitpix != -64)
+        return std::nullopt;
+    LONGLONG headStart = 0, dataStart = 0, dataEnd = 0;
+    fits_get_hduaddrll(f, &headStart, &dataStart, &dataEnd, &status);
+    if (status) {
+        fits_clear_errmsg();
+        return std::nullopt;
+    }
+    l.dataOffset = dataStart;
+    // Scaling and BLANK as CFITSIO parses them (the same keyword reader).
+    // A missing key keeps the default; an unreadable one leaves the HDU to CFITSIO.
+    auto optionalKey = [f](const char* key, double& out) {
+        int st = 0;
+        double v = 0.0;
+        fits_read_key_dbl(f, key, &v, nullptr, &st);
+        if (st == 0) out = v;
+        return st == 0 || st == KEY_NO_EXIST;
+    };
+    if (!optionalKey("BSCALE", l.scale) || !optionalKey("BZERO", l.zero))
+        return fits_clear_errmsg(), std::nullopt;
+    if (l.bitpix > 0) {
+        LONGLONG blank = 0;
+        fits_read_key_lnglng(f, "BLANK", &blank, nullptr, &status);
+        if (status == 0) {
+            l.hasBlank = true;
+            l.blank = blank;
+        } else if (status != KEY_NO_EXIST) {
+            return fits_clear_errmsg(), std::nullopt;
+        }
+        status = 0;
+    }
+    fits_clear_errmsg();
+    if (!std::isfinite(l.scale) || !std::isfinite(l.zero) || l.scale == 0.0) return std::nullopt;
+    // The data must lie inside the file (else CFITSIO reports the truncation), and the file must be the
+    // plain FITS file CFITSIO reads from (not gzip: its offsets are in the decompressed stream).
+    const long long bytes = count * (std::abs(l.bitpix) / 8);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    if (l.dataOffset < 0 || l.dataOffset + bytes > static_cast<long long>(st.st_size)) return std::nullopt;
+    if (!startsWithSimple(path)) return std::nullopt;
+    return l;
+}
+
+void readRawImage(const std::string& path, const RawImageLayout& l, float* out, int threads,
+                  std::size_t chunkBytes) {
+    const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
+    if (elem == 0 || l.count < 0) throw InvalidInput(path + ": bad raw image layout");
+    const std::size_t total = static_cast<std::size_t>(l.count);
+    std::size_t perChunk = (chunkBytes ? chunkBytes : (std::size_t(8) << 20)) / elem;
+    perChunk = std::max<std::size_t>(perChunk, 1);
+    const long long chunks = static_cast<long long>((total + perChunk - 1) / perChunk);
+    Fd file;
+    file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file.fd < 0) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+    if (chunks > 1)
+        ::posix_fadvise(file.fd, l.dataOffset, static_cast<off_t>(total * elem), POSIX_FADV_SEQUENTIAL);
+    int failedErrno = 0;
+    bool failed = false;
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nt) if (chunks > 1)
+    {
+        std::vector<unsigned char> buf(perChunk * elem);
+#pragma omp for schedule(dynamic, 1)
+        for (long long c = 0; c < chunks; ++c) {
+            bool stop = false;
+#pragma omp atomic read
+            stop = failed;
+            if (stop) continue;
+            const std::size_t first = static_cast<std::size_t>(c) * perChunk;
+            const std::size_t n = std::min(perChunk, total - first);
+            const std::size_t want = n * elem;
+            std::size_t got = 0;
+            while (got < want) {
+                const ssize_t r = ::pread(file.fd, buf.data() + got, want - got,
+                                          static_cast<off_t>(l.dataOffset + first * elem + got));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) {
+#pragma omp critical(gpuphot_raw_read)
+                    {
+                        failed = true;
+                        failedErrno = r < 0 ? errno : 0;
+                    }
+                    break;
+                }
+                got += static_cast<std::size_t>(r);
+            }
+            if (got == want) convertRawPixels(buf.data(), n, l, out + first);
+        }
+    }
+    if (failed)
+        throw IoError(path + ": cannot read the pixel data" +
+                      (failedErrno ? std::string(": ") + std::strerror(failedErrno)
+                                   : std::string(" (truncated file?)")));
+}
+
+} // namespace gpuphot

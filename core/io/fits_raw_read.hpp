@@ -1,0 +1,46 @@
+#pragma once
+// Fast read of an uncompressed FITS image HDU: the data bytes read straight from the file (large pread
+// calls) and converted (byte swap, BSCALE/BZERO, BLANK -> NaN) by several threads, giving exactly the
+// float32 values of CFITSIO's fits_read_img(TFLOAT, nulval = NaN):
+//   - integer BITPIX (8, 16, 32): BLANK (when the header has one) -> NaN; else (float) v without scaling,
+//     (float) (v * BSCALE + BZERO) in double with it;
+//   - BITPIX -32 / -64: exponent all ones (NaN, +-Inf) -> NaN; exponent zero (+-0, subnormals) -> +0
+//     without scaling, (float) BZERO with it (CFITSIO's "underflow"); else (float) v, or
+//     (float) (v * BSCALE + BZERO) in double; -64 beyond the float range -> +-Inf (CFITSIO 4.2 converts as
+//     C does, and reports NUM_OVERFLOW, which readFrame ignores).
+// Tile-compressed images, gzip-compressed files, BITPIX 64, image sections and files CFITSIO opened from
+// extended file-name syntax keep the CFITSIO path (rawImageLayout says which).
+#include <fitsio.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace gpuphot {
+
+struct RawImageLayout {
+    long long dataOffset = 0; // bytes from the start of the file
+    long long count = 0;      // pixels
+    int bitpix = 0;           // 8, 16, 32, -32, -64
+    double scale = 1.0;       // BSCALE
+    double zero = 0.0;        // BZERO
+    bool hasBlank = false;    // integer images: BLANK given
+    long long blank = 0;
+};
+
+// The layout of the current HDU of `f` (opened from the plain file `path`) when the fast path can read
+// it: an uncompressed image of one of the BITPIX above whose data (count pixels) lies inside the file,
+// which starts with a SIMPLE card (not gzip), and finite BSCALE != 0 and BZERO. nullopt otherwise, and
+// when the environment variable GPUPHOT_CFITSIO_READ is set to 1 (benchmarks: CFITSIO's own path).
+std::optional<RawImageLayout> rawImageLayout(fitsfile* f, const std::string& path, long long count);
+
+// Reads and converts the layout's pixels into out (count floats). threads: 0 = OpenMP's default.
+// chunkBytes: raw bytes per read (0: 8 MiB; tests use small chunks). Throws IoError naming the file
+// when the data cannot be read.
+void readRawImage(const std::string& path, const RawImageLayout& layout, float* out, int threads = 0,
+                  std::size_t chunkBytes = 0);
+
+// The conversion alone: n pixels of big-endian raw data in src (n * |bitpix| / 8 bytes) into out.
+void convertRawPixels(const unsigned char* src, std::size_t n, const RawImageLayout& layout, float* out);
+
+} // namespace gpuphot

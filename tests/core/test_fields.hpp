@@ -1,0 +1,51 @@
+#pragma once
+// Small helpers shared by tests that build synthetic astrometric fields.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/wcs/tan_sip.hpp"
+
+namespace gpuphot::test {
+
+// A TAN(-SIP) projection with reference pixel (crpix1, crpix2) (FITS, 1-based), reference point
+// (crval1, crval2) in degrees, pixel scale in arcsec/px and rotation in radians:
+// CD = scale / 3600 * [[-cos, sin], [sin, cos]] (east to the left, north up at rotation 0). With
+// sipOrder > 0 the SIP polynomials of that order are there, zeroed, for the caller to fill.
+inline TanSip rotatedTanSip(double crpix1, double crpix2, double crval1, double crval2, double scaleArcsec,
+                            double rotation, int sipOrder = 0) {
+    TanSip t;
+    t.crpix[0] = crpix1;
+    t.crpix[1] = crpix2;
+    t.crval[0] = crval1;
+    t.crval[1] = crval2;
+    const double s = scaleArcsec / 3600.0;
+    t.cd[0][0] = -s * std::cos(rotation);
+    t.cd[0][1] = s * std::sin(rotation);
+    t.cd[1][0] = s * std::sin(rotation);
+    t.cd[1][1] = s * std::cos(rotation);
+    if (sipOrder > 0) t.setSipOrder(sipOrder);
+    return t;
+}
+
+// Turns the CD matrix of `t` by `radians` (a header WCS with a rotation error).
+inline void rotateCd(TanSip& t, double radians) {
+    for (int k = 0; k < 2; ++k) {
+        const double a = t.cd[k][0], b = t.cd[k][1];
+        t.cd[k][0] = a * std::cos(radians) - b * std::sin(radians);
+        t.cd[k][1] = a * std::sin(radians) + b * std::cos(radians);
+    }
+}
+
+// Two fitted projections equal to the bit: CRVAL, CD and the SIP polynomials (e.g. one fit run twice).
+inline void expectSameFit(const TanSip& a, const TanSip& b) {
+    for (int k = 0; k < 2; ++k) {
+        EXPECT_EQ(a.crval[k], b.crval[k]);
+        EXPECT_EQ(a.cd[k][0], b.cd[k][0]);
+        EXPECT_EQ(a.cd[k][1], b.cd[k][1]);
+    }
+    EXPECT_EQ(a.a, b.a);
+    EXPECT_EQ(a.b, b.b);
+}
+
+} // namespace gpuphot::test
