@@ -3,10 +3,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +30,7 @@
 #include "core/catalog/tycho2_index.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/target_list.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
@@ -210,7 +214,8 @@ struct Child {
     int in = -1;  // its stdin (we write frame paths)
     int out = -1; // its stdout (we read status lines)
     std::string buffer;
-    long frame = -1; // index of the frame it is reducing, -1 idle
+    std::deque<std::size_t> held; // indices of the frames sent to it and not yet answered, in order
+    bool isolated = false;         // it holds one frame that must run alone (see runChildren)
     bool ready = false; // it has set up its pipeline (sent {"ready": true})
     std::string gpu; // CUDA_VISIBLE_DEVICES for it ("" : inherit)
 };
@@ -251,7 +256,8 @@ void spawnChild(Child& c, const std::string& exe, const std::vector<std::string>
     c.in = toChild[1];
     c.out = fromChild[0];
     c.buffer.clear();
-    c.frame = -1;
+    c.held.clear();
+    c.isolated = false;
     c.ready = false;
 }
 
@@ -298,8 +304,12 @@ std::vector<std::string> visibleGpus() {
     return out;
 }
 
-// Runs the frames not skipped through N children; fills `results` (one line per frame index).
+// Runs the frames not skipped through N children; fills `results` (one line per frame index). Each child
+// holds up to `window` frames (it reads ahead while it reduces, --prefetch). A child that dies holding one
+// frame costs that frame; one that dies holding several hands them back to be run alone, one at a time
+// (a frame that then kills its child fails), so a crash never costs an innocent frame.
 void runChildren(const std::vector<std::string>& frames, const std::vector<std::size_t>& todo, int jobs,
+                 std::size_t window,
                  const std::vector<std::string>& gpus, std::vector<std::string> args,
                  std::vector<nlohmann::json>& results, Progress& progress, const std::string& jsonl) {
     const std::string exe = selfExe();
@@ -319,12 +329,23 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
         progress.frameDone(results[index]);
         ++finished;
     };
+    std::deque<std::size_t> alone; // frames held by a child that died with several: each runs alone
+    auto send = [&](Child& c, std::size_t index) {
+        c.held.push_back(index);
+        return writeAll(c.in, frames[index] + "\n"); // false: it died, seen as EOF on its stdout
+    };
     auto dispatch = [&](Child& c) {
-        while (c.pid > 0 && c.frame < 0 && next < todo.size()) {
-            const std::size_t index = todo[next++];
-            c.frame = static_cast<long>(index);
-            if (!writeAll(c.in, frames[index] + "\n")) return; // it died: seen as EOF on its stdout
+        if (c.pid <= 0 || c.isolated) return;
+        if (!alone.empty()) {
+            if (!c.held.empty()) return;
+            c.isolated = true;
+            const std::size_t index = alone.front();
+            alone.pop_front();
+            send(c, index);
+            return;
         }
+        while (c.held.size() < window && next < todo.size())
+            if (!send(c, todo[next++])) return;
     };
     for (auto& c : children) dispatch(c);
     while (finished < todo.size()) {
@@ -361,13 +382,14 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
                         c.ready = true;
                         continue;
                     }
-                    if (c.frame < 0) continue;
-                    const auto index = static_cast<std::size_t>(c.frame);
-                    c.frame = -1;
+                    if (c.held.empty()) continue;
+                    const std::size_t index = c.held.front();
+                    c.held.pop_front();
+                    c.isolated = false;
                     line["frame"] = frames[index];
                     record(index, std::move(line));
                 }
-                dispatch(c);
+                for (auto& d : children) dispatch(d);
                 continue;
             }
             // EOF: the child ended; the frame it held failed. Start another when work remains.
@@ -378,19 +400,22 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
             if (!c.ready) // it could not even set up (bad options, unreadable reference): its error is above
                 throw IoError("batch: a worker process " + describeWaitStatus(status) +
                               " before it was ready (see its error above)");
-            if (c.frame >= 0) {
-                const auto index = static_cast<std::size_t>(c.frame);
-                c.frame = -1;
+            if (c.held.size() == 1) {
+                const std::size_t index = c.held.front();
                 record(index, frameStatusFailed(frames[index],
                                                 "worker process " + describeWaitStatus(status) +
                                                     " while reducing this frame",
                                                 1));
+            } else {
+                alone.insert(alone.end(), c.held.begin(), c.held.end());
             }
-            if (next < todo.size()) {
+            c.held.clear();
+            c.isolated = false;
+            if (next < todo.size() || !alone.empty()) {
                 if (++restarts > todo.size() + children.size())
                     throw IoError("batch: worker processes keep dying (" + describeWaitStatus(status) + ")");
                 spawnChild(c, exe, args);
-                dispatch(c);
+                for (auto& d : children) dispatch(d);
             }
         }
     }
@@ -433,6 +458,16 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
                  "Solve as if the header had no WCS (blind, from the pointing keywords)");
     sub.add_option("--scale-low", o.scaleLow, "Lowest pixel scale searched by a blind solve (arcsec/px)");
     sub.add_option("--scale-high", o.scaleHigh, "Highest pixel scale searched by a blind solve (arcsec/px)");
+    sub.add_option("--prefetch", o.prefetch,
+                   "Frames read ahead while one is in its stages, its predecessor's outputs written meanwhile "
+                   "(0: one frame at a time)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    sub.add_option("--concurrent", o.concurrent,
+                   "Frames in their stages at once in this process, each with its own RunContext (CUDA stream "
+                   "and memory pool; the GPU shared): overlaps the host parts of the stages")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
 }
 
 ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
@@ -470,6 +505,7 @@ struct FrameReducer::State {
     TargetList targets;
     std::vector<std::string> tycho2Files;
     RunContext ctx;
+    CommonOptions common; // what ctx was made from (makeContext)
     int verbosity = 1;
 };
 
@@ -501,7 +537,9 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
         std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
                              "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
     }
+    s.common = o.common;
     s.ctx = makeRunContext(o.common);
+    startDeviceWarmUp(s.ctx); // the CUDA context comes up while the first frame is read
 }
 
 FrameReducer::~FrameReducer() = default;
@@ -509,28 +547,293 @@ FrameReducer::~FrameReducer() = default;
 const ReduceOptions& FrameReducer::options() const { return m_state->options; }
 RunContext& FrameReducer::context() { return m_state->ctx; }
 
-nlohmann::json FrameReducer::process(const std::string& frame, bool force) {
-    State& s = *m_state;
+RunContext FrameReducer::makeContext() const {
+    RunContext ctx = makeRunContext(m_state->common);
+    ctx.progress = m_state->ctx.progress;
+    ctx.cancelFlag = m_state->ctx.cancelFlag;
+    startDeviceWarmUp(ctx);
+    return ctx;
+}
+
+struct FrameReducer::Work {
+    FrameTask task;
+    ReduceOptions options; // the task's (or the reducer's), with this frame's Tycho-2 cut as reference
+    ReferenceCatalog tycho2;
+    std::optional<LoadedFrame> loaded;
+    std::optional<ComputedFrame> computed;
+    std::optional<nlohmann::json> line; // decided: skipped, failed, or written
+};
+
+namespace {
+// Runs one phase; any error but Cancelled becomes the frame's "failed" line.
+template <class F> void runPhase(FrameReducer::Work& w, F&& phase) {
+    if (w.line) return;
     try {
-        if (!force && outputsComplete(frame, s.options.output))
-            return frameStatusSkipped(frame, reportPath(frame, s.options.output));
-        ReduceOptions ro = s.options;
-        ReferenceCatalog tycho2;
-        if (!s.tycho2Files.empty()) {
-            tycho2 = tycho2ForFrame(frame, ro, s.tycho2Files);
-            ro.reference = tycho2.size() ? &tycho2 : nullptr;
-            if (!ro.reference && s.verbosity > 0)
-                std::fprintf(stderr, "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
-                                     "keywords, or none in the field): no calibration\n", frame.c_str());
-        }
-        s.ctx.records.clear();
-        const ReduceSummary summary = reduceFrame(frame, ro, s.ctx);
-        return frameStatusOk(summary);
+        phase();
     } catch (const Cancelled&) {
         throw;
     } catch (const std::exception& e) {
-        return frameStatusFailed(frame, e.what(), exitCodeFor(e));
+        w.line = frameStatusFailed(w.task.frame, e.what(), exitCodeFor(e));
+        w.loaded.reset();
+        w.computed.reset();
     }
+}
+} // namespace
+
+std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
+    State& s = *m_state;
+    auto w = std::make_unique<Work>();
+    w->task = std::move(task);
+    w->line = std::move(w->task.line);
+    runPhase(*w, [&] {
+        const std::string& frame = w->task.frame;
+        w->options = w->task.options ? *w->task.options : s.options;
+        if (!w->task.force && outputsComplete(frame, w->options.output)) {
+            w->line = frameStatusSkipped(frame, reportPath(frame, w->options.output));
+            return;
+        }
+        if (!w->task.options && !s.tycho2Files.empty()) {
+            w->tycho2 = tycho2ForFrame(frame, w->options, s.tycho2Files);
+            w->options.reference = w->tycho2.size() ? &w->tycho2 : nullptr;
+            if (!w->options.reference && s.verbosity > 0)
+                std::fprintf(stderr, "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
+                                     "keywords, or none in the field): no calibration\n", frame.c_str());
+        }
+        w->loaded = readFramePhase(frame, w->options);
+    });
+    return w;
+}
+
+void FrameReducer::compute(Work& w) { compute(w, m_state->ctx); }
+
+void FrameReducer::compute(Work& w, RunContext& ctx) {
+    runPhase(w, [&] {
+        w.computed = computeFramePhase(std::move(*w.loaded), w.options, ctx);
+        w.loaded.reset();
+    });
+}
+
+nlohmann::json FrameReducer::write(Work& w) {
+    runPhase(w, [&] {
+        const ReduceSummary summary = writeFramePhase(std::move(*w.computed), w.options);
+        w.computed.reset();
+        w.line = frameStatusOk(summary);
+    });
+    return std::move(*w.line);
+}
+
+nlohmann::json FrameReducer::process(FrameTask task) {
+    const auto w = load(std::move(task));
+    compute(*w);
+    {
+        auto t = m_state->ctx.time("write");
+        return write(*w);
+    }
+}
+
+nlohmann::json FrameReducer::process(const std::string& frame, bool force) {
+    FrameTask task;
+    task.frame = frame;
+    task.force = force;
+    return process(std::move(task));
+}
+
+struct FramePipeline::Impl {
+    struct Item {
+        std::size_t ticket = 0;
+        FrameTask task;
+        std::unique_ptr<FrameReducer::Work> work;
+    };
+    FrameReducer& reducer;
+    int prefetch;
+    int concurrent;    // compute threads (K)
+    bool threaded;     // false: every frame runs inside submit()
+    std::size_t bound; // frames that may wait ahead of the stages: prefetch + K - 1
+    Done done;
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Item> toRead, toCompute, toWrite;
+    std::size_t ahead = 0;     // submitted, not yet taken by the stages
+    std::size_t submitted = 0, delivered = 0;
+    std::size_t nextHandOff = 0;   // ticket of the next frame for the writer (frames go to it in order)
+    std::size_t computersLeft = 0; // compute threads that have not seen the end of input
+    bool closing = false, readerDone = false, computeDone = false, stopped = false, finished = false;
+    std::exception_ptr error;
+    std::vector<RunContext> contexts; // of compute threads 1..K-1 (thread 0 uses the reducer's)
+    std::thread reader, writer;
+    std::vector<std::thread> computers;
+
+    Impl(FrameReducer& r, int p, Done d, int k)
+        : reducer(r), prefetch(p), concurrent(k), threaded(p > 0 || k > 1),
+          bound(static_cast<std::size_t>(std::max(1, p + k - 1))), done(std::move(d)) {}
+
+    void fail(std::exception_ptr e) {
+        std::lock_guard lock(mu);
+        if (!error) error = e;
+        stopped = true;
+        cv.notify_all();
+    }
+    void readLoop() {
+        for (;;) {
+            Item item;
+            {
+                std::unique_lock lock(mu);
+                cv.wait(lock, [&] { return stopped || closing || !toRead.empty(); });
+                if (stopped) return;
+                if (toRead.empty()) {
+                    readerDone = true;
+                    cv.notify_all();
+                    return;
+                }
+                item = std::move(toRead.front());
+                toRead.pop_front();
+            }
+            try {
+                item.work = reducer.load(std::move(item.task));
+            } catch (...) {
+                fail(std::current_exception());
+                return;
+            }
+            std::lock_guard lock(mu);
+            toCompute.push_back(std::move(item));
+            cv.notify_all();
+        }
+    }
+    // One of the K compute threads. Frames are taken in ticket order, so the frame the writer needs next
+    // is always held by some compute thread: handing on in order cannot deadlock.
+    void computeLoop(RunContext& ctx) {
+        for (;;) {
+            Item item;
+            {
+                std::unique_lock lock(mu);
+                cv.wait(lock, [&] { return stopped || readerDone || !toCompute.empty(); });
+                if (stopped) return;
+                if (toCompute.empty()) {
+                    if (--computersLeft == 0) computeDone = true;
+                    cv.notify_all();
+                    return;
+                }
+                item = std::move(toCompute.front());
+                toCompute.pop_front();
+                --ahead;
+                cv.notify_all();
+            }
+            try {
+                reducer.compute(*item.work, ctx);
+            } catch (...) {
+                fail(std::current_exception());
+                return;
+            }
+            std::unique_lock lock(mu);
+            // In submission order, and one frame waits for the writer at most: a slow disk holds the stages,
+            // not memory (at most K computed frames are held).
+            cv.wait(lock, [&] { return stopped || (item.ticket == nextHandOff && toWrite.empty()); });
+            if (stopped) return;
+            toWrite.push_back(std::move(item));
+            ++nextHandOff;
+            cv.notify_all();
+        }
+    }
+    void writeLoop() {
+        for (;;) {
+            Item item;
+            {
+                std::unique_lock lock(mu);
+                cv.wait(lock, [&] { return stopped || computeDone || !toWrite.empty(); });
+                if (stopped) return;
+                if (toWrite.empty()) return;
+                item = std::move(toWrite.front());
+                toWrite.pop_front();
+                cv.notify_all();
+            }
+            try {
+                nlohmann::json line = reducer.write(*item.work);
+                item.work.reset();
+                done(item.ticket, std::move(line));
+            } catch (...) {
+                fail(std::current_exception());
+                return;
+            }
+            std::lock_guard lock(mu);
+            ++delivered;
+            cv.notify_all();
+        }
+    }
+    void join() {
+        if (reader.joinable()) reader.join();
+        for (std::thread& t : computers)
+            if (t.joinable()) t.join();
+        if (writer.joinable()) writer.join();
+    }
+};
+
+FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int concurrent)
+    : m(std::make_unique<Impl>(reducer, std::max(0, prefetch), std::move(done), std::max(1, concurrent))) {
+    if (m->threaded) {
+        // Each extra compute thread gets a context of its own (CUDA: own stream and pool, warming up now).
+        m->contexts.reserve(static_cast<std::size_t>(m->concurrent - 1));
+        for (int k = 1; k < m->concurrent; ++k) m->contexts.push_back(reducer.makeContext());
+        m->computersLeft = static_cast<std::size_t>(m->concurrent);
+        m->reader = std::thread([this] { m->readLoop(); });
+        m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });
+        for (RunContext& ctx : m->contexts) m->computers.emplace_back([this, &ctx] { m->computeLoop(ctx); });
+        m->writer = std::thread([this] { m->writeLoop(); });
+    }
+}
+
+FramePipeline::~FramePipeline() {
+    {
+        std::lock_guard lock(m->mu);
+        m->stopped = true;
+        m->cv.notify_all();
+    }
+    m->join();
+}
+
+std::size_t FramePipeline::submit(FrameTask task) {
+    if (!m->threaded) {
+        const std::size_t ticket = m->submitted++;
+        m->done(ticket, m->reducer.process(std::move(task)));
+        ++m->delivered;
+        return ticket;
+    }
+    std::unique_lock lock(m->mu);
+    m->cv.wait(lock, [&] { return m->stopped || m->ahead < m->bound; });
+    if (m->error) std::rethrow_exception(m->error);
+    if (m->stopped || m->closing) throw std::logic_error("FramePipeline::submit after finish");
+    const std::size_t ticket = m->submitted++;
+    ++m->ahead;
+    m->toRead.push_back({ticket, std::move(task), nullptr});
+    m->cv.notify_all();
+    return ticket;
+}
+
+bool FramePipeline::full() const {
+    if (!m->threaded) return false;
+    std::lock_guard lock(m->mu);
+    return m->ahead >= m->bound;
+}
+
+bool FramePipeline::failed() const {
+    std::lock_guard lock(m->mu);
+    return m->error != nullptr;
+}
+
+std::size_t FramePipeline::inFlight() const {
+    std::lock_guard lock(m->mu);
+    return m->submitted - m->delivered;
+}
+
+void FramePipeline::finish() {
+    if (m->threaded) {
+        {
+            std::lock_guard lock(m->mu);
+            m->closing = true;
+            m->cv.notify_all();
+        }
+        m->join();
+    }
+    if (m->error) std::rethrow_exception(m->error);
 }
 
 std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args, const std::string& listFile) {
@@ -675,15 +978,27 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
                 std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(), static_cast<int>(fraction * 100 + 0.5));
                 std::fflush(stderr);
             };
-        for (std::size_t i = 0; i < frames.size(); ++i) {
-            results[i] = reducer.process(frames[i], force);
-            if (tty && frames.size() == 1) std::fprintf(stderr, "\r%40s\r", "");
-            if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
-            progress.frameDone(results[i]);
-            if (frames.size() == 1 && o.common.verbosity > 1 && results[i].value("status", "") == "ok")
-                for (const auto& st : reducer.context().records)
-                    std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
+        // Status lines arrive in input order (on the pipeline's writer thread with --prefetch > 0 or
+        // --concurrent > 1).
+        FramePipeline pipeline(
+            reducer, frames.size() == 1 ? 0 : o.prefetch,
+            [&](std::size_t i, nlohmann::json line) {
+                results[i] = std::move(line);
+                if (tty && frames.size() == 1) std::fprintf(stderr, "\r%40s\r", "");
+                if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
+                progress.frameDone(results[i]);
+            },
+            frames.size() == 1 ? 1 : o.concurrent);
+        for (const auto& f : frames) {
+            FrameTask task;
+            task.frame = f;
+            task.force = force;
+            pipeline.submit(std::move(task));
         }
+        pipeline.finish();
+        if (frames.size() == 1 && o.common.verbosity > 1 && results[0].value("status", "") == "ok")
+            for (const auto& st : reducer.context().records)
+                std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
     } else {
         // Skipped frames are decided here; the rest go to the children.
         std::vector<std::size_t> todo;
@@ -702,7 +1017,10 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
             args.push_back("--threads=" + std::to_string(std::max(1, cores / jobs)));
         }
         args.push_back("-q");
-        if (!todo.empty()) runChildren(frames, todo, jobs, gpus, args, results, progress, jsonl);
+        // Frames a child holds: those it reads ahead and has in its stages, one for its writer.
+        const bool pipelined = o.prefetch > 0 || o.concurrent > 1;
+        const std::size_t window = pipelined ? static_cast<std::size_t>(o.prefetch + o.concurrent) + 1 : 1;
+        if (!todo.empty()) runChildren(frames, todo, jobs, window, gpus, args, results, progress, jsonl);
     }
     progress.finish();
     if (frames.size() > 1 && o.common.verbosity > 0) printSummaryTable(stdout, results, progress.elapsed());
@@ -720,14 +1038,29 @@ int runBatchChild(const ReduceCliOptions& o) {
     if (!writeAll(protocol, "{\"ready\": true}\n")) return 1;
     // Test hook: abort (as a crash would) on a frame whose file name contains this text.
     const char* crashOn = std::getenv("GPUPHOT_TEST_BATCH_CHILD_ABORT_ON");
-    std::string frame;
-    while (std::getline(std::cin, frame)) {
-        if (frame.empty()) continue;
-        if (crashOn && *crashOn && fs::path(frame).filename().string().find(crashOn) != std::string::npos)
-            std::abort();
-        const nlohmann::json line = reducer.process(frame, true);
-        std::fflush(stdout);
-        if (!writeAll(protocol, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) break;
+    // Frames are read ahead (--prefetch) as the parent sends them; lines go back in the order received.
+    std::atomic<bool> parentGone{false};
+    {
+        FramePipeline pipeline(
+            reducer, o.prefetch,
+            [&](std::size_t, nlohmann::json line) {
+                std::fflush(stdout);
+                if (!parentGone.load() &&
+                    !writeAll(protocol, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
+                    parentGone.store(true);
+            },
+            o.concurrent);
+        std::string frame;
+        while (!parentGone.load() && std::getline(std::cin, frame)) {
+            if (frame.empty()) continue;
+            if (crashOn && *crashOn && fs::path(frame).filename().string().find(crashOn) != std::string::npos)
+                std::abort();
+            FrameTask task;
+            task.frame = frame;
+            task.force = true;
+            pipeline.submit(std::move(task));
+        }
+        pipeline.finish();
     }
     ::close(protocol);
     return 0;

@@ -3,6 +3,7 @@
 // list (files, globs, list files, directories), one warm pipeline (FrameReducer), and the local batch
 // runner that hands frames to N long-lived child processes of this binary (`reduce --batch-child`).
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -37,6 +38,8 @@ struct ReduceCliOptions {
     bool writeSolved = false, ignoreHeaderWcs = false;
     std::optional<double> scaleLow, scaleHigh;
     PrepareCliOptions prepare; // --bias --dark --flat --bpm ... (frame preparation)
+    int prefetch = 1;          // --prefetch N: frames read ahead of the one in its stages (0: one at a time)
+    int concurrent = 1;        // --concurrent K: frames in their stages at once, each with its own RunContext
 };
 
 // Adds the common options (addCommonOptions) and every reduce option to `sub`.
@@ -44,6 +47,16 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o);
 // Configuration (defaults, --config, command-line overrides) and output options; no reference catalog
 // or targets (FrameReducer loads those). Throws InvalidInput for inconsistent options.
 ReduceOptions toReduceOptions(const ReduceCliOptions& o);
+
+// One frame for FrameReducer / FramePipeline.
+struct FrameTask {
+    std::string frame;
+    bool force = false; // reduce even when its outputs are complete
+    // The options of this frame (`gpuphot worker`: per job); null: the reducer's, with Tycho-2 cut per frame.
+    std::shared_ptr<const ReduceOptions> options;
+    // A status line already decided by the caller (e.g. a job without a frame): passed through in order.
+    std::optional<nlohmann::json> line;
+};
 
 // One warm pipeline: the reduce options, the reference catalog / targets / Tycho-2 index files loaded
 // once, and one RunContext kept for every frame (so the CUDA context and memory pool stay warm).
@@ -58,12 +71,64 @@ public:
     // complete and newer than it is skipped unless `force`. A bad frame gives a "failed" line (exit_code 2
     // invalid input, 3 I/O, 1 other); only Cancelled propagates.
     nlohmann::json process(const std::string& frame, bool force);
+    nlohmann::json process(FrameTask task);
     const ReduceOptions& options() const;
     RunContext& context();
+    // A fresh RunContext made from the same options as context() (backend, threads, --gpu-mem-limit), with
+    // context()'s progress and cancellation hooks; its CUDA stream and memory pool are its own (created on
+    // first use). For FramePipeline's extra compute threads.
+    RunContext makeContext() const;
+
+    // process() in its three phases (for FramePipeline); a phase that fails, or finds the frame skipped,
+    // decides the frame's status line and the later phases pass it through. load: skip check, Tycho-2
+    // cut, read (host and files only: any thread); compute: the stages with this reducer's RunContext
+    // (one thread at a time); write: the outputs (host and files only: any thread). Only Cancelled
+    // propagates.
+    struct Work;
+    std::unique_ptr<Work> load(FrameTask task);
+    void compute(Work& work);
+    // The same with another RunContext (one of makeContext()'s): several frames may be in this phase at once
+    // on different threads, each thread with its own context. The shared inputs (options, reference
+    // catalog, targets, master frames) are only read (the masters' median cache takes a lock).
+    void compute(Work& work, RunContext& ctx);
+    nlohmann::json write(Work& work);
 
 private:
     struct State;
     std::unique_ptr<State> m_state;
+};
+
+// Frames through one FrameReducer with their phases overlapped: a reader thread reads and decodes up to
+// `prefetch` frames ahead of the one in its stages (which run on a thread of their own with the reducer's
+// RunContext), and a writer thread writes the outputs of the frame before, still through the atomic
+// temporary+rename path. `done` receives each frame's status line, in submission order, on the writer
+// thread, after the frame's outputs are complete. The catalogs are the bytes the sequential reducer
+// writes. `concurrent` K > 1: K compute threads take the loaded frames in order, each with a RunContext of
+// its own (the reducer's, then makeContext()'s: own CUDA stream and pool, the GPU shared), so the host
+// parts of K frames' stages overlap; frames are handed to the writer in submission order (a thread that
+// finishes early holds its frame until the ones before it are handed on). Up to prefetch + K - 1 frames
+// wait ahead of the stages (K = 1: `prefetch`). prefetch 0 and K 1: no threads, each frame runs start to
+// end inside submit().
+class FramePipeline {
+public:
+    using Done = std::function<void(std::size_t ticket, nlohmann::json line)>;
+    FramePipeline(FrameReducer& reducer, int prefetch, Done done, int concurrent = 1);
+    ~FramePipeline(); // abandons frames not yet written (a frame being written is finished first)
+    FramePipeline(const FramePipeline&) = delete;
+    FramePipeline& operator=(const FramePipeline&) = delete;
+
+    // Queues a frame and returns its ticket (0, 1, ... in submission order); blocks while prefetch + K - 1
+    // frames wait ahead of the stages.
+    std::size_t submit(FrameTask task);
+    bool full() const;         // submit() would block now
+    std::size_t inFlight() const; // submitted, line not yet delivered
+    bool failed() const;          // a phase threw Cancelled (or the callback threw): finish() rethrows it
+    // Waits until every submitted frame's line is delivered; rethrows Cancelled (or an internal error).
+    void finish();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m;
 };
 
 // Expands the frame arguments: plain files; globs (*, ?, [) expanded here too (for quoted globs);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fnmatch.h>
 #include <map>
+#include <mutex>
 #include <poll.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -59,6 +60,7 @@ struct Candidate {
     fs::file_time_type mtime{};
     Clock::time_point changed;
     bool seen = false;
+    bool submitted = false; // handed to the pipeline; erased when its status line comes back
 };
 
 struct Version {
@@ -69,8 +71,17 @@ struct Version {
 
 class Watcher {
 public:
+    // Frames go through a FramePipeline (--prefetch, --concurrent): a settled frame is read while the one
+    // before is in its stages; lines come back on the pipeline's writer thread and are finished on this one.
     Watcher(const WatchCli& o, FrameReducer& reducer, std::string jsonl)
-        : m_o(o), m_reducer(reducer), m_jsonl(std::move(jsonl)) {}
+        : m_o(o), m_jsonl(std::move(jsonl)),
+          m_pipeline(
+              reducer, o.options.prefetch,
+              [this](std::size_t ticket, nlohmann::json line) {
+                  std::lock_guard lock(m_doneMutex);
+                  m_finished.emplace_back(ticket, std::move(line));
+              },
+              o.options.concurrent) {}
 
     int run() {
         m_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -102,7 +113,10 @@ public:
                 lastRescan = Clock::now();
             }
             step();
+            drain();
         }
+        m_pipeline.finish(); // frames already handed over are completed (also on a signal)
+        drain();
         ::close(m_fd);
         if (verbosity() > 0 && !m_lines.empty()) {
             std::size_t ok = 0, skipped = 0, failed = 0;
@@ -166,6 +180,7 @@ private:
         for (const auto& key : keys) {
             if (g_stop.load()) return;
             Candidate& c = m_candidates[key];
+            if (c.submitted) continue;
             std::error_code ec;
             const auto size = fs::file_size(key, ec);
             const auto mtime = ec ? fs::file_time_type{} : fs::last_write_time(key, ec);
@@ -194,7 +209,27 @@ private:
                                          2));
                 continue;
             }
-            finish(key, Version{size, mtime}, m_reducer.process(key, m_o.force));
+            if (m_pipeline.full()) continue; // the next step hands it over
+            c.submitted = true;
+            FrameTask task;
+            task.frame = key;
+            task.force = m_o.force;
+            m_inFlight[m_pipeline.submit(std::move(task))] = {key, Version{size, mtime}};
+        }
+    }
+
+    // Finishes the frames whose status lines the pipeline has delivered.
+    void drain() {
+        std::vector<std::pair<std::size_t, nlohmann::json>> lines;
+        {
+            std::lock_guard lock(m_doneMutex);
+            lines.swap(m_finished);
+        }
+        for (auto& [ticket, line] : lines) {
+            const auto it = m_inFlight.find(ticket);
+            if (it == m_inFlight.end()) continue;
+            finish(it->second.first, it->second.second, line);
+            m_inFlight.erase(it);
         }
     }
 
@@ -218,8 +253,11 @@ private:
 
     const WatchCli& m_o;
     int m_fd = -1;
-    FrameReducer& m_reducer;
     std::string m_jsonl;
+    std::mutex m_doneMutex;
+    std::vector<std::pair<std::size_t, nlohmann::json>> m_finished; // delivered, not yet finished
+    std::map<std::size_t, std::pair<std::string, Version>> m_inFlight; // ticket -> frame
+    FramePipeline m_pipeline; // last: its threads end before the members above go
     std::map<std::string, Candidate> m_candidates;
     std::map<std::string, Version> m_done;
     std::vector<nlohmann::json> m_lines;

@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
 #include "app/cli/redis_client.hpp"
 #include "core/catalog/reference_catalog.hpp"
@@ -182,6 +184,8 @@ struct WorkerCli {
     int maxAttempts = 3;
     long long maxFrames = 0;
     double exitWhenIdle = -1;
+    int prefetch = 1;
+    int concurrent = 1; // --concurrent K: jobs in their stages at once, each with its own RunContext
 };
 
 struct Job {
@@ -203,31 +207,50 @@ end
 return false
 )LUA";
 
+// Jobs go through a FramePipeline (--prefetch, --concurrent): the next job's frame is read while the current
+// one is in its stages (K jobs at once with --concurrent K) and the previous one's outputs are written; a
+// job is acknowledged (and its result published, on a connection of the pipeline's writer thread) only
+// once its outputs are complete.
 class Worker {
 public:
-    Worker(WorkerCli& o, RunContext& ctx) : m_o(o), m_ctx(ctx) {}
+    Worker(WorkerCli& o, FrameReducer& reducer) : m_o(o), m_reducer(reducer) {}
 
     int run();
 
 private:
     bool claimAbandoned(Job& job);
     bool readNew(Job& job, std::chrono::milliseconds block);
-    void process(const Job& job);
+    void submit(const Job& job);
+    FrameTask makeTask(const Job& job);
+    void finished(std::size_t ticket, nlohmann::json result);
     void deadLetter(const Job& job);
-    bool publish(const Job& job, const std::string& stream, const nlohmann::json& result,
+    bool publish(RedisClient& redis, const Job& job, const std::string& stream, const nlohmann::json& result,
                  const std::string& status);
     long long pendingCount();
+    bool holds(const std::string& id);
     const ReferenceCatalog* reference(const std::string& path, const std::string& columns);
     PipelineConfig config(const std::string& path);
 
     WorkerCli& m_o;
-    RunContext& m_ctx;
-    std::unique_ptr<RedisClient> m_redis;
+    FrameReducer& m_reducer;
+    std::unique_ptr<RedisClient> m_redis;     // this thread's connection
+    std::unique_ptr<RedisClient> m_publisher; // the pipeline writer thread's connection
     std::string m_claimCursor = "0-0";
-    std::map<std::string, ReferenceCatalog> m_references;
+    std::map<std::string, ReferenceCatalog> m_references; // entries stay put: jobs in flight point at them
     std::map<std::string, PipelineConfig> m_configs;
-    long long m_done = 0;
+    std::mutex m_jobsMutex;
+    std::map<std::size_t, Job> m_jobs; // pipeline ticket -> job in flight
+    std::atomic<long long> m_done{0};
+    std::size_t m_nextTicket = 0;
+    std::unique_ptr<FramePipeline> m_pipeline; // last: its threads end before the members above go
 };
+
+bool Worker::holds(const std::string& id) {
+    std::lock_guard lock(m_jobsMutex);
+    for (const auto& [ticket, job] : m_jobs)
+        if (job.id == id) return true;
+    return false;
+}
 
 long long Worker::pendingCount() {
     const RedisReply rep = m_redis->command({"XPENDING", m_o.streams.frames(), kGroup});
@@ -271,7 +294,7 @@ bool Worker::readNew(Job& job, std::chrono::milliseconds block) {
     return true;
 }
 
-bool Worker::publish(const Job& job, const std::string& stream, const nlohmann::json& result,
+bool Worker::publish(RedisClient& redis, const Job& job, const std::string& stream, const nlohmann::json& result,
                      const std::string& status) {
     std::vector<std::string> argv = {
         "EVAL",   kAckAndPublish,
@@ -283,7 +306,7 @@ bool Worker::publish(const Job& job, const std::string& stream, const nlohmann::
         "job",    job.id,
         "worker", m_o.name,
         "json",   result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
-    const RedisReply rep = m_redis->command(argv);
+    const RedisReply rep = redis.command(argv);
     return !rep.isNil();
 }
 
@@ -305,7 +328,7 @@ void Worker::deadLetter(const Job& job) {
         {"outdir", field(job.fields, "outdir")},
         {"options", field(job.fields, "options")},
         {"dead_lettered_by", m_o.name}};
-    if (publish(job, m_o.streams.dead(), j, "dead") && m_o.common.verbosity > 0) {
+    if (publish(*m_redis, job, m_o.streams.dead(), j, "dead") && m_o.common.verbosity > 0) {
         std::printf("%s %s: dead-lettered after %lld attempts\n", job.id.c_str(), frame.c_str(),
                     job.attempt - 1);
         std::fflush(stdout);
@@ -338,14 +361,12 @@ void testHooks(const std::string& frame) {
         std::abort();
 }
 
-void Worker::process(const Job& job) {
-    const std::string frame = field(job.fields, "frame");
-    // Who holds the job, for the dead-letter message should this worker die with it.
-    m_redis->command({"HSET", m_o.streams.inflight(), job.id,
-                      m_o.name + " (pid " + std::to_string(::getpid()) + ", attempt " +
-                          std::to_string(job.attempt) + ")"});
-    nlohmann::json result;
-    std::string status;
+// The job's reduce options, or its status line when it is decided here (a bad job, outputs complete).
+FrameTask Worker::makeTask(const Job& job) {
+    FrameTask task;
+    task.frame = field(job.fields, "frame");
+    task.force = true; // the skip rule (with the recovery of a dead attempt) is applied here
+    const std::string& frame = task.frame;
     try {
         if (frame.empty()) throw InvalidInput("job " + job.id + ": no 'frame' field");
         nlohmann::json options = nlohmann::json::object();
@@ -356,25 +377,25 @@ void Worker::process(const Job& job) {
                 throw InvalidInput("job " + job.id + ": 'options' is not JSON: " + e.what());
             }
         }
-        ReduceOptions ro;
-        ro.config = config(options.value("config", std::string()));
-        ro.read.hdu = options.value("hdu", std::string());
-        ro.output.outdir =
+        auto ro = std::make_shared<ReduceOptions>();
+        ro->config = config(options.value("config", std::string()));
+        ro->read.hdu = options.value("hdu", std::string());
+        ro->output.outdir =
             field(job.fields, "outdir").empty() ? m_o.common.outdir : field(job.fields, "outdir");
-        ro.output.formats = options.value("formats", std::vector<std::string>{});
-        ro.output.maps = options.value("maps", std::vector<std::string>{});
-        ro.output.writeSolved = options.value("write_solved", false);
-        ro.ignoreHeaderWcs = options.value("ignore_header_wcs", false);
+        ro->output.formats = options.value("formats", std::vector<std::string>{});
+        ro->output.maps = options.value("maps", std::vector<std::string>{});
+        ro->output.writeSolved = options.value("write_solved", false);
+        ro->ignoreHeaderWcs = options.value("ignore_header_wcs", false);
         std::error_code ec;
-        fs::create_directories(ro.output.outdir, ec);
+        fs::create_directories(ro->output.outdir, ec);
         // A claimed job: the worker that died with it may have left temporaries (this host's only).
-        if (job.attempt > 1) removeStaleTemporaries(ro.output.outdir);
+        if (job.attempt > 1) removeStaleTemporaries(ro->output.outdir);
         const std::string refPath = options.value("ref", std::string());
         testHooks(frame);
-        if (!options.value("force", false) && outputsComplete(frame, ro.output)) {
+        if (!options.value("force", false) && outputsComplete(frame, ro->output)) {
             nlohmann::json report;
             try {
-                std::ifstream in(reportPath(frame, ro.output));
+                std::ifstream in(reportPath(frame, ro->output));
                 report = nlohmann::json::parse(in);
             } catch (const std::exception&) {
                 report = nlohmann::json::object();
@@ -387,28 +408,57 @@ void Worker::process(const Job& job) {
                 s.report = report;
                 s.sources = report.contains("counts") ? report["counts"].value("sources", std::size_t{0}) : 0;
                 s.calibrationFailed = !refPath.empty() && !report.value("zp", nlohmann::json()).is_number();
-                result = frameStatusOk(s);
-                result["recovered"] = true;
+                task.line = frameStatusOk(s);
+                (*task.line)["recovered"] = true;
             } else {
-                result = frameStatusSkipped(frame, reportPath(frame, ro.output));
+                task.line = frameStatusSkipped(frame, reportPath(frame, ro->output));
             }
         } else {
-            ro.reference = reference(refPath, options.value("ref_columns", std::string()));
-            const ReduceSummary s = reduceFrame(frame, ro, m_ctx);
-            result = frameStatusOk(s);
+            ro->reference = reference(refPath, options.value("ref_columns", std::string()));
+            task.options = std::move(ro);
         }
     } catch (const InvalidInput& e) {
-        result = frameStatusFailed(frame, e.what(), 2);
+        task.line = frameStatusFailed(frame, e.what(), 2);
     } catch (const IoError& e) {
-        result = frameStatusFailed(frame, e.what(), 3);
+        task.line = frameStatusFailed(frame, e.what(), 3);
     } catch (const std::exception& e) {
-        result = frameStatusFailed(frame, e.what(), 1);
+        task.line = frameStatusFailed(frame, e.what(), 1);
     }
-    status = result.value("status", std::string("failed"));
+    return task;
+}
+
+void Worker::submit(const Job& job) {
+    // Who holds the job, for the dead-letter message should this worker die with it.
+    m_redis->command({"HSET", m_o.streams.inflight(), job.id,
+                      m_o.name + " (pid " + std::to_string(::getpid()) + ", attempt " +
+                          std::to_string(job.attempt) + ")"});
+    FrameTask task = makeTask(job);
+    std::unique_lock lock(m_jobsMutex);
+    // The ticket is the next in order: register the job before the pipeline can deliver it.
+    const std::size_t ticket = m_nextTicket++;
+    m_jobs[ticket] = job;
+    lock.unlock();
+    const std::size_t got = m_pipeline->submit(std::move(task));
+    if (got != ticket) throw std::logic_error("worker: pipeline ticket out of order");
+}
+
+// On the pipeline's writer thread (or this one with --prefetch 0): the job's outputs are complete.
+void Worker::finished(std::size_t ticket, nlohmann::json result) {
+    Job job;
+    {
+        std::lock_guard lock(m_jobsMutex);
+        job = m_jobs.at(ticket);
+    }
+    const std::string frame = field(job.fields, "frame");
+    const std::string status = result.value("status", std::string("failed"));
     result["worker"] = m_o.name;
     result["job"] = job.id;
     result["attempt"] = job.attempt;
-    const bool published = publish(job, m_o.streams.results(), result, status);
+    const bool published = publish(*m_publisher, job, m_o.streams.results(), result, status);
+    {
+        std::lock_guard lock(m_jobsMutex);
+        m_jobs.erase(ticket);
+    }
     ++m_done;
     if (m_o.common.verbosity > 0) {
         if (!published)
@@ -428,39 +478,61 @@ void Worker::process(const Job& job) {
 int Worker::run() {
     const auto claimIdle = parseDuration(m_o.claimIdle, "--claim-idle");
     if (m_o.maxAttempts < 1) throw InvalidInput("worker: --max-attempts must be >= 1");
+    if (m_o.prefetch < 0) throw InvalidInput("worker: --prefetch must be >= 0");
+    if (m_o.concurrent < 1) throw InvalidInput("worker: --concurrent must be >= 1");
     const auto block =
         std::clamp(claimIdle / 2, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     // Command timeout: well beyond the XREADGROUP block.
     m_redis = std::make_unique<RedisClient>(parseRedisAddress(m_o.redis), std::chrono::milliseconds(5000),
                                             block + std::chrono::milliseconds(30000));
+    m_publisher = std::make_unique<RedisClient>(parseRedisAddress(m_o.redis), std::chrono::milliseconds(5000),
+                                                std::chrono::milliseconds(30000));
     ensureGroup(*m_redis, m_o.streams);
     if (m_o.common.verbosity > 0) {
         std::printf("worker %s: %s backend, stream %s on %s, group %s\n", m_o.name.c_str(),
-                    backendName(m_ctx.backend), m_o.streams.frames().c_str(),
+                    backendName(m_reducer.context().backend), m_o.streams.frames().c_str(),
                     m_redis->address().str().c_str(), kGroup);
         std::fflush(stdout);
     }
+    m_pipeline = std::make_unique<FramePipeline>(
+        m_reducer, m_o.prefetch,
+        [this](std::size_t ticket, nlohmann::json line) { finished(ticket, std::move(line)); },
+        m_o.concurrent);
     auto lastWork = Clock::now();
     while (!g_stop.load()) {
-        if (m_o.maxFrames > 0 && m_done >= m_o.maxFrames) break;
+        if (m_pipeline->failed()) break; // finish() below rethrows its error
+        const long long inFlight = static_cast<long long>(m_pipeline->inFlight());
+        if (m_o.maxFrames > 0 && m_done.load() + inFlight >= m_o.maxFrames) {
+            if (inFlight == 0) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            continue;
+        }
+        if (m_pipeline->full()) { // take the next job only when the pipeline can start reading it
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            continue;
+        }
         Job job;
         bool got = claimAbandoned(job);
+        if (got && holds(job.id)) continue; // our own job, idle in the pipeline: it is being reduced
         if (got && job.attempt > m_o.maxAttempts) {
             deadLetter(job);
             lastWork = Clock::now();
             continue;
         }
-        if (!got) got = readNew(job, block);
+        if (!got) got = readNew(job, inFlight > 0 ? std::chrono::milliseconds(100) : block);
         if (!got) {
             const double idle = std::chrono::duration<double>(Clock::now() - lastWork).count();
-            if (m_o.exitWhenIdle >= 0 && idle >= m_o.exitWhenIdle && pendingCount() == 0) break;
+            if (m_o.exitWhenIdle >= 0 && inFlight == 0 && idle >= m_o.exitWhenIdle && pendingCount() == 0) break;
             continue;
         }
-        process(job);
+        submit(job);
         lastWork = Clock::now();
     }
+    m_pipeline->finish(); // jobs taken are completed and acknowledged, also on SIGTERM
+    m_pipeline.reset();
+    const long long done = m_done.load();
     if (m_o.common.verbosity > 0) {
-        std::printf("worker %s: %lld frame%s, exiting%s\n", m_o.name.c_str(), m_done, m_done == 1 ? "" : "s",
+        std::printf("worker %s: %lld frame%s, exiting%s\n", m_o.name.c_str(), done, done == 1 ? "" : "s",
                     g_stop.load() ? " (signal)" : "");
         std::fflush(stdout);
     }
@@ -493,13 +565,19 @@ int runWorker(WorkerCli& o) {
         o.name = std::string(host) + "-" + std::to_string(::getpid());
     }
     selectGpu(o.gpu);
-    RunContext ctx = makeRunContext(o.common); // one context for the worker's life: the pool stays warm
+    // One reducer (one RunContext) for the worker's life: the pool stays warm. Jobs bring their own
+    // reduce options; the reducer's are the defaults of --config.
+    ReduceCliOptions ro;
+    ro.common = o.common;
+    ro.common.verbosity = 0; // no --ref/Tycho-2 notes: jobs name their reference
+    ro.noTycho2 = true;
+    FrameReducer reducer(ro);
     struct sigaction sa {};
     sa.sa_handler = onWorkerStopSignal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGINT, &sa, nullptr);
-    Worker w(o, ctx);
+    Worker w(o, reducer);
     return w.run();
 }
 
@@ -580,6 +658,14 @@ Command registerWorker(CLI::App& app) {
                     "Deliveries of a job before it goes to the dead-letter stream")
         ->capture_default_str();
     sub->add_option("--max-frames", o->maxFrames, "Exit after this many frames (0: no limit)");
+    sub->add_option("--prefetch", o->prefetch,
+                    "Jobs read ahead while one is in its stages, the previous one's outputs written meanwhile "
+                    "(0: one job at a time)")
+        ->capture_default_str();
+    sub->add_option("--concurrent", o->concurrent,
+                    "Jobs in their stages at once in this worker, each with its own RunContext (CUDA stream "
+                    "and memory pool; the GPU shared): overlaps the host parts of the stages")
+        ->capture_default_str();
     sub->add_option(
         "--exit-when-idle", o->exitWhenIdle,
         "Exit after this many seconds without work once no job is pending (default: run forever)");

@@ -29,18 +29,38 @@ double airmassFromAltitudeKeywords(const Header& h, std::string* keyword) {
     return 1.0 / (std::sin(altitude * std::numbers::pi / 180.0) + 0.50572 * std::pow(altitude + 6.07995, -1.6364));
 }
 
-ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options, RunContext& ctx) {
+namespace {
+double secondsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+} // namespace
+
+LoadedFrame readFramePhase(const std::string& path, const ReduceOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     if (options.write) validateOutputOptions(options.output);
-    ctx.records.clear();
     FrameReadOptions read = options.read;
     read.keywords = options.config.keywords;
     read.overrides = options.config.instrument;
-    Frame frame;
-    {
-        auto t = ctx.time("read");
-        frame = readFrame(path, read);
-    }
+    LoadedFrame loaded;
+    loaded.path = path;
+    const auto t = std::chrono::steady_clock::now();
+    loaded.frame = readFrame(path, read);
+    loaded.read.stage = "read";
+    loaded.read.seconds = secondsSince(t);
+    loaded.read.peakHostBytes = peakResidentBytes();
+    loaded.seconds = secondsSince(start);
+    return loaded;
+}
+
+ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& options, RunContext& ctx) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string& path = loaded.path;
+    ctx.records.clear();
+    if (ctx.deviceCheckpoint) ctx.deviceCheckpoint(loaded.read);
+    ctx.records.push_back(loaded.read);
+    ComputedFrame out;
+    Frame& frame = out.frame;
+    frame = std::move(loaded.frame);
     PrepareResult prepared;
     {
         auto t = ctx.time("prepare");
@@ -74,9 +94,10 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
             reference = &moved;
         }
     }
-    PipelineResult result = runPipeline(frame, options.config, ctx, reference);
+    out.result = runPipeline(frame, options.config, ctx, reference);
+    PipelineResult& result = out.result;
 
-    ReduceSummary summary;
+    ReduceSummary& summary = out.summary;
     summary.frame = path;
     summary.sources = result.detection.sources.size();
     summary.warnings = result.warnings;
@@ -87,7 +108,7 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
                                               : result.astrometry.message.empty() ? std::string("the fit did not run")
                                                                                   : result.astrometry.message) +
                                   "): no solved frame written");
-    std::optional<Table> targetTable;
+    std::optional<Table>& targetTable = out.targets;
     if (options.targets) {
         const Wcs* wcs = result.fittedWcs ? result.fittedWcs.get() : frame.wcs.get();
         if (!wcs) {
@@ -117,7 +138,7 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
     summary.warnings = result.warnings;
     {
         auto t = ctx.time("catalog");
-        const Table catalog = buildCatalog(frame, result, options.config, reference);
+        out.catalog = buildCatalog(frame, result, options.config, reference);
         summary.report = buildReport(frame, result, options.config, ctx);
         if (!prepared.steps.empty()) summary.report["prepare"] = prepared;
         if (reference)
@@ -126,12 +147,25 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
                                            {"usable", reference->size()},
                                            {"skipped_nonfinite", reference->skippedNonFinite}};
         if (targetTable) summary.report["targets"] = {{"count", targetTable->rows()}, {"file", options.targets->path}};
-        if (options.write)
-            summary.outputs = writeReductionOutputs(frame, result, catalog, options.output, summary.report,
-                                                    targetTable ? &*targetTable : nullptr);
     }
-    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.seconds = loaded.seconds + secondsSince(start);
+    return out;
+}
+
+ReduceSummary writeFramePhase(ComputedFrame&& c, const ReduceOptions& options) {
+    const auto start = std::chrono::steady_clock::now();
+    ReduceSummary summary = std::move(c.summary);
+    if (options.write)
+        summary.outputs = writeReductionOutputs(c.frame, c.result, c.catalog, options.output, summary.report,
+                                                c.targets ? &*c.targets : nullptr);
+    summary.seconds += secondsSince(start);
     return summary;
+}
+
+ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options, RunContext& ctx) {
+    ComputedFrame computed = computeFramePhase(readFramePhase(path, options), options, ctx);
+    auto t = ctx.time("write");
+    return writeFramePhase(std::move(computed), options);
 }
 
 } // namespace gpuphot

@@ -2,16 +2,20 @@
 // One frame end to end: read, check, run the stages, assemble the catalog and report, write the
 // outputs. The CLI's reduce and bench, the batch worker and the tests all call this.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/catalog/reference_catalog.hpp"
+#include "core/catalog/table.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/target_list.hpp"
 #include "core/pipeline/outputs.hpp"
+#include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/run_context.hpp"
 #include "core/stages/forced_photometry.hpp"
 
 namespace gpuphot {
@@ -59,6 +63,37 @@ class Header;
 double airmassFromAltitudeKeywords(const Header& header, std::string* keyword = nullptr);
 
 // Throws InvalidInput / IoError naming the file; on error nothing is written.
+// Equivalent to writeFramePhase(computeFramePhase(readFramePhase(path, options), options, ctx), options).
 ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options, RunContext& ctx);
+
+// reduceFrame in three phases, so that a long-lived worker can overlap frames (read frame N+1 and write
+// frame N-1 while frame N is in its stages; app/cli/batch.hpp FramePipeline). The result is the same
+// bytes whichever way the phases are scheduled: each phase depends only on its inputs.
+//
+// 1. Read: the options are checked and the frame file is read and decoded. Host and file system only,
+//    no RunContext: safe on another thread while a RunContext is busy with another frame.
+struct LoadedFrame {
+    std::string path;
+    Frame frame;
+    StageRecord read;     // the "read" stage record (timing, host peak); computeFramePhase puts it first
+    double seconds = 0.0; // time spent in the phases so far
+};
+LoadedFrame readFramePhase(const std::string& path, const ReduceOptions& options);
+
+// 2. Compute: preparation, checks, the stages, forced photometry, the catalog table and the report, with
+//    `ctx` (its records start with the read record). Nothing is written.
+struct ComputedFrame {
+    Frame frame;
+    PipelineResult result;
+    Table catalog;
+    std::optional<Table> targets;
+    ReduceSummary summary; // everything but the outputs; seconds: read + compute
+};
+ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& options, RunContext& ctx);
+
+// 3. Write: the outputs through the atomic temporary+rename path, the report last (nothing when
+//    options.write is false). Host and file system only: safe on another thread. Returns the summary with
+//    the output paths and the total seconds of the three phases.
+ReduceSummary writeFramePhase(ComputedFrame&& computed, const ReduceOptions& options);
 
 } // namespace gpuphot
