@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/core/test_fields.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/model/instrument.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -32,23 +33,7 @@ float bruteMedian(const Image<float>& img, int x, int y, int k) {
 }
 
 // A simulated field with stars (some saturated) and, optionally, the simulator's cosmic-ray tracks.
-SimParams fieldParams(int cosmicRays) {
-    SimParams p;
-    p.width = 512;
-    p.height = 448;
-    p.stars = 700;
-    p.seed = 7;
-    p.magBright = 10.5; // a few saturated stars
-    p.magFaint = 20.0;
-    p.sky = 300.0;
-    p.gain = 1.5;
-    p.readNoise = 6.0;
-    p.fwhm = 3.0;
-    p.cosmicRays = cosmicRays;
-    p.cosmicRayLengthMax = 12.0;
-    p.cosmicRayCharge = 3000.0;
-    return p;
-}
+SimParams fieldParams(int cosmicRays) { return test::cosmicRayFieldParams(cosmicRays); }
 
 struct Scores {
     std::size_t crTruth = 0, crFound = 0, starPixels = 0, starMasked = 0, starPixelsAway = 0,

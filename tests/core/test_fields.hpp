@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/sim/simulator.hpp"
 #include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot::test {
@@ -46,6 +47,26 @@ inline void expectSameFit(const TanSip& a, const TanSip& b) {
     }
     EXPECT_EQ(a.a, b.a);
     EXPECT_EQ(a.b, b.b);
+}
+
+// The cosmic-ray test field (CPU tests and GPU comparisons): 512x448, 700 stars (a few saturated),
+// sky 300 ADU, gain 1.5, read noise 6, FWHM 3 px, `cosmicRays` tracks up to 12 px long.
+inline SimParams cosmicRayFieldParams(int cosmicRays, std::uint64_t seed = 7) {
+    SimParams p;
+    p.width = 512;
+    p.height = 448;
+    p.stars = 700;
+    p.seed = seed;
+    p.magBright = 10.5; // a few saturated stars
+    p.magFaint = 20.0;
+    p.sky = 300.0;
+    p.gain = 1.5;
+    p.readNoise = 6.0;
+    p.fwhm = 3.0;
+    p.cosmicRays = cosmicRays;
+    p.cosmicRayLengthMax = 12.0;
+    p.cosmicRayCharge = 3000.0;
+    return p;
 }
 
 } // namespace gpuphot::test

@@ -27,6 +27,7 @@
 #include "core/util/errors.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/core/test_fields.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
@@ -42,22 +43,8 @@ using Rng = cudatest::SplitMix64; // fast enough for the 151 Mpx benchmark frame
 
 // A field of the CPU test's kind (tests/core/cosmic_rays_test.cpp): stars, some saturated, cosmic rays.
 SimResult simulatedField(int cosmicRays, std::uint64_t seed) {
-    SimParams p;
-    p.width = 512;
-    p.height = 448;
-    p.stars = 700;
-    p.seed = seed;
-    p.magBright = 10.5;
-    p.magFaint = 20.0;
-    p.sky = 300.0;
-    p.gain = 1.5;
-    p.readNoise = 6.0;
-    p.fwhm = 3.0;
-    p.cosmicRays = cosmicRays;
-    p.cosmicRayLengthMax = 12.0;
-    p.cosmicRayCharge = 3000.0;
     RunContext ctx = cudatest::cpuContext();
-    return simulateField(p, &ctx);
+    return simulateField(test::cosmicRayFieldParams(cosmicRays, seed), &ctx);
 }
 
 // Noise around `sky`, cosmic-ray tracks (short lines, some saturating), non-finite pixels and mask bits.

@@ -43,6 +43,9 @@ BackgroundResult leanCudaBackground(const SimField& f, RunContext& g) {
 
 std::vector<float> downloadMap(const float* d, std::size_t n) {
     std::vector<float> h(n);
+    // The maps are written on the DeviceContext's non-blocking stream, which a legacy-stream cudaMemcpy
+    // does not wait for (compute-sanitizer's slower kernels showed it): wait for the device first.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
 }

@@ -199,6 +199,7 @@ TEST(PrepareCuda, MastersStayResidentAndTheResultIsTheFrameCache) {
     EXPECT_EQ(dc.uploads(), frameUploads);
     ASSERT_NE(df.pixels, nullptr);
     std::vector<float> back(static_cast<std::size_t>(w) * h);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); // the frame cache is written on a non-blocking stream
     ASSERT_EQ(cudaMemcpy(back.data(), df.pixels, back.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(std::memcmp(back.data(), f1.pixels.data(), back.size() * sizeof(float)), 0);
     // More frames with the same masters: nothing uploaded again.
