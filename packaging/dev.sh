@@ -83,7 +83,9 @@ demo() {
 
 run_tests() {
   local xvfb=()
-  if [ -z "${DISPLAY:-}" ] && command -v xvfb-run >/dev/null; then xvfb=(xvfb-run -a -s "-screen 0 1280x1024x24"); fi
+  # -noreset: without it Xvfb resets whenever its last client leaves, and a GUI test that connects during
+  # the reset fails with "could not connect to display" (seen once in CI with two tests in parallel).
+  if [ -z "${DISPLAY:-}" ] && command -v xvfb-run >/dev/null; then xvfb=(xvfb-run -a -s "-screen 0 1280x1024x24 -noreset"); fi
   (cd "$BUILD_DIR" && "${xvfb[@]}" ctest --output-on-failure -j "$JOBS" --timeout 900)
   # The Debian packages: built, installed with dpkg -i, run, removed.
   bash packaging/deb_check.sh "$BUILD_DIR"
