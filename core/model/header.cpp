@@ -45,6 +45,9 @@ std::optional<double> parseFitsNumber(std::string_view text) {
         if (s == "Inf" || s == "inf") return INFINITY;
         if (s == "-Inf" || s == "-inf") return -INFINITY;
         text = trim(s);
+        // One level of quotes only: a quoted quoted value is not a number (and nested quotes must not
+        // recurse without bound: the fuzzer's stack overflow on a card of many quotes).
+        if (text.empty() || text.front() == '\'') return std::nullopt;
         std::string copy(text);
         return parseFitsNumber(copy);
     }

@@ -402,6 +402,18 @@ struct TransformChunk {
 
 } // namespace
 
+// WCSLIB 7.12 reuses the error objects of a wcsprm and its parts when a point fails to transform and
+// loses the previous message each time (the fuzzer's leaks in wcsp2s/celx2s and wcss2p/disx2p): after a
+// failed call every error object is released (their messages are never used; failed points become NaN).
+static void clearTransformErrors(wcsprm* w) {
+    wcserr_clear(&w->err);
+    wcserr_clear(&w->lin.err);
+    wcserr_clear(&w->cel.err);
+    wcserr_clear(&w->cel.prj.err);
+    if (w->lin.dispre) wcserr_clear(&w->lin.dispre->err);
+    if (w->lin.disseq) wcserr_clear(&w->lin.disseq->err);
+}
+
 void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra, double* dec) const {
     wcsprm* w = wcs.get();
     const int lng = w->lng, lat = w->lat;
@@ -421,8 +433,10 @@ void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra,
             }
         }
         c.transform(m, WCSERR_BAD_PIX, [&](std::size_t k, int count) {
-            return wcsp2s(w, count, 2, &c.pix[2 * k], &c.img[2 * k], &c.phi[k], &c.theta[k], &c.world[2 * k],
-                          &c.stat[k]);
+            const int status = wcsp2s(w, count, 2, &c.pix[2 * k], &c.img[2 * k], &c.phi[k], &c.theta[k],
+                                      &c.world[2 * k], &c.stat[k]);
+            if (status != 0) clearTransformErrors(w);
+            return status;
         });
         for (std::size_t k = 0; k < m; ++k) {
             const bool ok = c.valid[k] && c.stat[k] == 0;
@@ -451,8 +465,10 @@ void Wcs::Impl::s2p(std::size_t n, const double* ra, const double* dec, double* 
             }
         }
         c.transform(m, WCSERR_BAD_WORLD, [&](std::size_t k, int count) {
-            return wcss2p(w, count, 2, &c.world[2 * k], &c.phi[k], &c.theta[k], &c.img[2 * k], &c.pix[2 * k],
-                          &c.stat[k]);
+            const int status = wcss2p(w, count, 2, &c.world[2 * k], &c.phi[k], &c.theta[k], &c.img[2 * k],
+                                      &c.pix[2 * k], &c.stat[k]);
+            if (status != 0) clearTransformErrors(w);
+            return status;
         });
         for (std::size_t k = 0; k < m; ++k) {
             const bool ok = c.valid[k] && c.stat[k] == 0 && std::isfinite(c.pix[2 * k]) &&

@@ -521,3 +521,14 @@ TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesI
     EXPECT_NE(msg.find("tile 3"), std::string::npos) << msg;
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
+
+// fuzz_header_wcs (CI run, 2026-11-30): a value of many nested quotes made parseFitsNumber recurse once per
+// level until the stack overflowed. Reproducer: tests/fuzz/regressions/header_wcs/nested_quotes_stack_overflow.hdr.
+TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
+    EXPECT_FALSE(parseFitsNumber(std::string(400000, '\'')).has_value());
+    EXPECT_FALSE(parseFitsNumber("''''1.5''''").has_value());
+    const auto quoted = parseFitsNumber("'1.5'"); // one level of quotes is still read
+    ASSERT_TRUE(quoted.has_value());
+    EXPECT_EQ(*quoted, 1.5);
+    EXPECT_EQ(parseFitsNumber("2.5D1").value_or(0.0), 25.0);
+}
