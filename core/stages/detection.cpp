@@ -344,11 +344,6 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
     return concatenated(blocks);
 }
 
-struct Object {
-    std::vector<Run> runs;
-    std::uint32_t flags = 0; // FlagBlended, FlagDeblendOverflow
-};
-
 // body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot).
 template <class Body> void parallelEach(std::size_t n, int threads, int chunk, const Body& body) {
     const auto count = static_cast<std::int64_t>(n);
@@ -415,11 +410,10 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
 
 namespace detail {
 
-DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
-                               RunContext& ctx) {
+DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                              RunContext& ctx) {
     const int threads = ctx.threadCount();
-    const int w = im.width, h = im.height;
-    DetectionResult result;
+    DetectedObjects result;
 
     // 2b. 8-connected labelling of the runs.
     std::int32_t nComp = 0;
@@ -508,6 +502,20 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
         objects.swap(kept);
         iso.swap(keptIso);
     }
+    result.objects = std::move(objects);
+    result.iso = std::move(iso);
+    return result;
+}
+
+void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
+                     DetectionResult& result) {
+    const int threads = ctx.threadCount();
+    const int w = im.width, h = im.height;
+    result.nBeforeDeblend = found.nBeforeDeblend;
+    result.nDeblended = found.nDeblended;
+    result.nCleaned = found.nCleaned;
+    std::vector<Object>& objects = found.objects;
+    const std::vector<detail::IsoMeasure>& iso = found.iso;
     if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
     stepDone(ctx, 0.75);
 
@@ -569,6 +577,12 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
         s.segmentId[k] = id;
     }
     ctx.report("detection", 1.0);
+}
+
+DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                               RunContext& ctx) {
+    DetectionResult result;
+    finishDetection(detectObjects(std::move(runs), im, p, ctx), im, p, ctx, result);
     return result;
 }
 

@@ -100,6 +100,26 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
                                        const std::vector<const std::vector<Run>*>& footprints,
                                        const DetectionImages& im, const DetectionParams& p, int threads);
 
+// One object (a deblended branch, or a region that was not split): its pixels as runs in raster order.
+struct Object {
+    std::vector<Run> runs;
+    std::uint32_t flags = 0; // FlagBlended, FlagDeblendOverflow
+};
+
+// Steps 2b-4 of the per-object half: the objects after labelling, minimum area, deblending and CLEAN,
+// with their isophotal measurements (any order; finishDetection sorts them).
+struct DetectedObjects {
+    std::vector<Object> objects;
+    std::vector<IsoMeasure> iso; // index as objects
+    std::size_t nBeforeDeblend = 0, nDeblended = 0, nCleaned = 0;
+};
+DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                              RunContext& ctx);
+// Steps 5-6: final order (first pixel in raster order), segmentation map, windowed positions, the Sources
+// columns. Frees im.releasableDet first.
+void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
+                     DetectionResult& result);
+
 // The per-object half of detection, shared by the CPU and CUDA backends: labels the above-threshold runs
 // (raster order), applies the minimum area, deblends, measures, cleans and fills the result. `im` must
 // stay valid for the call; `runs` is consumed.
