@@ -4,11 +4,13 @@
 // fields of tests/core/astrometry_test.cpp (same generation: core/sim, the same seeds and ranges).
 //
 // Usage: bench_calibration [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N] [--refs N]
-//                          [--dets N] [--dump] [--wide]
+//                          [--dets N] [--dump] [--wide] [--index grid|kdtree|auto]
 // (--refs / --dets: only the grid cases of that catalog / detection count; --dump: every result of a grid
 // case to full precision, with fingerprints, to check that two builds give identical results; --wide: a
-// 1e6-star catalog over 10x the frame's area, with and without the per-frame cut, --dets detections.)
-// Prints one line per case; each time is the fastest of N repeats (default 3).
+// 1e6-star catalog over 10x the frame's area, with and without the per-frame cut, --dets detections;
+// --index: the crossmatch's spatial index, CrossmatchParams::index, default auto.)
+// Prints one line per case; each time is the fastest of N repeats (default 3); xm_cpu: the crossmatch's
+// CPU seconds in that repeat.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <numbers>
 #include <optional>
 #include <random>
@@ -184,7 +187,8 @@ void dumpCase(const CrossmatchResult& m, const ZeroPointResult& z, const Astrome
                 static_cast<unsigned long long>(ha), a.rmsArcsec);
 }
 
-void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std::size_t onlyDets, bool dump) {
+void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std::size_t onlyDets, bool dump,
+             const std::string& index) {
     const int size = 8192;
     const double scale = 0.6, ra = 150.0, dec = 30.0;
     const TanSip truth = frameWcs(size, scale, ra, dec);
@@ -199,9 +203,10 @@ void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std:
         off.cd[k][1] = a * std::sin(r) + b * std::cos(r);
     }
     const Wcs header = Wcs::fromTanSip(off);
-    std::printf("# frame %dx%d at %.2f\"/px; times: best of %d, seconds\n", size, size, scale, repeat);
-    std::printf("%8s %9s %9s %10s %10s %10s %10s %9s %8s %8s\n", "n_det", "n_ref", "matched", "crossmatch",
-                "zeropoint", "astrometry", "total", "total_cpu", "ast_used", "ast_rms\"");
+    std::printf("# frame %dx%d at %.2f\"/px; crossmatch index %s; times: best of %d, seconds\n", size, size,
+                scale, index.c_str(), repeat);
+    std::printf("%8s %9s %9s %10s %10s %10s %10s %9s %8s %8s %8s\n", "n_det", "n_ref", "matched", "crossmatch",
+                "zeropoint", "astrometry", "total", "total_cpu", "ast_used", "ast_rms\"", "xm_cpu");
     const std::vector<std::size_t> refs =
         quick ? std::vector<std::size_t>{10000, 100000} : std::vector<std::size_t>{10000, 100000, 1000000};
     const std::vector<std::size_t> dets =
@@ -212,9 +217,11 @@ void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std:
             if (onlyDets && nDet != onlyDets) continue;
             const GridCase c = makeGrid(wcs, size, scale, ra, dec, nRef, nDet, 42 + nRef + nDet);
             CrossmatchParams cp;
+            cp.index = index;
             CrossmatchResult m;
             const double tMatch =
                 bestOf(repeat, [&] { m = crossmatch(c.x, c.y, size, size, c.ref, wcs, cp, ctx); });
+            const double cpuMatch = g_lastCpu;
             double cpu = g_lastCpu;
             ZeroPointParams zp;
             zp.minSnr = 5.0;
@@ -229,8 +236,8 @@ void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std:
                 a = solveAstrometry(c.x, c.y, c.flux, size, size, c.ref, &header, std::nullopt, ap, ctx);
             });
             cpu += g_lastCpu;
-            std::printf("%8zu %9zu %9zu %10.4f %10.4f %10.4f %10.4f %9.4f %8d %8.4f%s\n", nDet, nRef,
-                        m.nMatched, tMatch, tZp, tAst, tMatch + tZp + tAst, cpu, a.nUsed, a.rmsArcsec,
+            std::printf("%8zu %9zu %9zu %10.4f %10.4f %10.4f %10.4f %9.4f %8d %8.4f %8.4f%s\n", nDet, nRef,
+                        m.nMatched, tMatch, tZp, tAst, tMatch + tZp + tAst, cpu, a.nUsed, a.rmsArcsec, cpuMatch,
                         a.ok && z.ok ? "" : (a.ok ? "  (zp failed)" : "  (astrometry failed)"));
             if (dump) dumpCase(m, z, a);
             std::fflush(stdout);
@@ -241,7 +248,7 @@ void runGrid(int repeat, bool quick, RunContext& ctx, std::size_t onlyRefs, std:
 // A 1e6-star catalog over 10x the frame's area (--wide): crossmatch + zero point on the whole catalog vs
 // on the catalog cut once to the frame (cutReferenceToFrame, what runPipeline does per frame), and the
 // astrometric refinement (which cuts internally). The results of the two paths are checked to agree.
-void runWide(int repeat, RunContext& ctx, std::size_t nDet) {
+void runWide(int repeat, RunContext& ctx, std::size_t nDet, const std::string& index) {
     const int size = 8192;
     const double scale = 0.6, ra = 150.0, dec = 30.0;
     const TanSip truth = frameWcs(size, scale, ra, dec);
@@ -252,6 +259,7 @@ void runWide(int repeat, RunContext& ctx, std::size_t nDet) {
     const std::size_t nRef = 1000000;
     const GridCase c = makeGrid(wcs, size, scale, ra, dec, nRef, nDet, 4242 + nDet, 10.0);
     CrossmatchParams cp;
+    cp.index = index;
     ZeroPointParams zp;
     zp.minSnr = 5.0;
     CrossmatchResult mFull, mCut;
@@ -393,6 +401,7 @@ int main(int argc, char** argv) {
     bool quick = false, blind = true, grid = true, dump = false, wide = false;
     int repeat = 3, threads = 0;
     std::size_t onlyRefs = 0, onlyDets = 0; // --refs / --dets: run only the grid cases of that size
+    std::string index = "auto";              // --index: CrossmatchParams::index
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--quick")
@@ -413,18 +422,26 @@ int main(int argc, char** argv) {
             onlyRefs = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--dets" && i + 1 < argc)
             onlyDets = std::strtoull(argv[++i], nullptr, 10);
+        else if (a == "--index" && i + 1 < argc)
+            index = argv[++i];
         else {
             std::fprintf(stderr,
                          "usage: %s [--quick] [--skip-blind] [--skip-grid] [--repeat N] [--threads N] "
-                         "[--refs N] [--dets N] [--dump] [--wide]\n",
+                         "[--refs N] [--dets N] [--dump] [--wide] [--index grid|kdtree|auto]\n",
                          argv[0]);
             return 2;
         }
     }
+    try {
+        resolveCrossmatchIndex(index);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 2;
+    }
     RunContext ctx;
     ctx.threads = threads;
-    if (grid) runGrid(repeat, quick, ctx, onlyRefs, onlyDets, dump);
-    if (wide) runWide(repeat, ctx, onlyDets ? onlyDets : 130000);
+    if (grid) runGrid(repeat, quick, ctx, onlyRefs, onlyDets, dump, index);
+    if (wide) runWide(repeat, ctx, onlyDets ? onlyDets : 130000, index);
     if (blind) runBlind(quick ? 4 : 20, quick ? 1024 : 2048, quick ? 1200 : 3000, ctx);
     return 0;
 }

@@ -3,20 +3,27 @@
 // curve of growth, aperture correction, optimal radius choice: all on the host) gives bitwise the CPU
 // stage's numbers:
 //   - local sky: per-source annulus counts, an exclusive scan (CUB), the annulus values as order-preserving
-//     keys, then one thread per source: heap sort of its keys (the CPU's radix sort gives the same array),
-//     and the clipped statistics (the prefix sums that the CPU keeps in arrays are recomputed by the same
-//     running sums);
+//     keys, a segmented sort of each source's keys (CUB DeviceSegmentedSort: any correct sort of these
+//     totally ordered integers gives the CPU's radix-sorted array; GPUPHOT_APERTURE_HEAPSORT=1 sorts with
+//     one thread per source instead, the earlier way), then one thread per source: the clipped statistics
+//     (the prefix sums that the CPU keeps in arrays are recomputed by the same running sums);
 //   - circular apertures: one thread per (source, radius) summing the pixels that radius cuts (exact
 //     overlap) and the pixels it is the first to hold wholly, in raster order in double; a second kernel
 //     adds the "whole pixel" parts over the radii as the CPU does;
 //   - Kron: one thread per source (first moment, then the exact elliptical sum).
 // No atomics; every sum has one fixed order. Pixels and mask come from the DeviceContext's frame cache,
-// the background maps from its background cache; the segmentation map is uploaded per call.
+// the background maps from its background cache; the segmentation map is the detection's device copy when
+// it is still cached (kernels/detection_finish.hpp), else uploaded per call.
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_segmented_sort.cuh>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +33,7 @@
 #include "core/stages/aperture_internal.hpp"
 #include "core/stages/background.hpp"
 #include "kernels/cuda_stages_impl.hpp"
+#include "kernels/detection_finish.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
 
@@ -89,6 +97,117 @@ __global__ void annulusIndexKernel(AperturePlanes in, const double* cx, const do
         int* out = index + offsets[i];
         detail::forAnnulusAt(in, cx[i], cy[i], rin, rout,
                              [&](int x, int y, float) { *out++ = y * in.width + x; });
+    }
+}
+
+// GPUPHOT_APERTURE_TIMING=1: the stage's phases on stderr when it ends (CUDA events on the stream, summed
+// by name over the batches; host clocks for the engine calls and the whole stage; the rest is the
+// driver's host work). Off: no events, no output.
+class PhaseTimes {
+public:
+    PhaseTimes() {
+        const char* e = std::getenv("GPUPHOT_APERTURE_TIMING");
+        m_on = e && *e && std::string(e) != "0";
+    }
+    ~PhaseTimes() {
+        for (Phase& p : m_phases) {
+            cudaEventDestroy(p.start);
+            cudaEventDestroy(p.stop);
+        }
+    }
+    PhaseTimes(const PhaseTimes&) = delete;
+    PhaseTimes& operator=(const PhaseTimes&) = delete;
+    // Device phase: start(name) before its launches/copies on stream s, stop() after them.
+    void start(const char* name, cudaStream_t s) {
+        if (!m_on) return;
+        Phase p{name, nullptr, nullptr, s};
+        GPUPHOT_CUDA_CHECK(cudaEventCreate(&p.start));
+        GPUPHOT_CUDA_CHECK(cudaEventCreate(&p.stop));
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(p.start, s));
+        m_phases.push_back(p);
+    }
+    void stop() {
+        if (m_on && !m_phases.empty())
+            GPUPHOT_CUDA_CHECK(cudaEventRecord(m_phases.back().stop, m_phases.back().stream));
+    }
+    void host(const std::string& name, double ms) {
+        if (m_on) m_host[name] += ms;
+    }
+    void note(const std::string& text) {
+        if (m_on) m_notes += " " + text;
+    }
+    // After the stream is synchronised: one line per stage call.
+    void report(double totalMs, std::size_t sources) {
+        if (!m_on) return;
+        std::map<std::string, double> dev;
+        std::map<std::string, int> count;
+        double devSum = 0.0;
+        for (const Phase& p : m_phases) {
+            float ms = 0.0f;
+            if (cudaEventElapsedTime(&ms, p.start, p.stop) != cudaSuccess) {
+                cudaGetLastError();
+                continue;
+            }
+            dev[p.name] += ms;
+            ++count[p.name];
+            devSum += ms;
+        }
+        double engine = 0.0;
+        for (const auto& [name, ms] : m_host)
+            if (name.rfind("engine ", 0) == 0) engine += ms;
+        std::fprintf(
+            stderr,
+            "aperture timing: %zu sources, total %.2f ms, engine calls %.2f ms, driver host %.2f ms, "
+            "device phases %.2f ms;%s\n",
+            sources, totalMs, engine, totalMs - engine, devSum, m_notes.c_str());
+        for (const auto& [name, ms] : dev)
+            std::fprintf(stderr, "  device %-22s %8.3f ms (%d)\n", name.c_str(), ms, count[name]);
+        for (const auto& [name, ms] : m_host)
+            std::fprintf(stderr, "  host   %-22s %8.3f ms\n", name.c_str(), ms);
+    }
+
+private:
+    struct Phase {
+        std::string name;
+        cudaEvent_t start, stop;
+        cudaStream_t stream;
+    };
+    bool m_on = false;
+    std::vector<Phase> m_phases;
+    std::map<std::string, double> m_host;
+    std::string m_notes;
+};
+
+// Host wall clock of one engine call into PhaseTimes (when on).
+class HostClock {
+public:
+    HostClock(PhaseTimes& t, const char* name)
+        : m_t(t), m_name(name), m_t0(std::chrono::steady_clock::now()) {}
+    ~HostClock() {
+        m_t.host(m_name,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_t0).count());
+    }
+
+private:
+    PhaseTimes& m_t;
+    const char* m_name;
+    std::chrono::steady_clock::time_point m_t0;
+};
+
+// The sorted keys back to float values (every key; those of sources with too few pixels are not read).
+__global__ void keysToValuesKernel(const std::uint32_t* keys, std::size_t total, float* values) {
+    for (std::size_t q = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; q < total;
+         q += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+        values[q] = __uint_as_float(detail::keyBits(keys[q]));
+}
+
+// Per source: the clipped statistics of its sorted annulus values.
+__global__ void skySortedStatsKernel(const float* values, const int* offsets, std::size_t n,
+                                     detail::SkyParamsHD p, SkyEstimate* out) {
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+        const std::size_t len = static_cast<std::size_t>(offsets[i + 1] - offsets[i]);
+        out[i] = detail::skyStatistics(values + offsets[i], len, p, nullptr, nullptr);
     }
 }
 
@@ -162,12 +281,25 @@ public:
     CudaEngine(DeviceContext& dc, const BackgroundResult& bkg, int stripShrink = 0)
         : m_dc(dc), m_bkg(bkg), m_shrink(stripShrink) {
         m_threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
+        const char* heap = std::getenv("GPUPHOT_APERTURE_HEAPSORT");
+        m_heapSort = heap && *heap && std::string(heap) != "0";
     }
+    // GPUPHOT_APERTURE_TIMING: the phases of the finished stage call (after the stream is synchronised).
+    void report(double totalMs, std::size_t sources) { m_times.report(totalMs, sources); }
     std::size_t batchSize() const override { return 32768; }
     int groups() const { return m_groups; }
 
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                const ImageView& level, const ImageView& rms, double saturation) override {
+        const HostClock clock(m_times, "engine begin");
+        const std::uint64_t uploadsBefore = m_dc.uploads();
+        struct NoteUpload {
+            CudaEngine& e;
+            std::uint64_t before;
+            ~NoteUpload() {
+                if (e.m_dc.uploads() != before) e.m_times.note("frame: uploaded");
+            }
+        } noteUpload{*this, uploadsBefore};
         if (m_shrink > 0) {
             m_hImage = image;
             m_hMask = mask;
@@ -193,9 +325,17 @@ public:
         m_in.mask = f.mask;
         m_in.maskStride = f.width;
         if (!seg.empty()) {
-            m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
-            uploadRows(m_dc, m_seg.get(), seg, 0, seg.height); // pinned staging when contiguous
-            m_in.seg = m_seg.get();
+            // The detection's device map when it is still there (kernels/detection_finish.hpp), else up.
+            const HostClock clock(m_times, "segmentation map");
+            if (const std::int32_t* cached = cachedSegmentation(m_dc, seg)) {
+                m_in.seg = cached;
+                m_times.note("segmentation: the detection's device copy");
+            } else {
+                m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
+                uploadRows(m_dc, m_seg.get(), seg, 0, seg.height); // pinned staging when contiguous
+                m_in.seg = m_seg.get();
+                m_times.note("segmentation: uploaded");
+            }
             m_in.segStride = seg.width;
         }
         if (!level.empty() && !rms.empty()) {
@@ -212,6 +352,7 @@ public:
     // Lean background (no full host maps, core's sampler): the maps on the device from the mesh grid,
     // resident (whole plan) or interpolated band by band (strips plan).
     bool setMapSampler(const BackgroundSampler* sampler) override {
+        const HostClock clock(m_times, "engine map sampler");
         if (!sampler || !hasBackgroundGrid(m_bkg, m_in.width, m_in.height)) return false;
         if (m_shrink == 0) {
             const auto maps = deviceBackgroundMaps(m_dc, m_bkg);
@@ -230,6 +371,7 @@ public:
 
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                     const detail::SkyParamsHD& p, SkyEstimate* out) override {
+        const HostClock clock(m_times, "engine local skies");
         if (m_shrink == 0) return localSkiesImpl(cx, cy, n, rin, rout, p, out, nullptr);
         const std::vector<double> ext(n, rout);
         // The annulus reads pixels, mask and segmentation only: no maps.
@@ -252,6 +394,7 @@ public:
                         const detail::SkyParamsHD& p, SkyEstimate* out, AnnulusDebug* dbg) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
+        m_times.start("sky count", s);
         DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
         dcx.upload(cx, n);
         dcy.upload(cy, n);
@@ -269,21 +412,53 @@ public:
                                                          static_cast<int>(n + 1), s));
         int total = 0;
         offsets.download(&total, 1, n);
+        m_times.stop();
         m_dc.synchronize();
         DeviceBuffer<std::uint32_t> keys(m_dc, std::max(total, 1));
         DeviceBuffer<float> values(m_dc, std::max(total, 1));
+        DeviceBuffer<SkyEstimate> dOut(m_dc, n);
         if (total > 0) {
+            m_times.start("sky fill", s);
             const int tFill = threads(annulusFillKernel);
             annulusFillKernel<<<blocks(n, tFill), tFill, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout,
                                                                  offsets.get(), keys.get());
             checkLaunch("the annulus values");
+            m_times.stop();
         }
-        DeviceBuffer<SkyEstimate> dOut(m_dc, n);
-        const int tStats = threads(skyStatsKernel);
-        skyStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(keys.get(), offsets.get(), n, p, values.get(),
-                                                            dOut.get());
-        checkLaunch("the sky statistics");
+        if (m_heapSort || total == 0) {
+            m_times.start("sky heap sort + stats", s);
+            const int tStats = threads(skyStatsKernel);
+            skyStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(keys.get(), offsets.get(), n, p, values.get(),
+                                                                dOut.get());
+            checkLaunch("the sky statistics");
+            m_times.stop();
+        } else {
+            // Each source's keys sorted by CUB into a second buffer, turned into values, then the statistics.
+            m_times.start("sky segmented sort", s);
+            DeviceBuffer<std::uint32_t> sortedKeys(m_dc, static_cast<std::size_t>(total));
+            std::size_t sortBytes = 0;
+            GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(
+                nullptr, sortBytes, keys.get(), sortedKeys.get(), total, static_cast<std::int64_t>(n),
+                offsets.get(), offsets.get() + 1, s));
+            DeviceBuffer<unsigned char> sortTmp(m_dc, std::max<std::size_t>(sortBytes, 1));
+            GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(
+                sortTmp.get(), sortBytes, keys.get(), sortedKeys.get(), total, static_cast<std::int64_t>(n),
+                offsets.get(), offsets.get() + 1, s));
+            const int tValues = threads(keysToValuesKernel);
+            keysToValuesKernel<<<blocks(static_cast<std::size_t>(total), tValues), tValues, 0, s>>>(
+                sortedKeys.get(), static_cast<std::size_t>(total), values.get());
+            checkLaunch("the sorted annulus values");
+            m_times.stop();
+            m_times.start("sky stats", s);
+            const int tStats = threads(skySortedStatsKernel);
+            skySortedStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(values.get(), offsets.get(), n, p,
+                                                                      dOut.get());
+            checkLaunch("the sky statistics");
+            m_times.stop();
+        }
+        m_times.start("sky download", s);
         dOut.download(out, n);
+        m_times.stop();
         if (dbg) {
             dbg->offsets.resize(n + 1);
             offsets.download(dbg->offsets.data(), n + 1);
@@ -305,6 +480,7 @@ public:
 
     void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                     std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) override {
+        const HostClock clock(m_times, "engine circles");
         if (m_shrink == 0 || n == 0 || nr == 0) return sumCirclesImpl(jobs, n, radii, nr, radiiStride, out, fd);
         std::vector<double> ext(n), cy(n);
         for (std::size_t i = 0; i < n; ++i) {
@@ -341,13 +517,16 @@ public:
         std::vector<double> r2(nRadii);
         for (std::size_t k = 0; k < nRadii; ++k)
             r2[k] = radii[k] * radii[k];
+        m_times.start("circle upload", s);
         DeviceBuffer<CircleJob> dJobs(m_dc, n);
         DeviceBuffer<double> dR(m_dc, nRadii), dR2(m_dc, nRadii);
         dJobs.upload(jobs, n);
         dR.upload(radii, nRadii);
         dR2.upload(r2.data(), nRadii);
+        m_times.stop();
         DeviceBuffer<ApertureSums> partial(m_dc, n * nr), full(m_dc, n * nr), dOut(m_dc, n * nr);
         DeviceBuffer<ApertureFlagDistances> dFd(m_dc, n);
+        m_times.start("circle sums", s);
         const int tParts = threads(circlePartsKernel);
         circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
             m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
@@ -356,12 +535,16 @@ public:
         circleCombineKernel<<<blocks(n, tCombine), tCombine, 0, s>>>(partial.get(), full.get(), n, nr,
                                                                      dOut.get());
         checkLaunch("the circle totals");
+        m_times.stop();
+        m_times.start("circle download", s);
         dOut.download(out, n * nr);
         dFd.download(fd, n);
+        m_times.stop();
         m_dc.synchronize();
     }
 
     void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
+        const HostClock clock(m_times, "engine kron");
         if (m_shrink == 0 || n == 0) return kronImpl(jobs, n, p, out);
         // Pass 1: r1 (rows within maxRadius of the isophotal ellipse); then each ellipse's rows are known.
         std::vector<double> ext(n), cy(n), r1(n);
@@ -415,13 +598,19 @@ public:
     void kronImpl(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
+        m_times.start("kron upload", s);
         DeviceBuffer<KronJob> dJobs(m_dc, n);
         dJobs.upload(jobs, n);
+        m_times.stop();
         DeviceBuffer<KronOut> dOut(m_dc, n);
+        m_times.start("kron", s);
         const int tKron = threads(kronKernel);
         kronKernel<<<blocks(n, tKron), tKron, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
         checkLaunch("the Kron apertures");
+        m_times.stop();
+        m_times.start("kron download", s);
         dOut.download(out, n);
+        m_times.stop();
         m_dc.synchronize();
     }
 
@@ -532,6 +721,8 @@ private:
     }
     DeviceContext& m_dc;
     const BackgroundResult& m_bkg;
+    PhaseTimes m_times;
+    bool m_heapSort = false; // GPUPHOT_APERTURE_HEAPSORT: one thread sorts each source's annulus
     int m_threads = 128;
     AperturePlanes m_in;
     DeviceBuffer<std::int32_t> m_seg;
@@ -582,10 +773,14 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
     std::string why = "whole frame needs " + bytesText(need);
     if (others + need <= dc.budget()) {
         try {
+            const auto t0 = std::chrono::steady_clock::now();
             CudaEngine engine(dc, bkg);
             ApertureResult r = detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm,
                                                             gain, readNoise, params, ctx);
             dc.notePlan("whole", 1);
+            engine.report(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                sources.size());
             return r;
         } catch (const DeviceOutOfMemory& e) {
             why = e.what();

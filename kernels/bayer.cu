@@ -20,7 +20,8 @@ namespace gpuphot::cuda {
 
 namespace {
 
-double g_kernelMs = 0.0, g_totalMs = 0.0;
+// Diagnostics of the calling thread's last call (RunContexts run on their own threads under --concurrent).
+thread_local double g_kernelMs = 0.0, g_totalMs = 0.0;
 
 __device__ __forceinline__ float add(float a, float b) {
     return hostNanF(a + b, a, b);

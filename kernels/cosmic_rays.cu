@@ -40,7 +40,8 @@ namespace {
 constexpr std::uint8_t kBadBits = MaskBad | MaskNonFinite | MaskOutside;
 constexpr int kBx = 32, kBy = 8;
 
-CosmicRayTimings g_cosmicTimings;
+// Of the calling thread's last call (RunContexts run on their own threads under --concurrent).
+thread_local CosmicRayTimings g_cosmicTimings;
 
 // ---- medians ------------------------------------------------------------------------------------------
 

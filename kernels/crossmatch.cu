@@ -169,8 +169,10 @@ template <bool Fill> __global__ void searchKernel(SearchArgs a) {
 int blocksFor(std::size_t n, int block) { return static_cast<int>((n + block - 1) / block); }
 
 CrossmatchCrossover g_crossover;
-std::size_t g_lastSepMismatch = 0;
-std::size_t g_lastCandidates = 0;
+// Diagnostics of the calling thread's last crossmatchGpu call (RunContexts run on their own threads under
+// --concurrent).
+thread_local std::size_t g_lastSepMismatch = 0;
+thread_local std::size_t g_lastCandidates = 0;
 
 } // namespace
 

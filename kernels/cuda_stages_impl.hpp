@@ -22,6 +22,8 @@ struct ReferenceCatalog;
 struct CrossmatchParams;
 struct CrossmatchResult;
 struct PrepareCalibration;
+struct PrepareDeviceJob;
+struct PrepareDeviceResult;
 struct Instrument;
 struct CosmicRayParams;
 struct CosmicRayResult;
@@ -85,9 +87,24 @@ std::size_t crossmatchLastSeparationMismatches();
 std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit);
 std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
                              RunContext& ctx);
-// Master uploads so far (tests: resident masters are not uploaded again) and the last kernel's time.
+// Master uploads so far (tests: resident masters are not uploaded again) and the last calibration
+// kernel's time; both of the calling thread.
 std::uint64_t prepareMasterUploads();
 double prepareKernelMilliseconds();
+// Steps 1-5 of prepareFrame (the CudaStageTable entry prepareFrame): bleed trails, overscan, trim and the
+// calibration in one device pass on the frame cache; {done = false} after noting plan "cpu" when the
+// device has no room (the frame is unchanged).
+PrepareDeviceResult prepareFrameOnDevice(Image<float>& pixels, Image<std::uint8_t>& mask,
+                                         const PrepareDeviceJob& job, RunContext& ctx);
+// The calling thread's last prepare call: CUDA-event times on the stream (upload: frame cache take-over,
+// uploaded only when not resident, and master uploads; device: bleed + calibration kernels) and host
+// clock times (download of the host copy through the pinned staging; the whole call).
+struct PrepareTimings {
+    bool frameUploaded = false;
+    double uploadMs = 0.0, bleedMs = 0.0, calibrateMs = 0.0, deviceMs = 0.0;
+    double downloadMs = 0.0, wallMs = 0.0;
+};
+PrepareTimings prepareLastTimings();
 
 // Frame preparation steps 6-8 (kernels/cosmic_rays.cu, kernels/bayer.cu), bitwise equal to the CPU
 // functions of core/stages/cosmic_rays.hpp and bayer.hpp, which dispatch here after checking their inputs.

@@ -1,9 +1,10 @@
 // Stage 2 on the GPU, its per-pixel front: background subtraction and pixel states (as `prepare` in
 // core/stages/detection.cpp), the matched filter in the summation order of core/stages/convolution.cpp,
 // and the above-threshold runs in raster order (per-row counts, a scan, per-row block scans: no atomics,
-// deterministic). The per-object half (labelling, deblending, cleaning, measurement) runs on the host in
-// core's detail::detectFromRuns on the downloaded sub/det/state images, so the catalog is bitwise the
-// CPU one.
+// deterministic). In the whole plan the filtered image and the states stay on the device and the
+// per-object half runs there too (detection_objects.cu, detection_finish.cu); the strips plan (and
+// parameters the device half does not take) download sub/det/state and run core's per-object half on the
+// host. Either way the catalog is bitwise the CPU one.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,9 @@
 #include "core/stages/detection.hpp"
 #include "core/stages/detection_internal.hpp"
 #include "kernels/cuda_stages_impl.hpp"
+#include "kernels/detection_device.cuh"
+#include "kernels/detection_finish.hpp"
+#include "kernels/detection_objects.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
 
@@ -267,10 +272,21 @@ struct DetInputs {
     int y0;
 };
 
+// Where processStrip leaves the strip's images: host images (null: not downloaded) and full-frame device
+// images kept for the per-object kernels (null: not kept; det only with a filter).
+struct StripOutputs {
+    float* hSub = nullptr;
+    float* hDet = nullptr;
+    std::uint8_t* hState = nullptr;
+    float* dDet = nullptr;
+    std::uint8_t* dState = nullptr;
+};
+
 // Rows [y0, y1): subtraction and states over the rows with the filter's halo, the filter, the downloads
-// of the strip's rows of sub, det and state into the host images, and the strip's runs appended.
+// of the strip's rows of sub, det and state into the host images (or their copies into the resident device
+// images), and the strip's runs appended.
 void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, const float* dK, int y0, int y1,
-                  float* hSub, float* hDet, std::uint8_t* hState, std::vector<Run>& runs) {
+                  const StripOutputs& o, std::vector<Run>& runs) {
     const cudaStream_t stream = dc.stream();
     const int W = s.W, H = s.H;
     const int h0 = std::max(0, y0 - s.halo), h1 = std::min(H, y1 + s.halo), hr = h1 - h0, rows = y1 - y0;
@@ -288,18 +304,27 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
         checkLaunch("the background subtraction");
     }
     const std::size_t hostOff = static_cast<std::size_t>(y0) * W;
-    dc.downloadStaged(hSub + hostOff, dSub.get() + inner, nRows * sizeof(float));
-    dc.downloadStaged(hState + hostOff, dState.get() + inner, nRows);
+    if (o.hSub) {
+        dc.downloadStaged(o.hSub + hostOff, dSub.get() + inner, nRows * sizeof(float));
+        dc.downloadStaged(o.hState + hostOff, dState.get() + inner, nRows);
+    }
+    if (o.dState)
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(o.dState + hostOff, dState.get() + inner, nRows, cudaMemcpyDeviceToDevice,
+                                           stream));
 
-    DeviceBuffer<float> dDet;
+    DeviceBuffer<float> dDetOwn;
     const float* det = dSub.get() + inner;
     if (!s.k.empty()) {
-        dDet = DeviceBuffer<float>(dc, nRows);
+        float* dDet = o.dDet ? o.dDet + hostOff : nullptr;
+        if (!dDet) {
+            dDetOwn = DeviceBuffer<float>(dc, nRows);
+            dDet = dDetOwn.get();
+        }
         const dim3 block(s.threads, 1);
         const auto gx = static_cast<unsigned>((W + s.threads - 1) / s.threads);
         if (s.kh > 0) {
             const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
-            convolve2dKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, h0, y0, rows, dK, s.kw, s.kh, dDet.get());
+            convolve2dKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, h0, y0, rows, dK, s.kw, s.kh, dDet);
             checkLaunch("the 2-D filter");
         } else {
             DeviceBuffer<float> dTmp(dc, nHalo);
@@ -307,11 +332,11 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             convolveRowsKernel<<<gridRows, block, 0, stream>>>(dSub.get(), W, hr, dK, s.kw, dTmp.get());
             checkLaunch("the row filter");
             const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
-            convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, h0, y0, rows, dK, s.kw, dDet.get());
+            convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, h0, y0, rows, dK, s.kw, dDet);
             checkLaunch("the column filter");
         }
-        dc.downloadStaged(hDet + hostOff, dDet.get(), nRows * sizeof(float));
-        det = dDet.get();
+        if (o.hDet) dc.downloadStaged(o.hDet + hostOff, dDet, nRows * sizeof(float));
+        det = dDet;
     }
     const ThresholdArgs a{det, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState.get() + inner, W, rows,
                           s.p.threshold, s.p.thresholdIsAbsolute, y0};
@@ -329,17 +354,27 @@ std::size_t inputsPerRow(const DetSetup& s) {
     return static_cast<std::size_t>(s.W) * (4 + (s.mask.empty() ? 0 : 1) + 8);
 }
 
-// Whole plan: the frame and the maps resident (device caches); the per-pixel work in chunks of rows.
-int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub, float* hDet, std::uint8_t* hState,
-             std::vector<Run>& runs, int chunkRows, RunContext& ctx) {
+// Whole plan: the frame and the maps resident (device caches); the per-pixel work in chunks of rows. With
+// `o`'s device images the filtered image and the states stay on the device: dim gets the views of all.
+int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripOutputs& o, std::vector<Run>& runs,
+             int chunkRows, RunContext& ctx, DeviceDetectionImages& dim) {
     const DeviceContext::DeviceFrame f = dc.frame(s.image, s.mask);
     const auto [dLevel, dRms] = deviceBackgroundMaps(dc, s.bkg);
     const DetInputs in{f.pixels, f.mask, dLevel, dRms, 0};
     int n = 0;
     for (int y0 = 0; y0 < s.H; y0 += chunkRows, ++n) {
-        processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), hSub, hDet, hState, runs);
+        processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), o, runs);
         ctx.checkCancelled();
     }
+    dim.width = s.W;
+    dim.height = s.H;
+    dim.frame = f.pixels;
+    dim.level = dLevel;
+    dim.rms = dRms;
+    dim.det = s.k.empty() ? nullptr : o.dDet;
+    dim.state = o.dState;
+    dim.threshold = s.p.threshold;
+    dim.absolute = s.p.thresholdIsAbsolute;
     return n;
 }
 
@@ -373,11 +408,26 @@ int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub
             mk = DeviceBuffer<std::uint8_t>(dc, np);
             uploadRows(dc, mk.get(), s.mask, h0, h1);
         }
-        processStrip(dc, s, DetInputs{px.get(), mk.get(), lv.get(), rm.get(), h0}, dK, y0, y1, hSub, hDet, hState,
-                     runs);
+        processStrip(dc, s, DetInputs{px.get(), mk.get(), lv.get(), rm.get(), h0}, dK, y0, y1,
+                     StripOutputs{hSub, hDet, hState, nullptr, nullptr}, runs);
         ctx.checkCancelled();
     }
     return n;
+}
+
+// The per-object half on the device images: core's steps 2b-4 (detection_objects.cu), then steps 5-6
+// (detection_finish.cu). The filtered image is released in between (the finish step does not read it).
+DetectionResult detectOnDevice(DeviceContext& dc, std::vector<Run> runs, DeviceDetectionImages& dim,
+                               DeviceBuffer<float>& keptDet, const DetectionParams& p, RunContext& ctx) {
+    detail::StepTimer timer;
+    detail::DetectedObjects found = detectObjects(dc, std::move(runs), dim, p, ctx);
+    timer.lap("detectObjects (device)");
+    keptDet.reset();
+    dim.det = nullptr;
+    DetectionResult result;
+    finishDetection(dc, std::move(found), dim, p, ctx, result);
+    timer.lap("finishDetection (device)");
+    return result;
 }
 
 } // namespace
@@ -387,6 +437,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     if (!acceptable(image, mask, bkg, p)) return cpu::detectSources(image, mask, bkg, p, ctx); // throws
 
     DeviceContext& dc = DeviceContext::of(ctx);
+    detail::StepTimer timer;
     const int W = image.width, H = image.height;
     const std::size_t npix = static_cast<std::size_t>(W) * H;
     DetSetup s{image, mask, bkg, p, W, H};
@@ -410,64 +461,112 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
         }
     }
 
-    // Host images that the strips fill row by row, reused between runs: pageable, filled through the
-    // context's pinned staging (pinning 1.4 GB at 151 MP cost the first run of a process 0.6 s).
-    auto& state = dc.stageState("detection host images");
-    if (!state) state = std::make_shared<HostImages>();
-    auto& hi = *static_cast<HostImages*>(state.get());
-    hi.reserve(npix, !s.k.empty());
-    float* hSub = hi.sub.get();
-    std::uint8_t* hState = hi.state.get();
-    float* hDet = s.k.empty() ? hSub : hi.det.get();
+    // Host images that the strips fill row by row (the host per-object half), reused between runs:
+    // pageable, filled through the context's pinned staging (pinning 1.4 GB at 151 MP cost the first run of a
+    // process 0.6 s). Not made in the whole plan when the per-object half runs on the device.
+    float* hSub = nullptr;
+    float* hDet = nullptr;
+    std::uint8_t* hState = nullptr;
+    auto hostImages = [&]() {
+        auto& state = dc.stageState("detection host images");
+        if (!state) state = std::make_shared<HostImages>();
+        auto& hi = *static_cast<HostImages*>(state.get());
+        hi.reserve(npix, !s.k.empty());
+        hSub = hi.sub.get();
+        hState = hi.state.get();
+        hDet = s.k.empty() ? hSub : hi.det.get();
+        return StripOutputs{hSub, hDet, hState, nullptr, nullptr};
+    };
+    // GPUPHOT_DETECTION_HOST_OBJECTS=1 keeps the host per-object half (comparisons and benchmarks).
+    const bool deviceObjects = detectObjectsOnDevice(p) && !std::getenv("GPUPHOT_DETECTION_HOST_OBJECTS");
 
     // Plan. Whole: frame, mask and both maps resident + one chunk's work (an eighth of the frame, at
-    // least 64 rows). Strips: as many rows as the budget allows with everything uploaded per strip.
+    // least 64 rows), + the filtered image and the states kept for the device's per-object half. Strips: as
+    // many rows as the budget allows with everything uploaded per strip.
     const int chunkRows = std::min(H, std::max(64, (H + 7) / 8));
-    const std::size_t resident = inputsPerRow(s) * H;
+    const std::size_t kept = deviceObjects ? npix * (1 + (s.k.empty() ? 0 : sizeof(float))) : 0;
+    const std::size_t resident = inputsPerRow(s) * H + kept;
     const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
     const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
     const std::size_t wholeNeed = resident + workPerRow(s) * (chunkRows + 2 * s.halo) + (std::size_t(2) << 20);
     std::string why = "whole frame needs " + bytesText(wholeNeed);
     std::vector<Run> runs;
-    bool done = false;
+    bool done = false, whole = false;
+    DeviceBuffer<float> keptDet;
+    DeviceBuffer<std::uint8_t> keptState;
+    DeviceDetectionImages dim;
     const std::size_t kBytes = s.k.size() * sizeof(float);
     if (others + wholeNeed + kBytes <= dc.budget()) {
         try {
             DeviceBuffer<float> dK(dc, s.k.size());
             dK.upload(s.k.data(), s.k.size());
-            runWhole(dc, s, dK.get(), hSub, hDet, hState, runs, chunkRows, ctx);
+            StripOutputs o;
+            if (deviceObjects) {
+                keptState = DeviceBuffer<std::uint8_t>(dc, npix);
+                if (!s.k.empty()) keptDet = DeviceBuffer<float>(dc, npix);
+                o.dDet = keptDet.get();
+                o.dState = keptState.get();
+            } else {
+                o = hostImages();
+            }
+            runWhole(dc, s, dK.get(), o, runs, chunkRows, ctx, dim);
             dc.notePlan("whole", 1);
-            done = true;
+            done = whole = true;
         } catch (const DeviceOutOfMemory& e) {
             why = e.what();
             dc.drain();
             runs.clear();
+            keptDet.reset();
+            keptState.reset();
         }
     }
-    for (const int shrink : {1, 4}) {
-        if (done) break;
-        try {
-            dc.dropFrame();
-            dc.dropBackground();
-            DeviceBuffer<float> dK(dc, s.k.size());
-            dK.upload(s.k.data(), s.k.size());
-            const int n = runStrips(dc, s, dK.get(), hSub, hDet, hState, runs, shrink, ctx);
-            dc.notePlan("strips", n);
-            done = true;
-        } catch (const DeviceOutOfMemory& e) {
-            why = e.what();
-            dc.drain();
-            runs.clear();
+    // Strips plan (also the answer to an allocation failure in the device's per-object half): the host
+    // per-object half on images downloaded strip by strip.
+    auto stripsPlan = [&]() {
+        for (const int shrink : {1, 4}) {
+            try {
+                dc.dropFrame();
+                dc.dropBackground();
+                DeviceBuffer<float> dK(dc, s.k.size());
+                dK.upload(s.k.data(), s.k.size());
+                hostImages();
+                const int n = runStrips(dc, s, dK.get(), hSub, hDet, hState, runs, shrink, ctx);
+                dc.notePlan("strips", n);
+                return true;
+            } catch (const DeviceOutOfMemory& e) {
+                why = e.what();
+                dc.drain();
+                runs.clear();
+            }
         }
-    }
-    if (!done) {
+        return false;
+    };
+    auto cpuPlan = [&]() {
         dc.dropFrame();
         dc.dropBackground();
         dc.notePlan("cpu", 0, cpuFallbackNote("detection", dc.budget(), why));
         return cpu::detectSources(image, mask, bkg, p, ctx);
-    }
+    };
+    if (!done) done = stripsPlan();
+    if (!done) return cpuPlan();
+    timer.lap(whole && deviceObjects ? "GPU front (images kept on the device)" : "GPU front + sub/det/state downloads");
     ctx.report("detection", 0.2);
     ctx.checkCancelled();
+
+    if (whole && deviceObjects) {
+        try {
+            return detectOnDevice(dc, std::move(runs), dim, keptDet, p, ctx);
+        } catch (const DeviceOutOfMemory& e) {
+            // Re-planned as strips (the host per-object half), as an allocation failure in the front is.
+            why = e.what();
+            dc.drain();
+            keptDet.reset();
+            keptState.reset();
+            runs.clear();
+            if (!stripsPlan()) return cpuPlan();
+            ctx.checkCancelled();
+        }
+    }
 
     // The per-object half on the host, on the downloaded images.
     detail::DetectionImages im;
@@ -482,7 +581,12 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     im.state = ImageViewT<std::uint8_t>{hState, W, H, W};
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
-    return detail::detectFromRuns(std::move(runs), im, p, ctx);
+    DetectionResult result;
+    detail::DetectedObjects found = detail::detectObjects(std::move(runs), im, p, ctx);
+    timer.lap("detectObjects");
+    detail::finishDetection(std::move(found), im, p, ctx, result);
+    timer.lap("finishDetection");
+    return result;
 }
 
 } // namespace gpuphot::cuda

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
+#include "kernels/frame_upload.hpp"
 #include "kernels/host_copy.hpp"
 
 namespace gpuphot::cuda {
@@ -22,6 +23,9 @@ void uploadView(DeviceContext& dc, DeviceBuffer<T>& dst, const ImageViewT<T>& v,
                                              sizeof(T) * v.width, v.height, cudaMemcpyHostToDevice, s));
     }
 }
+
+// The read phase's raw upload registers with this unit, which the stage table always links.
+[[maybe_unused]] const bool frameUploadRegistered = (registerFrameUpload(), true);
 
 std::size_t freeBytes() {
     std::size_t f = 0, t = 0;
@@ -88,6 +92,7 @@ DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std:
     }
     m_impl->defaultBudget = freeBytes();
     if (m_budget == 0) m_budget = m_impl->defaultBudget;
+    noteDeviceReady();
 }
 
 DeviceContext::~DeviceContext() {
@@ -172,6 +177,7 @@ DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const Ma
     const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
     const ViewKey pk = viewKey(image, m_generation);
     if (!(pk == s.pixelsKey) || s.pixels.size() != n) {
+        m_readFrame = false;
         s.pixelsKey = {};
         s.pixels.reset();
         s.mask.reset();
@@ -187,6 +193,7 @@ DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const Ma
     } else {
         const ViewKey mk = viewKey(mask, m_generation);
         if (!(mk == s.maskKey) || s.mask.size() != n) {
+            m_readFrame = false;
             s.maskKey = {};
             s.mask.reset();
             s.mask = DeviceBuffer<std::uint8_t>(*this, n);
@@ -200,6 +207,7 @@ DeviceContext::DeviceFrame DeviceContext::frame(const ImageView& image, const Ma
 void DeviceContext::adoptFrame(const ImageView& image, const MaskView& mask, DeviceBuffer<float>&& pixels,
                                DeviceBuffer<std::uint8_t>&& maskBuffer) {
     Impl& s = *m_impl;
+    m_readFrame = false;
     s.pixels = std::move(pixels);
     s.pixelsKey = viewKey(image, m_generation);
     if (mask.empty()) {
@@ -209,6 +217,16 @@ void DeviceContext::adoptFrame(const ImageView& image, const MaskView& mask, Dev
         s.mask = std::move(maskBuffer);
         s.maskKey = viewKey(mask, m_generation);
     }
+}
+
+std::pair<DeviceBuffer<float>, DeviceBuffer<std::uint8_t>> DeviceContext::takeFrame(const ImageView& image,
+                                                                                     const MaskView& mask) {
+    frame(image, mask);
+    Impl& s = *m_impl;
+    std::pair<DeviceBuffer<float>, DeviceBuffer<std::uint8_t>> out(std::move(s.pixels), std::move(s.mask));
+    s.pixelsKey = {};
+    s.maskKey = {};
+    return out;
 }
 
 std::shared_ptr<void>& DeviceContext::stageState(const std::string& name) { return m_impl->stageState[name]; }
@@ -270,7 +288,18 @@ std::size_t DeviceContext::cachedFrameBytes() const { return m_impl->pixels.byte
 
 std::size_t DeviceContext::cachedBackgroundBytes() const { return m_impl->level.bytes() + m_impl->rms.bytes(); }
 
+void DeviceContext::settleReadFrame(bool pixelsChanged, bool maskChanged) {
+    if (!m_readFrame) return;
+    if (pixelsChanged) {
+        dropFrame();
+    } else if (maskChanged) {
+        m_impl->mask.reset();
+        m_impl->maskKey = {};
+    }
+}
+
 void DeviceContext::dropFrame() {
+    m_readFrame = false;
     m_impl->pixels.reset();
     m_impl->mask.reset();
     m_impl->pixelsKey = {};

@@ -70,6 +70,16 @@ public:
     void release(void* p, std::size_t bytes) noexcept;
 
     std::size_t inUse() const { return m_inUse; }
+    int device() const { return m_device; }
+    // Device memory of this device allocated outside the context (stream-ordered, from another pool: the
+    // read phase's raw upload, kernels/frame_upload.hpp) counted against the budget before it is taken
+    // over with DeviceBuffer::adopt; false (nothing counted) when it does not fit.
+    bool takeOver(std::size_t bytes) {
+        if (m_inUse + bytes > m_budget) return false;
+        m_inUse += bytes;
+        m_highWater = std::max(m_highWater, m_inUse);
+        return true;
+    }
     // Bytes the budget still allows (0 when over it).
     std::size_t available() const { return m_budget > m_inUse ? m_budget - m_inUse : 0; }
 
@@ -127,6 +137,16 @@ public:
     // downloaded into them) as the frame cache, so that the following stages do not upload the frame.
     void adoptFrame(const ImageView& image, const MaskView& mask, DeviceBuffer<float>&& pixels,
                     DeviceBuffer<std::uint8_t>&& maskBuffer);
+    // The frame cache's device copies of these host views, moved out of the cache (uploaded first when
+    // they are not the cached ones; mask: null when the view is empty), for a stage that changes the frame
+    // on the device (prepare) and hands it back with adoptFrame. The cache is empty until then.
+    std::pair<DeviceBuffer<float>, DeviceBuffer<std::uint8_t>> takeFrame(const ImageView& image,
+                                                                         const MaskView& mask);
+    // The frame cache holds a frame adopted from the read phase's raw upload (kernels/frame_upload.hpp)
+    // and nothing replaced or re-uploaded it since: settleReadFrame drops what the host changed in place.
+    void markReadFrame() { m_readFrame = true; }
+    bool holdsReadFrame() const { return m_readFrame; }
+    void settleReadFrame(bool pixelsChanged, bool maskChanged);
     // Per-context state of one stage (e.g. the prepare stage's resident calibration masters), created
     // empty on first use and released with the context, before its pool.
     std::shared_ptr<void>& stageState(const std::string& name);
@@ -173,6 +193,7 @@ private:
     int m_blockSize = 0;
     std::uint64_t m_generation = 0;
     std::uint64_t m_uploads = 0;
+    bool m_readFrame = false;
     std::size_t m_failAfter = 0;
     std::size_t m_allocations = 0;
     std::string m_planMode, m_planNote;
@@ -203,6 +224,14 @@ public:
     }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    // Takes over p (count elements, already counted by dc.takeOver): freed by dc like its own memory.
+    static DeviceBuffer adopt(DeviceContext& dc, T* p, std::size_t count) {
+        DeviceBuffer b;
+        b.m_dc = &dc;
+        b.m_count = p ? count : 0;
+        b.m_ptr = p;
+        return b;
+    }
 
     void reset() noexcept {
         if (m_ptr) m_dc->release(m_ptr, m_count * sizeof(T));

@@ -16,6 +16,7 @@ bool registerStages() {
     t.aperture = &cuda::measureApertures;
     t.crossmatch = &cuda::crossmatch;
     t.prepare = &cuda::prepareCalibrate;
+    t.prepareFrame = &cuda::prepareFrameOnDevice;
     t.cosmicRays = &cuda::detectCosmicRays;
     t.saltPepper = &cuda::saltPepperMask;
     t.cfaSuperPixels = &cuda::cfaSuperPixels;

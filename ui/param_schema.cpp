@@ -217,6 +217,8 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(optional("crossmatch.refMagBright", xm, "Ref. mag bright", "mag", "Brightest reference magnitude used for matching", -5, 40, 0.1, 2, "none"));
     v.push_back(optional("crossmatch.refMagFaint", xm, "Ref. mag faint", "mag", "Faintest reference magnitude used for matching", -5, 40, 0.1, 2, "none"));
     v.push_back(dbl("crossmatch.marginPx", xm, "Margin", "px", "Reference stars projected this far outside the frame are kept", 0, 10000, 1, 1));
+    v.push_back(choice("crossmatch.index", xm, "Search index", "Spatial index of the candidate search (same matches either way; auto = grid, the faster)",
+                       {{"auto", "auto"}, {"grid", "grid"}, {"k-d tree", "kdtree"}}));
     // --- Zero point (stage 6) ---
     const std::string zp = "zeropoint";
     v.push_back(optional("zeropoint.magBright", zp, "Calibrator mag bright", "mag", "Reference magnitude range of calibrators (bright end)", -5, 40, 0.1, 2, "none", "-inf"));

@@ -42,30 +42,6 @@ std::string instrumentKey(const PipelineConfig& c) {
 // everything before the PSF stage valid, and a later runPipeline from Stage::Psf continues the run.
 struct PausedAtPsf {};
 
-// The previous PSF model applied to a new source list: the model (spatial polynomials, ePSF grid, median
-// FWHM) as it was; per source the model's FWHM, ellipticity and angle at the new positions; PSF fluxes
-// NaN (not measured yet) and no PSF-star flags (the stars belong to the old source list).
-PsfResult psfForNewSources(const PsfResult& old, const Sources& sources) {
-    PsfResult p = old;
-    const std::size_t n = sources.size();
-    const double nan = std::nan("");
-    p.fwhm.assign(n, nan);
-    p.ellipticity.assign(n, nan);
-    p.theta.assign(n, nan);
-    p.fluxPsf.assign(n, nan);
-    p.fluxPsfErr.assign(n, nan);
-    p.flags.assign(n, 0u);
-    for (PsfStar& s : p.stars) s.index = -1;
-    if (p.hasModel())
-        for (std::size_t k = 0; k < n; ++k) {
-            const double x = sources.x[k], y = sources.y[k];
-            if (!std::isfinite(x) || !std::isfinite(y)) continue;
-            p.fwhm[k] = p.fwhmAt(x, y);
-            p.ellipticity[k] = p.ellipticityAt(x, y);
-            p.theta[k] = p.thetaAt(x, y);
-        }
-    return p;
-}
 } // namespace
 
 PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
@@ -459,7 +435,6 @@ void PipelineWorker::processPending() {
 }
 
 void PipelineWorker::publishProvisional(const Snapshot& snap, const Snapshot& previous) {
-    const auto t0 = std::chrono::steady_clock::now();
     auto prov = std::make_shared<Snapshot>();
     prov->generation = snap.generation;
     prov->frame = snap.frame;
@@ -469,26 +444,11 @@ void PipelineWorker::publishProvisional(const Snapshot& snap, const Snapshot& pr
     prov->firstStage = snap.firstStage;
     prov->provisional = true;
     prov->timings = m_ctx.records; // the stages up to the detection
-    {
-        const PipelineResult& r = snap.result;
-        PipelineResult& p = prov->result;
-        p.background = r.background;
-        p.detection = r.detection;
-        p.warnings = r.warnings;
-        p.keepFullMaps = r.keepFullMaps;
-        p.psf = psfForNewSources(previous.result.psf, r.detection.sources);
-        p.fwhm = previous.result.fwhm;
-        p.fwhmSource = previous.result.fwhmSource;
-        p.completed = Stage::Aperture;
-    }
-    {
-        StageRecord copy;
-        copy.stage = "provisional copy";
-        copy.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        prov->timings.push_back(copy);
-    }
     const std::size_t before = m_ctx.records.size();
-    runPipeline(*prov->frame, prov->config, m_ctx, prov->result, Stage::Aperture, prov->reference.get());
+    // The new detection with the previous PSF model, apertures and calibration (core's provisionalResult;
+    // bench/bench_rerun.cpp times the same calls).
+    prov->result = provisionalResult(*prov->frame, prov->config, m_ctx, snap.result, previous.result,
+                                     prov->reference.get());
     for (std::size_t k = before; k < m_ctx.records.size(); ++k) prov->timings.push_back(m_ctx.records[k]);
     m_ctx.records.resize(before); // the complete result's timings are those of its own stages
     CatalogSort sort;

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "app/cli/commands.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -33,6 +34,9 @@ struct BenchCli {
 int run(BenchCli& o) {
     PipelineConfig config = loadConfig(o.common);
     RunContext ctx = makeRunContext(o.common);
+    // CUDA backend: the context comes up while the frame is simulated or read, and the reads upload the
+    // frame as they go (cuda_stages.hpp, raw upload).
+    startDeviceWarmUp(ctx);
     std::string path = o.frame;
     fs::path tmpDir;
     if (path.empty()) {

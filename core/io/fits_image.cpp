@@ -411,6 +411,10 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
 } // namespace
 
 Frame readFrame(const std::string& path, const FrameReadOptions& options) {
+    return readFrame(path, options, nullptr);
+}
+
+Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChunkSink* sink) {
     Opened op;
     openForRead(path, op);
     fitsfile* f = op.h.f;
@@ -479,9 +483,14 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options) {
         op.extendedSyntax ? std::nullopt : rawImageLayout(f, path, npix);
     float nulval = std::numeric_limits<float>::quiet_NaN();
     int anynul = 0;
-    if (raw)
-        readRawImage(path, *raw, frame.pixels.data());
-    else
+    const bool integerData = rawBitpix > 0;
+    const std::uint8_t nullBits = integerData ? (MaskBad | MaskNonFinite) : MaskNonFinite;
+    const double saturation = frame.instrument.saturation;
+    if (raw) {
+        const RawMaskRule rule{saturation, nullBits, MaskSaturated};
+        RawChunkSink* const to = sink && sink->begin(*raw, w, h, rule) ? sink : nullptr;
+        readRawImage(path, *raw, frame.pixels.data(), 0, 0, to);
+    } else
         fits_read_img(f, TFLOAT, 1, npix, &nulval, frame.pixels.data(), &anynul, &status);
     if (status == NUM_OVERFLOW) { // -64 data beyond the float range: +-Inf (masked), as the raw read
         status = 0;
@@ -494,9 +503,6 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options) {
         throw InvalidInput(whereName + ": cannot decode the pixel data: " + why);
     }
 
-    const bool integerData = rawBitpix > 0;
-    const std::uint8_t nullBits = integerData ? (MaskBad | MaskNonFinite) : MaskNonFinite;
-    const double saturation = frame.instrument.saturation;
     float* px = frame.pixels.data();
     std::uint8_t* mk = frame.mask.data();
 #pragma omp parallel for schedule(static)

@@ -186,10 +186,11 @@ std::optional<RawImageLayout> rawImageLayout(fitsfile* f, const std::string& pat
 }
 
 void readRawImage(const std::string& path, const RawImageLayout& l, float* out, int threads,
-                  std::size_t chunkBytes) {
+                  std::size_t chunkBytes, RawChunkSink* sink) {
     const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
     if (elem == 0 || l.count < 0) throw InvalidInput(path + ": bad raw image layout");
     const std::size_t total = static_cast<std::size_t>(l.count);
+    if (!chunkBytes && sink) chunkBytes = sink->chunkBytes();
     std::size_t perChunk = (chunkBytes ? chunkBytes : (std::size_t(8) << 20)) / elem;
     perChunk = std::max<std::size_t>(perChunk, 1);
     const long long chunks = static_cast<long long>((total + perChunk - 1) / perChunk);
@@ -201,9 +202,17 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
     int failedErrno = 0;
     bool failed = false;
     const int nt = threads > 0 ? threads : omp_get_max_threads();
+    // With a sink, each reader reads into the sink's buffer for it (e.g. pinned memory that the device
+    // copies from while the reader converts the same bytes on the host).
+    const std::vector<unsigned char*> sinkBuffers = sink ? sink->start(nt, perChunk * elem)
+                                                         : std::vector<unsigned char*>{};
+    if (sink && sinkBuffers.size() < static_cast<std::size_t>(nt))
+        throw InvalidInput(path + ": raw read: the chunk sink gave too few buffers");
 #pragma omp parallel num_threads(nt) if (chunks > 1)
     {
-        std::vector<unsigned char> buf(perChunk * elem);
+        const int tid = omp_get_thread_num();
+        std::vector<unsigned char> own(sink ? 0 : perChunk * elem);
+        unsigned char* const buf = sink ? sinkBuffers[static_cast<std::size_t>(tid)] : own.data();
 #pragma omp for schedule(dynamic, 1)
         for (long long c = 0; c < chunks; ++c) {
             bool stop = false;
@@ -214,8 +223,9 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
             const std::size_t n = std::min(perChunk, total - first);
             const std::size_t want = n * elem;
             std::size_t got = 0;
+            if (sink) sink->reuse(tid);
             while (got < want) {
-                const ssize_t r = ::pread(file.fd, buf.data() + got, want - got,
+                const ssize_t r = ::pread(file.fd, buf + got, want - got,
                                           static_cast<off_t>(l.dataOffset + first * elem + got));
                 if (r < 0 && errno == EINTR) continue;
                 if (r <= 0) {
@@ -228,13 +238,17 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
                 }
                 got += static_cast<std::size_t>(r);
             }
-            if (got == want) convertRawPixels(buf.data(), n, l, out + first);
+            if (got == want) {
+                if (sink) sink->chunk(tid, first, n);
+                convertRawPixels(buf, n, l, out + first);
+            }
         }
     }
     if (failed)
         throw IoError(path + ": cannot read the pixel data" +
                       (failedErrno ? std::string(": ") + std::strerror(failedErrno)
                                    : std::string(" (truncated file?)")));
+    if (sink) sink->finish();
 }
 
 } // namespace gpuphot

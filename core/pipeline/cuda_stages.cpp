@@ -1,6 +1,9 @@
 // Backend dispatch of the stage functions (see cuda_stages.hpp).
 #include "core/pipeline/cuda_stages.hpp"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <future>
 
 #include "core/pipeline/run_context.hpp"
@@ -17,6 +20,7 @@ CudaStageTable& table() {
     return t;
 }
 bool useCuda(const RunContext& ctx) { return ctx.backend == Backend::Cuda; }
+std::atomic<bool> g_rawUploadArmed{false};
 } // namespace
 
 void registerCudaStages(const CudaStageTable& t) {
@@ -27,9 +31,14 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.aperture) dst.aperture = t.aperture;
     if (t.crossmatch) dst.crossmatch = t.crossmatch;
     if (t.prepare) dst.prepare = t.prepare;
+    if (t.prepareFrame) dst.prepareFrame = t.prepareFrame;
     if (t.cosmicRays) dst.cosmicRays = t.cosmicRays;
     if (t.saltPepper) dst.saltPepper = t.saltPepper;
     if (t.cfaSuperPixels) dst.cfaSuperPixels = t.cfaSuperPixels;
+    if (t.createDeviceState) dst.createDeviceState = t.createDeviceState;
+    if (t.createRawUpload) dst.createRawUpload = t.createRawUpload;
+    if (t.adoptRawUpload) dst.adoptRawUpload = t.adoptRawUpload;
+    if (t.settleRawUpload) dst.settleRawUpload = t.settleRawUpload;
 }
 
 const CudaStageTable& cudaStages() { return table(); }
@@ -39,6 +48,32 @@ void startDeviceWarmUp(RunContext& ctx) {
     if (ctx.backend != Backend::Cuda || !create || ctx.deviceState || ctx.deviceStateWarmUp.valid()) return;
     const std::size_t limit = ctx.gpuMemLimit;
     ctx.deviceStateWarmUp = std::async(std::launch::async, [create, limit] { return create(limit); }).share();
+    armRawUpload(true);
+}
+
+void armRawUpload(bool on) { g_rawUploadArmed = on; }
+
+bool rawUploadEnabled() {
+    if (!g_rawUploadArmed || !table().createRawUpload || !table().adoptRawUpload) return false;
+    const char* env = std::getenv("GPUPHOT_RAW_UPLOAD");
+    return !(env && std::strcmp(env, "0") == 0);
+}
+
+std::shared_ptr<RawChunkSink> createRawUpload() {
+    return rawUploadEnabled() ? table().createRawUpload() : nullptr;
+}
+
+bool adoptRawUpload(std::shared_ptr<RawChunkSink>& upload, const ImageView& pixels, const MaskView& mask,
+                    bool withMask, RunContext& ctx) {
+    const std::shared_ptr<RawChunkSink> u = std::move(upload);
+    upload.reset();
+    if (!u || !useCuda(ctx) || !table().adoptRawUpload) return false;
+    return table().adoptRawUpload(*u, pixels, mask, withMask, ctx);
+}
+
+void settleRawUpload(RunContext& ctx, bool pixelsChanged, bool maskChanged) {
+    if ((pixelsChanged || maskChanged) && useCuda(ctx) && ctx.deviceState && table().settleRawUpload)
+        table().settleRawUpload(pixelsChanged, maskChanged, ctx);
 }
 
 BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,

@@ -7,6 +7,7 @@
 // Determinism); tests/kernels compares them.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/model/image.hpp"
@@ -14,6 +15,7 @@
 namespace gpuphot {
 
 class RunContext;
+class RawChunkSink;
 class Wcs;
 struct Sources;
 struct ReferenceCatalog;
@@ -49,6 +51,27 @@ struct PrepareCalibration {
     bool keepOnDevice = true;
 };
 
+// Steps 1-5 of prepareFrame on the device (issue 9), the frame as read (untrimmed): bleed trails and
+// saturation growth along the columns (maskBleedTrails), overscan subtraction (the levels computed on the
+// host from BIASSEC), trim to the output section, then PrepareCalibration (views aligned with the output).
+// The frame is taken from the device frame cache when it is resident there (else uploaded); the result is
+// the new frame cache (keepOnDevice) and its host copy is downloaded into the Frame's pixels and mask.
+struct PrepareDeviceJob {
+    bool bleed = false;            // maskBleedTrails(pixels, mask, saturation, fraction, grow)
+    float bleedLevel = 0.0f;       // float(fraction * saturation)
+    int bleedGrow = 0;
+    bool overscan = false;
+    std::vector<double> overscanRows; // per raw row: the value subtracted, float(p - level) (overscan only)
+    int outX0 = 0, outY0 = 0, outWidth = 0, outHeight = 0; // the kept section (the whole frame untrimmed)
+    bool calibrate = false;        // apply `cal`
+    PrepareCalibration cal;        // cal.keepOnDevice: the result stays as the frame cache
+};
+struct PrepareDeviceResult {
+    bool done = false;             // false: the device had no room (plan "cpu" noted); nothing changed
+    std::size_t bleedPixels = 0;   // as maskBleedTrails
+    std::size_t badPixels = 0;     // as the calibration loop
+};
+
 struct CudaStageTable {
     BackgroundResult (*background)(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) = nullptr;
@@ -67,6 +90,10 @@ struct CudaStageTable {
     // set MaskBad. The CPU version is the loop in prepareFrame.
     std::size_t (*prepare)(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
                            RunContext& ctx) = nullptr;
+    // Steps 1-5 of prepareFrame in one device pass (PrepareDeviceJob); pixels and mask are replaced by
+    // the prepared (trimmed) frame when done.
+    PrepareDeviceResult (*prepareFrame)(Image<float>& pixels, Image<std::uint8_t>& mask,
+                                        const PrepareDeviceJob& job, RunContext& ctx) = nullptr;
     // Frame preparation steps 6-8 (issue 9), each with the signature of its CPU function, which
     // dispatches to the entry after checking its inputs: L.A.Cosmic and the salt-and-pepper prefilter
     // (core/stages/cosmic_rays.cpp) and the CFA super-pixel image (core/stages/bayer.cpp).
@@ -78,6 +105,16 @@ struct CudaStageTable {
                                    bool luminanceMean, RunContext& ctx) = nullptr;
     // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's).
     std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit) = nullptr;
+    // Raw upload at read time (issue 5, kernels/frame_upload.hpp): a sink for readFrame that uploads the
+    // raw chunks as they are read and converts them on the device (any thread, no RunContext: the read
+    // phase may run beside another frame's stages); and the hand-over of a finished one to ctx's frame cache
+    // as the values of these host views (the mask too when withMask), true when adopted.
+    std::shared_ptr<RawChunkSink> (*createRawUpload)() = nullptr;
+    bool (*adoptRawUpload)(RawChunkSink& upload, const ImageView& pixels, const MaskView& mask, bool withMask,
+                           RunContext& ctx) = nullptr;
+    // After the host changed the adopted frame in place: drops what changed from the frame cache while it
+    // still holds the adopted frame (see settleRawUpload).
+    void (*settleRawUpload)(bool pixelsChanged, bool maskChanged, RunContext& ctx) = nullptr;
 };
 
 // Called once by the kernels library (static initialisation); later calls replace entries that are set.
@@ -89,5 +126,25 @@ void registerCudaStages(const CudaStageTable& table);
 // state exists. Call before the context is shared with other threads.
 void startDeviceWarmUp(RunContext& ctx);
 const CudaStageTable& cudaStages();
+
+// ---- raw upload at read time (issue 5) -----------------------------------------------------------------
+// The read phase (readFramePhase) uploads an uncompressed frame's raw bytes chunk by chunk as it reads them
+// and converts them on the device, so that the first CUDA stage finds the frame there. Armed by
+// startDeviceWarmUp for a CUDA context (the process reduces on the CUDA backend) or by armRawUpload;
+// never without the kernels, or when the environment variable GPUPHOT_RAW_UPLOAD is 0 (A/B benchmarks).
+void armRawUpload(bool on);
+bool rawUploadEnabled();
+// A sink for readFrame(path, options, sink) when enabled, else null.
+std::shared_ptr<RawChunkSink> createRawUpload();
+// Gives a finished upload (from createRawUpload, after readFrame) to ctx's device frame cache as the
+// values of these host views (the frame readFrame filled): the pixels, and the mask when withMask (the host
+// mask was not changed since the read). CUDA backend only; true when adopted. `upload` is reset either way.
+bool adoptRawUpload(std::shared_ptr<RawChunkSink>& upload, const ImageView& pixels, const MaskView& mask,
+                    bool withMask, RunContext& ctx);
+// computeFramePhase adopts the upload before preparation, whose device path (cudaStages().prepareFrame)
+// takes the frame from the cache. When preparation changed the host frame in place instead (host steps),
+// this drops the stale part (pixels: the whole frame; mask: the mask) from the cache, unless something
+// replaced the adopted frame there since (the device preparation's result): the next stage uploads it.
+void settleRawUpload(RunContext& ctx, bool pixelsChanged, bool maskChanged);
 
 } // namespace gpuphot

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/crossmatch.hpp"
+#include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -65,10 +68,59 @@ Image<std::int32_t> dilatedObjectMask(const Image<std::int32_t>& seg, int dilate
     return out;
 }
 
+// Stage 4 into r.aperture, with the sources and segmentation map of `det` (r.detection, or the new
+// detection of a provisional result, which is measured before it is copied into the result: the CUDA
+// stage finds the detection's device copy of the map by the host map's address).
+void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                   const DetectionResult& det) {
+    const ImageView image = frame.view();
+    const MaskView mask = frame.maskView();
+    ApertureParams apParams = apertureParamsFor(frame, config.aperture);
+    // The curves of growth when too few stars qualify to measure one, and the reference aperture's
+    // fraction of the total: the PSF model's; without one, a Moffat of the PSF stage's starting beta at
+    // the field FWHM (real stars have wings; a Gaussian, which has none, put 0.3 mag too little light
+    // outside 2 px for FWHM 3 px).
+    PsfResult defaultPsf;
+    const PsfResult* cogPsf = r.psf.hasModel() ? &r.psf : nullptr;
+    if (!cogPsf && r.fwhm > 0.0 && config.psf.model == PsfModelKind::Moffat && config.psf.moffatBeta > 1.0) {
+        defaultPsf.model = PsfModelKind::Moffat;
+        defaultPsf.fwhmPoly.coeffs = {r.fwhm};
+        defaultPsf.medianFwhm = r.fwhm;
+        defaultPsf.medianBeta = config.psf.moffatBeta;
+        cogPsf = &defaultPsf;
+        apParams.psfApertureFractionsSource = "default_moffat";
+    }
+    if (cogPsf)
+        apParams.psfApertureFractions = [cogPsf](const std::vector<double>& radii) {
+            return cogPsf->apertureFractions(radii);
+        };
+    r.aperture = measureApertures(image, mask, r.background, det.segmentation.view(), det.sources, r.fwhm,
+                                  frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
+    if (config.apertureToTotal && cogPsf && r.aperture.apCorrRefRadius > 0.0 &&
+        !r.aperture.apCorrRatio.empty()) {
+        const double R = r.aperture.apCorrRefRadius;
+        double fraction = cogPsf->encircledEnergy(R);
+        const double a1 = r.aperture.skyAnnulusInner, a2 = r.aperture.skyAnnulusOuter;
+        if (a2 > a1) // wing light in the annulus raises the local sky and is subtracted over the aperture
+            fraction -=
+                R * R / (a2 * a2 - a1 * a1) * (cogPsf->encircledEnergy(a2) - cogPsf->encircledEnergy(a1));
+        if (fraction > 0.5 && fraction <= 1.0)
+            extendApertureCorrectionToTotal(r.aperture, fraction);
+        else
+            r.warnings.push_back("PSF model gives an implausible reference-aperture fraction: "
+                                 "aperture corrections stop at the reference radius");
+    }
+}
+
 } // namespace
 
 void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
                  Stage first, const ReferenceCatalog* reference) {
+    runPipelineUntil(frame, config, ctx, r, first, Stage::Done, reference);
+}
+
+void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      Stage first, Stage stop, const ReferenceCatalog* reference) {
     if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
@@ -85,7 +137,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         return b;
     };
 
-    if (first <= Stage::Background) {
+    if (first <= Stage::Background && Stage::Background < stop) {
         r.warnings.clear();
         ctx.checkCancelled();
         auto t = ctx.time("background");
@@ -93,7 +145,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         r.background = estimate(nullptr);
         r.completed = Stage::Detection;
     }
-    if (first <= Stage::Detection) {
+    if (first <= Stage::Detection && Stage::Detection < stop) {
         ctx.checkCancelled();
         const DetectionParams dp = detectionParamsFor(frame, config.detection);
         {
@@ -118,7 +170,7 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
             r.warnings.push_back("no sources detected above the threshold: the catalog is empty");
         r.completed = Stage::Psf;
     }
-    if (first <= Stage::Psf) {
+    if (first <= Stage::Psf && Stage::Psf < stop) {
         ctx.checkCancelled();
         auto t = ctx.time("psf");
         if (r.psfFitCache && ctx.backend == Backend::Cpu) // reuses identical star fits (same result)
@@ -138,45 +190,14 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
         }
         r.completed = Stage::Aperture;
     }
-    if (first <= Stage::Aperture) {
+    if (first <= Stage::Aperture && Stage::Aperture < stop) {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
-        ApertureParams apParams = apertureParamsFor(frame, config.aperture);
-        // The curves of growth when too few stars qualify to measure one, and the reference aperture's
-        // fraction of the total: the PSF model's; without one, a Moffat of the PSF stage's starting beta at
-        // the field FWHM (real stars have wings; a Gaussian, which has none, put 0.3 mag too little light
-        // outside 2 px for FWHM 3 px).
-        PsfResult defaultPsf;
-        const PsfResult* cogPsf = r.psf.hasModel() ? &r.psf : nullptr;
-        if (!cogPsf && r.fwhm > 0.0 && config.psf.model == PsfModelKind::Moffat && config.psf.moffatBeta > 1.0) {
-            defaultPsf.model = PsfModelKind::Moffat;
-            defaultPsf.fwhmPoly.coeffs = {r.fwhm};
-            defaultPsf.medianFwhm = r.fwhm;
-            defaultPsf.medianBeta = config.psf.moffatBeta;
-            cogPsf = &defaultPsf;
-            apParams.psfApertureFractionsSource = "default_moffat";
-        }
-        if (cogPsf)
-            apParams.psfApertureFractions = [cogPsf](const std::vector<double>& radii) {
-                return cogPsf->apertureFractions(radii);
-            };
-        r.aperture = measureApertures(image, mask, r.background, r.detection.segmentation.view(), r.detection.sources,
-                                      r.fwhm, frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
-        if (config.apertureToTotal && cogPsf && r.aperture.apCorrRefRadius > 0.0 &&
-            !r.aperture.apCorrRatio.empty()) {
-            const double R = r.aperture.apCorrRefRadius;
-            double fraction = cogPsf->encircledEnergy(R);
-            const double a1 = r.aperture.skyAnnulusInner, a2 = r.aperture.skyAnnulusOuter;
-            if (a2 > a1) // wing light in the annulus raises the local sky and is subtracted over the aperture
-                fraction -= R * R / (a2 * a2 - a1 * a1) * (cogPsf->encircledEnergy(a2) - cogPsf->encircledEnergy(a1));
-            if (fraction > 0.5 && fraction <= 1.0) extendApertureCorrectionToTotal(r.aperture, fraction);
-            else r.warnings.push_back("PSF model gives an implausible reference-aperture fraction: "
-                                      "aperture corrections stop at the reference radius");
-        }
+        apertureStage(frame, config, ctx, r, r.detection);
         r.completed = Stage::Calibration;
     }
 
-    if (first <= Stage::Calibration) {
+    if (first <= Stage::Calibration && Stage::Calibration < stop) {
         ctx.checkCancelled();
         const Sources& s = r.detection.sources;
         const std::size_t n = s.size();
@@ -258,6 +279,165 @@ PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, Run
     PipelineResult r;
     runPipeline(frame, config, ctx, r, Stage::Background, reference);
     return r;
+}
+
+PsfResult psfModelForSources(const PsfResult& old, const Sources& sources) {
+    PsfResult p = old;
+    const std::size_t n = sources.size();
+    const double nan = std::nan("");
+    p.fwhm.assign(n, nan);
+    p.ellipticity.assign(n, nan);
+    p.theta.assign(n, nan);
+    p.fluxPsf.assign(n, nan);
+    p.fluxPsfErr.assign(n, nan);
+    p.flags.assign(n, 0u);
+    for (PsfStar& s : p.stars)
+        s.index = -1;
+    // One source per iteration, each writing its own elements: the same numbers for any thread count
+    // (the model's polynomials cost ~1 us a source: 75 ms for 66k sources on one thread).
+    if (p.hasModel()) {
+#pragma omp parallel for schedule(static)
+        for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(n); ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
+            const double x = sources.x[k], y = sources.y[k];
+            if (!std::isfinite(x) || !std::isfinite(y)) continue;
+            p.fwhm[k] = p.fwhmAt(x, y);
+            p.ellipticity[k] = p.ellipticityAt(x, y);
+            p.theta[k] = p.thetaAt(x, y);
+        }
+    }
+    return p;
+}
+
+namespace {
+// provisionalResult; `owned` (null or &detected): its background and detection are moved, not copied.
+PipelineResult provisional(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                           const PipelineResult& detected, PipelineResult* owned,
+                           const PipelineResult& previous, const ReferenceCatalog* reference) {
+    if (static_cast<int>(detected.completed) < static_cast<int>(Stage::Psf))
+        throw InvalidInput("provisional result: the new detection has not run (completed stage: " +
+                           std::string(stageName(detected.completed)) + ")");
+    PipelineResult p;
+    {
+        auto t = ctx.time("provisional psf");
+        if (owned)
+            p.background = std::move(owned->background);
+        else
+            p.background = detected.background; // lean: the mesh grid and a shared sampler
+        p.warnings = detected.warnings;
+        p.keepFullMaps = detected.keepFullMaps;
+        p.psf = psfModelForSources(previous.psf, detected.detection.sources);
+        p.fwhm = previous.fwhm;
+        p.fwhmSource = previous.fwhmSource;
+    }
+    {
+        ctx.checkCancelled();
+        auto t = ctx.time("aperture");
+        apertureStage(frame, config, ctx, p, detected.detection); // before the copy: see apertureStage
+    }
+    {
+        auto t = ctx.time("provisional copy");
+        if (owned)
+            p.detection = std::move(owned->detection);
+        else
+            p.detection = detected.detection;
+    }
+    p.completed = Stage::Calibration;
+    runPipelineUntil(frame, config, ctx, p, Stage::Calibration, Stage::Done, reference);
+    return p;
+}
+} // namespace
+
+PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                 const PipelineResult& detected, const PipelineResult& previous,
+                                 const ReferenceCatalog* reference) {
+    return provisional(frame, config, ctx, detected, nullptr, previous, reference);
+}
+
+PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                 PipelineResult&& detected, const PipelineResult& previous,
+                                 const ReferenceCatalog* reference) {
+    return provisional(frame, config, ctx, detected, &detected, previous, reference);
+}
+
+namespace {
+template <class T> bool sameBits(const T& a, const T& b) {
+    return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <class T>
+bool firstDifference(const std::vector<T>& a, const std::vector<T>& b, const char* name, std::string& where) {
+    if (!where.empty()) return true;
+    if (a.size() != b.size()) {
+        where = std::string(name) + ": sizes differ (" + std::to_string(a.size()) + " vs " +
+                std::to_string(b.size()) + ")";
+        return true;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (!sameBits(a[i], b[i])) {
+            where = std::string(name) + "[" + std::to_string(i) + "]";
+            return true;
+        }
+    return false;
+}
+} // namespace
+
+std::string firstPhotometryDifference(const PipelineResult& ra, const PipelineResult& rb) {
+    std::string w;
+#define GPUPHOT_COLUMN(obj, col) firstDifference(obj##a.col, obj##b.col, #col, w)
+    const Sources &sa = ra.detection.sources, &sb = rb.detection.sources;
+    GPUPHOT_COLUMN(s, x);
+    GPUPHOT_COLUMN(s, y);
+    GPUPHOT_COLUMN(s, xErr);
+    GPUPHOT_COLUMN(s, yErr);
+    GPUPHOT_COLUMN(s, xIso);
+    GPUPHOT_COLUMN(s, yIso);
+    GPUPHOT_COLUMN(s, x2);
+    GPUPHOT_COLUMN(s, y2);
+    GPUPHOT_COLUMN(s, xy);
+    GPUPHOT_COLUMN(s, a);
+    GPUPHOT_COLUMN(s, b);
+    GPUPHOT_COLUMN(s, theta);
+    GPUPHOT_COLUMN(s, fluxIso);
+    GPUPHOT_COLUMN(s, fluxIsoErr);
+    GPUPHOT_COLUMN(s, areaIso);
+    GPUPHOT_COLUMN(s, peak);
+    GPUPHOT_COLUMN(s, xMin);
+    GPUPHOT_COLUMN(s, xMax);
+    GPUPHOT_COLUMN(s, yMin);
+    GPUPHOT_COLUMN(s, yMax);
+    GPUPHOT_COLUMN(s, flags);
+    GPUPHOT_COLUMN(s, segmentId);
+    const ApertureResult &pa = ra.aperture, &pb = rb.aperture;
+    GPUPHOT_COLUMN(p, radii);
+    if (pa.flux.size() != pb.flux.size() || pa.fluxErr.size() != pb.fluxErr.size() ||
+        pa.apertureFlags.size() != pb.apertureFlags.size())
+        return w.empty() ? "aperture: numbers of radii differ" : w;
+    for (std::size_t r = 0; r < pa.flux.size(); ++r) {
+        firstDifference(pa.flux[r], pb.flux[r], "flux", w);
+        firstDifference(pa.fluxErr[r], pb.fluxErr[r], "fluxErr", w);
+        firstDifference(pa.apertureFlags[r], pb.apertureFlags[r], "apertureFlags", w);
+    }
+    GPUPHOT_COLUMN(p, sky);
+    GPUPHOT_COLUMN(p, skyRms);
+    GPUPHOT_COLUMN(p, skyArea);
+    GPUPHOT_COLUMN(p, kronRadius);
+    GPUPHOT_COLUMN(p, fluxAuto);
+    GPUPHOT_COLUMN(p, fluxAutoErr);
+    GPUPHOT_COLUMN(p, radiusOpt);
+    GPUPHOT_COLUMN(p, fluxOpt);
+    GPUPHOT_COLUMN(p, fluxOptErr);
+    GPUPHOT_COLUMN(p, apCorrMag);
+    GPUPHOT_COLUMN(p, apCorrMagErr);
+    GPUPHOT_COLUMN(p, apCorrRatio);
+    GPUPHOT_COLUMN(p, apCorrStarIndex);
+    GPUPHOT_COLUMN(p, cogRadius);
+    GPUPHOT_COLUMN(p, cogFraction);
+    GPUPHOT_COLUMN(p, flags);
+#undef GPUPHOT_COLUMN
+    firstDifference(ra.magInst, rb.magInst, "magInst", w);
+    firstDifference(ra.magInstErr, rb.magInstErr, "magInstErr", w);
+    return w;
 }
 
 Stage firstAffectedStage(const PipelineConfig& a, const PipelineConfig& b) {

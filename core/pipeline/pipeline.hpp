@@ -62,6 +62,38 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
 PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                            const ReferenceCatalog* reference = nullptr);
 
+// runPipeline for the stages [first, stop) only: result.completed is then `stop` (or earlier when `first`
+// was), and a later runPipeline from `stop` continues the run as if it had not paused (the workbench
+// stops at Stage::Psf to show a provisional result first).
+void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                      PipelineResult& result, Stage first, Stage stop,
+                      const ReferenceCatalog* reference = nullptr);
+
+// An earlier PSF model applied to a new source list (a provisional result): the model (spatial
+// polynomials, ePSF grid, median FWHM) as it was; per source the model's FWHM, ellipticity and angle at the
+// new positions; PSF fluxes NaN (not measured) and no PSF-star flags (the stars belong to the old list).
+PsfResult psfModelForSources(const PsfResult& model, const Sources& sources);
+
+// The workbench's provisional result after a re-detection (ui/pipeline_worker.cpp; bench/bench_rerun.cpp):
+// `detected` holds `config`'s stages up to the detection (completed >= Stage::Psf, e.g. runPipelineUntil
+// to Stage::Psf); `previous` is an earlier complete result on the same frame. Returns the background and
+// detection of `detected` (copied), previous's PSF model on the new sources (psfModelForSources) and its
+// FWHM, and the aperture and calibration stages of `config` measured with them (completed == Done).
+// Stage timings go to ctx.records ("provisional psf", "aperture", "provisional copy", then calibration).
+PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                 const PipelineResult& detected, const PipelineResult& previous,
+                                 const ReferenceCatalog* reference = nullptr);
+// The same, moving the background and detection out of `detected` instead of copying them (the 605 MB
+// segmentation map of a 151 MP frame costs ~0.45 s to copy): for a caller that no longer needs them.
+PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                 PipelineResult&& detected, const PipelineResult& previous,
+                                 const ReferenceCatalog* reference = nullptr);
+
+// The first per-source column, as "name[index]" (or "name: sizes differ"), in which the detection's Sources
+// or the aperture stage's columns (fluxes, errors, flags, sky, Kron, optimal, corrections) of two results
+// differ in any bit; "" when they are bitwise the same. For checks of re-runs and provisional results.
+std::string firstPhotometryDifference(const PipelineResult& a, const PipelineResult& b);
+
 // The first stage whose inputs differ between two configs (Done when nothing changed).
 Stage firstAffectedStage(const PipelineConfig& before, const PipelineConfig& after);
 

@@ -1,11 +1,14 @@
 #include "core/pipeline/reduce.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numbers>
 
 #include "core/catalog/table.hpp"
+#include "core/io/fits_raw_read.hpp"
 #include "core/pipeline/catalog_builder.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/frame_checks.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/report.hpp"
@@ -44,7 +47,9 @@ LoadedFrame readFramePhase(const std::string& path, const ReduceOptions& options
     LoadedFrame loaded;
     loaded.path = path;
     const auto t = std::chrono::steady_clock::now();
-    loaded.frame = readFrame(path, read);
+    // CUDA backend: the raw chunks go to the device as they are read (issue 5; cuda_stages.hpp).
+    loaded.deviceUpload = createRawUpload();
+    loaded.frame = readFrame(path, read, loaded.deviceUpload.get());
     loaded.read.stage = "read";
     loaded.read.seconds = secondsSince(t);
     loaded.read.peakHostBytes = peakResidentBytes();
@@ -64,7 +69,20 @@ ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& optio
     PrepareResult prepared;
     {
         auto t = ctx.time("prepare");
+        // The frame uploaded and converted on the device during the read becomes the device frame cache
+        // (the first CUDA stage, or the device preparation, uploads nothing). Host preparation steps that
+        // change the frame in place make the cached copy stale: what changed is dropped from the cache
+        // (bleed trails change the mask only; every other step the pixels) unless the device preparation
+        // replaced it with its result.
+        const bool adopted =
+            loaded.deviceUpload && adoptRawUpload(loaded.deviceUpload, frame.view(), frame.maskView(), true, ctx);
+        loaded.deviceUpload.reset();
         prepared = prepareFrame(frame, options.prepare, options.config.prepare, ctx);
+        if (adopted && !prepared.steps.empty()) {
+            const bool pixelsAsRead = std::all_of(prepared.steps.begin(), prepared.steps.end(),
+                                                  [](const std::string& s) { return s == "bleed trails"; });
+            settleRawUpload(ctx, !pixelsAsRead, true);
+        }
     }
     validateForReduction(frame);
     if (!std::isfinite(frame.instrument.airmass)) frame.instrument.airmass = airmassFromAltitudeKeywords(frame.header);

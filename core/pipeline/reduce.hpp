@@ -72,9 +72,13 @@ ReduceSummary reduceFrame(const std::string& path, const ReduceOptions& options,
 //
 // 1. Read: the options are checked and the frame file is read and decoded. Host and file system only,
 //    no RunContext: safe on another thread while a RunContext is busy with another frame.
+class RawChunkSink;
 struct LoadedFrame {
     std::string path;
     Frame frame;
+    // CUDA backend: the frame uploaded and converted on the device while it was read (cuda_stages.hpp,
+    // createRawUpload; null when not armed or off); computeFramePhase gives it to the frame cache.
+    std::shared_ptr<RawChunkSink> deviceUpload;
     StageRecord read;     // the "read" stage record (timing, host peak); computeFramePhase puts it first
     double seconds = 0.0; // time spent in the phases so far
 };

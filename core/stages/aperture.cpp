@@ -1,7 +1,10 @@
 #include "core/stages/aperture.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <numeric>
@@ -231,6 +234,24 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                                             double fwhm, double gain, double readNoise,
                                             const ApertureParams& params, RunContext& ctx) {
     const ApertureParams& p = params;
+    // GPUPHOT_APERTURE_TIMING=1: the driver's sections on stderr (host clocks; the engine's own calls are
+    // inside them), to see where a stage's host time goes.
+    struct SectionClock {
+        bool on = false;
+        std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+        std::string line;
+        void lap(const char* name) {
+            if (!on) return;
+            const auto now = std::chrono::steady_clock::now();
+            line += std::string(" ") + name + " " +
+                    std::to_string(std::chrono::duration<double, std::milli>(now - t).count()).substr(0, 6);
+            t = now;
+        }
+        ~SectionClock() {
+            if (on) std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
+        }
+    } clock;
+    if (const char* e = std::getenv("GPUPHOT_APERTURE_TIMING")) clock.on = *e && std::string(e) != "0";
     // ---- validation ----
     if (image.empty()) throw InvalidInput("aperture photometry: empty image");
     auto sameSize = [&](int w, int h, const char* what) {
@@ -308,6 +329,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     const std::size_t fwhmIndex = wantCog ? indexOf(oneFwhm) : 0;
 
     const double saturation = (p.saturation > 0.0) ? p.saturation : kInf;
+    clock.lap("validation");
     engine.begin(image, mask, segmentation, fullMap ? bkg.level.view() : ImageView{},
                  fullMap ? bkg.rms.view() : ImageView{}, saturation);
     if (haveMap && !fullMap && !engine.setMapSampler(bkg.sampler.get()))
@@ -353,6 +375,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         return s;
     };
 
+    clock.lap("begin+allocation");
     // ---- pass 1: sky, fixed apertures, Kron ----
     // Sources are processed in a spatial order (bands of 64 rows, then x) so that neighbouring apertures
     // share cached pixels; every result is per source, so the order changes no number.
@@ -368,6 +391,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         std::stable_sort(order.begin(), order.end(),
                          [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
     }
+    clock.lap("order");
     const int threads = ctx.threadCount();
     const std::size_t batch = std::max<std::size_t>(1, engine.batchSize());
     // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
@@ -497,6 +521,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         }
     });
 
+    clock.lap("pass1");
     // ---- pass 2: curve of growth from bright isolated stars ----
     if (wantCog) {
         res.apCorrRefRadius = refRadius;
@@ -660,6 +685,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         res.apCorrMagErr.assign(nFixed, kNaN);
     }
 
+    clock.lap("pass2");
     // ---- pass 3: S/N-optimal aperture ----
     if (p.optimal) {
         const std::size_t nGrid = res.cogRadius.size();
@@ -724,6 +750,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             }
         });
     }
+    clock.lap("pass3");
     return res;
 }
 

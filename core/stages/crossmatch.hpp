@@ -10,11 +10,16 @@
 //    (tanSipFromHeaderExact) is evaluated in closed form from the unit vectors of step 1 (TanSip; within
 //    1e-9 px of WCSLIB); any other through WCSLIB (per-thread copies of the Wcs, fixed chunks).
 // 3. For each source, every reference star within a pixel radius that safely covers `radiusArcsec` at the
-//    smallest local pixel scale (squared pixel distance < radius^2, as a k-d tree's radius search): the
-//    stars are binned into a uniform grid of cells and the sources visit the cells their radius touches,
-//    in cell order. The separation is the exact great-circle distance between the source's world position
-//    (through the same WCS) and the reference position, in arcsec; candidates beyond `radiusArcsec` are
-//    dropped.
+//    smallest local pixel scale (squared pixel distance < radius^2, as a k-d tree's radius search), found
+//    through the spatial index that `CrossmatchParams::index` names: "grid" (the stars binned into a
+//    uniform grid of cells; the sources visit the cells their radius touches, in cell order) or "kdtree"
+//    (a nanoflann k-d tree over the stars, one radius search per source); "auto" is the grid, measured
+//    faster (docs/BENCHMARKS.md "Crossmatch index: grid vs k-d tree"). Both indices only propose a superset
+//    of the stars; the same test keeps the candidates, which are sorted the same way, so the result is
+//    identical whichever index found them. The separation is the exact great-circle distance between the
+//    source's world position (through the same WCS) and the reference position, in arcsec; candidates
+//    beyond `radiusArcsec` are dropped. (The CUDA backend, kernels/crossmatch.cu, always searches its own
+//    grid on the device: same candidates, same result.)
 // 4. Without one-to-one: each source takes its nearest candidate. With one-to-one: all candidate pairs
 //    sorted by (separation, source index, reference index) are assigned greedily when both are still
 //    free: the closest claimant keeps a reference star, the others fall back to their next candidate
@@ -27,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -46,7 +52,14 @@ struct CrossmatchParams {
     double refMagBright = std::numeric_limits<double>::quiet_NaN();
     double refMagFaint = std::numeric_limits<double>::quiet_NaN();
     double marginPx = 10.0; // reference stars projected up to this far outside the frame are kept (px)
+    // Spatial index of step 3 on the CPU: "grid", "kdtree" (nanoflann) or "auto" (= "grid"). Same result.
+    std::string index = "auto";
 };
+
+enum class CrossmatchIndex { Grid, KdTree };
+// The index that a CrossmatchParams::index value names ("auto" -> Grid). Throws InvalidInput for any other
+// value, naming it and the accepted ones.
+CrossmatchIndex resolveCrossmatchIndex(const std::string& index);
 
 void to_json(nlohmann::json& j, const CrossmatchParams& p);
 void from_json(const nlohmann::json& j, CrossmatchParams& p);
@@ -60,12 +73,12 @@ struct CrossmatchResult {
     // 0-based pixel positions: for overlays, diagnostics and the astrometric fit.
     std::vector<std::int32_t> refSelected;
     std::vector<double> refX, refY;
-    double radiusPx = 0.0; // pixel search radius used in the k-d tree
+    double radiusPx = 0.0; // pixel search radius used in the grid / k-d tree
 };
 
 // x, y: source positions, 0-based pixels (NaN entries never match). width, height: frame size (px).
-// Throws InvalidInput for mismatched x/y sizes, a non-positive frame size or radius, or a catalog
-// larger than INT32_MAX rows.
+// Throws InvalidInput for mismatched x/y sizes, a non-positive frame size or radius, an unknown index, or a
+// catalog larger than INT32_MAX rows.
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx);

@@ -13,6 +13,7 @@
 #include "core/stages/background.hpp"
 #include "core/stages/convolution.hpp"
 #include "core/stages/detection_internal.hpp"
+#include "core/stages/detection_window.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
@@ -360,17 +361,16 @@ void stepDone(const RunContext& ctx, double fraction) {
 
 } // namespace
 
-DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                              const DetectionParams& p, RunContext& ctx) {
-    validate(image, mask, bkg, p);
-    const int threads = ctx.threadCount();
-    const int w = image.width, h = image.height;
+namespace detail {
 
-    // 1. Background subtraction, pixel states, matched filter, thresholding.
-    Image<float> sub;
-    Image<std::uint8_t> state;
-    Image<float> filtered;
-    std::vector<Run> runs;
+void prepareDetection(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                      const DetectionParams& p, int threads, PreparedDetection& out) {
+    const int w = image.width, h = image.height;
+    Image<float>& sub = out.sub;
+    Image<std::uint8_t>& state = out.state;
+    Image<float>& filtered = out.filtered;
+    std::vector<Run>& runs = out.runs;
+    runs.clear();
     const bool kernel2d = p.filter && !p.filterKernel.empty();
     if (kernel2d) {
         prepare(image, mask, bkg, p, sub, state, threads);
@@ -388,7 +388,8 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
         if (p.filter) k1d = gaussianKernel1d(p.filterFwhm);
         runs = fusedPass(image, mask, bkg, p, k1d, sub, state, p.filter ? &filtered : nullptr, threads);
     }
-    detail::DetectionImages im;
+    detail::DetectionImages& im = out.im;
+    im = {};
     im.width = w;
     im.height = h;
     im.sub = sub.view();
@@ -402,6 +403,18 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
     if (kernel2d) runs = thresholdRuns(im, threads);
+}
+
+} // namespace detail
+
+DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& p, RunContext& ctx) {
+    validate(image, mask, bkg, p);
+    // 1. Background subtraction, pixel states, matched filter, thresholding.
+    detail::PreparedDetection prep;
+    detail::prepareDetection(image, mask, bkg, p, ctx.threadCount(), prep);
+    std::vector<Run> runs = std::move(prep.runs);
+    const detail::DetectionImages& im = prep.im;
     stepDone(ctx, 0.2);
 
     // 2. The per-object half is shared with the CUDA backend.
@@ -414,28 +427,25 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
                               RunContext& ctx) {
     const int threads = ctx.threadCount();
     DetectedObjects result;
+    StepTimer timer;
 
     // 2b. 8-connected labelling of the runs.
-    std::int32_t nComp = 0;
-    const std::vector<std::int32_t> label = detail::labelRuns(runs.data(), runs.size(), nComp);
-    std::vector<std::int64_t> compArea(nComp, 0);
-    std::vector<std::int32_t> compRuns(nComp, 0);
-    for (std::size_t r = 0; r < runs.size(); ++r) {
-        compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
-        ++compRuns[label[r]];
-    }
-    std::vector<std::int32_t> rootIndex(nComp, -1);
     std::vector<std::vector<Run>> roots;
-    for (std::int32_t c = 0; c < nComp; ++c) {
-        if (compArea[c] < p.minArea) continue;
-        rootIndex[c] = static_cast<std::int32_t>(roots.size());
-        roots.emplace_back();
-        roots.back().reserve(compRuns[c]);
+    {
+        const RootRuns rr = labelRoots(runs, p.minArea);
+        runs = {};
+        roots.resize(rr.size());
+        for (std::size_t k = 0; k < rr.size(); ++k)
+            roots[k].assign(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
     }
-    for (std::size_t r = 0; r < runs.size(); ++r)
-        if (rootIndex[label[r]] >= 0) roots[rootIndex[label[r]]].push_back(runs[r]);
-    runs = {};
     result.nBeforeDeblend = roots.size();
+    timer.lap("labelling + minimum area (host)");
+    std::size_t nMultiPeak = 0;
+    if (timer.on()) {
+        for (const auto& r : roots)
+            nMultiPeak += detail::peakCount(r, im) >= 2;
+        timer.lap("peak count (diagnostic)");
+    }
     stepDone(ctx, 0.35);
 
     // 3. Deblending, per region in parallel; children collected in region order.
@@ -453,18 +463,68 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
     roots = {};
     deblended = {};
     result.nDeblended = objects.size();
+    timer.lap("deblending (host)");
     stepDone(ctx, 0.6);
 
     // 4. Isophotal measurements, cleaning.
-    const auto nObj = static_cast<std::int64_t>(objects.size());
     std::vector<detail::IsoMeasure> iso(objects.size());
     parallelEach(objects.size(), threads, 64,
                  [&](std::int64_t i) { iso[i] = detail::measureIsophotal(objects[i].runs, im, p); });
+    timer.lap("isophotal measurement (host)");
+    std::vector<std::int32_t> target;
     if (p.clean) {
         std::vector<const std::vector<Run>*> footprints(objects.size());
         for (std::size_t i = 0; i < objects.size(); ++i)
             footprints[i] = &objects[i].runs;
-        const std::vector<std::int32_t> target = detail::cleanTargets(iso, footprints, im, p, threads);
+        target = detail::cleanTargets(iso, footprints, im, p, threads);
+        timer.lap("CLEAN targets (host)");
+    }
+    applyClean(std::move(objects), std::move(iso), target, result);
+    timer.lap("CLEAN merge (host)");
+    if (timer.on()) {
+        std::size_t nRuns = 0;
+        for (const Object& o : result.objects)
+            nRuns += o.runs.size();
+        std::fprintf(stderr, "detection timing: %zu roots (%zu with >= 2 peaks), %zu objects after deblending, "
+                     "%zu kept, %zu runs\n", result.nBeforeDeblend, nMultiPeak, result.nDeblended,
+                     result.objects.size(), nRuns);
+    }
+    return result;
+}
+
+void parallelFor(std::size_t n, int threads, int chunk, const std::function<void(std::int64_t)>& body) {
+    parallelEach(n, threads, chunk, body);
+}
+
+RootRuns labelRoots(const std::vector<Run>& runs, int minArea) {
+    std::int32_t nComp = 0;
+    const std::vector<std::int32_t> label = detail::labelRuns(runs.data(), runs.size(), nComp);
+    std::vector<std::int64_t> compArea(nComp, 0);
+    std::vector<std::int64_t> compRuns(nComp, 0);
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+        compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
+        ++compRuns[label[r]];
+    }
+    // Roots in component order; the runs of each keep their raster order.
+    RootRuns out;
+    std::vector<std::int64_t> fill(nComp, -1);
+    std::int64_t total = 0;
+    for (std::int32_t c = 0; c < nComp; ++c) {
+        if (compArea[c] < minArea) continue;
+        fill[c] = total;
+        total += compRuns[c];
+        out.start.push_back(total);
+    }
+    out.runs.resize(static_cast<std::size_t>(total));
+    for (std::size_t r = 0; r < runs.size(); ++r)
+        if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+    return out;
+}
+
+void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const std::vector<std::int32_t>& target,
+                DetectedObjects& result) {
+    const auto nObj = static_cast<std::int64_t>(objects.size());
+    if (!target.empty()) {
         std::vector<char> grown(objects.size(), 0);
         for (std::int64_t i = 0; i < nObj; ++i) {
             if (target[i] < 0) continue;
@@ -487,28 +547,30 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
             grown[target[i]] = 1;
             ++result.nCleaned;
         }
-        std::vector<Object> kept;
-        std::vector<detail::IsoMeasure> keptIso;
-        kept.reserve(objects.size() - result.nCleaned);
+        // The kept objects compacted in place, in order (no new memory to fault in).
+        std::size_t k = 0;
         for (std::int64_t i = 0; i < nObj; ++i) {
             if (target[i] >= 0) continue;
             if (grown[i])
                 std::sort(objects[i].runs.begin(), objects[i].runs.end(), [](const Run& a, const Run& b) {
                     return a.y < b.y || (a.y == b.y && a.x0 < b.x0);
                 });
-            kept.push_back(std::move(objects[i]));
-            keptIso.push_back(iso[i]);
+            if (k != static_cast<std::size_t>(i)) {
+                objects[k] = std::move(objects[i]);
+                iso[k] = iso[i];
+            }
+            ++k;
         }
-        objects.swap(kept);
-        iso.swap(keptIso);
+        objects.resize(k);
+        iso.resize(k);
     }
     result.objects = std::move(objects);
     result.iso = std::move(iso);
-    return result;
 }
 
 void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
                      DetectionResult& result) {
+    StepTimer timer; // GPUPHOT_DETECTION_TIMING: the host times of the steps below on stderr
     const int threads = ctx.threadCount();
     const int w = im.width, h = im.height;
     result.nBeforeDeblend = found.nBeforeDeblend;
@@ -518,6 +580,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     const std::vector<detail::IsoMeasure>& iso = found.iso;
     if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
     stepDone(ctx, 0.75);
+    timer.lap("finish: release det (host)");
 
     // 5. Final order: first pixel in raster order.
     std::vector<std::int32_t> order(objects.size());
@@ -528,6 +591,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
         const Run& rb = objects[b].runs.front();
         return ra.y < rb.y || (ra.y == rb.y && ra.x0 < rb.x0);
     });
+    timer.lap("finish: order (host)");
 
     // 6. Segmentation map, windowed positions, the Sources columns.
     const auto n = static_cast<std::int64_t>(order.size());
@@ -536,6 +600,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int y = 0; y < h; ++y)
         std::memset(result.segmentation.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));
+    timer.lap("finish: segmentation zero (host)");
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t k = 0; k < n; ++k) {
         const auto id = static_cast<std::int32_t>(k + 1);
@@ -545,6 +610,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
                 row[x] = id;
         }
     }
+    timer.lap("finish: segmentation fill (host)");
     Sources& s = result.sources;
     s.resize(static_cast<std::size_t>(n));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
@@ -552,30 +618,10 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
         const Object& o = objects[order[k]];
         const detail::IsoMeasure& m = iso[order[k]];
         const auto id = static_cast<std::int32_t>(k + 1);
-        const detail::WindowResult win = detail::measureWindowed(m, o.runs, id, result.segmentation, im, p);
-        s.x[k] = win.x;
-        s.y[k] = win.y;
-        s.xErr[k] = win.xErr;
-        s.yErr[k] = win.yErr;
-        s.xIso[k] = m.xIso;
-        s.yIso[k] = m.yIso;
-        s.x2[k] = m.x2;
-        s.y2[k] = m.y2;
-        s.xy[k] = m.xy;
-        s.a[k] = m.a;
-        s.b[k] = m.b;
-        s.theta[k] = m.theta;
-        s.fluxIso[k] = m.flux;
-        s.fluxIsoErr[k] = std::sqrt(m.fluxVar);
-        s.areaIso[k] = m.area;
-        s.peak[k] = m.peak;
-        s.xMin[k] = m.xMin;
-        s.xMax[k] = m.xMax;
-        s.yMin[k] = m.yMin;
-        s.yMax[k] = m.yMax;
-        s.flags[k] = m.flags | o.flags;
-        s.segmentId[k] = id;
+        detail::setSourceRow(s, static_cast<std::size_t>(k), m, o.flags,
+                             detail::measureWindowed(m, o.runs, id, result.segmentation, im, p));
     }
+    timer.lap("finish: windowed positions + columns (host)");
     ctx.report("detection", 1.0);
 }
 

@@ -34,8 +34,38 @@
 #endif
 
 #include "core/stages/detection_internal.hpp"
+#include "core/stages/detection_sums.hpp"
 
 namespace gpuphot::detail {
+
+CleanSums cleanSumsOf(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p) {
+    CleanSums c;
+    c.x0 = runs.front().x0;
+    c.y0 = runs.front().y;
+    const auto k = static_cast<std::size_t>(std::max(1, p.minArea));
+    std::vector<float> above; // filtered value minus the local threshold
+    for (const Run& r : runs) {
+        const float* drow = im.det.row(r.y);
+        const float* vrow = im.sub.row(r.y);
+        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+            const double d = drow[x], t = im.thresholdAt(x, r.y);
+            cleanAddPixel(c, x, r.y, d, vrow[x], t);
+            above.push_back(static_cast<float>(d - t));
+        }
+    }
+    if (above.size() >= k) {
+        std::nth_element(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(k - 1), above.end(),
+                         std::greater<float>());
+        c.mthresh = above[k - 1];
+        c.hasMthresh = true;
+    }
+    for (const Run& r : runs) {
+        const float* vrow = im.sub.row(r.y);
+        for (std::int32_t x = r.x0; x <= r.x1; ++x)
+            cleanAddPixel2(c, vrow[x]);
+    }
+    return c;
+}
 
 namespace {
 constexpr double kPi = 3.14159265358979323846;
@@ -54,43 +84,17 @@ struct CleanObject {
     double amp = 0.0, alpha = 0.0;
 };
 
-CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p,
-                     double beta) {
+CleanObject describeFromSums(const CleanSums& c, double beta) {
     CleanObject o;
-    const double x0 = runs.front().x0, y0 = runs.front().y; // reference point for the sums
-    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-    double thresh = std::numeric_limits<double>::infinity();
-    double peak = -std::numeric_limits<double>::infinity();
-    std::int64_t n = 0;
-    const auto k = static_cast<std::size_t>(std::max(1, p.minArea));
-    std::vector<float> above; // filtered value minus the local threshold
-    for (const Run& r : runs) {
-        const float* drow = im.det.row(r.y);
-        const float* vrow = im.sub.row(r.y);
-        const double dy = r.y - y0;
-        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
-            const double d = drow[x], dx = x - x0, t = im.thresholdAt(x, r.y);
-            s += d;
-            sx += d * dx;
-            sy += d * dy;
-            sxx += d * dx * dx;
-            syy += d * dy * dy;
-            sxy += d * dx * dy;
-            thresh = std::min(thresh, t);
-            peak = std::max(peak, static_cast<double>(vrow[x]));
-            above.push_back(static_cast<float>(d - t));
-            ++n;
-        }
-    }
+    const double x0 = c.x0, y0 = c.y0;
+    const double s = c.s, sx = c.sx, sy = c.sy, sxx = c.sxx, syy = c.syy, sxy = c.sxy;
+    const double thresh = c.thresh, peak = c.peak;
+    const std::int64_t n = c.n;
     o.npix = n;
     o.flux = s;
     o.thresh = thresh;
     if (!(s > 0.0) || n == 0) return o;
-    if (above.size() >= k) {
-        std::nth_element(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(k - 1), above.end(),
-                         std::greater<float>());
-        o.mthresh = above[k - 1];
-    }
+    if (c.hasMthresh) o.mthresh = c.mthresh;
     const double mx = sx / s, my = sy / s;
     double vxx = sxx / s - mx * mx, vyy = syy / s - my * my;
     const double vxy = sxy / s - mx * my;
@@ -114,15 +118,7 @@ CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, co
 
     // Truncation correction of the moments: pixels above t and above (t + peak) / 2, unfiltered values.
     const double thresh2 = 0.5 * (thresh + peak);
-    std::int64_t nAbove = 0, nAbove2 = 0;
-    for (const Run& r : runs) {
-        const float* vrow = im.sub.row(r.y);
-        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
-            const double v = vrow[x];
-            nAbove += v > thresh;
-            nAbove2 += v > thresh2;
-        }
-    }
+    const std::int64_t nAbove = c.nAbove, nAbove2 = c.nAbove2;
     const double ratio = thresh / thresh2;
     if (ratio > 0.0) {
         const double darea = static_cast<double>(nAbove2 - nAbove);
@@ -135,6 +131,11 @@ CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, co
         o.alpha = (std::pow(o.amp / thresh, 1.0 / beta) - 1.0) * unitArea / static_cast<double>(n);
     o.valid = std::isfinite(o.amp) && std::isfinite(o.alpha) && std::isfinite(o.mthresh);
     return o;
+}
+
+CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p,
+                     double beta) {
+    return describeFromSums(cleanSumsOf(runs, im, p), beta);
 }
 
 // All above-threshold runs of the frame in raster order (the detection's thresholding rule).
@@ -261,13 +262,13 @@ struct Candidate {
 
 namespace {
 std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
-                                         const DetectionImages& im, const DetectionParams& p, int threads);
+                                         int width, int height, const DetectionParams& p, int threads);
 } // namespace
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
                                        const DetectionParams& p, int threads) {
     if (m.size() < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
-    return cleanDescribed(m, describeAll(m, im, p, p.cleanParam, threads), im, p, threads);
+    return cleanDescribed(m, describeAll(m, im, p, p.cleanParam, threads), im.width, im.height, p, threads);
 }
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
@@ -279,18 +280,30 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t i = 0; i < n; ++i)
         o[i] = describe(*footprints[i], im, p, p.cleanParam);
-    return cleanDescribed(m, o, im, p, threads);
+    return cleanDescribed(m, o, im.width, im.height, p, threads);
+}
+
+std::vector<std::int32_t> cleanTargetsFromSums(const std::vector<IsoMeasure>& m, const CleanSums* sums, int width,
+                                               int height, const DetectionParams& p, int threads) {
+    const auto n = static_cast<std::int64_t>(m.size());
+    if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
+    std::vector<CleanObject> o(m.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
+    for (std::int64_t i = 0; i < n; ++i)
+        o[i] = describeFromSums(sums[i], p.cleanParam);
+    return cleanDescribed(m, o, width, height, p, threads);
 }
 
 namespace {
 std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
-                                         const DetectionImages& im, const DetectionParams& p, int threads) {
+                                         int width, int height, const DetectionParams& p, int threads) {
     const double beta = p.cleanParam;
     const auto n = static_cast<std::int32_t>(m.size());
     std::vector<std::int32_t> target(n, -1);
+    StepTimer timer;
 
     // Grid of the objects by barycentre; each cell lists its objects in index order.
-    const int gw = (im.width + kCell - 1) / kCell, gh = (im.height + kCell - 1) / kCell;
+    const int gw = (width + kCell - 1) / kCell, gh = (height + kCell - 1) / kCell;
     auto cellX = [&](double x) { return std::clamp(static_cast<int>(std::floor(x / kCell)), 0, gw - 1); };
     auto cellY = [&](double y) { return std::clamp(static_cast<int>(std::floor(y / kCell)), 0, gh - 1); };
     std::vector<std::int32_t> cellStart(static_cast<std::size_t>(gw) * gh + 1, 0), items;
@@ -354,18 +367,32 @@ std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const
     // neighbour with the largest wing there (ties: the lower index). An object already CLEANed cleans
     // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
     // the outcome does not depend on how the search was split between threads.
-    std::vector<Candidate> cand;
-    for (const auto& v : perThread)
-        cand.insert(cand.end(), v.begin(), v.end());
-    perThread = {};
-    std::sort(cand.begin(), cand.end(), [](const Candidate& x, const Candidate& y) {
-        return x.i < y.i || (x.i == y.i && (x.wing > y.wing || (x.wing == y.wing && x.j < y.j)));
-    });
+    timer.lap("CLEAN: grid + candidate search");
+    // Candidates ordered by (i, wing descending, j): bucketed by i, each bucket sorted (a total order: each
+    // pair occurs once, so any sorting gives the same sequence).
     std::vector<std::size_t> candStart(static_cast<std::size_t>(n) + 1, 0);
-    for (const Candidate& c : cand)
-        ++candStart[c.i + 1];
+    for (const auto& v : perThread)
+        for (const Candidate& c : v)
+            ++candStart[c.i + 1];
     for (std::int32_t i = 0; i < n; ++i)
         candStart[i + 1] += candStart[i];
+    std::vector<Candidate> cand(candStart[n]);
+    {
+        std::vector<std::size_t> fill(candStart.begin(), candStart.end() - 1);
+        for (const auto& v : perThread)
+            for (const Candidate& c : v)
+                cand[fill[c.i]++] = c;
+    }
+    perThread = {};
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
+    for (std::int32_t i = 0; i < n; ++i) {
+        if (candStart[i + 1] - candStart[i] < 2) continue;
+        std::sort(cand.begin() + static_cast<std::ptrdiff_t>(candStart[i]),
+                  cand.begin() + static_cast<std::ptrdiff_t>(candStart[i + 1]),
+                  [](const Candidate& x, const Candidate& y) {
+                      return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
+                  });
+    }
     std::vector<std::int32_t> order(n);
     for (std::int32_t i = 0; i < n; ++i)
         order[i] = i;
@@ -380,6 +407,7 @@ std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const
             break;
         }
     }
+    timer.lap("CLEAN: sorts + decisions");
     return final;
 }
 

@@ -54,20 +54,19 @@ Gaussian2d fitCore(const std::vector<std::int32_t>& pix, const std::vector<std::
     return g;
 }
 
-// Pixels of the region whose filtered value is >= all 8 neighbours (counting stops at 2). Every part
-// of a split holds its own maximum, which is such a pixel, so a region with fewer than 2 never splits.
+} // namespace
+
 int peakCount(const std::vector<Run>& root, const DetectionImages& im) {
     int count = 0;
     for (const Run& r : root) {
         const int ya = std::max(0, r.y - 1), yb = std::min(im.height - 1, r.y + 1);
         for (std::int32_t x = r.x0; x <= r.x1; ++x) {
-            const float f = im.det(x, r.y);
+            const float f = im.detAt(x, r.y);
             const int xa = std::max(0, x - 1), xb = std::min(im.width - 1, x + 1);
             bool peak = true;
             for (int yy = ya; yy <= yb && peak; ++yy) {
-                const float* row = im.det.row(yy);
                 for (int xx = xa; xx <= xb; ++xx)
-                    if (row[xx] > f) {
+                    if (im.detAt(xx, yy) > f) {
                         peak = false;
                         break;
                     }
@@ -78,10 +77,8 @@ int peakCount(const std::vector<Run>& root, const DetectionImages& im) {
     return count;
 }
 
-} // namespace
-
 void deblendObject(const std::vector<Run>& root, const DetectionImages& im, const DetectionParams& p,
-                   DeblendOutput& out) {
+                   DeblendOutput& out, bool peakShortcut) {
     out.children.clear();
     out.split = false;
     out.overflow = false;
@@ -92,7 +89,7 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
         return;
     }
     const auto n = static_cast<std::int32_t>(n64);
-    if (peakCount(root, im) < 2) { // a single (non-strict) local maximum: no level can split it
+    if (peakShortcut && peakCount(root, im) < 2) { // a single (non-strict) local maximum: no level can split it
         out.children.push_back(root);
         return;
     }
@@ -106,14 +103,14 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
     {
         std::int32_t i = 0;
         for (const Run& r : root) {
-            const float* drow = im.det.row(r.y);
             for (std::int32_t x = r.x0; x <= r.x1; ++x, ++i) {
+                const float d = im.detAt(x, r.y);
                 xs[i] = x;
                 ys[i] = r.y;
-                fs[i] = drow[x];
+                fs[i] = d;
                 t0 = std::min(t0, im.thresholdAt(x, r.y));
-                fmax = std::max(fmax, static_cast<double>(drow[x]));
-                rootFlux += drow[x];
+                fmax = std::max(fmax, static_cast<double>(d));
+                rootFlux += d;
             }
         }
     }

@@ -1,7 +1,12 @@
 #pragma once
 // Internals of the detection stage shared by detection*.cpp (not a public API).
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "core/model/image.hpp"
@@ -13,6 +18,26 @@ class RunContext;
 }
 
 namespace gpuphot::detail {
+
+// Step times of the detection stage on stderr when the environment variable GPUPHOT_DETECTION_TIMING is
+// set (a development aid: "detection timing: <step> <ms> ms"), measured from the previous lap.
+class StepTimer {
+public:
+    StepTimer() : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_t(Clock::now()) {}
+    void lap(const char* step) {
+        if (!m_on) return;
+        const auto now = Clock::now();
+        std::fprintf(stderr, "detection timing: %s %.3f ms\n", step,
+                     std::chrono::duration<double, std::milli>(now - m_t).count());
+        m_t = now;
+    }
+    bool on() const { return m_on; }
+
+private:
+    using Clock = std::chrono::steady_clock;
+    bool m_on;
+    Clock::time_point m_t;
+};
 
 // A horizontal run of object pixels [x0, x1] (inclusive) in row y.
 struct Run {
@@ -49,8 +74,14 @@ struct DetectionImages {
     bool absolute = false;
     // Owner of det's pixels when detectFromRuns may free them once no step reads them (null: kept).
     Image<float>* releasableDet = nullptr;
+    // Image coordinates of the views' pixel (0, 0): non-zero for compact copies of a part of the frame
+    // (the CUDA backend's deblending of gathered boxes); read through detAt and rmsAt.
+    int originX = 0, originY = 0;
 
-    float rmsAt(int x, int y) const { return rms.data ? rms(x, y) : rmsSampler->rmsAt(x, y); }
+    float detAt(int x, int y) const { return det(x - originX, y - originY); }
+    float rmsAt(int x, int y) const {
+        return rms.data ? rms(x - originX, y - originY) : rmsSampler->rmsAt(x, y);
+    }
     double thresholdAt(int x, int y) const {
         return absolute ? threshold : threshold * static_cast<double>(rmsAt(x, y));
     }
@@ -59,14 +90,21 @@ struct DetectionImages {
     }
 };
 
+// Pixels of the region whose filtered value is >= all 8 neighbours in the image (counting stops at 2).
+// Every part of a split holds its own maximum, which is such a pixel, so a region with fewer than 2
+// never splits (deblendObject returns it whole).
+int peakCount(const std::vector<Run>& root, const DetectionImages& im);
+
 // Deblending of one connected region.
 struct DeblendOutput {
     std::vector<std::vector<Run>> children; // one entry (the root itself) when not split
     bool split = false;
     bool overflow = false;
 };
+// peakShortcut = false skips the peakCount test (tests/core/detection_peaks_test.cpp checks that it never
+// changes the result).
 void deblendObject(const std::vector<Run>& root, const DetectionImages& im, const DetectionParams& p,
-                   DeblendOutput& out);
+                   DeblendOutput& out, bool peakShortcut = true);
 
 // Isophotal measurements of one object (all pixels of its footprint, raster order, double sums).
 struct IsoMeasure {
@@ -84,6 +122,23 @@ struct IsoMeasure {
 IsoMeasure measureIsophotal(const std::vector<Run>& runs, const DetectionImages& im,
                             const DetectionParams& p);
 
+// measureIsophotal in two halves: the per-pixel sums (detection_sums.hpp's isoAddRun over the runs in
+// order; also computed by the CUDA per-object kernels) and the measurement made from them.
+struct IsoSums {
+    double x0 = 0.0, y0 = 0.0;                               // the first pixel (reference for the sums)
+    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0; // value-weighted
+    double n = 0, nx = 0, ny = 0, nxx = 0, nyy = 0, nxy = 0; // unweighted (fallback)
+    double var = 0;
+    double peak = -std::numeric_limits<double>::infinity();
+    double detPeak = -std::numeric_limits<double>::infinity();
+    std::int32_t detPeakX = 0, detPeakY = 0;
+    double thrAtPeak = 0.0;
+    std::int32_t xMin = 0, xMax = 0, yMin = 0, yMax = 0;
+    std::uint8_t stateOr = 0;
+};
+IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p);
+IsoMeasure finishIsophotal(const IsoSums& sums, int width, int height);
+
 // Windowed centroid (XWIN/YWIN) and its error.
 struct WindowResult {
     double x = 0.0, y = 0.0, xErr = 0.0, yErr = 0.0;
@@ -91,6 +146,14 @@ struct WindowResult {
 WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, std::int32_t segId,
                              const Image<std::int32_t>& seg, const DetectionImages& im,
                              const DetectionParams& p);
+
+struct CleanSums;
+// CLEAN from the objects' CLEAN sums (detection_sums.hpp; m.size() of them, index as m): what cleanTargets
+// does after describing the footprints.
+std::vector<std::int32_t> cleanTargetsFromSums(const std::vector<IsoMeasure>& m, const CleanSums* sums, int width,
+                                               int height, const DetectionParams& p, int threads);
+// The CLEAN sums of one footprint (both passes; mthresh by selection, any minArea).
+CleanSums cleanSumsOf(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p);
 
 // CLEAN: for each object the index of the brighter object it is merged into, or -1.
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
@@ -115,6 +178,33 @@ struct DetectedObjects {
 };
 DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
                               RunContext& ctx);
+// The last part of detectObjects: objects[i] with target[i] >= 0 (cleanTargets) merged into
+// objects[target[i]] (flux, area, extent, flags added; runs re-sorted), then removed; fills `out`.
+void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const std::vector<std::int32_t>& target,
+                DetectedObjects& out);
+// The 8-connected components of `runs` (raster order) with at least minArea pixels, in order of their first
+// run, as CSR: the runs of root k are runs[start[k] .. start[k + 1]) in raster order.
+struct RootRuns {
+    std::vector<Run> runs;
+    std::vector<std::int64_t> start{0};
+    std::size_t size() const { return start.size() - 1; }
+};
+RootRuns labelRoots(const std::vector<Run>& runs, int minArea);
+
+// body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot); for
+// callers compiled without OpenMP (the CUDA sources).
+void parallelFor(std::size_t n, int threads, int chunk, const std::function<void(std::int64_t)>& body);
+
+// Background subtraction, pixel states, the matched filter and the runs above threshold (the CPU
+// detection's step 1): sub, state, filtered (empty without a filter) own the pixels that im views.
+struct PreparedDetection {
+    Image<float> sub, filtered;
+    Image<std::uint8_t> state;
+    std::vector<Run> runs;
+    DetectionImages im;
+};
+void prepareDetection(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                      const DetectionParams& p, int threads, PreparedDetection& out);
 // Steps 5-6: final order (first pixel in raster order), segmentation map, windowed positions, the Sources
 // columns. Frees im.releasableDet first.
 void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,

@@ -158,12 +158,19 @@ std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, doub
                             int grow) {
     if (!std::isfinite(saturation) || saturation <= 0.0) return 0;
     const int w = px.width, h = px.height;
-    // Columns holding a saturated pixel (a row-wise scan; trails only matter there).
+    // Columns holding a saturated pixel (a row-wise scan, branch-free, rows split over the threads; trails
+    // only matter there).
     std::vector<std::uint8_t> hasSat(w, 0);
-    for (int y = 0; y < h; ++y) {
-        const std::uint8_t* m = mask.row(y);
-        for (int x = 0; x < w; ++x)
-            if (m[x] & MaskSaturated) hasSat[x] = 1;
+#pragma omp parallel
+    {
+        std::vector<std::uint8_t> local(w, 0);
+#pragma omp for schedule(static) nowait
+        for (int y = 0; y < h; ++y) {
+            const std::uint8_t* m = mask.row(y);
+            for (int x = 0; x < w; ++x) local[x] |= static_cast<std::uint8_t>(m[x] & MaskSaturated);
+        }
+#pragma omp critical(gpuphot_bleed_columns)
+        for (int x = 0; x < w; ++x) hasSat[x] |= local[x];
     }
     std::vector<int> cols;
     for (int x = 0; x < w; ++x)
@@ -204,88 +211,125 @@ std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, doub
     return added;
 }
 
+namespace {
+
+// The overscan of a frame with BIASSEC (params.overscan): one level, or one per row.
+struct OverscanLevels {
+    double level = 0.0;            // the median of BIASSEC
+    std::vector<double> rowLevel;  // per row of the frame (NaN outside BIASSEC's rows or without finite pixels)
+    bool perRow = false;
+    double reported = 0.0;         // PrepareResult::overscanLevel
+    double sub(int y) const { return perRow && std::isfinite(rowLevel[y]) ? rowLevel[y] : level; }
+};
+
+std::optional<OverscanLevels> overscanLevels(const Frame& frame, const PrepareParams& params) {
+    if (!params.overscan) return std::nullopt;
+    const auto b = headerSection(frame, "BIASSEC");
+    if (!b) return std::nullopt;
+    OverscanLevels o;
+    o.perRow = params.overscanMethod == "row";
+    o.rowLevel.assign(frame.height(), std::nan(""));
+    std::vector<float> all, rowVals;
+    for (int y = b->y0; y < b->y0 + b->h; ++y) {
+        rowVals.clear();
+        for (int x = b->x0; x < b->x0 + b->w; ++x) {
+            const float v = frame.pixels(x, y);
+            if (std::isfinite(v)) rowVals.push_back(v);
+        }
+        all.insert(all.end(), rowVals.begin(), rowVals.end());
+        if (o.perRow) o.rowLevel[y] = medianOfVector(rowVals);
+    }
+    o.level = medianOfVector(all);
+    if (!std::isfinite(o.level)) throw InvalidInput(describe(frame) + ": BIASSEC holds no finite pixels");
+    o.reported = o.level;
+    if (o.perRow) {
+        std::vector<float> rl;
+        for (double v : o.rowLevel)
+            if (std::isfinite(v)) rl.push_back(static_cast<float>(v));
+        o.reported = medianOfVector(rl);
+    }
+    return o;
+}
+
+// TRIMSEC (else DATASEC) when it cuts the frame (params.trim).
+std::optional<Section> trimSection(const Frame& frame, const PrepareParams& params) {
+    if (!params.trim) return std::nullopt;
+    std::optional<Section> t = headerSection(frame, "TRIMSEC");
+    if (!t) t = headerSection(frame, "DATASEC");
+    if (t && (t->x0 != 0 || t->y0 != 0 || t->w != frame.width() || t->h != frame.height())) return t;
+    return std::nullopt;
+}
+
+// The header and WCS of a frame trimmed to t.
+void trimHeader(Frame& frame, const Section& t) {
+    Header& hd = frame.header;
+    if (auto c = hd.getDouble("CRPIX1")) hd.set("CRPIX1", *c - t.x0, "reference pixel (1-based), trimmed");
+    if (auto c = hd.getDouble("CRPIX2")) hd.set("CRPIX2", *c - t.y0, "reference pixel (1-based), trimmed");
+    hd.set("LTV1", hd.getDouble("LTV1").value_or(0.0) - t.x0, "offset of the trimmed section");
+    hd.set("LTV2", hd.getDouble("LTV2").value_or(0.0) - t.y0, "offset of the trimmed section");
+    hd.remove("TRIMSEC");
+    hd.remove("BIASSEC");
+    hd.remove("DATASEC");
+    if (frame.wcs || hd.has("CRPIX1")) {
+        std::string why;
+        if (auto wcs = Wcs::tryFromHeader(hd, &why)) {
+            frame.wcs = std::make_shared<const Wcs>(std::move(*wcs));
+            frame.wcsProblem.clear();
+        } else {
+            frame.wcs.reset();
+            frame.wcsProblem = why;
+        }
+    }
+}
+
+bool bleedApplies(const Frame& frame, const PrepareParams& params) {
+    return params.bleedTrails && std::isfinite(frame.instrument.saturation) && frame.instrument.saturation > 0.0;
+}
+
+void ensureMask(Frame& frame) {
+    if (frame.mask.width() != frame.width() || frame.mask.height() != frame.height())
+        frame.mask = Image<std::uint8_t>(frame.width(), frame.height(), 0);
+}
+
+} // namespace
+
 PrepareResult applyOverscanAndTrim(Frame& frame, const PrepareParams& params, RunContext& ctx) {
     PrepareResult r;
     r.rawWidth = frame.width();
     r.rawHeight = frame.height();
-    if (frame.mask.width() != frame.width() || frame.mask.height() != frame.height())
-        frame.mask = Image<std::uint8_t>(frame.width(), frame.height(), 0);
-    if (params.bleedTrails && std::isfinite(frame.instrument.saturation)) {
+    ensureMask(frame);
+    if (bleedApplies(frame, params)) {
         r.bleedPixels = maskBleedTrails(frame.view(), frame.mask, frame.instrument.saturation, params.bleedFraction,
                                         params.bleedGrow);
         if (r.bleedPixels > 0) r.steps.push_back("bleed trails");
     }
     const int w = frame.width(), h = frame.height();
-    if (params.overscan) {
-        if (const auto b = headerSection(frame, "BIASSEC")) {
-            std::vector<float> all;
-            std::vector<double> rowLevel(h, std::nan(""));
-            std::vector<float> rowVals;
-            for (int y = b->y0; y < b->y0 + b->h; ++y) {
-                rowVals.clear();
-                for (int x = b->x0; x < b->x0 + b->w; ++x) {
-                    const float v = frame.pixels(x, y);
-                    if (std::isfinite(v)) rowVals.push_back(v);
-                }
-                all.insert(all.end(), rowVals.begin(), rowVals.end());
-                if (params.overscanMethod == "row") rowLevel[y] = medianOfVector(rowVals);
-            }
-            const double level = medianOfVector(all);
-            if (!std::isfinite(level))
-                throw InvalidInput(describe(frame) + ": BIASSEC holds no finite pixels");
-            r.overscanLevel = level;
-            if (params.overscanMethod == "row") {
-                std::vector<float> rl;
-                for (double v : rowLevel)
-                    if (std::isfinite(v)) rl.push_back(static_cast<float>(v));
-                r.overscanLevel = medianOfVector(rl);
-            }
-            const bool perRow = params.overscanMethod == "row";
+    if (const auto o = overscanLevels(frame, params)) {
+        r.overscanLevel = o->reported;
 #pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
-            for (int y = 0; y < h; ++y) {
-                const double sub = perRow && std::isfinite(rowLevel[y]) ? rowLevel[y] : level;
-                float* p = frame.pixels.row(y);
-                for (int x = 0; x < w; ++x) p[x] = static_cast<float>(p[x] - sub);
-            }
-            r.overscanApplied = true;
-            r.steps.push_back(perRow ? "overscan (per row)" : "overscan");
+        for (int y = 0; y < h; ++y) {
+            const double sub = o->sub(y);
+            float* p = frame.pixels.row(y);
+            for (int x = 0; x < w; ++x) p[x] = static_cast<float>(p[x] - sub);
         }
+        r.overscanApplied = true;
+        r.steps.push_back(o->perRow ? "overscan (per row)" : "overscan");
     }
-    if (params.trim) {
-        std::optional<Section> t = headerSection(frame, "TRIMSEC");
-        if (!t) t = headerSection(frame, "DATASEC");
-        if (t && (t->x0 != 0 || t->y0 != 0 || t->w != w || t->h != h)) {
-            Image<float> px(t->w, t->h, Image<float>::NoInit{});
-            Image<std::uint8_t> m(t->w, t->h, Image<std::uint8_t>::NoInit{});
-            for (int y = 0; y < t->h; ++y) {
-                std::copy(frame.pixels.row(y + t->y0) + t->x0, frame.pixels.row(y + t->y0) + t->x0 + t->w, px.row(y));
-                std::copy(frame.mask.row(y + t->y0) + t->x0, frame.mask.row(y + t->y0) + t->x0 + t->w, m.row(y));
-            }
-            frame.pixels = std::move(px);
-            frame.mask = std::move(m);
-            r.trimmed = true;
-            r.trimX0 = t->x0;
-            r.trimY0 = t->y0;
-            Header& hd = frame.header;
-            if (auto c = hd.getDouble("CRPIX1")) hd.set("CRPIX1", *c - t->x0, "reference pixel (1-based), trimmed");
-            if (auto c = hd.getDouble("CRPIX2")) hd.set("CRPIX2", *c - t->y0, "reference pixel (1-based), trimmed");
-            hd.set("LTV1", hd.getDouble("LTV1").value_or(0.0) - t->x0, "offset of the trimmed section");
-            hd.set("LTV2", hd.getDouble("LTV2").value_or(0.0) - t->y0, "offset of the trimmed section");
-            hd.remove("TRIMSEC");
-            hd.remove("BIASSEC");
-            hd.remove("DATASEC");
-            if (frame.wcs || hd.has("CRPIX1")) {
-                std::string why;
-                if (auto wcs = Wcs::tryFromHeader(hd, &why)) {
-                    frame.wcs = std::make_shared<const Wcs>(std::move(*wcs));
-                    frame.wcsProblem.clear();
-                } else {
-                    frame.wcs.reset();
-                    frame.wcsProblem = why;
-                }
-            }
-            r.steps.push_back("trim");
+    if (const auto t = trimSection(frame, params)) {
+        Image<float> px(t->w, t->h, Image<float>::NoInit{});
+        Image<std::uint8_t> m(t->w, t->h, Image<std::uint8_t>::NoInit{});
+#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
+        for (int y = 0; y < t->h; ++y) {
+            std::copy(frame.pixels.row(y + t->y0) + t->x0, frame.pixels.row(y + t->y0) + t->x0 + t->w, px.row(y));
+            std::copy(frame.mask.row(y + t->y0) + t->x0, frame.mask.row(y + t->y0) + t->x0 + t->w, m.row(y));
         }
+        frame.pixels = std::move(px);
+        frame.mask = std::move(m);
+        r.trimmed = true;
+        r.trimX0 = t->x0;
+        r.trimY0 = t->y0;
+        trimHeader(frame, *t);
+        r.steps.push_back("trim");
     }
     return r;
 }
@@ -363,10 +407,10 @@ PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark
 
 namespace {
 
-// The part of a calibration image that lines up with the (trimmed) frame.
+// The part of a calibration image that lines up with the (trimmed) frame of w x h pixels.
 template <class T>
-ImageViewT<T> aligned(const Image<T>& img, const std::string& what, const Frame& frame, const PrepareResult& r) {
-    const int w = frame.width(), h = frame.height();
+ImageViewT<T> aligned(const Image<T>& img, const std::string& what, const Frame& frame, int w, int h,
+                      const PrepareResult& r) {
     ImageViewT<T> v = img.view();
     if (v.width == w && v.height == h) return v;
     if (r.trimmed && v.width == r.rawWidth && v.height == r.rawHeight)
@@ -384,6 +428,144 @@ void checkCompatible(const Frame& frame, const CalibrationImage& c, const char* 
                            std::to_string(cb->first) + "x" + std::to_string(cb->second));
 }
 
+// Steps 4-5's inputs checked and aligned with the (trimmed) w x h frame; r: the trim so far. Fills
+// r.darkScale.
+PrepareCalibration calibrationViews(const Frame& frame, int w, int h, const PrepareInputs* inputs, PrepareResult& r) {
+    PrepareCalibration cal;
+    if (!inputs) return cal;
+    if (inputs->bias) {
+        checkCompatible(frame, *inputs->bias, "bias");
+        const std::string what = "the master bias " + inputs->bias->path;
+        cal.bias = aligned(inputs->bias->pixels, what, frame, w, h, r);
+        cal.biasMask = aligned(inputs->bias->mask, what, frame, w, h, r);
+    }
+    if (inputs->dark) {
+        checkCompatible(frame, *inputs->dark, "dark");
+        const std::string what = "the master dark " + inputs->dark->path;
+        cal.dark = aligned(inputs->dark->pixels, what, frame, w, h, r);
+        cal.darkMask = aligned(inputs->dark->mask, what, frame, w, h, r);
+        const auto td = inputs->dark->header.getDouble("EXPTIME");
+        double tf = frame.instrument.exptime;
+        if (!std::isfinite(tf)) tf = frame.header.getDouble("EXPTIME").value_or(std::nan(""));
+        if (!td || !(*td > 0.0))
+            throw InvalidInput("the master dark " + inputs->dark->path + " has no positive EXPTIME");
+        if (!std::isfinite(tf) || tf < 0.0)
+            throw InvalidInput(describe(frame) + " has no EXPTIME to scale the master dark " + inputs->dark->path);
+        r.darkScale = tf / *td;
+    }
+    if (inputs->flat) {
+        checkCompatible(frame, *inputs->flat, "flat");
+        const auto ff = frame.header.getString("FILTER"), cf = inputs->flat->header.getString("FILTER");
+        if (ff && cf && normalisedFilter(*ff) != normalisedFilter(*cf))
+            throw InvalidInput(describe(frame) + " has FILTER '" + *ff + "' but the master flat " +
+                               inputs->flat->path + " has FILTER '" + *cf + "'");
+        const std::string what = "the master flat " + inputs->flat->path;
+        cal.flat = aligned(inputs->flat->pixels, what, frame, w, h, r);
+        cal.flatMask = aligned(inputs->flat->mask, what, frame, w, h, r);
+    }
+    if (!inputs->badPixels.empty())
+        cal.badPixels = aligned(inputs->badPixels, "the bad-pixel mask " + inputs->badPixelPath, frame, w, h, r);
+    cal.darkScale = r.darkScale;
+    return cal;
+}
+
+bool anyCalibration(const PrepareCalibration& c) {
+    return !c.bias.empty() || !c.dark.empty() || !c.flat.empty() || !c.badPixels.empty();
+}
+
+// Steps 4-5 on the host: returns the pixels newly set MaskBad.
+std::size_t calibrateOnHost(Frame& frame, const PrepareCalibration& c, RunContext& ctx) {
+    const int w = frame.width(), h = frame.height();
+    const double ds = c.darkScale;
+    const float minFlat = c.minFlat;
+    std::size_t bad = 0;
+#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static) reduction(+ : bad)
+    for (int y = 0; y < h; ++y) {
+        float* p = frame.pixels.row(y);
+        std::uint8_t* m = frame.mask.row(y);
+        const float* b = c.bias.empty() ? nullptr : c.bias.row(y);
+        const float* d = c.dark.empty() ? nullptr : c.dark.row(y);
+        const float* f = c.flat.empty() ? nullptr : c.flat.row(y);
+        const std::uint8_t* bm = c.biasMask.empty() ? nullptr : c.biasMask.row(y);
+        const std::uint8_t* dm = c.darkMask.empty() ? nullptr : c.darkMask.row(y);
+        const std::uint8_t* fm = c.flatMask.empty() ? nullptr : c.flatMask.row(y);
+        const std::uint8_t* bp = c.badPixels.empty() ? nullptr : c.badPixels.row(y);
+        for (int x = 0; x < w; ++x) {
+            bool isBad = (bp && bp[x]) || (bm && bm[x]) || (dm && dm[x]) || (fm && fm[x]);
+            float v = p[x];
+            if (b) v -= b[x];
+            if (d) v = static_cast<float>(v - ds * d[x]);
+            if (f) {
+                if (std::isfinite(f[x]) && f[x] > minFlat) v /= f[x];
+                else isBad = true;
+            }
+            p[x] = v;
+            if (isBad && !(m[x] & MaskBad)) {
+                m[x] |= MaskBad;
+                ++bad;
+            }
+        }
+    }
+    return bad;
+}
+
+// Steps 1-5 on the device in one pass (CUDA backend): the same checks, levels and sections as the host
+// path, computed on the host; the pixels never visit the host in between. False when the device had no
+// room (the frame is unchanged but for an empty mask made full-size): the host path runs then.
+bool prepareOnDevice(Frame& frame, const PrepareInputs* inputs, const PrepareParams& params, RunContext& ctx,
+                     PrepareResult& out, PrepareCalibration& cal, std::size_t& bad) {
+    PrepareResult r;
+    r.rawWidth = frame.width();
+    r.rawHeight = frame.height();
+    ensureMask(frame);
+    PrepareDeviceJob job;
+    job.bleed = bleedApplies(frame, params);
+    if (job.bleed) {
+        job.bleedLevel = static_cast<float>(params.bleedFraction * frame.instrument.saturation);
+        job.bleedGrow = params.bleedGrow;
+    }
+    const auto o = overscanLevels(frame, params);
+    if (o) {
+        job.overscan = true;
+        job.overscanRows.resize(frame.height());
+        for (int y = 0; y < frame.height(); ++y) job.overscanRows[y] = o->sub(y);
+    }
+    const auto t = trimSection(frame, params);
+    job.outWidth = t ? t->w : frame.width();
+    job.outHeight = t ? t->h : frame.height();
+    if (t) {
+        job.outX0 = t->x0;
+        job.outY0 = t->y0;
+        r.trimmed = true;
+        r.trimX0 = t->x0;
+        r.trimY0 = t->y0;
+    }
+    cal = calibrationViews(frame, job.outWidth, job.outHeight, inputs, r);
+    cal.minFlat = static_cast<float>(params.minFlat);
+    cal.keepOnDevice = !params.saltPepper && !params.cosmics && params.bayer == "none";
+    job.calibrate = anyCalibration(cal);
+    job.cal = cal;
+    bad = 0;
+    if (job.bleed || job.overscan || t || job.calibrate) {
+        const PrepareDeviceResult res = cudaStages().prepareFrame(frame.pixels, frame.mask, job, ctx);
+        if (!res.done) return false;
+        bad = res.badPixels;
+        r.bleedPixels = res.bleedPixels;
+    }
+    if (r.bleedPixels > 0) r.steps.push_back("bleed trails");
+    if (o) {
+        r.overscanApplied = true;
+        r.overscanLevel = o->reported;
+        r.steps.push_back(o->perRow ? "overscan (per row)" : "overscan");
+    }
+    if (t) {
+        trimHeader(frame, *t);
+        r.steps.push_back("trim");
+    }
+    out = std::move(r);
+    return true;
+}
+
 } // namespace
 
 double CalibrationImage::sectionMedian(const ImageView& section) const {
@@ -398,109 +580,39 @@ double CalibrationImage::sectionMedian(const ImageView& section) const {
 }
 
 PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const PrepareParams& params, RunContext& ctx) {
-    PrepareResult r = applyOverscanAndTrim(frame, params, ctx);
-    ctx.checkCancelled();
-    const int w = frame.width(), h = frame.height();
     const double rawSaturation = frame.instrument.saturation;
-    double pedestal = r.overscanLevel;
-
-    ImageView bias, dark, flat;
-    MaskView biasMask, darkMask, flatMask;
-    MaskView bpm;
-    if (inputs) {
-        if (inputs->bias) {
-            checkCompatible(frame, *inputs->bias, "bias");
-            bias = aligned(inputs->bias->pixels, "the master bias " + inputs->bias->path, frame, r);
-            biasMask = aligned(inputs->bias->mask, "the master bias " + inputs->bias->path, frame, r);
-        }
-        if (inputs->dark) {
-            checkCompatible(frame, *inputs->dark, "dark");
-            dark = aligned(inputs->dark->pixels, "the master dark " + inputs->dark->path, frame, r);
-            darkMask = aligned(inputs->dark->mask, "the master dark " + inputs->dark->path, frame, r);
-            const auto td = inputs->dark->header.getDouble("EXPTIME");
-            double tf = frame.instrument.exptime;
-            if (!std::isfinite(tf)) tf = frame.header.getDouble("EXPTIME").value_or(std::nan(""));
-            if (!td || !(*td > 0.0))
-                throw InvalidInput("the master dark " + inputs->dark->path + " has no positive EXPTIME");
-            if (!std::isfinite(tf) || tf < 0.0)
-                throw InvalidInput(describe(frame) + " has no EXPTIME to scale the master dark " + inputs->dark->path);
-            r.darkScale = tf / *td;
-        }
-        if (inputs->flat) {
-            checkCompatible(frame, *inputs->flat, "flat");
-            const auto ff = frame.header.getString("FILTER"), cf = inputs->flat->header.getString("FILTER");
-            if (ff && cf && normalisedFilter(*ff) != normalisedFilter(*cf))
-                throw InvalidInput(describe(frame) + " has FILTER '" + *ff + "' but the master flat " +
-                                   inputs->flat->path + " has FILTER '" + *cf + "'");
-            flat = aligned(inputs->flat->pixels, "the master flat " + inputs->flat->path, frame, r);
-            flatMask = aligned(inputs->flat->mask, "the master flat " + inputs->flat->path, frame, r);
-        }
-        if (!inputs->badPixels.empty())
-            bpm = aligned(inputs->badPixels, "the bad-pixel mask " + inputs->badPixelPath, frame, r);
+    PrepareResult r;
+    PrepareCalibration cal;
+    std::size_t bad = 0;
+    // CUDA backend: steps 1-5 on the device (kernels/prepare.cu), the host path when it has no room.
+    const bool onDevice = ctx.backend == Backend::Cuda && cudaStages().prepareFrame != nullptr &&
+                          prepareOnDevice(frame, inputs, params, ctx, r, cal, bad);
+    if (!onDevice) {
+        r = applyOverscanAndTrim(frame, params, ctx);
+        ctx.checkCancelled();
+        cal = calibrationViews(frame, frame.width(), frame.height(), inputs, r);
+        cal.minFlat = static_cast<float>(params.minFlat);
+        if (anyCalibration(cal)) bad = calibrateOnHost(frame, cal, ctx);
     }
-    const bool anyCal = !bias.empty() || !dark.empty() || !flat.empty() || !bpm.empty();
+    ctx.checkCancelled();
+    double pedestal = r.overscanLevel;
+    const bool anyCal = anyCalibration(cal);
     if (anyCal) {
-        const double ds = r.darkScale;
-        const float minFlat = static_cast<float>(params.minFlat);
-        std::size_t bad = 0;
-        // CUDA backend: the same per-pixel loop on the device (kernels/prepare.cu), masters resident.
-        const bool onDevice = ctx.backend == Backend::Cuda && cudaStages().prepare != nullptr;
-        if (onDevice) {
-            PrepareCalibration cal;
-            cal.bias = bias;
-            cal.dark = dark;
-            cal.flat = flat;
-            cal.biasMask = biasMask;
-            cal.darkMask = darkMask;
-            cal.flatMask = flatMask;
-            cal.badPixels = bpm;
-            cal.darkScale = ds;
-            cal.minFlat = minFlat;
-            cal.keepOnDevice = !params.saltPepper && !params.cosmics && params.bayer == "none";
-            bad = cudaStages().prepare(frame.pixels, frame.mask, cal, ctx);
-        }
-#pragma omp parallel for num_threads(ctx.threadCount()) schedule(static) reduction(+ : bad) if (!onDevice)
-        for (int y = 0; y < (onDevice ? 0 : h); ++y) {
-            float* p = frame.pixels.row(y);
-            std::uint8_t* m = frame.mask.row(y);
-            const float* b = bias.empty() ? nullptr : bias.row(y);
-            const float* d = dark.empty() ? nullptr : dark.row(y);
-            const float* f = flat.empty() ? nullptr : flat.row(y);
-            const std::uint8_t* bm = biasMask.empty() ? nullptr : biasMask.row(y);
-            const std::uint8_t* dm = darkMask.empty() ? nullptr : darkMask.row(y);
-            const std::uint8_t* fm = flatMask.empty() ? nullptr : flatMask.row(y);
-            const std::uint8_t* bp = bpm.empty() ? nullptr : bpm.row(y);
-            for (int x = 0; x < w; ++x) {
-                bool isBad = (bp && bp[x]) || (bm && bm[x]) || (dm && dm[x]) || (fm && fm[x]);
-                float v = p[x];
-                if (b) v -= b[x];
-                if (d) v = static_cast<float>(v - ds * d[x]);
-                if (f) {
-                    if (std::isfinite(f[x]) && f[x] > minFlat) v /= f[x];
-                    else isBad = true;
-                }
-                p[x] = v;
-                if (isBad && !(m[x] & MaskBad)) {
-                    m[x] |= MaskBad;
-                    ++bad;
-                }
-            }
-        }
         r.badPixels = bad;
-        r.biasApplied = !bias.empty();
-        r.darkApplied = !dark.empty();
-        r.flatApplied = !flat.empty();
+        r.biasApplied = !cal.bias.empty();
+        r.darkApplied = !cal.dark.empty();
+        r.flatApplied = !cal.flat.empty();
         if (r.biasApplied) r.steps.push_back("bias");
         if (r.darkApplied) r.steps.push_back("dark");
         if (r.flatApplied) r.steps.push_back("flat");
-        if (!bpm.empty()) r.steps.push_back("bad pixels");
-        if (r.biasApplied) pedestal += inputs->bias->sectionMedian(bias);
-        if (r.darkApplied) pedestal += r.darkScale * inputs->dark->sectionMedian(dark);
+        if (!cal.badPixels.empty()) r.steps.push_back("bad pixels");
+        if (r.biasApplied) pedestal += inputs->bias->sectionMedian(cal.bias);
+        if (r.darkApplied) pedestal += r.darkScale * inputs->dark->sectionMedian(cal.dark);
     }
     // The saturation level in prepared ADU (the mask keeps the authoritative saturated pixels).
     if (std::isfinite(rawSaturation) && (r.overscanApplied || anyCal)) {
         double fl = 1.0;
-        if (!flat.empty()) fl = inputs->flat->sectionMedian(flat);
+        if (!cal.flat.empty()) fl = inputs->flat->sectionMedian(cal.flat);
         frame.instrument.saturation = (rawSaturation - pedestal) / (fl > 0.0 ? fl : 1.0);
     }
     ctx.checkCancelled();

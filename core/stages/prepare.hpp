@@ -14,6 +14,9 @@
 //  8. optional L.A.Cosmic (core/stages/cosmic_rays.hpp, -> MaskCosmicRay), on the binned frame.
 // Masked pixels keep their values; the stages exclude them (background, detection, apertures flag
 // them); nothing is interpolated into the photometry.
+// With the CUDA backend, steps 1-5 run on the device in one call (kernels/prepare.cu, bitwise this code's
+// result): the frame from the device frame cache, the masters resident, the prepared frame left as the frame
+// cache and downloaded into the Frame; the host path runs when the device has no room.
 //
 // Masters whose size is that of the untrimmed frame are trimmed with the frame's section. Mismatched
 // sizes, binning (XBINNING/YBINNING or CCDSUM) or a flat's FILTER different from the frame's are

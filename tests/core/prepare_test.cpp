@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,61 @@ TEST(PrepareBleed, MasksTrailsContiguousWithSaturatedPixelsAndGrowsThem) {
     EXPECT_EQ(added, static_cast<std::size_t>(19 - 3));
     EXPECT_EQ(mask(6, 19), 0);
     EXPECT_EQ(mask(3, 19), 0);
+}
+
+// maskBleedTrails against a direct reading of its definition, pixel by pixel: a pixel is in a trail when
+// the maximal run of (value >= fraction * SATURATE or saturated) pixels of its column that holds it also
+// holds a saturated pixel; the mask grows by `grow` rows around every trail pixel. Random fields with
+// trails at the frame edges, several per column, NaNs, other mask bits; grow 0..3 and larger.
+TEST(PrepareBleed, MatchesTheDefinitionOnRandomFields) {
+    for (int grow : {0, 1, 2, 3, 17})
+        for (unsigned seed : {1u, 2u, 3u}) {
+            const int w = 23 + static_cast<int>(seed), h = 61;
+            std::mt19937 rng(seed * 31u + static_cast<unsigned>(grow));
+            std::uniform_real_distribution<float> u(0.0f, 1.0f);
+            Image<float> px(w, h, 0.0f);
+            Image<std::uint8_t> mask(w, h, 0);
+            const double sat = 1000.0;
+            for (int y = 0; y < h; ++y)
+                for (int x = 0; x < w; ++x) {
+                    const float r = u(rng);
+                    px(x, y) = r < 0.25f ? 950.0f : (r < 0.27f ? NAN : 100.0f); // bright runs, NaNs
+                    if (r > 0.97f) {
+                        px(x, y) = 1000.0f;
+                        mask(x, y) = MaskSaturated;
+                    } else if (r > 0.95f) {
+                        mask(x, y) = MaskBad; // must survive
+                    }
+                }
+            for (int x = 0; x < w; x += 5) { // trails touching the first and the last row
+                px(x, 0) = px(x, h - 1) = 1000.0f;
+                mask(x, 0) = mask(x, h - 1) = MaskSaturated;
+            }
+            const float level = static_cast<float>(0.9 * sat);
+            Image<std::uint8_t> expect = mask;
+            std::size_t expectAdded = 0;
+            for (int x = 0; x < w; ++x)
+                for (int y = 0; y < h; ++y) {
+                    bool inTrail = false;
+                    for (int d = std::max(0, y - grow); d <= std::min(h - 1, y + grow) && !inTrail; ++d) {
+                        auto cond = [&](int k) { return px(x, k) >= level || (mask(x, k) & MaskSaturated); };
+                        if (!cond(d)) continue;
+                        int a = d, b = d;
+                        while (a > 0 && cond(a - 1)) --a;
+                        while (b < h - 1 && cond(b + 1)) ++b;
+                        for (int k = a; k <= b; ++k) inTrail = inTrail || (mask(x, k) & MaskSaturated);
+                    }
+                    if (inTrail && !(expect(x, y) & MaskSaturated)) {
+                        expect(x, y) |= MaskSaturated;
+                        ++expectAdded;
+                    }
+                }
+            const std::size_t added = maskBleedTrails(px.view(), mask, sat, 0.9, grow);
+            EXPECT_EQ(added, expectAdded) << "grow " << grow << " seed " << seed;
+            EXPECT_GT(added, 0u);
+            for (int y = 0; y < h; ++y)
+                for (int x = 0; x < w; ++x) ASSERT_EQ(mask(x, y), expect(x, y)) << x << "," << y << " grow " << grow;
+        }
 }
 
 SimParams rawCamera() {

@@ -102,6 +102,12 @@ std::vector<std::pair<std::string, ApertureParams>> paramSets() {
     return v;
 }
 
+// Sets GPUPHOT_APERTURE_HEAPSORT (the annulus sort of the CUDA engines made meanwhile) and unsets it after.
+struct AnnulusSortEnv {
+    explicit AnnulusSortEnv(const char* value) { ::setenv("GPUPHOT_APERTURE_HEAPSORT", value, 1); }
+    ~AnnulusSortEnv() { ::unsetenv("GPUPHOT_APERTURE_HEAPSORT"); }
+};
+
 } // namespace
 
 TEST(ApertureCuda, RegisteredWithCore) {
@@ -137,6 +143,23 @@ TEST(ApertureCuda, MatchesCpuOnACrowdedFrameWithManyStars) {
     const ApertureResult rc = run(f, p, c);
     EXPECT_GE(rc.apCorrStars, p.apCorrMinStars); // the measured curve of growth is exercised
     expectSameApertures(rc, run(f, p, g));
+}
+
+// The per-thread heap sort of the annulus (GPUPHOT_APERTURE_HEAPSORT=1, the earlier way) and CUB's segmented
+// sort give the CPU's numbers alike, with the aperture-correction stars and sky failures exercised.
+TEST(ApertureCuda, BothAnnulusSortsMatchCpu) {
+    REQUIRE_DEVICE();
+    const Field f = makeField(700, 600, 2500, 19);
+    RunContext c = testContext(Backend::Cpu);
+    for (const auto& [name, p] : paramSets()) {
+        const ApertureResult rc = run(f, p, c);
+        for (const char* heap : {"1", "0"}) {
+            SCOPED_TRACE(name + ", GPUPHOT_APERTURE_HEAPSORT=" + heap);
+            const AnnulusSortEnv sortEnv(heap);
+            RunContext g = testContext(Backend::Cuda);
+            expectSameApertures(rc, run(f, p, g));
+        }
+    }
 }
 
 TEST(ApertureCuda, RepeatedRunsAndLaunchConfigurationsIdentical) {
@@ -204,67 +227,73 @@ TEST(ApertureCuda, LocalSkyPiecesMatchHost) {
     const Case cases[] = {{"fwhm", 12.0, 18.0, std::numeric_limits<double>::infinity(), 3.0, 2},
                           {"pixel", 8.0, 14.0, 20000.0, 2.5, 1}};
     RunContext g = testContext(Backend::Cuda);
-    for (const Case& cs : cases) {
-        SCOPED_TRACE(cs.name);
-        in.saturation = cs.saturation;
-        const detail::SkyParamsHD p{cs.clip, 5, 10, cs.estimator, 1.0};
-        std::vector<int> off, index;
-        std::vector<float> sorted;
-        std::vector<detail::SkyEstimate> est;
-        cuda::debugLocalSkies(image, mask, seg, cx.data(), cy.data(), cx.size(), cs.rin, cs.rout, p,
-                              cs.saturation, g, off, index, sorted, est);
-        ASSERT_EQ(off.size(), cx.size() + 1);
-        std::ofstream dump;
-        if (dumpDir) dump.open(std::string(dumpDir) + "/annulus_" + cs.name + ".txt");
-        std::size_t badIndex = 0, badSort = 0, badEst = 0;
-        for (std::size_t i = 0; i < cx.size(); ++i) {
-            std::vector<int> hi;
-            std::vector<float> hv;
-            detail::forAnnulusAt(in, cx[i], cy[i], cs.rin, cs.rout, [&](int x, int y, float v) {
-                hi.push_back(y * in.width + x);
-                hv.push_back(v);
-            });
-            const std::vector<int> gi(index.begin() + off[i], index.begin() + off[i + 1]);
-            std::sort(hv.begin(), hv.end());
-            std::vector<double> s1(hv.size() + 1), s2(hv.size() + 1);
-            const detail::SkyEstimate he =
-                detail::skyStatistics(hv.data(), hv.size(), p, s1.data(), s2.data());
-            // each pixel once, in raster order
-            EXPECT_TRUE(std::adjacent_find(gi.begin(), gi.end(), std::greater_equal<int>()) == gi.end()) << i;
-            const bool idxOk = hi == gi;
-            const bool sortOk =
-                hv.size() < 10 || (gi.size() == hv.size() &&
-                                   std::memcmp(hv.data(), sorted.data() + off[i], 4 * hv.size()) == 0);
-            const bool estOk = std::memcmp(&he, &est[i], sizeof he) == 0;
-            badIndex += idxOk ? 0 : 1;
-            badSort += sortOk ? 0 : 1;
-            badEst += estOk ? 0 : 1;
-            if (dump.is_open() && (!idxOk || !sortOk || !estOk)) {
-                dump.precision(17);
-                dump << "src " << i << " cx " << cx[i] << " cy " << cy[i] << " host n " << hi.size()
-                     << " gpu n " << gi.size() << " idxOk " << idxOk << " sortOk " << sortOk << " estOk "
-                     << estOk << " host est " << he.level << " " << he.rms << " " << he.n << " " << he.ok
-                     << " gpu est " << est[i].level << " " << est[i].rms << " " << est[i].n << " "
-                     << est[i].ok << "\n";
-                std::vector<int> onlyH, onlyG;
-                std::set_difference(hi.begin(), hi.end(), gi.begin(), gi.end(), std::back_inserter(onlyH));
-                std::set_difference(gi.begin(), gi.end(), hi.begin(), hi.end(), std::back_inserter(onlyG));
-                for (int k : onlyH)
-                    dump << "  host only x " << k % in.width << " y " << k / in.width << " v "
-                         << image.data[k / in.width * image.stride + k % in.width] << "\n";
-                for (int k : onlyG)
-                    dump << "  gpu only x " << k % in.width << " y " << k / in.width << "\n";
-                if (!sortOk && gi.size() == hv.size())
-                    for (std::size_t q = 0; q < hv.size(); ++q)
-                        if (std::memcmp(&hv[q], sorted.data() + off[i] + q, 4) != 0) {
-                            dump << "  sorted differs at " << q << ": " << hv[q] << " vs "
-                                 << sorted[off[i] + q] << "\n";
-                            break;
-                        }
+    // Both annulus sorts: CUB's segmented sort (default) and one thread per source (HEAPSORT=1).
+    for (const char* heap : {"0", "1"})
+        for (const Case& cs : cases) {
+            const AnnulusSortEnv sortEnv(heap);
+            SCOPED_TRACE(std::string(cs.name) + ", GPUPHOT_APERTURE_HEAPSORT=" + heap);
+            in.saturation = cs.saturation;
+            const detail::SkyParamsHD p{cs.clip, 5, 10, cs.estimator, 1.0};
+            std::vector<int> off, index;
+            std::vector<float> sorted;
+            std::vector<detail::SkyEstimate> est;
+            cuda::debugLocalSkies(image, mask, seg, cx.data(), cy.data(), cx.size(), cs.rin, cs.rout, p,
+                                  cs.saturation, g, off, index, sorted, est);
+            ASSERT_EQ(off.size(), cx.size() + 1);
+            std::ofstream dump;
+            if (dumpDir) dump.open(std::string(dumpDir) + "/annulus_" + cs.name + ".txt");
+            std::size_t badIndex = 0, badSort = 0, badEst = 0;
+            for (std::size_t i = 0; i < cx.size(); ++i) {
+                std::vector<int> hi;
+                std::vector<float> hv;
+                detail::forAnnulusAt(in, cx[i], cy[i], cs.rin, cs.rout, [&](int x, int y, float v) {
+                    hi.push_back(y * in.width + x);
+                    hv.push_back(v);
+                });
+                const std::vector<int> gi(index.begin() + off[i], index.begin() + off[i + 1]);
+                std::sort(hv.begin(), hv.end());
+                std::vector<double> s1(hv.size() + 1), s2(hv.size() + 1);
+                const detail::SkyEstimate he =
+                    detail::skyStatistics(hv.data(), hv.size(), p, s1.data(), s2.data());
+                // each pixel once, in raster order
+                EXPECT_TRUE(std::adjacent_find(gi.begin(), gi.end(), std::greater_equal<int>()) == gi.end())
+                    << i;
+                const bool idxOk = hi == gi;
+                const bool sortOk =
+                    hv.size() < 10 || (gi.size() == hv.size() &&
+                                       std::memcmp(hv.data(), sorted.data() + off[i], 4 * hv.size()) == 0);
+                const bool estOk = std::memcmp(&he, &est[i], sizeof he) == 0;
+                badIndex += idxOk ? 0 : 1;
+                badSort += sortOk ? 0 : 1;
+                badEst += estOk ? 0 : 1;
+                if (dump.is_open() && (!idxOk || !sortOk || !estOk)) {
+                    dump.precision(17);
+                    dump << "src " << i << " cx " << cx[i] << " cy " << cy[i] << " host n " << hi.size()
+                         << " gpu n " << gi.size() << " idxOk " << idxOk << " sortOk " << sortOk << " estOk "
+                         << estOk << " host est " << he.level << " " << he.rms << " " << he.n << " " << he.ok
+                         << " gpu est " << est[i].level << " " << est[i].rms << " " << est[i].n << " "
+                         << est[i].ok << "\n";
+                    std::vector<int> onlyH, onlyG;
+                    std::set_difference(hi.begin(), hi.end(), gi.begin(), gi.end(),
+                                        std::back_inserter(onlyH));
+                    std::set_difference(gi.begin(), gi.end(), hi.begin(), hi.end(),
+                                        std::back_inserter(onlyG));
+                    for (int k : onlyH)
+                        dump << "  host only x " << k % in.width << " y " << k / in.width << " v "
+                             << image.data[k / in.width * image.stride + k % in.width] << "\n";
+                    for (int k : onlyG)
+                        dump << "  gpu only x " << k % in.width << " y " << k / in.width << "\n";
+                    if (!sortOk && gi.size() == hv.size())
+                        for (std::size_t q = 0; q < hv.size(); ++q)
+                            if (std::memcmp(&hv[q], sorted.data() + off[i] + q, 4) != 0) {
+                                dump << "  sorted differs at " << q << ": " << hv[q] << " vs "
+                                     << sorted[off[i] + q] << "\n";
+                                break;
+                            }
+                }
             }
+            EXPECT_EQ(badIndex, 0u);
+            EXPECT_EQ(badSort, 0u);
+            EXPECT_EQ(badEst, 0u);
         }
-        EXPECT_EQ(badIndex, 0u);
-        EXPECT_EQ(badSort, 0u);
-        EXPECT_EQ(badEst, 0u);
-    }
 }

@@ -1,7 +1,10 @@
-// GPU frame preparation (kernels/prepare.cu) against the CPU loop of prepareFrame: pixels, mask and the
-// bad-pixel count bitwise equal with every combination of masters, flat-guard cases, non-finite values,
-// trimmed frames (masters of the raw size, strided views); masters uploaded once and kept; the result left
-// as the frame cache. GPUPHOT_BENCH_PREPARE=1 adds the 151 Mpx timing (printed; no timing assertion).
+// GPU frame preparation (kernels/prepare.cu) against the CPU path of prepareFrame: pixels, mask and the
+// counts bitwise equal with every combination of masters, flat-guard cases, non-finite values, trimmed
+// frames (masters of the raw size, strided views), overscan per frame and per row; bleed trails and
+// saturation growth along the columns (trails at the frame edges, several per column, NaNs, bleedGrow
+// 0..3 and large); the frame taken from the device frame cache when resident (no upload), masters
+// uploaded once and kept; the result left as the frame cache; the CPU path when the device has no room.
+// GPUPHOT_BENCH_PREPARE=1 adds the 151 Mpx timing (printed; no timing assertion).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -165,7 +168,7 @@ TEST(PrepareCuda, TrimmedFrameWithRawSizeMastersAndBleedTrails) {
     Frame raw = makeFrame(rw, rh, 78);
     raw.header.set("TRIMSEC", "[5:150,3:90]");
     raw.header.set("BIASSEC", "[152:160,1:96]");
-    raw.instrument.saturation = 60000.0; // bleed trails on the CPU before the calibration
+    raw.instrument.saturation = 60000.0; // bleed trails before the calibration
     for (int y = 31; y < 40; ++y) raw.mask(20, y) = MaskSaturated;
     for (const char* method : {"median", "row"}) {
         Frame a = raw, b = raw;
@@ -226,17 +229,167 @@ TEST(PrepareCuda, MastersStayResidentAndTheResultIsTheFrameCache) {
     EXPECT_EQ(dc.uploads(), before + 1);
 }
 
-TEST(PrepareCuda, BudgetTooSmallIsDeviceOutOfMemoryAndLeavesTheFrame) {
+TEST(PrepareCuda, BudgetTooSmallRunsTheCpuPathAndSaysSo) {
     REQUIRE_DEVICE();
     const int w = 256, h = 256;
     const PrepareInputs in = makeInputs(w, h, true, true, true, false, 3);
-    RunContext gc = testContext(Backend::Cuda);
+    RunContext gc = testContext(Backend::Cuda), cc = testContext(Backend::Cpu);
     gc.gpuMemLimit = 100000; // < one master
-    Frame f = makeFrame(w, h, 3);
-    const Frame before = f;
-    EXPECT_THROW(prepareFrame(f, &in, paramsNoExtras(), gc), DeviceOutOfMemory);
-    // the per-pixel part did not run: the pixels are as the overscan/trim steps left them (none here)
-    EXPECT_TRUE(sameFrames(f, before));
+    Frame f = makeFrame(w, h, 3), c = f;
+    const PrepareResult rg = prepareFrame(f, &in, paramsNoExtras(), gc);
+    const PrepareResult rc = prepareFrame(c, &in, paramsNoExtras(), cc);
+    EXPECT_TRUE(sameFrames(f, c));
+    EXPECT_EQ(rg.badPixels, rc.badPixels);
+    EXPECT_EQ(rg.steps, rc.steps);
+    auto& dc = cuda::DeviceContext::of(gc);
+    EXPECT_EQ(dc.planMode(), "cpu");
+    EXPECT_NE(dc.planNote().find("prepare"), std::string::npos) << dc.planNote();
+}
+
+namespace {
+
+// A field with bleed trails: saturated pixels (value >= SATURATE, MaskSaturated as readFrame sets it) in
+// vertical runs above bleedFraction * SATURATE, some touching the first or last row or column, several per
+// column, runs that never saturate (not trails), NaNs inside runs, isolated saturated mask bits, other
+// mask bits that must survive.
+Frame bleedField(int w, int h, unsigned seed, int trails) {
+    Frame f;
+    f.pixels = Image<float>(w, h, 0.0f);
+    f.mask = Image<std::uint8_t>(w, h, 0);
+    SplitMix64 rng(seed);
+    const float sat = 60000.0f;
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+            f.pixels(x, y) = rng.normal(1000.0f, 30.0f);
+            const float q = rng.uniform();
+            if (q < 0.01f) f.mask(x, y) = MaskBad;
+            else if (q < 0.012f) f.mask(x, y) = MaskSaturated; // a saturated bit on a low value
+        }
+    for (int k = 0; k < trails; ++k) {
+        int x = rng.below(w);
+        if (k % 7 == 0) x = 0;
+        if (k % 7 == 1) x = w - 1;
+        if (k % 11 == 2) x = w / 2; // several trails in one column
+        const int len = std::min(h, 1 + rng.below(std::max(2, h / 4)));
+        int y0 = rng.below(std::max(1, h - len + 1));
+        if (k % 5 == 0) y0 = 0;
+        if (k % 5 == 1) y0 = h - len;
+        const bool saturates = rng.uniform() < 0.75f;
+        for (int y = y0; y < y0 + len; ++y) {
+            float v = 54000.0f + 5000.0f * rng.uniform(); // >= 0.9 * SATURATE
+            if (rng.uniform() < 0.03f) v = std::numeric_limits<float>::quiet_NaN(); // breaks the run
+            if (rng.uniform() < 0.02f) v = 53999.0f;                                // just below: breaks it
+            f.pixels(x, y) = v;
+        }
+        if (saturates) {
+            const int ys = y0 + rng.below(len);
+            f.pixels(x, ys) = 65535.0f;
+            f.mask(x, ys) |= MaskSaturated;
+        }
+    }
+    f.instrument.saturation = sat;
+    f.instrument.exptime = 37.5;
+    f.header.set("EXPTIME", 37.5);
+    return f;
+}
+
+} // namespace
+
+TEST(PrepareCuda, BleedTrailsMatchCpuBitwise) {
+    REQUIRE_DEVICE();
+    ASSERT_NE(cudaStages().prepareFrame, nullptr);
+    struct Case {
+        int w, h, trails;
+    };
+    int withTrails = 0;
+    for (const Case c : {Case{203, 117, 60}, Case{31, 300, 40}, Case{1, 64, 3}, Case{64, 1, 10}, Case{129, 77, 200}})
+        for (int grow : {0, 1, 2, 3, 40}) {
+            const Frame raw = bleedField(c.w, c.h, 1000u + c.w * 7u + grow, c.trails);
+            PrepareParams p = paramsNoExtras();
+            p.bleedTrails = true;
+            p.bleedGrow = grow;
+            Frame a = raw, b = raw;
+            RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
+            const PrepareResult ra = prepareFrame(a, nullptr, p, cc);
+            const PrepareResult rb = prepareFrame(b, nullptr, p, gc);
+            EXPECT_TRUE(sameFrames(a, b)) << c.w << "x" << c.h << " grow " << grow;
+            EXPECT_EQ(ra.bleedPixels, rb.bleedPixels) << c.w << "x" << c.h << " grow " << grow;
+            EXPECT_EQ(ra.steps, rb.steps);
+            // and the building block on its own
+            Image<std::uint8_t> m = raw.mask;
+            EXPECT_EQ(maskBleedTrails(raw.view(), m, raw.instrument.saturation, p.bleedFraction, grow), rb.bleedPixels);
+            EXPECT_EQ(std::memcmp(m.data(), b.mask.data(), m.pixelCount()), 0);
+            EXPECT_EQ(std::memcmp(raw.pixels.data(), b.pixels.data(), raw.pixels.pixelCount() * sizeof(float)), 0);
+            withTrails += rb.bleedPixels > 0;
+        }
+    EXPECT_GE(withTrails, 20);
+}
+
+TEST(PrepareCuda, WholePreparationWithTrailsOverscanTrimAndMastersMatchesCpu) {
+    REQUIRE_DEVICE();
+    const int rw = 180, rh = 150;
+    const PrepareInputs in = makeInputs(rw, rh, true, true, true, true, 91);
+    for (int grow : {0, 1, 2, 3})
+        for (const char* method : {"median", "row"})
+            for (bool trim : {false, true}) {
+                Frame raw = bleedField(rw, rh, 500u + grow, 80);
+                raw.header.set("BIASSEC", "[171:180,1:150]");
+                if (trim) raw.header.set("TRIMSEC", "[3:168,2:149]");
+                PrepareParams p;
+                p.autoBadPixels = false;
+                p.bleedGrow = grow;
+                p.overscanMethod = method;
+                Frame a = raw, b = raw;
+                RunContext cc = testContext(Backend::Cpu), gc = testContext(Backend::Cuda);
+                const PrepareResult ra = prepareFrame(a, &in, p, cc);
+                const PrepareResult rb = prepareFrame(b, &in, p, gc);
+                const std::string what = std::string(method) + (trim ? " trimmed" : "") + " grow " + std::to_string(grow);
+                EXPECT_EQ(ra.trimmed, trim);
+                EXPECT_TRUE(sameFrames(a, b)) << what;
+                EXPECT_EQ(ra.bleedPixels, rb.bleedPixels) << what;
+                EXPECT_GT(rb.bleedPixels, 0u) << what;
+                EXPECT_EQ(ra.badPixels, rb.badPixels) << what;
+                EXPECT_EQ(ra.overscanLevel, rb.overscanLevel) << what;
+                EXPECT_EQ(ra.steps, rb.steps) << what;
+                EXPECT_EQ(a.instrument.saturation, b.instrument.saturation) << what;
+                EXPECT_EQ(a.header.getDouble("LTV1"), b.header.getDouble("LTV1")) << what;
+                // the prepared frame is the frame cache: found without an upload, with the host's bits
+                auto& dc = cuda::DeviceContext::of(gc);
+                const std::uint64_t uploads = dc.uploads();
+                const auto df = dc.frame(b.view(), b.maskView());
+                EXPECT_EQ(dc.uploads(), uploads) << what;
+                std::vector<float> back(b.pixels.pixelCount());
+                std::vector<std::uint8_t> backMask(b.mask.pixelCount());
+                dc.synchronize();
+                ASSERT_EQ(cudaMemcpy(back.data(), df.pixels, back.size() * sizeof(float), cudaMemcpyDeviceToHost),
+                          cudaSuccess);
+                ASSERT_EQ(cudaMemcpy(backMask.data(), df.mask, backMask.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+                EXPECT_EQ(std::memcmp(back.data(), b.pixels.data(), back.size() * sizeof(float)), 0) << what;
+                EXPECT_EQ(std::memcmp(backMask.data(), b.mask.data(), backMask.size()), 0) << what;
+            }
+}
+
+TEST(PrepareCuda, ResidentFrameIsNotUploadedAgain) {
+    REQUIRE_DEVICE();
+    const int w = 150, h = 120;
+    const PrepareInputs in = makeInputs(w, h, true, true, true, true, 17);
+    RunContext gc = testContext(Backend::Cuda), cc = testContext(Backend::Cpu);
+    PrepareParams p;
+    p.autoBadPixels = false;
+    auto& dc = cuda::DeviceContext::of(gc);
+    for (int rep = 0; rep < 3; ++rep) {
+        Frame f = bleedField(w, h, 40u + rep, 30), c = f;
+        const bool resident = rep > 0;
+        if (resident) dc.frame(f.view(), f.maskView()); // as the read phase's upload leaves it
+        const std::uint64_t uploads = dc.uploads();
+        prepareFrame(f, &in, p, gc);
+        prepareFrame(c, &in, p, cc);
+        EXPECT_TRUE(sameFrames(f, c)) << rep;
+        const cuda::PrepareTimings t = cuda::prepareLastTimings();
+        EXPECT_EQ(t.frameUploaded, !resident) << rep;
+        EXPECT_EQ(dc.uploads(), uploads + (resident ? 0u : 1u)) << rep;
+        EXPECT_GE(t.deviceMs, 0.0);
+    }
 }
 
 // Issue 9: 151 Mpx, masters resident. Prints the kernel time (CUDA events) and the call's wall time

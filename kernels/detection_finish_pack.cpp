@@ -1,0 +1,63 @@
+#include "kernels/detection_finish_pack.hpp"
+
+#include <cstring>
+
+#include "core/stages/detection_window.hpp"
+
+namespace gpuphot::cuda {
+
+namespace {
+constexpr std::size_t align8(std::size_t b) { return (b + 7) & ~std::size_t(7); }
+} // namespace
+
+FinishLayout finishLayout(const detail::DetectedObjects& found, std::int64_t* pixStart, int threads) {
+    FinishLayout l;
+    l.n = found.objects.size();
+    const auto n = static_cast<std::int64_t>(l.n);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
+    for (std::int64_t i = 0; i < n; ++i)
+        pixStart[i + 1] = detail::runsArea(found.objects[i].runs);
+    pixStart[0] = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        pixStart[i + 1] += pixStart[i];
+        l.nRuns += found.objects[i].runs.size();
+    }
+    l.nPix = pixStart[n];
+    l.runStart = 0;
+    l.pixStart = align8(l.runStart + (l.n + 1) * sizeof(std::int64_t));
+    l.objects = align8(l.pixStart + (l.n + 1) * sizeof(std::int64_t));
+    l.runs = align8(l.objects + l.n * sizeof(detail::WindowObject));
+    l.bytes = align8(l.runs + l.nRuns * sizeof(detail::Run));
+    return l;
+}
+
+void packFinish(const detail::DetectedObjects& found, const FinishLayout& l, const std::int64_t* pixStart,
+                unsigned char* dst, int threads) {
+    auto* runStart = reinterpret_cast<std::int64_t*>(dst + l.runStart);
+    auto* obj = reinterpret_cast<detail::WindowObject*>(dst + l.objects);
+    auto* runs = reinterpret_cast<detail::Run*>(dst + l.runs);
+    std::memcpy(dst + l.pixStart, pixStart, (l.n + 1) * sizeof(std::int64_t));
+    runStart[0] = 0;
+    for (std::size_t i = 0; i < l.n; ++i)
+        runStart[i + 1] = runStart[i] + static_cast<std::int64_t>(found.objects[i].runs.size());
+    const auto n = static_cast<std::int64_t>(l.n);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
+    for (std::int64_t i = 0; i < n; ++i) {
+        const auto& r = found.objects[i].runs;
+        std::memcpy(runs + runStart[i], r.data(), r.size() * sizeof(detail::Run));
+        obj[i] = detail::windowObject(found.iso[i]);
+    }
+}
+
+void fillFinishSources(const detail::DetectedObjects& found, const std::int32_t* order,
+                       const detail::WindowResult* win, DetectionResult& result, int threads) {
+    Sources& s = result.sources;
+    s.resize(found.objects.size());
+    const auto n = static_cast<std::int64_t>(found.objects.size());
+#pragma omp parallel for num_threads(threads) schedule(static, 1024)
+    for (std::int64_t k = 0; k < n; ++k)
+        detail::setSourceRow(s, static_cast<std::size_t>(k), found.iso[order[k]], found.objects[order[k]].flags,
+                             win[k]);
+}
+
+} // namespace gpuphot::cuda

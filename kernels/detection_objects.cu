@@ -1,0 +1,527 @@
+// The CUDA detection's per-object half up to CLEAN (see detection_objects.hpp). Every number that reaches
+// the catalog is computed in the CPU's operation order: the per-pixel sums with core's isoAddRun /
+// cleanAddPixel (detection_sums.hpp, -fmad=false), the functions of them (sqrt, atan2, log, pow) on the
+// host with core's finishIsophotal / cleanTargetsFromSums, the deblending with core's deblendObject.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/model/flags.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/detection_internal.hpp"
+#include "core/stages/detection_sums.hpp"
+#include "kernels/cuda_stages_impl.hpp"
+#include "kernels/detection_device.cuh"
+#include "kernels/detection_objects.hpp"
+#include "kernels/device_context.hpp"
+
+namespace gpuphot::cuda {
+namespace {
+
+using detail::Run;
+
+void checkLaunch(const char* what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        throw CudaError(std::string("detection objects: launching ") + what + ": " + cudaGetErrorString(e));
+}
+
+// core's detail::peakCount (capped at 2) of the roots listed in cand: one thread per root.
+__global__ void peakCountKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start,
+                                const std::int32_t* cand, int nCand, std::uint8_t* peaks) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= nCand) return;
+    const std::int32_t root = cand[k];
+    int count = 0;
+    for (std::int64_t j = start[root]; j < start[root + 1] && count < 2; ++j) {
+        const Run r = runs[j];
+        const int ya = max(0, r.y - 1), yb = min(im.height - 1, r.y + 1);
+        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+            const float f = im.detAt(x, r.y);
+            const int xa = max(0, x - 1), xb = min(im.width - 1, x + 1);
+            bool peak = true;
+            for (int yy = ya; yy <= yb && peak; ++yy)
+                for (int xx = xa; xx <= xb; ++xx)
+                    if (im.detAt(xx, yy) > f) {
+                        peak = false;
+                        break;
+                    }
+            if (peak && ++count >= 2) break;
+        }
+    }
+    peaks[k] = static_cast<std::uint8_t>(count);
+}
+
+// A box of the frame copied compactly (row stride w) at offset off of the gather buffers.
+struct Box {
+    std::int32_t x0, y0, w, h;
+    std::int64_t off;
+};
+
+// The filtered image and the rms of each box: one block per box.
+__global__ void gatherBoxesKernel(DeviceDetectionImages im, const Box* boxes, int nBoxes, float* det, float* rms) {
+    for (int b = blockIdx.x; b < nBoxes; b += gridDim.x) {
+        const Box bx = boxes[b];
+        const std::int64_t n = static_cast<std::int64_t>(bx.w) * bx.h;
+        for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const int x = bx.x0 + static_cast<int>(i % bx.w), y = bx.y0 + static_cast<int>(i / bx.w);
+            det[bx.off + i] = im.detAt(x, y);
+            rms[bx.off + i] = im.rmsAt(x, y);
+        }
+    }
+}
+
+__device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, std::int64_t nr, int k,
+                                detail::CleanSums& out);
+
+// The isophotal sums (threads 0..nObj-1) and with clean the CLEAN sums (threads nObj..2 nObj-1) of every
+// object: one thread per object and kind, its runs in order, core's accumulation functions.
+__global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start, int nObj,
+                                 double gain, int k, bool clean, detail::IsoSums* iso, detail::CleanSums* cs) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool cleanThread = t >= nObj;
+    const int i = cleanThread ? t - nObj : t;
+    if (i >= nObj || (cleanThread && !clean)) return;
+    const Run* r = runs + start[i];
+    const std::int64_t nr = start[i + 1] - start[i];
+    if (cleanThread) {
+        deviceCleanSums(im, r, nr, k, cs[i]);
+        return;
+    }
+    detail::IsoSums q;
+    q.x0 = r[0].x0;
+    q.y0 = r[0].y;
+    q.xMin = r[0].x0;
+    q.xMax = r[0].x1;
+    q.yMin = r[0].y;
+    q.yMax = r[nr - 1].y;
+    for (std::int64_t j = 0; j < nr; ++j) {
+        const std::int32_t y = r[j].y;
+        detail::isoAddRun(q, r[j], gain, [&](std::int32_t x) {
+            const std::size_t a = im.at(x, y);
+            const std::uint8_t st = im.state[a];
+            const float sub = (st & detail::StateBad) ? 0.0f : im.frame[a] - im.level[a];
+            return detail::IsoPixel{sub, im.det ? im.det[a] : sub, im.rms[a], st};
+        });
+    }
+    q.thrAtPeak = im.thresholdAt(q.detPeakX, q.detPeakY);
+    iso[i] = q;
+}
+
+// core's cleanSumsOf (detection_clean.cpp) of one object: mthresh selected in a per-thread array (k <=
+// kMaxMinArea).
+__device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, std::int64_t nr, int k,
+                                detail::CleanSums& out) {
+    detail::CleanSums c;
+    c.x0 = r[0].x0;
+    c.y0 = r[0].y;
+    float top[kMaxMinArea];
+    int count = 0;
+    for (std::int64_t j = 0; j < nr; ++j) {
+        const Run rj = r[j];
+        for (std::int32_t x = rj.x0; x <= rj.x1; ++x) {
+            const double d = im.detAt(x, rj.y), t = im.thresholdAt(x, rj.y);
+            detail::cleanAddPixel(c, x, rj.y, d, im.subAt(x, rj.y), t);
+            detail::topKInsert(top, count, k, static_cast<float>(d - t));
+        }
+    }
+    if (count >= k) {
+        c.mthresh = top[k - 1];
+        c.hasMthresh = true;
+    }
+    for (std::int64_t j = 0; j < nr; ++j) {
+        const Run rj = r[j];
+        for (std::int32_t x = rj.x0; x <= rj.x1; ++x)
+            detail::cleanAddPixel2(c, im.subAt(x, rj.y));
+    }
+    out = c;
+}
+
+// DeviceContext::pinned slots of this step.
+constexpr int kPinnedIsoSlot = 24;
+constexpr int kPinnedCleanSlot = 25;
+
+int gridFor(std::size_t n, int threads) {
+    return static_cast<int>(std::max<std::size_t>(1, (n + threads - 1) / threads));
+}
+
+// ---- labelling: union-find over the runs (8-connectivity), the smaller run index always the root ----------
+
+// First and one-past-last run of each row (rows without runs keep 0, 0).
+__global__ void rowRangesKernel(const Run* runs, int n, int* rowBegin, int* rowEnd) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int y = runs[i].y;
+    if (i == 0 || runs[i - 1].y != y) rowBegin[y] = i;
+    if (i == n - 1 || runs[i + 1].y != y) rowEnd[y] = i + 1;
+}
+
+// Volatile reads: other threads re-parent roots concurrently (never a non-root).
+__device__ int findRoot(const int* parent, int i) {
+    const volatile int* pv = parent;
+    int p = pv[i];
+    while (p != i) {
+        i = p;
+        p = pv[i];
+    }
+    return i;
+}
+
+// Hooks the larger of the two roots onto the smaller (atomicCAS: only a root is ever re-parented).
+__device__ void unite(int* parent, int a, int b) {
+    while (true) {
+        a = findRoot(parent, a);
+        b = findRoot(parent, b);
+        if (a == b) return;
+        if (a < b) {
+            const int t = a;
+            a = b;
+            b = t;
+        }
+        const int old = atomicCAS(&parent[a], a, b);
+        if (old == a) return;
+    }
+}
+
+// Each run with the runs of the row above that touch it ([x0 - 1, x1 + 1] overlaps).
+__global__ void uniteRunsKernel(const Run* runs, int n, const int* rowBegin, const int* rowEnd, int* parent) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const Run r = runs[i];
+    if (r.y == 0) return;
+    int lo = rowBegin[r.y - 1], hi = rowEnd[r.y - 1];
+    while (lo < hi) { // first run of the row above with x1 >= x0 - 1
+        const int mid = (lo + hi) / 2;
+        if (runs[mid].x1 < r.x0 - 1) lo = mid + 1;
+        else hi = mid;
+    }
+    for (int k = lo; k < rowEnd[r.y - 1] && runs[k].x0 <= r.x1 + 1; ++k)
+        unite(parent, i, k);
+}
+
+// label = the root (the component's first run); isRoot for the component numbering.
+__global__ void flattenKernel(const int* parent, int n, int* label, int* isRoot) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int r = findRoot(parent, i);
+    label[i] = r;
+    isRoot[i] = r == i ? 1 : 0;
+}
+
+// Area and run count of each component (integer sums: any order).
+__global__ void componentSizesKernel(const Run* runs, int n, const int* label, const int* compOfRoot,
+                                     unsigned long long* area, int* nRuns) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int c = compOfRoot[label[i]];
+    atomicAdd(&area[c], static_cast<unsigned long long>(runs[i].x1 - runs[i].x0 + 1));
+    atomicAdd(&nRuns[c], 1);
+}
+
+__global__ void keepKernel(const unsigned long long* area, int nComp, int minArea, int* keep) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < nComp) keep[c] = area[c] >= static_cast<unsigned long long>(minArea) ? 1 : 0;
+}
+
+// Sort key of each run: its root's index among the kept components, nKept for the dropped ones.
+__global__ void runKeysKernel(const int* label, const int* compOfRoot, int n, const int* keep, const int* rootOfComp,
+                              int nKept, int* keys, int* index) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int c = compOfRoot[label[i]];
+    keys[i] = keep[c] ? rootOfComp[c] : nKept;
+    index[i] = i;
+}
+
+// Run counts of the kept components in order (the CSR's sizes).
+__global__ void keptCountsKernel(const int* nRuns, const int* keep, const int* rootOfComp, int nComp,
+                                 std::int64_t* counts) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < nComp && keep[c]) counts[rootOfComp[c]] = nRuns[c];
+}
+
+__global__ void gatherRunsKernel(const Run* runs, const int* order, int n, Run* out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = runs[order[i]];
+}
+
+template <class T> T downloadOne(DeviceContext& dc, const T* p) {
+    T v{};
+    GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(&v, p, sizeof(T), cudaMemcpyDeviceToHost, dc.stream()));
+    dc.synchronize();
+    return v;
+}
+
+// Exclusive sum of n values into out (n + 1 of them: out[n] is the total).
+template <class T> void exclusiveSum(DeviceContext& dc, const T* in, T* out, int n) {
+    std::size_t bytes = 0;
+    GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, n + 1, dc.stream()));
+    DeviceBuffer<unsigned char> tmp(dc, std::max<std::size_t>(bytes, 1));
+    GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), bytes, in, out, n + 1, dc.stream()));
+}
+
+__global__ void iotaKernel(int* v, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = i;
+}
+
+// core's detail::labelRoots on the device: the roots' runs (CSR, raster order inside each root) left in
+// dRootRuns / dRootStart and copied into rr.
+void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, int height, int minArea, detail::RootRuns& rr,
+                        DeviceBuffer<Run>& dRootRuns, DeviceBuffer<std::int64_t>& dRootStart) {
+    const cudaStream_t stream = dc.stream();
+    const int n = static_cast<int>(runs.size());
+    rr = {};
+    if (n == 0) return;
+    const int t = 256, g = gridFor(n, t);
+    DeviceBuffer<Run> dRuns(dc, n);
+    dc.uploadStaged(dRuns.get(), runs.data(), runs.size() * sizeof(Run));
+    DeviceBuffer<int> rowBegin(dc, height), rowEnd(dc, height);
+    rowBegin.zero();
+    rowEnd.zero();
+    rowRangesKernel<<<g, t, 0, stream>>>(dRuns.get(), n, rowBegin.get(), rowEnd.get());
+    checkLaunch("the row ranges");
+    DeviceBuffer<int> parent(dc, n), label(dc, n), isRoot(dc, n + 1), compOfRoot(dc, n + 1);
+    iotaKernel<<<g, t, 0, stream>>>(parent.get(), n);
+    checkLaunch("the union-find init");
+    uniteRunsKernel<<<g, t, 0, stream>>>(dRuns.get(), n, rowBegin.get(), rowEnd.get(), parent.get());
+    checkLaunch("the union-find");
+    isRoot.zero(); // isRoot[n] = 0 for the scan
+    flattenKernel<<<g, t, 0, stream>>>(parent.get(), n, label.get(), isRoot.get());
+    checkLaunch("the union-find flattening");
+    exclusiveSum(dc, isRoot.get(), compOfRoot.get(), n); // component of each root, in order of the roots
+    const int nComp = downloadOne(dc, compOfRoot.get() + n);
+    DeviceBuffer<unsigned long long> area(dc, nComp);
+    DeviceBuffer<int> nRuns(dc, nComp), keep(dc, nComp + 1), rootOfComp(dc, nComp + 1);
+    area.zero();
+    nRuns.zero();
+    keep.zero();
+    componentSizesKernel<<<g, t, 0, stream>>>(dRuns.get(), n, label.get(), compOfRoot.get(), area.get(), nRuns.get());
+    checkLaunch("the component sizes");
+    keepKernel<<<gridFor(nComp, t), t, 0, stream>>>(area.get(), nComp, minArea, keep.get());
+    checkLaunch("the minimum area");
+    exclusiveSum(dc, keep.get(), rootOfComp.get(), nComp);
+    const int nKept = downloadOne(dc, rootOfComp.get() + nComp);
+    if (nKept == 0) return;
+    // Runs ordered by root, stably (raster order inside each root); the dropped components' runs last.
+    DeviceBuffer<int> keys(dc, n), keysOut(dc, n), index(dc, n), order(dc, n);
+    runKeysKernel<<<g, t, 0, stream>>>(label.get(), compOfRoot.get(), n, keep.get(), rootOfComp.get(), nKept,
+                                       keys.get(), index.get());
+    checkLaunch("the run keys");
+    int bits = 1;
+    while ((1 << bits) <= nKept)
+        ++bits;
+    std::size_t bytes = 0;
+    GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys.get(), keysOut.get(), index.get(),
+                                                       order.get(), n, 0, bits, stream));
+    {
+        DeviceBuffer<unsigned char> tmp(dc, std::max<std::size_t>(bytes, 1));
+        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, keys.get(), keysOut.get(), index.get(),
+                                                           order.get(), n, 0, bits, stream));
+    }
+    DeviceBuffer<std::int64_t> counts(dc, nKept + 1);
+    counts.zero();
+    keptCountsKernel<<<gridFor(nComp, t), t, 0, stream>>>(nRuns.get(), keep.get(), rootOfComp.get(), nComp,
+                                                          counts.get());
+    checkLaunch("the root sizes");
+    dRootStart = DeviceBuffer<std::int64_t>(dc, nKept + 1);
+    exclusiveSum(dc, counts.get(), dRootStart.get(), nKept);
+    rr.start.resize(static_cast<std::size_t>(nKept) + 1);
+    dRootStart.download(rr.start.data(), rr.start.size());
+    dc.synchronize();
+    const auto nRootRuns = static_cast<int>(rr.start.back());
+    dRootRuns = DeviceBuffer<Run>(dc, nRootRuns);
+    gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRuns.get(), order.get(), nRootRuns, dRootRuns.get());
+    checkLaunch("the root runs");
+    rr.runs.resize(static_cast<std::size_t>(nRootRuns));
+    dc.downloadStaged(rr.runs.data(), dRootRuns.get(), rr.runs.size() * sizeof(Run));
+}
+
+} // namespace
+
+bool detectObjectsOnDevice(const DetectionParams& p) { return p.minArea >= 1 && p.minArea <= kMaxMinArea; }
+
+detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, const DeviceDetectionImages& im,
+                                      const DetectionParams& p, RunContext& ctx) {
+    detail::StepTimer timer;
+    const int threads = ctx.threadCount();
+    const cudaStream_t stream = dc.stream();
+    detail::DetectedObjects result;
+
+    // 2b. Labelling and the minimum area (host: the runs only).
+    // On the device (union-find); GPUPHOT_DETECTION_HOST_LABELS=1: core's labelRoots on the host.
+    detail::RootRuns rr;
+    DeviceBuffer<Run> dRootRuns;
+    DeviceBuffer<std::int64_t> dRootStart;
+    const bool hostLabels = std::getenv("GPUPHOT_DETECTION_HOST_LABELS") != nullptr;
+    if (hostLabels) rr = detail::labelRoots(runs, p.minArea);
+    else labelRootsOnDevice(dc, runs, im.height, p.minArea, rr, dRootRuns, dRootStart);
+    runs = {};
+    const std::size_t nRoots = rr.size();
+    result.nBeforeDeblend = nRoots;
+    timer.lap("labelling + minimum area");
+    ctx.report("detection", 0.35);
+    ctx.checkCancelled();
+    if (nRoots == 0) return result;
+
+    // 3. The roots that deblendObject examines beyond its first tests, and their peak count on the device.
+    std::vector<std::int32_t> cand;
+    if (p.deblendLevels >= 2) {
+        for (std::size_t k = 0; k < nRoots; ++k) {
+            std::int64_t area = 0;
+            for (std::int64_t j = rr.start[k]; j < rr.start[k + 1]; ++j)
+                area += rr.runs[j].x1 - rr.runs[j].x0 + 1;
+            if (area >= 2 * static_cast<std::int64_t>(p.minArea) && area >= 2)
+                cand.push_back(static_cast<std::int32_t>(k));
+        }
+    }
+    std::vector<std::int32_t> multi; // roots with two or more peaks
+    if (!cand.empty()) {
+        if (hostLabels) {
+            dRootRuns = DeviceBuffer<Run>(dc, rr.runs.size());
+            dRootStart = DeviceBuffer<std::int64_t>(dc, rr.start.size());
+            dc.uploadStaged(dRootRuns.get(), rr.runs.data(), rr.runs.size() * sizeof(Run));
+            dc.uploadStaged(dRootStart.get(), rr.start.data(), rr.start.size() * sizeof(std::int64_t));
+        }
+        DeviceBuffer<std::int32_t> dCand(dc, cand.size());
+        dCand.upload(cand.data(), cand.size());
+        DeviceBuffer<std::uint8_t> dPeaks(dc, cand.size());
+        peakCountKernel<<<gridFor(cand.size(), 128), 128, 0, stream>>>(
+            im, dRootRuns.get(), dRootStart.get(), dCand.get(), static_cast<int>(cand.size()), dPeaks.get());
+        checkLaunch("the peak count");
+        std::vector<std::uint8_t> peaks(cand.size());
+        dPeaks.download(peaks.data(), peaks.size());
+        dc.synchronize();
+        for (std::size_t c = 0; c < cand.size(); ++c)
+            if (peaks[c] >= 2) multi.push_back(cand[c]);
+    }
+    dRootRuns.reset();
+    dRootStart.reset();
+    timer.lap("peak count (device)");
+
+    // Deblending of the multi-peak roots on the host, from their boxes (one-pixel border) gathered on the device.
+    std::vector<detail::DeblendOutput> deblended(multi.size());
+    if (!multi.empty()) {
+        std::vector<Box> boxes(multi.size());
+        std::int64_t total = 0;
+        for (std::size_t m = 0; m < multi.size(); ++m) {
+            const std::int32_t k = multi[m];
+            std::int32_t xMin = rr.runs[rr.start[k]].x0, xMax = rr.runs[rr.start[k]].x1;
+            for (std::int64_t j = rr.start[k]; j < rr.start[k + 1]; ++j) {
+                xMin = std::min(xMin, rr.runs[j].x0);
+                xMax = std::max(xMax, rr.runs[j].x1);
+            }
+            const std::int32_t yMin = rr.runs[rr.start[k]].y, yMax = rr.runs[rr.start[k + 1] - 1].y;
+            Box& b = boxes[m];
+            b.x0 = std::max(0, xMin - 1);
+            b.y0 = std::max(0, yMin - 1);
+            b.w = std::min(im.width - 1, xMax + 1) - b.x0 + 1;
+            b.h = std::min(im.height - 1, yMax + 1) - b.y0 + 1;
+            b.off = total;
+            total += static_cast<std::int64_t>(b.w) * b.h;
+        }
+        DeviceBuffer<Box> dBoxes(dc, boxes.size());
+        dBoxes.upload(boxes.data(), boxes.size());
+        DeviceBuffer<float> dDet(dc, static_cast<std::size_t>(total)), dRms(dc, static_cast<std::size_t>(total));
+        gatherBoxesKernel<<<static_cast<int>(std::min<std::size_t>(boxes.size(), 65535)), 128, 0, stream>>>(
+            im, dBoxes.get(), static_cast<int>(boxes.size()), dDet.get(), dRms.get());
+        checkLaunch("the box gather");
+        std::vector<float> hDet(static_cast<std::size_t>(total)), hRms(static_cast<std::size_t>(total));
+        dDet.download(hDet.data(), hDet.size());
+        dRms.download(hRms.data(), hRms.size());
+        dc.synchronize();
+        timer.lap("box gather (device) + download");
+        detail::parallelFor(multi.size(), threads, 4, [&](std::int64_t m) {
+            const Box& b = boxes[m];
+            const std::int32_t k = multi[m];
+            detail::DetectionImages bim;
+            bim.width = im.width;
+            bim.height = im.height;
+            bim.det = ImageView{hDet.data() + b.off, b.w, b.h, b.w};
+            bim.rms = ImageView{hRms.data() + b.off, b.w, b.h, b.w};
+            bim.originX = b.x0;
+            bim.originY = b.y0;
+            bim.threshold = im.threshold;
+            bim.absolute = im.absolute;
+            const std::vector<Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+            detail::deblendObject(root, bim, p, deblended[m]);
+        });
+    }
+    // The objects in root order, children in deblending order (as core's detectObjects); filled in parallel
+    // (one allocation per object).
+    std::vector<std::int32_t> multiOf(nRoots, -1);
+    for (std::size_t m = 0; m < multi.size(); ++m)
+        multiOf[multi[m]] = static_cast<std::int32_t>(m);
+    std::vector<std::int64_t> firstObject(nRoots + 1, 0);
+    for (std::size_t k = 0; k < nRoots; ++k)
+        firstObject[k + 1] = firstObject[k] + (multiOf[k] < 0 ? 1 : static_cast<std::int64_t>(
+                                                                        deblended[multiOf[k]].children.size()));
+    std::vector<detail::Object> objects(static_cast<std::size_t>(firstObject[nRoots]));
+    detail::parallelFor(nRoots, threads, 1024, [&](std::int64_t k) {
+        detail::Object* out = objects.data() + firstObject[k];
+        if (multiOf[k] < 0) {
+            out->runs.assign(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+            return;
+        }
+        detail::DeblendOutput& d = deblended[multiOf[k]];
+        const std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
+        for (auto& c : d.children)
+            *out++ = detail::Object{std::move(c), fl};
+    });
+    deblended = {};
+    result.nDeblended = objects.size();
+    timer.lap("deblending (host) + objects");
+    ctx.report("detection", 0.6);
+    ctx.checkCancelled();
+
+    // 4. Isophotal and CLEAN sums on the device, the measurements and CLEAN on the host.
+    const std::size_t nObj = objects.size();
+    std::vector<std::int64_t> start(nObj + 1, 0);
+    for (std::size_t i = 0; i < nObj; ++i)
+        start[i + 1] = start[i] + static_cast<std::int64_t>(objects[i].runs.size());
+    std::vector<Run> flat(static_cast<std::size_t>(start[nObj]));
+    detail::parallelFor(nObj, threads, 1024, [&](std::int64_t i) {
+        std::copy(objects[i].runs.begin(), objects[i].runs.end(), flat.begin() + start[i]);
+    });
+    const bool clean = p.clean && nObj >= 2 && p.cleanParam > 0.0;
+    // The sums come back into the context's pinned memory (reused between frames: no page faults).
+    auto* sums = static_cast<detail::IsoSums*>(dc.pinned(kPinnedIsoSlot, nObj * sizeof(detail::IsoSums)));
+    auto* cleanPinned =
+        clean ? static_cast<detail::CleanSums*>(dc.pinned(kPinnedCleanSlot, nObj * sizeof(detail::CleanSums)))
+              : nullptr;
+    {
+        DeviceBuffer<Run> dRuns(dc, flat.size());
+        DeviceBuffer<std::int64_t> dStart(dc, start.size());
+        DeviceBuffer<detail::IsoSums> dIso(dc, nObj);
+        DeviceBuffer<detail::CleanSums> dClean(dc, clean ? nObj : 0);
+        dc.uploadStaged(dRuns.get(), flat.data(), flat.size() * sizeof(Run));
+        dc.uploadStaged(dStart.get(), start.data(), start.size() * sizeof(std::int64_t));
+        objectSumsKernel<<<gridFor((clean ? 2 : 1) * nObj, 128), 128, 0, stream>>>(im, dRuns.get(), dStart.get(), static_cast<int>(nObj),
+                                                                 p.gain, std::max(1, p.minArea), clean, dIso.get(),
+                                                                 dClean.get());
+        checkLaunch("the object sums");
+        dIso.download(sums, nObj);
+        if (clean) dClean.download(cleanPinned, nObj);
+        dc.synchronize();
+    }
+    flat = {};
+    timer.lap("object sums (device) + download");
+    std::vector<detail::IsoMeasure> iso(nObj);
+    detail::parallelFor(nObj, threads, 1024, [&](std::int64_t i) {
+        iso[i] = detail::finishIsophotal(sums[i], im.width, im.height);
+    });
+    std::vector<std::int32_t> target;
+    if (p.clean) target = clean ? detail::cleanTargetsFromSums(iso, cleanPinned, im.width, im.height, p, threads)
+                                : std::vector<std::int32_t>(nObj, -1);
+    timer.lap("measurements + CLEAN targets (host)");
+    detail::applyClean(std::move(objects), std::move(iso), target, result);
+    timer.lap("CLEAN merge (host)");
+    return result;
+}
+
+} // namespace gpuphot::cuda

@@ -1,0 +1,230 @@
+// cuda::finishDetection (kernels/detection_finish.cu) against core's detail::finishDetection on the same
+// objects: every Sources column bitwise and the segmentation map exactly, on sparse, crowded and masked
+// simulated fields, odd sizes, no objects and objects on the edges; the device map cache.
+// GPUPHOT_FINISH_BENCH=WxH:STARS (e.g. 14208x10656:134000) adds a timed comparison on a simulated frame of
+// that size (both finish steps, host wall times, warm; see docs/BENCHMARKS.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include "core/model/image.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/detection.hpp"
+#include "core/stages/detection_internal.hpp"
+#include "kernels/detection_finish.hpp"
+#include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
+
+namespace gpuphot {
+namespace {
+
+using cudatest::expectSameDetection;
+
+struct Inputs {
+    Image<float> image;
+    Image<std::uint8_t> mask;
+    BackgroundResult bkg;
+};
+
+Inputs fromSim(SimResult sim, RunContext& ctx) {
+    Inputs in{std::move(sim.image), std::move(sim.defects), {}};
+    in.bkg = cpu::estimateBackground(in.image.view(), in.mask.view(), BackgroundParams{}, ctx, nullptr);
+    return in;
+}
+
+// Both finish steps on the objects core's detectObjects finds; CPU vs CUDA compared bitwise.
+struct Finished {
+    DetectionResult cpu, gpu;
+    double cpuMs = 0.0, gpuMs = 0.0;
+};
+
+Finished finishBoth(const Inputs& in, const DetectionParams& p, int threads = 2, int gpuRepeats = 1) {
+    RunContext ctx = cudatest::testContext(Backend::Cpu, threads);
+    RunContext gctx = cudatest::testContext(Backend::Cuda, threads);
+    detail::PreparedDetection prep;
+    detail::prepareDetection(in.image.view(), in.mask.view(), in.bkg, p, threads, prep);
+    prep.im.releasableDet = nullptr; // the filtered image goes up first
+    detail::DetectedObjects found = detail::detectObjects(std::move(prep.runs), prep.im, p, ctx);
+
+    cuda::DeviceContext& dc = cuda::DeviceContext::of(gctx);
+    Finished f;
+    {
+        cuda::DeviceDetectionUpload up(dc, in.image.view(), in.bkg.level.view(), in.bkg.rms.view(),
+                                       p.filter ? prep.filtered.view() : ImageView{}, prep.state.view(),
+                                       p.threshold, p.thresholdIsAbsolute);
+        using Clock = std::chrono::steady_clock;
+        for (int r = 0; r < gpuRepeats; ++r) {
+            f.gpu = DetectionResult{};
+            detail::DetectedObjects copy = found;
+            const auto t0 = Clock::now();
+            cuda::finishDetection(dc, std::move(copy), up.images(), p, gctx, f.gpu);
+            f.gpuMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        }
+        const auto t0 = Clock::now();
+        detail::finishDetection(std::move(found), prep.im, p, ctx, f.cpu);
+        f.cpuMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        // The device map stays cached for the host map it was downloaded into.
+        EXPECT_NE(cuda::cachedSegmentation(dc, f.gpu.segmentation.view()), nullptr);
+        EXPECT_EQ(cuda::cachedSegmentation(dc, f.cpu.segmentation.view()), nullptr);
+        // A changed host map (object 1's first pixel, the first non-zero one in raster order) is not it.
+        std::int32_t* px = f.gpu.segmentation.data();
+        std::int32_t* const end = px + f.gpu.segmentation.pixelCount();
+        while (px != end && *px == 0)
+            ++px;
+        if (px != end) {
+            EXPECT_EQ(*px, 1);
+            *px = 0;
+            EXPECT_EQ(cuda::cachedSegmentation(dc, f.gpu.segmentation.view()), nullptr);
+            *px = 1;
+            EXPECT_NE(cuda::cachedSegmentation(dc, f.gpu.segmentation.view()), nullptr);
+        }
+    }
+    return f;
+}
+
+DetectionParams gainParams() {
+    DetectionParams p;
+    p.gain = 2.5; // the Poisson term of the window variance
+    return p;
+}
+
+TEST(CudaDetectionFinish, SparseFieldBitwise) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs in = fromSim(cudatest::simulateSmall(301, 257, 60, 11), ctx);
+    for (const auto& [name, p] : cudatest::detectionFilterCases()) {
+        SCOPED_TRACE(name);
+        const Finished f = finishBoth(in, p);
+        EXPECT_GT(f.cpu.sources.size(), 20u);
+        expectSameDetection(f.cpu, f.gpu);
+    }
+}
+
+TEST(CudaDetectionFinish, CrowdedFieldBitwise) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs in = fromSim(cudatest::simulateSmall(397, 311, 1800, 12), ctx);
+    for (DetectionParams p : {DetectionParams{}, gainParams()}) {
+        const Finished f = finishBoth(in, p);
+        EXPECT_GT(f.cpu.sources.size(), 300u);
+        EXPECT_GT(f.cpu.nDeblended, f.cpu.nBeforeDeblend); // blends were split
+        expectSameDetection(f.cpu, f.gpu);
+    }
+}
+
+TEST(CudaDetectionFinish, MaskedFieldBitwise) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    SimResult sim = cudatest::simulateSmall(263, 199, 400, 13);
+    // Blocks of every mask kind, NaN pixels, and a saturation level inside the stars' range.
+    const std::uint8_t kinds[] = {MaskBad, MaskCosmicRay, MaskSaturated, MaskNonFinite, MaskOutside};
+    for (int b = 0; b < 25; ++b) {
+        const int x0 = (b * 37) % 240, y0 = (b * 53) % 180;
+        for (int y = y0; y < y0 + 4 + b % 5; ++y)
+            for (int x = x0; x < x0 + 3 + b % 7; ++x)
+                sim.defects(x, y) |= kinds[b % 5];
+    }
+    for (int k = 0; k < 40; ++k)
+        sim.image((k * 71) % 263, (k * 29) % 199) = std::numeric_limits<float>::quiet_NaN();
+    Inputs in{std::move(sim.image), std::move(sim.defects), {}};
+    for (int y = 0; y < in.image.height(); ++y)
+        for (int x = 0; x < in.image.width(); ++x)
+            if (!std::isfinite(in.image(x, y))) in.mask(x, y) |= MaskNonFinite;
+    in.bkg = cpu::estimateBackground(in.image.view(), in.mask.view(), BackgroundParams{}, ctx, nullptr);
+    DetectionParams p = gainParams();
+    p.saturationLevel = 3000.0;
+    const Finished f = finishBoth(in, p);
+    EXPECT_GT(f.cpu.sources.size(), 100u);
+    expectSameDetection(f.cpu, f.gpu);
+}
+
+// Bright blobs in the corners and on the edges of an odd-sized frame: windows clipped by the edges.
+TEST(CudaDetectionFinish, EdgeObjectsOddSize) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    const int w = 67, h = 45;
+    Inputs in{Image<float>(w, h, 100.0f), Image<std::uint8_t>(w, h, 0), {}};
+    cudatest::SplitMix64 rng(5);
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            in.image(x, y) += rng.normal(0.0f, 3.0f);
+    const double blobs[][3] = {{0, 0, 1.5}, {66, 0, 2.0}, {0, 44, 1.2}, {66, 44, 2.5}, {33, 0, 1.8},
+                               {0, 22, 1.0}, {66, 20, 3.0}, {30, 44, 1.6}, {33, 22, 2.2}, {36, 24, 1.4}};
+    for (const auto& b : blobs)
+        for (int y = 0; y < h; ++y)
+            for (int x = 0; x < w; ++x) {
+                const double r2 = (x - b[0]) * (x - b[0]) + (y - b[1]) * (y - b[1]);
+                in.image(x, y) += static_cast<float>(800.0 * std::exp(-0.5 * r2 / (b[2] * b[2])));
+            }
+    BackgroundParams bp;
+    bp.meshSize = 16;
+    in.bkg = cpu::estimateBackground(in.image.view(), in.mask.view(), bp, ctx, nullptr);
+    for (const auto& [name, p] : cudatest::detectionFilterCases()) {
+        SCOPED_TRACE(name);
+        const Finished f = finishBoth(in, p);
+        EXPECT_GE(f.cpu.sources.size(), 8u);
+        bool edge = false;
+        for (std::size_t k = 0; k < f.cpu.sources.size(); ++k)
+            edge |= f.cpu.sources.xMin[k] == 0 || f.cpu.sources.yMin[k] == 0 ||
+                    f.cpu.sources.xMax[k] == w - 1 || f.cpu.sources.yMax[k] == h - 1;
+        EXPECT_TRUE(edge);
+        expectSameDetection(f.cpu, f.gpu);
+    }
+}
+
+TEST(CudaDetectionFinish, NoObjects) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    const int w = 33, h = 17;
+    Inputs in{Image<float>(w, h, 50.0f), Image<std::uint8_t>(w, h, 0), {}};
+    cudatest::SplitMix64 rng(9);
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            in.image(x, y) += rng.normal(0.0f, 2.0f);
+    BackgroundParams bp;
+    bp.meshSize = 16;
+    in.bkg = cpu::estimateBackground(in.image.view(), in.mask.view(), bp, ctx, nullptr);
+    DetectionParams p;
+    p.threshold = 100.0;
+    const Finished f = finishBoth(in, p);
+    EXPECT_EQ(f.cpu.sources.size(), 0u);
+    expectSameDetection(f.cpu, f.gpu);
+}
+
+// GPUPHOT_FINISH_BENCH=WxH:STARS: the two finish steps on a simulated frame of that size, timed (warm GPU
+// run of three) and compared bitwise.
+TEST(CudaDetectionFinish, Benchmark) {
+    REQUIRE_DEVICE();
+    const char* spec = std::getenv("GPUPHOT_FINISH_BENCH");
+    if (!spec) GTEST_SKIP() << "GPUPHOT_FINISH_BENCH not set";
+    int w = 0, h = 0, stars = 0;
+    ASSERT_EQ(std::sscanf(spec, "%dx%d:%d", &w, &h, &stars), 3) << spec;
+    const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    RunContext ctx = cudatest::testContext(Backend::Cpu, threads);
+    SimParams sp;
+    sp.width = w;
+    sp.height = h;
+    sp.stars = stars;
+    sp.seed = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Inputs in = fromSim(simulateField(sp, &ctx), ctx);
+    std::fprintf(stderr, "finish bench: simulated + background in %.1f s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const Finished f = finishBoth(in, DetectionParams{}, threads, 3);
+    std::fprintf(stderr, "finish bench %dx%d, %zu sources, %d threads: cpu finishDetection %.1f ms, "
+                 "cuda finishDetection %.1f ms (warm, host wall)\n",
+                 w, h, f.cpu.sources.size(), threads, f.cpuMs, f.gpuMs);
+    expectSameDetection(f.cpu, f.gpu);
+}
+
+} // namespace
+} // namespace gpuphot

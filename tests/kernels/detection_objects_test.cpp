@@ -1,0 +1,231 @@
+// The CUDA per-object half of detection (kernels/detection_objects.cu) against core's detail::detectObjects:
+// the same objects, runs, flags and isophotal measurements bit for bit, and the same order, on sparse,
+// crowded (Plummer clusters), saturated and masked fields, with each filter path, odd sizes and a field
+// without objects; and the whole CUDA detection against the CPU one on a crowded field.
+#include <cuda_runtime.h> // __host__ / __device__ for detection_device.cuh
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/model/flags.hpp"
+#include "core/sim/simulator.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/detection.hpp"
+#include "core/stages/detection_internal.hpp"
+#include "kernels/cuda_stages_impl.hpp"
+#include "kernels/detection_device.cuh"
+#include "kernels/detection_objects.hpp"
+#include "kernels/device_context.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
+
+namespace gpuphot {
+namespace {
+
+using cudatest::cpuContext;
+using cudatest::cudaContext;
+
+template <class T> bool sameField(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+
+::testing::AssertionResult sameIso(const detail::IsoMeasure& a, const detail::IsoMeasure& b) {
+#define GPUPHOT_ISO_FIELD(f)                                                                                      \
+    if (!sameField(a.f, b.f)) return ::testing::AssertionFailure() << #f << ": " << a.f << " vs " << b.f;
+    GPUPHOT_ISO_FIELD(flux)
+    GPUPHOT_ISO_FIELD(fluxVar)
+    GPUPHOT_ISO_FIELD(area)
+    GPUPHOT_ISO_FIELD(xIso)
+    GPUPHOT_ISO_FIELD(yIso)
+    GPUPHOT_ISO_FIELD(x2)
+    GPUPHOT_ISO_FIELD(y2)
+    GPUPHOT_ISO_FIELD(xy)
+    GPUPHOT_ISO_FIELD(a)
+    GPUPHOT_ISO_FIELD(b)
+    GPUPHOT_ISO_FIELD(theta)
+    GPUPHOT_ISO_FIELD(cxx)
+    GPUPHOT_ISO_FIELD(cyy)
+    GPUPHOT_ISO_FIELD(cxy)
+    GPUPHOT_ISO_FIELD(peak)
+    GPUPHOT_ISO_FIELD(detPeak)
+    GPUPHOT_ISO_FIELD(detPeakX)
+    GPUPHOT_ISO_FIELD(detPeakY)
+    GPUPHOT_ISO_FIELD(thrAtPeak)
+    GPUPHOT_ISO_FIELD(xMin)
+    GPUPHOT_ISO_FIELD(xMax)
+    GPUPHOT_ISO_FIELD(yMin)
+    GPUPHOT_ISO_FIELD(yMax)
+    GPUPHOT_ISO_FIELD(flags)
+#undef GPUPHOT_ISO_FIELD
+    return ::testing::AssertionSuccess();
+}
+
+void expectSameObjects(const detail::DetectedObjects& c, const detail::DetectedObjects& g) {
+    EXPECT_EQ(c.nBeforeDeblend, g.nBeforeDeblend);
+    EXPECT_EQ(c.nDeblended, g.nDeblended);
+    EXPECT_EQ(c.nCleaned, g.nCleaned);
+    ASSERT_EQ(c.objects.size(), g.objects.size());
+    ASSERT_EQ(c.iso.size(), g.iso.size());
+    ASSERT_EQ(c.objects.size(), c.iso.size());
+    for (std::size_t i = 0; i < c.objects.size(); ++i) {
+        const auto& a = c.objects[i];
+        const auto& b = g.objects[i];
+        EXPECT_EQ(a.flags, b.flags) << "object " << i;
+        ASSERT_EQ(a.runs.size(), b.runs.size()) << "object " << i;
+        for (std::size_t r = 0; r < a.runs.size(); ++r) {
+            ASSERT_EQ(a.runs[r].y, b.runs[r].y) << "object " << i << " run " << r;
+            ASSERT_EQ(a.runs[r].x0, b.runs[r].x0) << "object " << i << " run " << r;
+            ASSERT_EQ(a.runs[r].x1, b.runs[r].x1) << "object " << i << " run " << r;
+        }
+        ASSERT_TRUE(sameIso(c.iso[i], g.iso[i])) << "object " << i;
+    }
+}
+
+// Both detectObjects on one frame: the CPU's on core's images, the device's on the frame, the maps and
+// the CPU's filtered image and states uploaded. Returns the CPU's result.
+detail::DetectedObjects compareObjects(const ImageView& image, const MaskView& mask, const DetectionParams& p,
+                                       const std::string& what) {
+    SCOPED_TRACE(what);
+    RunContext c = cpuContext();
+    const BackgroundResult bkg = estimateBackground(image, mask, BackgroundParams{}, c);
+    detail::PreparedDetection prep;
+    detail::prepareDetection(image, mask, bkg, p, 2, prep);
+    const detail::DetectedObjects cpu = detail::detectObjects(prep.runs, prep.im, p, c);
+
+    RunContext g = cudaContext();
+    cuda::DeviceContext& dc = cuda::DeviceContext::of(g);
+    const int w = image.width, h = image.height;
+    const std::size_t n = static_cast<std::size_t>(w) * h;
+    cuda::DeviceBuffer<float> frame(dc, n), level(dc, n), rms(dc, n), det(dc, p.filter ? n : 0);
+    cuda::DeviceBuffer<std::uint8_t> state(dc, n);
+    std::vector<float> px(n);
+    for (int y = 0; y < h; ++y)
+        std::memcpy(px.data() + static_cast<std::size_t>(y) * w, image.row(y), sizeof(float) * w);
+    frame.upload(px.data(), n);
+    level.upload(bkg.level.data(), n);
+    rms.upload(bkg.rms.data(), n);
+    state.upload(prep.state.data(), n);
+    if (p.filter) det.upload(prep.filtered.data(), n);
+    cuda::DeviceDetectionImages dim;
+    dim.width = w;
+    dim.height = h;
+    dim.frame = frame.get();
+    dim.level = level.get();
+    dim.rms = rms.get();
+    dim.det = p.filter ? det.get() : nullptr;
+    dim.state = state.get();
+    dim.threshold = p.threshold;
+    dim.absolute = p.thresholdIsAbsolute;
+    dc.synchronize();
+    const detail::DetectedObjects gpu = cuda::detectObjects(dc, prep.runs, dim, p, g);
+    expectSameObjects(cpu, gpu);
+    return cpu;
+}
+
+SimResult crowdedField(int w, int h, int stars, std::uint64_t seed) {
+    SimParams sp;
+    sp.width = w;
+    sp.height = h;
+    sp.stars = stars;
+    sp.seed = seed;
+    sp.clusters = 2;
+    sp.clusterRadius = 18.0;
+    sp.clusterFraction = 0.6;
+    return simulateField(sp);
+}
+
+TEST(DetectionObjectsCuda, SparseFieldEachFilter) {
+    REQUIRE_DEVICE();
+    const SimResult sim = cudatest::simulateSmall(256, 200, 150, 11);
+    for (const auto& [name, p] : cudatest::detectionFilterCases())
+        compareObjects(sim.image.view(), sim.defects.view(), p, "sparse, " + name);
+}
+
+TEST(DetectionObjectsCuda, CrowdedFieldsDeblend) {
+    REQUIRE_DEVICE();
+    std::size_t split = 0;
+    for (std::uint64_t seed : {3u, 4u}) {
+        const SimResult sim = crowdedField(301, 257, 1500, seed);
+        for (const auto& [name, p] : cudatest::detectionFilterCases()) {
+            const auto cpu = compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, " + name);
+            split += cpu.nDeblended - cpu.nBeforeDeblend;
+        }
+        DetectionParams p;
+        p.deblendContrast = 0.0; // every significant branch splits
+        p.deblendMaxChildren = 3; // overflows
+        compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, contrast 0, 3 children");
+        p = DetectionParams{};
+        p.clean = false;
+        p.minArea = 3;
+        compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, no CLEAN, minArea 3");
+        p = DetectionParams{};
+        p.deblendLevels = 1;
+        p.thresholdIsAbsolute = true;
+        p.threshold = 40.0;
+        compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, no deblending, absolute threshold");
+    }
+    EXPECT_GT(split, 10u) << "the crowded fields must exercise the deblending";
+}
+
+TEST(DetectionObjectsCuda, SaturatedAndMaskedOddSize) {
+    REQUIRE_DEVICE();
+    SimResult sim = crowdedField(197, 131, 600, 7);
+    // Invalid pixels: a NaN block and a masked-outside strip; bad pixels: a masked column.
+    for (int y = 40; y < 46; ++y)
+        for (int x = 60; x < 70; ++x)
+            sim.image(x, y) = std::numeric_limits<float>::quiet_NaN();
+    for (int y = 0; y < sim.image.height(); ++y) {
+        sim.defects(3, y) |= MaskOutside;
+        sim.defects(120, y) |= MaskBad;
+    }
+    for (int x = 0; x < sim.image.width(); ++x)
+        sim.defects(x, 100) |= MaskNonFinite;
+    DetectionParams p;
+    float mx = 0.0f;
+    for (int y = 0; y < sim.image.height(); ++y)
+        for (int x = 0; x < sim.image.width(); ++x)
+            if (std::isfinite(sim.image(x, y))) mx = std::max(mx, sim.image(x, y));
+    p.saturationLevel = 0.3 * mx; // the bright cores saturated
+    const auto cpu = compareObjects(sim.image.view(), sim.defects.view(), p, "saturated and masked");
+    bool saturated = false, bad = false, edge = false;
+    for (const auto& m : cpu.iso) {
+        saturated |= (m.flags & FlagSaturated) != 0;
+        bad |= (m.flags & FlagBadPixels) != 0;
+        edge |= (m.flags & FlagEdge) != 0;
+    }
+    EXPECT_TRUE(saturated && bad && edge) << "the field must exercise every flag";
+    p.filter = false;
+    compareObjects(sim.image.view(), sim.defects.view(), p, "saturated and masked, no filter");
+}
+
+TEST(DetectionObjectsCuda, NoObjects) {
+    REQUIRE_DEVICE();
+    Image<float> flat(64, 48, 100.0f);
+    for (int y = 0; y < 48; ++y)
+        for (int x = 0; x < 64; ++x)
+            flat(x, y) += 0.01f * static_cast<float>((x * 7 + y * 13) % 5);
+    DetectionParams p;
+    p.threshold = 1e6;
+    const auto cpu = compareObjects(flat.view(), MaskView{}, p, "no objects");
+    EXPECT_EQ(cpu.objects.size(), 0u);
+}
+
+// The whole CUDA stage (device per-object half and finish) against the CPU stage.
+TEST(DetectionObjectsCuda, WholeStageMatchesCpuOnCrowdedField) {
+    REQUIRE_DEVICE();
+    const SimResult sim = crowdedField(333, 301, 2000, 9);
+    RunContext c = cpuContext();
+    const BackgroundResult bkg = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, c);
+    for (const auto& [name, p] : cudatest::detectionFilterCases()) {
+        SCOPED_TRACE(name);
+        RunContext g = cudaContext();
+        const DetectionResult dc = cpu::detectSources(sim.image.view(), sim.defects.view(), bkg, p, c);
+        const DetectionResult dg = cuda::detectSources(sim.image.view(), sim.defects.view(), bkg, p, g);
+        EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "whole");
+        cudatest::expectSameDetection(dc, dg);
+    }
+}
+
+} // namespace
+} // namespace gpuphot
