@@ -53,7 +53,7 @@ template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generat
         mix(&v(0, v.height - 1), sizeof(T));
         mix(&v(v.width - 1, 0), sizeof(T));
     }
-    return {v.data, v.width, v.height, v.stride, generation, h};
+    return {v.data, v.width, v.height, v.stride, generation, h, v.serial};
 }
 template ViewKey viewKey<float>(const ImageViewT<float>&, std::uint64_t);
 template ViewKey viewKey<std::uint8_t>(const ImageViewT<std::uint8_t>&, std::uint64_t);

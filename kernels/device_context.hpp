@@ -32,14 +32,16 @@ namespace cuda {
 template <class T> class DeviceBuffer;
 
 // Identity of a host view for the device caches (frame, background maps, prepare's masters): pointer,
-// size, stride, a generation counter and a sampled fingerprint (FNV-1a over about 4096 elements spread
-// over the view and its corners: a cheap guard against a new image that reuses a freed one's address).
+// size, stride, the owning Image's allocation serial (a new image at a freed one's address differs from
+// it even when only a few pixels differ), a generation counter (in-place edits) and a sampled fingerprint
+// (FNV-1a over about 4096 elements spread over the view and its corners: views of foreign memory).
 struct ViewKey {
     const void* ptr = nullptr;
     int width = 0, height = 0;
     std::ptrdiff_t stride = 0;
     std::uint64_t generation = 0;
     std::uint64_t print = 0;
+    std::uint64_t serial = 0; // the owning Image's allocation serial (ImageViewT::serial)
     bool operator==(const ViewKey&) const = default;
 };
 // Defined for float, std::uint8_t and std::int32_t views.

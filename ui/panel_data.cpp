@@ -37,16 +37,6 @@ void finiteRange(MapData& m) {
     m.maxValue = hi;
 }
 
-double median(std::vector<double> v) {
-    v.erase(std::remove_if(v.begin(), v.end(), [](double a) { return !std::isfinite(a); }), v.end());
-    if (v.empty()) return kNaN;
-    const std::size_t h = v.size() / 2;
-    std::nth_element(v.begin(), v.begin() + h, v.end());
-    double m = v[h];
-    if (v.size() % 2 == 0) m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + h));
-    return m;
-}
-
 } // namespace
 
 // ---- zero point ------------------------------------------------------------------------------------

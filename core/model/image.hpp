@@ -3,6 +3,7 @@
 // zero-filling when asked, so a 151-megapixel read is one pass), ImageViewT<T> is a non-owning view
 // (strips, tiles, stage inputs). Coordinates inside the code are 0-based, pixel centres at integers.
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
@@ -15,13 +16,17 @@ template <class T> struct ImageViewT {
     int width = 0;
     int height = 0;
     std::ptrdiff_t stride = 0; // elements between the starts of two rows
+    // Allocation serial of the owning Image (Image::view() sets it; 0: unknown, e.g. a view of foreign
+    // memory). The device caches key on it, so a new image that reuses a freed one's address and differs
+    // from it in a few pixels is never taken for it.
+    std::uint64_t serial = 0;
 
     const T& operator()(int x, int y) const { return data[static_cast<std::ptrdiff_t>(y) * stride + x]; }
     const T* row(int y) const { return data + static_cast<std::ptrdiff_t>(y) * stride; }
     std::size_t pixelCount() const { return static_cast<std::size_t>(width) * static_cast<std::size_t>(height); }
     bool empty() const { return width <= 0 || height <= 0 || data == nullptr; }
     // Rows [y0, y0+h) as a view of the same pixels.
-    ImageViewT strip(int y0, int h) const { return {row(y0), width, h, stride}; }
+    ImageViewT strip(int y0, int h) const { return {row(y0), width, h, stride, serial}; }
 };
 
 using ImageView = ImageViewT<float>;
@@ -36,6 +41,12 @@ enum MaskBits : std::uint8_t {
     MaskOutside = 16,   // outside the valid data section
 };
 
+// A process-wide serial for every allocation of image pixels (never 0).
+inline std::uint64_t nextImageSerial() {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 template <class T> class Image {
 public:
     struct NoInit {};
@@ -47,7 +58,7 @@ public:
     // Allocates without initialising: the caller overwrites every pixel.
     Image(int width, int height, NoInit)
         : m_data(std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(width) * height)), m_width(width),
-          m_height(height) {
+          m_height(height), m_serial(nextImageSerial()) {
         assert(width >= 0 && height >= 0);
     }
     Image(const Image& o) : Image(o.m_width, o.m_height, NoInit{}) {
@@ -73,12 +84,14 @@ public:
     T& operator()(int x, int y) { return row(y)[x]; }
     const T& operator()(int x, int y) const { return row(y)[x]; }
 
-    ImageViewT<T> view() const { return {m_data.get(), m_width, m_height, m_width}; }
+    ImageViewT<T> view() const { return {m_data.get(), m_width, m_height, m_width, m_serial}; }
+    std::uint64_t serial() const { return m_serial; } // changes with every allocation, not with writes
 
 private:
     std::unique_ptr<T[]> m_data;
     int m_width = 0;
     int m_height = 0;
+    std::uint64_t m_serial = 0;
 };
 
 } // namespace gpuphot

@@ -284,3 +284,27 @@ TEST(CudaMemory, StagesUnderBudgetRecordTheirPlans) {
                                               ApertureParams{}, c2),
                         a);
 }
+
+// The device caches' key tells two images apart by their allocation serial even where address, size
+// and every sampled pixel agree (a new mask at a freed one's address differing in a few pixels); the
+// same image (and a moved one) keeps its key. Host code: runs without a device.
+TEST(CudaMemory, ViewKeyTellsReallocatedImagesApart) {
+    Image<std::uint8_t> a(300, 200, 0);
+    Image<std::uint8_t> b(300, 200, 0);
+    // Same content, and a view of b faked at a's address: only the serial differs.
+    MaskView bv = b.view();
+    bv.data = a.data();
+    EXPECT_EQ(cuda::viewKey(a.view()).print, cuda::viewKey(bv).print);
+    EXPECT_NE(a.serial(), b.serial());
+    EXPECT_FALSE(cuda::viewKey(a.view()) == cuda::viewKey(bv));
+    EXPECT_TRUE(cuda::viewKey(a.view()) == cuda::viewKey(a.view()));
+    const cuda::ViewKey before = cuda::viewKey(a.view());
+    Image<std::uint8_t> moved(std::move(a));
+    EXPECT_TRUE(cuda::viewKey(moved.view()) == before);
+    const Image<std::uint8_t> copied(moved);
+    EXPECT_NE(copied.serial(), moved.serial());
+    // A strip keeps the serial; a view of foreign memory has none.
+    EXPECT_EQ(moved.view().strip(10, 20).serial, moved.serial());
+    const std::vector<std::uint8_t> foreign(100, 0);
+    EXPECT_EQ((MaskView{foreign.data(), 10, 10, 10}).serial, 0u);
+}
