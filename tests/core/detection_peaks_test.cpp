@@ -16,6 +16,7 @@
 #include "core/stages/background.hpp"
 #include "core/stages/detection.hpp"
 #include "core/stages/detection_internal.hpp"
+#include "tests/core/test_fields.hpp"
 
 namespace gpuphot {
 namespace {
@@ -57,22 +58,10 @@ std::size_t checkField(const SimResult& sim, const DetectionParams& p, const std
     return decided;
 }
 
-SimResult crowded(int w, int h, int stars, std::uint64_t seed) {
-    SimParams sp;
-    sp.width = w;
-    sp.height = h;
-    sp.stars = stars;
-    sp.seed = seed;
-    sp.clusters = 2;
-    sp.clusterRadius = 18.0;
-    sp.clusterFraction = 0.6;
-    return simulateField(sp);
-}
-
 TEST(DetectionPeaks, ShortcutNeverChangesTheDeblending) {
     std::size_t decided = 0;
     for (std::uint64_t seed : {21u, 22u}) {
-        const SimResult sim = crowded(300, 260, 1500, seed);
+        const SimResult sim = test::clusteredField(300, 260, 1500, seed);
         DetectionParams p;
         decided += checkField(sim, p, "default");
         p.filter = false;
@@ -86,7 +75,7 @@ TEST(DetectionPeaks, ShortcutNeverChangesTheDeblending) {
 }
 
 TEST(DetectionPeaks, ShortcutWithInvalidPixelsNextToStars) {
-    SimResult sim = crowded(240, 200, 900, 23);
+    SimResult sim = test::clusteredField(240, 200, 900, 23);
     // NaN blocks and masked columns through the clusters: their filtered values are arbitrary.
     for (int y = 90; y < 110; ++y)
         for (int x = 100; x < 104; ++x)

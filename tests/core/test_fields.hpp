@@ -51,6 +51,19 @@ inline void expectSameFit(const TanSip& a, const TanSip& b) {
 
 // The cosmic-ray test field (CPU tests and GPU comparisons): 512x448, 700 stars (a few saturated),
 // sky 300 ADU, gain 1.5, read noise 6, FWHM 3 px, `cosmicRays` tracks up to 12 px long.
+// A crowded field: `stars` stars of which 60% in two Plummer clusters of 18 px (deblending tests).
+inline SimResult clusteredField(int w, int h, int stars, std::uint64_t seed) {
+    SimParams sp;
+    sp.width = w;
+    sp.height = h;
+    sp.stars = stars;
+    sp.seed = seed;
+    sp.clusters = 2;
+    sp.clusterRadius = 18.0;
+    sp.clusterFraction = 0.6;
+    return simulateField(sp);
+}
+
 inline SimParams cosmicRayFieldParams(int cosmicRays, std::uint64_t seed = 7) {
     SimParams p;
     p.width = 512;

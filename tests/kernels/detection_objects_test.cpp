@@ -20,6 +20,7 @@
 #include "kernels/detection_device.cuh"
 #include "kernels/detection_objects.hpp"
 #include "kernels/device_context.hpp"
+#include "tests/core/test_fields.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 namespace gpuphot {
@@ -123,18 +124,6 @@ detail::DetectedObjects compareObjects(const ImageView& image, const MaskView& m
     return cpu;
 }
 
-SimResult crowdedField(int w, int h, int stars, std::uint64_t seed) {
-    SimParams sp;
-    sp.width = w;
-    sp.height = h;
-    sp.stars = stars;
-    sp.seed = seed;
-    sp.clusters = 2;
-    sp.clusterRadius = 18.0;
-    sp.clusterFraction = 0.6;
-    return simulateField(sp);
-}
-
 TEST(DetectionObjectsCuda, SparseFieldEachFilter) {
     REQUIRE_DEVICE();
     const SimResult sim = cudatest::simulateSmall(256, 200, 150, 11);
@@ -146,7 +135,7 @@ TEST(DetectionObjectsCuda, CrowdedFieldsDeblend) {
     REQUIRE_DEVICE();
     std::size_t split = 0;
     for (std::uint64_t seed : {3u, 4u}) {
-        const SimResult sim = crowdedField(301, 257, 1500, seed);
+        const SimResult sim = test::clusteredField(301, 257, 1500, seed);
         for (const auto& [name, p] : cudatest::detectionFilterCases()) {
             const auto cpu = compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, " + name);
             split += cpu.nDeblended - cpu.nBeforeDeblend;
@@ -170,7 +159,7 @@ TEST(DetectionObjectsCuda, CrowdedFieldsDeblend) {
 
 TEST(DetectionObjectsCuda, SaturatedAndMaskedOddSize) {
     REQUIRE_DEVICE();
-    SimResult sim = crowdedField(197, 131, 600, 7);
+    SimResult sim = test::clusteredField(197, 131, 600, 7);
     // Invalid pixels: a NaN block and a masked-outside strip; bad pixels: a masked column.
     for (int y = 40; y < 46; ++y)
         for (int x = 60; x < 70; ++x)
@@ -214,7 +203,7 @@ TEST(DetectionObjectsCuda, NoObjects) {
 // The whole CUDA stage (device per-object half and finish) against the CPU stage.
 TEST(DetectionObjectsCuda, WholeStageMatchesCpuOnCrowdedField) {
     REQUIRE_DEVICE();
-    const SimResult sim = crowdedField(333, 301, 2000, 9);
+    const SimResult sim = test::clusteredField(333, 301, 2000, 9);
     RunContext c = cpuContext();
     const BackgroundResult bkg = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, c);
     for (const auto& [name, p] : cudatest::detectionFilterCases()) {
