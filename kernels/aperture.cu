@@ -2,15 +2,20 @@
 // kernels behind detail::ApertureEngine, so that core's driver (validation, sky fallbacks, flags, errors,
 // curve of growth, aperture correction, optimal radius choice: all on the host) gives bitwise the CPU
 // stage's numbers:
-//   - local sky: per-source annulus counts, an exclusive scan (CUB), the annulus values as order-preserving
-//     keys, a segmented sort of each source's keys (CUB DeviceSegmentedSort: any correct sort of these
-//     totally ordered integers gives the CPU's radix-sorted array; GPUPHOT_APERTURE_HEAPSORT=1 sorts with
-//     one thread per source instead, the earlier way), then one thread per source: the clipped statistics
-//     (the prefix sums that the CPU keeps in arrays are recomputed by the same running sums);
+//   - local sky: one block per source (skyBlockKernel: the annulus keys gathered in shared memory, a bitonic
+//     sort there, one thread's clipped statistics) when the annulus fits 8192 keys; otherwise, or with
+//     GPUPHOT_APERTURE_SKY=split, per-source annulus counts, an exclusive scan (CUB), the annulus values as
+//     order-preserving keys, a segmented sort of each source's keys (CUB DeviceSegmentedSort; with
+//     GPUPHOT_APERTURE_HEAPSORT=1 one thread per source sorts instead), then one thread per source: the
+//     clipped statistics. Any correct sort of these totally ordered integers gives the CPU's radix-sorted
+//     array; the prefix sums that the CPU keeps in arrays are recomputed by the same running sums;
 //   - circular apertures: one thread per (source, radius) summing the pixels that radius cuts (exact
-//     overlap) and the pixels it is the first to hold wholly, in raster order in double; a second kernel
-//     adds the "whole pixel" parts over the radii as the CPU does;
-//   - Kron: one thread per source (first moment, then the exact elliptical sum).
+//     overlap) and the pixels it is the first to hold wholly, in raster order in double (or one warp each,
+//     GPUPHOT_APERTURE_CIRCLE=warp); a second kernel adds the "whole pixel" parts over the radii as the CPU
+//     does;
+//   - Kron: one warp per source (first moment, then the exact elliptical sum; lanes compute the pixels'
+//     terms, every lane adds them in raster order), or one thread per source (GPUPHOT_APERTURE_KRON=thread).
+// Results come down through the DeviceContext's reusable pinned buffers.
 // No atomics; every sum has one fixed order. Pixels and mask come from the DeviceContext's frame cache,
 // the background maps from its background cache; the segmentation map is the detection's device copy when
 // it is still cached (kernels/detection_finish.hpp), else uploaded per call.
@@ -23,8 +28,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,7 @@
 #include "kernels/detection_finish.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
+#include "kernels/host_copy.hpp"
 
 namespace gpuphot::cuda {
 
@@ -229,6 +237,214 @@ __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::siz
     }
 }
 
+// Block-per-source local sky (the default; GPUPHOT_APERTURE_SKY=split: the count/scan/fill/segmented-sort
+// path above): the annulus pixels' keys gathered into shared memory (warps over rows, lanes over a row's
+// span, slots from a shared counter: the gathered order is arbitrary, and irrelevant, the keys being totally
+// ordered integers that are sorted next), a bitonic sort there (padded with 0xFFFFFFFF, above the key of
+// every finite value), then thread 0's clipped statistics of the sorted keys read as values. cap: the shared
+// array's length, a power of two >= annulusSideBound(rout)^2. est.n = -1: more pixels than cap (cannot
+// happen; the host checks).
+struct SortedKeyValues {
+    const std::uint32_t* k;
+    GPUPHOT_HD float operator[](std::size_t i) const {
+        const std::uint32_t bits = detail::keyBits(k[i]);
+        float v;
+        std::memcpy(&v, &bits, sizeof v);
+        return v;
+    }
+};
+
+__global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const double* cys, std::size_t n,
+                               double rin, double rout, int cap, detail::SkyParamsHD p, SkyEstimate* out) {
+    extern __shared__ std::uint32_t skyKeys[];
+    __shared__ int count;
+    const double rin2 = rin * rin, rout2 = rout * rout;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nWarps = blockDim.x >> 5;
+    const int minPixels = p.minPixels > 2 ? p.minPixels : 2;
+    for (std::size_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const double cx = cxs[i], cy = cys[i];
+        if (threadIdx.x == 0) count = 0;
+        __syncthreads();
+        int y0, y1;
+        detail::annulusRows(in, cy, rout, y0, y1);
+        for (int y = y0 + warp; y <= y1; y += nWarps) {
+            double dy2;
+            int xa, xb;
+            if (!detail::annulusRowSpan(in, cx, cy, rout2, y, dy2, xa, xb)) continue;
+            for (int x = xa + lane; x <= xb; x += 32) {
+                float v;
+                if (detail::annulusPixel(in, cx, rin2, rout2, x, y, dy2, v)) {
+                    const int slot = atomicAdd(&count, 1);
+                    if (slot < cap) skyKeys[slot] = detail::floatKey(__float_as_uint(v));
+                }
+            }
+        }
+        __syncthreads();
+        const int c = count; // the same in every thread: the branches below are uniform
+        if (c <= cap && c >= minPixels) {
+            int n2 = 1;
+            while (n2 < c)
+                n2 <<= 1;
+            for (int t = c + static_cast<int>(threadIdx.x); t < n2; t += blockDim.x)
+                skyKeys[t] = 0xFFFFFFFFu;
+            __syncthreads();
+            for (int k = 2; k <= n2; k <<= 1)
+                for (int j = k >> 1; j > 0; j >>= 1) {
+                    for (int t = threadIdx.x; t < n2; t += blockDim.x) {
+                        const int u = t ^ j;
+                        if (u > t) {
+                            const std::uint32_t a = skyKeys[t], b = skyKeys[u];
+                            if (((t & k) == 0) == (a > b)) {
+                                skyKeys[t] = b;
+                                skyKeys[u] = a;
+                            }
+                        }
+                    }
+                    __syncthreads();
+                }
+        }
+        if (threadIdx.x == 0) {
+            if (c > cap) {
+                SkyEstimate e;
+                e.n = -1;
+                out[i] = e;
+            } else {
+                out[i] = detail::skyStatistics(SortedKeyValues{skyKeys}, static_cast<std::size_t>(c), p,
+                                               nullptr, nullptr);
+            }
+        }
+        __syncthreads(); // the keys and the counter serve the block's next source
+    }
+}
+
+// Warp-per-source Kron (the default; GPUPHOT_APERTURE_KRON=thread: kronKernel, one thread per source): the
+// pixels of each box in raster order, 32 at a time, each lane one pixel's terms (kronMomentPixel,
+// ellipsePixel); every lane then adds the chunk's terms in lane order (shuffles), so each sum is the serial
+// loop's, bitwise; flags are ORed.
+__device__ inline double laneSum(double acc, double term, unsigned used) {
+    for (unsigned m = used; m != 0; m &= m - 1)
+        acc += __shfl_sync(0xFFFFFFFFu, term, __ffs(m) - 1);
+    return acc;
+}
+
+__global__ void kronWarpKernel(AperturePlanes in, const KronJob* jobs, std::size_t n, detail::KronParamsHD p,
+                               KronOut* out) {
+    const int lane = threadIdx.x & 31;
+    const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x >> 5);
+    for (std::size_t i = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) >> 5; i < n;
+         i += warps) {
+        const KronJob j = jobs[i];
+        KronOut o;
+        const EllipseAperture iso(j.cx, j.cy, j.a, j.b, j.cosT, j.sinT);
+        int x0, x1, y0, y1;
+        detail::kronMomentBox(in, iso, j.cx, j.cy, p.maxRadius, x0, x1, y0, y1);
+        const double rmax2 = p.maxRadius * p.maxRadius;
+        double sumRI = 0.0, sumI = 0.0;
+        long long w = x1 - x0 + 1, total = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
+        for (long long base = 0; base < total; base += 32) {
+            const long long q = base + lane;
+            double ri = 0.0, v = 0.0;
+            const bool use = q < total && detail::kronMomentPixel(in, j.sky, iso, j.cx, j.cy, rmax2, j.ownId,
+                                                                  x0 + static_cast<int>(q % w),
+                                                                  y0 + static_cast<int>(q / w), ri, v);
+            const unsigned used = __ballot_sync(0xFFFFFFFFu, use);
+            sumRI = laneSum(sumRI, ri, used);
+            sumI = laneSum(sumI, v, used);
+        }
+        const double kron = detail::kronRadiusOf(detail::kronMomentOf(sumRI, sumI), p, o.flags);
+        o.kronRadius = kron;
+        if (kron > 0.0) {
+            const EllipseAperture e(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT, j.sinT);
+            std::uint32_t flags = 0;
+            detail::ellipseBox(in, e, j.cx, j.cy, x0, x1, y0, y1, flags);
+            ApertureSums sums;
+            w = x1 - x0 + 1;
+            total = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
+            for (long long base = 0; base < total; base += 32) {
+                const long long q = base + lane;
+                ApertureSums t;
+                const bool use = q < total && detail::ellipsePixel(in, j.sky, e, j.ownId,
+                                                                   x0 + static_cast<int>(q % w),
+                                                                   y0 + static_cast<int>(q / w), t, flags);
+                const unsigned used = __ballot_sync(0xFFFFFFFFu, use);
+                sums.flux = laneSum(sums.flux, t.flux, used);
+                sums.area = laneSum(sums.area, t.area, used);
+                sums.varSky = laneSum(sums.varSky, t.varSky, used);
+                sums.poisson = laneSum(sums.poisson, t.poisson, used);
+            }
+            o.flags |= __reduce_or_sync(0xFFFFFFFFu, flags);
+            o.sums = sums;
+            o.measured = 1;
+        }
+        if (lane == 0) out[i] = o;
+    }
+}
+
+// Warp t = (job i, radius j) (GPUPHOT_APERTURE_CIRCLE=warp; the default is circlePartsKernel): the parts of
+// radius j as circleRadiusParts sums them, the box's pixels 32 at a time in raster order, each lane one
+// pixel's term (circleRadiusPixel), every lane adding the chunk's terms in lane order; for j = 0 the flag
+// distances (minima: any order) as well.
+__device__ inline double warpMin(double v) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const double o = __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        v = o < v ? o : v;
+    }
+    return v;
+}
+
+__global__ void circleWarpKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n, const double* radii,
+                                 const double* radii2, std::size_t nr, std::size_t stride,
+                                 ApertureSums* partial, ApertureSums* full, ApertureFlagDistances* fd) {
+    const int lane = threadIdx.x & 31;
+    const std::size_t total = n * nr, warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x >> 5);
+    for (std::size_t t = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) >> 5; t < total;
+         t += warps) {
+        const std::size_t i = t / nr, j = t % nr;
+        const CircleJob job = jobs[i];
+        const double* r = radii + i * stride;
+        const double* r2 = radii2 + i * stride;
+        ApertureFlagDistances d;
+        ApertureFlagDistances* dp = j == 0 ? &d : nullptr;
+        int x0, x1, y0, y1;
+        detail::circleBox(in, job.cx, job.cy, r[nr - 1], x0, x1, y0, y1);
+        const long long w = x1 - x0 + 1, pixels = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
+        ApertureSums ps, fs;
+        for (long long base = 0; base < pixels; base += 32) {
+            const long long q = base + lane;
+            ApertureSums term;
+            const int kind = q < pixels ? detail::circleRadiusPixel(in, job.sky, job.cx, job.cy, job.ownId, r,
+                                                                    r2, nr, j, x0 + static_cast<int>(q % w),
+                                                                    y0 + static_cast<int>(q / w), term, dp)
+                                        : 0;
+            const unsigned up = __ballot_sync(0xFFFFFFFFu, kind == 1),
+                           uf = __ballot_sync(0xFFFFFFFFu, kind == 2);
+            if (up) {
+                ps.flux = laneSum(ps.flux, term.flux, up);
+                ps.area = laneSum(ps.area, term.area, up);
+                ps.varSky = laneSum(ps.varSky, term.varSky, up);
+                ps.poisson = laneSum(ps.poisson, term.poisson, up);
+            }
+            if (uf) {
+                fs.flux = laneSum(fs.flux, term.flux, uf);
+                fs.area = laneSum(fs.area, term.area, uf);
+                fs.varSky = laneSum(fs.varSky, term.varSky, uf);
+                fs.poisson = laneSum(fs.poisson, term.poisson, uf);
+            }
+        }
+        if (j == 0) {
+            d.masked = warpMin(d.masked);
+            d.crowded = warpMin(d.crowded);
+            d.saturated = warpMin(d.saturated);
+            d.edge = detail::edgeDistance(in, job.cx, job.cy);
+        }
+        if (lane == 0) {
+            partial[t] = ps;
+            full[t] = fs;
+            if (j == 0) fd[i] = d;
+        }
+    }
+}
+
 // Thread t = (job i, radius j): the parts of radius j (and, for j = 0, the job's flag distances).
 __global__ void circlePartsKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n,
                                   const double* radii, const double* radii2, std::size_t nr,
@@ -283,6 +499,12 @@ public:
         m_threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
         const char* heap = std::getenv("GPUPHOT_APERTURE_HEAPSORT");
         m_heapSort = heap && *heap && std::string(heap) != "0";
+        const char* sky = std::getenv("GPUPHOT_APERTURE_SKY");
+        m_skySplit = sky && std::string(sky) == "split";
+        const char* kron = std::getenv("GPUPHOT_APERTURE_KRON");
+        m_kronThread = kron && std::string(kron) == "thread";
+        const char* circle = std::getenv("GPUPHOT_APERTURE_CIRCLE");
+        m_circleThread = !(circle && std::string(circle) == "warp");
     }
     // GPUPHOT_APERTURE_TIMING: the phases of the finished stage call (after the stream is synchronised).
     void report(double totalMs, std::size_t sources) { m_times.report(totalMs, sources); }
@@ -325,10 +547,11 @@ public:
         m_in.mask = f.mask;
         m_in.maskStride = f.width;
         if (!seg.empty()) {
-            // The detection's device map when it is still there (kernels/detection_finish.hpp), else up.
+            // A view of a deferred map's device buffer (measureApertures with a SegmentationMap,
+            // kernels/detection_finish.hpp) is read where it lies; a host map is uploaded.
             const HostClock clock(m_times, "segmentation map");
-            if (const std::int32_t* cached = cachedSegmentation(m_dc, seg)) {
-                m_in.seg = cached;
+            if (const std::int32_t* resident = residentSegmentation(m_dc, seg)) {
+                m_in.seg = resident;
                 m_times.note("segmentation: the detection's device copy");
             } else {
                 m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
@@ -394,6 +617,29 @@ public:
                         const detail::SkyParamsHD& p, SkyEstimate* out, AnnulusDebug* dbg) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
+        const long long side = detail::annulusSideBound(std::min(rout, 1e6));
+        int cap = 1;
+        while (cap < side * side && cap <= kSkyBlockCap)
+            cap <<= 1;
+        if (!dbg && !m_heapSort && !m_skySplit && cap <= kSkyBlockCap) {
+            // block per source (skyBlockKernel)
+            m_times.start("sky block", s);
+            DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
+            dcx.upload(cx, n);
+            dcy.upload(cy, n);
+            DeviceBuffer<SkyEstimate> dOut(m_dc, n);
+            const int t = std::min(kSkyBlockThreads, threads(skyBlockKernel) / 32 * 32);
+            skyBlockKernel<<<blocks(n, 1), std::max(t, 32), static_cast<std::size_t>(cap) * 4, s>>>(
+                m_in, dcx.get(), dcy.get(), n, rin, rout, cap, p, dOut.get());
+            checkLaunch("the local skies");
+            SkyEstimate* staged = stage(dOut, n, kPinnedSkySlot);
+            m_times.stop();
+            m_dc.synchronize();
+            parallelCopy(out, staged, n * sizeof(SkyEstimate));
+            for (std::size_t i = 0; i < n; ++i)
+                if (out[i].n < 0) throw CudaError("aperture: an annulus exceeded its bound (internal error)");
+            return;
+        }
         m_times.start("sky count", s);
         DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
         dcx.upload(cx, n);
@@ -527,9 +773,15 @@ public:
         DeviceBuffer<ApertureSums> partial(m_dc, n * nr), full(m_dc, n * nr), dOut(m_dc, n * nr);
         DeviceBuffer<ApertureFlagDistances> dFd(m_dc, n);
         m_times.start("circle sums", s);
-        const int tParts = threads(circlePartsKernel);
-        circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
-            m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
+        if (m_circleThread) {
+            const int tParts = threads(circlePartsKernel);
+            circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
+                m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
+        } else {
+            const int t = std::max(32, std::min(kWarpKernelThreads, threads(circleWarpKernel) / 32 * 32));
+            circleWarpKernel<<<blocks(n * nr * 32, t), t, 0, s>>>(
+                m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
+        }
         checkLaunch("the circle sums");
         const int tCombine = threads(circleCombineKernel);
         circleCombineKernel<<<blocks(n, tCombine), tCombine, 0, s>>>(partial.get(), full.get(), n, nr,
@@ -537,10 +789,12 @@ public:
         checkLaunch("the circle totals");
         m_times.stop();
         m_times.start("circle download", s);
-        dOut.download(out, n * nr);
-        dFd.download(fd, n);
+        ApertureSums* stagedOut = stage(dOut, n * nr, kPinnedCircleSlot);
+        ApertureFlagDistances* stagedFd = stage(dFd, n, kPinnedFlagSlot);
         m_times.stop();
         m_dc.synchronize();
+        parallelCopy(out, stagedOut, n * nr * sizeof(ApertureSums));
+        parallelCopy(fd, stagedFd, n * sizeof(ApertureFlagDistances));
     }
 
     void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
@@ -604,14 +858,20 @@ public:
         m_times.stop();
         DeviceBuffer<KronOut> dOut(m_dc, n);
         m_times.start("kron", s);
-        const int tKron = threads(kronKernel);
-        kronKernel<<<blocks(n, tKron), tKron, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
+        if (m_kronThread) {
+            const int tKron = threads(kronKernel);
+            kronKernel<<<blocks(n, tKron), tKron, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
+        } else {
+            const int t = std::max(32, std::min(kWarpKernelThreads, threads(kronWarpKernel) / 32 * 32));
+            kronWarpKernel<<<blocks(n * 32, t), t, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
+        }
         checkLaunch("the Kron apertures");
         m_times.stop();
         m_times.start("kron download", s);
-        dOut.download(out, n);
+        KronOut* staged = stage(dOut, n, kPinnedKronSlot);
         m_times.stop();
         m_dc.synchronize();
+        parallelCopy(out, staged, n * sizeof(KronOut));
     }
 
 private:
@@ -705,6 +965,17 @@ private:
         }
     }
 
+    // Enqueues the download of d[0, count) into the context's reusable pinned buffer `slot` (read it after
+    // the stream is synchronised; pinned copies run at tens of GB/s, pageable ones at a few).
+    template <class T> T* stage(const DeviceBuffer<T>& d, std::size_t count, int slot) {
+        T* p = static_cast<T*>(m_dc.pinned(slot, std::max<std::size_t>(count, 1) * sizeof(T)));
+        d.download(p, count);
+        return p;
+    }
+    // DeviceContext::pinned slots of this stage.
+    static constexpr int kPinnedSkySlot = 60, kPinnedCircleSlot = 61, kPinnedFlagSlot = 62,
+                         kPinnedKronSlot = 63;
+
     // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
     // do not depend on the launch configuration: one thread per item, grid-stride loops).
     template <class K> int threads(K* k) const {
@@ -723,6 +994,14 @@ private:
     const BackgroundResult& m_bkg;
     PhaseTimes m_times;
     bool m_heapSort = false; // GPUPHOT_APERTURE_HEAPSORT: one thread sorts each source's annulus
+    bool m_skySplit = false;   // GPUPHOT_APERTURE_SKY=split: count, scan, fill, segmented sort, statistics
+    bool m_kronThread = false; // GPUPHOT_APERTURE_KRON=thread: one thread per source
+    // One thread per source and radius (circlePartsKernel; GPUPHOT_APERTURE_CIRCLE=warp: circleWarpKernel,
+    // which measured slower on the H200 at 151 MP, 6.7 against 5.0 ms at 54k sources).
+    bool m_circleThread = true;
+    // skyBlockKernel: at most this many annulus keys in shared memory (32 KB), threads per block.
+    static constexpr int kSkyBlockCap = 8192, kSkyBlockThreads = 64;
+    static constexpr int kWarpKernelThreads = 128; // warp-per-source kernels
     int m_threads = 128;
     AperturePlanes m_in;
     DeviceBuffer<std::int32_t> m_seg;
@@ -756,37 +1035,52 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
     sorted = std::move(dbg.sorted);
 }
 
+namespace {
+// The whole plan: need (frame + mask + both maps resident, the segmentation map unless it is resident
+// already, and up to 256 MB for one batch's per-source buffers: annulus values of 32768 sources, circle
+// sums) beside what the context holds (its frame and background caches count as free). Empty (why says
+// why) when it does not fit or an allocation failed.
+std::optional<ApertureResult> wholePlan(DeviceContext& dc, std::size_t need, const ImageView& image,
+                                        const MaskView& mask, const BackgroundResult& bkg,
+                                        const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                        double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                        RunContext& ctx, std::string& why) {
+    const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
+    const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
+    why = "whole frame needs " + bytesText(need);
+    if (others + need > dc.budget()) return std::nullopt;
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        CudaEngine engine(dc, bkg);
+        ApertureResult r = detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain,
+                                                        readNoise, params, ctx);
+        dc.notePlan("whole", 1);
+        engine.report(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                      sources.size());
+        return std::optional<ApertureResult>(std::move(r));
+    } catch (const DeviceOutOfMemory& e) {
+        why = e.what();
+        dc.drain();
+    }
+    return std::nullopt;
+}
+
+std::size_t wholeNeed(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg, bool seg) {
+    const std::size_t npix = static_cast<std::size_t>(image.width) * image.height;
+    const bool maps = bkg.hasFullMaps() || (bkg.sampler && hasBackgroundGrid(bkg, image.width, image.height));
+    return npix * (4 + (mask.empty() ? 0 : 1) + (seg ? 4 : 0) + (maps ? 8 : 0)) + (std::size_t(256) << 20);
+}
+} // namespace
+
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx) {
     DeviceContext& dc = DeviceContext::of(ctx);
-    // Whole plan: frame + mask + both maps resident (device caches), the segmentation map, and up to
-    // 256 MB for one batch's per-source buffers (annulus values of 32768 sources, circle sums).
-    const std::size_t npix = static_cast<std::size_t>(image.width) * image.height;
-    const bool maps = bkg.hasFullMaps() || (bkg.sampler && hasBackgroundGrid(bkg, image.width, image.height));
-    const std::size_t need =
-        npix * (4 + (mask.empty() ? 0 : 1) + (segmentation.empty() ? 0 : 4) + (maps ? 8 : 0)) +
-                             (std::size_t(256) << 20);
-    const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
-    const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
-    std::string why = "whole frame needs " + bytesText(need);
-    if (others + need <= dc.budget()) {
-        try {
-            const auto t0 = std::chrono::steady_clock::now();
-            CudaEngine engine(dc, bkg);
-            ApertureResult r = detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm,
-                                                            gain, readNoise, params, ctx);
-            dc.notePlan("whole", 1);
-            engine.report(
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                sources.size());
-            return r;
-        } catch (const DeviceOutOfMemory& e) {
-            why = e.what();
-            dc.drain();
-        }
-    }
+    std::string why;
+    if (auto r = wholePlan(dc, wholeNeed(image, mask, bkg, !segmentation.empty()), image, mask, bkg, segmentation,
+                           sources, fwhm, gain, readNoise, params, ctx, why))
+        return std::move(*r);
     for (const int shrink : {1, 4}) {
         try {
             dc.dropFrame();
@@ -803,6 +1097,37 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
     }
     dc.notePlan("cpu", 0, cpuFallbackNote("aperture", dc.budget(), why));
     return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
+}
+
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx) {
+    DeviceContext& dc = DeviceContext::of(ctx);
+    if (segmentation.empty())
+        return cuda::measureApertures(image, mask, bkg, ImageViewT<std::int32_t>{}, sources, fwhm, gain, readNoise,
+                                      params, ctx);
+    // A deferred map of this context on its device: the whole plan reads it there. The driver gets a view of
+    // the device buffer: it checks its size and passes it to the engine (residentSegmentation), and reads
+    // pixels on the host only for sources without segmentId (then the map is materialised instead).
+    const std::int32_t* dSeg = deviceSegmentation(dc, segmentation);
+    bool tight = false;
+    if (dSeg && sources.segmentId.size() >= sources.x.size()) {
+        const int w = segmentation.width(), h = segmentation.height();
+        const ImageViewT<std::int32_t> onDevice{dSeg, w, h, w, 0};
+        const std::size_t need = wholeNeed(image, mask, bkg, false); // the map is in dc.inUse() already
+        std::string why;
+        auto r = wholePlan(dc, need, image, mask, bkg, onDevice, sources, fwhm, gain, readNoise, params, ctx, why);
+        // Other results' maps of this context down to their hosts, and once more.
+        if (!r && evictSegmentations(dc, &segmentation) > 0)
+            r = wholePlan(dc, need, image, mask, bkg, onDevice, sources, fwhm, gain, readNoise, params, ctx, why);
+        if (r) return std::move(*r);
+        tight = true;
+    }
+    // The host map (materialised now): another context's map, sources without segmentId, or the strips and
+    // CPU plans, which also get the device copy's memory when the whole plan did not fit.
+    const ImageViewT<std::int32_t> host = segmentation.view();
+    if (tight) releaseSegmentationDevice(dc, segmentation);
+    return cuda::measureApertures(image, mask, bkg, host, sources, fwhm, gain, readNoise, params, ctx);
 }
 
 } // namespace gpuphot::cuda

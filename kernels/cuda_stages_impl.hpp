@@ -10,6 +10,7 @@
 
 namespace gpuphot {
 class RunContext;
+class SegmentationMap;
 struct BackgroundParams;
 struct BackgroundResult;
 struct DetectionParams;
@@ -51,6 +52,12 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
 // optimal radius choice) runs on the host, shared with the CPU stage.
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
+// The same with the detection's shared map: a deferred map made on this context's device
+// (kernels/detection_finish.hpp) is read there, never downloaded (unless the sources lack segmentId, or
+// the stage runs as strips or on the CPU: then the map is materialised); another map is uploaded.
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
                                 double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
 
 // Crossmatch (kernels/crossmatch.cu): the grid-hash candidate search on the device, bitwise equal to

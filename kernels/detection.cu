@@ -1,18 +1,21 @@
 // Stage 2 on the GPU, its per-pixel front: background subtraction and pixel states (as `prepare` in
 // core/stages/detection.cpp), the matched filter in the summation order of core/stages/convolution.cpp,
-// and the above-threshold runs in raster order (per-row counts, a scan, per-row block scans: no atomics,
-// deterministic). In the whole plan the filtered image and the states stay on the device and the
-// per-object half runs there too (detection_objects.cu, detection_finish.cu); the strips plan (and
-// parameters the device half does not take) download sub/det/state and run core's per-object half on the
-// host. Either way the catalog is bitwise the CPU one.
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
+// the threshold test into a bit image (one bit per pixel) and the above-threshold runs in raster order
+// (per-row counts, a scan, one warp per row writing its runs: no atomics, deterministic). The separable
+// filter runs as two kernels: subtraction fused with the row pass (a shared-memory row segment), the
+// column pass fused with the threshold; the chunks of the whole plan are queued without a host
+// synchronisation and the runs come back in one download. In the whole plan the filtered image and the
+// states stay on the device and the per-object half runs there too (detection_objects.cu,
+// detection_finish.cu); the strips plan (and parameters the device half does not take) download
+// sub/det/state and run core's per-object half on the host. Either way the catalog is bitwise the CPU one.
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/detection_device.cuh"
 #include "kernels/detection_finish.hpp"
+#include "kernels/detection_front.hpp"
 #include "kernels/detection_objects.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
@@ -39,23 +43,189 @@ constexpr std::uint8_t kInvalid = detail::StateInvalid;
 constexpr std::uint8_t kBad = detail::StateBad;
 constexpr std::uint8_t kSaturated = detail::StateSaturated;
 
-__global__ void prepareKernel(const float* in, const std::uint8_t* mask, const float* lv, const float* rm,
-                              std::size_t n, bool hasSat, float sat, float* sub, std::uint8_t* state) {
-    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-        const float v = in[i];
-        const std::uint8_t mb = mask ? mask[i] : 0;
-        std::uint8_t s = 0;
-        if (!isfinite(v) || !isfinite(lv[i]) || !isfinite(rm[i]) || (mb & (MaskNonFinite | MaskOutside)))
-            s |= kInvalid | kBad;
-        if (mb & (MaskBad | MaskCosmicRay)) s |= kBad;
-        if ((mb & MaskSaturated) || (hasSat && v >= sat)) s |= kSaturated;
-        sub[i] = (s & kBad) ? 0.0f : v - lv[i];
-        state[i] = s;
+// GPUPHOT_DETECTION_TIMING: device times of the front's kernels and copies (CUDA events around each, summed
+// by name, printed on stderr with the stage's step times). Off: no events, no synchronisation.
+class KernelClock {
+public:
+    explicit KernelClock(cudaStream_t stream)
+        : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream) {}
+    ~KernelClock() {
+        for (Mark& m : m_marks) {
+            cudaEventDestroy(m.a);
+            cudaEventDestroy(m.b);
+        }
+    }
+    KernelClock(const KernelClock&) = delete;
+    KernelClock& operator=(const KernelClock&) = delete;
+    template <class F> void time(const char* name, F&& f) {
+        if (!m_on) {
+            f();
+            return;
+        }
+        Mark m{name, nullptr, nullptr};
+        cudaEventCreate(&m.a);
+        cudaEventCreate(&m.b);
+        cudaEventRecord(m.a, m_stream);
+        f();
+        cudaEventRecord(m.b, m_stream);
+        m_marks.push_back(m);
+    }
+    // Sums by name (in order of first use) and the span from the first event to the last.
+    void report() {
+        if (!m_on || m_marks.empty()) return;
+        cudaStreamSynchronize(m_stream);
+        std::vector<std::pair<std::string, std::pair<double, int>>> sums;
+        for (const Mark& m : m_marks) {
+            float ms = 0.0f;
+            cudaEventElapsedTime(&ms, m.a, m.b);
+            auto it =
+                std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == m.name; });
+            if (it == sums.end()) sums.push_back({m.name, {0.0, 0}}), it = sums.end() - 1;
+            it->second.first += ms;
+            ++it->second.second;
+        }
+        for (const auto& [name, v] : sums)
+            std::fprintf(stderr, "detection timing: device %s %.3f ms (%d)\n", name.c_str(), v.first,
+                         v.second);
+        float span = 0.0f;
+        cudaEventElapsedTime(&span, m_marks.front().a, m_marks.back().b);
+        std::fprintf(stderr, "detection timing: device front span %.3f ms\n", span);
+        for (Mark& m : m_marks) {
+            cudaEventDestroy(m.a);
+            cudaEventDestroy(m.b);
+        }
+        m_marks.clear();
+    }
+
+private:
+    struct Mark {
+        const char* name;
+        cudaEvent_t a, b;
+    };
+    bool m_on;
+    cudaStream_t m_stream;
+    std::vector<Mark> m_marks;
+};
+
+// ---- per-pixel kernels ---------------------------------------------------------------------------------
+// Layout: a strip of image rows [h0, h1) (the own rows [y0, y1) with the filter's halo); inputs address row
+// h0, the own outputs (state, sub, det, bits) row y0. The above-threshold pixels go into a bit image: bit
+// x % 32 of 32-bit word x / 32 of a row (wordsPerRow words, bits past the width 0), one warp ballot per
+// word (block widths are multiples of 32, so a warp covers one aligned word of one row).
+
+__host__ __device__ inline int wordsPerRow(int W) {
+    return (W + 31) / 32;
+}
+
+struct PrepArgs {
+    const float* px;        // pixels, row h0
+    const std::uint8_t* mk; // mask (null: none), row h0
+    const float* lv;        // background level, row h0
+    const float* rm;        // background rms, row h0
+    int W;
+    int own0, own1; // own rows, relative to h0
+    bool hasSat;
+    float sat;
+};
+
+// core's prepareRow for one pixel: the state bits and the background-subtracted value.
+__device__ inline float preparePixel(const PrepArgs& a, std::size_t i, std::uint8_t& state) {
+    const float v = a.px[i];
+    const std::uint8_t mb = a.mk ? a.mk[i] : 0;
+    std::uint8_t s = 0;
+    if (!isfinite(v) || !isfinite(a.lv[i]) || !isfinite(a.rm[i]) || (mb & (MaskNonFinite | MaskOutside)))
+        s |= kInvalid | kBad;
+    if (mb & (MaskBad | MaskCosmicRay)) s |= kBad;
+    if ((mb & MaskSaturated) || (a.hasSat && v >= a.sat)) s |= kSaturated;
+    state = s;
+    return (s & kBad) ? 0.0f : v - a.lv[i];
+}
+
+// The threshold test of core's rowRuns.
+__device__ inline bool abovePixel(float det, float rms, std::uint8_t state, double threshold, bool absolute) {
+    const double t = absolute ? threshold : threshold * static_cast<double>(rms);
+    return !(state & kInvalid) && static_cast<double>(det) > t;
+}
+
+// Lane 0 of each warp stores the warp's ballot as the word of pixel x (warps entirely past the width store
+// nothing). Every lane of the warp must call it.
+__device__ inline void storeBits(bool above, int x, int W, std::uint32_t* rowBits) {
+    const unsigned word = __ballot_sync(0xffffffffu, above);
+    if ((threadIdx.x & 31) == 0 && x < W) rowBits[x >> 5] = word;
+}
+
+struct ThresholdArgs {
+    double threshold;
+    bool absolute;
+};
+
+// Subtraction and states of rows [0, rows) of the strip (states and sub stored for the own rows; sub also
+// for the halo rows when subHalo is set: the 2-D filter's input); WithBits (no filter): the threshold
+// test on sub, bits of the own rows. Grid: x blocks over the width, y over rows (strided).
+template <bool WithBits>
+__global__ void prepareKernel(PrepArgs a, int rows, float* sub, bool subHalo, std::uint8_t* state,
+                              ThresholdArgs t, std::uint32_t* bits) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int wpr = wordsPerRow(a.W);
+    for (int y = blockIdx.y; y < rows; y += gridDim.y) {
+        const bool own = y >= a.own0 && y < a.own1;
+        if (!own && !subHalo) continue; // uniform in the block
+        bool up = false;
+        if (x < a.W) {
+            const std::size_t i = static_cast<std::size_t>(y) * a.W + x;
+            std::uint8_t s;
+            const float v = preparePixel(a, i, s);
+            const std::size_t o = static_cast<std::size_t>(y - a.own0) * a.W + x; // own layout
+            if (sub) sub[subHalo ? i : o] = v;
+            if (own) state[o] = s;
+            if (WithBits && own) up = abovePixel(v, a.rm[i], s, t.threshold, t.absolute);
+        }
+        if (WithBits && own) storeBits(up, x, a.W, bits + static_cast<std::size_t>(y - a.own0) * wpr);
     }
 }
 
-// Horizontal pass: acc = 0; acc += k[j] * in(x + j - r), j ascending, taps inside the row only.
+// Subtraction and states fused with the horizontal filter pass (rows [0, rows) of the strip, halo
+// included): each block stages its row segment with r pixels either side in shared memory (the
+// background-subtracted value, 0 outside the row), then tmp(x) = 0; += k[j] * sub(x + j - r), j ascending,
+// taps inside the row only (core's hconv). States (and sub, when set) stored for the own rows.
+__global__ void prepareRowsKernel(PrepArgs a, int rows, const float* k, int n, float* tmp, float* sub,
+                                  std::uint8_t* state) {
+    extern __shared__ float seg[]; // blockDim.x + 2r
+    const int r = n / 2;
+    const int xb = blockIdx.x * blockDim.x;
+    const int x = xb + threadIdx.x;
+    const int span = blockDim.x + 2 * r;
+    for (int y = blockIdx.y; y < rows; y += gridDim.y) {
+        const bool own = y >= a.own0 && y < a.own1;
+        const std::size_t row = static_cast<std::size_t>(y) * a.W;
+        for (int i = threadIdx.x; i < span; i += blockDim.x) {
+            const int xx = xb - r + i;
+            float v = 0.0f;
+            if (xx >= 0 && xx < a.W) {
+                std::uint8_t s;
+                v = preparePixel(a, row + xx, s);
+                if (own && i >= r && i < r + static_cast<int>(blockDim.x)) {
+                    const std::size_t o = static_cast<std::size_t>(y - a.own0) * a.W + xx;
+                    state[o] = s;
+                    if (sub) sub[o] = v;
+                }
+            }
+            seg[i] = v;
+        }
+        __syncthreads();
+        if (x < a.W) {
+            float acc = 0.0f;
+            const int j0 = max(0, r - x), j1 = min(n, a.W + r - x);
+            for (int j = j0; j < j1; ++j)
+                acc += k[j] * seg[threadIdx.x + j];
+            tmp[row + x] = acc;
+        }
+        __syncthreads();
+    }
+}
+
+// Horizontal pass without shared memory (filters too wide for prepareRowsKernel's segment): acc = 0;
+// acc += k[j] * in(x + j - r), j ascending, taps inside the row only.
 __global__ void convolveRowsKernel(const float* in, int W, int H, const float* k, int n, float* out) {
     const int r = n / 2;
     for (int y = blockIdx.y; y < H; y += gridDim.y) {
@@ -70,28 +240,46 @@ __global__ void convolveRowsKernel(const float* in, int W, int H, const float* k
     }
 }
 
-// Vertical pass for output rows [outY0, outY0 + outRows) of an H-row image: dst = 0; dst += k[j] * tmp(x,
-// y + j - r), j ascending, rows inside the image only. in holds image rows from inY0 on (a strip with its
-// halo), out the output rows.
-__global__ void convolveColumnsKernel(const float* in, int W, int H, int inY0, int outY0, int outRows,
-                                      const float* k, int n, float* out) {
+constexpr int kColumnRows = 16; // output rows per thread of columnThresholdKernel
+
+struct ColumnArgs {
+    const float* tmp;          // horizontally filtered rows from image row h0
+    const float* rm;           // rms from image row y0
+    const std::uint8_t* state; // states from image row y0
+    float* det;                // filtered image from image row y0
+    std::uint32_t* bits;       // bits from image row y0
+    int W, H, h0, y0, rows;    // H: image height; rows: own rows
+};
+
+// Vertical pass fused with the threshold: det(x, y) = 0; += k[j] * tmp(x, y + j - r), j ascending, rows
+// inside the image only (core's vertical pass); then the bit of (x, y). kColumnRows consecutive own rows
+// per thread (the taps' rows are shared through L1).
+__global__ void columnThresholdKernel(ColumnArgs a, const float* k, int n, ThresholdArgs t) {
     const int r = n / 2;
-    for (int yl = blockIdx.y; yl < outRows; yl += gridDim.y) {
-        const int y = outY0 + yl;
-        const int j0 = max(0, r - y), j1 = min(n, H + r - y);
-        for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < W; x += gridDim.x * blockDim.x) {
-            float acc = 0.0f;
-            for (int j = j0; j < j1; ++j)
-                acc += k[j] * in[static_cast<std::size_t>(y + j - r - inY0) * W + x];
-            out[static_cast<std::size_t>(yl) * W + x] = acc;
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int wpr = wordsPerRow(a.W);
+    for (int ya = blockIdx.y * kColumnRows; ya < a.rows; ya += gridDim.y * kColumnRows) {
+        for (int yl = ya, yb = min(a.rows, ya + kColumnRows); yl < yb; ++yl) {
+            const int y = a.y0 + yl;
+            bool up = false;
+            if (x < a.W) {
+                const int j0 = max(0, r - y), j1 = min(n, a.H + r - y);
+                float acc = 0.0f;
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * __ldg(a.tmp + static_cast<std::size_t>(y + j - r - a.h0) * a.W + x);
+                const std::size_t o = static_cast<std::size_t>(yl) * a.W + x;
+                a.det[o] = acc;
+                up = abovePixel(acc, a.rm[o], a.state[o], t.threshold, t.absolute);
+            }
+            storeBits(up, x, a.W, a.bits + static_cast<std::size_t>(yl) * wpr);
         }
     }
 }
 
 // 2-D kernel: dst = 0; kernel rows j ascending (rows outside skipped), taps i ascending (outside skipped).
-// Strip layout as convolveColumnsKernel.
-__global__ void convolve2dKernel(const float* in, int W, int H, int inY0, int outY0, int outRows, const float* k,
-                                 int kw, int kh, float* out) {
+// in holds image rows from inY0 on (a strip with its halo), out the output rows [outY0, outY0 + outRows).
+__global__ void convolve2dKernel(const float* in, int W, int H, int inY0, int outY0, int outRows,
+                                 const float* k, int kw, int kh, float* out) {
     const int rx = kw / 2, ry = kh / 2;
     for (int yl = blockIdx.y; yl < outRows; yl += gridDim.y) {
         const int y = outY0 + yl;
@@ -110,69 +298,88 @@ __global__ void convolve2dKernel(const float* in, int W, int H, int inY0, int ou
     }
 }
 
-struct ThresholdArgs {
-    const float* det;
-    const float* rms;
-    const std::uint8_t* state;
-    int W, H; // H: rows of this strip (det, rms and state address its first row)
-    double threshold;
-    bool absolute;
-    int yOff; // image row of the strip's first row
-};
-
-__device__ inline bool above(const ThresholdArgs& a, std::size_t i) {
-    const double t = a.absolute ? a.threshold : a.threshold * static_cast<double>(a.rms[i]);
-    return !(a.state[i] & kInvalid) && static_cast<double>(a.det[i]) > t;
-}
-
-// Number of runs (run starts) per row.
-template <int Threads> __global__ void rowCountKernel(ThresholdArgs a, int* counts) {
-    using Reduce = cub::BlockReduce<int, Threads>;
-    __shared__ typename Reduce::TempStorage tmp;
-    for (int y = blockIdx.x; y < a.H; y += gridDim.x) {
-        const std::size_t row = static_cast<std::size_t>(y) * a.W;
-        int c = 0;
-        for (int x = threadIdx.x; x < a.W; x += Threads)
-            c += (above(a, row + x) && (x == 0 || !above(a, row + x - 1))) ? 1 : 0;
-        const int total = Reduce(tmp).Sum(c);
-        if (threadIdx.x == 0) counts[y] = total;
-        __syncthreads();
+// The threshold test of a filtered strip (the 2-D filter's output): bits of the own rows.
+__global__ void thresholdBitsKernel(ColumnArgs a, ThresholdArgs t) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    const int wpr = wordsPerRow(a.W);
+    for (int yl = blockIdx.y; yl < a.rows; yl += gridDim.y) {
+        bool up = false;
+        if (x < a.W) {
+            const std::size_t o = static_cast<std::size_t>(yl) * a.W + x;
+            up = abovePixel(a.det[o], a.rm[o], a.state[o], t.threshold, t.absolute);
+        }
+        storeBits(up, x, a.W, a.bits + static_cast<std::size_t>(yl) * wpr);
     }
 }
 
-// Runs of each row at its offset, in order of x: the k-th start and the k-th end of a row form run k.
-template <int Threads> __global__ void rowRunsKernel(ThresholdArgs a, const int* offsets, Run* runs) {
-    using Scan = cub::BlockScan<unsigned, Threads>;
-    __shared__ typename Scan::TempStorage tmp;
-    for (int y = blockIdx.x; y < a.H; y += gridDim.x) {
-        const std::size_t row = static_cast<std::size_t>(y) * a.W;
+// Run starts and ends of bit word w of a row (prev: the word before it, next: the word after it, 0 at
+// the row's ends): a start is a set bit whose left neighbour is clear, an end one whose right neighbour is.
+__device__ inline std::uint32_t runStarts(std::uint32_t w, std::uint32_t prev) {
+    return w & ~((w << 1) | (prev >> 31));
+}
+__device__ inline std::uint32_t runEnds(std::uint32_t w, std::uint32_t next) {
+    return w & ~((w >> 1) | (next << 31));
+}
+
+// Runs per row (one warp per row): counts[y] for rows [0, rows) of the bit image.
+__global__ void runCountKernel(const std::uint32_t* bits, int wpr, int rows, int* counts) {
+    const int lane = threadIdx.x & 31;
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int y = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; y < rows; y += warps) {
+        const std::uint32_t* b = bits + static_cast<std::size_t>(y) * wpr;
+        int c = 0;
+        for (int w = lane; w < wpr; w += 32)
+            c += __popc(runStarts(b[w], w > 0 ? b[w - 1] : 0u));
+        for (int d = 16; d > 0; d >>= 1)
+            c += __shfl_xor_sync(0xffffffffu, c, d);
+        if (lane == 0) counts[y] = c;
+    }
+}
+
+// The runs of each row at its offset, in order of x (one warp per row; a warp-wide scan of the start and
+// end counts per 32 words): the k-th start and the k-th end of a row form run k.
+__global__ void runWriteKernel(const std::uint32_t* bits, int wpr, int rows, int yOff, const int* offsets,
+                               Run* runs) {
+    const int lane = threadIdx.x & 31;
+    const int warps = (gridDim.x * blockDim.x) >> 5;
+    for (int y = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; y < rows; y += warps) {
+        const std::uint32_t* b = bits + static_cast<std::size_t>(y) * wpr;
         Run* out = runs + offsets[y];
-        int starts = 0, ends = 0;
-        for (int x0 = 0; x0 < a.W; x0 += Threads) {
-            const int x = x0 + threadIdx.x;
-            unsigned s = 0, e = 0;
-            if (x < a.W && above(a, row + x)) {
-                s = (x == 0 || !above(a, row + x - 1)) ? 1u : 0u;
-                e = (x == a.W - 1 || !above(a, row + x + 1)) ? 1u : 0u;
+        int starts = 0, ends = 0; // runs begun / ended in the words before this pass
+        for (int w0 = 0; w0 < wpr; w0 += 32) {
+            const int w = w0 + lane;
+            std::uint32_t s = 0, e = 0;
+            if (w < wpr) {
+                const std::uint32_t cur = b[w];
+                s = runStarts(cur, w > 0 ? b[w - 1] : 0u);
+                e = runEnds(cur, w + 1 < wpr ? b[w + 1] : 0u);
             }
-            unsigned prefix = 0, total = 0;
-            Scan(tmp).ExclusiveSum(s | (e << 16), prefix, total); // <= Threads of each: no carry
-            if (s) {
-                Run& r = out[starts + (prefix & 0xffffu)];
-                r.y = y + a.yOff;
-                r.x0 = x;
+            int cs = __popc(s), ce = __popc(e);
+            for (int d = 1; d < 32; d <<= 1) { // inclusive scans
+                const int us = __shfl_up_sync(0xffffffffu, cs, d), ue = __shfl_up_sync(0xffffffffu, ce, d);
+                if (lane >= d) {
+                    cs += us;
+                    ce += ue;
+                }
             }
-            if (e) out[ends + (prefix >> 16)].x1 = x;
-            starts += total & 0xffffu;
-            ends += total >> 16;
-            __syncthreads();
+            int is = starts + cs - __popc(s), ie = ends + ce - __popc(e);
+            for (; s; s &= s - 1, ++is) {
+                Run& rr = out[is];
+                rr.y = y + yOff;
+                rr.x0 = w * 32 + __ffs(s) - 1;
+            }
+            for (; e; e &= e - 1, ++ie)
+                out[ie].x1 = w * 32 + __ffs(e) - 1;
+            starts += __shfl_sync(0xffffffffu, cs, 31);
+            ends += __shfl_sync(0xffffffffu, ce, 31);
         }
     }
 }
 
 void checkLaunch(const char* what) {
     const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) throw CudaError(std::string("detection: launching ") + what + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        throw CudaError(std::string("detection: launching ") + what + ": " + cudaGetErrorString(e));
 }
 
 // The CPU stage's parameter checks; anything it would reject is handed to it (it throws the message).
@@ -202,33 +409,17 @@ bool acceptable(const ImageView& image, const MaskView& mask, const BackgroundRe
     return true;
 }
 
-template <int Threads>
-void thresholdRuns(DeviceContext& dc, const ThresholdArgs& a, std::vector<Run>& runs) {
-    const cudaStream_t stream = dc.stream();
-    const int blocks = std::min(a.H, 65535);
-    DeviceBuffer<int> counts(dc, static_cast<std::size_t>(a.H) + 1);
-    counts.zero();
-    rowCountKernel<Threads><<<blocks, Threads, 0, stream>>>(a, counts.get());
-    checkLaunch("the run count");
-    DeviceBuffer<int> offsets(dc, static_cast<std::size_t>(a.H) + 1);
-    std::size_t tmpBytes = 0;
-    GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, tmpBytes, counts.get(), offsets.get(), a.H + 1,
-                                                     stream));
-    DeviceBuffer<unsigned char> tmp(dc, std::max<std::size_t>(tmpBytes, 1));
-    GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), tmpBytes, counts.get(), offsets.get(), a.H + 1,
-                                                     stream));
-    int total = 0;
-    offsets.download(&total, 1, a.H);
-    dc.synchronize();
-    if (total == 0) return;
-    const std::size_t first = runs.size();
-    runs.resize(first + static_cast<std::size_t>(total));
-    DeviceBuffer<Run> dRuns(dc, total);
-    rowRunsKernel<Threads><<<blocks, Threads, 0, stream>>>(a, offsets.get(), dRuns.get());
-    checkLaunch("the run extraction");
-    dRuns.download(runs.data() + first, static_cast<std::size_t>(total));
-    dc.synchronize();
+// Threads per block of the per-pixel kernels: the context's knob rounded up to whole warps (the bit
+// ballots need warps aligned on 32 pixels of one row).
+int blockThreads(const DeviceContext& dc) {
+    const int t = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
+    return (t + 31) / 32 * 32;
 }
+
+// DeviceContext::pinned slots of the run extraction (40, 41 are detection_objects.cu's).
+constexpr int kPinnedTotalSlot = 42;
+constexpr int kPinnedRunsSlot = 43;
+constexpr std::size_t kSegmentSharedMax = 48 << 10; // prepareRowsKernel's shared segment, at most
 
 struct DetSetup {
     const ImageView& image;
@@ -239,8 +430,36 @@ struct DetSetup {
     std::vector<float> k; // filter taps (empty: no filter)
     int kw = 0, kh = 0;   // kh = 0: separable (k both ways)
     int halo = 0;         // filter half-height
-    int threads = 256;
+    int threads = 256;    // a multiple of 32
+    KernelClock* clock = nullptr;
 };
+
+// The stage's filter taps, computed on the host as the CPU stage does.
+DetSetup makeSetup(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                   const DetectionParams& p, const DeviceContext& dc, KernelClock& clock) {
+    DetSetup s{image, mask, bkg, p, image.width, image.height};
+    s.threads = blockThreads(dc);
+    s.clock = &clock;
+    if (p.filter) {
+        if (!p.filterKernel.empty()) {
+            s.k = p.filterKernel;
+            double sum = 0.0;
+            for (float v : s.k)
+                sum += v;
+            if (sum != 0.0)
+                for (float& v : s.k)
+                    v = static_cast<float>(v / sum);
+            s.kw = p.filterKernelWidth;
+            s.kh = static_cast<int>(s.k.size()) / s.kw;
+            s.halo = s.kh / 2;
+        } else {
+            s.k = gaussianKernel1d(p.filterFwhm);
+            s.kw = static_cast<int>(s.k.size());
+            s.halo = s.kw / 2;
+        }
+    }
+    return s;
+}
 
 // The host copies of sub, det and state for the per-object half (uninitialised until filled).
 struct HostImages {
@@ -282,90 +501,204 @@ struct StripOutputs {
     std::uint8_t* dState = nullptr;
 };
 
-// Rows [y0, y1): subtraction and states over the rows with the filter's halo, the filter, the downloads
-// of the strip's rows of sub, det and state into the host images (or their copies into the resident device
-// images), and the strip's runs appended.
+dim3 gridFor(int W, int threads, int rows) {
+    return dim3(static_cast<unsigned>((W + threads - 1) / threads),
+                static_cast<unsigned>(std::clamp(rows, 1, 65535)));
+}
+
+// Rows [y0, y1): subtraction and states (with the filter's halo rows), the filter and the threshold test
+// into `bits` (the strip's rows of the bit image), stream-ordered without a host synchronisation; then the
+// downloads of the strip's rows of sub, det and state into the host images, if any. States and the filtered
+// image are written straight into the kept device images when `o` has them.
 void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, const float* dK, int y0, int y1,
-                  const StripOutputs& o, std::vector<Run>& runs) {
+                  const StripOutputs& o, std::uint32_t* bits) {
     const cudaStream_t stream = dc.stream();
-    const int W = s.W, H = s.H;
+    const int W = s.W, H = s.H, T = s.threads;
     const int h0 = std::max(0, y0 - s.halo), h1 = std::min(H, y1 + s.halo), hr = h1 - h0, rows = y1 - y0;
     const std::size_t off = static_cast<std::size_t>(h0 - in.y0) * W;
     const std::size_t nHalo = static_cast<std::size_t>(hr) * W, nRows = static_cast<std::size_t>(rows) * W;
-    const std::size_t inner = static_cast<std::size_t>(y0 - h0) * W; // the strip's first row in sub/state
-    DeviceBuffer<float> dSub(dc, nHalo);
-    DeviceBuffer<std::uint8_t> dState(dc, nHalo);
-    {
-        const int t = s.threads;
-        const int blocks = static_cast<int>(std::min<std::size_t>((nHalo + t - 1) / t, 1 << 20));
-        prepareKernel<<<blocks, t, 0, stream>>>(in.px + off, in.mk ? in.mk + off : nullptr, in.lv + off, in.rm + off,
-                                                nHalo, std::isfinite(s.p.saturationLevel),
-                                                static_cast<float>(s.p.saturationLevel), dSub.get(), dState.get());
-        checkLaunch("the background subtraction");
-    }
+    const std::size_t inner = static_cast<std::size_t>(y0 - h0) * W; // the strip's first row in halo layout
     const std::size_t hostOff = static_cast<std::size_t>(y0) * W;
-    if (o.hSub) {
-        dc.downloadStaged(o.hSub + hostOff, dSub.get() + inner, nRows * sizeof(float));
-        dc.downloadStaged(o.hState + hostOff, dState.get() + inner, nRows);
-    }
-    if (o.dState)
-        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(o.dState + hostOff, dState.get() + inner, nRows, cudaMemcpyDeviceToDevice,
-                                           stream));
+    const PrepArgs pa{in.px + off,
+                      in.mk ? in.mk + off : nullptr,
+                      in.lv + off,
+                      in.rm + off,
+                      W,
+                      y0 - h0,
+                      y1 - h0,
+                      std::isfinite(s.p.saturationLevel),
+                      static_cast<float>(s.p.saturationLevel)};
+    const ThresholdArgs t{s.p.threshold, s.p.thresholdIsAbsolute};
+    KernelClock& kc = *s.clock;
 
-    DeviceBuffer<float> dDetOwn;
-    const float* det = dSub.get() + inner;
-    if (!s.k.empty()) {
-        float* dDet = o.dDet ? o.dDet + hostOff : nullptr;
-        if (!dDet) {
-            dDetOwn = DeviceBuffer<float>(dc, nRows);
-            dDet = dDetOwn.get();
-        }
-        const dim3 block(s.threads, 1);
-        const auto gx = static_cast<unsigned>((W + s.threads - 1) / s.threads);
-        if (s.kh > 0) {
-            const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
-            convolve2dKernel<<<grid, block, 0, stream>>>(dSub.get(), W, H, h0, y0, rows, dK, s.kw, s.kh, dDet);
-            checkLaunch("the 2-D filter");
-        } else {
-            DeviceBuffer<float> dTmp(dc, nHalo);
-            const dim3 gridRows(gx, static_cast<unsigned>(std::min(hr, 65535)));
-            convolveRowsKernel<<<gridRows, block, 0, stream>>>(dSub.get(), W, hr, dK, s.kw, dTmp.get());
-            checkLaunch("the row filter");
-            const dim3 grid(gx, static_cast<unsigned>(std::min(rows, 65535)));
-            convolveColumnsKernel<<<grid, block, 0, stream>>>(dTmp.get(), W, H, h0, y0, rows, dK, s.kw, dDet);
-            checkLaunch("the column filter");
-        }
-        if (o.hDet) dc.downloadStaged(o.hDet + hostOff, dDet, nRows * sizeof(float));
-        det = dDet;
+    DeviceBuffer<std::uint8_t> stateOwn;
+    std::uint8_t* dState = o.dState ? o.dState + hostOff : nullptr;
+    if (!dState) {
+        stateOwn = DeviceBuffer<std::uint8_t>(dc, nRows);
+        dState = stateOwn.get();
     }
-    const ThresholdArgs a{det, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState.get() + inner, W, rows,
-                          s.p.threshold, s.p.thresholdIsAbsolute, y0};
-    if (dc.blockSize() > 0 && dc.blockSize() <= 128)
-        thresholdRuns<128>(dc, a, runs);
-    else
-        thresholdRuns<256>(dc, a, runs);
-    dc.synchronize();
+    DeviceBuffer<float> subOwn, detOwn;
+    float* dSub = nullptr;
+    if (o.hSub) {
+        subOwn = DeviceBuffer<float>(dc, nRows);
+        dSub = subOwn.get();
+    }
+    ColumnArgs ca{
+        nullptr, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState, nullptr, bits, W, H, h0, y0, rows};
+    if (s.k.empty()) {
+        kc.time("subtraction + threshold", [&] {
+            prepareKernel<true><<<gridFor(W, T, rows), T, 0, stream>>>(pa, hr, dSub, false, dState, t, bits);
+        });
+        checkLaunch("the background subtraction");
+    } else {
+        ca.det = o.dDet ? o.dDet + hostOff : nullptr;
+        if (!ca.det) {
+            detOwn = DeviceBuffer<float>(dc, nRows);
+            ca.det = detOwn.get();
+        }
+        // Subtraction into a halo-layout image (the 2-D filter's input, or a filter too wide for the fused
+        // row pass); the host plans' sub is its own rows.
+        auto subtractHalo = [&](DeviceBuffer<float>& subHalo) {
+            subHalo = DeviceBuffer<float>(dc, nHalo);
+            kc.time("subtraction", [&] {
+                prepareKernel<false>
+                    <<<gridFor(W, T, hr), T, 0, stream>>>(pa, hr, subHalo.get(), true, dState, t, nullptr);
+            });
+            checkLaunch("the background subtraction");
+            if (dSub)
+                GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dSub, subHalo.get() + inner, nRows * sizeof(float),
+                                                   cudaMemcpyDeviceToDevice, stream));
+        };
+        if (s.kh > 0) {
+            DeviceBuffer<float> subHalo;
+            subtractHalo(subHalo);
+            kc.time("2-D filter", [&] {
+                convolve2dKernel<<<gridFor(W, T, rows), T, 0, stream>>>(subHalo.get(), W, H, h0, y0, rows, dK,
+                                                                        s.kw, s.kh, ca.det);
+            });
+            checkLaunch("the 2-D filter");
+            kc.time("threshold", [&] { thresholdBitsKernel<<<gridFor(W, T, rows), T, 0, stream>>>(ca, t); });
+            checkLaunch("the threshold");
+        } else {
+            DeviceBuffer<float> tmp(dc, nHalo);
+            const std::size_t segment = static_cast<std::size_t>(T + 2 * s.halo) * sizeof(float);
+            if (segment <= kSegmentSharedMax) {
+                kc.time("subtraction + row filter", [&] {
+                    prepareRowsKernel<<<gridFor(W, T, hr), T, segment, stream>>>(pa, hr, dK, s.kw, tmp.get(),
+                                                                                 dSub, dState);
+                });
+                checkLaunch("the subtraction and row filter");
+            } else {
+                DeviceBuffer<float> subHalo;
+                subtractHalo(subHalo);
+                kc.time("row filter", [&] {
+                    convolveRowsKernel<<<gridFor(W, T, hr), T, 0, stream>>>(subHalo.get(), W, hr, dK, s.kw,
+                                                                            tmp.get());
+                });
+                checkLaunch("the row filter");
+            }
+            ca.tmp = tmp.get();
+            kc.time("column filter + threshold", [&] {
+                columnThresholdKernel<<<gridFor(W, T, (rows + kColumnRows - 1) / kColumnRows), T, 0,
+                                        stream>>>(ca, dK, s.kw, t);
+            });
+            checkLaunch("the column filter and threshold");
+        }
+    }
+    if (o.hSub) {
+        dc.downloadStaged(o.hSub + hostOff, dSub, nRows * sizeof(float));
+        dc.downloadStaged(o.hState + hostOff, dState, nRows);
+        if (!s.k.empty()) dc.downloadStaged(o.hDet + hostOff, ca.det, nRows * sizeof(float));
+    }
 }
 
-// Bytes per strip row of processStrip (sub, state, tmp over the halo rows; det), the strip inputs when
-// they are uploaded, and a share for the runs.
-std::size_t workPerRow(const DetSetup& s) { return static_cast<std::size_t>(s.W) * (4 + 1 + 4 + 4 + 2); }
+// Appends the runs of rows [0, rows) of a bit image (image rows from yOff on) in raster order: per-row
+// counts, a scan, one host synchronisation for the total, the runs written at their rows' offsets and
+// downloaded through pinned memory (the host vector grows meanwhile). keep: the device copy of the runs
+// (null: freed). expected: runs to make room for in the host vector while the device is still busy (the
+// previous frame's count: growing the vector faults its pages in, ~1 ms per 5 MB), 0: none.
+void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits, int rows, int yOff,
+                 std::vector<Run>& runs, DeviceBuffer<Run>* keep, std::size_t expected = 0) {
+    const cudaStream_t stream = dc.stream();
+    const int wpr = wordsPerRow(s.W);
+    KernelClock& kc = *s.clock;
+    constexpr int kThreads = 256; // 8 rows per block, one per warp
+    const int blocks = std::max(1, std::min((rows + 7) / 8, 1 << 16));
+    DeviceBuffer<int> counts(dc, static_cast<std::size_t>(rows) + 1);
+    GPUPHOT_CUDA_CHECK(cudaMemsetAsync(counts.get() + rows, 0, sizeof(int), stream));
+    kc.time("run count",
+            [&] { runCountKernel<<<blocks, kThreads, 0, stream>>>(bits, wpr, rows, counts.get()); });
+    checkLaunch("the run count");
+    DeviceBuffer<int> offsets(dc, static_cast<std::size_t>(rows) + 1);
+    std::size_t tmpBytes = 0;
+    GPUPHOT_CUDA_CHECK(
+        cub::DeviceScan::ExclusiveSum(nullptr, tmpBytes, counts.get(), offsets.get(), rows + 1, stream));
+    DeviceBuffer<unsigned char> tmp(dc, std::max<std::size_t>(tmpBytes, 1));
+    kc.time("scan", [&] {
+        GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), tmpBytes, counts.get(), offsets.get(),
+                                                         rows + 1, stream));
+    });
+    auto* total = static_cast<int*>(dc.pinned(kPinnedTotalSlot, sizeof(int)));
+    GPUPHOT_CUDA_CHECK(
+        cudaMemcpyAsync(total, offsets.get() + rows, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    const std::size_t first = runs.size();
+    if (expected > 0) runs.resize(first + expected); // overwritten or cut below
+    dc.synchronize();
+    const std::size_t n = static_cast<std::size_t>(*total);
+    if (n == 0) {
+        runs.resize(first);
+        return;
+    }
+    DeviceBuffer<Run> dRuns(dc, n);
+    kc.time("run extraction", [&] {
+        runWriteKernel<<<blocks, kThreads, 0, stream>>>(bits, wpr, rows, yOff, offsets.get(), dRuns.get());
+    });
+    checkLaunch("the run extraction");
+    auto* pinned = static_cast<Run*>(dc.pinned(kPinnedRunsSlot, n * sizeof(Run)));
+    kc.time("run download", [&] {
+        GPUPHOT_CUDA_CHECK(
+            cudaMemcpyAsync(pinned, dRuns.get(), n * sizeof(Run), cudaMemcpyDeviceToHost, stream));
+    });
+    runs.resize(first + n);
+    dc.synchronize();
+    std::memcpy(runs.data() + first, pinned, n * sizeof(Run));
+    if (keep) *keep = std::move(dRuns);
+}
+
+// Bytes per strip row of processStrip (at most: sub, state, tmp over the halo rows; det; bits), the strip
+// inputs when they are uploaded, and a share for the runs.
+std::size_t workPerRow(const DetSetup& s) {
+    return static_cast<std::size_t>(s.W) * (4 + 1 + 4 + 4 + 2);
+}
 std::size_t inputsPerRow(const DetSetup& s) {
     return static_cast<std::size_t>(s.W) * (4 + (s.mask.empty() ? 0 : 1) + 8);
 }
 
-// Whole plan: the frame and the maps resident (device caches); the per-pixel work in chunks of rows. With
-// `o`'s device images the filtered image and the states stay on the device: dim gets the views of all.
-int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripOutputs& o, std::vector<Run>& runs,
-             int chunkRows, RunContext& ctx, DeviceDetectionImages& dim) {
+// Whole plan: the frame and the maps resident (device caches); the per-pixel work in chunks of rows,
+// queued without a host synchronisation (unless host images are downloaded), into one bit image of the
+// frame; then the runs in one extraction. With `o`'s device images the filtered image and the states stay
+// on the device: dim gets the views of all (and keptRuns the device copy of the runs).
+int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripOutputs& o,
+             std::vector<Run>& runs, int chunkRows, RunContext& ctx, DeviceDetectionImages& dim,
+             DeviceBuffer<Run>& keptRuns) {
     const DeviceContext::DeviceFrame f = dc.frame(s.image, s.mask);
     const auto [dLevel, dRms] = deviceBackgroundMaps(dc, s.bkg);
     const DetInputs in{f.pixels, f.mask, dLevel, dRms, 0};
+    const std::size_t wpr = static_cast<std::size_t>(wordsPerRow(s.W));
+    DeviceBuffer<std::uint32_t> bits(dc, wpr * s.H);
     int n = 0;
     for (int y0 = 0; y0 < s.H; y0 += chunkRows, ++n) {
-        processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), o, runs);
+        processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), o, bits.get() + wpr * y0);
         ctx.checkCancelled();
     }
+    // The previous count on this context, a little more (a re-run at another threshold, the next frame).
+    auto& last = dc.stageState("detection front runs");
+    if (!last) last = std::make_shared<std::size_t>(0);
+    std::size_t& lastCount = *static_cast<std::size_t*>(last.get());
+    const std::size_t expected = lastCount > 0 ? lastCount + lastCount / 16 + 1024 : 0;
+    const std::size_t first = runs.size();
+    extractRuns(dc, s, bits.get(), s.H, 0, runs, o.dState ? &keptRuns : nullptr, expected);
+    lastCount = runs.size() - first;
     dim.width = s.W;
     dim.height = s.H;
     dim.frame = f.pixels;
@@ -375,21 +708,24 @@ int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripO
     dim.state = o.dState;
     dim.threshold = s.p.threshold;
     dim.absolute = s.p.thresholdIsAbsolute;
+    dim.runs = keptRuns.get();
+    dim.runCount = keptRuns.size();
     return n;
 }
 
-// Strips plan: no device cache; each strip's rows (with the halo) uploaded from the host.
+// Strips plan: no device cache; each strip's rows (with the halo) uploaded from the host, its runs
+// extracted after it. forcedRows > 0: that many rows per strip (tests).
 int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub, float* hDet,
-              std::uint8_t* hState, std::vector<Run>& runs, int shrink, RunContext& ctx) {
+              std::uint8_t* hState, std::vector<Run>& runs, int shrink, RunContext& ctx, int forcedRows = 0) {
     const std::size_t perRow = workPerRow(s) + inputsPerRow(s);
     // The halo rows, and the scan's scratch (a few kB; counts and offsets are in the per-row share).
     const std::size_t margin = (std::size_t(64) << 10) + 2 * static_cast<std::size_t>(s.halo) * perRow;
     // Lean maps: the strip's rows interpolated on the device from the mesh grid (tables once).
     std::unique_ptr<DeviceBackgroundRows> maps;
     if (!s.bkg.hasFullMaps()) maps = std::make_unique<DeviceBackgroundRows>(dc, s.bkg);
-    const int rows = stripRowsFor(dc.available(), perRow, margin, s.H) / shrink;
-    if (rows < 1)
-        throw DeviceOutOfMemory("detection: one strip row needs " + bytesText(perRow + margin));
+    const int rows = forcedRows > 0 ? forcedRows : stripRowsFor(dc.available(), perRow, margin, s.H) / shrink;
+    if (rows < 1) throw DeviceOutOfMemory("detection: one strip row needs " + bytesText(perRow + margin));
+    const std::size_t wpr = static_cast<std::size_t>(wordsPerRow(s.W));
     int n = 0;
     for (int y0 = 0; y0 < s.H; y0 += rows, ++n) {
         const int y1 = std::min(s.H, y0 + rows);
@@ -408,8 +744,10 @@ int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub
             mk = DeviceBuffer<std::uint8_t>(dc, np);
             uploadRows(dc, mk.get(), s.mask, h0, h1);
         }
+        DeviceBuffer<std::uint32_t> bits(dc, wpr * (y1 - y0));
         processStrip(dc, s, DetInputs{px.get(), mk.get(), lv.get(), rm.get(), h0}, dK, y0, y1,
-                     StripOutputs{hSub, hDet, hState, nullptr, nullptr}, runs);
+                     StripOutputs{hSub, hDet, hState, nullptr, nullptr}, bits.get());
+        extractRuns(dc, s, bits.get(), y1 - y0, y0, runs, nullptr);
         ctx.checkCancelled();
     }
     return n;
@@ -418,12 +756,16 @@ int runStrips(DeviceContext& dc, const DetSetup& s, const float* dK, float* hSub
 // The per-object half on the device images: core's steps 2b-4 (detection_objects.cu), then steps 5-6
 // (detection_finish.cu). The filtered image is released in between (the finish step does not read it).
 DetectionResult detectOnDevice(DeviceContext& dc, std::vector<Run> runs, DeviceDetectionImages& dim,
-                               DeviceBuffer<float>& keptDet, const DetectionParams& p, RunContext& ctx) {
+                               DeviceBuffer<float>& keptDet, DeviceBuffer<Run>& keptRuns,
+                               const DetectionParams& p, RunContext& ctx) {
     detail::StepTimer timer;
     detail::DetectedObjects found = detectObjects(dc, std::move(runs), dim, p, ctx);
     timer.lap("detectObjects (device)");
     keptDet.reset();
+    keptRuns.reset();
     dim.det = nullptr;
+    dim.runs = nullptr;
+    dim.runCount = 0;
     DetectionResult result;
     finishDetection(dc, std::move(found), dim, p, ctx, result);
     timer.lap("finishDetection (device)");
@@ -440,26 +782,8 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     detail::StepTimer timer;
     const int W = image.width, H = image.height;
     const std::size_t npix = static_cast<std::size_t>(W) * H;
-    DetSetup s{image, mask, bkg, p, W, H};
-    s.threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 256;
-    if (p.filter) { // kernel taps computed on the host, as the CPU stage
-        if (!p.filterKernel.empty()) {
-            s.k = p.filterKernel;
-            double sum = 0.0;
-            for (float v : s.k)
-                sum += v;
-            if (sum != 0.0)
-                for (float& v : s.k)
-                    v = static_cast<float>(v / sum);
-            s.kw = p.filterKernelWidth;
-            s.kh = static_cast<int>(s.k.size()) / s.kw;
-            s.halo = s.kh / 2;
-        } else {
-            s.k = gaussianKernel1d(p.filterFwhm);
-            s.kw = static_cast<int>(s.k.size());
-            s.halo = s.kw / 2;
-        }
-    }
+    KernelClock clock(dc.stream());
+    DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
 
     // Host images that the strips fill row by row (the host per-object half), reused between runs:
     // pageable, filled through the context's pinned staging (pinning 1.4 GB at 151 MP cost the first run of a
@@ -488,12 +812,14 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     const std::size_t resident = inputsPerRow(s) * H + kept;
     const std::size_t cached = dc.cachedFrameBytes() + dc.cachedBackgroundBytes();
     const std::size_t others = dc.inUse() - std::min(dc.inUse(), cached);
-    const std::size_t wholeNeed = resident + workPerRow(s) * (chunkRows + 2 * s.halo) + (std::size_t(2) << 20);
+    const std::size_t wholeNeed =
+        resident + workPerRow(s) * (chunkRows + 2 * s.halo) + (std::size_t(2) << 20);
     std::string why = "whole frame needs " + bytesText(wholeNeed);
     std::vector<Run> runs;
     bool done = false, whole = false;
     DeviceBuffer<float> keptDet;
     DeviceBuffer<std::uint8_t> keptState;
+    DeviceBuffer<Run> keptRuns;
     DeviceDetectionImages dim;
     const std::size_t kBytes = s.k.size() * sizeof(float);
     if (others + wholeNeed + kBytes <= dc.budget()) {
@@ -509,7 +835,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
             } else {
                 o = hostImages();
             }
-            runWhole(dc, s, dK.get(), o, runs, chunkRows, ctx, dim);
+            runWhole(dc, s, dK.get(), o, runs, chunkRows, ctx, dim, keptRuns);
             dc.notePlan("whole", 1);
             done = whole = true;
         } catch (const DeviceOutOfMemory& e) {
@@ -518,6 +844,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
             runs.clear();
             keptDet.reset();
             keptState.reset();
+            keptRuns.reset();
         }
     }
     // Strips plan (also the answer to an allocation failure in the device's per-object half): the host
@@ -549,19 +876,22 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     };
     if (!done) done = stripsPlan();
     if (!done) return cpuPlan();
-    timer.lap(whole && deviceObjects ? "GPU front (images kept on the device)" : "GPU front + sub/det/state downloads");
+    clock.report();
+    timer.lap(whole && deviceObjects ? "GPU front (images kept on the device)"
+                                     : "GPU front + sub/det/state downloads");
     ctx.report("detection", 0.2);
     ctx.checkCancelled();
 
     if (whole && deviceObjects) {
         try {
-            return detectOnDevice(dc, std::move(runs), dim, keptDet, p, ctx);
+            return detectOnDevice(dc, std::move(runs), dim, keptDet, keptRuns, p, ctx);
         } catch (const DeviceOutOfMemory& e) {
             // Re-planned as strips (the host per-object half), as an allocation failure in the front is.
             why = e.what();
             dc.drain();
             keptDet.reset();
             keptState.reset();
+            keptRuns.reset();
             runs.clear();
             if (!stripsPlan()) return cpuPlan();
             ctx.checkCancelled();
@@ -587,6 +917,58 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     detail::finishDetection(std::move(found), im, p, ctx, result);
     timer.lap("finishDetection");
     return result;
+}
+
+DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                    const DetectionParams& p, RunContext& ctx, FrontPlan plan, int rows) {
+    if (!acceptable(image, mask, bkg, p))
+        throw InvalidInput("detectionFront: parameters the stage does not take");
+    DeviceContext& dc = DeviceContext::of(ctx);
+    KernelClock clock(dc.stream());
+    const DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
+    const int W = s.W, H = s.H;
+    const std::size_t npix = static_cast<std::size_t>(W) * H;
+    DetectionFrontResult r;
+    const bool filtered = !s.k.empty();
+    DeviceBuffer<float> dK(dc, s.k.size());
+    dK.upload(s.k.data(), s.k.size());
+    if (plan == FrontPlan::WholeDevice) {
+        DeviceBuffer<std::uint8_t> state(dc, npix);
+        DeviceBuffer<float> det(dc, filtered ? npix : 0);
+        DeviceBuffer<Run> keptRuns;
+        DeviceDetectionImages dim;
+        const int chunk = rows > 0 ? rows : std::min(H, std::max(64, (H + 7) / 8));
+        runWhole(dc, s, dK.get(), StripOutputs{nullptr, nullptr, nullptr, det.get(), state.get()}, r.runs,
+                 chunk, ctx, dim, keptRuns);
+        r.state = Image<std::uint8_t>(W, H);
+        dc.downloadStaged(r.state.data(), state.get(), npix);
+        if (filtered) {
+            r.det = Image<float>(W, H);
+            dc.downloadStaged(r.det.data(), det.get(), npix * sizeof(float));
+        }
+        std::vector<Run> back(keptRuns.size());
+        if (!back.empty()) dc.downloadStaged(back.data(), keptRuns.get(), back.size() * sizeof(Run));
+        r.deviceRuns =
+            dim.runs == keptRuns.get() && dim.runCount == r.runs.size() &&
+            (back.empty() || std::memcmp(back.data(), r.runs.data(), back.size() * sizeof(Run)) == 0);
+        return r;
+    }
+    r.sub = Image<float>(W, H);
+    r.state = Image<std::uint8_t>(W, H);
+    if (filtered) r.det = Image<float>(W, H);
+    float* hDet = filtered ? r.det.data() : r.sub.data();
+    if (plan == FrontPlan::WholeHost) {
+        DeviceBuffer<Run> unused;
+        DeviceDetectionImages dim;
+        const int chunk = rows > 0 ? rows : std::min(H, std::max(64, (H + 7) / 8));
+        runWhole(dc, s, dK.get(), StripOutputs{r.sub.data(), hDet, r.state.data(), nullptr, nullptr}, r.runs,
+                 chunk, ctx, dim, unused);
+    } else {
+        dc.dropFrame();
+        dc.dropBackground();
+        runStrips(dc, s, dK.get(), r.sub.data(), hDet, r.state.data(), r.runs, 1, ctx, rows);
+    }
+    return r;
 }
 
 } // namespace gpuphot::cuda

@@ -21,6 +21,10 @@ struct DeviceDetectionImages {
     const std::uint8_t* state = nullptr; // detail::PixelState bits
     double threshold = 0.0;
     bool absolute = false;
+    // The front's above-threshold runs on the device (the same array, in the same order, as the host vector
+    // handed to detectObjects; null when not kept): valid until detectObjects returns.
+    const detail::Run* runs = nullptr;
+    std::size_t runCount = 0;
 
     __host__ __device__ std::size_t at(int x, int y) const {
         return static_cast<std::size_t>(y) * static_cast<std::size_t>(width) + static_cast<std::size_t>(x);

@@ -8,14 +8,20 @@
 //     barycentre with ties in raster order (the CPU's stable sort): a stable segmented sort of (r^2, value)
 //     pairs written in raster order; then one thread per object walks its curve and iterates the window,
 //     the arithmetic of core/stages/detection_window.hpp (-fmad=false, doubles, the same exp);
-//   - the order and the windowed positions come down; the host fills the Sources columns, and the
-//     segmentation map is downloaded while the device copy stays cached for the aperture stage.
+//   - the order and the windowed positions come down; the host fills the Sources columns; the
+//     segmentation map stays on the device as a deferred SegmentationMap (downloaded only when a host
+//     consumer reads it; the aperture stage reads the device copy).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
@@ -24,6 +30,7 @@
 #include "kernels/detection_finish.hpp"
 #include "kernels/detection_finish_pack.hpp"
 #include "kernels/device_context.hpp"
+#include "kernels/host_copy.hpp"
 
 namespace gpuphot::cuda {
 namespace {
@@ -162,24 +169,190 @@ unsigned blocksFor(std::int64_t threads, int block) {
     return static_cast<unsigned>((threads + block - 1) / block);
 }
 
-// The device segmentation map kept after finishDetection, with the identity of its host download.
-// The key alone could match another map of the same size later allocated at the same address (maps are
-// mostly zeros, and the key samples a few thousand pixels), so each object's first pixel and id are kept
-// too and checked on the host map before the device copy is used.
-struct SegmentationCache {
-    DeviceBuffer<std::int32_t> map;
-    ViewKey key;
-    std::vector<std::int64_t> firstPixel; // y * width + x0 of object k (final order), id k + 1
-    void clear() {
-        map = {};
-        key = {};
-        firstPixel.clear();
+// ---- deferred segmentation maps ----------------------------------------------------------------------
+// One pool per DeviceContext (its stage state "detection.segmentation", through PoolGuard, which closes
+// the pool when the context dies: before its memory pool). The mutex guards the list of live sources,
+// their buffers, the pending frees and the download stream.
+class DeviceSegmentationSource;
+
+std::atomic<std::uint64_t> g_downloads{0}, g_foreignDownloads{0};
+
+struct SegmentationPool {
+    std::mutex mutex;
+    DeviceContext* dc = nullptr; // null once the context died
+    int device = 0;
+    std::thread::id stageThread; // the thread that runs dc's stages (the last finishDetection's)
+    cudaStream_t stream = nullptr; // downloads on other threads and at the context's end
+    PinnedBuffer<unsigned char> staging[2]; // their staging, made on the first large one
+    cudaEvent_t done[2] = {nullptr, nullptr};
+    std::vector<DeviceSegmentationSource*> live;
+    std::vector<DeviceBuffer<std::int32_t>> pending; // dropped on another thread: freed on the stage thread
+
+    bool onStageThread() const { return dc && std::this_thread::get_id() == stageThread; }
+    // A download on any thread (the map was complete when finishDetection returned: it synchronised dc's
+    // stream) on the pool's own stream, through the pool's own pinned staging (two chunks, the copies out of
+    // them by several threads, overlapped with the DMA), as DeviceContext::downloadStaged does on dc's
+    // stream: one pageable cudaMemcpy of 605 MB took 420-500 ms on the H200 host, staged 36 ms.
+    void copyDown(void* dst, const void* src, std::size_t bytes) {
+        int previous = 0;
+        GPUPHOT_CUDA_CHECK(cudaGetDevice(&previous));
+        if (previous != device) GPUPHOT_CUDA_CHECK(cudaSetDevice(device));
+        struct Restore {
+            int d, prev;
+            ~Restore() {
+                if (d != prev) cudaSetDevice(prev);
+            }
+        } restore{device, previous};
+        if (!stream) GPUPHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        constexpr std::size_t kChunk = std::size_t(32) << 20;
+        if (bytes < kChunk) {
+            GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+            GPUPHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+            return;
+        }
+        for (int b = 0; b < 2; ++b) {
+            if (!staging[b].get()) staging[b] = PinnedBuffer<unsigned char>(kChunk);
+            if (!done[b]) GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&done[b], cudaEventDisableTiming));
+        }
+        const auto* from = static_cast<const unsigned char*>(src);
+        auto* to = static_cast<unsigned char*>(dst);
+        const std::size_t chunks = (bytes + kChunk - 1) / kChunk;
+        auto enqueue = [&](std::size_t k) {
+            const std::size_t off = k * kChunk;
+            GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(staging[k % 2].get(), from + off, std::min(kChunk, bytes - off),
+                                               cudaMemcpyDeviceToHost, stream));
+            GPUPHOT_CUDA_CHECK(cudaEventRecord(done[k % 2], stream));
+        };
+        enqueue(0);
+        if (chunks > 1) enqueue(1);
+        for (std::size_t k = 0; k < chunks; ++k) {
+            const std::size_t off = k * kChunk;
+            GPUPHOT_CUDA_CHECK(cudaEventSynchronize(done[k % 2]));
+            parallelCopy(to + off, staging[k % 2].get(), std::min(kChunk, bytes - off));
+            if (k + 2 < chunks) enqueue(k + 2);
+        }
+    }
+    void close() noexcept;
+    ~SegmentationPool() {
+        for (cudaEvent_t e : done)
+            if (e) cudaEventDestroy(e);
+        if (stream) cudaStreamDestroy(stream);
     }
 };
-SegmentationCache& segmentationCache(DeviceContext& dc) {
+
+class DeviceSegmentationSource final : public DeferredImageSource {
+public:
+    DeviceSegmentationSource(std::shared_ptr<SegmentationPool> pool, DeviceBuffer<std::int32_t>&& buffer,
+                             int w, int h)
+        : m_pool(std::move(pool)), m_buffer(std::move(buffer)), m_width(w), m_height(h) {
+        std::lock_guard lock(m_pool->mutex);
+        m_pool->live.push_back(this);
+    }
+    ~DeviceSegmentationSource() override {
+        SegmentationPool& pool = *m_pool;
+        std::lock_guard lock(pool.mutex);
+        pool.live.erase(std::find(pool.live.begin(), pool.live.end(), this));
+        if (m_buffer.get() && !pool.onStageThread()) pool.pending.push_back(std::move(m_buffer));
+        m_buffer.reset(); // the stage thread: at once
+    }
+
+    void download(std::int32_t* dst) const override {
+        SegmentationPool& pool = *m_pool;
+        std::lock_guard lock(pool.mutex);
+        const std::size_t bytes = this->bytes();
+        if (m_buffer.get()) {
+            if (pool.onStageThread()) {
+                pool.dc->downloadStaged(dst, m_buffer.get(), bytes);
+            } else {
+                pool.copyDown(dst, m_buffer.get(), bytes);
+                ++g_foreignDownloads;
+            }
+        } else if (!m_evicted.empty()) {
+            parallelCopy(dst, m_evicted.data(), bytes);
+        } else {
+            throw CudaError("segmentation map: " + m_lost);
+        }
+        ++g_downloads;
+    }
+
+    // With the pool's mutex held. Downloads into m_evicted (staged: the stage thread; else pageable) and
+    // frees the device buffer; returns the bytes freed.
+    std::size_t evictLocked(bool staged) {
+        if (!m_buffer.get()) return 0;
+        Image<std::int32_t> host(m_width, m_height, Image<std::int32_t>::NoInit{});
+        if (staged)
+            m_pool->dc->downloadStaged(host.data(), m_buffer.get(), bytes());
+        else
+            m_pool->copyDown(host.data(), m_buffer.get(), bytes());
+        m_evicted = std::move(host);
+        return releaseLocked();
+    }
+    // With the pool's mutex held: frees the device buffer without a copy (the map is materialised).
+    std::size_t releaseLocked() {
+        const std::size_t b = m_buffer.bytes();
+        m_buffer.reset();
+        if (m_evicted.empty()) m_lost = "the device copy was freed after its download";
+        return b;
+    }
+    void loseLocked(const std::string& why) noexcept {
+        m_buffer.reset();
+        m_lost = why;
+    }
+    const std::int32_t* devicePointer() const { return m_buffer.get(); }
+    std::size_t deviceBytes() const { return m_buffer.bytes(); }
+    const SegmentationPool* pool() const { return m_pool.get(); }
+    int width() const { return m_width; }
+    int height() const { return m_height; }
+
+private:
+    std::size_t bytes() const {
+        return static_cast<std::size_t>(m_width) * static_cast<std::size_t>(m_height) * sizeof(std::int32_t);
+    }
+    std::shared_ptr<SegmentationPool> m_pool;
+    DeviceBuffer<std::int32_t> m_buffer;
+    Image<std::int32_t> m_evicted; // after evictLocked
+    std::string m_lost;            // why neither is there
+    int m_width = 0, m_height = 0;
+};
+
+void SegmentationPool::close() noexcept {
+    std::lock_guard lock(mutex);
+    for (DeviceSegmentationSource* s : live) {
+        try {
+            s->evictLocked(false); // any thread may destroy the context: the pool's own stream
+        } catch (const std::exception& e) {
+            s->loseLocked(std::string("its device context ended and the download failed: ") + e.what());
+        }
+    }
+    pending.clear();
+    dc = nullptr;
+}
+
+struct PoolGuard {
+    std::shared_ptr<SegmentationPool> pool;
+    ~PoolGuard() { pool->close(); }
+};
+
+SegmentationPool& segmentationPool(DeviceContext& dc, std::shared_ptr<SegmentationPool>* shared = nullptr) {
     std::shared_ptr<void>& s = dc.stageState("detection.segmentation");
-    if (!s) s = std::make_shared<SegmentationCache>();
-    return *static_cast<SegmentationCache*>(s.get());
+    if (!s) {
+        auto g = std::make_shared<PoolGuard>();
+        g->pool = std::make_shared<SegmentationPool>();
+        g->pool->dc = &dc;
+        g->pool->device = dc.device();
+        g->pool->stageThread = std::this_thread::get_id();
+        s = g;
+    }
+    const std::shared_ptr<SegmentationPool>& pool = static_cast<PoolGuard*>(s.get())->pool;
+    if (shared) *shared = pool;
+    return *pool;
+}
+
+// The live source of map on dc's device, else null (call with the pool's mutex held).
+DeviceSegmentationSource* residentSource(SegmentationPool& pool, const SegmentationMap& map) {
+    const auto* src = dynamic_cast<const DeviceSegmentationSource*>(map.source().get());
+    if (!src || src->pool() != &pool || !src->devicePointer()) return nullptr;
+    return const_cast<DeviceSegmentationSource*>(src); // the pool's own (non-const) entry
 }
 
 } // namespace
@@ -197,14 +370,25 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     ctx.report("detection", 0.75);
     ctx.checkCancelled();
 
-    // The previous frame's map is not needed any more: its memory serves this one.
-    SegmentationCache& cache = segmentationCache(dc);
-    cache.clear();
+    // Earlier maps of this context still held by their results (the workbench keeps the previous one)
+    // stay on the device while the budget leaves room for this step, this map and the aperture stage's
+    // use of it; else they are downloaded into their sources and freed.
+    std::shared_ptr<SegmentationPool> pool;
+    {
+        SegmentationPool& sp = segmentationPool(dc, &pool);
+        std::lock_guard lock(sp.mutex);
+        sp.stageThread = std::this_thread::get_id();
+        sp.pending.clear();
+    }
 
     // Objects up as CSR.
     const auto n = static_cast<std::int64_t>(found.objects.size());
     std::vector<std::int64_t> pixStart(found.objects.size() + 1);
     const FinishLayout layout = finishLayout(found, pixStart.data(), threads);
+    const std::size_t mapBytes = npix * sizeof(std::int32_t);
+    const std::size_t stepBytes =
+        layout.bytes + static_cast<std::size_t>(n) * 40 + static_cast<std::size_t>(layout.nPix) * 48;
+    if (dc.available() < 2 * mapBytes + stepBytes) evictSegmentations(dc);
     constexpr int kPinnedSlot = 23; // DeviceContext::pinned slot of this step
     auto* packed = static_cast<unsigned char*>(dc.pinned(kPinnedSlot, layout.bytes));
     packFinish(found, layout, pixStart.data(), packed, threads);
@@ -297,36 +481,77 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     fillFinishSources(found, hOrder.data(), hWin.data(), result, threads);
     timer.lap("finish: columns (host)");
 
-    // The segmentation map: downloaded for the host consumers, the device copy kept.
-    result.segmentation = Image<std::int32_t>(w, h, Image<std::int32_t>::NoInit{});
-    dc.downloadStaged(result.segmentation.data(), seg.get(), npix * sizeof(std::int32_t));
-    // Kept only while the budget leaves as much again for the stages in between (PSF) and the aperture
-    // stage, which finds it there instead of uploading the host map.
-    if (dc.available() >= npix * sizeof(std::int32_t)) {
-        cache.map = std::move(seg);
-        cache.key = viewKey(result.segmentation.view());
-        cache.firstPixel.resize(hOrder.size());
-        for (std::size_t k = 0; k < hOrder.size(); ++k) {
-            const Run& r = found.objects[hOrder[k]].runs.front();
-            cache.firstPixel[k] = static_cast<std::int64_t>(r.y) * w + r.x0;
-        }
+    // The segmentation map stays on the device (a deferred map: downloaded when a host consumer reads it)
+    // while the budget leaves as much again for the stages in between (PSF) and the aperture stage, which
+    // reads it there; else it comes down now and the device copy is freed.
+    if (npix == 0) {
+        result.segmentation = SegmentationMap(Image<std::int32_t>(w, h));
+    } else if (dc.available() >= mapBytes) {
+        result.segmentation =
+            SegmentationMap(w, h, std::make_shared<DeviceSegmentationSource>(pool, std::move(seg), w, h));
+        timer.lap("finish: segmentation kept on the device (cuda)");
+    } else {
+        Image<std::int32_t> host(w, h, Image<std::int32_t>::NoInit{});
+        dc.downloadStaged(host.data(), seg.get(), mapBytes);
+        seg = {};
+        result.segmentation = SegmentationMap(std::move(host));
+        timer.lap("finish: segmentation download (cuda, budget)");
     }
-    timer.lap("finish: segmentation download (cuda)");
     ctx.report("detection", 1.0);
 }
 
-const std::int32_t* cachedSegmentation(DeviceContext& dc, const ImageViewT<std::int32_t>& host) {
-    SegmentationCache& cache = segmentationCache(dc);
-    if (!cache.map.get() || host.empty() || !(viewKey(host) == cache.key)) return nullptr;
-    for (std::size_t k = 0; k < cache.firstPixel.size(); ++k) {
-        const std::int64_t q = cache.firstPixel[k];
-        const int y = static_cast<int>(q / host.width), x = static_cast<int>(q % host.width);
-        if (host.row(y)[x] != static_cast<std::int32_t>(k + 1)) return nullptr;
-    }
-    return cache.map.get();
+const std::int32_t* deviceSegmentation(DeviceContext& dc, const SegmentationMap& map) {
+    if (!map.source()) return nullptr;
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    const DeviceSegmentationSource* s = residentSource(pool, map);
+    return s ? s->devicePointer() : nullptr;
 }
 
-void dropCachedSegmentation(DeviceContext& dc) { segmentationCache(dc).clear(); }
+const std::int32_t* residentSegmentation(DeviceContext& dc, const ImageViewT<std::int32_t>& view) {
+    if (view.empty() || view.stride != view.width) return nullptr;
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    for (const DeviceSegmentationSource* s : pool.live)
+        if (s->devicePointer() == view.data && s->width() == view.width && s->height() == view.height)
+            return view.data;
+    return nullptr;
+}
+
+std::size_t evictSegmentations(DeviceContext& dc, const SegmentationMap* keep) {
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    const DeviceSegmentationSource* kept = keep ? residentSource(pool, *keep) : nullptr;
+    std::size_t freed = 0;
+    for (const auto& b : pool.pending)
+        freed += b.bytes();
+    pool.pending.clear();
+    const bool staged = pool.onStageThread();
+    for (DeviceSegmentationSource* s : pool.live)
+        if (s != kept) freed += s->evictLocked(staged);
+    return freed;
+}
+
+void releaseSegmentationDevice(DeviceContext& dc, const SegmentationMap& map) {
+    if (!map.source() || !map.isMaterialised()) return;
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    if (DeviceSegmentationSource* s = residentSource(pool, map)) s->releaseLocked();
+}
+
+std::size_t segmentationBytes(DeviceContext& dc) {
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    std::size_t bytes = 0;
+    for (const DeviceSegmentationSource* s : pool.live)
+        bytes += s->deviceBytes();
+    for (const auto& b : pool.pending)
+        bytes += b.bytes();
+    return bytes;
+}
+
+std::uint64_t segmentationDownloads() { return g_downloads.load(); }
+std::uint64_t segmentationForeignDownloads() { return g_foreignDownloads.load(); }
 
 struct DeviceDetectionUpload::Impl {
     DeviceBuffer<float> frame, level, rms, det;

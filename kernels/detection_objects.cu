@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,27 +32,32 @@ void checkLaunch(const char* what) {
         throw CudaError(std::string("detection objects: launching ") + what + ": " + cudaGetErrorString(e));
 }
 
-// core's detail::peakCount (capped at 2) of the roots listed in cand: one thread per root.
+// core's detail::peakCount (capped at 2) of every root that deblendObject examines beyond its first tests (an
+// area of at least 2 minArea and 2 pixels), 0 for the others: one thread per root.
 __global__ void peakCountKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start,
-                                const std::int32_t* cand, int nCand, std::uint8_t* peaks) {
+                                int nRoots, int minArea, std::uint8_t* peaks) {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= nCand) return;
-    const std::int32_t root = cand[k];
+    if (k >= nRoots) return;
+    std::int64_t area = 0;
+    for (std::int64_t j = start[k]; j < start[k + 1]; ++j)
+        area += runs[j].x1 - runs[j].x0 + 1;
     int count = 0;
-    for (std::int64_t j = start[root]; j < start[root + 1] && count < 2; ++j) {
-        const Run r = runs[j];
-        const int ya = max(0, r.y - 1), yb = min(im.height - 1, r.y + 1);
-        for (std::int32_t x = r.x0; x <= r.x1; ++x) {
-            const float f = im.detAt(x, r.y);
-            const int xa = max(0, x - 1), xb = min(im.width - 1, x + 1);
-            bool peak = true;
-            for (int yy = ya; yy <= yb && peak; ++yy)
-                for (int xx = xa; xx <= xb; ++xx)
-                    if (im.detAt(xx, yy) > f) {
-                        peak = false;
-                        break;
-                    }
-            if (peak && ++count >= 2) break;
+    if (area >= 2 * static_cast<std::int64_t>(minArea) && area >= 2) {
+        for (std::int64_t j = start[k]; j < start[k + 1] && count < 2; ++j) {
+            const Run r = runs[j];
+            const int ya = max(0, r.y - 1), yb = min(im.height - 1, r.y + 1);
+            for (std::int32_t x = r.x0; x <= r.x1; ++x) {
+                const float f = im.detAt(x, r.y);
+                const int xa = max(0, x - 1), xb = min(im.width - 1, x + 1);
+                bool peak = true;
+                for (int yy = ya; yy <= yb && peak; ++yy)
+                    for (int xx = xa; xx <= xb; ++xx)
+                        if (im.detAt(xx, yy) > f) {
+                            peak = false;
+                            break;
+                        }
+                if (peak && ++count >= 2) break;
+            }
         }
     }
     peaks[k] = static_cast<std::uint8_t>(count);
@@ -142,9 +148,11 @@ __device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, s
     out = c;
 }
 
-// DeviceContext::pinned slots of this step.
+// DeviceContext::pinned slots of this step: the sums of the roots and of the deblended children.
 constexpr int kPinnedIsoSlot = 24;
 constexpr int kPinnedCleanSlot = 25;
+constexpr int kPinnedChildIsoSlot = 40;
+constexpr int kPinnedChildCleanSlot = 41;
 
 int gridFor(std::size_t n, int threads) {
     return static_cast<int>(std::max<std::size_t>(1, (n + threads - 1) / threads));
@@ -369,45 +377,31 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     ctx.checkCancelled();
     if (nRoots == 0) return result;
 
-    // 3. The roots that deblendObject examines beyond its first tests, and their peak count on the device.
-    std::vector<std::int32_t> cand;
-    if (p.deblendLevels >= 2) {
-        for (std::size_t k = 0; k < nRoots; ++k) {
-            std::int64_t area = 0;
-            for (std::int64_t j = rr.start[k]; j < rr.start[k + 1]; ++j)
-                area += rr.runs[j].x1 - rr.runs[j].x0 + 1;
-            if (area >= 2 * static_cast<std::int64_t>(p.minArea) && area >= 2)
-                cand.push_back(static_cast<std::int32_t>(k));
-        }
+    // 3. The single-peak test on the device of every root that deblendObject examines beyond its first tests.
+    if (hostLabels) {
+        dRootRuns = DeviceBuffer<Run>(dc, rr.runs.size());
+        dRootStart = DeviceBuffer<std::int64_t>(dc, rr.start.size());
+        dc.uploadStaged(dRootRuns.get(), rr.runs.data(), rr.runs.size() * sizeof(Run));
+        dc.uploadStaged(dRootStart.get(), rr.start.data(), rr.start.size() * sizeof(std::int64_t));
     }
     std::vector<std::int32_t> multi; // roots with two or more peaks
-    if (!cand.empty()) {
-        if (hostLabels) {
-            dRootRuns = DeviceBuffer<Run>(dc, rr.runs.size());
-            dRootStart = DeviceBuffer<std::int64_t>(dc, rr.start.size());
-            dc.uploadStaged(dRootRuns.get(), rr.runs.data(), rr.runs.size() * sizeof(Run));
-            dc.uploadStaged(dRootStart.get(), rr.start.data(), rr.start.size() * sizeof(std::int64_t));
-        }
-        DeviceBuffer<std::int32_t> dCand(dc, cand.size());
-        dCand.upload(cand.data(), cand.size());
-        DeviceBuffer<std::uint8_t> dPeaks(dc, cand.size());
-        peakCountKernel<<<gridFor(cand.size(), 128), 128, 0, stream>>>(
-            im, dRootRuns.get(), dRootStart.get(), dCand.get(), static_cast<int>(cand.size()), dPeaks.get());
+    if (p.deblendLevels >= 2) {
+        DeviceBuffer<std::uint8_t> dPeaks(dc, nRoots);
+        peakCountKernel<<<gridFor(nRoots, 128), 128, 0, stream>>>(
+            im, dRootRuns.get(), dRootStart.get(), static_cast<int>(nRoots), p.minArea, dPeaks.get());
         checkLaunch("the peak count");
-        std::vector<std::uint8_t> peaks(cand.size());
+        std::vector<std::uint8_t> peaks(nRoots);
         dPeaks.download(peaks.data(), peaks.size());
         dc.synchronize();
-        for (std::size_t c = 0; c < cand.size(); ++c)
-            if (peaks[c] >= 2) multi.push_back(cand[c]);
+        for (std::size_t k = 0; k < nRoots; ++k)
+            if (peaks[k] >= 2) multi.push_back(static_cast<std::int32_t>(k));
     }
-    dRootRuns.reset();
-    dRootStart.reset();
     timer.lap("peak count (device)");
 
-    // Deblending of the multi-peak roots on the host, from their boxes (one-pixel border) gathered on the device.
-    std::vector<detail::DeblendOutput> deblended(multi.size());
+    // Boxes of the multi-peak roots (one-pixel border) gathered on the device and downloaded.
+    std::vector<Box> boxes(multi.size());
+    std::vector<float> hDet, hRms;
     if (!multi.empty()) {
-        std::vector<Box> boxes(multi.size());
         std::int64_t total = 0;
         for (std::size_t m = 0; m < multi.size(); ++m) {
             const std::int32_t k = multi[m];
@@ -431,96 +425,154 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         gatherBoxesKernel<<<static_cast<int>(std::min<std::size_t>(boxes.size(), 65535)), 128, 0, stream>>>(
             im, dBoxes.get(), static_cast<int>(boxes.size()), dDet.get(), dRms.get());
         checkLaunch("the box gather");
-        std::vector<float> hDet(static_cast<std::size_t>(total)), hRms(static_cast<std::size_t>(total));
+        hDet.resize(static_cast<std::size_t>(total));
+        hRms.resize(static_cast<std::size_t>(total));
         dDet.download(hDet.data(), hDet.size());
         dRms.download(hRms.data(), hRms.size());
         dc.synchronize();
         timer.lap("box gather (device) + download");
-        detail::parallelFor(multi.size(), threads, 4, [&](std::int64_t m) {
-            const Box& b = boxes[m];
-            const std::int32_t k = multi[m];
-            detail::DetectionImages bim;
-            bim.width = im.width;
-            bim.height = im.height;
-            bim.det = ImageView{hDet.data() + b.off, b.w, b.h, b.w};
-            bim.rms = ImageView{hRms.data() + b.off, b.w, b.h, b.w};
-            bim.originX = b.x0;
-            bim.originY = b.y0;
-            bim.threshold = im.threshold;
-            bim.absolute = im.absolute;
-            const std::vector<Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
-            detail::deblendObject(root, bim, p, deblended[m]);
-        });
     }
-    // The objects in root order, children in deblending order (as core's detectObjects); filled in parallel
-    // (one allocation per object).
+
+    // 4. The isophotal and CLEAN sums of every root on the device (one thread per root and kind, the CPU's
+    // order), downloaded into the context's pinned memory (reused between frames) while the host deblends; a
+    // root that is not split is its own object, so these are its object's sums.
+    const bool cleanAny = p.clean && p.cleanParam > 0.0;
+    const int kTop = std::max(1, p.minArea); // CLEAN's mthresh: the kTop-th largest pixel
+    auto* rootIso =
+        static_cast<detail::IsoSums*>(dc.pinned(kPinnedIsoSlot, nRoots * sizeof(detail::IsoSums)));
+    auto* rootClean =
+        cleanAny
+            ? static_cast<detail::CleanSums*>(dc.pinned(kPinnedCleanSlot, nRoots * sizeof(detail::CleanSums)))
+            : nullptr;
+    {
+        DeviceBuffer<detail::IsoSums> dIso(dc, nRoots);
+        DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nRoots : 0);
+        objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nRoots, 128), 128, 0, stream>>>(
+            im, dRootRuns.get(), dRootStart.get(), static_cast<int>(nRoots), p.gain, kTop, cleanAny,
+            dIso.get(), dClean.get());
+        checkLaunch("the root sums");
+        dIso.download(rootIso, nRoots); // pinned: asynchronous
+        if (cleanAny) dClean.download(rootClean, nRoots);
+    } // freed in stream order
+    dRootRuns.reset();
+    dRootStart.reset();
+    timer.lap("root sums launched");
+
+    // Deblending of the multi-peak roots on the host (core's deblendObject on the gathered boxes), meanwhile.
+    std::vector<detail::DeblendOutput> deblended(multi.size());
+    detail::parallelFor(multi.size(), threads, 4, [&](std::int64_t m) {
+        const Box& b = boxes[m];
+        const std::int32_t root = multi[m];
+        detail::DetectionImages bim;
+        bim.width = im.width;
+        bim.height = im.height;
+        bim.det = ImageView{hDet.data() + b.off, b.w, b.h, b.w};
+        bim.rms = ImageView{hRms.data() + b.off, b.w, b.h, b.w};
+        bim.originX = b.x0;
+        bim.originY = b.y0;
+        bim.threshold = im.threshold;
+        bim.absolute = im.absolute;
+        const std::vector<Run> runsOfRoot(rr.runs.begin() + rr.start[root],
+                                          rr.runs.begin() + rr.start[root + 1]);
+        detail::deblendObject(runsOfRoot, bim, p, deblended[m]);
+    });
+    timer.lap("deblending (host)");
+    // The objects in root order, children in deblending order (as core's detectObjects); the children of the
+    // split roots numbered in that order for their sums.
     std::vector<std::int32_t> multiOf(nRoots, -1);
-    for (std::size_t m = 0; m < multi.size(); ++m)
+    std::vector<std::int64_t> childFirst(multi.size() + 1, 0);
+    for (std::size_t m = 0; m < multi.size(); ++m) {
         multiOf[multi[m]] = static_cast<std::int32_t>(m);
+        const std::size_t nc = deblended[m].children.size();
+        childFirst[m + 1] = childFirst[m] + (nc > 1 ? static_cast<std::int64_t>(nc) : 0);
+    }
+    const auto nChildren = static_cast<std::size_t>(childFirst.back());
+    auto* childIso = static_cast<detail::IsoSums*>(
+        dc.pinned(kPinnedChildIsoSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::IsoSums)));
+    auto* childClean =
+        cleanAny
+            ? static_cast<detail::CleanSums*>(dc.pinned(
+                  kPinnedChildCleanSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::CleanSums)))
+            : nullptr;
     std::vector<std::int64_t> firstObject(nRoots + 1, 0);
-    for (std::size_t k = 0; k < nRoots; ++k)
-        firstObject[k + 1] = firstObject[k] + (multiOf[k] < 0 ? 1 : static_cast<std::int64_t>(
-                                                                        deblended[multiOf[k]].children.size()));
-    std::vector<detail::Object> objects(static_cast<std::size_t>(firstObject[nRoots]));
-    detail::parallelFor(nRoots, threads, 1024, [&](std::int64_t k) {
-        detail::Object* out = objects.data() + firstObject[k];
-        if (multiOf[k] < 0) {
-            out->runs.assign(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
-            return;
+    for (std::size_t r = 0; r < nRoots; ++r)
+        firstObject[r + 1] =
+            firstObject[r] +
+            (multiOf[r] < 0 ? 1 : static_cast<std::int64_t>(deblended[multiOf[r]].children.size()));
+    const auto nObj = static_cast<std::size_t>(firstObject[nRoots]);
+    std::vector<detail::Object> objects(nObj);
+    detail::UninitArray<const detail::IsoSums*> isoOf(nObj);
+    detail::UninitArray<const detail::CleanSums*> cleanOf(nObj);
+    // The children's runs (CSR, in child order) for their sums on the device.
+    std::vector<std::int64_t> childStart(nChildren + 1, 0);
+    for (std::size_t m = 0; m < multi.size(); ++m) {
+        const auto& ch = deblended[m].children;
+        if (ch.size() < 2) continue;
+        for (std::size_t c = 0; c < ch.size(); ++c) {
+            const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
+            childStart[q + 1] = childStart[q] + static_cast<std::int64_t>(ch[c].size());
         }
-        detail::DeblendOutput& d = deblended[multiOf[k]];
+    }
+    std::vector<Run> childRuns(static_cast<std::size_t>(childStart[nChildren]));
+    detail::parallelFor(nRoots, threads, 1024, [&](std::int64_t r) {
+        const std::int64_t first = firstObject[r];
+        detail::Object* out = objects.data() + first;
+        const std::int32_t m = multiOf[r];
+        if (m < 0 || deblended[m].children.size() < 2) { // the root is its own object
+            isoOf.data()[first] = rootIso + r;
+            cleanOf.data()[first] = cleanAny ? rootClean + r : nullptr;
+            if (m < 0) {
+                out->runs.assign(rr.runs.begin() + rr.start[r], rr.runs.begin() + rr.start[r + 1]);
+                return;
+            }
+        }
+        detail::DeblendOutput& d = deblended[m];
         const std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
-        for (auto& c : d.children)
-            *out++ = detail::Object{std::move(c), fl};
+        for (std::size_t c = 0; c < d.children.size(); ++c) {
+            if (d.children.size() > 1) {
+                const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
+                std::copy(d.children[c].begin(), d.children[c].end(), childRuns.begin() + childStart[q]);
+                isoOf.data()[first + c] = childIso + q;
+                cleanOf.data()[first + c] = cleanAny ? childClean + q : nullptr;
+            }
+            out[c] = detail::Object{std::move(d.children[c]), fl};
+        }
     });
     deblended = {};
-    result.nDeblended = objects.size();
-    timer.lap("deblending (host) + objects");
+    result.nDeblended = nObj;
+    timer.lap("objects (host)");
     ctx.report("detection", 0.6);
     ctx.checkCancelled();
 
-    // 4. Isophotal and CLEAN sums on the device, the measurements and CLEAN on the host.
-    const std::size_t nObj = objects.size();
-    std::vector<std::int64_t> start(nObj + 1, 0);
-    for (std::size_t i = 0; i < nObj; ++i)
-        start[i + 1] = start[i] + static_cast<std::int64_t>(objects[i].runs.size());
-    std::vector<Run> flat(static_cast<std::size_t>(start[nObj]));
-    detail::parallelFor(nObj, threads, 1024, [&](std::int64_t i) {
-        std::copy(objects[i].runs.begin(), objects[i].runs.end(), flat.begin() + start[i]);
-    });
-    const bool clean = p.clean && nObj >= 2 && p.cleanParam > 0.0;
-    // The sums come back into the context's pinned memory (reused between frames: no page faults).
-    auto* sums = static_cast<detail::IsoSums*>(dc.pinned(kPinnedIsoSlot, nObj * sizeof(detail::IsoSums)));
-    auto* cleanPinned =
-        clean ? static_cast<detail::CleanSums*>(dc.pinned(kPinnedCleanSlot, nObj * sizeof(detail::CleanSums)))
-              : nullptr;
-    {
-        DeviceBuffer<Run> dRuns(dc, flat.size());
-        DeviceBuffer<std::int64_t> dStart(dc, start.size());
-        DeviceBuffer<detail::IsoSums> dIso(dc, nObj);
-        DeviceBuffer<detail::CleanSums> dClean(dc, clean ? nObj : 0);
-        dc.uploadStaged(dRuns.get(), flat.data(), flat.size() * sizeof(Run));
-        dc.uploadStaged(dStart.get(), start.data(), start.size() * sizeof(std::int64_t));
-        objectSumsKernel<<<gridFor((clean ? 2 : 1) * nObj, 128), 128, 0, stream>>>(im, dRuns.get(), dStart.get(), static_cast<int>(nObj),
-                                                                 p.gain, std::max(1, p.minArea), clean, dIso.get(),
-                                                                 dClean.get());
-        checkLaunch("the object sums");
-        dIso.download(sums, nObj);
-        if (clean) dClean.download(cleanPinned, nObj);
+    // The children's sums on the device (after the roots' in stream order), then everything downloaded.
+    if (nChildren > 0) {
+        DeviceBuffer<Run> dRuns(dc, childRuns.size());
+        DeviceBuffer<std::int64_t> dStart(dc, childStart.size());
+        DeviceBuffer<detail::IsoSums> dIso(dc, nChildren);
+        DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nChildren : 0);
+        dc.uploadStaged(dRuns.get(), childRuns.data(), childRuns.size() * sizeof(Run));
+        dc.uploadStaged(dStart.get(), childStart.data(), childStart.size() * sizeof(std::int64_t));
+        objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nChildren, 128), 128, 0, stream>>>(
+            im, dRuns.get(), dStart.get(), static_cast<int>(nChildren), p.gain, kTop, cleanAny, dIso.get(),
+            dClean.get());
+        checkLaunch("the children's sums");
+        dIso.download(childIso, nChildren);
+        if (cleanAny) dClean.download(childClean, nChildren);
+        dc.synchronize(); // before the host buffers are freed
+    } else {
         dc.synchronize();
     }
-    flat = {};
-    timer.lap("object sums (device) + download");
-    std::vector<detail::IsoMeasure> iso(nObj);
-    detail::parallelFor(nObj, threads, 1024, [&](std::int64_t i) {
-        iso[i] = detail::finishIsophotal(sums[i], im.width, im.height);
-    });
-    std::vector<std::int32_t> target;
-    if (p.clean) target = clean ? detail::cleanTargetsFromSums(iso, cleanPinned, im.width, im.height, p, threads)
-                                : std::vector<std::int32_t>(nObj, -1);
-    timer.lap("measurements + CLEAN targets (host)");
-    detail::applyClean(std::move(objects), std::move(iso), target, result);
-    timer.lap("CLEAN merge (host)");
+    childRuns = {};
+    timer.lap("sums (device) + download");
+
+    // The measurements, CLEAN and its merge on the host from the sums; CLEAN's working memory kept in the
+    // context between frames.
+    std::shared_ptr<void>& scratch = dc.stageState("detection objects: CLEAN scratch");
+    if (!scratch) scratch = detail::makeCleanScratch();
+    const bool clean = cleanAny && nObj >= 2;
+    detail::finishObjectsFromSums(std::move(objects), isoOf.data(), clean ? cleanOf.data() : nullptr,
+                                  im.width, im.height, p, threads, result,
+                                  static_cast<detail::CleanScratch*>(scratch.get()));
     return result;
 }
 

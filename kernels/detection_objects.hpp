@@ -20,11 +20,12 @@ bool detectObjectsOnDevice(const DetectionParams& p);
 
 // core's detail::detectObjects on device images: the same objects, runs, flags, IsoMeasure values (bit for
 // bit) and order. `runs`: the above-threshold runs in raster order (consumed). Labelling and the minimum
-// area on the host (runs only); the single-peak test of every region on the device; regions with two or
+// area on the device (union-find over the runs); the single-peak test of every region on the device; regions with two or
 // more peaks deblended on the host (core's deblendObject) from compact copies of their boxes (filtered
-// image and rms, with a one-pixel border) gathered on the device; the isophotal and CLEAN sums of every
-// object on the device (one thread per object, the CPU's order); the measurements, CLEAN and the merge on
-// the host from the sums.
+// image and rms, with a one-pixel border) gathered on the device; the isophotal and CLEAN sums of every root
+// on the device (one thread per root, the CPU's order) while the host deblends, then those of the deblended
+// children; the measurements, CLEAN and the merge on the host from the sums (core's finishObjectsFromSums,
+// CLEAN's working memory kept in the context between frames).
 detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<detail::Run> runs,
                                       const DeviceDetectionImages& im, const DetectionParams& p, RunContext& ctx);
 

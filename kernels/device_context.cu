@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
@@ -34,6 +35,72 @@ std::size_t freeBytes() {
 }
 
 } // namespace
+
+// Per device: the live contexts and the memory held outside them (reserveOutside). Never freed (a context
+// may be destroyed during static destruction).
+struct DeviceLedger {
+    std::mutex mu;
+    std::atomic<std::size_t> outside{0};
+    std::vector<DeviceContext*> contexts;
+};
+using Ledger = DeviceLedger;
+
+namespace {
+Ledger& ledger(int device) {
+    static std::mutex mu;
+    static std::map<int, Ledger*> all;
+    std::lock_guard lock(mu);
+    Ledger*& l = all[device];
+    if (!l) l = new Ledger;
+    return *l;
+}
+} // namespace
+
+cudaMemPool_t createDevicePool(int device, std::uint64_t releaseThreshold) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    GPUPHOT_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    const cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &releaseThreshold);
+    if (e != cudaSuccess) {
+        cudaMemPoolDestroy(pool);
+        GPUPHOT_CUDA_CHECK(e);
+    }
+    return pool;
+}
+
+bool reserveOutside(int device, std::size_t bytes) {
+    if (bytes == 0) return true;
+    Ledger& l = ledger(device);
+    std::lock_guard lock(l.mu);
+    const std::size_t held = l.outside.load() + bytes;
+    for (const DeviceContext* dc : l.contexts)
+        if (dc->m_inUse + held > dc->m_budget) return false;
+    l.outside = held;
+    for (DeviceContext* dc : l.contexts)
+        if (dc->m_inUse + held > dc->m_highWater) dc->m_highWater = dc->m_inUse + held;
+    return true;
+}
+
+void releaseOutside(int device, std::size_t bytes) noexcept {
+    if (bytes == 0) return;
+    Ledger& l = ledger(device);
+    std::lock_guard lock(l.mu);
+    l.outside -= std::min(bytes, l.outside.load());
+}
+
+std::size_t heldOutside(int device) { return ledger(device).outside.load(); }
+
+bool explicitBudgetOn(int device) {
+    Ledger& l = ledger(device);
+    std::lock_guard lock(l.mu);
+    for (const DeviceContext* dc : l.contexts)
+        if (dc->m_explicitBudget) return true;
+    return false;
+}
 
 template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generation) {
     std::uint64_t h = 1469598103934665603ull;
@@ -76,26 +143,31 @@ struct DeviceContext::Impl {
 DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std::make_unique<Impl>()) {
     GPUPHOT_CUDA_CHECK(cudaGetDevice(&m_device));
     GPUPHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.handleTypes = cudaMemHandleTypeNone;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = m_device;
-    GPUPHOT_CUDA_CHECK(cudaMemPoolCreate(&m_pool, &props));
     // Keep freed memory in the pool: later stages and runs reuse it without returning to the driver.
-    std::uint64_t threshold = ~0ull;
-    GPUPHOT_CUDA_CHECK(cudaMemPoolSetAttribute(m_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    m_pool = createDevicePool(m_device, ~0ull);
     if (const char* env = std::getenv("GPUPHOT_CUDA_BLOCK")) m_blockSize = std::atoi(env);
     if (const char* env = std::getenv("GPUPHOT_CUDA_FAIL_ALLOC")) {
         const long long n = std::atoll(env);
         m_failAfter = n > 0 ? static_cast<std::size_t>(n) : 0;
     }
     m_impl->defaultBudget = freeBytes();
+    m_explicitBudget = m_budget > 0;
     if (m_budget == 0) m_budget = m_impl->defaultBudget;
+    Ledger& l = ledger(m_device);
+    {
+        std::lock_guard lock(l.mu);
+        l.contexts.push_back(this);
+        m_highWater = l.outside.load();
+    }
+    m_ledger = &l;
     noteDeviceReady();
 }
 
 DeviceContext::~DeviceContext() {
+    if (Ledger* l = m_ledger) {
+        std::lock_guard lock(l->mu);
+        l->contexts.erase(std::remove(l->contexts.begin(), l->contexts.end(), this), l->contexts.end());
+    }
     if (m_stream) cudaStreamSynchronize(m_stream);
     for (cudaEvent_t& e : m_impl->stagingDone)
         if (e) cudaEventDestroy(e);
@@ -138,8 +210,49 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
     }
     auto& dc = *static_cast<DeviceContext*>(ctx.deviceState.get());
     GPUPHOT_CUDA_CHECK(cudaSetDevice(dc.m_device));
-    dc.m_budget = ctx.gpuMemLimit > 0 ? ctx.gpuMemLimit : dc.m_impl->defaultBudget;
+    {
+        std::lock_guard lock(dc.m_ledger->mu);
+        dc.m_budget = ctx.gpuMemLimit > 0 ? ctx.gpuMemLimit : dc.m_impl->defaultBudget;
+        dc.m_explicitBudget = ctx.gpuMemLimit > 0;
+    }
     return dc;
+}
+
+void DeviceContext::setBudget(std::size_t bytes) {
+    std::lock_guard lock(m_ledger->mu);
+    m_budget = bytes;
+    m_explicitBudget = true;
+}
+
+void DeviceContext::resetHighWater() {
+    std::lock_guard lock(m_ledger->mu);
+    m_highWater = m_inUse + m_ledger->outside.load();
+}
+
+std::size_t DeviceContext::available() const {
+    const std::size_t used = m_inUse + m_ledger->outside.load();
+    return m_budget > used ? m_budget - used : 0;
+}
+
+bool DeviceContext::takeOver(std::size_t bytes) {
+    Ledger& l = *m_ledger;
+    std::lock_guard lock(l.mu);
+    const std::size_t used = m_inUse + l.outside.load() + bytes;
+    if (used > m_budget) return false;
+    m_inUse += bytes;
+    if (used > m_highWater) m_highWater = used;
+    return true;
+}
+
+bool DeviceContext::takeOverOutside(std::size_t bytes) {
+    Ledger& l = *m_ledger;
+    std::lock_guard lock(l.mu);
+    const std::size_t outside = l.outside.load(), moved = std::min(bytes, outside);
+    if (m_inUse + bytes + (outside - moved) > m_budget) return false;
+    l.outside = outside - moved;
+    m_inUse += bytes;
+    if (m_inUse + l.outside.load() > m_highWater) m_highWater = m_inUse + l.outside.load();
+    return true;
 }
 
 void* DeviceContext::allocate(std::size_t bytes) {
@@ -148,27 +261,43 @@ void* DeviceContext::allocate(std::size_t bytes) {
     if (m_failAfter > 0 && --m_failAfter == 0)
         throw DeviceOutOfMemory("CUDA backend: injected allocation failure (" + std::to_string(bytes) +
                                 " bytes, allocation " + std::to_string(m_allocations) + ")");
-    if (m_inUse + bytes > m_budget)
-        throw DeviceOutOfMemory("CUDA backend: allocating " + std::to_string(bytes) + " bytes with " +
-                                std::to_string(m_inUse) + " in use exceeds the GPU memory budget of " +
-                                std::to_string(m_budget) + " bytes (--gpu-mem-limit)");
+    Ledger& l = *m_ledger;
+    {
+        // Counted first (under the ledger's lock), so that a concurrent reserveOutside sees it.
+        std::lock_guard lock(l.mu);
+        const std::size_t outside = l.outside.load(), used = m_inUse + outside + bytes;
+        if (used > m_budget)
+            throw DeviceOutOfMemory("CUDA backend: allocating " + std::to_string(bytes) + " bytes with " +
+                                    std::to_string(m_inUse) + " in use" +
+                                    (outside ? " (and " + std::to_string(outside) + " held by the raw upload)"
+                                             : std::string()) +
+                                    " exceeds the GPU memory budget of " + std::to_string(m_budget) +
+                                    " bytes (--gpu-mem-limit)");
+        m_inUse += bytes;
+        if (used > m_highWater) m_highWater = used;
+    }
     void* p = nullptr;
     const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, m_pool, m_stream);
-    if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        throw DeviceOutOfMemory("CUDA backend: the device is out of memory allocating " +
-                                std::to_string(bytes) + " bytes (" + std::to_string(m_inUse) +
-                                " bytes in use by this context)");
+    if (e != cudaSuccess) {
+        {
+            std::lock_guard lock(l.mu);
+            m_inUse -= bytes;
+        }
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            throw DeviceOutOfMemory("CUDA backend: the device is out of memory allocating " +
+                                    std::to_string(bytes) + " bytes (" + std::to_string(m_inUse) +
+                                    " bytes in use by this context)");
+        }
+        GPUPHOT_CUDA_CHECK(e);
     }
-    GPUPHOT_CUDA_CHECK(e);
-    m_inUse += bytes;
-    if (m_inUse > m_highWater) m_highWater = m_inUse;
     return p;
 }
 
 void DeviceContext::release(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     cudaFreeAsync(p, m_stream);
+    std::lock_guard lock(m_ledger->mu);
     m_inUse -= bytes;
 }
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -30,6 +31,7 @@ public:
 namespace cuda {
 
 template <class T> class DeviceBuffer;
+struct DeviceLedger; // per device: the live contexts and the memory held outside them (device_context.cu)
 
 // Identity of a host view for the device caches (frame, background maps, prepare's masters): pointer,
 // size, stride, the owning Image's allocation serial (a new image at a freed one's address differs from
@@ -46,6 +48,25 @@ struct ViewKey {
 };
 // Defined for float, std::uint8_t and std::int32_t views.
 template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generation = 0);
+
+// A stream-ordered memory pool of pinned device memory on `device` (no IPC handles) that keeps up to
+// releaseThreshold bytes of freed memory for reuse (~0: all of it) instead of returning it to the driver
+// at the next synchronisation. The DeviceContext's pool and the raw upload's (kernels/frame_upload.cu).
+cudaMemPool_t createDevicePool(int device, std::uint64_t releaseThreshold);
+
+// ---- device memory outside the contexts' budgets (the read phase's raw upload, kernels/frame_upload.hpp)
+// The raw upload allocates from its own pool, with no RunContext (the read may run beside another frame's
+// stages), memory that belongs to the frame cache the stages plan with: the device frame until a context
+// adopts it (DeviceContext::takeOverOutside) and the reader slots during the read. It reserves that memory
+// first: reserveOutside succeeds only when every live DeviceContext on the device still fits its budget
+// with it (in use + everything held outside + bytes <= budget), and every context counts what is held
+// outside in its allocations, available() and high-water mark, so that a context's stages plus the upload
+// in flight stay within --gpu-mem-limit. false: nothing reserved (the read keeps the host path).
+bool reserveOutside(int device, std::size_t bytes);
+void releaseOutside(int device, std::size_t bytes) noexcept;
+std::size_t heldOutside(int device);
+// Some live DeviceContext on the device has an explicit budget (--gpu-mem-limit, setBudget).
+bool explicitBudgetOn(int device);
 
 class DeviceContext {
 public:
@@ -76,14 +97,13 @@ public:
     // Device memory of this device allocated outside the context (stream-ordered, from another pool: the
     // read phase's raw upload, kernels/frame_upload.hpp) counted against the budget before it is taken
     // over with DeviceBuffer::adopt; false (nothing counted) when it does not fit.
-    bool takeOver(std::size_t bytes) {
-        if (m_inUse + bytes > m_budget) return false;
-        m_inUse += bytes;
-        m_highWater = std::max(m_highWater, m_inUse);
-        return true;
-    }
-    // Bytes the budget still allows (0 when over it).
-    std::size_t available() const { return m_budget > m_inUse ? m_budget - m_inUse : 0; }
+    bool takeOver(std::size_t bytes);
+    // takeOver of memory reserved with reserveOutside (below): the reservation becomes this context's
+    // (the total on the device is unchanged); false, nothing changed, when the budget has no room for it.
+    bool takeOverOutside(std::size_t bytes);
+    // Bytes the budget still allows (0 when over it), less what is held outside any context
+    // (reserveOutside: the read phase's raw upload in flight).
+    std::size_t available() const;
 
     // ---- fault injection (tests; issue 8) -----------------------------------------------------------
     // The n-th allocation from now (n >= 1) throws DeviceOutOfMemory, once; 0 disarms. Also armed from
@@ -116,10 +136,12 @@ public:
     std::size_t cachedBackgroundBytes() const;
     // Release the frame cache (pixels and mask): strips read from the host instead.
     void dropFrame();
+    // Peak of (memory in use + memory held outside any context on the device) since the last reset.
     std::size_t highWater() const { return m_highWater; }
-    void resetHighWater() { m_highWater = m_inUse; }
+    void resetHighWater();
     std::size_t budget() const { return m_budget; }
-    void setBudget(std::size_t bytes) { m_budget = bytes; }
+    void setBudget(std::size_t bytes); // an explicit budget (as --gpu-mem-limit)
+    bool explicitBudget() const { return m_explicitBudget; }
 
     // Launch-configuration knob for tests (threads per block of the per-pixel kernels; 0: default).
     // Also read from the environment variable GPUPHOT_CUDA_BLOCK at creation.
@@ -184,14 +206,21 @@ public:
     std::uint64_t stagedBytes() const { return m_stagedBytes; } // bytes copied through staging so far
 
 private:
+    friend bool reserveOutside(int device, std::size_t bytes);
+    friend void releaseOutside(int device, std::size_t bytes) noexcept;
+    friend bool explicitBudgetOn(int device);
     void prepareStaging();
     struct Impl;
     cudaStream_t m_stream = nullptr;
     cudaMemPool_t m_pool = nullptr;
     int m_device = 0;
+    // Written under the device's ledger lock (device_context.cu), so that reserveOutside on another thread
+    // sees a consistent sum; read freely by the owning thread.
     std::size_t m_budget = 0;
     std::size_t m_inUse = 0;
-    std::size_t m_highWater = 0;
+    std::atomic<std::size_t> m_highWater{0};
+    bool m_explicitBudget = false;
+    DeviceLedger* m_ledger = nullptr;
     int m_blockSize = 0;
     std::uint64_t m_generation = 0;
     std::uint64_t m_uploads = 0;

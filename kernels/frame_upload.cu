@@ -8,6 +8,8 @@
 #include <map>
 #include <utility>
 
+#include <omp.h>
+
 #include "core/pipeline/cuda_stages.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_context.hpp"
@@ -18,37 +20,71 @@ namespace {
 // Set once a DeviceContext exists (the CUDA context is up): before that, a read does not wait for the
 // context's creation (startDeviceWarmUp, ~0.1-0.3 s) but keeps the host path, overlapped with it.
 std::atomic<bool> g_deviceReady{false};
+
+// The size and reader count of the latest read that began (prepareRawUpload sizes the pinned buffers for
+// it): raw bytes, pixels, readers; 0: none yet.
+std::atomic<std::size_t> g_hintRawBytes{0}, g_hintPixels{0};
+std::atomic<int> g_hintThreads{0};
+
+// Fault injection and the allocation count (setRawUploadFailAfter).
+std::atomic<std::size_t> g_failAfter{0}, g_allocations{0};
+
+constexpr std::size_t kMaxChunk = std::size_t(8) << 20, kMinChunk = std::size_t(64) << 10;
+
+// Counts an allocation of the raw upload; throws DeviceOutOfMemory when it is the injected failure.
+void countAllocation(const char* what, std::size_t bytes) {
+    ++g_allocations;
+    std::size_t n = g_failAfter.load();
+    while (n > 0 && !g_failAfter.compare_exchange_weak(n, n - 1)) {
+    }
+    if (n == 1)
+        throw DeviceOutOfMemory(std::string("raw upload: injected allocation failure (") + what + ", " +
+                                std::to_string(bytes) + " bytes)");
+}
+
+bool waitForDevice() {
+    const char* env = std::getenv("GPUPHOT_RAW_UPLOAD");
+    return env && std::strcmp(env, "wait") == 0;
+}
 } // namespace
 
 void noteDeviceReady() {
     g_deviceReady = true;
 }
 
+void setRawUploadFailAfter(std::size_t n) { g_failAfter = n; }
+std::size_t rawUploadFailAfter() { return g_failAfter.load(); }
+std::size_t rawUploadAllocations() { return g_allocations.load(); }
+
+std::size_t rawUploadChunkBytes(std::size_t rawBytes, int threads) {
+    if (rawBytes == 0) return kMinChunk;
+    const std::size_t t = static_cast<std::size_t>(std::max(threads, 1));
+    std::size_t chunk = (rawBytes + t - 1) / t;
+    chunk = (chunk + kMinChunk - 1) / kMinChunk * kMinChunk;
+    return std::min(std::clamp(chunk, kMinChunk, kMaxChunk), rawBytes);
+}
+
 // Per device, for the process (never freed: the CUDA runtime may be gone at exit): the copy stream, a memory
-// pool, and per reader thread a pinned buffer, a device slot and an event.
+// pool, and per reader thread a pinned buffer and an event. `busy` is held by the read that uses them (and
+// by prepareRawUpload).
 struct RawFrameUpload::Resources {
     std::mutex busy;
     int device = 0;
     cudaStream_t stream = nullptr;
     cudaMemPool_t pool = nullptr;
     cudaEvent_t done = nullptr;
+    bool retain = false; // the pool keeps freed memory (no explicit GPU memory limit on the device)
     std::size_t slotBytes = 0;
     std::vector<PinnedBuffer<unsigned char>> pinned;
-    std::vector<void*> slots;
     std::vector<cudaEvent_t> events;
 
     explicit Resources(int dev) : device(dev) {
         GPUPHOT_CUDA_CHECK(cudaSetDevice(dev));
         GPUPHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        cudaMemPoolProps props{};
-        props.allocType = cudaMemAllocationTypePinned;
-        props.handleTypes = cudaMemHandleTypeNone;
-        props.location.type = cudaMemLocationTypeDevice;
-        props.location.id = dev;
-        // Release threshold 0 (the default): a frame freed by the DeviceContext that adopted it goes back to
-        // the driver, so that outside a context's budget (--gpu-mem-limit) only the frame between its read
-        // and its adoption and the reader slots are held.
-        GPUPHOT_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+        // Release threshold 0 until a read finds no explicit budget on the device (keepFreed): under
+        // --gpu-mem-limit a frame freed by the DeviceContext that adopted it goes back to the driver, so
+        // that the upload's pool holds nothing beyond what the budgets count.
+        pool = createDevicePool(dev, 0);
         GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     }
     static Resources& of(int dev) {
@@ -59,29 +95,24 @@ struct RawFrameUpload::Resources {
         if (!r) r = new Resources(dev);
         return *r;
     }
-    void* allocate(std::size_t bytes) {
-        void* p = nullptr;
-        const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, pool, stream);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            throw DeviceOutOfMemory(std::string("raw upload: allocating ") + std::to_string(bytes) +
-                                    " bytes failed: " + cudaGetErrorString(e));
-        }
-        return p;
+    // Without an explicit budget on the device the pool keeps freed memory: the next frame's device memory
+    // comes from it without mapping it again (the DeviceContext's pool does the same).
+    void keepFreed(bool on) {
+        if (on == retain) return;
+        std::uint64_t threshold = on ? ~0ull : 0;
+        GPUPHOT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+        retain = on;
     }
-    // At least `threads` readers with buffers of `bytes` (the caller holds `busy`; nothing in flight).
+    // At least `threads` readers with pinned buffers of `bytes` (the caller holds `busy`; nothing in
+    // flight). Checked and counted; a failure keeps the buffers already there.
     void reserve(int threads, std::size_t bytes) {
         if (bytes > slotBytes) {
-            for (void* p : slots)
-                GPUPHOT_CUDA_CHECK(cudaFreeAsync(p, stream));
-            slots.clear();
             pinned.clear();
-            GPUPHOT_CUDA_CHECK(cudaStreamSynchronize(stream));
             slotBytes = bytes;
         }
-        while (static_cast<int>(slots.size()) < threads) {
+        while (static_cast<int>(pinned.size()) < threads) {
+            countAllocation("pinned reader buffer", slotBytes);
             pinned.emplace_back(slotBytes);
-            slots.push_back(allocate(slotBytes));
         }
         while (static_cast<int>(events.size()) < threads) {
             cudaEvent_t e = nullptr;
@@ -89,6 +120,75 @@ struct RawFrameUpload::Resources {
             events.push_back(e);
         }
     }
+    std::size_t pinnedBytes() const { return pinned.size() * slotBytes; }
+};
+
+namespace {
+// Device memory from the upload's pool, reserved outside the contexts' budgets (reserveOutside) while
+// held; freed stream-ordered on the upload's stream. Move-only.
+class OutsideBlock {
+public:
+    OutsideBlock() = default;
+    // Throws DeviceOutOfMemory when a context's budget has no room, the device has no memory left, or the
+    // failure is injected; nothing is held then.
+    OutsideBlock(RawFrameUpload::Resources& r, std::size_t bytes, const char* what) {
+        if (bytes == 0) return;
+        countAllocation(what, bytes);
+        if (!reserveOutside(r.device, bytes))
+            throw DeviceOutOfMemory(std::string("raw upload: the ") + what + " (" + bytesText(bytes) +
+                                    ") does not fit the GPU memory budget (--gpu-mem-limit)");
+        void* p = nullptr;
+        const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, r.pool, r.stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            releaseOutside(r.device, bytes);
+            throw DeviceOutOfMemory(std::string("raw upload: allocating the ") + what + " (" + bytesText(bytes) +
+                                    ") failed: " + cudaGetErrorString(e));
+        }
+        m_res = &r;
+        m_ptr = p;
+        m_bytes = bytes;
+    }
+    ~OutsideBlock() { reset(); }
+    OutsideBlock(OutsideBlock&& o) noexcept
+        : m_res(std::exchange(o.m_res, nullptr)), m_ptr(std::exchange(o.m_ptr, nullptr)),
+          m_bytes(std::exchange(o.m_bytes, 0)) {}
+    OutsideBlock& operator=(OutsideBlock&& o) noexcept {
+        if (this != &o) {
+            reset();
+            m_res = std::exchange(o.m_res, nullptr);
+            m_ptr = std::exchange(o.m_ptr, nullptr);
+            m_bytes = std::exchange(o.m_bytes, 0);
+        }
+        return *this;
+    }
+    OutsideBlock(const OutsideBlock&) = delete;
+    OutsideBlock& operator=(const OutsideBlock&) = delete;
+
+    void reset() noexcept {
+        if (!m_ptr) return;
+        cudaSetDevice(m_res->device);
+        if (cudaFreeAsync(m_ptr, m_res->stream) != cudaSuccess) cudaGetLastError();
+        releaseOutside(m_res->device, m_bytes);
+        m_ptr = nullptr;
+        m_bytes = 0;
+    }
+    // The memory and its reservation pass to the caller (DeviceContext::takeOverOutside, adopt).
+    void* handOver() noexcept {
+        m_bytes = 0;
+        return std::exchange(m_ptr, nullptr);
+    }
+    void* get() const { return m_ptr; }
+
+private:
+    RawFrameUpload::Resources* m_res = nullptr;
+    void* m_ptr = nullptr;
+    std::size_t m_bytes = 0;
+};
+} // namespace
+
+struct RawFrameUpload::Held {
+    OutsideBlock pixels, mask, slots; // slots: one chunk per reader
 };
 
 namespace {
@@ -219,13 +319,21 @@ void launchConvert(const unsigned char* src, std::size_t n, const ConvertParams&
 
 } // namespace
 
-RawFrameUpload::RawFrameUpload() = default;
+RawFrameUpload::RawFrameUpload() : m_held(std::make_unique<Held>()) {}
 
 RawFrameUpload::~RawFrameUpload() {
     if (m_res && m_busy.owns_lock()) { // a read that did not finish: nothing may still use the buffers
         if (cudaStreamSynchronize(m_res->stream) != cudaSuccess) cudaGetLastError();
     }
     release();
+}
+
+const float* RawFrameUpload::pixels() const {
+    return m_ready ? static_cast<const float*>(m_held->pixels.get()) : nullptr;
+}
+
+const std::uint8_t* RawFrameUpload::mask() const {
+    return m_ready ? static_cast<const std::uint8_t*>(m_held->mask.get()) : nullptr;
 }
 
 void RawFrameUpload::fail(const std::string& why) noexcept {
@@ -238,22 +346,25 @@ void RawFrameUpload::fail(const std::string& why) noexcept {
 }
 
 void RawFrameUpload::release() noexcept {
-    if (m_res) {
-        cudaSetDevice(m_device);
-        if (m_pixels && cudaFreeAsync(m_pixels, m_res->stream) != cudaSuccess) cudaGetLastError();
-        if (m_mask && cudaFreeAsync(m_mask, m_res->stream) != cudaSuccess) cudaGetLastError();
-    }
-    m_pixels = nullptr;
-    m_mask = nullptr;
+    m_held->slots.reset();
+    m_held->pixels.reset();
+    m_held->mask.reset();
     m_ready = false;
     if (m_busy.owns_lock()) m_busy.unlock();
 }
 
 bool RawFrameUpload::begin(const RawImageLayout& layout, int width, int height, const RawMaskRule& rule) {
     if (width <= 0 || height <= 0 || m_res) return false;
+    const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
+    const std::size_t rawBytes = n * static_cast<std::size_t>(std::abs(layout.bitpix) / 8);
+    const int threads = omp_get_max_threads(); // readRawImage's readers (threads = 0), this thread's
+    // For the warm-up (prepareRawUpload), which may be creating the context while this first read runs.
+    g_hintRawBytes = rawBytes;
+    g_hintPixels = n;
+    g_hintThreads = threads;
     // GPUPHOT_RAW_UPLOAD=wait: wait for the CUDA context (benchmarks of the cold first frame).
-    const char* env = std::getenv("GPUPHOT_RAW_UPLOAD");
-    if (!g_deviceReady && !(env && std::strcmp(env, "wait") == 0)) {
+    const bool wait = waitForDevice();
+    if (!g_deviceReady && !wait) {
         m_problem = "the CUDA context is not up yet: the host path, overlapped with its creation";
         return false;
     }
@@ -262,27 +373,29 @@ bool RawFrameUpload::begin(const RawImageLayout& layout, int width, int height, 
         // (startDeviceWarmUp) makes this call wait for it rather than start another.
         GPUPHOT_CUDA_CHECK(cudaGetDevice(&m_device));
         Resources& res = Resources::of(m_device);
-        std::unique_lock<std::mutex> busy(res.busy, std::try_to_lock);
-        if (!busy.owns_lock()) return false; // another read is uploading: this one keeps the host path
-        const std::size_t n = static_cast<std::size_t>(width) * static_cast<std::size_t>(height);
-        m_pixels = static_cast<float*>(res.allocate(n * sizeof(float)));
-        try {
-            m_mask = static_cast<std::uint8_t*>(res.allocate(n));
-        } catch (...) {
-            cudaFreeAsync(m_pixels, res.stream);
-            m_pixels = nullptr;
-            throw;
-        }
+        std::unique_lock<std::mutex> busy(res.busy, std::defer_lock);
+        if (wait)
+            busy.lock(); // the warm-up's preparation first
+        else if (!busy.try_lock())
+            return false; // another read is uploading (or the warm-up preparing): this one keeps the host path
+        res.keepFreed(!explicitBudgetOn(m_device));
+        // Reserved outside the budgets and freed by RAII when anything below fails.
+        m_held->pixels = OutsideBlock(res, n * sizeof(float), "device frame");
+        m_held->mask = OutsideBlock(res, n, "device mask");
         m_res = &res;
         m_busy = std::move(busy);
     } catch (const std::exception& e) {
+        cudaGetLastError();
         m_problem = e.what();
+        m_held->pixels.reset();
+        m_held->mask.reset();
         return false;
     }
     m_layout = layout;
     m_rule = rule;
     m_width = width;
     m_height = height;
+    m_readChunkBytes = m_chunkBytes ? m_chunkBytes : rawUploadChunkBytes(rawBytes, threads);
     return true;
 }
 
@@ -291,10 +404,13 @@ std::vector<unsigned char*> RawFrameUpload::start(int threads, std::size_t chunk
     try {
         GPUPHOT_CUDA_CHECK(cudaSetDevice(m_device));
         m_res->reserve(threads, chunkBytes);
+        m_held->slots = OutsideBlock(*m_res, static_cast<std::size_t>(threads) * chunkBytes, "reader slots");
+        m_slotBytes = chunkBytes;
         for (int t = 0; t < threads; ++t)
             out.push_back(m_res->pinned[static_cast<std::size_t>(t)].get());
         return out;
     } catch (const std::exception& e) {
+        cudaGetLastError();
         fail(e.what());
     }
     // The host read goes on in plain buffers; the upload is not ready.
@@ -320,11 +436,11 @@ void RawFrameUpload::chunk(int thread, std::size_t first, std::size_t n) {
         GPUPHOT_CUDA_CHECK(cudaSetDevice(m_device)); // the reader threads' current device
         const std::size_t t = static_cast<std::size_t>(thread);
         const std::size_t bytes = n * static_cast<std::size_t>(std::abs(m_layout.bitpix) / 8);
-        auto* slot = static_cast<unsigned char*>(m_res->slots[t]);
+        auto* slot = static_cast<unsigned char*>(m_held->slots.get()) + t * m_slotBytes;
         GPUPHOT_CUDA_CHECK(
             cudaMemcpyAsync(slot, m_res->pinned[t].get(), bytes, cudaMemcpyHostToDevice, m_res->stream));
-        launchConvert(slot, n, convertParams(m_layout, m_rule), m_pixels + first, m_mask + first,
-                      m_res->stream);
+        launchConvert(slot, n, convertParams(m_layout, m_rule), static_cast<float*>(m_held->pixels.get()) + first,
+                      static_cast<std::uint8_t*>(m_held->mask.get()) + first, m_res->stream);
         GPUPHOT_CUDA_CHECK(cudaEventRecord(m_res->events[t], m_res->stream));
         ++m_chunks;
     } catch (const std::exception& e) {
@@ -348,7 +464,8 @@ void RawFrameUpload::finish() {
         release();
         return;
     }
-    m_busy.unlock(); // the next read may use the resources; the frame stays ours until adopted
+    m_held->slots.reset(); // back to the pool (and out of the budgets): only the frame is held now
+    m_busy.unlock();       // the next read may use the resources; the frame stays ours until adopted
 }
 
 bool RawFrameUpload::adoptInto(DeviceContext& dc, const ImageView& pixels, const MaskView& mask,
@@ -358,20 +475,76 @@ bool RawFrameUpload::adoptInto(DeviceContext& dc, const ImageView& pixels, const
     if (withMask && (mask.width != m_width || mask.height != m_height)) withMask = false;
     const std::size_t n = static_cast<std::size_t>(m_width) * static_cast<std::size_t>(m_height);
     dc.dropFrame(); // the previous frame's buffers go first (budget)
-    if (!dc.takeOver(n * sizeof(float))) {
+    // The reservation passes to the context (its budget counts the frame from now on).
+    if (!dc.takeOverOutside(n * sizeof(float))) {
         release();
         return false;
     }
-    auto px = DeviceBuffer<float>::adopt(dc, std::exchange(m_pixels, nullptr), n);
+    auto px = DeviceBuffer<float>::adopt(dc, static_cast<float*>(m_held->pixels.handOver()), n);
     DeviceBuffer<std::uint8_t> mk;
-    if (withMask && dc.takeOver(n))
-        mk = DeviceBuffer<std::uint8_t>::adopt(dc, std::exchange(m_mask, nullptr), n);
+    if (withMask && dc.takeOverOutside(n))
+        mk = DeviceBuffer<std::uint8_t>::adopt(dc, static_cast<std::uint8_t*>(m_held->mask.handOver()), n);
     // The context's stream uses (and frees) the buffers after the upload (finished already: finish()).
     GPUPHOT_CUDA_CHECK(cudaStreamWaitEvent(dc.stream(), m_res->done, 0));
     dc.adoptFrame(pixels, withMask ? mask : MaskView{}, std::move(px), std::move(mk));
     dc.markReadFrame();
     release(); // the mask when it was not adopted
     return true;
+}
+
+namespace {
+// `what` of the current device's resources, under their lock (0 without a device).
+template <class F> std::size_t currentResources(F what) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    RawFrameUpload::Resources& res = RawFrameUpload::Resources::of(dev);
+    std::lock_guard lock(res.busy);
+    return what(res);
+}
+} // namespace
+
+std::size_t rawUploadPinnedBytes() {
+    return currentResources([](const RawFrameUpload::Resources& r) { return r.pinnedBytes(); });
+}
+
+std::size_t rawUploadSlotBytes() {
+    return currentResources([](const RawFrameUpload::Resources& r) { return r.slotBytes; });
+}
+
+void warmUpRawUpload(std::size_t gpuMemLimit) noexcept {
+    if (g_hintRawBytes.load() == 0) prepareRawUpload(gpuMemLimit);
+}
+
+void prepareRawUpload(std::size_t gpuMemLimit) noexcept {
+    try {
+        int dev = 0;
+        GPUPHOT_CUDA_CHECK(cudaGetDevice(&dev));
+        GPUPHOT_CUDA_CHECK(cudaFree(nullptr)); // the CUDA context (the warm-up's ~0.1-0.3 s)
+        RawFrameUpload::Resources& res = RawFrameUpload::Resources::of(dev);
+        // The first frame's read has usually begun by now (its header is read in milliseconds).
+        const std::size_t rawBytes = g_hintRawBytes.load(), pixels = g_hintPixels.load();
+        int threads = g_hintThreads.load();
+        if (threads <= 0) threads = omp_get_max_threads();
+        const std::size_t chunk = rawBytes ? rawUploadChunkBytes(rawBytes, threads) : kMaxChunk;
+        std::lock_guard busy(res.busy);
+        res.reserve(threads, chunk);
+        if (gpuMemLimit == 0 && pixels > 0) {
+            // Map the first uploaded frame's device memory now: the pool keeps it (no explicit budget).
+            res.keepFreed(true);
+            OutsideBlock px(res, pixels * sizeof(float), "device frame (warm-up)");
+            OutsideBlock mk(res, pixels, "device mask (warm-up)");
+            OutsideBlock slots(res, static_cast<std::size_t>(threads) * chunk, "reader slots (warm-up)");
+            slots.reset();
+            mk.reset();
+            px.reset();
+            GPUPHOT_CUDA_CHECK(cudaStreamSynchronize(res.stream));
+        }
+    } catch (...) {
+        cudaGetLastError();
+    }
 }
 
 namespace {
@@ -395,6 +568,7 @@ void registerFrameUpload() {
     t.createRawUpload = &createUpload;
     t.adoptRawUpload = &adoptUpload;
     t.settleRawUpload = &settleUpload;
+    t.prepareRawUpload = &warmUpRawUpload;
     registerCudaStages(t);
 }
 

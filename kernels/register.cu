@@ -14,6 +14,7 @@ bool registerStages() {
     t.background = &cuda::estimateBackground;
     t.detection = &cuda::detectSources;
     t.aperture = &cuda::measureApertures;
+    t.apertureMap = &cuda::measureApertures;
     t.crossmatch = &cuda::crossmatch;
     t.prepare = &cuda::prepareCalibrate;
     t.prepareFrame = &cuda::prepareFrameOnDevice;

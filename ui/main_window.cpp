@@ -496,7 +496,11 @@ void MainWindow::onResult(SnapshotPtr snap) {
     m_view->setPsfWhiskers(g.whiskers);
     m_view->setReferenceStars(g.referenceStars);
     m_view->setResidualVectors(g.residuals, static_cast<float>(m_display->residualExaggeration()));
-    m_view->setSegmentation(std::shared_ptr<const Image<std::int32_t>>(snap, &snap->result.detection.segmentation));
+    // The worker materialises the map (a CUDA detection leaves it on the device) before it emits a complete
+    // result and while a provisional one is shown: never downloaded on this thread.
+    const SegmentationMap& seg = snap->result.detection.segmentation;
+    m_view->setSegmentation(
+        seg.isMaterialised() ? std::shared_ptr<const Image<std::int32_t>>(snap, &seg.host()) : nullptr);
     m_model->setSnapshot(snap);
     m_plots->setSnapshot(snap);
     m_psf->setSnapshot(snap);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <exception>
+#include <future>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -398,7 +399,14 @@ void PipelineWorker::processPending() {
                 m_stopAtPsf.store(false);
                 if (first == Stage::Psf) publishProvisional(*snap, *previous);
             }
+            // The provisional snapshot went out with the new detection's map still on the device (a CUDA
+            // run): it comes down on another thread while the PSF and later stages run (its own stream).
+            std::future<void> segmentationDown;
+            if (first == Stage::Psf && !snap->result.detection.segmentation.isMaterialised())
+                segmentationDown = std::async(std::launch::async,
+                                              [seg = snap->result.detection.segmentation] { seg.host(); });
             runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
+            if (segmentationDown.valid()) segmentationDown.get(); // rethrows a failed download
             snap->result.psfFitCache.reset(); // the snapshot goes to the UI: the cache stays the worker's
             if (m_psfCache && snap->firstStage <= Stage::Psf && m_ctx.backend == Backend::Cpu) {
                 snap->psfFitsReused = m_psfCache->lastHits();
@@ -422,7 +430,13 @@ void PipelineWorker::processPending() {
             std::lock_guard lock(m_mutex);
             stale = m_pending.has_value() || generation != m_generation.load();
         }
-        if (!stale || m_emitStale) emit resultReady(SnapshotPtr(std::move(snap)));
+        if (!stale || m_emitStale) {
+            // The UI thread shows the map only when it is on the host (ui/main_window.cpp): a CUDA detection
+            // leaves it on the device, so it comes down here (the whole map: ~40-70 ms at 151 MP), unless
+            // the download above already brought it.
+            snap->result.detection.segmentation.host();
+            emit resultReady(SnapshotPtr(std::move(snap)));
+        }
         if (!stale) schedulePrefetch();
     } catch (const Cancelled&) {
         m_running.store(false);

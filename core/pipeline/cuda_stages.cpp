@@ -1,10 +1,14 @@
 // Backend dispatch of the stage functions (see cuda_stages.hpp).
 #include "core/pipeline/cuda_stages.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <mutex>
+#include <vector>
 
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture.hpp"
@@ -29,6 +33,7 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.detection) dst.detection = t.detection;
     if (t.psf) dst.psf = t.psf;
     if (t.aperture) dst.aperture = t.aperture;
+    if (t.apertureMap) dst.apertureMap = t.apertureMap;
     if (t.crossmatch) dst.crossmatch = t.crossmatch;
     if (t.prepare) dst.prepare = t.prepare;
     if (t.prepareFrame) dst.prepareFrame = t.prepareFrame;
@@ -39,16 +44,59 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.createRawUpload) dst.createRawUpload = t.createRawUpload;
     if (t.adoptRawUpload) dst.adoptRawUpload = t.adoptRawUpload;
     if (t.settleRawUpload) dst.settleRawUpload = t.settleRawUpload;
+    if (t.prepareRawUpload) dst.prepareRawUpload = t.prepareRawUpload;
 }
 
 const CudaStageTable& cudaStages() { return table(); }
+
+namespace {
+// The warm-up threads still running their preparation after handing over the device state: joined at exit
+// by a handler registered once the CUDA runtime is up (so it runs before the runtime's own teardown).
+struct WarmUpThreads {
+    std::mutex mu;
+    std::vector<std::future<void>> running;
+    void add(std::future<void> f) {
+        std::lock_guard lock(mu);
+        std::erase_if(running, [](const std::future<void>& r) {
+            return r.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+        });
+        running.push_back(std::move(f));
+    }
+    void joinAll() {
+        std::lock_guard lock(mu);
+        for (auto& r : running)
+            if (r.valid()) r.wait();
+    }
+};
+WarmUpThreads& warmUpThreads() {
+    static WarmUpThreads w;
+    return w;
+}
+void joinWarmUpsAtExit() {
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit([] { warmUpThreads().joinAll(); }); });
+}
+} // namespace
 
 void startDeviceWarmUp(RunContext& ctx) {
     const auto create = table().createDeviceState;
     if (ctx.backend != Backend::Cuda || !create || ctx.deviceState || ctx.deviceStateWarmUp.valid()) return;
     const std::size_t limit = ctx.gpuMemLimit;
-    ctx.deviceStateWarmUp = std::async(std::launch::async, [create, limit] { return create(limit); }).share();
     armRawUpload(true);
+    const auto prepare = rawUploadEnabled() ? table().prepareRawUpload : nullptr;
+    auto state = std::make_shared<std::promise<std::shared_ptr<void>>>();
+    ctx.deviceStateWarmUp = state->get_future().share();
+    WarmUpThreads& threads = warmUpThreads();
+    threads.add(std::async(std::launch::async, [create, prepare, limit, state] {
+        try {
+            state->set_value(create(limit));
+        } catch (...) {
+            state->set_exception(std::current_exception());
+            return;
+        }
+        joinWarmUpsAtExit();
+        if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
+    }));
 }
 
 void armRawUpload(bool on) { g_rawUploadArmed = on; }
@@ -101,6 +149,17 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
     if (useCuda(ctx) && table().aperture)
         return table().aperture(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
     return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
+}
+
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx) {
+    if (useCuda(ctx) && table().apertureMap)
+        return table().apertureMap(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params,
+                                   ctx);
+    const ImageViewT<std::int32_t> seg =
+        segmentation.empty() ? ImageViewT<std::int32_t>{} : segmentation.view();
+    return cpu::measureApertures(image, mask, bkg, seg, sources, fwhm, gain, readNoise, params, ctx);
 }
 
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,

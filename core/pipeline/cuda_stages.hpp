@@ -16,6 +16,7 @@ namespace gpuphot {
 
 class RunContext;
 class RawChunkSink;
+class SegmentationMap;
 class Wcs;
 struct Sources;
 struct ReferenceCatalog;
@@ -83,6 +84,11 @@ struct CudaStageTable {
                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                double fwhm, double gain, double readNoise, const ApertureParams& params,
                                RunContext& ctx) = nullptr;
+    // The same with the detection's shared map (a deferred map's device copy is read where it lies).
+    ApertureResult (*apertureMap)(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                  const SegmentationMap& segmentation, const Sources& sources, double fwhm,
+                                  double gain, double readNoise, const ApertureParams& params,
+                                  RunContext& ctx) = nullptr;
     CrossmatchResult (*crossmatch)(const std::vector<double>& x, const std::vector<double>& y, int width,
                                    int height, const ReferenceCatalog& ref, const Wcs& wcs,
                                    const CrossmatchParams& params, RunContext& ctx) = nullptr;
@@ -115,6 +121,10 @@ struct CudaStageTable {
     // After the host changed the adopted frame in place: drops what changed from the frame cache while it
     // still holds the adopted frame (see settleRawUpload).
     void (*settleRawUpload)(bool pixelsChanged, bool maskChanged, RunContext& ctx) = nullptr;
+    // The raw upload's buffers (pinned reader buffers), allocated by the warm-up thread after it has
+    // created the device state, so that the first uploaded read does not wait for cudaHostAlloc; the
+    // kernels skip it when a read already began (kernels/frame_upload.hpp, warmUpRawUpload). Never throws.
+    void (*prepareRawUpload)(std::size_t gpuMemLimit) = nullptr;
 };
 
 // Called once by the kernels library (static initialisation); later calls replace entries that are set.
@@ -122,8 +132,10 @@ void registerCudaStages(const CudaStageTable& table);
 
 // With the CUDA backend, starts creating ctx's device state (CUDA context, stream, memory pool: ~0.3 s)
 // on another thread, so that it overlaps the read of the first frame; the first stage that needs the
-// device waits for it and rethrows its error. No-op for the CPU backend, without the kernels, or when the
-// state exists. Call before the context is shared with other threads.
+// device waits for it and rethrows its error. Once the state is handed over, the same thread prepares the
+// raw upload's buffers (CudaStageTable::prepareRawUpload, when the raw upload is enabled) off the first
+// frame's critical path; the process joins it at exit. No-op for the CPU backend, without the kernels, or
+// when the state exists. Call before the context is shared with other threads.
 void startDeviceWarmUp(RunContext& ctx);
 const CudaStageTable& cudaStages();
 

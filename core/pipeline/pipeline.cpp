@@ -48,8 +48,8 @@ ApertureParams apertureParamsFor(const Frame& frame, ApertureParams p) {
 }
 
 // Object mask for the second background pass: the segmentation grown by `dilate` pixels (square).
-Image<std::int32_t> dilatedObjectMask(const Image<std::int32_t>& seg, int dilate) {
-    const int w = seg.width(), h = seg.height();
+Image<std::int32_t> dilatedObjectMask(const ImageViewT<std::int32_t>& seg, int dilate) {
+    const int w = seg.width, h = seg.height;
     Image<std::int32_t> rows(w, h, 0), out(w, h, 0);
 #pragma omp parallel for schedule(static)
     for (int y = 0; y < h; ++y)
@@ -69,8 +69,8 @@ Image<std::int32_t> dilatedObjectMask(const Image<std::int32_t>& seg, int dilate
 }
 
 // Stage 4 into r.aperture, with the sources and segmentation map of `det` (r.detection, or the new
-// detection of a provisional result, which is measured before it is copied into the result: the CUDA
-// stage finds the detection's device copy of the map by the host map's address).
+// detection of a provisional result). The map goes as the shared SegmentationMap: the CUDA stage reads a
+// deferred map's device copy, nothing is downloaded.
 void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
                    const DetectionResult& det) {
     const ImageView image = frame.view();
@@ -94,7 +94,7 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
         apParams.psfApertureFractions = [cogPsf](const std::vector<double>& radii) {
             return cogPsf->apertureFractions(radii);
         };
-    r.aperture = measureApertures(image, mask, r.background, det.segmentation.view(), det.sources, r.fwhm,
+    r.aperture = measureApertures(image, mask, r.background, det.segmentation, det.sources, r.fwhm,
                                   frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
     if (config.apertureToTotal && cogPsf && r.aperture.apCorrRefRadius > 0.0 &&
         !r.aperture.apCorrRatio.empty()) {
@@ -157,7 +157,8 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
             ctx.checkCancelled();
             {
                 auto t = ctx.time("background (second pass)");
-                const Image<std::int32_t> objects = dilatedObjectMask(r.detection.segmentation, config.secondPassDilate);
+                const Image<std::int32_t> objects =
+                    dilatedObjectMask(r.detection.segmentation.view(), config.secondPassDilate);
                 const ImageViewT<std::int32_t> objectView = objects.view();
                 r.background = BackgroundResult{};
                 r.background = estimate(&objectView);
@@ -333,7 +334,7 @@ PipelineResult provisional(const Frame& frame, const PipelineConfig& config, Run
     {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
-        apertureStage(frame, config, ctx, p, detected.detection); // before the copy: see apertureStage
+        apertureStage(frame, config, ctx, p, detected.detection);
     }
     {
         auto t = ctx.time("provisional copy");

@@ -83,8 +83,8 @@ PsfResult psfModelForSources(const PsfResult& model, const Sources& sources);
 PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                                  const PipelineResult& detected, const PipelineResult& previous,
                                  const ReferenceCatalog* reference = nullptr);
-// The same, moving the background and detection out of `detected` instead of copying them (the 605 MB
-// segmentation map of a 151 MP frame costs ~0.45 s to copy): for a caller that no longer needs them.
+// The same, moving the background and detection out of `detected` instead of copying them (the detection's
+// Sources columns; its segmentation map is shared by copies anyway): for a caller that no longer needs them.
 PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                                  PipelineResult&& detected, const PipelineResult& previous,
                                  const ReferenceCatalog* reference = nullptr);

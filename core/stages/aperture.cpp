@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numbers>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <omp.h>
@@ -36,6 +39,9 @@ using detail::SkyEstimate;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kFwhmToSigma = 1.0 / 2.3548200450309493; // 1 / (2 sqrt(2 ln 2))
+// The driver's light per-source loops run on several threads from this many sources (a parallel region
+// costs more than such a loop below it, and much more on a loaded machine).
+constexpr std::size_t kParallelSources = 8192;
 
 struct Scratch {
     std::vector<ApertureSums> partial, full;
@@ -219,12 +225,61 @@ template <class T> T columnOr(const std::vector<T>& v, std::size_t i, T fallback
     return i < v.size() ? v[i] : fallback;
 }
 
+// The order of pass 1: bands of 64 rows, then x, sources with a non-finite centre last, ties by index (the
+// stable sort by (floor(y / 64), x)): a counting sort by band, then each band sorted by (x, index) on
+// several threads; the stable sort itself when the bands span an unusual range.
+std::vector<std::size_t> spatialOrder(const std::vector<double>& xs, const std::vector<double>& ys,
+                                      int threads) {
+    const std::size_t n = xs.size();
+    std::vector<std::size_t> order(n);
+    std::vector<double> band(n), kx(n);
+    double lo = kInf, hi = -kInf;
+    for (std::size_t i = 0; i < n; ++i) {
+        const bool ok = std::isfinite(xs[i]) && std::isfinite(ys[i]);
+        band[i] = ok ? std::floor(ys[i] / 64.0) : kInf;
+        kx[i] = ok ? xs[i] : kInf;
+        if (ok) {
+            lo = std::min(lo, band[i]);
+            hi = std::max(hi, band[i]);
+        }
+    }
+    auto byX = [&](std::size_t a, std::size_t b) { return kx[a] < kx[b] || (!(kx[b] < kx[a]) && a < b); };
+    if (lo > hi) { // no finite centre
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        return order;
+    }
+    if (!(hi - lo <= 4.0 * static_cast<double>(n) + 65536.0)) {
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            return band[a] < band[b] || (!(band[b] < band[a]) && kx[a] < kx[b]);
+        });
+        return order;
+    }
+    const std::size_t nb = static_cast<std::size_t>(hi - lo) + 2; // the last bucket: non-finite centres
+    auto bucketOf = [&](std::size_t i) {
+        return std::isfinite(band[i]) ? static_cast<std::size_t>(band[i] - lo) : nb - 1;
+    };
+    std::vector<std::size_t> start(nb + 1, 0);
+    for (std::size_t i = 0; i < n; ++i)
+        ++start[bucketOf(i) + 1];
+    for (std::size_t b = 0; b < nb; ++b)
+        start[b + 1] += start[b];
+    std::vector<std::size_t> pos(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+        order[pos[bucketOf(i)]++] = i;
+    const std::ptrdiff_t nbands = static_cast<std::ptrdiff_t>(nb - 1);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 8) if (n >= kParallelSources)
+    for (std::ptrdiff_t b = 0; b < nbands; ++b)
+        std::sort(order.begin() + static_cast<std::ptrdiff_t>(start[b]),
+                  order.begin() + static_cast<std::ptrdiff_t>(start[b + 1]), byX);
+    return order;
+}
+
 void checkPositive(double v, const char* what) {
     if (!(v > 0.0) || !std::isfinite(v))
         throw InvalidInput(std::string("aperture photometry: ") + what +
                            " must be positive and finite (got " + std::to_string(v) + ")");
 }
-
 
 } // namespace
 
@@ -239,16 +294,25 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     struct SectionClock {
         bool on = false;
         std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
-        std::string line;
+        std::vector<std::pair<std::string, double>> laps; // summed by name, in first-seen order
         void lap(const char* name) {
             if (!on) return;
             const auto now = std::chrono::steady_clock::now();
-            line += std::string(" ") + name + " " +
-                    std::to_string(std::chrono::duration<double, std::milli>(now - t).count()).substr(0, 6);
+            const double ms = std::chrono::duration<double, std::milli>(now - t).count();
             t = now;
+            for (auto& l : laps)
+                if (l.first == name) {
+                    l.second += ms;
+                    return;
+                }
+            laps.emplace_back(name, ms);
         }
         ~SectionClock() {
-            if (on) std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
+            if (!on) return;
+            std::string line;
+            for (const auto& l : laps)
+                line += " " + l.first + " " + std::to_string(l.second).substr(0, 6);
+            std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
         }
     } clock;
     if (const char* e = std::getenv("GPUPHOT_APERTURE_TIMING")) clock.on = *e && std::string(e) != "0";
@@ -341,24 +405,42 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     const detail::KronParamsHD kronParams{p.kronFactor, p.kronMinRadius, p.kronMaxRadius};
 
 
-    res.flux.assign(nFixed, std::vector<double>(n, kNaN));
-    res.fluxErr.assign(nFixed, std::vector<double>(n, kNaN));
-    res.apertureFlags.assign(nFixed, std::vector<std::uint32_t>(n, 0));
-    res.sky.assign(n, kNaN);
-    res.skyRms.assign(n, kNaN);
-    res.skyArea.assign(n, 0);
-    res.kronRadius.assign(n, kNaN);
-    res.fluxAuto.assign(n, kNaN);
-    res.fluxAutoErr.assign(n, kNaN);
-    res.radiusOpt.assign(n, kNaN);
-    res.fluxOpt.assign(n, kNaN);
-    res.fluxOptErr.assign(n, kNaN);
-    res.flags.assign(n, 0);
+    const int threads = ctx.threadCount();
+    res.flux.resize(nFixed);
+    res.fluxErr.resize(nFixed);
+    res.apertureFlags.resize(nFixed);
     // per-source values needed by the later passes
-    std::vector<double> skyMeanVar(n, 0.0), flux1(n, kNaN), err1(n, kNaN);
-    std::vector<std::uint32_t> flags1(n, 0);
-    std::vector<std::int32_t> ownIds(n, 0);
+    std::vector<double> skyMeanVar, flux1, err1;
+    std::vector<std::uint32_t> flags1;
+    std::vector<std::int32_t> ownIds;
+    std::vector<std::uint8_t> skyPerPixel; // 1: the sky of source i is the background map
+    {
+        // The columns filled by several threads at once (their first touch, page faults included).
+        std::vector<std::function<void()>> fills;
+        auto fill = [&](auto& v, auto value) { fills.emplace_back([&v, value, n] { v.assign(n, value); }); };
+        for (std::size_t k = 0; k < nFixed; ++k) {
+            fill(res.flux[k], kNaN);
+            fill(res.fluxErr[k], kNaN);
+            fill(res.apertureFlags[k], std::uint32_t{0});
+        }
+        for (auto* v : {&res.sky, &res.skyRms, &res.kronRadius, &res.fluxAuto, &res.fluxAutoErr,
+                        &res.radiusOpt, &res.fluxOpt, &res.fluxOptErr, &flux1, &err1})
+            fill(*v, kNaN);
+        fill(skyMeanVar, 0.0);
+        fill(res.skyArea, 0);
+        fill(res.flags, std::uint32_t{0});
+        fill(flags1, std::uint32_t{0});
+        fill(ownIds, std::int32_t{0});
+        fill(skyPerPixel, std::uint8_t{0});
+        const std::ptrdiff_t nf = static_cast<std::ptrdiff_t>(fills.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
+        for (std::ptrdiff_t t = 0; t < nf; ++t)
+            fills[static_cast<std::size_t>(t)]();
+    }
 
+    // The segmentation's pixels are read here only for sources without segmentId: the CUDA stage may pass a
+    // view of the detection's device buffer when every source has one (cuda::measureApertures with a
+    // SegmentationMap); the engine alone reads its pixels then.
     auto ownIdOf = [&](std::size_t i, double cx, double cy) -> std::int32_t {
         if (i < sources.segmentId.size()) return sources.segmentId[i];
         if (segmentation.empty()) return 0;
@@ -366,7 +448,6 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         if (px < 0 || py < 0 || px >= image.width || py >= image.height) return 0;
         return segmentation(px, py);
     };
-    std::vector<std::uint8_t> skyPerPixel(n, 0); // 1: the sky of source i is the background map
     auto skyModelOf = [&](std::size_t i) {
         ApertureSky s;
         s.perPixel = skyPerPixel[i] != 0;
@@ -379,20 +460,8 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     // ---- pass 1: sky, fixed apertures, Kron ----
     // Sources are processed in a spatial order (bands of 64 rows, then x) so that neighbouring apertures
     // share cached pixels; every result is per source, so the order changes no number.
-    std::vector<std::size_t> order(n);
-    {
-        std::vector<std::pair<double, double>> key(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            const double x = sources.x[i], y = sources.y[i];
-            const bool ok = std::isfinite(x) && std::isfinite(y);
-            key[i] = {ok ? std::floor(y / 64.0) : kInf, ok ? x : kInf};
-        }
-        std::iota(order.begin(), order.end(), std::size_t{0});
-        std::stable_sort(order.begin(), order.end(),
-                         [&](std::size_t a, std::size_t b) { return key[a] < key[b]; });
-    }
+    const std::vector<std::size_t> order = spatialOrder(sources.x, sources.y, threads);
     clock.lap("order");
-    const int threads = ctx.threadCount();
     const std::size_t batch = std::max<std::size_t>(1, engine.batchSize());
     // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
     auto forBatches = [&](std::size_t count, double f0, double f1, auto&& body) {
@@ -412,6 +481,21 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     std::vector<ApertureFlagDistances> fds;
     std::vector<KronJob> kronJobs;
     std::vector<KronOut> kronOut;
+    std::vector<std::uint32_t> bflags;
+    {
+        // The batch buffers sized once, each by its own thread (their first touch: page faults and
+        // initialisation, several MB at 32k sources).
+        const std::size_t m = std::min(n, batch);
+        std::vector<std::function<void()>> sizes{[&] { idx.reserve(m); },    [&] { cxs.resize(m); },
+                                                 [&] { cys.resize(m); },     [&] { skies.resize(m); },
+                                                 [&] { jobs.resize(m); },    [&] { sums.resize(m * nr); },
+                                                 [&] { fds.resize(m); },     [&] { kronJobs.resize(m); },
+                                                 [&] { kronOut.resize(m); }, [&] { bflags.resize(m); }};
+        const std::ptrdiff_t ns = static_cast<std::ptrdiff_t>(sizes.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
+        for (std::ptrdiff_t t = 0; t < ns; ++t)
+            sizes[static_cast<std::size_t>(t)]();
+    }
 
     forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
         idx.clear();
@@ -426,8 +510,10 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             idx.push_back(i);
         }
         const std::size_t m = idx.size();
+        clock.lap("p1.idx");
         if (m == 0) return;
-        std::vector<std::uint32_t> bflags(m, 0);
+        bflags.assign(m, 0);
+        const std::ptrdiff_t mm = static_cast<std::ptrdiff_t>(m);
         // sky
         if (p.useLocalSky) {
             cxs.resize(m);
@@ -437,9 +523,13 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 cys[k] = sources.y[idx[k]];
             }
             skies.assign(m, SkyEstimate{});
+            clock.lap("p1.skyprep");
             engine.localSkies(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
+            clock.lap("p1.SKY");
         }
-        for (std::size_t k = 0; k < m; ++k) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
             const std::size_t i = idx[k];
             const double cx = sources.x[i], cy = sources.y[i];
             const int pxc = std::clamp(static_cast<int>(std::lround(cx)), 0, image.width - 1);
@@ -467,17 +557,24 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 skyPerPixel[i] = 1;
             }
         }
+        clock.lap("p1.skyhost");
         // circular apertures
         jobs.resize(m);
-        for (std::size_t k = 0; k < m; ++k) {
+        sums.resize(m * nr);
+        fds.resize(m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
             const std::size_t i = idx[k];
             jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
         }
-        sums.resize(m * nr);
-        fds.resize(m);
+        clock.lap("p1.circprep");
         engine.sumCircles(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
+        clock.lap("p1.CIRC");
         kronJobs.resize(m);
-        for (std::size_t k = 0; k < m; ++k) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
             const std::size_t i = idx[k];
             const ApertureSums* s = sums.data() + k * nr;
             const ApertureFlagDistances& fd = fds[k];
@@ -508,8 +605,12 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         }
         // Kron radius and FLUX_AUTO
         kronOut.resize(m);
+        clock.lap("p1.circhost");
         engine.kron(kronJobs.data(), m, kronParams, kronOut.data());
-        for (std::size_t k = 0; k < m; ++k) {
+        clock.lap("p1.KRON");
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
             const std::size_t i = idx[k];
             const KronOut& ko = kronOut[k];
             res.kronRadius[i] = ko.kronRadius;
@@ -544,12 +645,16 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         // only the 10 x apCorrMaxStars best by that S/N (ties by index) go on to the reference aperture
         const std::size_t preMax = 10 * static_cast<std::size_t>(std::max(1, p.apCorrMaxStars));
         if (pre.size() > preMax) {
-            std::stable_sort(pre.begin(), pre.end(), [&](std::size_t a, std::size_t b) {
-                return flux1[a] / err1[a] > flux1[b] / err1[b];
-            });
+            // (pre ascends by index: the stable sort by S/N's first preMax, as a selection)
+            std::nth_element(pre.begin(), pre.begin() + static_cast<std::ptrdiff_t>(preMax), pre.end(),
+                             [&](std::size_t a, std::size_t b) {
+                                 const double sa = flux1[a] / err1[a], sb = flux1[b] / err1[b];
+                                 return sa > sb || (!(sb > sa) && a < b);
+                             });
             pre.resize(preMax);
             std::sort(pre.begin(), pre.end());
         }
+        clock.lap("p2.pre");
         std::vector<double> fluxRef(n, kNaN), errRef(n, kNaN);
         std::vector<std::uint32_t> flagsRef(n, 0);
         forBatches(pre.size(), 0.7, 0.75, [&](std::size_t c0, std::size_t c1) {
@@ -569,6 +674,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 flagsRef[i] = fds[k].flagsFor(refRadius);
             }
         });
+        clock.lap("p2.REF");
         std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
         for (std::size_t i : pre) {
             if ((flagsRef[i] & kRejectSource) || !(fluxRef[i] > 0.0) || !(errRef[i] > 0.0)) continue;
@@ -616,6 +722,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                         f[g] = s[g].flux / ref;
                 }
             });
+            clock.lap("p2.COG");
             res.cogFraction.resize(nGrid);
             std::vector<double> col(stars.size());
             for (std::size_t g = 0; g < nGrid; ++g) {
@@ -691,56 +798,89 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         const std::size_t nGrid = res.cogRadius.size();
         const double g1 = interpolate(res.cogRadius, res.cogFraction, oneFwhm);
         std::vector<double> best(batch), bestFrac(batch);
+        std::vector<std::size_t> slot(batch + 1);
+        // per grid point: radius, fraction, area (the products the loop below used to form, same values)
+        const double* cogR = res.cogRadius.data();
+        const double* cogF = res.cogFraction.data();
+        std::vector<double> cogArea(nGrid), cogKappaArea(nGrid), cogNum(nGrid);
+        for (std::size_t g = 0; g < nGrid; ++g) {
+            cogArea[g] = std::numbers::pi * cogR[g] * cogR[g];
+            cogKappaArea[g] = kappa * cogArea[g];
+            cogNum[g] = cogF[g] * cogF[g];
+        }
+        const bool poisson = gain > 0.0;
+        std::vector<double> fracs;
         forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) {
             // the radius of the best predicted S/N per source (host), then one circle each (engine)
             const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
-#pragma omp parallel for num_threads(threads) schedule(static)
-            for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
-                best[c] = kNaN;
-                const double cx = sources.x[i], cy = sources.y[i];
-                if (!std::isfinite(cx) || !std::isfinite(cy) || !std::isfinite(res.sky[i])) continue;
-                const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
-                const double var = res.skyRms[i] * res.skyRms[i];
-                const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
-                // maximise frac / sqrt(den) by comparing frac^2 * denBest with fracBest^2 * den (no division)
-                std::size_t bestG = nGrid - 1;
-                double bestNum = -1.0, bestDen = 1.0;
-                for (std::size_t g = 0; g < nGrid; ++g) {
-                    const double frac = res.cogFraction[g];
-                    if (!(frac > 0.0)) continue;
-                    const double area = std::numbers::pi * res.cogRadius[g] * res.cogRadius[g];
-                    const double den =
-                        (gain > 0.0 ? F * frac / gain : 0.0) + area * var * (1.0 + kappa * area / nSky);
-                    if (!(den > 0.0)) continue;
-                    const double num = frac * frac;
-                    if (bestNum < 0.0 || num * bestDen > bestNum * den) {
-                        bestNum = num;
-                        bestDen = den;
-                        bestG = g;
+#pragma omp parallel num_threads(threads)
+            {
+                std::vector<double> dens(nGrid);
+                double* den = dens.data();
+#pragma omp for schedule(static)
+                for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                    const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
+                    best[c] = kNaN;
+                    const double cx = sources.x[i], cy = sources.y[i];
+                    if (!std::isfinite(cx) || !std::isfinite(cy) || !std::isfinite(res.sky[i])) continue;
+                    const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
+                    const double var = res.skyRms[i] * res.skyRms[i];
+                    const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
+                    // the predicted variance at every grid radius, (F frac / gain) + area var (1 + kappa area
+                    // / nSky) as before, in a loop of its own so that it vectorises (the same numbers)
+                    if (poisson) {
+#pragma omp simd
+                        for (std::size_t g = 0; g < nGrid; ++g)
+                            den[g] = F * cogF[g] / gain + cogArea[g] * var * (1.0 + cogKappaArea[g] / nSky);
+                    } else {
+#pragma omp simd
+                        for (std::size_t g = 0; g < nGrid; ++g)
+                            den[g] = 0.0 + cogArea[g] * var * (1.0 + cogKappaArea[g] / nSky);
                     }
+                    // maximise frac / sqrt(den) by comparing frac^2 * denBest with fracBest^2 * den (no
+                    // division); grid radii with frac <= 0 or den <= 0 are skipped
+                    std::size_t bestG = nGrid - 1;
+                    double bestNum = -1.0, bestDen = 1.0;
+                    for (std::size_t g = 0; g < nGrid; ++g) {
+                        if (!(cogF[g] > 0.0) || !(den[g] > 0.0)) continue;
+                        if (bestNum < 0.0 || cogNum[g] * bestDen > bestNum * den[g]) {
+                            bestNum = cogNum[g];
+                            bestDen = den[g];
+                            bestG = g;
+                        }
+                    }
+                    best[c] = cogR[bestG];
+                    bestFrac[c] = cogF[bestG];
                 }
-                best[c] = res.cogRadius[bestG];
-                bestFrac[c] = res.cogFraction[bestG];
             }
-            idx.clear();
-            cxs.clear(); // radii of the jobs
-            jobs.clear();
-            std::vector<double> fracs;
-            for (std::size_t c = c0; c < c1; ++c) {
-                if (std::isnan(best[c - c0])) continue;
-                const std::size_t i = order[c];
-                idx.push_back(i);
-                cxs.push_back(best[c - c0]);
-                fracs.push_back(bestFrac[c - c0]);
-                jobs.push_back(CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]});
+            // the measured ones, compacted in order
+            slot[0] = 0;
+            for (std::ptrdiff_t c = 0; c < m0; ++c)
+                slot[c + 1] = slot[c] + (std::isnan(best[c]) ? 0 : 1);
+            const std::size_t mk = slot[m0];
+            idx.resize(mk);
+            cxs.resize(mk); // radii of the jobs
+            fracs.resize(mk);
+            jobs.resize(mk);
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+            for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                if (slot[c + 1] == slot[c]) continue;
+                const std::size_t k = slot[c], i = order[c0 + static_cast<std::size_t>(c)];
+                idx[k] = i;
+                cxs[k] = best[c];
+                fracs[k] = bestFrac[c];
+                jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
             }
             const std::size_t m = idx.size();
+            clock.lap("p3.host");
             if (m == 0) return;
             sums.resize(m);
             fds.resize(m);
             engine.sumCircles(jobs.data(), m, cxs.data(), 1, 1, sums.data(), fds.data());
-            for (std::size_t k = 0; k < m; ++k) {
+            clock.lap("p3.CIRC");
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+            for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(m); ++kk) {
+                const std::size_t k = static_cast<std::size_t>(kk);
                 const std::size_t i = idx[k];
                 const double r = cxs[k], frac = fracs[k];
                 res.radiusOpt[i] = r;

@@ -34,6 +34,7 @@
 namespace gpuphot {
 
 class RunContext;
+class SegmentationMap;
 struct BackgroundResult;
 struct Sources;
 
@@ -162,6 +163,11 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx);
+// The same with the detection's shared segmentation map (core/model/segmentation_map.hpp): the CUDA
+// backend reads a deferred map's device copy without downloading it; the CPU backend materialises it.
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
 namespace cpu {
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const ImageViewT<std::int32_t>& segmentation, const Sources& sources,

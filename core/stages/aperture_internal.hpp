@@ -202,6 +202,48 @@ GPUPHOT_HD inline PixelGeometry pixelGeometry(int x, int y, double cx, double cy
     return g;
 }
 
+// Pixel (x, y)'s part in radius j's sums of circleRadiusParts: 1, a partial term (exact overlap weight);
+// 2, a whole pixel; 0, nothing. fd, when not null, gets the pixel's flag distances (not the edge's).
+GPUPHOT_HD inline int circleRadiusPixel(const AperturePlanes& in, const ApertureSky& sky, double cx,
+                                        double cy, std::int32_t ownId, const double* r, const double* r2,
+                                        std::size_t nr, std::size_t j, int x, int y, ApertureSums& term,
+                                        ApertureFlagDistances* fd) {
+    const PixelGeometry g = pixelGeometry(x, y, cx, cy);
+    std::size_t k0, kf;
+    radiusRange(r2, nr, g.dmin2, g.dmax2, k0, kf);
+    if (k0 == nr) return 0;
+    const bool mine = (k0 <= j && j < kf) || kf == j;
+    if (!mine && !fd) return 0;
+    float value;
+    bool saturated = false, foreign = false;
+    const double dmin = std::sqrt(g.dmin2);
+    if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
+        if (fd) fd->masked = std::min(fd->masked, dmin);
+        return 0;
+    }
+    if (fd) {
+        if (saturated) fd->saturated = std::min(fd->saturated, dmin);
+        if (foreign) fd->crowded = std::min(fd->crowded, dmin);
+    }
+    if (!mine) return 0;
+    double level, var;
+    pixelSky(in, sky, x, y, level, var);
+    const double v = static_cast<double>(value) - level;
+    if (kf == j) { // what ApertureSums::addFull adds
+        term.flux = v;
+        term.area = 1.0;
+        term.varSky = var;
+        term.poisson = v;
+        return 2;
+    }
+    const double w = circleRectOverlap(g.dx0, g.dy0, g.dx1, g.dy1, r[j]); // what ApertureSums::add adds
+    term.flux = w * v;
+    term.area = w;
+    term.varSky = w * w * var;
+    term.poisson = w * w * v;
+    return 1;
+}
+
 // Sums in concentric circles of ascending radii r[0..nr) around (cx, cy), decomposed: for each radius k,
 // partial[k] holds the pixels that radius k cuts (exact overlap weights), full[k] the pixels that radius k
 // is the first to hold wholly; out[k] = (full[0] + ... + full[k]) + partial[k] (circleCombine). Pixels
@@ -217,31 +259,12 @@ GPUPHOT_HD inline void circleRadiusParts(const AperturePlanes& in, const Apertur
     circleBox(in, cx, cy, r[nr - 1], x0, x1, y0, y1);
     for (int y = y0; y <= y1; ++y) {
         for (int x = x0; x <= x1; ++x) {
-            const PixelGeometry g = pixelGeometry(x, y, cx, cy);
-            std::size_t k0, kf;
-            radiusRange(r2, nr, g.dmin2, g.dmax2, k0, kf);
-            if (k0 == nr) continue;
-            const bool mine = (k0 <= j && j < kf) || kf == j;
-            if (!mine && !fd) continue;
-            float value;
-            bool saturated = false, foreign = false;
-            const double dmin = std::sqrt(g.dmin2);
-            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
-                if (fd) fd->masked = std::min(fd->masked, dmin);
-                continue;
-            }
-            if (fd) {
-                if (saturated) fd->saturated = std::min(fd->saturated, dmin);
-                if (foreign) fd->crowded = std::min(fd->crowded, dmin);
-            }
-            if (!mine) continue;
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            if (kf == j)
-                full.addFull(v, var);
-            else
-                partial.add(circleRectOverlap(g.dx0, g.dy0, g.dx1, g.dy1, r[j]), v, var);
+            ApertureSums term;
+            const int kind = circleRadiusPixel(in, sky, cx, cy, ownId, r, r2, nr, j, x, y, term, fd);
+            if (kind == 2)
+                full.addSums(term);
+            else if (kind == 1)
+                partial.addSums(term);
         }
     }
     if (fd) fd->edge = edgeDistance(in, cx, cy);
@@ -309,42 +332,99 @@ inline void circleSumsAll(const AperturePlanes& in, const ApertureSky& sky, doub
 
 // ---- ellipses and Kron ----------------------------------------------------------------------------
 
+// The pixel box of ellipse e about (cx, cy), clipped to the frame; flags gets FlagApertureIncomplete when
+// the ellipse reaches beyond the frame.
+GPUPHOT_HD inline void ellipseBox(const AperturePlanes& in, const EllipseAperture& e, double cx, double cy,
+                                  int& x0, int& x1, int& y0, int& y1, std::uint32_t& flags) {
+    const int w = in.width, h = in.height;
+    const double hx = e.halfWidthX(), hy = e.halfWidthY();
+    if (cx - hx < -0.5 || cx + hx > w - 0.5 || cy - hy < -0.5 || cy + hy > h - 0.5)
+        flags |= FlagApertureIncomplete;
+    x0 = std::max(0, static_cast<int>(std::floor(cx - hx + 0.5)));
+    x1 = std::min(w - 1, static_cast<int>(std::ceil(cx + hx - 0.5)));
+    y0 = std::max(0, static_cast<int>(std::floor(cy - hy + 0.5)));
+    y1 = std::min(h - 1, static_cast<int>(std::ceil(cy + hy - 0.5)));
+}
+
+// Pixel (x, y)'s term of an ellipse's sums (what ApertureSums::add / addFull would add): false when it adds
+// nothing; flags collects its aperture flags.
+GPUPHOT_HD inline bool ellipsePixel(const AperturePlanes& in, const ApertureSky& sky,
+                                    const EllipseAperture& e, std::int32_t ownId, int x, int y,
+                                    ApertureSums& term, std::uint32_t& flags) {
+    const double wgt = e.pixelOverlap(x, y);
+    if (wgt <= 0.0) return false;
+    float value;
+    bool saturated = false, foreign = false;
+    if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
+        flags |= FlagApertureMasked;
+        return false;
+    }
+    if (saturated) flags |= FlagSaturated;
+    if (foreign) flags |= FlagCrowded;
+    double level, var;
+    pixelSky(in, sky, x, y, level, var);
+    const double v = static_cast<double>(value) - level;
+    if (wgt >= 1.0) {
+        term.flux = v;
+        term.area = 1.0;
+        term.varSky = var;
+        term.poisson = v;
+    } else {
+        term.flux = wgt * v;
+        term.area = wgt;
+        term.varSky = wgt * wgt * var;
+        term.poisson = wgt * wgt * v;
+    }
+    return true;
+}
+
 // Sums in one ellipse (exact overlap), raster order; returns the aperture's flags.
 GPUPHOT_HD inline std::uint32_t sumEllipse(const AperturePlanes& in, const ApertureSky& sky,
                                            const EllipseAperture& e, double cx, double cy, std::int32_t ownId,
                                            ApertureSums& out) {
     out = ApertureSums{};
     std::uint32_t flags = 0;
-    const int w = in.width, h = in.height;
-    const double hx = e.halfWidthX(), hy = e.halfWidthY();
-    if (cx - hx < -0.5 || cx + hx > w - 0.5 || cy - hy < -0.5 || cy + hy > h - 0.5)
-        flags |= FlagApertureIncomplete;
-    const int x0 = std::max(0, static_cast<int>(std::floor(cx - hx + 0.5)));
-    const int x1 = std::min(w - 1, static_cast<int>(std::ceil(cx + hx - 0.5)));
-    const int y0 = std::max(0, static_cast<int>(std::floor(cy - hy + 0.5)));
-    const int y1 = std::min(h - 1, static_cast<int>(std::ceil(cy + hy - 0.5)));
+    int x0, x1, y0, y1;
+    ellipseBox(in, e, cx, cy, x0, x1, y0, y1, flags);
     for (int y = y0; y <= y1; ++y) {
         for (int x = x0; x <= x1; ++x) {
-            const double wgt = e.pixelOverlap(x, y);
-            if (wgt <= 0.0) continue;
-            float value;
-            bool saturated = false, foreign = false;
-            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
-                flags |= FlagApertureMasked;
-                continue;
-            }
-            if (saturated) flags |= FlagSaturated;
-            if (foreign) flags |= FlagCrowded;
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            if (wgt >= 1.0)
-                out.addFull(v, var);
-            else
-                out.add(wgt, v, var);
+            ApertureSums term;
+            if (ellipsePixel(in, sky, e, ownId, x, y, term, flags)) out.addSums(term);
         }
     }
     return flags;
+}
+
+// The pixel box of kronFirstMoment (centres within rmax times ellipse e), clipped to the frame.
+GPUPHOT_HD inline void kronMomentBox(const AperturePlanes& in, const EllipseAperture& e, double cx, double cy,
+                                     double rmax, int& x0, int& x1, int& y0, int& y1) {
+    const double hx = rmax * e.halfWidthX(), hy = rmax * e.halfWidthY();
+    x0 = std::max(0, static_cast<int>(std::ceil(cx - hx)));
+    x1 = std::min(in.width - 1, static_cast<int>(std::floor(cx + hx)));
+    y0 = std::max(0, static_cast<int>(std::ceil(cy - hy)));
+    y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + hy)));
+}
+
+// Pixel (x, y)'s terms of kronFirstMoment's sums (ρ I and I): false when it adds nothing.
+GPUPHOT_HD inline bool kronMomentPixel(const AperturePlanes& in, const ApertureSky& sky,
+                                       const EllipseAperture& e, double cx, double cy, double rmax2,
+                                       std::int32_t ownId, int x, int y, double& ri, double& v) {
+    const double rho2 = e.normRadius2(x - cx, y - cy);
+    if (rho2 > rmax2) return false;
+    float value;
+    bool saturated = false, foreign = false;
+    if (!usePixel(in, x, y, ownId, value, saturated, foreign) || foreign) return false;
+    double level, var;
+    pixelSky(in, sky, x, y, level, var);
+    v = static_cast<double>(value) - level;
+    ri = std::sqrt(rho2) * v;
+    return true;
+}
+
+// r1 from the sums; NaN when undefined (non-positive sums).
+GPUPHOT_HD inline double kronMomentOf(double sumRI, double sumI) {
+    if (!(sumI > 0.0) || !(sumRI > 0.0)) return std::numeric_limits<double>::quiet_NaN();
+    return sumRI / sumI;
 }
 
 // SExtractor's first moment r1 = Σ ρ I / Σ I over the pixels (centres) with ρ < rmax, ρ the normalised
@@ -353,29 +433,19 @@ GPUPHOT_HD inline std::uint32_t sumEllipse(const AperturePlanes& in, const Apert
 GPUPHOT_HD inline double kronFirstMoment(const AperturePlanes& in, const ApertureSky& sky,
                                          const EllipseAperture& e, double cx, double cy, double rmax,
                                          std::int32_t ownId) {
-    const double hx = rmax * e.halfWidthX(), hy = rmax * e.halfWidthY();
-    const int x0 = std::max(0, static_cast<int>(std::ceil(cx - hx)));
-    const int x1 = std::min(in.width - 1, static_cast<int>(std::floor(cx + hx)));
-    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - hy)));
-    const int y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + hy)));
+    int x0, x1, y0, y1;
+    kronMomentBox(in, e, cx, cy, rmax, x0, x1, y0, y1);
     const double rmax2 = rmax * rmax;
     double sumRI = 0.0, sumI = 0.0;
     for (int y = y0; y <= y1; ++y) {
         for (int x = x0; x <= x1; ++x) {
-            const double rho2 = e.normRadius2(x - cx, y - cy);
-            if (rho2 > rmax2) continue;
-            float value;
-            bool saturated = false, foreign = false;
-            if (!usePixel(in, x, y, ownId, value, saturated, foreign) || foreign) continue;
-            double level, var;
-            pixelSky(in, sky, x, y, level, var);
-            const double v = static_cast<double>(value) - level;
-            sumRI += std::sqrt(rho2) * v;
+            double ri, v;
+            if (!kronMomentPixel(in, sky, e, cx, cy, rmax2, ownId, x, y, ri, v)) continue;
+            sumRI += ri;
             sumI += v;
         }
     }
-    if (!(sumI > 0.0) || !(sumRI > 0.0)) return std::numeric_limits<double>::quiet_NaN();
-    return sumRI / sumI;
+    return kronMomentOf(sumRI, sumI);
 }
 
 // One source's Kron measurement: the isophotal ellipse (a, b, and cos/sin of theta, computed on the host).
@@ -393,16 +463,20 @@ struct KronOut {
     std::uint32_t flags = 0; // FlagKronFailed and the ellipse's aperture flags
     int measured = 0;        // 1: sums hold the ellipse's sums
 };
+// The Kron radius from r1 (FlagKronFailed into flags when r1 is undefined).
+GPUPHOT_HD inline double kronRadiusOf(double r1, const KronParamsHD& p, std::uint32_t& flags) {
+    double kron = p.factor * r1;
+    if (!std::isfinite(r1)) {
+        flags |= FlagKronFailed;
+        kron = p.minRadius;
+    }
+    return std::max(kron, p.minRadius);
+}
 GPUPHOT_HD inline KronOut kronAperture(const AperturePlanes& in, const KronJob& j, const KronParamsHD& p) {
     KronOut o;
     const EllipseAperture iso(j.cx, j.cy, j.a, j.b, j.cosT, j.sinT);
     const double r1 = kronFirstMoment(in, j.sky, iso, j.cx, j.cy, p.maxRadius, j.ownId);
-    double kron = p.factor * r1;
-    if (!std::isfinite(r1)) {
-        o.flags |= FlagKronFailed;
-        kron = p.minRadius;
-    }
-    kron = std::max(kron, p.minRadius);
+    const double kron = kronRadiusOf(r1, p, o.flags);
     o.kronRadius = kron;
     if (kron > 0.0) {
         const EllipseAperture e(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT, j.sinT);
@@ -416,31 +490,52 @@ GPUPHOT_HD inline KronOut kronAperture(const AperturePlanes& in, const KronJob& 
 
 // Calls take(x, y, value) for the annulus pixels rin <= d <= rout (centres) about (cx, cy) that are usable
 // sky: unmasked, in no object, finite, below saturation. Row by row in ascending x, each pixel once.
+// The pieces of forAnnulusAt (also used by the GPU's block-per-source sky): the rows [y0, y1]; row y's
+// span [xa, xb] (false: the row misses the outer circle); whether pixel (x, y) is usable sky, and its value.
+GPUPHOT_HD inline void annulusRows(const AperturePlanes& in, double cy, double rout, int& y0, int& y1) {
+    y0 = std::max(0, static_cast<int>(std::ceil(cy - rout)));
+    y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + rout)));
+}
+GPUPHOT_HD inline bool annulusRowSpan(const AperturePlanes& in, double cx, double cy, double rout2, int y,
+                                      double& dy2, int& xa, int& xb) {
+    dy2 = (y - cy) * (y - cy);
+    if (dy2 > rout2) return false;
+    // the row's span of the outer circle (margins of 1e-9 px; the exact distance test in annulusPixel()
+    // decides, also for the inner hole: one loop, so that no pixel is visited twice whatever the rounding)
+    const double wo = std::sqrt(rout2 - dy2) + 1e-9;
+    xa = std::max(0, static_cast<int>(std::ceil(cx - wo)));
+    xb = std::min(in.width - 1, static_cast<int>(std::floor(cx + wo)));
+    return true;
+}
+GPUPHOT_HD inline bool annulusPixel(const AperturePlanes& in, double cx, double rin2, double rout2, int x,
+                                    int y, double dy2, float& v) {
+    const double d2 = (x - cx) * (x - cx) + dy2;
+    if (d2 < rin2 || d2 > rout2) return false;
+    if (in.maskAt(x, y) != 0) return false;
+    if (in.segAt(x, y) != 0) return false;
+    v = in.value(x, y);
+    return std::isfinite(v) && v < in.saturation;
+}
+// At most this many pixels per row and rows (so at most its square pixels) in an annulus of outer radius
+// rout: floor(2 rout + 2e-9) + 1, with room to spare.
+GPUPHOT_HD inline int annulusSideBound(double rout) {
+    return static_cast<int>(std::floor(2.0 * rout + 1e-6)) + 2;
+}
+
 template <class Take>
 GPUPHOT_HD inline void forAnnulusAt(const AperturePlanes& in, double cx, double cy, double rin, double rout,
                                     Take&& take) {
-    const int y0 = std::max(0, static_cast<int>(std::ceil(cy - rout)));
-    const int y1 = std::min(in.height - 1, static_cast<int>(std::floor(cy + rout)));
+    int y0, y1;
+    annulusRows(in, cy, rout, y0, y1);
     const double rin2 = rin * rin, rout2 = rout * rout;
-    auto visit = [&](int x, int y, double dy2) {
-        const double d2 = (x - cx) * (x - cx) + dy2;
-        if (d2 < rin2 || d2 > rout2) return;
-        if (in.maskAt(x, y) != 0) return;
-        if (in.segAt(x, y) != 0) return;
-        const float v = in.value(x, y);
-        if (!std::isfinite(v) || v >= in.saturation) return;
-        take(x, y, v);
-    };
     for (int y = y0; y <= y1; ++y) {
-        const double dy2 = (y - cy) * (y - cy);
-        if (dy2 > rout2) continue;
-        // the row's span of the outer circle (margins of 1e-9 px; the exact distance test in visit() decides,
-        // also for the inner hole: one loop, so that no pixel is visited twice whatever the rounding)
-        const double wo = std::sqrt(rout2 - dy2) + 1e-9;
-        const int xa = std::max(0, static_cast<int>(std::ceil(cx - wo)));
-        const int xb = std::min(in.width - 1, static_cast<int>(std::floor(cx + wo)));
-        for (int x = xa; x <= xb; ++x)
-            visit(x, y, dy2);
+        double dy2;
+        int xa, xb;
+        if (!annulusRowSpan(in, cx, cy, rout2, y, dy2, xa, xb)) continue;
+        for (int x = xa; x <= xb; ++x) {
+            float v;
+            if (annulusPixel(in, cx, rin2, rout2, x, y, dy2, v)) take(x, y, v);
+        }
     }
 }
 
@@ -501,8 +596,10 @@ struct SkyParamsHD {
 
 // Clipped statistics of the ascending annulus values buf[0..n). The mean and standard deviation of any
 // clipped range come from prefix sums of the deviations from buf[n/2]: read from s1/s2 (n + 1 entries,
-// filled here) when given, else recomputed by the same running sums (no scratch; the GPU's way).
-GPUPHOT_HD inline SkyEstimate skyStatistics(const float* buf, std::size_t nAll, const SkyParamsHD& p, double* s1,
+// filled here) when given, else recomputed by the same running sums (no scratch; the GPU's way). Buf: a
+// const float* or anything whose buf[i] is that float (the GPU's sorted keys read as values).
+template <class Buf>
+GPUPHOT_HD inline SkyEstimate skyStatistics(const Buf& buf, std::size_t nAll, const SkyParamsHD& p, double* s1,
                                             double* s2) {
     SkyEstimate est;
     if (static_cast<long long>(nAll) < static_cast<long long>(std::max(2, p.minPixels))) {
@@ -550,9 +647,9 @@ GPUPHOT_HD inline SkyEstimate skyStatistics(const float* buf, std::size_t nAll, 
     auto stats = [&]() {
         const std::size_t n = hi - lo;
         const double m = static_cast<double>(n);
-        const float* a = buf + lo;
-        const std::size_t mid = n / 2;
-        median = (n % 2) ? a[mid] : 0.5 * (static_cast<double>(a[mid - 1]) + a[mid]);
+        const std::size_t mid = lo + n / 2;
+        median = (n % 2) ? static_cast<double>(buf[mid])
+                         : 0.5 * (static_cast<double>(buf[mid - 1]) + static_cast<double>(buf[mid]));
         double a1, a2, b1, b2;
         prefixes(lo, hi, a1, a2, b1, b2);
         const double dm = (b1 - a1) / m;

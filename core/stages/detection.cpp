@@ -528,19 +528,8 @@ void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const 
         std::vector<char> grown(objects.size(), 0);
         for (std::int64_t i = 0; i < nObj; ++i) {
             if (target[i] < 0) continue;
-            // As SExtractor: the kept object takes the CLEANed one's flux, area and extent but keeps its
-            // own position and shape (CLEAN only merges into objects that are themselves kept).
-            detail::IsoMeasure& e = iso[target[i]];
-            const detail::IsoMeasure& v = iso[i];
-            e.flux += v.flux;
-            e.fluxVar += v.fluxVar;
-            e.area += v.area;
-            e.peak = std::max(e.peak, v.peak);
-            e.xMin = std::min(e.xMin, v.xMin);
-            e.xMax = std::max(e.xMax, v.xMax);
-            e.yMin = std::min(e.yMin, v.yMin);
-            e.yMax = std::max(e.yMax, v.yMax);
-            e.flags |= v.flags;
+            // CLEAN only merges into objects that are themselves kept.
+            detail::cleanMerge(iso[target[i]], iso[i]);
             auto& dst = objects[target[i]].runs;
             dst.insert(dst.end(), objects[i].runs.begin(), objects[i].runs.end());
             objects[i].runs.clear();
@@ -596,16 +585,16 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     // 6. Segmentation map, windowed positions, the Sources columns.
     const auto n = static_cast<std::int64_t>(order.size());
     // Zeroed in parallel row blocks (the same zeros as Image(w, h, 0), without a serial fill).
-    result.segmentation = Image<std::int32_t>(w, h, Image<std::int32_t>::NoInit{});
+    Image<std::int32_t> seg(w, h, Image<std::int32_t>::NoInit{});
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int y = 0; y < h; ++y)
-        std::memset(result.segmentation.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));
+        std::memset(seg.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));
     timer.lap("finish: segmentation zero (host)");
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t k = 0; k < n; ++k) {
         const auto id = static_cast<std::int32_t>(k + 1);
         for (const Run& r : objects[order[k]].runs) {
-            std::int32_t* row = result.segmentation.row(r.y);
+            std::int32_t* row = seg.row(r.y);
             for (std::int32_t x = r.x0; x <= r.x1; ++x)
                 row[x] = id;
         }
@@ -619,8 +608,9 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
         const detail::IsoMeasure& m = iso[order[k]];
         const auto id = static_cast<std::int32_t>(k + 1);
         detail::setSourceRow(s, static_cast<std::size_t>(k), m, o.flags,
-                             detail::measureWindowed(m, o.runs, id, result.segmentation, im, p));
+                             detail::measureWindowed(m, o.runs, id, seg, im, p));
     }
+    result.segmentation = SegmentationMap(std::move(seg)); // host-backed
     timer.lap("finish: windowed positions + columns (host)");
     ctx.report("detection", 1.0);
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/model/image.hpp"
+#include "core/model/segmentation_map.hpp"
 #include "core/model/sources.hpp"
 
 namespace gpuphot {
@@ -51,7 +52,9 @@ void from_json(const nlohmann::json& j, DetectionParams& p); // missing keys kee
 
 struct DetectionResult {
     Sources sources;                  // every column filled; segmentId = index + 1
-    Image<std::int32_t> segmentation; // 0 = no object, else segmentId of the owning object
+    // 0 = no object, else segmentId of the owning object. Shared and immutable (copies are O(1)); the CUDA
+    // detection leaves it on the device until a host consumer calls segmentation.host().
+    SegmentationMap segmentation;
     std::size_t nBeforeDeblend = 0;   // connected regions of >= minArea pixels
     std::size_t nDeblended = 0;       // objects after deblending
     std::size_t nCleaned = 0;         // objects merged into a brighter neighbour by cleaning

@@ -29,6 +29,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <new>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -258,17 +259,32 @@ struct Candidate {
     std::int32_t i, j; // i is CLEANed into j
     double wing;
 };
+
+struct CleanScratchImpl final : CleanScratch {
+    UninitArray<CleanObject> o; // the descriptions, constructed anew by each call
+    std::vector<std::int32_t> cellOf, cellStart, items, fill;
+    std::vector<std::vector<Candidate>> perThread;
+    std::vector<std::size_t> candStart, candFill;
+    std::vector<Candidate> cand;
+    std::vector<std::int32_t> order;
+};
 } // namespace
 
+std::shared_ptr<CleanScratch> makeCleanScratch() {
+    return std::make_shared<CleanScratchImpl>();
+}
+
 namespace {
-std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
-                                         int width, int height, const DetectionParams& p, int threads);
+std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
+                                         const DetectionParams& p, int threads, CleanScratchImpl& s);
 } // namespace
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
                                        const DetectionParams& p, int threads) {
     if (m.size() < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
-    return cleanDescribed(m, describeAll(m, im, p, p.cleanParam, threads), im.width, im.height, p, threads);
+    const std::vector<CleanObject> o = describeAll(m, im, p, p.cleanParam, threads);
+    CleanScratchImpl s;
+    return cleanDescribed(static_cast<std::int32_t>(m.size()), o.data(), im.width, im.height, p, threads, s);
 }
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
@@ -276,54 +292,121 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
                                        const DetectionImages& im, const DetectionParams& p, int threads) {
     const auto n = static_cast<std::int64_t>(m.size());
     if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
-    std::vector<CleanObject> o(m.size());
+    CleanScratchImpl s;
+    s.o.reserve(m.size()); // constructed below, in parallel
+    CleanObject* o = s.o.data();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t i = 0; i < n; ++i)
-        o[i] = describe(*footprints[i], im, p, p.cleanParam);
-    return cleanDescribed(m, o, im.width, im.height, p, threads);
+        new (o + i) CleanObject(describe(*footprints[i], im, p, p.cleanParam));
+    return cleanDescribed(static_cast<std::int32_t>(n), o, im.width, im.height, p, threads, s);
 }
 
-std::vector<std::int32_t> cleanTargetsFromSums(const std::vector<IsoMeasure>& m, const CleanSums* sums, int width,
-                                               int height, const DetectionParams& p, int threads) {
-    const auto n = static_cast<std::int64_t>(m.size());
-    if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
-    std::vector<CleanObject> o(m.size());
+std::vector<std::int32_t> cleanTargetsFromSums(std::size_t count, const CleanSums* const* sums, int width,
+                                               int height, const DetectionParams& p, int threads,
+                                               CleanScratch* scratch) {
+    const auto n = static_cast<std::int64_t>(count);
+    if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(count, -1);
+    CleanScratchImpl local;
+    CleanScratchImpl& s = scratch ? static_cast<CleanScratchImpl&>(*scratch) : local;
+    s.o.reserve(count); // constructed below, in parallel
+    CleanObject* o = s.o.data();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
     for (std::int64_t i = 0; i < n; ++i)
-        o[i] = describeFromSums(sums[i], p.cleanParam);
-    return cleanDescribed(m, o, width, height, p, threads);
+        new (o + i) CleanObject(describeFromSums(*sums[i], p.cleanParam));
+    return cleanDescribed(static_cast<std::int32_t>(n), o, width, height, p, threads, s);
+}
+
+void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* isoSums,
+                           const CleanSums* const* cleanSums, int width, int height, const DetectionParams& p,
+                           int threads, DetectedObjects& out, CleanScratch* scratch) {
+    const std::size_t n = objects.size();
+    StepTimer timer;
+    std::vector<std::int32_t> target;
+    if (p.clean)
+        target = cleanSums ? cleanTargetsFromSums(n, cleanSums, width, height, p, threads, scratch)
+                           : std::vector<std::int32_t>(n, -1);
+    timer.lap("CLEAN targets (host)");
+    // The kept objects in order, and the CLEANed ones of each kept object in increasing index (applyClean's
+    // order of the additions), as CSR.
+    std::vector<std::int32_t> kept;
+    kept.reserve(n);
+    std::vector<std::int32_t> mergeStart, merged;
+    for (std::size_t i = 0; i < n; ++i)
+        if (target.empty() || target[i] < 0) kept.push_back(static_cast<std::int32_t>(i));
+    if (kept.size() < n) {
+        mergeStart.assign(n + 1, 0);
+        for (std::size_t i = 0; i < n; ++i)
+            if (target[i] >= 0) ++mergeStart[target[i] + 1];
+        for (std::size_t j = 0; j < n; ++j)
+            mergeStart[j + 1] += mergeStart[j];
+        merged.resize(static_cast<std::size_t>(mergeStart[n]));
+        std::vector<std::int32_t> fill(mergeStart.begin(), mergeStart.end() - 1);
+        for (std::size_t i = 0; i < n; ++i)
+            if (target[i] >= 0) merged[fill[target[i]]++] = static_cast<std::int32_t>(i);
+    }
+    // Each kept object: its measurement, the CLEANed ones' measurements and runs added (the runs re-sorted).
+    std::vector<IsoMeasure> iso = prefaultedVector<IsoMeasure>(kept.size(), threads);
+    parallelFor(kept.size(), threads, 256, [&](std::int64_t q) {
+        const std::int32_t j = kept[q];
+        IsoMeasure e = finishIsophotal(*isoSums[j], width, height);
+        if (!mergeStart.empty() && mergeStart[j + 1] > mergeStart[j]) {
+            std::vector<Run>& dst = objects[j].runs;
+            for (std::int32_t k = mergeStart[j]; k < mergeStart[j + 1]; ++k) {
+                const std::int32_t i = merged[k];
+                cleanMerge(e, finishIsophotal(*isoSums[i], width, height));
+                dst.insert(dst.end(), objects[i].runs.begin(), objects[i].runs.end());
+            }
+            std::sort(dst.begin(), dst.end(),
+                      [](const Run& a, const Run& b) { return a.y < b.y || (a.y == b.y && a.x0 < b.x0); });
+        }
+        iso[q] = e;
+    });
+    // The kept objects compacted in place, in order.
+    for (std::size_t q = 0; q < kept.size(); ++q)
+        if (static_cast<std::size_t>(kept[q]) != q) objects[q] = std::move(objects[kept[q]]);
+    objects.resize(kept.size());
+    out.nCleaned += n - kept.size();
+    out.objects = std::move(objects);
+    out.iso = std::move(iso);
+    timer.lap("measurements + CLEAN merge (host)");
 }
 
 namespace {
-std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const std::vector<CleanObject>& o,
-                                         int width, int height, const DetectionParams& p, int threads) {
+std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
+                                         const DetectionParams& p, int threads, CleanScratchImpl& s) {
     const double beta = p.cleanParam;
-    const auto n = static_cast<std::int32_t>(m.size());
-    std::vector<std::int32_t> target(n, -1);
     StepTimer timer;
 
     // Grid of the objects by barycentre; each cell lists its objects in index order.
     const int gw = (width + kCell - 1) / kCell, gh = (height + kCell - 1) / kCell;
     auto cellX = [&](double x) { return std::clamp(static_cast<int>(std::floor(x / kCell)), 0, gw - 1); };
     auto cellY = [&](double y) { return std::clamp(static_cast<int>(std::floor(y / kCell)), 0, gh - 1); };
-    std::vector<std::int32_t> cellStart(static_cast<std::size_t>(gw) * gh + 1, 0), items;
-    auto cellOf = [&](std::int32_t i) {
-        return static_cast<std::size_t>(cellY(o[i].my)) * gw + cellX(o[i].mx);
-    };
+    // The cell of each valid object (-1: invalid), computed in parallel; the counting passes then read only
+    // these.
+    std::vector<std::int32_t>& cellOf = s.cellOf;
+    cellOf.resize(static_cast<std::size_t>(n));
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int32_t i = 0; i < n; ++i)
-        if (o[i].valid) ++cellStart[cellOf(i) + 1];
+        cellOf[i] = o[i].valid ? cellY(o[i].my) * gw + cellX(o[i].mx) : -1;
+    std::vector<std::int32_t>& cellStart = s.cellStart;
+    std::vector<std::int32_t>& items = s.items;
+    cellStart.assign(static_cast<std::size_t>(gw) * gh + 1, 0);
+    for (std::int32_t i = 0; i < n; ++i)
+        if (cellOf[i] >= 0) ++cellStart[cellOf[i] + 1];
     for (std::size_t c = 0; c + 1 < cellStart.size(); ++c)
         cellStart[c + 1] += cellStart[c];
     items.resize(cellStart.back());
-    {
-        std::vector<std::int32_t> fill(cellStart.begin(), cellStart.end() - 1);
-        for (std::int32_t i = 0; i < n; ++i)
-            if (o[i].valid) items[fill[cellOf(i)]++] = i;
-    }
+    s.fill.assign(cellStart.begin(), cellStart.end() - 1);
+    for (std::int32_t i = 0; i < n; ++i)
+        if (cellOf[i] >= 0) items[s.fill[cellOf[i]]++] = i;
+    timer.lap("CLEAN: grid");
 
     // Each pair within the zone, 10 (a_q + a_r) <= 20 max(a_q, a_r), is examined once, by the object
     // with the larger a (ties: the lower index), which searches 20 a around itself.
-    std::vector<std::vector<Candidate>> perThread(std::max(1, threads));
+    std::vector<std::vector<Candidate>>& perThread = s.perThread;
+    perThread.resize(static_cast<std::size_t>(std::max(1, threads)));
+    for (auto& v : perThread)
+        v.clear();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int32_t q = 0; q < n; ++q) {
         const CleanObject& oq = o[q];
@@ -367,23 +450,22 @@ std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const
     // neighbour with the largest wing there (ties: the lower index). An object already CLEANed cleans
     // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
     // the outcome does not depend on how the search was split between threads.
-    timer.lap("CLEAN: grid + candidate search");
+    timer.lap("CLEAN: candidate search");
     // Candidates ordered by (i, wing descending, j): bucketed by i, each bucket sorted (a total order: each
     // pair occurs once, so any sorting gives the same sequence).
-    std::vector<std::size_t> candStart(static_cast<std::size_t>(n) + 1, 0);
+    std::vector<std::size_t>& candStart = s.candStart;
+    candStart.assign(static_cast<std::size_t>(n) + 1, 0);
     for (const auto& v : perThread)
         for (const Candidate& c : v)
             ++candStart[c.i + 1];
     for (std::int32_t i = 0; i < n; ++i)
         candStart[i + 1] += candStart[i];
-    std::vector<Candidate> cand(candStart[n]);
-    {
-        std::vector<std::size_t> fill(candStart.begin(), candStart.end() - 1);
-        for (const auto& v : perThread)
-            for (const Candidate& c : v)
-                cand[fill[c.i]++] = c;
-    }
-    perThread = {};
+    std::vector<Candidate>& cand = s.cand;
+    cand.resize(candStart[n]);
+    s.candFill.assign(candStart.begin(), candStart.end() - 1);
+    for (const auto& v : perThread)
+        for (const Candidate& c : v)
+            cand[s.candFill[c.i]++] = c;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
     for (std::int32_t i = 0; i < n; ++i) {
         if (candStart[i + 1] - candStart[i] < 2) continue;
@@ -393,9 +475,12 @@ std::vector<std::int32_t> cleanDescribed(const std::vector<IsoMeasure>& m, const
                       return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
                   });
     }
-    std::vector<std::int32_t> order(n);
+    // Only an object with candidates can be CLEANed, and only a CLEANed object changes a later decision: the
+    // decisions visit those objects alone, in the order of the whole list.
+    std::vector<std::int32_t>& order = s.order;
+    order.clear();
     for (std::int32_t i = 0; i < n; ++i)
-        order[i] = i;
+        if (candStart[i + 1] > candStart[i]) order.push_back(i);
     std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
         return o[x].flux > o[y].flux || (o[x].flux == o[y].flux && x < y);
     });

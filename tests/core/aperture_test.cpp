@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -656,6 +657,77 @@ TEST(ApertureStars, ThreadCountDoesNotChangeResultsBitwise) {
     EXPECT_EQ(a.flags, b.flags);
     EXPECT_EQ(a.apCorrStarIndex, b.apCorrStarIndex);
     EXPECT_GE(a.apCorrStars, 3);
+}
+
+// The stage processes sources in a spatial order of its own (bands of rows, then x); every result is per
+// source, so the sources' order in the input changes no number: the reversed list gives, source by source,
+// bitwise the same results, with sources off the frame and at non-finite positions, and with one source so
+// far away that the order falls back from its band buckets to a plain sort.
+TEST(ApertureStars, SourceOrderDoesNotChangeResultsBitwise) {
+    const StarField f(8, 7, 36, 45, 300.0, 1e5);
+    ApertureParams p = fieldParams();
+    p.apCorrMinStars = 3;
+    RunContext ctx;
+    ctx.threads = 2;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const bool far : {false, true}) {
+        SCOPED_TRACE(far ? "with a source 1e12 px away" : "band buckets");
+        Sources s = f.sources;
+        const double xs[] = {nan, -30.0, 5.0, f.w + 3.0, 100.0};
+        const double ys[] = {10.0, 50.0, nan, 20.0, far ? 1e12 : -40.0};
+        for (int k = 0; k < 5; ++k) {
+            s.x.push_back(xs[k]);
+            s.y.push_back(ys[k]);
+        }
+        const std::size_t n = s.x.size();
+        Sources r;
+        for (std::size_t k = n; k-- > 0;) {
+            r.x.push_back(s.x[k]);
+            r.y.push_back(s.y[k]);
+            if (k < s.a.size()) {
+                r.a.push_back(s.a[k]);
+                r.b.push_back(s.b[k]);
+                r.theta.push_back(s.theta[k]);
+                r.flags.push_back(s.flags[k]);
+                r.segmentId.push_back(s.segmentId[k]);
+            }
+        }
+        // the columns beyond x and y cover only the stars: give the extras' entries too (reversed: first)
+        s.a.resize(n, nan);
+        s.b.resize(n, nan);
+        s.theta.resize(n, 0.0);
+        s.flags.resize(n, 0);
+        s.segmentId.resize(n, 0);
+        r.a.insert(r.a.begin(), 5, nan);
+        r.b.insert(r.b.begin(), 5, nan);
+        r.theta.insert(r.theta.begin(), 5, 0.0);
+        r.flags.insert(r.flags.begin(), 5, 0u);
+        r.segmentId.insert(r.segmentId.begin(), 5, 0);
+        const ApertureResult a = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), s,
+                                                  f.fwhm(), f.gain, f.readNoise, p, ctx);
+        const ApertureResult b = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), r,
+                                                  f.fwhm(), f.gain, f.readNoise, p, ctx);
+        auto same = [&](const std::vector<double>& x, const std::vector<double>& y) {
+            bool ok = x.size() == n && y.size() == n;
+            for (std::size_t k = 0; ok && k < n; ++k)
+                ok = std::memcmp(&x[k], &y[n - 1 - k], sizeof(double)) == 0;
+            return ok;
+        };
+        for (std::size_t k = 0; k < a.radii.size(); ++k) {
+            EXPECT_TRUE(same(a.flux[k], b.flux[k])) << k;
+            EXPECT_TRUE(same(a.fluxErr[k], b.fluxErr[k])) << k;
+        }
+        for (auto m : {&ApertureResult::sky, &ApertureResult::skyRms, &ApertureResult::kronRadius,
+                       &ApertureResult::fluxAuto, &ApertureResult::fluxAutoErr, &ApertureResult::radiusOpt,
+                       &ApertureResult::fluxOpt, &ApertureResult::fluxOptErr})
+            EXPECT_TRUE(same(a.*m, b.*m));
+        for (std::size_t k = 0; k < n; ++k)
+            EXPECT_EQ(a.flags[k], b.flags[n - 1 - k]) << k;
+        EXPECT_EQ(a.cogFraction, b.cogFraction);
+        EXPECT_EQ(a.apCorrStars, b.apCorrStars);
+        EXPECT_GE(a.apCorrStars, 3);
+        EXPECT_TRUE(std::isnan(a.flux[0][n - 5]) && std::isnan(a.flux[0][n - 3])); // the non-finite ones
+    }
 }
 
 TEST(ApertureParamsJson, RoundTrip) {

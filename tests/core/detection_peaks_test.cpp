@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/model/flags.hpp"
@@ -16,6 +19,7 @@
 #include "core/stages/background.hpp"
 #include "core/stages/detection.hpp"
 #include "core/stages/detection_internal.hpp"
+#include "core/stages/detection_sums.hpp"
 #include "tests/core/test_fields.hpp"
 
 namespace gpuphot {
@@ -88,6 +92,95 @@ TEST(DetectionPeaks, ShortcutWithInvalidPixelsNextToStars) {
     checkField(sim, p, "invalid pixels");
     p.filter = false;
     checkField(sim, p, "invalid pixels, no filter");
+}
+
+// detail::finishObjectsFromSums (the CUDA per-object half's end: CLEAN from the CLEAN sums, the kept objects'
+// measurements with the CLEANed ones merged, built compacted in parallel) against core's detectObjects
+// (per-object measurement, cleanTargets from the footprints, applyClean): the same objects, runs, flags and
+// measurements bit for bit, for several thread counts, without and with CLEAN's working memory kept from call
+// to call (one scratch through fields of different sizes). The objects are built as detectObjects builds
+// them (labelRoots, deblendObject), their sums by core's accumulateIsophotal and cleanSumsOf.
+std::size_t checkFromSums(const SimResult& sim, const DetectionParams& p, const std::string& what,
+                          detail::CleanScratch* scratch) {
+    SCOPED_TRACE(what);
+    RunContext ctx;
+    ctx.threads = 2;
+    const BackgroundResult bkg =
+        estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, ctx);
+    detail::PreparedDetection prep;
+    detail::prepareDetection(sim.image.view(), sim.defects.view(), bkg, p, 2, prep);
+    const detail::DetectedObjects ref = detail::detectObjects(prep.runs, prep.im, p, ctx);
+
+    const detail::RootRuns rr = detail::labelRoots(prep.runs, p.minArea);
+    std::vector<detail::Object> objects;
+    for (std::size_t k = 0; k < rr.size(); ++k) {
+        const std::vector<detail::Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+        detail::DeblendOutput d;
+        detail::deblendObject(root, prep.im, p, d);
+        const std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
+        for (auto& c : d.children)
+            objects.push_back({std::move(c), fl});
+    }
+    std::vector<detail::IsoSums> iso(objects.size());
+    std::vector<detail::CleanSums> cs(objects.size());
+    std::vector<const detail::IsoSums*> isoOf(objects.size());
+    std::vector<const detail::CleanSums*> csOf(objects.size());
+    // Stored in reverse, so the pointers (not the storage order) must carry the index.
+    for (std::size_t i = 0; i < objects.size(); ++i) {
+        const std::size_t at = objects.size() - 1 - i;
+        iso[at] = detail::accumulateIsophotal(objects[i].runs, prep.im, p);
+        cs[at] = detail::cleanSumsOf(objects[i].runs, prep.im, p);
+        isoOf[i] = &iso[at];
+        csOf[i] = &cs[at];
+    }
+    const bool clean = p.clean && p.cleanParam > 0.0 && objects.size() >= 2;
+    for (int threads : {1, 3, 8}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        detail::DetectedObjects got;
+        detail::finishObjectsFromSums(objects, isoOf.data(), clean ? csOf.data() : nullptr, sim.image.width(),
+                                      sim.image.height(), p, threads, got, threads == 3 ? nullptr : scratch);
+        EXPECT_EQ(got.nCleaned, ref.nCleaned);
+        EXPECT_EQ(got.objects.size(), ref.objects.size());
+        EXPECT_EQ(got.iso.size(), ref.iso.size());
+        if (got.objects.size() != ref.objects.size() || got.iso.size() != ref.iso.size()) continue;
+        for (std::size_t i = 0; i < ref.objects.size(); ++i) {
+            EXPECT_EQ(got.objects[i].flags, ref.objects[i].flags) << "object " << i;
+            EXPECT_TRUE(sameRuns(got.objects[i].runs, ref.objects[i].runs)) << "object " << i;
+            EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
+        }
+    }
+    return ref.nCleaned;
+}
+
+TEST(DetectionPeaks, FinishFromSumsMatchesDetectObjects) {
+    std::size_t cleaned = 0;
+    const std::shared_ptr<detail::CleanScratch> scratch = detail::makeCleanScratch();
+    for (const auto& [w, h, stars, seed] :
+         {std::tuple{180, 150, 500, 31u}, std::tuple{300, 260, 1500, 32u}}) {
+        const SimResult sim = test::clusteredField(w, h, stars, seed);
+        DetectionParams p;
+        cleaned += checkFromSums(sim, p, "default", scratch.get());
+        p.filter = false;
+        p.cleanParam = 0.5; // wider wings: more CLEANed objects
+        cleaned += checkFromSums(sim, p, "no filter, cleanParam 0.5", scratch.get());
+        p = DetectionParams{};
+        p.clean = false;
+        checkFromSums(sim, p, "no CLEAN", scratch.get());
+        p = DetectionParams{};
+        p.cleanParam = 0.0;
+        checkFromSums(sim, p, "cleanParam 0", scratch.get());
+    }
+    EXPECT_GT(cleaned, 5u) << "the fields must exercise CLEAN's merge";
+}
+
+TEST(DetectionPeaks, FinishFromSumsWithOneObject) {
+    SimParams sp;
+    sp.width = 64;
+    sp.height = 64;
+    sp.stars = 1;
+    sp.seed = 5;
+    const SimResult sim = simulateField(sp);
+    checkFromSums(sim, DetectionParams{}, "one star", nullptr);
 }
 
 } // namespace

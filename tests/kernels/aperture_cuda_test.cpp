@@ -108,7 +108,82 @@ struct AnnulusSortEnv {
     ~AnnulusSortEnv() { ::unsetenv("GPUPHOT_APERTURE_HEAPSORT"); }
 };
 
+// Sets an environment variable for a scope (unset after).
+struct ScopedEnv {
+    ScopedEnv(const char* name, const char* value) : m_name(name) { ::setenv(name, value, 1); }
+    ~ScopedEnv() { ::unsetenv(m_name); }
+    const char* m_name;
+};
+
 } // namespace
+
+// The block-per-source local sky, warp-per-source Kron and warp-per-source circle parts and the earlier
+// kernels (GPUPHOT_APERTURE_SKY=split|fused, GPUPHOT_APERTURE_KRON=thread|warp,
+// GPUPHOT_APERTURE_CIRCLE=thread|warp) both give the CPU's numbers, bitwise, for every parameter set (sky failures, mode/median skies,
+// many radii, no local sky, curve of growth from stars and Gaussian, optimal apertures).
+TEST(ApertureCuda, NewAndEarlierKernelsMatchCpu) {
+    REQUIRE_DEVICE();
+    const Field f = makeField(700, 600, 2500, 19);
+    RunContext c = testContext(Backend::Cpu);
+    for (const auto& [name, p] : paramSets()) {
+        const ApertureResult rc = run(f, p, c);
+        for (const char* mode : {"new", "earlier"}) {
+            const bool earlier = std::string(mode) == "earlier";
+            SCOPED_TRACE(name + ", " + mode + " kernels");
+            const ScopedEnv e1("GPUPHOT_APERTURE_SKY", earlier ? "split" : "fused");
+            const ScopedEnv e2("GPUPHOT_APERTURE_KRON", earlier ? "thread" : "warp");
+            const ScopedEnv e3("GPUPHOT_APERTURE_CIRCLE", earlier ? "thread" : "warp");
+            RunContext g = testContext(Backend::Cuda);
+            expectSameApertures(rc, run(f, p, g));
+        }
+    }
+}
+
+// Large apertures: annuli near and beyond the block-per-source sky's shared-memory bound (outer radius 40
+// px: 6,561-pixel box, fused; 50 px: 10,201, the split path), large Kron ellipses (factor 4, up to 12
+// isophotal radii), masked pixels, sources on and beyond the edges, no local sky with optimal apertures
+// and the aperture correction; with and without mask and segmentation.
+TEST(ApertureCuda, LargeAperturesEdgesAndMasksMatchCpu) {
+    REQUIRE_DEVICE();
+    Field f = makeField(300, 260, 220, 41);
+    // a masked block and masked lines through some sources
+    for (int y = 100; y < 130; ++y)
+        for (int x = 60; x < 95; ++x)
+            f.sim.defects(x, y) = 1;
+    for (int y = 0; y < f.sim.defects.height(); ++y)
+        f.sim.defects(150, y) = 2;
+    std::vector<std::pair<std::string, ApertureParams>> sets;
+    ApertureParams big;
+    big.annulusInFwhm = false;
+    big.annulusInner = 30.0;
+    big.annulusOuter = 40.0;
+    big.kronFactor = 4.0;
+    big.kronMaxRadius = 12.0;
+    big.radii = {1.5, 6.0, 15.0};
+    sets.push_back({"annulus 30-40 px, Kron 4 / 12", big});
+    ApertureParams huge = big;
+    huge.annulusInner = 44.0;
+    huge.annulusOuter = 50.0;
+    huge.minSkyPixels = 5;
+    sets.push_back({"annulus 44-50 px (beyond the block bound)", huge});
+    ApertureParams map;
+    map.useLocalSky = false;
+    map.kronFactor = 3.5;
+    map.kronMaxRadius = 9.0;
+    sets.push_back({"background map sky, optimal, aperture correction", map});
+    RunContext c = testContext(Backend::Cpu);
+    for (const auto& [name, p] : sets)
+        for (const bool masks : {true, false}) {
+            SCOPED_TRACE(name + (masks ? ", mask and segmentation" : ", neither"));
+            RunContext g = testContext(Backend::Cuda);
+            const ApertureResult rc = run(f, p, c, masks, masks);
+            expectSameApertures(rc, run(f, p, g, masks, masks));
+            std::size_t kronDone = 0;
+            for (double v : rc.fluxAuto)
+                kronDone += std::isfinite(v) ? 1 : 0;
+            EXPECT_GT(kronDone, f.det.sources.size() / 2);
+        }
+}
 
 TEST(ApertureCuda, RegisteredWithCore) {
     REQUIRE_DEVICE();
@@ -145,8 +220,10 @@ TEST(ApertureCuda, MatchesCpuOnACrowdedFrameWithManyStars) {
     expectSameApertures(rc, run(f, p, g));
 }
 
-// The per-thread heap sort of the annulus (GPUPHOT_APERTURE_HEAPSORT=1, the earlier way) and CUB's segmented
-// sort give the CPU's numbers alike, with the aperture-correction stars and sky failures exercised.
+// The per-thread heap sort of the annulus (GPUPHOT_APERTURE_HEAPSORT=1, the earlier way) and the default
+// (the block-per-source sort; CUB's segmented sort with GPUPHOT_APERTURE_SKY=split is compared in
+// NewAndEarlierKernelsMatchCpu) give the CPU's numbers alike, with the aperture-correction stars and sky
+// failures exercised.
 TEST(ApertureCuda, BothAnnulusSortsMatchCpu) {
     REQUIRE_DEVICE();
     const Field f = makeField(700, 600, 2500, 19);

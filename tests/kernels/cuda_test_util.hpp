@@ -128,6 +128,11 @@ SimField simulateDetectedField(int width, int height, int stars, std::uint64_t s
 // and the segmentation map, and the 3.0 / 1.5 / 6.0 gain, read noise and FWHM the CUDA tests use.
 BackgroundResult runBackground(const SimField& f, RunContext& ctx);
 DetectionResult runDetection(const SimField& f, const DetectionParams& p, RunContext& ctx);
+// cpu:: or cuda::measureApertures with a host view of the map, by ctx.backend.
+using ApertureStageFn = ApertureResult (*)(const ImageView&, const MaskView&, const BackgroundResult&,
+                                           const ImageViewT<std::int32_t>&, const Sources&, double, double,
+                                           double, const ApertureParams&, RunContext&);
+ApertureStageFn apertureStage(const RunContext& ctx);
 ApertureResult runApertures(const SimField& f, const Sources& sources, const ApertureParams& p,
                             RunContext& ctx, bool withMask = true, bool withSeg = true);
 

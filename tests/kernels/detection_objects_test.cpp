@@ -86,7 +86,7 @@ void expectSameObjects(const detail::DetectedObjects& c, const detail::DetectedO
 // Both detectObjects on one frame: the CPU's on core's images, the device's on the frame, the maps and
 // the CPU's filtered image and states uploaded. Returns the CPU's result.
 detail::DetectedObjects compareObjects(const ImageView& image, const MaskView& mask, const DetectionParams& p,
-                                       const std::string& what) {
+                                       const std::string& what, int gpuHostThreads = 2) {
     SCOPED_TRACE(what);
     RunContext c = cpuContext();
     const BackgroundResult bkg = estimateBackground(image, mask, BackgroundParams{}, c);
@@ -94,7 +94,7 @@ detail::DetectedObjects compareObjects(const ImageView& image, const MaskView& m
     detail::prepareDetection(image, mask, bkg, p, 2, prep);
     const detail::DetectedObjects cpu = detail::detectObjects(prep.runs, prep.im, p, c);
 
-    RunContext g = cudaContext();
+    RunContext g = cudatest::testContext(Backend::Cuda, gpuHostThreads);
     cuda::DeviceContext& dc = cuda::DeviceContext::of(g);
     const int w = image.width, h = image.height;
     const std::size_t n = static_cast<std::size_t>(w) * h;
@@ -155,6 +155,32 @@ TEST(DetectionObjectsCuda, CrowdedFieldsDeblend) {
         compareObjects(sim.image.view(), sim.defects.view(), p, "crowded, no deblending, absolute threshold");
     }
     EXPECT_GT(split, 10u) << "the crowded fields must exercise the deblending";
+}
+
+// The host parts run in parallel (deblending of the multi-peak regions, the objects, the measurements and
+// CLEAN's descriptions, the merge): the same result with more host threads than multi-peak regions and with
+// far fewer, and with many CLEANed objects (wide wings).
+TEST(DetectionObjectsCuda, HostThreadCounts) {
+    REQUIRE_DEVICE();
+    std::size_t split = 0, cleaned = 0;
+    const SimResult few = test::clusteredField(96, 80, 40, 12);
+    DetectionParams p;
+    p.cleanParam = 0.5;
+    for (int threads : {1, 16}) {
+        const auto cpu = compareObjects(few.image.view(), few.defects.view(), p,
+                                        "few regions, " + std::to_string(threads) + " threads", threads);
+        split += cpu.nDeblended - cpu.nBeforeDeblend;
+        cleaned += cpu.nCleaned;
+    }
+    const SimResult many = test::clusteredField(400, 300, 3000, 13);
+    for (int threads : {1, 3, 16}) {
+        const auto cpu = compareObjects(many.image.view(), many.defects.view(), p,
+                                        "many regions, " + std::to_string(threads) + " threads", threads);
+        split += cpu.nDeblended - cpu.nBeforeDeblend;
+        cleaned += cpu.nCleaned;
+    }
+    EXPECT_GT(split, 30u) << "the fields must exercise the deblending";
+    EXPECT_GT(cleaned, 5u) << "the fields must exercise CLEAN's merge";
 }
 
 TEST(DetectionObjectsCuda, SaturatedAndMaskedOddSize) {

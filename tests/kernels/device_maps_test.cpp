@@ -58,7 +58,7 @@ DetectionResult detectWith(const SimField& f, const BackgroundResult& b, RunCont
 
 ApertureResult aperturesWith(const SimField& f, const BackgroundResult& b, const ApertureParams& p,
                              RunContext& ctx) {
-    auto* stage = ctx.backend == Backend::Cuda ? &cuda::measureApertures : &cpu::measureApertures;
+    const cudatest::ApertureStageFn stage = cudatest::apertureStage(ctx);
     return stage(f.sim.image.view(), f.sim.defects.view(), b, f.det.segmentation.view(), f.det.sources, 3.0,
                  1.5, 6.0, p, ctx);
 }

@@ -2,9 +2,13 @@
 // the GPU from the file's raw chunks are bitwise readFrame's host floats and mask for every BITPIX (with
 // and without BSCALE/BZERO/BLANK), odd sizes and chunks that split rows; the frame cache adopts them (no
 // second upload); the pipeline's catalog is the same with the raw upload on, off (GPUPHOT_RAW_UPLOAD=0) and
-// on the CPU backend; compressed files keep the host path and the float upload.
+// on the CPU backend; compressed files keep the host path and the float upload. Memory: the chunk sizes
+// against the frame, the upload counted in every context's GPU memory budget (a small --gpu-mem-limit:
+// the read steps aside, the catalog unchanged, the high water within the limit), the pinned buffers from
+// the warm-up, and an allocation failure injected at each of the read's allocations (host path).
 #include <fitsio.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -153,7 +157,7 @@ TEST(RawUpload, DeviceFrameIsBitwiseTheHostFrame) {
         for (const auto& sz : sizes) {
             const std::string path = (dir / "case.fits").string();
             writeCase(path, c, sz[0], sz[1], ++seed);
-            // 0: the default 8 MiB (one chunk); 1000 / 4096 bytes: chunks that end inside rows.
+            // 0: rawUploadChunkBytes (64 KiB or the whole frame); 1000 / 4096 bytes: chunks inside rows.
             for (std::size_t chunk : {std::size_t(0), std::size_t(1000), std::size_t(4096)}) {
                 SCOPED_TRACE(caseName(c) + ", " + std::to_string(sz[0]) + "x" + std::to_string(sz[1]) +
                              ", chunk " + std::to_string(chunk));
@@ -310,6 +314,17 @@ struct EnvGuard {
     const char* n;
 };
 
+// readFramePhase + computeFramePhase in ctx; `uploaded`: whether the read's upload was ready.
+Table reduceOnce(const std::string& path, RunContext& ctx, bool* uploaded = nullptr) {
+    ReduceOptions ro;
+    ro.write = false;
+    LoadedFrame loaded = readFramePhase(path, ro);
+    auto* up = dynamic_cast<cuda::RawFrameUpload*>(loaded.deviceUpload.get());
+    if (uploaded) *uploaded = up != nullptr && up->ready();
+    ComputedFrame c = computeFramePhase(std::move(loaded), ro, ctx);
+    return std::move(c.catalog);
+}
+
 // The pipeline's catalog with the raw upload on and off (GPUPHOT_RAW_UPLOAD=0) and on the CPU backend;
 // uncompressed (16-bit with BZERO, as cameras write) and tile-compressed (host path, float upload).
 TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
@@ -333,14 +348,11 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
         ASSERT_TRUE(listHdus(packed).back().compressed);
     }
     armRawUpload(true);
-    ReduceOptions ro;
-    ro.write = false;
     // Frame uploads the stages made (the raw upload adopted: none).
     auto run = [&](const std::string& path, RunContext& ctx, bool expectUpload, bool expectStageUpload) {
-        LoadedFrame loaded = readFramePhase(path, ro);
-        auto* up = dynamic_cast<cuda::RawFrameUpload*>(loaded.deviceUpload.get());
-        EXPECT_EQ(up != nullptr && up->ready(), expectUpload) << path;
-        ComputedFrame c = computeFramePhase(std::move(loaded), ro, ctx);
+        bool uploaded = false;
+        Table t = reduceOnce(path, ctx, &uploaded);
+        EXPECT_EQ(uploaded, expectUpload) << path;
         if (ctx.backend == Backend::Cuda) {
             const std::uint64_t n = cuda::DeviceContext::of(ctx).uploads();
             if (expectStageUpload) {
@@ -349,7 +361,7 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
                 EXPECT_EQ(n, 0u) << path;
             }
         }
-        return std::move(c.catalog);
+        return t;
     };
     RunContext on = cudatest::cudaContext(), off = cudatest::cudaContext(), cpu = cudatest::cpuContext();
     RunContext onPacked = cudatest::cudaContext();
@@ -367,6 +379,280 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
     expectSameTable(tOn, tOff);
     expectSameTable(tOn, tCpu);
     expectSameTable(tOn, tPacked);
+    armRawUpload(false);
+    fs::remove_all(dir);
+}
+
+// ---- memory: the budget, the host bound, the warm-up and allocation failures (issue 5) ---------------------
+
+// The reader chunks hold about the frame's raw bytes: no more chunks than readers for frames up to
+// readers x 8 MiB, 64 KiB to 8 MiB each, never more than the frame. Host code: runs without a device.
+TEST(RawUpload, ChunksHoldAboutTheFrame) {
+    const std::size_t KiB = 1024, MiB = 1024 * KiB;
+    for (const int threads : {1, 2, 16, 64}) {
+        for (const std::size_t raw : {std::size_t(1), 37 * 23 * 2 * KiB / KiB, 100 * KiB, 8 * MiB, 8 * MiB + 1,
+                                      75 * MiB, 302 * MiB, 1210 * MiB}) {
+            SCOPED_TRACE(std::to_string(threads) + " readers, " + std::to_string(raw) + " raw bytes");
+            const std::size_t c = cuda::rawUploadChunkBytes(raw, threads);
+            const std::size_t t = static_cast<std::size_t>(threads);
+            EXPECT_LE(c, 8 * MiB);
+            EXPECT_LE(c, raw);
+            EXPECT_TRUE(c >= 64 * KiB || c == raw);
+            const std::size_t chunks = (raw + c - 1) / c;
+            if (raw <= t * 8 * MiB) {
+                EXPECT_LE(chunks, t);
+            }
+            // The pinned buffers (one chunk per reader) against the frame's raw bytes.
+            EXPECT_LE(t * c, std::max(raw, t * 64 * KiB) + t * 64 * KiB);
+        }
+    }
+}
+
+// The memory held outside the contexts (the raw upload's) counts in every live context's budget: in its
+// allocations, available() and high-water mark; a reservation that does not fit a budget is refused.
+TEST(RawUpload, OutsideReservationCountsInEveryContextsBudget) {
+    REQUIRE_DEVICE();
+    const std::size_t MiB = std::size_t(1) << 20;
+    cuda::DeviceContext a(8 * MiB), b(4 * MiB);
+    const int dev = a.device();
+    const std::size_t before = cuda::heldOutside(dev);
+    ASSERT_EQ(before, 0u);
+    void* p = a.allocate(3 * MiB);
+    void* q = b.allocate(1 * MiB);
+    EXPECT_FALSE(cuda::reserveOutside(dev, 3 * MiB + 1)); // b: 1 + 3 MiB + 1 > 4 MiB
+    EXPECT_EQ(cuda::heldOutside(dev), 0u);
+    ASSERT_TRUE(cuda::reserveOutside(dev, 2 * MiB));
+    EXPECT_EQ(cuda::heldOutside(dev), 2 * MiB);
+    EXPECT_EQ(a.available(), 3 * MiB);
+    EXPECT_EQ(b.available(), 1 * MiB);
+    EXPECT_EQ(a.highWater(), 5 * MiB);
+    EXPECT_EQ(b.highWater(), 3 * MiB);
+    EXPECT_THROW(b.allocate(1 * MiB + 1), DeviceOutOfMemory);
+    EXPECT_EQ(b.inUse(), 1 * MiB);
+    // Taken over by a context: the total is unchanged, the context's in-use grows.
+    ASSERT_TRUE(b.takeOverOutside(1 * MiB));
+    EXPECT_EQ(cuda::heldOutside(dev), 1 * MiB);
+    EXPECT_EQ(b.inUse(), 2 * MiB);
+    EXPECT_FALSE(b.takeOverOutside(3 * MiB)); // more than the budget: nothing changes
+    EXPECT_EQ(b.inUse(), 2 * MiB);
+    cuda::releaseOutside(dev, 1 * MiB);
+    EXPECT_EQ(cuda::heldOutside(dev), 0u);
+    EXPECT_EQ(b.available(), 2 * MiB);
+    b.release(q, 1 * MiB); // (the taken-over MiB was never allocated here: only the count goes back)
+    a.release(p, 3 * MiB);
+    EXPECT_EQ(a.inUse(), 0u);
+}
+
+fs::path simFrame(const fs::path& dir, int w, int h, int stars, std::uint64_t seed) {
+    const SimResult sim = cudatest::simulateSmall(w, h, stars, seed);
+    writeSimulation(sim, dir.string(), "sim" + std::to_string(seed), kBitpixUInt16);
+    return dir / ("sim" + std::to_string(seed) + ".fits");
+}
+
+// Under a small --gpu-mem-limit the read's upload (device frame, mask, reader slots) is counted in the
+// context's budget: it steps aside (host path) when it does not fit, and the stages plan with what is left;
+// the catalog is the same as the CPU backend's and no stage's pool high-water mark (which includes what the
+// upload held) exceeds the limit.
+TEST(RawUpload, SmallGpuMemLimitKeepsTheReadWithinTheBudget) {
+    REQUIRE_DEVICE();
+    warmUp();
+    const fs::path dir = tempDir();
+    const int W = 420, H = 380;
+    const std::string path = simFrame(dir, W, H, 300, 23).string();
+    armRawUpload(true);
+    RunContext cpu = cudatest::cpuContext();
+    const Table ref = reduceOnce(path, cpu);
+    ASSERT_GT(ref.rows(), 100u);
+    const std::size_t npix = std::size_t(W) * H;
+    // The device frame alone (4 B/px) does not fit / the frame and mask fit but not the reader slots as
+    // well / everything fits (the stages then plan with the adopted frame in the budget).
+    const std::size_t slots =
+        static_cast<std::size_t>(omp_get_max_threads()) * cuda::rawUploadChunkBytes(npix * 2, omp_get_max_threads());
+    struct Limit {
+        const char* name;
+        std::size_t bytes;
+        bool uploaded;
+    };
+    const Limit limits[] = {{"under the frame", npix * 3, false},
+                            {"frame and mask, not the slots", npix * 5 + slots / 2, false},
+                            {"frame, mask and slots", npix * 5 + slots + (std::size_t(64) << 10), true},
+                            {"four frames", npix * 20 + slots, true}};
+    for (const Limit& l : limits) {
+        SCOPED_TRACE(std::string(l.name) + ": " + std::to_string(l.bytes) + " bytes");
+        RunContext g = cudatest::cudaContext();
+        g.gpuMemLimit = l.bytes;
+        auto& dc = cuda::DeviceContext::of(g); // live (as after the warm-up) while the frame is read
+        bool uploaded = false;
+        const Table t = reduceOnce(path, g, &uploaded);
+        EXPECT_EQ(uploaded, l.uploaded);
+        expectSameTable(ref, t);
+        ASSERT_FALSE(g.records.empty());
+        for (const StageRecord& r : g.records) {
+            SCOPED_TRACE(r.stage);
+            EXPECT_LE(r.deviceHighWater, l.bytes);
+        }
+        EXPECT_LE(dc.highWater(), l.bytes);
+        EXPECT_EQ(cuda::heldOutside(dc.device()), 0u); // nothing left outside the contexts
+    }
+    armRawUpload(false);
+    fs::remove_all(dir);
+}
+
+// The pinned reader buffers come from the warm-up (prepareRawUpload) for the frame whose read began:
+// the next uploaded read of that size allocates only its device memory; a failure during the warm-up's
+// preparation is swallowed and a read still uploads.
+TEST(RawUpload, WarmUpAllocatesThePinnedBuffers) {
+    REQUIRE_DEVICE();
+    warmUp();
+    const fs::path dir = tempDir();
+    const std::string path = (dir / "warm.fits").string();
+    writeCase(path, {16, true, true}, 700, 600, 41);
+    const int threads = omp_get_max_threads();
+    const std::size_t chunk = cuda::rawUploadChunkBytes(std::size_t(700) * 600 * 2, threads);
+    {
+        RawImageLayout small, l;
+        small.bitpix = l.bitpix = 16;
+        small.count = 100 * 100;
+        l.count = 700 * 600;
+        cuda::RawFrameUpload holder, noted;
+        ASSERT_TRUE(holder.begin(small, 100, 100, RawMaskRule{}));
+        // A read that begins notes its size for the warm-up, even when it is declined (resources busy).
+        EXPECT_FALSE(noted.begin(l, 700, 600, RawMaskRule{}));
+    }
+    cuda::prepareRawUpload(0);
+    EXPECT_GE(cuda::rawUploadPinnedBytes(), static_cast<std::size_t>(threads) * chunk);
+    const std::size_t allocations = cuda::rawUploadAllocations();
+    cuda::RawFrameUpload up;
+    const Frame fr = readFrame(path, {}, &up);
+    ASSERT_TRUE(up.ready()) << up.problem();
+    EXPECT_EQ(cuda::rawUploadAllocations() - allocations, 3u); // frame, mask, slots: no pinned buffer
+    std::vector<float> px;
+    std::vector<std::uint8_t> mk;
+    download(up, px, mk);
+    EXPECT_TRUE(sameBits(px.data(), fr.pixels.data(), px.size(), "pixels"));
+    EXPECT_TRUE(sameBits(mk.data(), fr.mask.data(), mk.size(), "mask"));
+
+    // The warm-up's entry prepares nothing once a read has begun (its stages would compete with it).
+    const std::size_t pinnedBefore = cuda::rawUploadPinnedBytes(), allocationsBefore = cuda::rawUploadAllocations();
+    ASSERT_TRUE(cudaStages().prepareRawUpload);
+    cudaStages().prepareRawUpload(0);
+    EXPECT_EQ(cuda::rawUploadAllocations(), allocationsBefore);
+    EXPECT_EQ(cuda::rawUploadPinnedBytes(), pinnedBefore);
+
+    cuda::setRawUploadFailAfter(1);
+    EXPECT_NO_THROW(cuda::prepareRawUpload(0));
+    EXPECT_EQ(cuda::rawUploadFailAfter(), 0u);
+    cuda::RawFrameUpload after;
+    (void)readFrame(path, {}, &after);
+    EXPECT_TRUE(after.ready()) << after.problem();
+    fs::remove_all(dir);
+}
+
+// An allocation failure at each allocation site of the read (device frame, mask, reader slots, pinned
+// buffers): the read succeeds on the host path with readFrame's frame, the failure was consumed, and
+// nothing stays reserved outside the contexts.
+TEST(RawUpload, InjectedAllocationFailureKeepsTheHostPath) {
+    REQUIRE_DEVICE();
+    warmUp();
+    const fs::path dir = tempDir();
+    const std::string path = (dir / "inject.fits").string();
+    writeCase(path, {16, false, true}, 333, 211, 43);
+    const Frame ref = readFrame(path);
+    const int dev = [] {
+        int d = 0;
+        cudaGetDevice(&d);
+        return d;
+    }();
+    // Chunks larger than the pinned buffers held so far, so that every read allocates them again.
+    auto nextChunk = [] { return cuda::rawUploadSlotBytes() + (std::size_t(64) << 10); };
+    std::size_t count = 0;
+    {
+        cuda::RawFrameUpload up;
+        up.setChunkBytes(nextChunk());
+        const std::size_t before = cuda::rawUploadAllocations();
+        (void)readFrame(path, {}, &up);
+        ASSERT_TRUE(up.ready()) << up.problem();
+        count = cuda::rawUploadAllocations() - before;
+    }
+    ASSERT_GE(count, 4u); // frame, mask, slots, and at least one pinned buffer
+    for (std::size_t n = 1; n <= count; ++n) {
+        SCOPED_TRACE("allocation " + std::to_string(n) + " of " + std::to_string(count) + " fails");
+        {
+            cuda::RawFrameUpload up;
+            up.setChunkBytes(nextChunk());
+            cuda::setRawUploadFailAfter(n);
+            Frame fr;
+            ASSERT_NO_THROW(fr = readFrame(path, {}, &up));
+            EXPECT_EQ(cuda::rawUploadFailAfter(), 0u);
+            EXPECT_FALSE(up.ready());
+            EXPECT_NE(up.problem().find("injected"), std::string::npos) << up.problem();
+            EXPECT_TRUE(cudatest::sameImage(fr.pixels, ref.pixels, "pixels"));
+            EXPECT_TRUE(cudatest::sameImage(fr.mask, ref.mask, "mask"));
+        }
+        EXPECT_EQ(cuda::heldOutside(dev), 0u);
+        cuda::setRawUploadFailAfter(0);
+        if (::testing::Test::HasFailure()) break;
+    }
+    fs::remove_all(dir);
+}
+
+// The whole reduction with an allocation failure injected at each of the read's upload allocations
+// (setRawUploadFailAfter), and, with the upload adopted, at the context's first allocations after it
+// (DeviceContext::setFailAfter, the stages' hook): every run ends with the CPU backend's catalog, and
+// nothing is left reserved outside the contexts or in use beyond the device caches.
+TEST(RawUpload, PipelineWithInjectedAllocationFailures) {
+    REQUIRE_DEVICE();
+    warmUp();
+    const fs::path dir = tempDir();
+    const std::string path = simFrame(dir, 300, 260, 150, 29).string();
+    armRawUpload(true);
+    RunContext cpu = cudatest::cpuContext();
+    const Table ref = reduceOnce(path, cpu);
+    ASSERT_GT(ref.rows(), 50u);
+    std::size_t count = 0;
+    {
+        RunContext g = cudatest::cudaContext();
+        (void)cuda::DeviceContext::of(g);
+        const std::size_t before = cuda::rawUploadAllocations();
+        bool uploaded = false;
+        expectSameTable(ref, reduceOnce(path, g, &uploaded));
+        ASSERT_TRUE(uploaded);
+        count = cuda::rawUploadAllocations() - before;
+    }
+    ASSERT_GE(count, 3u);
+    auto leftOver = [](cuda::DeviceContext& dc) {
+        return dc.inUse() - dc.cachedFrameBytes() - dc.cachedBackgroundBytes();
+    };
+    for (std::size_t n = 1; n <= count; ++n) {
+        SCOPED_TRACE("raw upload allocation " + std::to_string(n) + " of " + std::to_string(count) + " fails");
+        RunContext g = cudatest::cudaContext();
+        auto& dc = cuda::DeviceContext::of(g);
+        cuda::setRawUploadFailAfter(n);
+        bool uploaded = true;
+        Table t;
+        ASSERT_NO_THROW(t = reduceOnce(path, g, &uploaded));
+        EXPECT_FALSE(uploaded);
+        EXPECT_EQ(cuda::rawUploadFailAfter(), 0u);
+        cuda::setRawUploadFailAfter(0);
+        expectSameTable(ref, t);
+        EXPECT_EQ(cuda::heldOutside(dc.device()), 0u);
+        EXPECT_EQ(leftOver(dc), 0u);
+        if (::testing::Test::HasFailure()) break;
+    }
+    for (std::size_t n : {1, 2, 5}) {
+        SCOPED_TRACE("the adopting context's allocation " + std::to_string(n) + " fails");
+        RunContext g = cudatest::cudaContext();
+        auto& dc = cuda::DeviceContext::of(g);
+        dc.setFailAfter(n);
+        bool uploaded = false;
+        Table t;
+        ASSERT_NO_THROW(t = reduceOnce(path, g, &uploaded));
+        EXPECT_TRUE(uploaded);
+        EXPECT_EQ(dc.failAfter(), 0u);
+        expectSameTable(ref, t);
+        EXPECT_EQ(cuda::heldOutside(dc.device()), 0u);
+        EXPECT_EQ(leftOver(dc), 0u);
+    }
     armRawUpload(false);
     fs::remove_all(dir);
 }
