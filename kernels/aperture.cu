@@ -1,7 +1,6 @@
 // Stage 4 on the GPU: the per-source loops of aperture photometry (core/stages/aperture_internal.hpp) as
 // kernels behind detail::ApertureEngine, so that core's driver (validation, sky fallbacks, flags, errors,
-// curve of growth, aperture correction, optimal radius choice: all on the host) gives bitwise the CPU
-// stage's numbers:
+// curve of growth, aperture correction: on the host) gives bitwise the CPU stage's numbers:
 //   - local sky: one block per source (skyBlockKernel: the annulus keys gathered in shared memory, a bitonic
 //     sort there, one thread's clipped statistics) when the annulus fits 8192 keys; otherwise, or with
 //     GPUPHOT_APERTURE_SKY=split, per-source annulus counts, an exclusive scan (CUB), the annulus values as
@@ -13,6 +12,8 @@
 //     overlap) and the pixels it is the first to hold wholly, in raster order in double (or one warp each,
 //     GPUPHOT_APERTURE_CIRCLE=warp); a second kernel adds the "whole pixel" parts over the radii as the CPU
 //     does;
+//   - the S/N-optimal radius of pass 3: one thread per source over the curve-of-growth grid
+//     (GPUPHOT_APERTURE_OPTIMAL=host: the driver's host loop);
 //   - Kron: one warp per source (first moment, then the exact elliptical sum; lanes compute the pixels'
 //     terms, every lane adds them in raster order), or one thread per source (GPUPHOT_APERTURE_KRON=thread).
 // Results come down through the DeviceContext's reusable pinned buffers.
@@ -55,6 +56,10 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
                      const detail::SkyParamsHD& p, double saturation, RunContext& ctx,
                      std::vector<int>& offsets, std::vector<int>& index, std::vector<float>& sorted,
                      std::vector<detail::SkyEstimate>& est);
+// Test hook: pass 3's optimal grid index of n jobs on the device (grid's arrays on the host); -1 each when the
+// engine declines (GPUPHOT_APERTURE_OPTIMAL=host).
+void debugOptimalRadii(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
+                       std::int32_t* index, RunContext& ctx);
 
 namespace {
 
@@ -490,6 +495,21 @@ __global__ void kronFirstMomentKernel(AperturePlanes in, const KronJob* jobs, st
     }
 }
 
+// Pass 3's optimal grid index, one thread per source; grid's arrays on the device. The variance at each grid
+// radius is computed in place with optimalVariance (the host fills an array with the same expression).
+__global__ void optimalRadiusKernel(const detail::OptimalJob* jobs, std::size_t n, detail::OptimalGrid grid,
+                                    std::int32_t* index) {
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+         i += std::size_t(gridDim.x) * blockDim.x) {
+        const detail::OptimalJob j = jobs[i];
+        const detail::OptimalGrid& g = grid;
+        index[i] = static_cast<std::int32_t>(detail::optimalGridIndex(g.frac, g.num, g.n, [&](std::size_t k) {
+            return detail::optimalVariance(g.poisson, j.F, g.frac[k], g.gain, g.area[k], j.var, g.kappaArea[k],
+                                           j.nSky);
+        }));
+    }
+}
+
 class CudaEngine final : public detail::ApertureEngine {
 public:
     // stripShrink 0: whole plan (frame and maps from the device caches); >= 1: strips plan, the planes'
@@ -874,6 +894,41 @@ public:
         parallelCopy(out, staged, n * sizeof(KronOut));
     }
 
+    // Reads no pixels: the same for the whole and the strips plans.
+    bool optimalRadii(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
+                      std::int32_t* index) override {
+        const char* e = std::getenv("GPUPHOT_APERTURE_OPTIMAL");
+        if (e && std::string(e) == "host") return false;
+        const HostClock clock(m_times, "engine optimal");
+        if (n == 0 || grid.n == 0) return false;
+        const cudaStream_t s = m_dc.stream();
+        m_times.start("optimal", s);
+        const std::size_t ng = grid.n;
+        DeviceBuffer<double> dGrid(m_dc, 4 * ng);
+        DeviceBuffer<detail::OptimalJob> dJobs(m_dc, n);
+        DeviceBuffer<std::int32_t> dIndex(m_dc, n);
+        std::vector<double> g(4 * ng);
+        std::copy(grid.frac, grid.frac + ng, g.begin());
+        std::copy(grid.num, grid.num + ng, g.begin() + ng);
+        std::copy(grid.area, grid.area + ng, g.begin() + 2 * ng);
+        std::copy(grid.kappaArea, grid.kappaArea + ng, g.begin() + 3 * ng);
+        dGrid.upload(g.data(), 4 * ng);
+        dJobs.upload(jobs, n);
+        detail::OptimalGrid dg = grid;
+        dg.frac = dGrid.get();
+        dg.num = dGrid.get() + ng;
+        dg.area = dGrid.get() + 2 * ng;
+        dg.kappaArea = dGrid.get() + 3 * ng;
+        const int t = threads(optimalRadiusKernel);
+        optimalRadiusKernel<<<blocks(n, t), t, 0, s>>>(dJobs.get(), n, dg, dIndex.get());
+        checkLaunch("the optimal radii");
+        std::int32_t* staged = stage(dIndex, n, kPinnedOptimalSlot);
+        m_times.stop();
+        m_dc.synchronize();
+        parallelCopy(index, staged, n * sizeof(std::int32_t));
+        return true;
+    }
+
 private:
     // Strips plan: items grouped in order of their first row (y - ext), each group's rows [r0, r1) (all
     // that its items read, ext + 2 rows of margin) at most m_maxRows; the planes' rows uploaded into band
@@ -974,7 +1029,7 @@ private:
     }
     // DeviceContext::pinned slots of this stage.
     static constexpr int kPinnedSkySlot = 60, kPinnedCircleSlot = 61, kPinnedFlagSlot = 62,
-                         kPinnedKronSlot = 63;
+                         kPinnedKronSlot = 63, kPinnedOptimalSlot = 64;
 
     // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
     // do not depend on the launch configuration: one thread per item, grid-stride loops).
@@ -1033,6 +1088,15 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
     offsets = std::move(dbg.offsets);
     index = std::move(dbg.index);
     sorted = std::move(dbg.sorted);
+}
+
+void debugOptimalRadii(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
+                       std::int32_t* index, RunContext& ctx) {
+    const BackgroundResult none;
+    CudaEngine engine(DeviceContext::of(ctx), none);
+    if (!engine.optimalRadii(jobs, n, grid, index))
+        for (std::size_t i = 0; i < n; ++i)
+            index[i] = -1;
 }
 
 namespace {

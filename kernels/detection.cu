@@ -11,6 +11,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,7 +49,8 @@ constexpr std::uint8_t kSaturated = detail::StateSaturated;
 class KernelClock {
 public:
     explicit KernelClock(cudaStream_t stream)
-        : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream) {}
+        : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream),
+          m_last(std::chrono::steady_clock::now()) {}
     ~KernelClock() {
         for (Mark& m : m_marks) {
             cudaEventDestroy(m.a);
@@ -70,9 +72,25 @@ public:
         cudaEventRecord(m.b, m_stream);
         m_marks.push_back(m);
     }
+    // Host time since the previous lap (or the clock's construction), summed by name.
+    void lap(const char* name) {
+        if (!m_on) return;
+        const auto now = std::chrono::steady_clock::now();
+        const double ms = std::chrono::duration<double, std::milli>(now - m_last).count();
+        m_last = now;
+        auto it = std::find_if(m_laps.begin(), m_laps.end(), [&](const auto& e) { return e.first == name; });
+        if (it == m_laps.end())
+            m_laps.push_back({name, ms});
+        else
+            it->second += ms;
+    }
     // Sums by name (in order of first use) and the span from the first event to the last.
     void report() {
-        if (!m_on || m_marks.empty()) return;
+        if (!m_on) return;
+        for (const auto& [name, ms] : m_laps)
+            std::fprintf(stderr, "detection timing: host front: %s %.3f ms\n", name.c_str(), ms);
+        m_laps.clear();
+        if (m_marks.empty()) return;
         cudaStreamSynchronize(m_stream);
         std::vector<std::pair<std::string, std::pair<double, int>>> sums;
         for (const Mark& m : m_marks) {
@@ -105,6 +123,8 @@ private:
     bool m_on;
     cudaStream_t m_stream;
     std::vector<Mark> m_marks;
+    std::chrono::steady_clock::time_point m_last;
+    std::vector<std::pair<std::string, double>> m_laps;
 };
 
 // ---- per-pixel kernels ---------------------------------------------------------------------------------
@@ -128,17 +148,22 @@ struct PrepArgs {
     float sat;
 };
 
-// core's prepareRow for one pixel: the state bits and the background-subtracted value.
-__device__ inline float preparePixel(const PrepArgs& a, std::size_t i, std::uint8_t& state) {
-    const float v = a.px[i];
-    const std::uint8_t mb = a.mk ? a.mk[i] : 0;
+// core's prepareRow for one pixel from its loaded values (pixel, mask bits, level, rms): the state bits and
+// the background-subtracted value.
+__device__ inline float prepareValue(const PrepArgs& a, float v, std::uint8_t mb, float lv, float rm,
+                                     std::uint8_t& state) {
     std::uint8_t s = 0;
-    if (!isfinite(v) || !isfinite(a.lv[i]) || !isfinite(a.rm[i]) || (mb & (MaskNonFinite | MaskOutside)))
+    if (!isfinite(v) || !isfinite(lv) || !isfinite(rm) || (mb & (MaskNonFinite | MaskOutside)))
         s |= kInvalid | kBad;
     if (mb & (MaskBad | MaskCosmicRay)) s |= kBad;
     if ((mb & MaskSaturated) || (a.hasSat && v >= a.sat)) s |= kSaturated;
     state = s;
-    return (s & kBad) ? 0.0f : v - a.lv[i];
+    return (s & kBad) ? 0.0f : v - lv;
+}
+
+// The same for pixel i of the strip.
+__device__ inline float preparePixel(const PrepArgs& a, std::size_t i, std::uint8_t& state) {
+    return prepareValue(a, a.px[i], a.mk ? a.mk[i] : std::uint8_t(0), a.lv[i], a.rm[i], state);
 }
 
 // The threshold test of core's rowRuns.
@@ -184,41 +209,74 @@ __global__ void prepareKernel(PrepArgs a, int rows, float* sub, bool subHalo, st
     }
 }
 
+constexpr int kSegmentRows = 4; // rows per block of prepareRowsKernel
+
 // Subtraction and states fused with the horizontal filter pass (rows [0, rows) of the strip, halo
-// included): each block stages its row segment with r pixels either side in shared memory (the
-// background-subtracted value, 0 outside the row), then tmp(x) = 0; += k[j] * sub(x + j - r), j ascending,
-// taps inside the row only (core's hconv). States (and sub, when set) stored for the own rows.
+// included): each block stages kSegmentRows row segments with r pixels either side in shared memory (the
+// background-subtracted value, 0 outside the row; every thread's loads of its own pixels, and of the halo
+// pixels, issued before any is used), then tmp(x) = 0; += k[j] * sub(x + j - r), j ascending, taps inside
+// the row only (core's hconv). States (and sub, when set) stored for the own rows.
 __global__ void prepareRowsKernel(PrepArgs a, int rows, const float* k, int n, float* tmp, float* sub,
                                   std::uint8_t* state) {
-    extern __shared__ float seg[]; // blockDim.x + 2r
+    extern __shared__ float seg[]; // kSegmentRows x (blockDim.x + 2r)
     const int r = n / 2;
-    const int xb = blockIdx.x * blockDim.x;
+    const int T = blockDim.x;
+    const int xb = blockIdx.x * T;
     const int x = xb + threadIdx.x;
-    const int span = blockDim.x + 2 * r;
-    for (int y = blockIdx.y; y < rows; y += gridDim.y) {
-        const bool own = y >= a.own0 && y < a.own1;
-        const std::size_t row = static_cast<std::size_t>(y) * a.W;
-        for (int i = threadIdx.x; i < span; i += blockDim.x) {
+    const int span = T + 2 * r;
+    for (int yb = blockIdx.y * kSegmentRows; yb < rows; yb += gridDim.y * kSegmentRows) {
+        float pv[kSegmentRows], lv[kSegmentRows], rm[kSegmentRows];
+        std::uint8_t mb[kSegmentRows];
+#pragma unroll
+        for (int q = 0; q < kSegmentRows; ++q) {
+            pv[q] = lv[q] = rm[q] = 0.0f;
+            mb[q] = 0;
+            if (yb + q < rows && x < a.W) {
+                const std::size_t i = static_cast<std::size_t>(yb + q) * a.W + x;
+                pv[q] = a.px[i];
+                mb[q] = a.mk ? a.mk[i] : std::uint8_t(0);
+                lv[q] = a.lv[i];
+                rm[q] = a.rm[i];
+            }
+        }
+        // Halo pixels: segment positions [0, r) and [r + T, span), 2r of them per row.
+        for (int h = threadIdx.x; h < 2 * r * kSegmentRows; h += T) {
+            const int q = h / (2 * r), e = h - q * 2 * r;
+            const int i = e < r ? e : T + e; // segment position
             const int xx = xb - r + i;
             float v = 0.0f;
-            if (xx >= 0 && xx < a.W) {
+            if (yb + q < rows && xx >= 0 && xx < a.W) {
                 std::uint8_t s;
-                v = preparePixel(a, row + xx, s);
-                if (own && i >= r && i < r + static_cast<int>(blockDim.x)) {
-                    const std::size_t o = static_cast<std::size_t>(y - a.own0) * a.W + xx;
+                v = preparePixel(a, static_cast<std::size_t>(yb + q) * a.W + xx, s);
+            }
+            seg[q * span + i] = v;
+        }
+#pragma unroll
+        for (int q = 0; q < kSegmentRows; ++q) {
+            const int y = yb + q;
+            float v = 0.0f;
+            if (y < rows && x < a.W) {
+                std::uint8_t s;
+                v = prepareValue(a, pv[q], mb[q], lv[q], rm[q], s);
+                if (y >= a.own0 && y < a.own1) {
+                    const std::size_t o = static_cast<std::size_t>(y - a.own0) * a.W + x;
                     state[o] = s;
                     if (sub) sub[o] = v;
                 }
             }
-            seg[i] = v;
+            seg[q * span + r + threadIdx.x] = v;
         }
         __syncthreads();
         if (x < a.W) {
-            float acc = 0.0f;
             const int j0 = max(0, r - x), j1 = min(n, a.W + r - x);
-            for (int j = j0; j < j1; ++j)
-                acc += k[j] * seg[threadIdx.x + j];
-            tmp[row + x] = acc;
+#pragma unroll
+            for (int q = 0; q < kSegmentRows; ++q) {
+                if (yb + q >= rows) break;
+                float acc = 0.0f;
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * seg[q * span + threadIdx.x + j];
+                tmp[static_cast<std::size_t>(yb + q) * a.W + x] = acc;
+            }
         }
         __syncthreads();
     }
@@ -253,12 +311,45 @@ struct ColumnArgs {
 
 // Vertical pass fused with the threshold: det(x, y) = 0; += k[j] * tmp(x, y + j - r), j ascending, rows
 // inside the image only (core's vertical pass); then the bit of (x, y). kColumnRows consecutive own rows
-// per thread (the taps' rows are shared through L1).
-__global__ void columnThresholdKernel(ColumnArgs a, const float* k, int n, ThresholdArgs t) {
+// per thread. N > 0 (N = n taps): blocks of kColumnRows rows whose taps are all inside the image read their
+// kColumnRows + N - 1 input rows once into registers (all loads issued first), the same sums in the same
+// order; other blocks, and N = 0, read each tap through L1.
+template <int N> __global__ void columnThresholdKernel(ColumnArgs a, const float* k, int n, ThresholdArgs t) {
     const int r = n / 2;
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     const int wpr = wordsPerRow(a.W);
     for (int ya = blockIdx.y * kColumnRows; ya < a.rows; ya += gridDim.y * kColumnRows) {
+        if constexpr (N > 0) {
+            const int y = a.y0 + ya; // the block's first image row (uniform in the block)
+            if (ya + kColumnRows <= a.rows && y - N / 2 >= 0 && y + kColumnRows - 1 + N / 2 < a.H) {
+                float w[kColumnRows + N - 1], kk[N];
+#pragma unroll
+                for (int j = 0; j < N; ++j)
+                    kk[j] = k[j];
+                if (x < a.W) {
+                    const float* src = a.tmp + static_cast<std::size_t>(y - N / 2 - a.h0) * a.W + x;
+#pragma unroll
+                    for (int i = 0; i < kColumnRows + N - 1; ++i)
+                        w[i] = __ldg(src + static_cast<std::size_t>(i) * a.W);
+                }
+#pragma unroll
+                for (int q = 0; q < kColumnRows; ++q) {
+                    const int yl = ya + q;
+                    bool up = false;
+                    if (x < a.W) {
+                        float acc = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < N; ++j)
+                            acc += kk[j] * w[q + j];
+                        const std::size_t o = static_cast<std::size_t>(yl) * a.W + x;
+                        a.det[o] = acc;
+                        up = abovePixel(acc, a.rm[o], a.state[o], t.threshold, t.absolute);
+                    }
+                    storeBits(up, x, a.W, a.bits + static_cast<std::size_t>(yl) * wpr);
+                }
+                continue;
+            }
+        }
         for (int yl = ya, yb = min(a.rows, ya + kColumnRows); yl < yb; ++yl) {
             const int y = a.y0 + yl;
             bool up = false;
@@ -581,11 +672,12 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             checkLaunch("the threshold");
         } else {
             DeviceBuffer<float> tmp(dc, nHalo);
-            const std::size_t segment = static_cast<std::size_t>(T + 2 * s.halo) * sizeof(float);
+            const std::size_t segment =
+                static_cast<std::size_t>(kSegmentRows) * (T + 2 * s.halo) * sizeof(float);
             if (segment <= kSegmentSharedMax) {
                 kc.time("subtraction + row filter", [&] {
-                    prepareRowsKernel<<<gridFor(W, T, hr), T, segment, stream>>>(pa, hr, dK, s.kw, tmp.get(),
-                                                                                 dSub, dState);
+                    prepareRowsKernel<<<gridFor(W, T, (hr + kSegmentRows - 1) / kSegmentRows), T, segment,
+                                        stream>>>(pa, hr, dK, s.kw, tmp.get(), dSub, dState);
                 });
                 checkLaunch("the subtraction and row filter");
             } else {
@@ -599,8 +691,26 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             }
             ca.tmp = tmp.get();
             kc.time("column filter + threshold", [&] {
-                columnThresholdKernel<<<gridFor(W, T, (rows + kColumnRows - 1) / kColumnRows), T, 0,
-                                        stream>>>(ca, dK, s.kw, t);
+                const dim3 grid = gridFor(W, T, (rows + kColumnRows - 1) / kColumnRows);
+                switch (s.kw) { // the default filters (FWHM 1-5 px: 3 to 11 taps) with a register window
+                case 3:
+                    columnThresholdKernel<3><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                    break;
+                case 5:
+                    columnThresholdKernel<5><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                    break;
+                case 7:
+                    columnThresholdKernel<7><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                    break;
+                case 9:
+                    columnThresholdKernel<9><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                    break;
+                case 11:
+                    columnThresholdKernel<11><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                    break;
+                default:
+                    columnThresholdKernel<0><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+                }
             });
             checkLaunch("the column filter and threshold");
         }
@@ -616,9 +726,13 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
 // counts, a scan, one host synchronisation for the total, the runs written at their rows' offsets and
 // downloaded through pinned memory (the host vector grows meanwhile). keep: the device copy of the runs
 // (null: freed). expected: runs to make room for in the host vector while the device is still busy (the
-// previous frame's count: growing the vector faults its pages in, ~1 ms per 5 MB), 0: none.
+// previous frame's count: growing the vector faults its pages in, ~1 ms per 5 MB), 0: none. hostCopy
+// false (needs keep): the runs stay on the device only (the device per-object half reads them there; the
+// host vector, its page faults and the download cost ~3.5 ms at 151 MP).
 void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits, int rows, int yOff,
-                 std::vector<Run>& runs, DeviceBuffer<Run>* keep, std::size_t expected = 0) {
+                 std::vector<Run>& runs, DeviceBuffer<Run>* keep, std::size_t expected = 0,
+                 bool hostCopy = true) {
+    if (!keep) hostCopy = true;
     const cudaStream_t stream = dc.stream();
     const int wpr = wordsPerRow(s.W);
     KernelClock& kc = *s.clock;
@@ -641,9 +755,12 @@ void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits
     auto* total = static_cast<int*>(dc.pinned(kPinnedTotalSlot, sizeof(int)));
     GPUPHOT_CUDA_CHECK(
         cudaMemcpyAsync(total, offsets.get() + rows, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    kc.lap("run count queued");
     const std::size_t first = runs.size();
-    if (expected > 0) runs.resize(first + expected); // overwritten or cut below
+    if (expected > 0 && hostCopy) runs.resize(first + expected); // overwritten or cut below
+    kc.lap("run vector pre-grown");
     dc.synchronize();
+    kc.lap("wait for the count");
     const std::size_t n = static_cast<std::size_t>(*total);
     if (n == 0) {
         runs.resize(first);
@@ -654,14 +771,21 @@ void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits
         runWriteKernel<<<blocks, kThreads, 0, stream>>>(bits, wpr, rows, yOff, offsets.get(), dRuns.get());
     });
     checkLaunch("the run extraction");
+    if (!hostCopy) {
+        *keep = std::move(dRuns); // read on the same stream after the extraction
+        return;
+    }
     auto* pinned = static_cast<Run*>(dc.pinned(kPinnedRunsSlot, n * sizeof(Run)));
     kc.time("run download", [&] {
         GPUPHOT_CUDA_CHECK(
             cudaMemcpyAsync(pinned, dRuns.get(), n * sizeof(Run), cudaMemcpyDeviceToHost, stream));
     });
     runs.resize(first + n);
+    kc.lap("runs queued, vector resized");
     dc.synchronize();
+    kc.lap("wait for the runs");
     std::memcpy(runs.data() + first, pinned, n * sizeof(Run));
+    kc.lap("copy out of pinned memory");
     if (keep) *keep = std::move(dRuns);
 }
 
@@ -686,19 +810,24 @@ int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripO
     const DetInputs in{f.pixels, f.mask, dLevel, dRms, 0};
     const std::size_t wpr = static_cast<std::size_t>(wordsPerRow(s.W));
     DeviceBuffer<std::uint32_t> bits(dc, wpr * s.H);
+    s.clock->lap("frame, maps, bit image");
     int n = 0;
     for (int y0 = 0; y0 < s.H; y0 += chunkRows, ++n) {
         processStrip(dc, s, in, dK, y0, std::min(s.H, y0 + chunkRows), o, bits.get() + wpr * y0);
         ctx.checkCancelled();
     }
+    s.clock->lap("chunks queued");
     // The previous count on this context, a little more (a re-run at another threshold, the next frame).
     auto& last = dc.stageState("detection front runs");
     if (!last) last = std::make_shared<std::size_t>(0);
     std::size_t& lastCount = *static_cast<std::size_t*>(last.get());
     const std::size_t expected = lastCount > 0 ? lastCount + lastCount / 16 + 1024 : 0;
     const std::size_t first = runs.size();
-    extractRuns(dc, s, bits.get(), s.H, 0, runs, o.dState ? &keptRuns : nullptr, expected);
-    lastCount = runs.size() - first;
+    // The device per-object half labels the runs on the device: no host copy unless the host labelling
+    // (GPUPHOT_DETECTION_HOST_LABELS) needs it.
+    const bool hostCopy = !o.dState || std::getenv("GPUPHOT_DETECTION_HOST_LABELS") != nullptr;
+    extractRuns(dc, s, bits.get(), s.H, 0, runs, o.dState ? &keptRuns : nullptr, expected, hostCopy);
+    lastCount = hostCopy ? runs.size() - first : keptRuns.size();
     dim.width = s.W;
     dim.height = s.H;
     dim.frame = f.pixels;
@@ -835,6 +964,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
             } else {
                 o = hostImages();
             }
+            clock.lap("setup, plan, kept images");
             runWhole(dc, s, dK.get(), o, runs, chunkRows, ctx, dim, keptRuns);
             dc.notePlan("whole", 1);
             done = whole = true;
@@ -948,6 +1078,7 @@ DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask
         }
         std::vector<Run> back(keptRuns.size());
         if (!back.empty()) dc.downloadStaged(back.data(), keptRuns.get(), back.size() * sizeof(Run));
+        if (r.runs.empty()) r.runs = back; // the runs stayed on the device only (no host labelling)
         r.deviceRuns =
             dim.runs == keptRuns.get() && dim.runCount == r.runs.size() &&
             (back.empty() || std::memcmp(back.data(), r.runs.data(), back.size() * sizeof(Run)) == 0);

@@ -1,6 +1,8 @@
 #include "kernels/detection_finish_pack.hpp"
 
 #include <cstring>
+#include <system_error>
+#include <utility>
 
 #include "core/stages/detection_window.hpp"
 
@@ -49,15 +51,47 @@ void packFinish(const detail::DetectedObjects& found, const FinishLayout& l, con
     }
 }
 
-void fillFinishSources(const detail::DetectedObjects& found, const std::int32_t* order,
-                       const detail::WindowResult* win, DetectionResult& result, int threads) {
+void fillFinishColumns(const detail::DetectedObjects& found, const std::int32_t* order, DetectionResult& result,
+                       int threads) {
     Sources& s = result.sources;
     s.resize(found.objects.size());
     const auto n = static_cast<std::int64_t>(found.objects.size());
+    const detail::WindowResult none{};
 #pragma omp parallel for num_threads(threads) schedule(static, 1024)
     for (std::int64_t k = 0; k < n; ++k)
         detail::setSourceRow(s, static_cast<std::size_t>(k), found.iso[order[k]], found.objects[order[k]].flags,
-                             win[k]);
+                             none);
+}
+
+void fillFinishWindow(const detail::WindowResult* win, Sources& s, int threads) {
+    const auto n = static_cast<std::int64_t>(s.size());
+#pragma omp parallel for num_threads(threads) schedule(static, 4096)
+    for (std::int64_t k = 0; k < n; ++k) {
+        s.x[k] = win[k].x;
+        s.y[k] = win[k].y;
+        s.xErr[k] = win[k].xErr;
+        s.yErr[k] = win[k].yErr;
+    }
+}
+
+void DeferredRelease::release(detail::DetectedObjects&& found, int threads) {
+    wait();
+    detail::DetectedObjects gone = std::move(found);
+    found = {};
+    if (threads > 1) {
+        try {
+            m_thread = std::thread([g = std::move(gone)]() mutable {
+                const detail::DetectedObjects freed = std::move(g); // destroyed on this thread
+            });
+            ++m_started;
+        } catch (const std::system_error&) {
+            // no thread: `gone` (or the lambda that took it) is freed here
+        }
+    }
+}
+
+void DeferredRelease::wait() noexcept {
+    if (m_thread.joinable()) m_thread.join();
 }
 
 } // namespace gpuphot::cuda

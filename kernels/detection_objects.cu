@@ -153,6 +153,11 @@ constexpr int kPinnedIsoSlot = 24;
 constexpr int kPinnedCleanSlot = 25;
 constexpr int kPinnedChildIsoSlot = 40;
 constexpr int kPinnedChildCleanSlot = 41;
+// The roots' runs and run offsets, and the gathered boxes (filtered image, rms).
+constexpr int kPinnedRootStartSlot = 44;
+constexpr int kPinnedRootRunsSlot = 45;
+constexpr int kPinnedBoxDetSlot = 46;
+constexpr int kPinnedBoxRmsSlot = 47;
 
 int gridFor(std::size_t n, int threads) {
     return static_cast<int>(std::max<std::size_t>(1, (n + threads - 1) / threads));
@@ -231,9 +236,10 @@ __global__ void componentSizesKernel(const Run* runs, int n, const int* label, c
     atomicAdd(&nRuns[c], 1);
 }
 
-__global__ void keepKernel(const unsigned long long* area, int nComp, int minArea, int* keep) {
+// nComp on the device (the component count's scan total); keep[c] stays 0 for c >= nComp.
+__global__ void keepKernel(const unsigned long long* area, const int* nComp, int n, int minArea, int* keep) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < nComp) keep[c] = area[c] >= static_cast<unsigned long long>(minArea) ? 1 : 0;
+    if (c < n && c < *nComp) keep[c] = area[c] >= static_cast<unsigned long long>(minArea) ? 1 : 0;
 }
 
 // Sort key of each run: its root's index among the kept components, nKept for the dropped ones.
@@ -247,10 +253,10 @@ __global__ void runKeysKernel(const int* label, const int* compOfRoot, int n, co
 }
 
 // Run counts of the kept components in order (the CSR's sizes).
-__global__ void keptCountsKernel(const int* nRuns, const int* keep, const int* rootOfComp, int nComp,
+__global__ void keptCountsKernel(const int* nRuns, const int* keep, const int* rootOfComp, int n,
                                  std::int64_t* counts) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < nComp && keep[c]) counts[rootOfComp[c]] = nRuns[c];
+    if (c < n && keep[c]) counts[rootOfComp[c]] = nRuns[c];
 }
 
 __global__ void gatherRunsKernel(const Run* runs, const int* order, int n, Run* out) {
@@ -278,43 +284,57 @@ __global__ void iotaKernel(int* v, int n) {
     if (i < n) v[i] = i;
 }
 
+// The roots' runs on the host (CSR, raster order inside each root): rr's, or the context's pinned memory.
+struct HostRoots {
+    const Run* runs = nullptr;
+    const std::int64_t* start = nullptr;
+    std::size_t n = 0; // roots
+};
+
 // core's detail::labelRoots on the device: the roots' runs (CSR, raster order inside each root) left in
-// dRootRuns / dRootStart and copied into rr.
-void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, int height, int minArea, detail::RootRuns& rr,
+// dRootRuns / dRootStart and downloaded into the context's pinned memory (hr; reused between frames, nothing
+// zeroed). deviceRuns: the runs already on the device (the front's, deviceCount of them), else null
+// (uploaded from `runs`).
+void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const Run* deviceRuns,
+                        std::size_t deviceCount, int height, int minArea, HostRoots& hr,
                         DeviceBuffer<Run>& dRootRuns, DeviceBuffer<std::int64_t>& dRootStart) {
     const cudaStream_t stream = dc.stream();
-    const int n = static_cast<int>(runs.size());
-    rr = {};
+    const int n = static_cast<int>(deviceRuns ? deviceCount : runs.size());
+    hr = {};
     if (n == 0) return;
     const int t = 256, g = gridFor(n, t);
-    DeviceBuffer<Run> dRuns(dc, n);
-    dc.uploadStaged(dRuns.get(), runs.data(), runs.size() * sizeof(Run));
+    DeviceBuffer<Run> uploaded;
+    if (!deviceRuns) {
+        uploaded = DeviceBuffer<Run>(dc, n);
+        dc.uploadStaged(uploaded.get(), runs.data(), runs.size() * sizeof(Run));
+    }
+    const Run* const dRunsPtr = deviceRuns ? deviceRuns : uploaded.get();
     DeviceBuffer<int> rowBegin(dc, height), rowEnd(dc, height);
     rowBegin.zero();
     rowEnd.zero();
-    rowRangesKernel<<<g, t, 0, stream>>>(dRuns.get(), n, rowBegin.get(), rowEnd.get());
+    rowRangesKernel<<<g, t, 0, stream>>>(dRunsPtr, n, rowBegin.get(), rowEnd.get());
     checkLaunch("the row ranges");
     DeviceBuffer<int> parent(dc, n), label(dc, n), isRoot(dc, n + 1), compOfRoot(dc, n + 1);
     iotaKernel<<<g, t, 0, stream>>>(parent.get(), n);
     checkLaunch("the union-find init");
-    uniteRunsKernel<<<g, t, 0, stream>>>(dRuns.get(), n, rowBegin.get(), rowEnd.get(), parent.get());
+    uniteRunsKernel<<<g, t, 0, stream>>>(dRunsPtr, n, rowBegin.get(), rowEnd.get(), parent.get());
     checkLaunch("the union-find");
     isRoot.zero(); // isRoot[n] = 0 for the scan
     flattenKernel<<<g, t, 0, stream>>>(parent.get(), n, label.get(), isRoot.get());
     checkLaunch("the union-find flattening");
     exclusiveSum(dc, isRoot.get(), compOfRoot.get(), n); // component of each root, in order of the roots
-    const int nComp = downloadOne(dc, compOfRoot.get() + n);
-    DeviceBuffer<unsigned long long> area(dc, nComp);
-    DeviceBuffer<int> nRuns(dc, nComp), keep(dc, nComp + 1), rootOfComp(dc, nComp + 1);
+    // Sized for n components (at most one per run) so that the component count stays on the device.
+    DeviceBuffer<unsigned long long> area(dc, n);
+    DeviceBuffer<int> nRuns(dc, n), keep(dc, n + 1), rootOfComp(dc, n + 1);
     area.zero();
     nRuns.zero();
     keep.zero();
-    componentSizesKernel<<<g, t, 0, stream>>>(dRuns.get(), n, label.get(), compOfRoot.get(), area.get(), nRuns.get());
+    componentSizesKernel<<<g, t, 0, stream>>>(dRunsPtr, n, label.get(), compOfRoot.get(), area.get(), nRuns.get());
     checkLaunch("the component sizes");
-    keepKernel<<<gridFor(nComp, t), t, 0, stream>>>(area.get(), nComp, minArea, keep.get());
+    keepKernel<<<g, t, 0, stream>>>(area.get(), compOfRoot.get() + n, n, minArea, keep.get());
     checkLaunch("the minimum area");
-    exclusiveSum(dc, keep.get(), rootOfComp.get(), nComp);
-    const int nKept = downloadOne(dc, rootOfComp.get() + nComp);
+    exclusiveSum(dc, keep.get(), rootOfComp.get(), n);
+    const int nKept = downloadOne(dc, rootOfComp.get() + n);
     if (nKept == 0) return;
     // Runs ordered by root, stably (raster order inside each root); the dropped components' runs last.
     DeviceBuffer<int> keys(dc, n), keysOut(dc, n), index(dc, n), order(dc, n);
@@ -334,20 +354,25 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, int hei
     }
     DeviceBuffer<std::int64_t> counts(dc, nKept + 1);
     counts.zero();
-    keptCountsKernel<<<gridFor(nComp, t), t, 0, stream>>>(nRuns.get(), keep.get(), rootOfComp.get(), nComp,
-                                                          counts.get());
+    keptCountsKernel<<<g, t, 0, stream>>>(nRuns.get(), keep.get(), rootOfComp.get(), n, counts.get());
     checkLaunch("the root sizes");
     dRootStart = DeviceBuffer<std::int64_t>(dc, nKept + 1);
     exclusiveSum(dc, counts.get(), dRootStart.get(), nKept);
-    rr.start.resize(static_cast<std::size_t>(nKept) + 1);
-    dRootStart.download(rr.start.data(), rr.start.size());
+    auto* start = static_cast<std::int64_t*>(
+        dc.pinned(kPinnedRootStartSlot, (static_cast<std::size_t>(nKept) + 1) * sizeof(std::int64_t)));
+    dRootStart.download(start, static_cast<std::size_t>(nKept) + 1);
     dc.synchronize();
-    const auto nRootRuns = static_cast<int>(rr.start.back());
+    const auto nRootRuns = static_cast<int>(start[nKept]);
     dRootRuns = DeviceBuffer<Run>(dc, nRootRuns);
-    gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRuns.get(), order.get(), nRootRuns, dRootRuns.get());
+    gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRunsPtr, order.get(), nRootRuns, dRootRuns.get());
     checkLaunch("the root runs");
-    rr.runs.resize(static_cast<std::size_t>(nRootRuns));
-    dc.downloadStaged(rr.runs.data(), dRootRuns.get(), rr.runs.size() * sizeof(Run));
+    auto* rootRuns = static_cast<Run*>(
+        dc.pinned(kPinnedRootRunsSlot, std::max<std::size_t>(1, nRootRuns) * sizeof(Run)));
+    dRootRuns.download(rootRuns, static_cast<std::size_t>(nRootRuns));
+    dc.synchronize();
+    hr.runs = rootRuns;
+    hr.start = start;
+    hr.n = static_cast<std::size_t>(nKept);
 }
 
 } // namespace
@@ -364,13 +389,27 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     // 2b. Labelling and the minimum area (host: the runs only).
     // On the device (union-find); GPUPHOT_DETECTION_HOST_LABELS=1: core's labelRoots on the host.
     detail::RootRuns rr;
+    HostRoots hr;
     DeviceBuffer<Run> dRootRuns;
     DeviceBuffer<std::int64_t> dRootStart;
     const bool hostLabels = std::getenv("GPUPHOT_DETECTION_HOST_LABELS") != nullptr;
-    if (hostLabels) rr = detail::labelRoots(runs, p.minArea);
-    else labelRootsOnDevice(dc, runs, im.height, p.minArea, rr, dRootRuns, dRootStart);
+    // The front leaves the runs on the device only (runs empty, im.runCount of them) unless the host
+    // labelling asked for a host copy.
+    const bool onDeviceOnly = runs.empty() && im.runs && im.runCount > 0;
+    if (hostLabels) {
+        if (onDeviceOnly) {
+            runs.resize(im.runCount);
+            dc.downloadStaged(runs.data(), im.runs, im.runCount * sizeof(Run));
+        }
+        rr = detail::labelRoots(runs, p.minArea);
+        hr = HostRoots{rr.runs.data(), rr.start.data(), rr.size()};
+    } else {
+        const bool useDevice = im.runs && (onDeviceOnly || im.runCount == runs.size());
+        labelRootsOnDevice(dc, runs, useDevice ? im.runs : nullptr, im.runCount, im.height, p.minArea, hr,
+                           dRootRuns, dRootStart);
+    }
     runs = {};
-    const std::size_t nRoots = rr.size();
+    const std::size_t nRoots = hr.n;
     result.nBeforeDeblend = nRoots;
     timer.lap("labelling + minimum area");
     ctx.report("detection", 0.35);
@@ -400,17 +439,18 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
 
     // Boxes of the multi-peak roots (one-pixel border) gathered on the device and downloaded.
     std::vector<Box> boxes(multi.size());
-    std::vector<float> hDet, hRms;
+    const float* hDet = nullptr; // the boxes, in the context's pinned memory
+    const float* hRms = nullptr;
     if (!multi.empty()) {
         std::int64_t total = 0;
         for (std::size_t m = 0; m < multi.size(); ++m) {
             const std::int32_t k = multi[m];
-            std::int32_t xMin = rr.runs[rr.start[k]].x0, xMax = rr.runs[rr.start[k]].x1;
-            for (std::int64_t j = rr.start[k]; j < rr.start[k + 1]; ++j) {
-                xMin = std::min(xMin, rr.runs[j].x0);
-                xMax = std::max(xMax, rr.runs[j].x1);
+            std::int32_t xMin = hr.runs[hr.start[k]].x0, xMax = hr.runs[hr.start[k]].x1;
+            for (std::int64_t j = hr.start[k]; j < hr.start[k + 1]; ++j) {
+                xMin = std::min(xMin, hr.runs[j].x0);
+                xMax = std::max(xMax, hr.runs[j].x1);
             }
-            const std::int32_t yMin = rr.runs[rr.start[k]].y, yMax = rr.runs[rr.start[k + 1] - 1].y;
+            const std::int32_t yMin = hr.runs[hr.start[k]].y, yMax = hr.runs[hr.start[k + 1] - 1].y;
             Box& b = boxes[m];
             b.x0 = std::max(0, xMin - 1);
             b.y0 = std::max(0, yMin - 1);
@@ -425,10 +465,13 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         gatherBoxesKernel<<<static_cast<int>(std::min<std::size_t>(boxes.size(), 65535)), 128, 0, stream>>>(
             im, dBoxes.get(), static_cast<int>(boxes.size()), dDet.get(), dRms.get());
         checkLaunch("the box gather");
-        hDet.resize(static_cast<std::size_t>(total));
-        hRms.resize(static_cast<std::size_t>(total));
-        dDet.download(hDet.data(), hDet.size());
-        dRms.download(hRms.data(), hRms.size());
+        const auto nBoxPixels = static_cast<std::size_t>(total);
+        auto* det = static_cast<float*>(dc.pinned(kPinnedBoxDetSlot, nBoxPixels * sizeof(float)));
+        auto* rms = static_cast<float*>(dc.pinned(kPinnedBoxRmsSlot, nBoxPixels * sizeof(float)));
+        dDet.download(det, nBoxPixels);
+        dRms.download(rms, nBoxPixels);
+        hDet = det;
+        hRms = rms;
         dc.synchronize();
         timer.lap("box gather (device) + download");
     }
@@ -466,14 +509,13 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         detail::DetectionImages bim;
         bim.width = im.width;
         bim.height = im.height;
-        bim.det = ImageView{hDet.data() + b.off, b.w, b.h, b.w};
-        bim.rms = ImageView{hRms.data() + b.off, b.w, b.h, b.w};
+        bim.det = ImageView{hDet + b.off, b.w, b.h, b.w};
+        bim.rms = ImageView{hRms + b.off, b.w, b.h, b.w};
         bim.originX = b.x0;
         bim.originY = b.y0;
         bim.threshold = im.threshold;
         bim.absolute = im.absolute;
-        const std::vector<Run> runsOfRoot(rr.runs.begin() + rr.start[root],
-                                          rr.runs.begin() + rr.start[root + 1]);
+        const std::vector<Run> runsOfRoot(hr.runs + hr.start[root], hr.runs + hr.start[root + 1]);
         detail::deblendObject(runsOfRoot, bim, p, deblended[m]);
     });
     timer.lap("deblending (host)");
@@ -522,7 +564,7 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
             isoOf.data()[first] = rootIso + r;
             cleanOf.data()[first] = cleanAny ? rootClean + r : nullptr;
             if (m < 0) {
-                out->runs.assign(rr.runs.begin() + rr.start[r], rr.runs.begin() + rr.start[r + 1]);
+                out->runs.assign(hr.runs + hr.start[r], hr.runs + hr.start[r + 1]);
                 return;
             }
         }

@@ -797,8 +797,6 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     if (p.optimal) {
         const std::size_t nGrid = res.cogRadius.size();
         const double g1 = interpolate(res.cogRadius, res.cogFraction, oneFwhm);
-        std::vector<double> best(batch), bestFrac(batch);
-        std::vector<std::size_t> slot(batch + 1);
         // per grid point: radius, fraction, area (the products the loop below used to form, same values)
         const double* cogR = res.cogRadius.data();
         const double* cogF = res.cogFraction.data();
@@ -808,55 +806,58 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             cogKappaArea[g] = kappa * cogArea[g];
             cogNum[g] = cogF[g] * cogF[g];
         }
-        const bool poisson = gain > 0.0;
+        const detail::OptimalGrid grid{cogF, cogNum.data(), cogArea.data(), cogKappaArea.data(), nGrid, gain,
+                                       gain > 0.0};
+        std::vector<detail::OptimalJob> optJobs(std::min(n, batch));
+        std::vector<std::int32_t> optIndex(optJobs.size());
+        std::vector<std::uint8_t> measured(optJobs.size());
+        std::vector<std::size_t> slot(optJobs.size() + 1);
         std::vector<double> fracs;
         forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) {
-            // the radius of the best predicted S/N per source (host), then one circle each (engine)
+            // the radius of the best predicted S/N per source (engine, or host), then one circle each (engine)
             const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
-#pragma omp parallel num_threads(threads)
-            {
-                std::vector<double> dens(nGrid);
-                double* den = dens.data();
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+            for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
+                const double cx = sources.x[i], cy = sources.y[i];
+                measured[c] = std::isfinite(cx) && std::isfinite(cy) && std::isfinite(res.sky[i]);
+                const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
+                const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
+                optJobs[c] = detail::OptimalJob{F, res.skyRms[i] * res.skyRms[i], nSky};
+            }
+            if (!engine.optimalRadii(optJobs.data(), static_cast<std::size_t>(m0), grid, optIndex.data())) {
+#pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
+                {
+                    std::vector<double> dens(nGrid);
+                    double* den = dens.data();
 #pragma omp for schedule(static)
-                for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                    const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
-                    best[c] = kNaN;
-                    const double cx = sources.x[i], cy = sources.y[i];
-                    if (!std::isfinite(cx) || !std::isfinite(cy) || !std::isfinite(res.sky[i])) continue;
-                    const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
-                    const double var = res.skyRms[i] * res.skyRms[i];
-                    const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
-                    // the predicted variance at every grid radius, (F frac / gain) + area var (1 + kappa area
-                    // / nSky) as before, in a loop of its own so that it vectorises (the same numbers)
-                    if (poisson) {
+                    for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                        if (!measured[c]) continue;
+                        const double F = optJobs[c].F, var = optJobs[c].var, nSky = optJobs[c].nSky;
+                        // the predicted variance at every grid radius in a loop of its own so that it
+                        // vectorises (the same numbers as optimalVariance inside the search)
+                        if (grid.poisson) {
 #pragma omp simd
-                        for (std::size_t g = 0; g < nGrid; ++g)
-                            den[g] = F * cogF[g] / gain + cogArea[g] * var * (1.0 + cogKappaArea[g] / nSky);
-                    } else {
+                            for (std::size_t g = 0; g < nGrid; ++g)
+                                den[g] = detail::optimalVariance(true, F, cogF[g], gain, cogArea[g], var,
+                                                                 cogKappaArea[g], nSky);
+                        } else {
 #pragma omp simd
-                        for (std::size_t g = 0; g < nGrid; ++g)
-                            den[g] = 0.0 + cogArea[g] * var * (1.0 + cogKappaArea[g] / nSky);
-                    }
-                    // maximise frac / sqrt(den) by comparing frac^2 * denBest with fracBest^2 * den (no
-                    // division); grid radii with frac <= 0 or den <= 0 are skipped
-                    std::size_t bestG = nGrid - 1;
-                    double bestNum = -1.0, bestDen = 1.0;
-                    for (std::size_t g = 0; g < nGrid; ++g) {
-                        if (!(cogF[g] > 0.0) || !(den[g] > 0.0)) continue;
-                        if (bestNum < 0.0 || cogNum[g] * bestDen > bestNum * den[g]) {
-                            bestNum = cogNum[g];
-                            bestDen = den[g];
-                            bestG = g;
+                            for (std::size_t g = 0; g < nGrid; ++g)
+                                den[g] = detail::optimalVariance(false, F, cogF[g], gain, cogArea[g], var,
+                                                                 cogKappaArea[g], nSky);
                         }
+                        optIndex[c] = static_cast<std::int32_t>(
+                            detail::optimalGridIndex(cogF, cogNum.data(), nGrid, [den](std::size_t g) {
+                                return den[g];
+                            }));
                     }
-                    best[c] = cogR[bestG];
-                    bestFrac[c] = cogF[bestG];
                 }
             }
             // the measured ones, compacted in order
             slot[0] = 0;
             for (std::ptrdiff_t c = 0; c < m0; ++c)
-                slot[c + 1] = slot[c] + (std::isnan(best[c]) ? 0 : 1);
+                slot[c + 1] = slot[c] + measured[c];
             const std::size_t mk = slot[m0];
             idx.resize(mk);
             cxs.resize(mk); // radii of the jobs
@@ -866,9 +867,10 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             for (std::ptrdiff_t c = 0; c < m0; ++c) {
                 if (slot[c + 1] == slot[c]) continue;
                 const std::size_t k = slot[c], i = order[c0 + static_cast<std::size_t>(c)];
+                const std::size_t g = static_cast<std::size_t>(optIndex[c]);
                 idx[k] = i;
-                cxs[k] = best[c];
-                fracs[k] = bestFrac[c];
+                cxs[k] = cogR[g];
+                fracs[k] = cogF[g];
                 jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
             }
             const std::size_t m = idx.size();

@@ -698,6 +698,53 @@ GPUPHOT_HD inline SkyEstimate skyStatistics(const Buf& buf, std::size_t nAll, co
     return est;
 }
 
+// ---- S/N-optimal aperture (pass 3) ----------------------------------------------------------------------
+
+// The curve-of-growth grid of pass 3 (per grid radius: fraction, fraction^2, area pi r^2, kappa * area) and
+// the noise model; the pointers address host or device arrays of n values.
+struct OptimalGrid {
+    const double* frac = nullptr;
+    const double* num = nullptr;
+    const double* area = nullptr;
+    const double* kappaArea = nullptr;
+    std::size_t n = 0;
+    double gain = 0.0;
+    bool poisson = false; // gain > 0
+};
+
+// One source of pass 3: predicted total flux F, sky variance per pixel, sky pixels (infinity: none counted).
+struct OptimalJob {
+    double F, var, nSky;
+};
+
+// The predicted variance of the flux inside a grid radius: F frac / gain + area var (1 + kappa area / nSky)
+// (no Poisson term: 0 + ...).
+GPUPHOT_HD inline double optimalVariance(bool poisson, double F, double frac, double gain, double area, double var,
+                                         double kappaArea, double nSky) {
+    if (poisson) return F * frac / gain + area * var * (1.0 + kappaArea / nSky);
+    return 0.0 + area * var * (1.0 + kappaArea / nSky);
+}
+
+// The grid index maximising frac / sqrt(den(g)) by comparing frac^2 * denBest with fracBest^2 * den (no
+// division), first of equals; grid radii with frac <= 0 or den <= 0 (or NaN) are skipped; n - 1 when none
+// qualifies. den(g) gives optimalVariance at grid index g (an array on the host, computed in place on the
+// device: the same numbers).
+template <class Den>
+GPUPHOT_HD inline std::size_t optimalGridIndex(const double* frac, const double* num, std::size_t n, Den&& den) {
+    std::size_t bestG = n - 1;
+    double bestNum = -1.0, bestDen = 1.0;
+    for (std::size_t g = 0; g < n; ++g) {
+        const double d = den(g);
+        if (!(frac[g] > 0.0) || !(d > 0.0)) continue;
+        if (bestNum < 0.0 || num[g] * bestDen > bestNum * d) {
+            bestNum = num[g];
+            bestDen = d;
+            bestG = g;
+        }
+    }
+    return bestG;
+}
+
 // ---- the engine the driver runs the loops on --------------------------------------------------------
 
 struct CircleJob {
@@ -726,6 +773,12 @@ public:
     virtual void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                             std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) = 0;
     virtual void kron(const KronJob* jobs, std::size_t n, const KronParamsHD& p, KronOut* out) = 0;
+    // Pass 3's grid index (optimalGridIndex) of n jobs into index: false when the engine leaves it to the
+    // driver's host loop (the CPU engine).
+    virtual bool optimalRadii(const OptimalJob* /*jobs*/, std::size_t /*n*/, const OptimalGrid& /*grid*/,
+                              std::int32_t* /*index*/) {
+        return false;
+    }
 };
 
 // The stage (validation, passes, flags, curve of growth) on the given engine; cpu::measureApertures is

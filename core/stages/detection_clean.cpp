@@ -345,7 +345,9 @@ void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* is
             if (target[i] >= 0) merged[fill[target[i]]++] = static_cast<std::int32_t>(i);
     }
     // Each kept object: its measurement, the CLEANed ones' measurements and runs added (the runs re-sorted).
+    timer.lap("CLEAN merge lists (host)");
     std::vector<IsoMeasure> iso = prefaultedVector<IsoMeasure>(kept.size(), threads);
+    timer.lap("measurement storage (host)");
     parallelFor(kept.size(), threads, 256, [&](std::int64_t q) {
         const std::int32_t j = kept[q];
         IsoMeasure e = finishIsophotal(*isoSums[j], width, height);
@@ -361,6 +363,7 @@ void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* is
         }
         iso[q] = e;
     });
+    timer.lap("measurements + CLEAN merge (host)");
     // The kept objects compacted in place, in order.
     for (std::size_t q = 0; q < kept.size(); ++q)
         if (static_cast<std::size_t>(kept[q]) != q) objects[q] = std::move(objects[kept[q]]);
@@ -368,7 +371,7 @@ void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* is
     out.nCleaned += n - kept.size();
     out.objects = std::move(objects);
     out.iso = std::move(iso);
-    timer.lap("measurements + CLEAN merge (host)");
+    timer.lap("compaction (host)");
 }
 
 namespace {

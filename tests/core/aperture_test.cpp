@@ -16,6 +16,7 @@
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture.hpp"
+#include "core/stages/aperture_internal.hpp"
 #include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/util/errors.hpp"
@@ -728,6 +729,48 @@ TEST(ApertureStars, SourceOrderDoesNotChangeResultsBitwise) {
         EXPECT_GE(a.apCorrStars, 3);
         EXPECT_TRUE(std::isnan(a.flux[0][n - 5]) && std::isnan(a.flux[0][n - 3])); // the non-finite ones
     }
+}
+
+// Pass 3's search (detail::optimalGridIndex with optimalVariance, shared by the host loop and the CUDA kernel):
+// for a Gaussian star with sky noise only, S/N ~ (1 - exp(-x)) / sqrt(x), x = r^2 / (2 sigma^2), peaks at
+// x = 1.2564 (r = 1.5852 sigma); with a Poisson term from a bright star the optimum moves outwards. Grid radii
+// with fraction <= 0 or variance <= 0 are skipped, ties keep the first, and no qualifying radius gives the last.
+TEST(ApertureOptimal, GridIndexFindsTheBestSignalToNoise) {
+    const double sigma = 2.0;
+    const std::size_t ng = 400;
+    std::vector<double> r(ng), frac(ng), num(ng), area(ng), kappaArea(ng), den(ng);
+    for (std::size_t k = 0; k < ng; ++k) {
+        r[k] = 0.02 * static_cast<double>(k + 1);
+        frac[k] = 1.0 - std::exp(-r[k] * r[k] / (2.0 * sigma * sigma));
+        num[k] = frac[k] * frac[k];
+        area[k] = std::numbers::pi * r[k] * r[k];
+        kappaArea[k] = 1.0 * area[k];
+    }
+    auto search = [&](bool poisson, double F, double gain, double var, double nSky) {
+        for (std::size_t k = 0; k < ng; ++k)
+            den[k] = detail::optimalVariance(poisson, F, frac[k], gain, area[k], var, kappaArea[k], nSky);
+        return detail::optimalGridIndex(frac.data(), num.data(), ng, [&](std::size_t k) { return den[k]; });
+    };
+    const double inf = std::numeric_limits<double>::infinity();
+    EXPECT_NEAR(r[search(false, 0.0, 0.0, 4.0, inf)], 1.5852 * sigma, 0.02);
+    // an independent brute force of frac / sqrt(den) over the grid
+    std::size_t brute = 0;
+    for (std::size_t k = 1; k < ng; ++k)
+        if (frac[k] / std::sqrt(area[k] * 4.0) > frac[brute] / std::sqrt(area[brute] * 4.0)) brute = k;
+    EXPECT_EQ(search(false, 0.0, 0.0, 4.0, inf), brute);
+    // a finite sky sample adds noise growing with the area: the optimum moves inwards
+    EXPECT_LT(search(false, 0.0, 0.0, 4.0, 50.0), search(false, 0.0, 0.0, 4.0, inf));
+    // a bright star's own Poisson noise dominates: the optimum moves outwards
+    EXPECT_GT(search(true, 1e7, 1.0, 4.0, inf), search(false, 0.0, 0.0, 4.0, inf));
+    // skipped radii: non-positive fractions
+    for (std::size_t k = 0; k < ng; ++k)
+        if (r[k] > 2.5 && r[k] < 4.0) frac[k] = -frac[k];
+    EXPECT_TRUE(r[search(false, 0.0, 0.0, 4.0, inf)] <= 2.5 || r[search(false, 0.0, 0.0, 4.0, inf)] >= 4.0);
+    // zero variance everywhere: nothing qualifies, the last grid radius
+    EXPECT_EQ(search(false, 0.0, 0.0, 0.0, inf), ng - 1);
+    // exact ties keep the first
+    const double f2[3] = {0.5, 0.5, 0.5}, n2[3] = {0.25, 0.25, 0.25}, d2[3] = {2.0, 1.0, 1.0};
+    EXPECT_EQ(detail::optimalGridIndex(f2, n2, 3, [&](std::size_t k) { return d2[k]; }), 1u);
 }
 
 TEST(ApertureParamsJson, RoundTrip) {

@@ -37,6 +37,8 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
                      const detail::SkyParamsHD& p, double saturation, RunContext& ctx,
                      std::vector<int>& offsets, std::vector<int>& index, std::vector<float>& sorted,
                      std::vector<detail::SkyEstimate>& est);
+void debugOptimalRadii(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
+                       std::int32_t* index, RunContext& ctx);
 } // namespace gpuphot::cuda
 
 namespace {
@@ -133,10 +135,90 @@ TEST(ApertureCuda, NewAndEarlierKernelsMatchCpu) {
             const ScopedEnv e1("GPUPHOT_APERTURE_SKY", earlier ? "split" : "fused");
             const ScopedEnv e2("GPUPHOT_APERTURE_KRON", earlier ? "thread" : "warp");
             const ScopedEnv e3("GPUPHOT_APERTURE_CIRCLE", earlier ? "thread" : "warp");
+            const ScopedEnv e4("GPUPHOT_APERTURE_OPTIMAL", earlier ? "host" : "device");
             RunContext g = testContext(Backend::Cuda);
             expectSameApertures(rc, run(f, p, g));
         }
     }
+}
+
+// Pass 3's optimal radius search on the device (one thread per source) gives the host search's grid index
+// for every source: random curves of growth (rising, falling, with zero, negative and NaN fractions), with
+// and without the Poisson term, sky variances zero, NaN and positive, sky pixel counts finite and infinite,
+// a flat curve (the smallest radius wins), and a grid where no radius qualifies (the last index).
+TEST(ApertureCuda, OptimalRadiiMatchHostSearch) {
+    REQUIRE_DEVICE();
+    RunContext g = testContext(Backend::Cuda);
+    const double kNaN = std::numeric_limits<double>::quiet_NaN();
+    const double kInf = std::numeric_limits<double>::infinity();
+    std::uint64_t state = 12345;
+    auto uniform = [&] { // xorshift64*, [0, 1)
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        return static_cast<double>((state * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
+    };
+    for (int gridCase = 0; gridCase < 6; ++gridCase) {
+        SCOPED_TRACE("grid case " + std::to_string(gridCase));
+        const std::size_t ng = gridCase == 5 ? 7 : 186;
+        std::vector<double> r(ng), frac(ng), num(ng), area(ng), kappaArea(ng);
+        const double kappa = 1.0 + 0.3 * gridCase;
+        for (std::size_t k = 0; k < ng; ++k) {
+            r[k] = 0.5 + 0.05 * static_cast<double>(k);
+            const double rise = 1.0 - std::exp(-r[k] * r[k] / (2.0 * (1.0 + gridCase)));
+            frac[k] = gridCase == 1 ? 0.5 : rise * (1.0 + 0.02 * (uniform() - 0.5)); // 1: flat
+            if (gridCase == 2 && k % 17 == 3) frac[k] = -0.1;
+            if (gridCase == 2 && k % 29 == 5) frac[k] = kNaN;
+            if (gridCase == 3 && k < 20) frac[k] = 0.0;
+            if (gridCase == 5) frac[k] = -1.0; // nothing qualifies
+            num[k] = frac[k] * frac[k];
+            area[k] = 3.141592653589793 * r[k] * r[k];
+            kappaArea[k] = kappa * area[k];
+        }
+        for (const double gain : {0.0, 1.7}) {
+            SCOPED_TRACE("gain " + std::to_string(gain));
+            const detail::OptimalGrid grid{frac.data(), num.data(), area.data(), kappaArea.data(), ng, gain,
+                                           gain > 0.0};
+            const std::size_t n = 5000;
+            std::vector<detail::OptimalJob> jobs(n);
+            for (std::size_t i = 0; i < n; ++i) {
+                const double F = (i % 7 == 0) ? 0.0 : std::pow(10.0, 1.0 + 5.0 * uniform());
+                double var = std::pow(10.0, -1.0 + 4.0 * uniform());
+                if (i % 11 == 0) var = 0.0;
+                if (i % 13 == 0) var = kNaN;
+                const double nSky = (i % 5 == 0) ? kInf : std::floor(20.0 + 2000.0 * uniform());
+                jobs[i] = detail::OptimalJob{F, var, nSky};
+            }
+            std::vector<std::int32_t> dev(n, -7);
+            cuda::debugOptimalRadii(jobs.data(), n, grid, dev.data(), g);
+            std::vector<double> den(ng);
+            std::size_t mismatches = 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                for (std::size_t k = 0; k < ng; ++k)
+                    den[k] = detail::optimalVariance(grid.poisson, jobs[i].F, frac[k], gain, area[k], jobs[i].var,
+                                                     kappaArea[k], jobs[i].nSky);
+                const std::size_t host =
+                    detail::optimalGridIndex(frac.data(), num.data(), ng, [&](std::size_t k) { return den[k]; });
+                if (static_cast<std::size_t>(dev[i]) != host && mismatches++ < 5)
+                    ADD_FAILURE() << "source " << i << ": device " << dev[i] << ", host " << host;
+            }
+            EXPECT_EQ(mismatches, 0u);
+            if (gridCase == 5) {
+                EXPECT_EQ(dev[0], static_cast<std::int32_t>(ng - 1));
+            }
+            if (gridCase == 1) { // flat curve: the smallest radius has the best S/N
+                EXPECT_EQ(dev[1], 0);
+            }
+        }
+    }
+    // GPUPHOT_APERTURE_OPTIMAL=host: the engine leaves the search to the driver
+    const ScopedEnv e("GPUPHOT_APERTURE_OPTIMAL", "host");
+    const double one = 1.0;
+    const detail::OptimalGrid grid{&one, &one, &one, &one, 1, 0.0, false};
+    const detail::OptimalJob job{1.0, 1.0, 100.0};
+    std::int32_t index = 3;
+    cuda::debugOptimalRadii(&job, 1, grid, &index, g);
+    EXPECT_EQ(index, -1);
 }
 
 // Large apertures: annuli near and beyond the block-per-source sky's shared-memory bound (outer radius 40

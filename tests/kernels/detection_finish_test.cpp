@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/model/image.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -21,7 +22,9 @@
 #include "core/stages/background.hpp"
 #include "core/stages/detection.hpp"
 #include "core/stages/detection_internal.hpp"
+#include "core/stages/detection_window.hpp"
 #include "kernels/detection_finish.hpp"
+#include "kernels/detection_finish_pack.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
@@ -48,9 +51,13 @@ struct Finished {
     double cpuMs = 0.0, gpuMs = 0.0;
 };
 
-Finished finishBoth(const Inputs& in, const DetectionParams& p, int threads = 2, int gpuRepeats = 1) {
+// shared: the CUDA run's context (its DeviceContext, pinned slots and pool reused across calls), else a
+// fresh one.
+Finished finishBoth(const Inputs& in, const DetectionParams& p, int threads = 2, int gpuRepeats = 1,
+                    RunContext* shared = nullptr) {
     RunContext ctx = cudatest::testContext(Backend::Cpu, threads);
-    RunContext gctx = cudatest::testContext(Backend::Cuda, threads);
+    RunContext own = cudatest::testContext(Backend::Cuda, threads);
+    RunContext& gctx = shared ? *shared : own;
     detail::PreparedDetection prep;
     detail::prepareDetection(in.image.view(), in.mask.view(), in.bkg, p, threads, prep);
     prep.im.releasableDet = nullptr; // the filtered image goes up first
@@ -171,6 +178,104 @@ TEST(CudaDetectionFinish, EdgeObjectsOddSize) {
         EXPECT_TRUE(edge);
         expectSameDetection(f.cpu, f.gpu);
     }
+}
+
+// One context for frames of different sizes and object counts, larger and smaller in turn: the step's
+// reused pinned buffers (packed objects, order, windowed positions) grown and reused, each result bitwise.
+TEST(CudaDetectionFinish, ContextReusedAcrossFrames) {
+    REQUIRE_DEVICE();
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs crowded = fromSim(cudatest::simulateSmall(397, 311, 1800, 12), ctx);
+    const Inputs sparse = fromSim(cudatest::simulateSmall(301, 257, 60, 11), ctx);
+    RunContext gctx = cudatest::testContext(Backend::Cuda, 2);
+    std::size_t counts[3] = {};
+    int k = 0;
+    for (const Inputs* in : {&sparse, &crowded, &sparse}) {
+        SCOPED_TRACE(k);
+        const Finished f = finishBoth(*in, gainParams(), 2, 2, &gctx);
+        counts[k++] = f.cpu.sources.size();
+        expectSameDetection(f.cpu, f.gpu);
+    }
+    EXPECT_GT(counts[1], 5 * counts[0]);
+    EXPECT_EQ(counts[0], counts[2]);
+}
+
+// The host halves of the columns (kernels/detection_finish_pack.hpp): fillFinishColumns then
+// fillFinishWindow give the rows detail::setSourceRow gives, bitwise.
+TEST(CudaDetectionFinish, ColumnsInTwoHalvesAsSetSourceRow) {
+    cudatest::SplitMix64 rng(21);
+    const int n = 5000;
+    detail::DetectedObjects found;
+    found.objects.resize(n);
+    found.iso.resize(n);
+    std::vector<detail::WindowResult> win(n);
+    std::vector<std::int32_t> order(n);
+    for (int i = 0; i < n; ++i) {
+        detail::IsoMeasure& m = found.iso[i];
+        m.flux = rng.normal(1000.0f, 300.0f);
+        m.fluxVar = std::abs(rng.normal(50.0f, 10.0f));
+        m.area = i % 97 + 1;
+        m.xIso = rng.normal(500.0f, 200.0f);
+        m.yIso = rng.normal(400.0f, 150.0f);
+        m.x2 = rng.normal(3.0f, 1.0f);
+        m.y2 = rng.normal(3.0f, 1.0f);
+        m.xy = rng.normal(0.0f, 0.5f);
+        m.a = rng.normal(2.0f, 0.3f);
+        m.b = rng.normal(1.5f, 0.3f);
+        m.theta = rng.normal(0.0f, 1.0f);
+        m.peak = rng.normal(200.0f, 50.0f);
+        m.xMin = i;
+        m.xMax = i + 3;
+        m.yMin = 2 * i;
+        m.yMax = 2 * i + 5;
+        m.flags = static_cast<std::uint32_t>(i % 7);
+        found.objects[i].flags = static_cast<std::uint32_t>((i % 3) << 8);
+        found.objects[i].runs = {{i, 0, i % 5}};
+        win[i] = {rng.normal(500.0f, 200.0f), rng.normal(400.0f, 150.0f), rng.normal(0.1f, 0.01f),
+                  rng.normal(0.1f, 0.01f)};
+        order[i] = (i * 7919) % n; // a permutation (7919 is prime, n = 5000 has no factor 7919)
+    }
+    DetectionResult ref, got;
+    ref.sources.resize(n);
+    for (int k = 0; k < n; ++k)
+        detail::setSourceRow(ref.sources, static_cast<std::size_t>(k), found.iso[order[k]],
+                             found.objects[order[k]].flags, win[k]);
+    cuda::fillFinishColumns(found, order.data(), got, 3);
+    cuda::fillFinishWindow(win.data(), got.sources, 3);
+    expectSameDetection(ref, got);
+}
+
+// DeferredRelease: the objects go (found left empty), freed on a helper thread with several threads, at once
+// with one; a second release joins the first; wait() and the destructor join.
+TEST(CudaDetectionFinish, DeferredReleaseFreesOnAHelperThread) {
+    auto objects = [](int n) {
+        detail::DetectedObjects f;
+        f.objects.resize(n);
+        f.iso.resize(n);
+        for (int i = 0; i < n; ++i)
+            f.objects[i].runs.assign(1 + i % 4, detail::Run{i, 0, 3});
+        f.nDeblended = static_cast<std::size_t>(n);
+        return f;
+    };
+    {
+        cuda::DeferredRelease r;
+        detail::DetectedObjects f = objects(20000);
+        r.release(std::move(f), 1);
+        EXPECT_TRUE(f.objects.empty() && f.iso.empty());
+        EXPECT_EQ(r.threadsStarted(), 0u);
+        for (int k = 0; k < 3; ++k) {
+            detail::DetectedObjects g = objects(20000 + k);
+            r.release(std::move(g), 4);
+            EXPECT_TRUE(g.objects.empty() && g.iso.empty());
+            EXPECT_EQ(g.nDeblended, 0u);
+        }
+        EXPECT_EQ(r.threadsStarted(), 3u);
+        r.wait();
+        r.wait(); // nothing in progress: no-op
+        detail::DetectedObjects g = objects(100);
+        r.release(std::move(g), 2);
+        EXPECT_EQ(r.threadsStarted(), 4u);
+    } // the destructor joins the last one
 }
 
 TEST(CudaDetectionFinish, NoObjects) {

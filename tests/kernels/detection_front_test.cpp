@@ -214,6 +214,22 @@ TEST(DetectionFrontCuda, FullRowsAndAlternatingPixels) {
     EXPECT_EQ(row11, static_cast<std::size_t>(f.image.width() / 2));
 }
 
+TEST(DetectionFrontCuda, EveryTapCountOfTheColumnRegisterWindow) {
+    REQUIRE_DEVICE();
+    // FWHM 1..6: 3, 5, 7, 9, 11 taps (the column pass's register-window kernels) and 13 (the generic one);
+    // 37-row chunks: blocks of 16 rows with every tap inside the image, blocks touching the top and bottom
+    // rows and partial blocks at the chunks' ends.
+    const Field f = makeField(301, 180, 40, 11);
+    for (const double fwhm : {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}) {
+        DetectionParams p;
+        p.filterFwhm = fwhm;
+        const std::string what = "fwhm " + std::to_string(fwhm);
+        expectSameFront(f, p, cuda::FrontPlan::WholeDevice, 0, what);
+        expectSameFront(f, p, cuda::FrontPlan::WholeDevice, 37, what);
+        expectSameFront(f, p, cuda::FrontPlan::WholeHost, 64, what);
+    }
+}
+
 TEST(DetectionFrontCuda, LaunchConfigurationDoesNotMatter) {
     REQUIRE_DEVICE();
     const Field f = makeField(203, 77, 25, 8);

@@ -119,8 +119,19 @@ detail::DetectedObjects compareObjects(const ImageView& image, const MaskView& m
     dim.threshold = p.threshold;
     dim.absolute = p.thresholdIsAbsolute;
     dc.synchronize();
-    const detail::DetectedObjects gpu = cuda::detectObjects(dc, prep.runs, dim, p, g);
-    expectSameObjects(cpu, gpu);
+    {
+        SCOPED_TRACE("runs uploaded from the host");
+        expectSameObjects(cpu, cuda::detectObjects(dc, prep.runs, dim, p, g));
+    }
+    // The runs already on the device (the front's, DeviceDetectionImages::runs): labelled there.
+    cuda::DeviceBuffer<detail::Run> runs(dc, prep.runs.size());
+    if (!prep.runs.empty()) runs.upload(prep.runs.data(), prep.runs.size());
+    dim.runs = runs.get();
+    dim.runCount = prep.runs.size();
+    {
+        SCOPED_TRACE("runs on the device");
+        expectSameObjects(cpu, cuda::detectObjects(dc, prep.runs, dim, p, g));
+    }
     return cpu;
 }
 
