@@ -1,8 +1,11 @@
 #include "kernels/detection_finish_pack.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "core/stages/detection_window.hpp"
 
@@ -54,8 +57,28 @@ void packFinish(const detail::DetectedObjects& found, const FinishLayout& l, con
 void fillFinishColumns(const detail::DetectedObjects& found, const std::int32_t* order, DetectionResult& result,
                        int threads) {
     Sources& s = result.sources;
-    s.resize(found.objects.size());
-    const auto n = static_cast<std::int64_t>(found.objects.size());
+    // The fresh columns are zero-filled (first touch) one per thread rather than all on one (0.9-4.5 ms at
+    // 134k objects on the H200 host, 0.3 ms so). A column that fails to grow is grown again by s.resize, which
+    // throws.
+    std::vector<double>* dcol[] = {&s.x,  &s.y, &s.xErr, &s.yErr,  &s.xIso,    &s.yIso,       &s.x2,  &s.y2,
+                                   &s.xy, &s.a, &s.b,    &s.theta, &s.fluxIso, &s.fluxIsoErr, &s.peak};
+    std::vector<std::int32_t>* icol[] = {&s.areaIso, &s.xMin, &s.xMax, &s.yMin, &s.yMax, &s.segmentId};
+    constexpr int nd = static_cast<int>(std::size(dcol)), ni = static_cast<int>(std::size(icol));
+    const std::size_t rows = found.objects.size();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int c = 0; c <= nd + ni; ++c) {
+        try {
+            if (c < nd)
+                dcol[c]->resize(rows);
+            else if (c < nd + ni)
+                icol[c - nd]->resize(rows);
+            else
+                s.flags.resize(rows);
+        } catch (...) {
+        }
+    }
+    s.resize(rows);
+    const auto n = static_cast<std::int64_t>(rows);
     const detail::WindowResult none{};
 #pragma omp parallel for num_threads(threads) schedule(static, 1024)
     for (std::int64_t k = 0; k < n; ++k)

@@ -496,6 +496,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         for (std::ptrdiff_t t = 0; t < ns; ++t)
             sizes[static_cast<std::size_t>(t)]();
     }
+    clock.lap("p1.alloc");
 
     forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
         idx.clear();
@@ -620,6 +621,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             }
             res.flags[i] = bflags[k] | ko.flags;
         }
+        clock.lap("p1.kronhost");
     });
 
     clock.lap("pass1");

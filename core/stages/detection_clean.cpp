@@ -30,6 +30,9 @@
 #include <functional>
 #include <limits>
 #include <new>
+#include <system_error>
+#include <thread>
+#include <utility>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -321,6 +324,23 @@ void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* is
                            int threads, DetectedObjects& out, CleanScratch* scratch) {
     const std::size_t n = objects.size();
     StepTimer timer;
+    // The measurement storage (at most n kept objects, ~11 MB at 134k) is faulted in and value-initialised on
+    // a helper thread while CLEAN runs (H200 host, 134k: the wait for it 1.8 ms, the parallel prefault 2.1-2.3
+    // ms); no thread: made below.
+    std::vector<IsoMeasure> early;
+    std::jthread earlyThread;
+    if (threads > 1 && n >= 4096) {
+        try {
+            earlyThread = std::jthread([&early, n] {
+                try {
+                    early.resize(n);
+                } catch (...) {
+                    early = {}; // made below instead
+                }
+            });
+        } catch (const std::system_error&) {
+        }
+    }
     std::vector<std::int32_t> target;
     if (p.clean)
         target = cleanSums ? cleanTargetsFromSums(n, cleanSums, width, height, p, threads, scratch)
@@ -346,7 +366,14 @@ void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* is
     }
     // Each kept object: its measurement, the CLEANed ones' measurements and runs added (the runs re-sorted).
     timer.lap("CLEAN merge lists (host)");
-    std::vector<IsoMeasure> iso = prefaultedVector<IsoMeasure>(kept.size(), threads);
+    if (earlyThread.joinable()) earlyThread.join();
+    std::vector<IsoMeasure> iso;
+    if (early.size() >= kept.size()) {
+        early.resize(kept.size());
+        iso = std::move(early);
+    } else {
+        iso = prefaultedVector<IsoMeasure>(kept.size(), threads);
+    }
     timer.lap("measurement storage (host)");
     parallelFor(kept.size(), threads, 256, [&](std::int64_t q) {
         const std::int32_t j = kept[q];

@@ -32,16 +32,26 @@ bool sameRuns(const std::vector<detail::Run>& a, const std::vector<detail::Run>&
     return true;
 }
 
+// The field's background and prepared detection (runs, images), kept together: prep's views point into bkg.
+struct PreparedField {
+    BackgroundResult bkg;
+    detail::PreparedDetection prep;
+};
+std::unique_ptr<PreparedField> prepareField(const SimResult& sim, const DetectionParams& p, RunContext& ctx) {
+    auto f = std::make_unique<PreparedField>();
+    f->bkg = estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, ctx);
+    detail::prepareDetection(sim.image.view(), sim.defects.view(), f->bkg, p, 2, f->prep);
+    return f;
+}
+
 // Every root of the field: deblendObject with and without the shortcut agree. Returns how many roots the
 // shortcut decided (fewer than two peaks, large enough to be examined).
 std::size_t checkField(const SimResult& sim, const DetectionParams& p, const std::string& what) {
     SCOPED_TRACE(what);
     RunContext ctx;
     ctx.threads = 2;
-    const BackgroundResult bkg =
-        estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, ctx);
-    detail::PreparedDetection prep;
-    detail::prepareDetection(sim.image.view(), sim.defects.view(), bkg, p, 2, prep);
+    const auto prepared = prepareField(sim, p, ctx);
+    const detail::PreparedDetection& prep = prepared->prep;
     const detail::RootRuns rr = detail::labelRoots(prep.runs, p.minArea);
     std::size_t decided = 0;
     for (std::size_t k = 0; k < rr.size(); ++k) {
@@ -105,10 +115,8 @@ std::size_t checkFromSums(const SimResult& sim, const DetectionParams& p, const 
     SCOPED_TRACE(what);
     RunContext ctx;
     ctx.threads = 2;
-    const BackgroundResult bkg =
-        estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, ctx);
-    detail::PreparedDetection prep;
-    detail::prepareDetection(sim.image.view(), sim.defects.view(), bkg, p, 2, prep);
+    const auto prepared = prepareField(sim, p, ctx);
+    const detail::PreparedDetection& prep = prepared->prep;
     const detail::DetectedObjects ref = detail::detectObjects(prep.runs, prep.im, p, ctx);
 
     const detail::RootRuns rr = detail::labelRoots(prep.runs, p.minArea);
