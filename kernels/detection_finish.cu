@@ -217,23 +217,8 @@ struct SegmentationPool {
             if (!staging[b].get()) staging[b] = PinnedBuffer<unsigned char>(kChunk);
             if (!done[b]) GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&done[b], cudaEventDisableTiming));
         }
-        const auto* from = static_cast<const unsigned char*>(src);
-        auto* to = static_cast<unsigned char*>(dst);
-        const std::size_t chunks = (bytes + kChunk - 1) / kChunk;
-        auto enqueue = [&](std::size_t k) {
-            const std::size_t off = k * kChunk;
-            GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(staging[k % 2].get(), from + off, std::min(kChunk, bytes - off),
-                                               cudaMemcpyDeviceToHost, stream));
-            GPUPHOT_CUDA_CHECK(cudaEventRecord(done[k % 2], stream));
-        };
-        enqueue(0);
-        if (chunks > 1) enqueue(1);
-        for (std::size_t k = 0; k < chunks; ++k) {
-            const std::size_t off = k * kChunk;
-            GPUPHOT_CUDA_CHECK(cudaEventSynchronize(done[k % 2]));
-            parallelCopy(to + off, staging[k % 2].get(), std::min(kChunk, bytes - off));
-            if (k + 2 < chunks) enqueue(k + 2);
-        }
+        unsigned char* const buffers[2] = {staging[0].get(), staging[1].get()};
+        downloadThroughStaging(dst, src, bytes, kChunk, stream, buffers, done);
     }
     void close() noexcept;
     ~SegmentationPool() {

@@ -490,26 +490,29 @@ void DeviceContext::downloadStaged(void* host, const void* device, std::size_t b
     }
     Impl& s = *m_impl;
     prepareStaging();
+    unsigned char* const staging[2] = {s.staging[0].get(), s.staging[1].get()};
+    downloadThroughStaging(host, device, bytes, m_stagingChunk, m_stream, staging, s.stagingDone);
+    m_stagedBytes += bytes;
+}
+
+void downloadThroughStaging(void* host, const void* device, std::size_t bytes, std::size_t chunk,
+                            cudaStream_t stream, unsigned char* const staging[2], cudaEvent_t const done[2]) {
     const auto* src = static_cast<const unsigned char*>(device);
     auto* dst = static_cast<unsigned char*>(host);
-    const std::size_t chunks = (bytes + m_stagingChunk - 1) / m_stagingChunk;
+    const std::size_t chunks = (bytes + chunk - 1) / chunk;
     auto enqueue = [&](std::size_t k) {
-        const int b = static_cast<int>(k % 2);
-        const std::size_t off = k * m_stagingChunk, n = std::min(m_stagingChunk, bytes - off);
-        GPUPHOT_CUDA_CHECK(
-            cudaMemcpyAsync(s.staging[b].get(), src + off, n, cudaMemcpyDeviceToHost, m_stream));
-        GPUPHOT_CUDA_CHECK(cudaEventRecord(s.stagingDone[b], m_stream));
+        const std::size_t b = k % 2, off = k * chunk, n = std::min(chunk, bytes - off);
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(staging[b], src + off, n, cudaMemcpyDeviceToHost, stream));
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(done[b], stream));
     };
     enqueue(0);
     if (chunks > 1) enqueue(1);
     for (std::size_t k = 0; k < chunks; ++k) {
-        const int b = static_cast<int>(k % 2);
-        const std::size_t off = k * m_stagingChunk, n = std::min(m_stagingChunk, bytes - off);
-        GPUPHOT_CUDA_CHECK(cudaEventSynchronize(s.stagingDone[b]));
-        parallelCopy(dst + off, s.staging[b].get(), n);
+        const std::size_t b = k % 2, off = k * chunk, n = std::min(chunk, bytes - off);
+        GPUPHOT_CUDA_CHECK(cudaEventSynchronize(done[b]));
+        parallelCopy(dst + off, staging[b], n);
         if (k + 2 < chunks) enqueue(k + 2);
     }
-    m_stagedBytes += bytes;
 }
 
 void* DeviceContext::pinned(int slot, std::size_t bytes) {

@@ -54,6 +54,12 @@ template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generat
 // at the next synchronisation. The DeviceContext's pool and the raw upload's (kernels/frame_upload.cu).
 cudaMemPool_t createDevicePool(int device, std::uint64_t releaseThreshold);
 
+// A large device -> host copy through two pinned staging chunks of `chunk` bytes on `stream`: the DMA into
+// one chunk overlaps the copy out of the other (several host threads, host_copy.hpp). staging and done: two
+// buffers of at least `chunk` bytes and two events, made by the caller. Returns when `host` holds the data.
+void downloadThroughStaging(void* host, const void* device, std::size_t bytes, std::size_t chunk,
+                            cudaStream_t stream, unsigned char* const staging[2], cudaEvent_t const done[2]);
+
 // ---- device memory outside the contexts' budgets (the read phase's raw upload, kernels/frame_upload.hpp)
 // The raw upload allocates from its own pool, with no RunContext (the read may run beside another frame's
 // stages), memory that belongs to the frame cache the stages plan with: the device frame until a context
