@@ -148,6 +148,18 @@ std::string printableExcerpt(const std::string& text, std::size_t max) {
 // re-formatted by us without its comment, so that every card is well formed and nothing spans two
 // cards. Commentary, HIERARCH and CONTINUE cards carry no WCS and are left out. Returns the reason when a
 // celestial WCS keyword itself is damaged (then the header WCS is broken), else empty.
+// True when `value` (a card's value text) is a plain integer: optional blanks, an optional sign, digits.
+bool plainInteger(const std::string& value) {
+    std::size_t i = value.find_first_not_of(' ');
+    if (i == std::string::npos) return false;
+    if (value[i] == '+' || value[i] == '-') ++i;
+    const std::size_t digits = i;
+    while (i < value.size() && value[i] >= '0' && value[i] <= '9')
+        ++i;
+    if (i == digits) return false;
+    return value.find_first_not_of(' ', i) == std::string::npos;
+}
+
 std::string wcslibHeaderText(const Header& header, std::string& text) {
     text.clear();
     text.reserve(header.size() * 80);
@@ -162,12 +174,14 @@ std::string wcslibHeaderText(const Header& header, std::string& text) {
             continue;
         }
         // WCSLIB 7.12's wcspih sizes its arrays from NAXIS / WCSAXES (NAXIS = 950970851 asked for 7.6 GB;
-        // found by tests/fuzz/fuzz_header_wcs): a WCS has at most 99 axes.
+        // found by tests/fuzz/fuzz_header_wcs): a WCS has at most 99 axes. The value must be a plain integer:
+        // wcspih's scanner reads the leading digits of anything else (NAXIS = 361665E-05 is 3.6 as a number
+        // but asked for 15.6 GB; found by the CI fuzz run of 2026-11-30 12:0x UTC).
         if (card.key == "NAXIS" || card.key.rfind("WCSAXES", 0) == 0) {
             const auto n = parseFitsNumber(card.value);
-            if (!n || !(*n >= 0 && *n <= 99)) // not a number: wcspih might still read its leading digits
+            if (!plainInteger(card.value) || !n || !(*n >= 0 && *n <= 99))
                 return "header keyword " + card.key + " = " + printableExcerpt(card.value, 40) +
-                       " is out of range for a WCS (at most 99 axes)";
+                       " is not an axis count for a WCS (an integer, at most 99 axes)";
         }
         text += Header::formatCard({card.key, card.value, {}});
     }

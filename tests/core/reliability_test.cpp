@@ -384,6 +384,26 @@ TEST(Reliability, FuzzHeaderWcsAbsurdAxisCountIsRefusedBeforeWcslibAllocates) {
     EXPECT_TRUE(Wcs::tryFromHeader(h).has_value());
 }
 
+TEST(Reliability, FuzzHeaderWcsAxisCountThatIsNotAPlainIntegerIsRefusedBeforeWcslibAllocates) {
+    // fuzz_header_wcs (CI run of 2026-11-30, and again here): NAXIS = 361665E-05 is 3.6 as a number, but
+    // WCSLIB 7.12's wcspih reads its leading digits and calloc'ed 15.6 GB (418 MB leaked in the CI run).
+    std::ifstream in(kRegressions + "/header_wcs/wcspih_naxis_not_an_integer.hdr", std::ios::binary);
+    ASSERT_TRUE(in) << "reproducer missing";
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string msg = errorOf([&] { (void)Wcs::tryFromHeader(Header::fromFitsString(text)); });
+    EXPECT_NE(msg.find("NAXIS = 361665E-05"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not an axis count"), std::string::npos) << msg;
+    for (const char* value : {"2.5", "2E0", "0x2", "2 2", "'2'", "361665E-05"}) {
+        Header h = tanHeader();
+        h.setRaw("WCSAXES", value);
+        msg = errorOf([&] { (void)Wcs::tryFromHeader(h); });
+        EXPECT_NE(msg.find("WCSAXES"), std::string::npos) << "WCSAXES = '" << value << "': " << msg;
+    }
+    Header h = tanHeader();
+    h.setRaw("WCSAXES", "+2");
+    EXPECT_TRUE(Wcs::tryFromHeader(h).has_value());
+}
+
 TEST(Reliability, FuzzHeaderWcsDamagedNonWcsCardsDoNotAffectTheWcs) {
     // Damaged cards that are not WCS keywords are left out of what WCSLIB sees: the WCS is unchanged.
     Header h = tanHeader();
