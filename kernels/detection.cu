@@ -33,6 +33,7 @@
 #include "kernels/detection_objects.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
+#include "kernels/kernel_clock.cuh"
 
 namespace gpuphot::cuda {
 namespace {
@@ -43,89 +44,6 @@ static_assert(sizeof(Run) == 3 * sizeof(std::int32_t), "Run is downloaded as thr
 constexpr std::uint8_t kInvalid = detail::StateInvalid;
 constexpr std::uint8_t kBad = detail::StateBad;
 constexpr std::uint8_t kSaturated = detail::StateSaturated;
-
-// GPUPHOT_DETECTION_TIMING: device times of the front's kernels and copies (CUDA events around each, summed
-// by name, printed on stderr with the stage's step times). Off: no events, no synchronisation.
-class KernelClock {
-public:
-    explicit KernelClock(cudaStream_t stream)
-        : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream),
-          m_last(std::chrono::steady_clock::now()) {}
-    ~KernelClock() {
-        for (Mark& m : m_marks) {
-            cudaEventDestroy(m.a);
-            cudaEventDestroy(m.b);
-        }
-    }
-    KernelClock(const KernelClock&) = delete;
-    KernelClock& operator=(const KernelClock&) = delete;
-    template <class F> void time(const char* name, F&& f) {
-        if (!m_on) {
-            f();
-            return;
-        }
-        Mark m{name, nullptr, nullptr};
-        cudaEventCreate(&m.a);
-        cudaEventCreate(&m.b);
-        cudaEventRecord(m.a, m_stream);
-        f();
-        cudaEventRecord(m.b, m_stream);
-        m_marks.push_back(m);
-    }
-    // Host time since the previous lap (or the clock's construction), summed by name.
-    void lap(const char* name) {
-        if (!m_on) return;
-        const auto now = std::chrono::steady_clock::now();
-        const double ms = std::chrono::duration<double, std::milli>(now - m_last).count();
-        m_last = now;
-        auto it = std::find_if(m_laps.begin(), m_laps.end(), [&](const auto& e) { return e.first == name; });
-        if (it == m_laps.end())
-            m_laps.push_back({name, ms});
-        else
-            it->second += ms;
-    }
-    // Sums by name (in order of first use) and the span from the first event to the last.
-    void report() {
-        if (!m_on) return;
-        for (const auto& [name, ms] : m_laps)
-            std::fprintf(stderr, "detection timing: host front: %s %.3f ms\n", name.c_str(), ms);
-        m_laps.clear();
-        if (m_marks.empty()) return;
-        cudaStreamSynchronize(m_stream);
-        std::vector<std::pair<std::string, std::pair<double, int>>> sums;
-        for (const Mark& m : m_marks) {
-            float ms = 0.0f;
-            cudaEventElapsedTime(&ms, m.a, m.b);
-            auto it =
-                std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == m.name; });
-            if (it == sums.end()) sums.push_back({m.name, {0.0, 0}}), it = sums.end() - 1;
-            it->second.first += ms;
-            ++it->second.second;
-        }
-        for (const auto& [name, v] : sums)
-            std::fprintf(stderr, "detection timing: device %s %.3f ms (%d)\n", name.c_str(), v.first,
-                         v.second);
-        float span = 0.0f;
-        cudaEventElapsedTime(&span, m_marks.front().a, m_marks.back().b);
-        std::fprintf(stderr, "detection timing: device front span %.3f ms\n", span);
-        for (Mark& m : m_marks) {
-            cudaEventDestroy(m.a);
-            cudaEventDestroy(m.b);
-        }
-        m_marks.clear();
-    }
-
-private:
-    struct Mark {
-        const char* name;
-        cudaEvent_t a, b;
-    };
-    bool m_on;
-    cudaStream_t m_stream;
-    std::vector<Mark> m_marks;
-    std::chrono::steady_clock::time_point m_last;
-    std::vector<std::pair<std::string, double>> m_laps;
-};
 
 // ---- per-pixel kernels ---------------------------------------------------------------------------------
 // Layout: a strip of image rows [h0, h1) (the own rows [y0, y1) with the filter's halo); inputs address row
@@ -911,7 +829,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     detail::StepTimer timer;
     const int W = image.width, H = image.height;
     const std::size_t npix = static_cast<std::size_t>(W) * H;
-    KernelClock clock(dc.stream());
+    KernelClock clock(dc.stream(), "front");
     DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
 
     // Host images that the strips fill row by row (the host per-object half), reused between runs:
@@ -1054,7 +972,7 @@ DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask
     if (!acceptable(image, mask, bkg, p))
         throw InvalidInput("detectionFront: parameters the stage does not take");
     DeviceContext& dc = DeviceContext::of(ctx);
-    KernelClock clock(dc.stream());
+    KernelClock clock(dc.stream(), "front");
     const DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
     const int W = s.W, H = s.H;
     const std::size_t npix = static_cast<std::size_t>(W) * H;

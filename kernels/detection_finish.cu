@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -33,6 +35,7 @@
 #include "kernels/detection_finish_pack.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/host_copy.hpp"
+#include "kernels/kernel_clock.cuh"
 
 namespace gpuphot::cuda {
 namespace {
@@ -116,7 +119,8 @@ struct DeviceWindowImage {
 constexpr int kWindowWarps = 4; // warps per block
 __global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixStart, const WindowObject* obj,
                              const double* r2, const float* value, std::int64_t n, DeviceDetectionImages im,
-                             const std::int32_t* seg, detail::WindowConfig cfg, WindowResult* out) {
+                             const std::int32_t* seg, detail::WindowConfig cfg, WindowResult* out,
+                             std::int64_t* work) {
     // Raw storage: a __shared__ array of a class with member initialisers is not allowed.
     __shared__ alignas(alignof(detail::WindowSums)) unsigned char raw[sizeof(detail::WindowSums) * kWindowWarps * kWarp];
     auto* terms = reinterpret_cast<detail::WindowSums(*)[kWarp]>(raw);
@@ -137,11 +141,13 @@ __global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixS
     const DeviceWindowImage img{&im, seg};
     detail::WindowState s = detail::windowStart(m, half, cfg);
     const int iterations = detail::windowIterations(cfg);
+    std::int64_t visited = 0; // box pixels over the iterations (work != null: GPUPHOT_DETECTION_TIMING)
     for (int it = 0; it < iterations; ++it) {
         int xa = 0, xb = -1, ya = 0, yb = -1;
         if (!detail::windowBox(s, cfg, xa, xb, ya, yb)) break;
         const int bw = xb - xa + 1, bh = yb - ya + 1;
         const std::int64_t count = bw > 0 && bh > 0 ? static_cast<std::int64_t>(bw) * bh : 0;
+        visited += count;
         detail::WindowSums q;
         for (std::int64_t base = 0; base < count; base += kWarp) {
             const std::int64_t j = base + lane;
@@ -165,6 +171,7 @@ __global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixS
         if (!detail::windowStep(s, q, cfg)) break;
     }
     if (lane == 0) out[k] = detail::windowFinish(m, s);
+    if (work && lane == 0) work[k] = visited;
 }
 
 unsigned blocksFor(std::int64_t threads, int block) {
@@ -388,8 +395,12 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         dc.pinned(kPinnedWindowSlot, std::max<std::size_t>(found.objects.size(), 1) * sizeof(WindowResult)));
     packFinish(found, layout, pixStart.data(), packed, threads);
     DeviceBuffer<unsigned char> dPacked(dc, layout.bytes);
+    KernelClock kc(st, "finish"); // GPUPHOT_DETECTION_TIMING: device times of the steps below
     if (layout.bytes)
-        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dPacked.get(), packed, layout.bytes, cudaMemcpyHostToDevice, st));
+        kc.time("finish: upload", [&] {
+            GPUPHOT_CUDA_CHECK(
+                cudaMemcpyAsync(dPacked.get(), packed, layout.bytes, cudaMemcpyHostToDevice, st));
+        });
     const auto* dRunStart = reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.runStart);
     const auto* dPixStart = reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.pixStart);
     const auto* dObj = reinterpret_cast<const WindowObject*>(dPacked.get() + layout.objects);
@@ -400,7 +411,7 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     DeviceBuffer<std::uint64_t> keys(dc, n), keysSorted(dc, n);
     DeviceBuffer<std::int32_t> index(dc, n), order(dc, n), id(dc, n);
     constexpr int kBlock = 256;
-    if (n > 0) {
+    if (n > 0) kc.time("finish: order (first pixels, radix sort, ranks)", [&] {
         firstPixelKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(dRuns, dRunStart, n, w, keys.get(), index.get());
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
         int endBit = 1;
@@ -414,7 +425,7 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
                                                            index.get(), order.get(), n, 0, endBit, st));
         rankKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(order.get(), n, id.get());
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
-    }
+    });
     keys = {};
     keysSorted = {};
     index = {};
@@ -434,39 +445,52 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
 
     // Segmentation map.
     DeviceBuffer<std::int32_t> seg(dc, npix);
-    GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st));
-    if (n > 0) {
+    kc.time("finish: map zeroed", [&] {
+        GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st));
+    });
+    if (n > 0) kc.time("finish: map ids", [&] {
         segmentationKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(dRuns, dRunStart, n, id.get(), w,
                                                                              seg.get());
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
-    }
+    });
     id = {};
 
     // Growth curves: (r^2, value) in raster order, stably sorted by r^2 within each object; then the
     // windowed positions, which come down (pinned).
+    DeviceBuffer<std::int64_t> workCount; // GPUPHOT_DETECTION_TIMING: window box pixels per object
     if (n > 0) {
         DeviceBuffer<WindowResult> win(dc, n);
         const auto nPix = layout.nPix;
         DeviceBuffer<double> r2(dc, nPix), r2Sorted(dc, nPix);
         DeviceBuffer<float> value(dc, nPix), valueSorted(dc, nPix);
-        growthPixelsKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(dRuns, dRunStart, dPixStart, dObj, n,
-                                                                             im, r2.get(), value.get());
+        kc.time("finish: growth pixels", [&] {
+            growthPixelsKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(
+                dRuns, dRunStart, dPixStart, dObj, n, im, r2.get(), value.get());
+        });
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
         std::size_t tempBytes = 0;
         GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
             nullptr, tempBytes, r2.get(), r2Sorted.get(), value.get(), valueSorted.get(), nPix, n, dPixStart,
             dPixStart + 1, st));
         DeviceBuffer<unsigned char> temp(dc, tempBytes);
-        GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
-            temp.get(), tempBytes, r2.get(), r2Sorted.get(), value.get(), valueSorted.get(), nPix, n, dPixStart,
-            dPixStart + 1, st));
+        kc.time("finish: growth curve sort", [&] {
+            GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
+                temp.get(), tempBytes, r2.get(), r2Sorted.get(), value.get(), valueSorted.get(), nPix, n,
+                dPixStart, dPixStart + 1, st));
+        });
         r2 = {};
         value = {};
-        windowKernel<<<blocksFor(n, kWindowWarps), kWindowWarps * kWarp, 0, st>>>(
-            order.get(), dPixStart, dObj, r2Sorted.get(), valueSorted.get(), n, im, seg.get(),
-            detail::windowConfig(p, w, h), win.get());
+        if (kc.on()) workCount = DeviceBuffer<std::int64_t>(dc, n);
+        kc.time("finish: windowed positions", [&] {
+            windowKernel<<<blocksFor(n, kWindowWarps), kWindowWarps * kWarp, 0, st>>>(
+                order.get(), dPixStart, dObj, r2Sorted.get(), valueSorted.get(), n, im, seg.get(),
+                detail::windowConfig(p, w, h), win.get(), workCount.get());
+        });
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
-        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(hWin, win.get(), n * sizeof(WindowResult), cudaMemcpyDeviceToHost, st));
+        kc.time("finish: windowed positions download", [&] {
+            GPUPHOT_CUDA_CHECK(
+                cudaMemcpyAsync(hWin, win.get(), n * sizeof(WindowResult), cudaMemcpyDeviceToHost, st));
+        });
     }
     timer.lap("finish: device steps queued (cuda)");
 
@@ -476,15 +500,49 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     timer.lap("finish: order (cuda)");
     fillFinishColumns(found, hOrder, result, threads);
     timer.lap("finish: columns (host, beside the device)");
-    {
+    // GPUPHOT_DETECTION_RELEASE=now: the objects freed here by the step's threads while the device works
+    // (comparisons: the release thread runs beside the next stages' parallel loops).
+    const char* release = std::getenv("GPUPHOT_DETECTION_RELEASE");
+    if (release && std::strcmp(release, "now") == 0) {
+        releaseNow(std::move(found), threads);
+        timer.lap("finish: objects freed (host, beside the device)");
+    } else {
         std::lock_guard lock(pool->mutex);
         pool->objectsRelease.release(std::move(found), threads);
+        timer.lap("finish: objects handed to the release thread (host)");
     }
-    timer.lap("finish: objects handed to the release thread (host)");
     dc.synchronize();
     timer.lap("finish: segmentation + windowed positions (cuda, the rest)");
     fillFinishWindow(hWin, result.sources, threads);
     timer.lap("finish: windowed position columns (host)");
+    if (kc.on()) {
+        std::int64_t largest = 0, over1k = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            largest = std::max(largest, pixStart[i + 1] - pixStart[i]);
+            over1k += pixStart[i + 1] - pixStart[i] > 1000;
+        }
+        std::fprintf(stderr,
+                     "detection timing: finish: %lld objects, %lld pixels, largest %lld, %lld over 1000\n",
+                     static_cast<long long>(n), static_cast<long long>(layout.nPix),
+                     static_cast<long long>(largest), static_cast<long long>(over1k));
+        if (workCount.size() > 0) {
+            std::vector<std::int64_t> wk(workCount.size());
+            dc.downloadStaged(wk.data(), workCount.get(), wk.size() * sizeof(std::int64_t));
+            std::sort(wk.begin(), wk.end());
+            std::int64_t total = 0;
+            for (const std::int64_t v : wk)
+                total += v;
+            const auto at = [&](double q) {
+                const auto i = static_cast<std::size_t>(q * static_cast<double>(wk.size() - 1));
+                return static_cast<long long>(wk[i]);
+            };
+            std::fprintf(stderr,
+                         "detection timing: finish: window box pixels total %lld, median %lld, p99 %lld, "
+                         "p99.9 %lld, max %lld\n",
+                         static_cast<long long>(total), at(0.5), at(0.99), at(0.999), at(1.0));
+        }
+        kc.report();
+    }
 
     // The segmentation map stays on the device (a deferred map: downloaded when a host consumer reads it)
     // while the budget leaves as much again for the stages in between (PSF) and the aperture stage, which

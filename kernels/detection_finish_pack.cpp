@@ -1,5 +1,6 @@
 #include "kernels/detection_finish_pack.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
@@ -95,6 +96,16 @@ void fillFinishWindow(const detail::WindowResult* win, Sources& s, int threads) 
         s.xErr[k] = win[k].xErr;
         s.yErr[k] = win[k].yErr;
     }
+}
+
+void releaseNow(detail::DetectedObjects&& found, int threads) {
+    detail::DetectedObjects gone = std::move(found);
+    found = {};
+    std::vector<detail::Object>& objects = gone.objects;
+    const auto n = static_cast<std::int64_t>(objects.size());
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static) if (n > 4096 && threads > 1)
+    for (std::int64_t i = 0; i < n; ++i)
+        std::vector<detail::Run>().swap(objects[static_cast<std::size_t>(i)].runs);
 }
 
 void DeferredRelease::release(detail::DetectedObjects&& found, int threads) {

@@ -86,8 +86,13 @@ void sortFloats(std::vector<float>& v, Scratch& sc) {
 // The CPU engine: OpenMP over the jobs of a batch, the loops of aperture_internal.hpp per job.
 class CpuEngine final : public detail::ApertureEngine {
 public:
-    explicit CpuEngine(int threads) : m_threads(threads) {}
-    std::size_t batchSize() const override { return 4096; }
+    explicit CpuEngine(int threads) : m_threads(threads) {
+        // GPUPHOT_APERTURE_BATCH (tests): other batch sizes, e.g. batches large enough for the driver's
+        // parallel loops
+        if (const char* b = std::getenv("GPUPHOT_APERTURE_BATCH"))
+            m_batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
+    }
+    std::size_t batchSize() const override { return m_batch; }
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                const ImageView& level, const ImageView& rms, double saturation) override {
         m_in = detail::AperturePlanes{};
@@ -158,6 +163,7 @@ private:
         }
     }
     int m_threads = 1;
+    std::size_t m_batch = 4096;
     detail::AperturePlanes m_in;
 };
 
@@ -196,11 +202,15 @@ double fluxVariance(const ApertureSums& s, double gain, double skyMeanVar) {
     return v;
 }
 
+// The median (the mean of the two middle values for an even count) of finite values: the values a sort
+// would put in the middle, found by selection.
 double robustMedian(std::vector<double> v) {
     if (v.empty()) return kNaN;
-    std::sort(v.begin(), v.end());
     const std::size_t n = v.size(), m = n / 2;
-    return (n % 2) ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
+    if (n % 2) return v[m];
+    const double below = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m));
+    return 0.5 * (below + v[m]);
 }
 
 double madSigma(const std::vector<double>& v, double median) {
@@ -473,21 +483,25 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         }
     };
     const std::size_t nr = radii.size();
-    std::vector<std::size_t> idx;
-    std::vector<double> cxs, cys;
-    std::vector<SkyEstimate> skies;
-    std::vector<CircleJob> jobs;
-    std::vector<ApertureSums> sums;
-    std::vector<ApertureFlagDistances> fds;
-    std::vector<KronJob> kronJobs;
-    std::vector<KronOut> kronOut;
-    std::vector<std::uint32_t> bflags;
+    // The batch buffers: the engine's (kept across calls) or this call's.
+    detail::ApertureScratch ownScratch;
+    detail::ApertureScratch& scratch = engine.scratch() ? *engine.scratch() : ownScratch;
+    std::vector<std::size_t>& idx = scratch.idx;
+    std::vector<double>& cxs = scratch.cxs;
+    std::vector<double>& cys = scratch.cys;
+    std::vector<SkyEstimate>& skies = scratch.skies;
+    std::vector<CircleJob>& jobs = scratch.jobs;
+    std::vector<ApertureSums>& sums = scratch.sums;
+    std::vector<ApertureFlagDistances>& fds = scratch.fds;
+    std::vector<KronJob>& kronJobs = scratch.kronJobs;
+    std::vector<KronOut>& kronOut = scratch.kronOut;
+    std::vector<std::uint32_t>& bflags = scratch.bflags;
     {
-        // The batch buffers sized once, each by its own thread (their first touch: page faults and
-        // initialisation, several MB at 32k sources).
+        // The batch buffers sized, each by its own thread (their first touch: page faults and
+        // initialisation, several MB at 32k sources; nothing when kept from a call of this size).
         const std::size_t m = std::min(n, batch);
-        std::vector<std::function<void()>> sizes{[&] { idx.reserve(m); },    [&] { cxs.resize(m); },
-                                                 [&] { cys.resize(m); },     [&] { skies.resize(m); },
+        std::vector<std::function<void()>> sizes{[&] { idx.resize(m); },     [&] { cxs.resize(m); },
+                                                 [&] { cys.resize(m); },      [&] { skies.resize(m); },
                                                  [&] { jobs.resize(m); },    [&] { sums.resize(m * nr); },
                                                  [&] { fds.resize(m); },     [&] { kronJobs.resize(m); },
                                                  [&] { kronOut.resize(m); }, [&] { bflags.resize(m); }};
@@ -499,35 +513,84 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     clock.lap("p1.alloc");
 
     forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
-        idx.clear();
-        for (std::size_t c = c0; c < c1; ++c) {
-            const std::size_t i = order[c];
-            const double cx = sources.x[i], cy = sources.y[i];
-            if (!std::isfinite(cx) || !std::isfinite(cy)) {
-                res.flags[i] = FlagApertureIncomplete | FlagSkyFailed | FlagKronFailed;
-                continue;
+        // the sources with finite centres in order, and those centres (each thread a contiguous share,
+        // counted first, then written from its offset)
+        const std::size_t cnt = c1 - c0;
+        idx.resize(cnt);
+        cxs.resize(cnt);
+        cys.resize(cnt);
+        const int nt = cnt >= kParallelSources ? threads : 1;
+        std::vector<std::size_t> offsets(static_cast<std::size_t>(nt) + 1, 0);
+        std::size_t m = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+            const std::size_t tn = static_cast<std::size_t>(omp_get_num_threads());
+            const std::size_t a = c0 + cnt * t / tn, b = c0 + cnt * (t + 1) / tn;
+            std::size_t finite = 0;
+            for (std::size_t c = a; c < b; ++c)
+                finite += std::isfinite(sources.x[order[c]]) && std::isfinite(sources.y[order[c]]) ? 1 : 0;
+            offsets[t + 1] = finite;
+#pragma omp barrier
+#pragma omp single
+            {
+                for (std::size_t q = 0; q < tn; ++q)
+                    offsets[q + 1] += offsets[q];
+                m = offsets[tn];
             }
-            ownIds[i] = ownIdOf(i, cx, cy);
-            idx.push_back(i);
+            std::size_t w = offsets[t];
+            for (std::size_t c = a; c < b; ++c) {
+                const std::size_t i = order[c];
+                const double cx = sources.x[i], cy = sources.y[i];
+                if (!std::isfinite(cx) || !std::isfinite(cy)) {
+                    res.flags[i] = FlagApertureIncomplete | FlagSkyFailed | FlagKronFailed;
+                    continue;
+                }
+                ownIds[i] = ownIdOf(i, cx, cy);
+                idx[w] = i;
+                cxs[w] = cx;
+                cys[w] = cy;
+                ++w;
+            }
         }
-        const std::size_t m = idx.size();
+        idx.resize(m);
+        cxs.resize(m);
+        cys.resize(m);
         clock.lap("p1.idx");
         if (m == 0) return;
         bflags.assign(m, 0);
         const std::ptrdiff_t mm = static_cast<std::ptrdiff_t>(m);
-        // sky
+        // sky (the engine may return at once: the Kron ellipses below are computed meanwhile)
+        int skyTicket = -1;
         if (p.useLocalSky) {
-            cxs.resize(m);
-            cys.resize(m);
-            for (std::size_t k = 0; k < m; ++k) {
-                cxs[k] = sources.x[idx[k]];
-                cys[k] = sources.y[idx[k]];
-            }
-            skies.assign(m, SkyEstimate{});
+            skies.resize(m); // every entry written by the engine
             clock.lap("p1.skyprep");
-            engine.localSkies(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
-            clock.lap("p1.SKY");
+            skyTicket = engine.localSkiesAsync(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
+            clock.lap("p1.skylaunch");
         }
+        // the isophotal ellipses for Kron (their sky is set below)
+        kronJobs.resize(m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
+            const std::size_t i = idx[k];
+            double a = columnOr(sources.a, i, kNaN), b = columnOr(sources.b, i, kNaN);
+            double th = columnOr(sources.theta, i, 0.0) * std::numbers::pi / 180.0;
+            if (!(a > 0.0) || !(b > 0.0) || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(th)) {
+                // no usable isophotal ellipse: a circle of the field's Gaussian sigma (or 1 px)
+                a = b = (fwhm > 0.0 && std::isfinite(fwhm)) ? fwhm * kFwhmToSigma : 1.0;
+                th = 0.0;
+            }
+            kronJobs[k] = KronJob{sources.x[i], sources.y[i], a, b, std::cos(th), std::sin(th), ApertureSky{},
+                                  ownIds[i]};
+        }
+        clock.lap("p1.kronprep");
+        if (p.useLocalSky) engine.finish(skyTicket);
+        clock.lap("p1.SKY");
+        jobs.resize(m);
+        sums.resize(m * nr);
+        fds.resize(m);
+        kronOut.resize(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
@@ -557,22 +620,18 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 res.skyRms[i] = bkg.rmsAt(pxc, pyc);
                 skyPerPixel[i] = 1;
             }
+            jobs[k] = CircleJob{cx, cy, skyModelOf(i), ownIds[i]};
+            kronJobs[k].sky = jobs[k].sky;
         }
         clock.lap("p1.skyhost");
-        // circular apertures
-        jobs.resize(m);
-        sums.resize(m * nr);
-        fds.resize(m);
-#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
-        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
-            const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t i = idx[k];
-            jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
-        }
-        clock.lap("p1.circprep");
-        engine.sumCircles(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
+        // circular apertures and Kron radius and FLUX_AUTO, queued together; the circles' columns are filled
+        // while the engine may still measure the ellipses
+        const int circleTicket =
+            engine.sumCirclesAsync(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
+        const int kronTicket = engine.kronAsync(kronJobs.data(), m, kronParams, kronOut.data());
+        clock.lap("p1.launch");
+        engine.finish(circleTicket);
         clock.lap("p1.CIRC");
-        kronJobs.resize(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
@@ -593,21 +652,9 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 err1[i] = std::sqrt(fluxVariance(s[fwhmIndex], gain, skyMeanVar[i]));
                 flags1[i] = fd.flagsFor(oneFwhm);
             }
-            // the isophotal ellipse for Kron
-            double a = columnOr(sources.a, i, kNaN), b = columnOr(sources.b, i, kNaN);
-            double th = columnOr(sources.theta, i, 0.0) * std::numbers::pi / 180.0;
-            if (!(a > 0.0) || !(b > 0.0) || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(th)) {
-                // no usable isophotal ellipse: a circle of the field's Gaussian sigma (or 1 px)
-                a = b = (fwhm > 0.0 && std::isfinite(fwhm)) ? fwhm * kFwhmToSigma : 1.0;
-                th = 0.0;
-            }
-            kronJobs[k] = KronJob{sources.x[i], sources.y[i], a, b, std::cos(th), std::sin(th), jobs[k].sky,
-                                  ownIds[i]};
         }
-        // Kron radius and FLUX_AUTO
-        kronOut.resize(m);
         clock.lap("p1.circhost");
-        engine.kron(kronJobs.data(), m, kronParams, kronOut.data());
+        engine.finish(kronTicket);
         clock.lap("p1.KRON");
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
@@ -623,6 +670,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         }
         clock.lap("p1.kronhost");
     });
+    engine.finish();
 
     clock.lap("pass1");
     // ---- pass 2: curve of growth from bright isolated stars ----
@@ -637,12 +685,19 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         // preselection on the 1-FWHM aperture (its S/N exceeds the reference aperture's for all but
         // sky-free sources), then the reference aperture for those only
         std::vector<std::size_t> pre;
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::uint32_t sf = columnOr(sources.flags, i, 0u);
-            if ((sf & kRejectSource) || (flags1[i] & kRejectSource) || (res.flags[i] & FlagSkyFailed))
-                continue;
-            if (!(flux1[i] > 0.0) || !(err1[i] > 0.0)) continue;
-            if (flux1[i] / err1[i] >= p.apCorrMinSnr) pre.push_back(i);
+        {
+            std::vector<std::uint8_t> qualifies(n);
+            const std::ptrdiff_t nn = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= kParallelSources)
+            for (std::ptrdiff_t ii = 0; ii < nn; ++ii) {
+                const std::size_t i = static_cast<std::size_t>(ii);
+                const std::uint32_t sf = columnOr(sources.flags, i, 0u);
+                qualifies[i] = !((sf & kRejectSource) || (flags1[i] & kRejectSource) ||
+                                 (res.flags[i] & FlagSkyFailed)) &&
+                               flux1[i] > 0.0 && err1[i] > 0.0 && flux1[i] / err1[i] >= p.apCorrMinSnr;
+            }
+            for (std::size_t i = 0; i < n; ++i)
+                if (qualifies[i]) pre.push_back(i);
         }
         // only the 10 x apCorrMaxStars best by that S/N (ties by index) go on to the reference aperture
         const std::size_t preMax = 10 * static_cast<std::size_t>(std::max(1, p.apCorrMaxStars));
@@ -726,12 +781,19 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             });
             clock.lap("p2.COG");
             res.cogFraction.resize(nGrid);
-            std::vector<double> col(stars.size());
-            for (std::size_t g = 0; g < nGrid; ++g) {
-                for (std::size_t s = 0; s < stars.size(); ++s)
-                    col[s] = frac[s][g];
-                res.cogFraction[g] = robustMedian(col);
+            const std::ptrdiff_t ng = static_cast<std::ptrdiff_t>(nGrid);
+#pragma omp parallel num_threads(threads) if (nGrid * stars.size() >= 4096)
+            {
+                std::vector<double> column(stars.size());
+#pragma omp for schedule(static)
+                for (std::ptrdiff_t gg = 0; gg < ng; ++gg) {
+                    const std::size_t g = static_cast<std::size_t>(gg);
+                    for (std::size_t s = 0; s < stars.size(); ++s)
+                        column[s] = frac[s][g];
+                    res.cogFraction[g] = robustMedian(column);
+                }
             }
+            std::vector<double> col(stars.size());
             if (p.apertureCorrection) {
                 for (std::size_t k = 0; k < nFixed; ++k) {
                     for (std::size_t s = 0; s < stars.size(); ++s)
@@ -810,11 +872,15 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         }
         const detail::OptimalGrid grid{cogF, cogNum.data(), cogArea.data(), cogKappaArea.data(), nGrid, gain,
                                        gain > 0.0};
-        std::vector<detail::OptimalJob> optJobs(std::min(n, batch));
-        std::vector<std::int32_t> optIndex(optJobs.size());
-        std::vector<std::uint8_t> measured(optJobs.size());
-        std::vector<std::size_t> slot(optJobs.size() + 1);
-        std::vector<double> fracs;
+        std::vector<detail::OptimalJob>& optJobs = scratch.optJobs;
+        std::vector<std::int32_t>& optIndex = scratch.optIndex;
+        std::vector<std::uint8_t>& measured = scratch.measured;
+        std::vector<std::size_t>& slot = scratch.slot;
+        std::vector<double>& fracs = scratch.fracs;
+        optJobs.resize(std::min(n, batch));
+        optIndex.resize(optJobs.size());
+        measured.resize(optJobs.size());
+        slot.resize(optJobs.size() + 1);
         forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) {
             // the radius of the best predicted S/N per source (engine, or host), then one circle each (engine)
             const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);

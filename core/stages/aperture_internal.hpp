@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/model/flags.hpp"
 #include "core/model/image.hpp"
@@ -596,11 +597,14 @@ struct SkyParamsHD {
 
 // Clipped statistics of the ascending annulus values buf[0..n). The mean and standard deviation of any
 // clipped range come from prefix sums of the deviations from buf[n/2]: read from s1/s2 (n + 1 entries,
-// filled here) when given, else recomputed by the same running sums (no scratch; the GPU's way). Buf: a
+// filled here) when given; else, with c1/c2 (n / kSkyCheckpoint + 1 entries, filled here), the running sums
+// restarted from the checkpoint at or below the index (c1[k] = s1[k * kSkyCheckpoint]: the same additions in
+// the same order, so the same numbers); else recomputed from 0 by the same running sums (no scratch). Buf: a
 // const float* or anything whose buf[i] is that float (the GPU's sorted keys read as values).
+inline constexpr std::size_t kSkyCheckpoint = 32;
 template <class Buf>
 GPUPHOT_HD inline SkyEstimate skyStatistics(const Buf& buf, std::size_t nAll, const SkyParamsHD& p, double* s1,
-                                            double* s2) {
+                                            double* s2, double* c1 = nullptr, double* c2 = nullptr) {
     SkyEstimate est;
     if (static_cast<long long>(nAll) < static_cast<long long>(std::max(2, p.minPixels))) {
         est.n = static_cast<int>(nAll);
@@ -614,7 +618,34 @@ GPUPHOT_HD inline SkyEstimate skyStatistics(const Buf& buf, std::size_t nAll, co
             s1[i + 1] = s1[i] + d;
             s2[i + 1] = s2[i] + d * d;
         }
+    } else if (c1) {
+        double p1 = 0.0, p2 = 0.0;
+        for (std::size_t base = 0; base < nAll; base += kSkyCheckpoint) {
+            c1[base / kSkyCheckpoint] = p1;
+            c2[base / kSkyCheckpoint] = p2;
+            const std::size_t end = base + kSkyCheckpoint < nAll ? base + kSkyCheckpoint : nAll;
+            for (std::size_t i = base; i < end; ++i) {
+                const double d = static_cast<double>(buf[i]) - ref;
+                p1 = p1 + d;
+                p2 = p2 + d * d;
+            }
+        }
+        if (nAll % kSkyCheckpoint == 0) {
+            c1[nAll / kSkyCheckpoint] = p1;
+            c2[nAll / kSkyCheckpoint] = p2;
+        }
     }
+    // the prefix sums before index k from checkpoint k / kSkyCheckpoint
+    auto fromCheckpoint = [&](std::size_t k, double& a1, double& a2) {
+        double p1 = c1[k / kSkyCheckpoint], p2 = c2[k / kSkyCheckpoint];
+        for (std::size_t i = k - k % kSkyCheckpoint; i < k; ++i) {
+            const double d = static_cast<double>(buf[i]) - ref;
+            p1 = p1 + d;
+            p2 = p2 + d * d;
+        }
+        a1 = p1;
+        a2 = p2;
+    };
     // prefix sums at lo and hi (lo <= hi)
     auto prefixes = [&](std::size_t lo, std::size_t hi, double& a1, double& a2, double& b1, double& b2) {
         if (s1) {
@@ -622,6 +653,11 @@ GPUPHOT_HD inline SkyEstimate skyStatistics(const Buf& buf, std::size_t nAll, co
             a2 = s2[lo];
             b1 = s1[hi];
             b2 = s2[hi];
+            return;
+        }
+        if (c1) {
+            fromCheckpoint(lo, a1, a2);
+            fromCheckpoint(hi, b1, b2);
             return;
         }
         double p1 = 0.0, p2 = 0.0;
@@ -753,6 +789,27 @@ struct CircleJob {
     std::int32_t ownId;
 };
 
+// The driver's per-batch buffers; an engine may keep them for its next call (ApertureEngine::scratch(): the
+// CUDA engine keeps them in its DeviceContext, so that a re-run of similar size finds them sized and
+// touched). Every entry the driver reads in a batch is written in that batch first.
+struct ApertureScratch {
+    std::vector<std::size_t> idx;
+    std::vector<double> cxs, cys;
+    std::vector<SkyEstimate> skies;
+    std::vector<CircleJob> jobs;
+    std::vector<ApertureSums> sums;
+    std::vector<ApertureFlagDistances> fds;
+    std::vector<KronJob> kronJobs;
+    std::vector<KronOut> kronOut;
+    std::vector<std::uint32_t> bflags;
+    // pass 3
+    std::vector<OptimalJob> optJobs;
+    std::vector<std::int32_t> optIndex;
+    std::vector<std::uint8_t> measured;
+    std::vector<std::size_t> slot;
+    std::vector<double> fracs;
+};
+
 class ApertureEngine {
 public:
     virtual ~ApertureEngine() = default;
@@ -773,6 +830,27 @@ public:
     virtual void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                             std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) = 0;
     virtual void kron(const KronJob* jobs, std::size_t n, const KronParamsHD& p, KronOut* out) = 0;
+    // Asynchronous forms of localSkies, sumCircles and kron: the engine may return before the results are in
+    // `out` (and fd); they are there after finish(ticket), which completes every call up to that ticket
+    // (-1: all). The inputs may be reused at once; the outputs must stay valid until then. Defaults: the
+    // synchronous calls (ticket 0).
+    virtual int localSkiesAsync(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                                const SkyParamsHD& p, SkyEstimate* out) {
+        localSkies(cx, cy, n, rin, rout, p, out);
+        return 0;
+    }
+    virtual int sumCirclesAsync(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                                std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) {
+        sumCircles(jobs, n, radii, nr, radiiStride, out, fd);
+        return 0;
+    }
+    virtual int kronAsync(const KronJob* jobs, std::size_t n, const KronParamsHD& p, KronOut* out) {
+        kron(jobs, n, p, out);
+        return 0;
+    }
+    virtual void finish(int /*ticket*/ = -1) {}
+    // The driver's batch buffers kept across calls, or null (the driver's own for this call).
+    virtual ApertureScratch* scratch() { return nullptr; }
     // Pass 3's grid index (optimalGridIndex) of n jobs into index: false when the engine leaves it to the
     // driver's host loop (the CPU engine).
     virtual bool optimalRadii(const OptimalJob* /*jobs*/, std::size_t /*n*/, const OptimalGrid& /*grid*/,

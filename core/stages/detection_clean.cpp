@@ -33,10 +33,14 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "core/model/flags.hpp"
 #include "core/stages/detection_internal.hpp"
 #include "core/stages/detection_sums.hpp"
 
@@ -263,13 +267,23 @@ struct Candidate {
     double wing;
 };
 
+// What the candidate search reads of the objects of a grid cell, stored with the cell's list (contiguous: the
+// search does not jump through the descriptions).
+struct GridItem {
+    double mx, my, a;
+    std::int32_t index;
+};
+
 struct CleanScratchImpl final : CleanScratch {
     UninitArray<CleanObject> o; // the descriptions, constructed anew by each call
-    std::vector<std::int32_t> cellOf, cellStart, items, fill;
+    std::vector<std::int32_t> cellOf, cellStart, fill;
+    std::vector<GridItem> items;
     std::vector<std::vector<Candidate>> perThread;
-    std::vector<std::size_t> candStart, candFill;
+    std::vector<std::size_t> candStart, candFill, groupStart;
     std::vector<Candidate> cand;
-    std::vector<std::int32_t> order;
+    std::vector<std::int32_t> order, groups;
+    std::vector<std::int32_t> final; // the targets
+    std::vector<std::int32_t> kept, mergeStart, merged;
 };
 } // namespace
 
@@ -278,8 +292,23 @@ std::shared_ptr<CleanScratch> makeCleanScratch() {
 }
 
 namespace {
-std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
-                                         const DetectionParams& p, int threads, CleanScratchImpl& s);
+// The targets left in s.final.
+void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height, const DetectionParams& p,
+                    int threads, CleanScratchImpl& s);
+
+// cleanTargetsFromSums (count >= 2, cleanParam > 0) into s.final.
+const std::vector<std::int32_t>& cleanTargetsInto(std::size_t count, const CleanSums* const* sums, int width,
+                                                  int height, const DetectionParams& p, int threads,
+                                                  CleanScratchImpl& s) {
+    const auto n = static_cast<std::int64_t>(count);
+    s.o.reserve(count); // constructed below, in parallel
+    CleanObject* o = s.o.data();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
+    for (std::int64_t i = 0; i < n; ++i)
+        new (o + i) CleanObject(describeFromSums(*sums[i], p.cleanParam));
+    cleanDescribed(static_cast<std::int32_t>(n), o, width, height, p, threads, s);
+    return s.final;
+}
 } // namespace
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const DetectionImages& im,
@@ -287,7 +316,8 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m, const D
     if (m.size() < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(m.size(), -1);
     const std::vector<CleanObject> o = describeAll(m, im, p, p.cleanParam, threads);
     CleanScratchImpl s;
-    return cleanDescribed(static_cast<std::int32_t>(m.size()), o.data(), im.width, im.height, p, threads, s);
+    cleanDescribed(static_cast<std::int32_t>(m.size()), o.data(), im.width, im.height, p, threads, s);
+    return std::move(s.final);
 }
 
 std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
@@ -301,7 +331,8 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t i = 0; i < n; ++i)
         new (o + i) CleanObject(describe(*footprints[i], im, p, p.cleanParam));
-    return cleanDescribed(static_cast<std::int32_t>(n), o, im.width, im.height, p, threads, s);
+    cleanDescribed(static_cast<std::int32_t>(n), o, im.width, im.height, p, threads, s);
+    return std::move(s.final);
 }
 
 std::vector<std::int32_t> cleanTargetsFromSums(std::size_t count, const CleanSums* const* sums, int width,
@@ -311,99 +342,234 @@ std::vector<std::int32_t> cleanTargetsFromSums(std::size_t count, const CleanSum
     if (n < 2 || !(p.cleanParam > 0.0)) return std::vector<std::int32_t>(count, -1);
     CleanScratchImpl local;
     CleanScratchImpl& s = scratch ? static_cast<CleanScratchImpl&>(*scratch) : local;
-    s.o.reserve(count); // constructed below, in parallel
-    CleanObject* o = s.o.data();
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
-    for (std::int64_t i = 0; i < n; ++i)
-        new (o + i) CleanObject(describeFromSums(*sums[i], p.cleanParam));
-    return cleanDescribed(static_cast<std::int32_t>(n), o, width, height, p, threads, s);
+    return cleanTargetsInto(count, sums, width, height, p, threads, s);
+}
+
+namespace {
+// Transparent huge pages for the whole 2 MB pages of [p, p + bytes), a hint (no effect where the kernel does
+// not use them): a fresh vector of megabytes is then faulted in with a few faults instead of thousands.
+void adviseHugePages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr std::uintptr_t kHuge = std::uintptr_t{1} << 21;
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t first = (a + kHuge - 1) & ~(kHuge - 1), last = (a + bytes) & ~(kHuge - 1);
+    if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+} // namespace
+
+void ObjectStorage::start(std::size_t count, std::size_t capacity, int threads) {
+    join();
+    m_objects = {};
+    m_iso = {};
+    if (threads <= 1 || count < 4096) return;
+    m_busy.store(true, std::memory_order_release);
+    try {
+        m_thread = std::thread([this, count, capacity] {
+            try {
+                const std::size_t room = std::max(count, capacity);
+                m_iso.reserve(room);
+                adviseHugePages(m_iso.data(), room * sizeof(IsoMeasure));
+                m_objects.reserve(room);
+                adviseHugePages(m_objects.data(), room * sizeof(Object));
+                m_iso.resize(count);
+                m_objects.resize(count);
+            } catch (...) {
+                m_objects = {}; // made by take() instead
+                m_iso = {};
+            }
+            m_busy.store(false, std::memory_order_release);
+        });
+    } catch (const std::system_error&) {
+        m_busy.store(false, std::memory_order_release);
+    }
+}
+
+void ObjectStorage::take(std::size_t n, int threads, std::vector<Object>& objects,
+                         std::vector<IsoMeasure>& iso) {
+    join();
+    objects = std::move(m_objects);
+    iso = std::move(m_iso);
+    m_objects = {};
+    m_iso = {};
+    // Within the room made at most the pages beyond the helper's count are new; else all are.
+    if (objects.capacity() >= n && objects.capacity() > 0) {
+        objects.resize(n);
+    } else {
+        objects = prefaultedVector<Object>(n, threads);
+    }
+    if (iso.capacity() >= n && iso.capacity() > 0) {
+        iso.resize(n);
+    } else {
+        iso = prefaultedVector<IsoMeasure>(n, threads);
+    }
+}
+
+void ObjectPlan::plan(std::size_t nRoots, const std::vector<std::int32_t>& multi,
+                      const std::vector<DeblendOutput>& deblended) {
+    multiOf.assign(nRoots, -1);
+    childFirst.assign(multi.size() + 1, 0);
+    for (std::size_t m = 0; m < multi.size(); ++m) {
+        multiOf[multi[m]] = static_cast<std::int32_t>(m);
+        const std::size_t nc = deblended[m].children.size();
+        childFirst[m + 1] = childFirst[m] + (nc > 1 ? static_cast<std::int64_t>(nc) : 0);
+    }
+    nChildren = static_cast<std::size_t>(childFirst.back());
+    firstObject.resize(nRoots + 1);
+    firstObject[0] = 0;
+    for (std::size_t r = 0; r < nRoots; ++r)
+        firstObject[r + 1] =
+            firstObject[r] +
+            (multiOf[r] < 0 ? 1 : static_cast<std::int64_t>(deblended[multiOf[r]].children.size()));
+    nObjects = static_cast<std::size_t>(firstObject[nRoots]);
+}
+
+void ObjectPlan::fill(const Run* rootRuns, const std::int64_t* rootStart,
+                      std::vector<DeblendOutput>& deblended, const IsoSums* rootIso,
+                      const CleanSums* rootClean, const IsoSums* childIso, const CleanSums* childClean,
+                      int threads) {
+    const std::size_t nRoots = multiOf.size();
+    objects.reserve(nObjects);
+    isoOf.reserve(nObjects);
+    cleanOf.reserve(nObjects);
+    childStart.assign(nChildren + 1, 0);
+    for (std::size_t m = 0; m < deblended.size(); ++m) {
+        const auto& ch = deblended[m].children;
+        if (ch.size() < 2) continue;
+        for (std::size_t c = 0; c < ch.size(); ++c) {
+            const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
+            childStart[q + 1] = childStart[q] + static_cast<std::int64_t>(ch[c].size());
+        }
+    }
+    childRuns.resize(static_cast<std::size_t>(childStart[nChildren]));
+    ObjectRuns* obj = objects.data();
+    const IsoSums** iso = isoOf.data();
+    const CleanSums** cs = cleanOf.data();
+    parallelFor(nRoots, threads, 1024, [&](std::int64_t r) {
+        const std::int64_t first = firstObject[r];
+        const std::int32_t m = multiOf[r];
+        if (m < 0 || deblended[m].children.size() < 2) { // the root is its own object
+            iso[first] = rootIso + r;
+            cs[first] = rootClean ? rootClean + r : nullptr;
+            if (m < 0) {
+                new (obj + first)
+                    ObjectRuns{rootRuns + rootStart[r],
+                               static_cast<std::size_t>(rootStart[r + 1] - rootStart[r]), nullptr, 0u};
+                return;
+            }
+        }
+        DeblendOutput& d = deblended[m];
+        const std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
+        for (std::size_t c = 0; c < d.children.size(); ++c) {
+            if (d.children.size() > 1) {
+                const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
+                std::copy(d.children[c].begin(), d.children[c].end(), childRuns.begin() + childStart[q]);
+                iso[first + c] = childIso + q;
+                cs[first + c] = childClean ? childClean + q : nullptr;
+            }
+            new (obj + first + c) ObjectRuns{d.children[c].data(), d.children[c].size(), &d.children[c], fl};
+        }
+    });
 }
 
 void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* isoSums,
                            const CleanSums* const* cleanSums, int width, int height, const DetectionParams& p,
                            int threads, DetectedObjects& out, CleanScratch* scratch) {
-    const std::size_t n = objects.size();
+    std::vector<ObjectRuns> given(objects.size());
+    for (std::size_t i = 0; i < objects.size(); ++i)
+        given[i] =
+            ObjectRuns{objects[i].runs.data(), objects[i].runs.size(), &objects[i].runs, objects[i].flags};
+    finishObjectsFromSums(objects.size(), given.data(), isoSums, cleanSums, width, height, p, threads, out,
+                          scratch);
+}
+
+void finishObjectsFromSums(std::size_t n, const ObjectRuns* objects, const IsoSums* const* isoSums,
+                           const CleanSums* const* cleanSums, int width, int height, const DetectionParams& p,
+                           int threads, DetectedObjects& out, CleanScratch* scratch, ObjectStorage* storage) {
     StepTimer timer;
-    // The measurement storage (at most n kept objects, ~11 MB at 134k) is faulted in and value-initialised on
-    // a helper thread while CLEAN runs (H200 host, 134k: the wait for it 1.8 ms, the parallel prefault 2.1-2.3
-    // ms); no thread: made below.
-    std::vector<IsoMeasure> early;
-    std::jthread earlyThread;
-    if (threads > 1 && n >= 4096) {
-        try {
-            earlyThread = std::jthread([&early, n] {
-                try {
-                    early.resize(n);
-                } catch (...) {
-                    early = {}; // made below instead
-                }
-            });
-        } catch (const std::system_error&) {
-        }
+    // The result's storage (at most n kept objects) is made on a helper thread while CLEAN runs, unless the
+    // caller started it earlier.
+    ObjectStorage local;
+    if (!storage) {
+        local.start(n, n, threads);
+        storage = &local;
     }
-    std::vector<std::int32_t> target;
-    if (p.clean)
-        target = cleanSums ? cleanTargetsFromSums(n, cleanSums, width, height, p, threads, scratch)
-                           : std::vector<std::int32_t>(n, -1);
+    CleanScratchImpl localScratch;
+    CleanScratchImpl& s = scratch ? static_cast<CleanScratchImpl&>(*scratch) : localScratch;
+    const bool anyClean = p.clean && cleanSums && n >= 2 && p.cleanParam > 0.0;
+    const std::vector<std::int32_t>* target =
+        anyClean ? &cleanTargetsInto(n, cleanSums, width, height, p, storage->teamThreads(threads), s)
+                 : nullptr;
     timer.lap("CLEAN targets (host)");
     // The kept objects in order, and the CLEANed ones of each kept object in increasing index (applyClean's
-    // order of the additions), as CSR.
-    std::vector<std::int32_t> kept;
+    // order of the additions), as CSR (in the scratch memory: not faulted in afresh).
+    std::vector<std::int32_t>& kept = s.kept;
+    kept.clear();
     kept.reserve(n);
-    std::vector<std::int32_t> mergeStart, merged;
-    for (std::size_t i = 0; i < n; ++i)
-        if (target.empty() || target[i] < 0) kept.push_back(static_cast<std::int32_t>(i));
-    if (kept.size() < n) {
-        mergeStart.assign(n + 1, 0);
+    std::vector<std::int32_t>& mergeStart = s.mergeStart;
+    std::vector<std::int32_t>& merged = s.merged;
+    mergeStart.clear();
+    if (target) {
+        const std::vector<std::int32_t>& t = *target;
         for (std::size_t i = 0; i < n; ++i)
-            if (target[i] >= 0) ++mergeStart[target[i] + 1];
-        for (std::size_t j = 0; j < n; ++j)
-            mergeStart[j + 1] += mergeStart[j];
-        merged.resize(static_cast<std::size_t>(mergeStart[n]));
-        std::vector<std::int32_t> fill(mergeStart.begin(), mergeStart.end() - 1);
-        for (std::size_t i = 0; i < n; ++i)
-            if (target[i] >= 0) merged[fill[target[i]]++] = static_cast<std::int32_t>(i);
-    }
-    // Each kept object: its measurement, the CLEANed ones' measurements and runs added (the runs re-sorted).
-    timer.lap("CLEAN merge lists (host)");
-    if (earlyThread.joinable()) earlyThread.join();
-    std::vector<IsoMeasure> iso;
-    if (early.size() >= kept.size()) {
-        early.resize(kept.size());
-        iso = std::move(early);
+            if (t[i] < 0) kept.push_back(static_cast<std::int32_t>(i));
+        if (kept.size() < n) {
+            mergeStart.assign(n + 1, 0);
+            for (std::size_t i = 0; i < n; ++i)
+                if (t[i] >= 0) ++mergeStart[t[i] + 1];
+            for (std::size_t j = 0; j < n; ++j)
+                mergeStart[j + 1] += mergeStart[j];
+            merged.resize(static_cast<std::size_t>(mergeStart[n]));
+            s.fill.assign(mergeStart.begin(), mergeStart.end() - 1);
+            for (std::size_t i = 0; i < n; ++i)
+                if (t[i] >= 0) merged[s.fill[t[i]]++] = static_cast<std::int32_t>(i);
+        }
     } else {
-        iso = prefaultedVector<IsoMeasure>(kept.size(), threads);
+        kept.resize(n);
+        for (std::size_t i = 0; i < n; ++i)
+            kept[i] = static_cast<std::int32_t>(i);
     }
-    timer.lap("measurement storage (host)");
+    timer.lap("CLEAN merge lists (host)");
+    std::vector<Object> objs;
+    std::vector<IsoMeasure> iso;
+    storage->take(kept.size(), threads, objs, iso);
+    timer.lap("result storage (host)");
+    // Each kept object: its runs (taken over or copied), its measurement, the CLEANed ones' measurements and
+    // runs added (the runs re-sorted).
     parallelFor(kept.size(), threads, 256, [&](std::int64_t q) {
         const std::int32_t j = kept[q];
+        const ObjectRuns& src = objects[j];
+        Object& dst = objs[q];
+        dst.flags = src.flags;
+        if (src.owned) {
+            dst.runs = std::move(*src.owned);
+        } else {
+            dst.runs.assign(src.runs, src.runs + src.nRuns);
+        }
         IsoMeasure e = finishIsophotal(*isoSums[j], width, height);
         if (!mergeStart.empty() && mergeStart[j + 1] > mergeStart[j]) {
-            std::vector<Run>& dst = objects[j].runs;
             for (std::int32_t k = mergeStart[j]; k < mergeStart[j + 1]; ++k) {
                 const std::int32_t i = merged[k];
                 cleanMerge(e, finishIsophotal(*isoSums[i], width, height));
-                dst.insert(dst.end(), objects[i].runs.begin(), objects[i].runs.end());
+                dst.runs.insert(dst.runs.end(), objects[i].runs, objects[i].runs + objects[i].nRuns);
             }
-            std::sort(dst.begin(), dst.end(),
+            std::sort(dst.runs.begin(), dst.runs.end(),
                       [](const Run& a, const Run& b) { return a.y < b.y || (a.y == b.y && a.x0 < b.x0); });
         }
         iso[q] = e;
     });
-    timer.lap("measurements + CLEAN merge (host)");
-    // The kept objects compacted in place, in order.
-    for (std::size_t q = 0; q < kept.size(); ++q)
-        if (static_cast<std::size_t>(kept[q]) != q) objects[q] = std::move(objects[kept[q]]);
-    objects.resize(kept.size());
+    timer.lap("objects + measurements + CLEAN merge (host)");
     out.nCleaned += n - kept.size();
-    out.objects = std::move(objects);
+    out.objects = std::move(objs);
     out.iso = std::move(iso);
-    timer.lap("compaction (host)");
 }
 
 namespace {
-std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
-                                         const DetectionParams& p, int threads, CleanScratchImpl& s) {
+void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height, const DetectionParams& p,
+                    int threads, CleanScratchImpl& s) {
     const double beta = p.cleanParam;
     StepTimer timer;
 
@@ -419,7 +585,7 @@ std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, i
     for (std::int32_t i = 0; i < n; ++i)
         cellOf[i] = o[i].valid ? cellY(o[i].my) * gw + cellX(o[i].mx) : -1;
     std::vector<std::int32_t>& cellStart = s.cellStart;
-    std::vector<std::int32_t>& items = s.items;
+    std::vector<GridItem>& items = s.items;
     cellStart.assign(static_cast<std::size_t>(gw) * gh + 1, 0);
     for (std::int32_t i = 0; i < n; ++i)
         if (cellOf[i] >= 0) ++cellStart[cellOf[i] + 1];
@@ -428,7 +594,7 @@ std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, i
     items.resize(cellStart.back());
     s.fill.assign(cellStart.begin(), cellStart.end() - 1);
     for (std::int32_t i = 0; i < n; ++i)
-        if (cellOf[i] >= 0) items[s.fill[cellOf[i]]++] = i;
+        if (cellOf[i] >= 0) items[s.fill[cellOf[i]]++] = GridItem{o[i].mx, o[i].my, o[i].a, i};
     timer.lap("CLEAN: grid");
 
     // Each pair within the zone, 10 (a_q + a_r) <= 20 max(a_q, a_r), is examined once, by the object
@@ -450,27 +616,25 @@ std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, i
         auto& out = perThread[0];
 #endif
         for (int cy = cy0; cy <= cy1; ++cy) {
-            for (int cx = cx0; cx <= cx1; ++cx) {
-                const std::size_t c = static_cast<std::size_t>(cy) * gw + cx;
-                for (std::int32_t k = cellStart[c]; k < cellStart[c + 1]; ++k) {
-                    const std::int32_t r = items[k];
-                    const CleanObject& orr = o[r];
-                    if (r == q || orr.a > oq.a || (orr.a == oq.a && r < q)) continue;
-                    const double dx = oq.mx - orr.mx, dy = oq.my - orr.my;
-                    const double rlim = oq.a + orr.a;
-                    if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
-                    // j: the larger filtered flux (ties: the lower index) may CLEAN i.
-                    const bool qBrighter = oq.flux > orr.flux || (oq.flux == orr.flux && q < r);
-                    const std::int32_t j = qBrighter ? q : r, i = qBrighter ? r : q;
-                    const CleanObject& oj = o[j];
-                    if (!(oj.alpha > 0.0)) continue;
-                    const double val =
-                        1.0 + oj.alpha * (oj.cxx * dx * dx + oj.cyy * dy * dy + oj.cxy * dx * dy);
-                    if (!(val > 1.0) || !(val < 1e10)) continue;
-                    const double wing = oj.amp * std::pow(val, -beta);
-                    if (static_cast<float>(wing) > static_cast<float>(o[i].mthresh))
-                        out.push_back({i, j, wing});
-                }
+            // The cells cx0..cx1 of the row are consecutive in the lists.
+            const std::size_t c0 = static_cast<std::size_t>(cy) * gw;
+            for (std::int32_t k = cellStart[c0 + cx0]; k < cellStart[c0 + cx1 + 1]; ++k) {
+                const GridItem& it = items[k];
+                const std::int32_t r = it.index;
+                if (r == q || it.a > oq.a || (it.a == oq.a && r < q)) continue;
+                const double dx = oq.mx - it.mx, dy = oq.my - it.my;
+                const double rlim = oq.a + it.a;
+                if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
+                const CleanObject& orr = o[r];
+                // j: the larger filtered flux (ties: the lower index) may CLEAN i.
+                const bool qBrighter = oq.flux > orr.flux || (oq.flux == orr.flux && q < r);
+                const std::int32_t j = qBrighter ? q : r, i = qBrighter ? r : q;
+                const CleanObject& oj = o[j];
+                if (!(oj.alpha > 0.0)) continue;
+                const double val = 1.0 + oj.alpha * (oj.cxx * dx * dx + oj.cyy * dy * dy + oj.cxy * dx * dy);
+                if (!(val > 1.0) || !(val < 1e10)) continue;
+                const double wing = oj.amp * std::pow(val, -beta);
+                if (static_cast<float>(wing) > static_cast<float>(o[i].mthresh)) out.push_back({i, j, wing});
             }
         }
     }
@@ -481,49 +645,79 @@ std::vector<std::int32_t> cleanDescribed(std::int32_t n, const CleanObject* o, i
     // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
     // the outcome does not depend on how the search was split between threads.
     timer.lap("CLEAN: candidate search");
-    // Candidates ordered by (i, wing descending, j): bucketed by i, each bucket sorted (a total order: each
-    // pair occurs once, so any sorting gives the same sequence).
-    std::vector<std::size_t>& candStart = s.candStart;
-    candStart.assign(static_cast<std::size_t>(n) + 1, 0);
-    for (const auto& v : perThread)
-        for (const Candidate& c : v)
-            ++candStart[c.i + 1];
-    for (std::int32_t i = 0; i < n; ++i)
-        candStart[i + 1] += candStart[i];
+    // Candidates ordered by (i, wing descending, j) (a total order: each pair occurs once, so any sorting
+    // gives the same sequence), in groups by i: few of them (a crowded frame: a few thousand among 60k
+    // objects) are sorted at once, many are bucketed by i and each bucket sorted.
     std::vector<Candidate>& cand = s.cand;
-    cand.resize(candStart[n]);
-    s.candFill.assign(candStart.begin(), candStart.end() - 1);
+    std::vector<std::size_t>& groupStart = s.groupStart; // the candidates of order[g]: groupStart[g] ..
+    std::vector<std::int32_t>& order = s.order;          // the objects with candidates, increasing
+    groupStart.clear();
+    order.clear();
+    std::size_t nCand = 0;
     for (const auto& v : perThread)
-        for (const Candidate& c : v)
-            cand[s.candFill[c.i]++] = c;
+        nCand += v.size();
+    if (nCand * 8 < static_cast<std::size_t>(n)) {
+        cand.clear();
+        for (const auto& v : perThread)
+            cand.insert(cand.end(), v.begin(), v.end());
+        std::sort(cand.begin(), cand.end(), [](const Candidate& x, const Candidate& y) {
+            return x.i < y.i || (x.i == y.i && (x.wing > y.wing || (x.wing == y.wing && x.j < y.j)));
+        });
+        for (std::size_t k = 0; k < cand.size(); ++k)
+            if (k == 0 || cand[k].i != cand[k - 1].i) {
+                groupStart.push_back(k);
+                order.push_back(cand[k].i);
+            }
+    } else {
+        std::vector<std::size_t>& candStart = s.candStart;
+        candStart.assign(static_cast<std::size_t>(n) + 1, 0);
+        for (const auto& v : perThread)
+            for (const Candidate& c : v)
+                ++candStart[c.i + 1];
+        for (std::int32_t i = 0; i < n; ++i)
+            candStart[i + 1] += candStart[i];
+        cand.resize(candStart[n]);
+        s.candFill.assign(candStart.begin(), candStart.end() - 1);
+        for (const auto& v : perThread)
+            for (const Candidate& c : v)
+                cand[s.candFill[c.i]++] = c;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
-    for (std::int32_t i = 0; i < n; ++i) {
-        if (candStart[i + 1] - candStart[i] < 2) continue;
-        std::sort(cand.begin() + static_cast<std::ptrdiff_t>(candStart[i]),
-                  cand.begin() + static_cast<std::ptrdiff_t>(candStart[i + 1]),
-                  [](const Candidate& x, const Candidate& y) {
-                      return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
-                  });
+        for (std::int32_t i = 0; i < n; ++i) {
+            if (candStart[i + 1] - candStart[i] < 2) continue;
+            std::sort(cand.begin() + static_cast<std::ptrdiff_t>(candStart[i]),
+                      cand.begin() + static_cast<std::ptrdiff_t>(candStart[i + 1]),
+                      [](const Candidate& x, const Candidate& y) {
+                          return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
+                      });
+        }
+        for (std::int32_t i = 0; i < n; ++i)
+            if (candStart[i + 1] > candStart[i]) {
+                groupStart.push_back(candStart[i]);
+                order.push_back(i);
+            }
     }
+    groupStart.push_back(cand.size());
     // Only an object with candidates can be CLEANed, and only a CLEANed object changes a later decision: the
     // decisions visit those objects alone, in the order of the whole list.
-    std::vector<std::int32_t>& order = s.order;
-    order.clear();
-    for (std::int32_t i = 0; i < n; ++i)
-        if (candStart[i + 1] > candStart[i]) order.push_back(i);
-    std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+    std::vector<std::int32_t>& groups = s.groups;
+    groups.resize(order.size());
+    for (std::size_t g = 0; g < order.size(); ++g)
+        groups[g] = static_cast<std::int32_t>(g);
+    std::sort(groups.begin(), groups.end(), [&](std::int32_t gx, std::int32_t gy) {
+        const std::int32_t x = order[gx], y = order[gy];
         return o[x].flux > o[y].flux || (o[x].flux == o[y].flux && x < y);
     });
-    std::vector<std::int32_t> final(n, -1);
-    for (const std::int32_t i : order) {
-        for (std::size_t k = candStart[i]; k < candStart[i + 1]; ++k) {
+    std::vector<std::int32_t>& final = s.final;
+    final.assign(static_cast<std::size_t>(n), -1);
+    for (const std::int32_t g : groups) {
+        const std::int32_t i = order[g];
+        for (std::size_t k = groupStart[g]; k < groupStart[g + 1]; ++k) {
             if (final[cand[k].j] >= 0) continue; // that neighbour was CLEANed itself
             final[i] = cand[k].j;
             break;
         }
     }
     timer.lap("CLEAN: sorts + decisions");
-    return final;
 }
 
 } // namespace

@@ -54,6 +54,40 @@ Gaussian2d fitCore(const std::vector<std::int32_t>& pix, const std::vector<std::
     return g;
 }
 
+// A branch of the deblending: its pixels (indices into the region's, raster order) and the working list.
+struct Branch {
+    std::vector<std::int32_t> pix;  // raster order
+    std::vector<std::int32_t> work; // pixels of pix still to scan, raster order (unused while workIsPix)
+    bool workIsPix = true;
+    bool frozen = false; // fewer than 2 minArea pixels above a level: never split again
+};
+
+// deblendObject's working memory, kept per thread between calls (freed after a region of more than
+// kKeptPixels pixels), so that the thousands of small blends of a crowded frame do not allocate.
+struct DeblendScratch {
+    std::vector<std::int32_t> xs, ys;
+    std::vector<float> fs;
+    std::vector<std::uint8_t> leftOf;
+    std::vector<double> tLevel;
+    std::vector<Branch> branches; // [0, nBranches) in use
+    std::size_t nBranches = 0;
+    std::vector<std::int32_t> cur, next, runStart, abovePix, compArea, parent, lab, owner;
+    std::vector<Run> subRuns;
+    std::vector<double> compFlux;
+    std::vector<Gaussian2d> model;
+
+    std::int32_t newBranch() {
+        if (nBranches == branches.size()) branches.emplace_back();
+        Branch& b = branches[nBranches];
+        b.pix.clear();
+        b.work.clear();
+        b.workIsPix = true;
+        b.frozen = false;
+        return static_cast<std::int32_t>(nBranches++);
+    }
+};
+constexpr std::int32_t kKeptPixels = 1 << 16;
+
 } // namespace
 
 int peakCount(const std::vector<Run>& root, const DetectionImages& im) {
@@ -94,9 +128,25 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
         return;
     }
 
+    thread_local DeblendScratch scratch;
+    DeblendScratch& w = scratch;
+    struct Release { // a large region's memory is not kept
+        DeblendScratch& w;
+        bool large;
+        ~Release() {
+            if (large) w = DeblendScratch{};
+        }
+    } release{w, n > kKeptPixels};
+
     // Materialise the region's pixels in raster order.
-    std::vector<std::int32_t> xs(n), ys(n);
-    std::vector<float> fs(n);
+    std::vector<std::int32_t>& xs = w.xs;
+    std::vector<std::int32_t>& ys = w.ys;
+    std::vector<float>& fs = w.fs;
+    std::vector<std::uint8_t>& leftOf = w.leftOf; // pixel i - 1 is the left neighbour of pixel i
+    xs.resize(n);
+    ys.resize(n);
+    fs.resize(n);
+    leftOf.resize(n);
     double t0 = std::numeric_limits<double>::infinity();
     double fmax = -std::numeric_limits<double>::infinity();
     double rootFlux = 0.0;
@@ -105,6 +155,7 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
         for (const Run& r : root) {
             for (std::int32_t x = r.x0; x <= r.x1; ++x, ++i) {
                 const float d = im.detAt(x, r.y);
+                leftOf[i] = i > 0 && ys[i - 1] == r.y && xs[i - 1] == x - 1 ? 1 : 0;
                 xs[i] = x;
                 ys[i] = r.y;
                 fs[i] = d;
@@ -120,40 +171,92 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
     }
     const double minFlux = p.deblendContrast * rootFlux;
 
-    std::vector<std::vector<std::int32_t>> cur(1), next;
-    cur[0].resize(n);
-    for (std::int32_t i = 0; i < n; ++i)
-        cur[0][i] = i;
-
-    std::vector<Run> subRuns;
-    std::vector<std::int32_t> runStart, abovePix, compArea;
-    std::vector<double> compFlux;
+    // The levels' thresholds. They increase with k (fmax > t0 > 0), so a pixel below one level's threshold
+    // is below every later one: each branch keeps, besides its pixels (its core if it is never split again),
+    // the working list of its pixels above the last threshold it was examined at, and the next level scans
+    // only those (the same runs, pixels and sums in the same order as a scan of all its pixels). A branch
+    // with fewer than 2 minArea pixels above a level never splits again and is not examined any more. Should
+    // rounding ever make the thresholds non-increasing, every level scans all the pixels of every branch.
+    std::vector<double>& tLevel = w.tLevel;
+    tLevel.assign(static_cast<std::size_t>(nLevels), 0.0);
+    bool increasing = true;
     for (int k = 1; k < nLevels; ++k) {
-        const double tk = t0 * std::pow(fmax / t0, static_cast<double>(k) / nLevels);
+        tLevel[k] = t0 * std::pow(fmax / t0, static_cast<double>(k) / nLevels);
+        if (k > 1 && !(tLevel[k] >= tLevel[k - 1])) increasing = false;
+    }
+    std::vector<Branch>& branches = w.branches;
+    w.nBranches = 0;
+    {
+        std::vector<std::int32_t>& all = branches[w.newBranch()].pix;
+        all.resize(n);
+        for (std::int32_t i = 0; i < n; ++i)
+            all[i] = i;
+    }
+    std::vector<std::int32_t>& cur = w.cur; // indices into branches
+    std::vector<std::int32_t>& next = w.next;
+    cur.assign(1, 0);
+
+    std::vector<Run>& subRuns = w.subRuns;
+    std::vector<std::int32_t>& runStart = w.runStart;
+    std::vector<std::int32_t>& abovePix = w.abovePix;
+    std::vector<std::int32_t>& compArea = w.compArea;
+    std::vector<std::int32_t>& parent = w.parent;
+    std::vector<std::int32_t>& lab = w.lab;
+    std::vector<double>& compFlux = w.compFlux;
+    const auto minPix = 2 * static_cast<std::int64_t>(p.minArea);
+    for (int k = 1; k < nLevels; ++k) {
+        const double tk = tLevel[k];
         next.clear();
-        for (const auto& o : cur) {
+        for (const std::int32_t bi : cur) {
+            if (branches[bi].frozen) {
+                next.push_back(bi);
+                continue;
+            }
             subRuns.clear();
             runStart.clear();
-            abovePix.clear();
-            for (std::int32_t i : o) {
-                if (!(static_cast<double>(fs[i]) > tk)) continue;
-                if (!subRuns.empty() && subRuns.back().y == ys[i] && subRuns.back().x1 == xs[i] - 1) {
-                    subRuns.back().x1 = xs[i];
-                } else {
-                    subRuns.push_back({ys[i], xs[i], xs[i]});
-                    runStart.push_back(static_cast<std::int32_t>(abovePix.size()));
+            {
+                // A pixel extends the last run when it follows the last pixel above tk in the region's raster
+                // order and in its row (leftOf): the region's pixel left of it is the one before it.
+                const Branch& o = branches[bi];
+                const std::vector<std::int32_t>& scan = o.workIsPix ? o.pix : o.work;
+                abovePix.resize(scan.size());
+                std::int32_t* above = abovePix.data();
+                std::size_t nAbove = 0;
+                std::int32_t last = -2;
+                for (const std::int32_t i : scan) {
+                    if (!(static_cast<double>(fs[i]) > tk)) continue;
+                    if (i == last + 1 && leftOf[i]) {
+                        subRuns.back().x1 = xs[i];
+                    } else {
+                        subRuns.push_back({ys[i], xs[i], xs[i]});
+                        runStart.push_back(static_cast<std::int32_t>(nAbove));
+                    }
+                    above[nAbove++] = i;
+                    last = i;
                 }
-                abovePix.push_back(i);
+                abovePix.resize(nAbove);
             }
             runStart.push_back(static_cast<std::int32_t>(abovePix.size()));
-            if (static_cast<std::int64_t>(abovePix.size()) < 2 * static_cast<std::int64_t>(p.minArea)) {
-                next.push_back(o);
+            // Not split at this level: it is re-examined at the next one from the pixels above tk.
+            auto keep = [&](bool frozen) {
+                Branch& o = branches[bi];
+                if (increasing) {
+                    o.frozen = frozen;
+                    if (abovePix.size() < (o.workIsPix ? o.pix.size() : o.work.size())) {
+                        o.work.swap(abovePix);
+                        o.workIsPix = false;
+                    }
+                }
+                next.push_back(bi);
+            };
+            if (static_cast<std::int64_t>(abovePix.size()) < minPix) {
+                keep(true);
                 continue;
             }
             std::int32_t nComp = 0;
-            const std::vector<std::int32_t> lab = labelRuns(subRuns.data(), subRuns.size(), nComp);
+            labelRunsInto(subRuns.data(), subRuns.size(), parent, lab, nComp);
             if (nComp < 2) {
-                next.push_back(o);
+                keep(false);
                 continue;
             }
             compArea.assign(nComp, 0);
@@ -167,18 +270,19 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
             for (std::int32_t c = 0; c < nComp; ++c)
                 if (compArea[c] >= p.minArea && compFlux[c] > minFlux) ++nSig;
             if (nSig < 2) {
-                next.push_back(o);
+                keep(false);
                 continue;
             }
             for (std::int32_t c = 0; c < nComp; ++c) {
                 if (!(compArea[c] >= p.minArea && compFlux[c] > minFlux)) continue;
-                std::vector<std::int32_t> part;
+                const std::int32_t bp = w.newBranch();
+                std::vector<std::int32_t>& part = branches[bp].pix;
                 part.reserve(compArea[c]);
                 for (std::size_t r = 0; r < subRuns.size(); ++r)
                     if (lab[r] == c)
                         for (std::int32_t q = runStart[r]; q < runStart[r + 1]; ++q)
                             part.push_back(abovePix[q]);
-                next.push_back(std::move(part));
+                next.push_back(bp);
             }
         }
         if (static_cast<int>(next.size()) > p.deblendMaxChildren) {
@@ -196,12 +300,15 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
 
     // Owners: cores first, then the remaining pixels by the highest Gaussian.
     const auto nChildren = static_cast<std::int32_t>(cur.size());
-    std::vector<std::int32_t> owner(n, -1);
-    std::vector<Gaussian2d> model(nChildren);
+    std::vector<std::int32_t>& owner = w.owner;
+    owner.assign(n, -1);
+    std::vector<Gaussian2d>& model = w.model;
+    model.assign(nChildren, Gaussian2d{});
     for (std::int32_t c = 0; c < nChildren; ++c) {
-        for (std::int32_t i : cur[c])
+        const std::vector<std::int32_t>& core = branches[cur[c]].pix;
+        for (std::int32_t i : core)
             owner[i] = c;
-        model[c] = fitCore(cur[c], xs, ys, fs);
+        model[c] = fitCore(core, xs, ys, fs);
     }
     for (std::int32_t i = 0; i < n; ++i) {
         if (owner[i] >= 0) continue;

@@ -1,6 +1,7 @@
 #pragma once
 // Internals of the detection stage shared by detection*.cpp (not a public API).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -44,6 +46,30 @@ private:
     Clock::time_point m_t;
 };
 
+// Storage for n elements of a trivially destructible T, left uninitialised: the parallel loop that constructs
+// them (placement new at data() + i) faults its pages in on every thread, where std::vector<T>(n) zeroes them
+// on one (about 2 GB/s on the H200 host: milliseconds for the ~10 MB of a 60k-object frame). Kept between
+// calls (reserve), it is not faulted in again.
+template <class T> class UninitArray {
+    static_assert(std::is_trivially_destructible_v<T>);
+
+public:
+    UninitArray() = default;
+    explicit UninitArray(std::size_t n) { reserve(n); }
+    // Storage for at least n elements (what it held is lost when it grows).
+    void reserve(std::size_t n) {
+        if (m_bytes && n <= m_capacity) return;
+        m_bytes.reset(new std::byte[(n > 0 ? n : 1) * sizeof(T)]);
+        m_capacity = n;
+    }
+    T* data() { return reinterpret_cast<T*>(m_bytes.get()); }
+    const T* data() const { return reinterpret_cast<const T*>(m_bytes.get()); }
+
+private:
+    std::unique_ptr<std::byte[]> m_bytes;
+    std::size_t m_capacity = 0;
+};
+
 // A horizontal run of object pixels [x0, x1] (inclusive) in row y.
 struct Run {
     std::int32_t y, x0, x1;
@@ -53,6 +79,9 @@ struct Run {
 // component of each run; components are numbered 0.. in order of their first run (raster order of
 // their first pixel). Independent of any thread count.
 std::vector<std::int32_t> labelRuns(const Run* runs, std::size_t n, std::int32_t& nComponents);
+// The same into the caller's buffers (label: the result; parent: working memory), kept between calls.
+void labelRunsInto(const Run* runs, std::size_t n, std::vector<std::int32_t>& parent,
+                   std::vector<std::int32_t>& label, std::int32_t& nComponents);
 
 inline std::int64_t runsArea(const std::vector<Run>& runs) {
     std::int64_t a = 0;
@@ -208,6 +237,70 @@ inline void cleanMerge(IsoMeasure& e, const IsoMeasure& v) {
     e.yMax = std::max(e.yMax, v.yMax);
     e.flags |= v.flags;
 }
+// The storage of detectObjects' result (the kept objects and their measurements: ~13 MB at 60k objects, whose
+// fresh pages take one thread milliseconds to fault in), made on a helper thread beside the caller's work.
+class ObjectStorage {
+public:
+    ObjectStorage() = default;
+    ~ObjectStorage() { join(); }
+    ObjectStorage(const ObjectStorage&) = delete;
+    ObjectStorage& operator=(const ObjectStorage&) = delete;
+    // Starts making `count` value-initialised objects and measurements (room for `capacity`) on a helper
+    // thread; nothing when threads <= 1, count < 4096 or no thread can be made (take() makes them then).
+    void start(std::size_t count, std::size_t capacity, int threads);
+    // Whether the helper thread is still at work (the caller may leave it a core: teamThreads).
+    bool busy() const { return m_busy.load(std::memory_order_acquire); }
+    int teamThreads(int threads) const { return busy() && threads > 2 ? threads - 1 : threads; }
+    // Joins the helper; n value-initialised objects and measurements (the helper's where it made room for
+    // them, else made here with their fresh pages faulted in by `threads` threads).
+    void take(std::size_t n, int threads, std::vector<Object>& objects, std::vector<IsoMeasure>& iso);
+
+private:
+    void join() {
+        if (m_thread.joinable()) m_thread.join();
+    }
+    std::vector<Object> m_objects;
+    std::vector<IsoMeasure> m_iso;
+    std::thread m_thread;
+    std::atomic<bool> m_busy{false};
+};
+
+// An object before CLEAN for finishObjectsFromSums: its runs (raster order) at runs[0 .. nRuns), and `owned`,
+// when not null, a vector holding them that the kept object takes over (else they are copied).
+struct ObjectRuns {
+    const Run* runs = nullptr;
+    std::size_t nRuns = 0;
+    std::vector<Run>* owned = nullptr;
+    std::uint32_t flags = 0;
+};
+
+// The objects after deblending in detectObjects' order (the roots in order, a split root's children in
+// deblending order) for finishObjectsFromSums, from the roots' runs (CSR) and the deblending of the
+// multi-peak roots (root multi[m] deblended into deblended[m]; the other roots are not split): the CUDA
+// per-object half, whose sums the device makes. Kept between frames, its memory is not faulted in afresh.
+struct ObjectPlan {
+    std::vector<std::int32_t> multiOf;     // per root: m, or -1
+    std::vector<std::int64_t> childFirst;  // per m: its first child among the split roots' children
+    std::vector<std::int64_t> firstObject; // per root: its first object (CSR over the roots)
+    std::vector<std::int64_t> childStart;  // per child: its first run in childRuns (CSR)
+    std::vector<Run> childRuns;            // the split roots' children's runs, in child order
+    UninitArray<ObjectRuns> objects;       // [0, nObjects)
+    UninitArray<const IsoSums*> isoOf;     // the sums of each object
+    UninitArray<const CleanSums*> cleanOf; // null where no CLEAN sums are given
+    std::size_t nObjects = 0, nChildren = 0;
+
+    // Numbers the objects and the children of the split roots (multiOf, childFirst, firstObject, nObjects,
+    // nChildren).
+    void plan(std::size_t nRoots, const std::vector<std::int32_t>& multi,
+              const std::vector<DeblendOutput>& deblended);
+    // After plan: objects (a root that is not split by its runs in rootRuns, the children by theirs in
+    // `deblended`, which must outlive the objects), their sums (root r's at rootIso[r], rootClean[r], child
+    // q's at childIso[q], childClean[q]; the clean ones may be null), and childStart, childRuns.
+    void fill(const Run* rootRuns, const std::int64_t* rootStart, std::vector<DeblendOutput>& deblended,
+              const IsoSums* rootIso, const CleanSums* rootClean, const IsoSums* childIso,
+              const CleanSums* childClean, int threads);
+};
+
 // The end of detectObjects from the objects' sums (the CUDA per-object half; isoSums[i], cleanSums[i] those
 // of objects[i]): CLEAN from cleanSums (null when p.clean is off, or there are fewer than 2 objects or no
 // cleanParam: nothing is CLEANed), then the measurements of the kept objects (finishIsophotal) with the
@@ -216,6 +309,13 @@ inline void cleanMerge(IsoMeasure& e, const IsoMeasure& v) {
 void finishObjectsFromSums(std::vector<Object> objects, const IsoSums* const* isoSums,
                            const CleanSums* const* cleanSums, int width, int height, const DetectionParams& p,
                            int threads, DetectedObjects& out, CleanScratch* scratch = nullptr);
+// The same from n objects given by their runs (objects[i]; runs read, or taken over, while the kept objects
+// are built). storage: the result's storage started by the caller with room for the kept objects (else made
+// here), or null (started here).
+void finishObjectsFromSums(std::size_t n, const ObjectRuns* objects, const IsoSums* const* isoSums,
+                           const CleanSums* const* cleanSums, int width, int height, const DetectionParams& p,
+                           int threads, DetectedObjects& out, CleanScratch* scratch = nullptr,
+                           ObjectStorage* storage = nullptr);
 
 // The 8-connected components of `runs` (raster order) with at least minArea pixels, in order of their first
 // run, as CSR: the runs of root k are runs[start[k] .. start[k + 1]) in raster order.
@@ -229,30 +329,6 @@ RootRuns labelRoots(const std::vector<Run>& runs, int minArea);
 // body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot); for
 // callers compiled without OpenMP (the CUDA sources).
 void parallelFor(std::size_t n, int threads, int chunk, const std::function<void(std::int64_t)>& body);
-
-// Storage for n elements of a trivially destructible T, left uninitialised: the parallel loop that constructs
-// them (placement new at data() + i) faults its pages in on every thread, where std::vector<T>(n) zeroes them
-// on one (about 2 GB/s on the H200 host: milliseconds for the ~10 MB of a 60k-object frame). Kept between
-// calls (reserve), it is not faulted in again.
-template <class T> class UninitArray {
-    static_assert(std::is_trivially_destructible_v<T>);
-
-public:
-    UninitArray() = default;
-    explicit UninitArray(std::size_t n) { reserve(n); }
-    // Storage for at least n elements (what it held is lost when it grows).
-    void reserve(std::size_t n) {
-        if (m_bytes && n <= m_capacity) return;
-        m_bytes.reset(new std::byte[(n > 0 ? n : 1) * sizeof(T)]);
-        m_capacity = n;
-    }
-    T* data() { return reinterpret_cast<T*>(m_bytes.get()); }
-    const T* data() const { return reinterpret_cast<const T*>(m_bytes.get()); }
-
-private:
-    std::unique_ptr<std::byte[]> m_bytes;
-    std::size_t m_capacity = 0;
-};
 
 // std::vector<T>(n) whose fresh pages are faulted in by `threads` threads before the (serial) construction,
 // which then writes resident memory.

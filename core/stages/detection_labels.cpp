@@ -21,7 +21,14 @@ std::int32_t findRoot(std::vector<std::int32_t>& parent, std::int32_t i) {
 } // namespace
 
 std::vector<std::int32_t> labelRuns(const Run* runs, std::size_t n, std::int32_t& nComponents) {
-    std::vector<std::int32_t> parent(n);
+    std::vector<std::int32_t> parent, label;
+    labelRunsInto(runs, n, parent, label, nComponents);
+    return label;
+}
+
+void labelRunsInto(const Run* runs, std::size_t n, std::vector<std::int32_t>& parent,
+                   std::vector<std::int32_t>& label, std::int32_t& nComponents) {
+    parent.resize(n);
     for (std::size_t i = 0; i < n; ++i)
         parent[i] = static_cast<std::int32_t>(i);
 
@@ -55,14 +62,13 @@ std::vector<std::int32_t> labelRuns(const Run* runs, std::size_t n, std::int32_t
         curBegin = curEnd;
     }
 
-    std::vector<std::int32_t> label(n);
+    label.resize(n);
     std::int32_t next = 0;
     for (std::size_t i = 0; i < n; ++i) {
         const std::int32_t r = findRoot(parent, static_cast<std::int32_t>(i));
         label[i] = (r == static_cast<std::int32_t>(i)) ? next++ : label[r];
     }
     nComponents = next;
-    return label;
 }
 
 } // namespace gpuphot::detail

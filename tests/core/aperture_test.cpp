@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <limits>
 #include <numbers>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -771,6 +774,147 @@ TEST(ApertureOptimal, GridIndexFindsTheBestSignalToNoise) {
     // exact ties keep the first
     const double f2[3] = {0.5, 0.5, 0.5}, n2[3] = {0.25, 0.25, 0.25}, d2[3] = {2.0, 1.0, 1.0};
     EXPECT_EQ(detail::optimalGridIndex(f2, n2, 3, [&](std::size_t k) { return d2[k]; }), 1u);
+}
+
+// The driver's loops that run on several threads only for batches of 8192 sources and more (the CUDA engine's
+// batches; here GPUPHOT_APERTURE_BATCH makes the CPU engine's batch that large): the compaction of the
+// sources with finite centres (non-finite ones spread through the list), the sky, circle and Kron columns,
+// the curve of growth's medians. One thread and three, one batch and batches of 4096 and of 1000: bitwise
+// the same; the non-finite sources flagged.
+TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
+    const StarField f(91, 91, 28, 91, 300.0, 1e5);
+    Sources src = f.sources;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    std::vector<std::size_t> nanAt;
+    for (std::size_t k = 0; k < 40; ++k) { // non-finite centres between the others
+        const std::size_t at = (k * 2654435761u) % src.x.size();
+        src.x.insert(src.x.begin() + static_cast<std::ptrdiff_t>(at), k % 2 ? nan : 5.0);
+        src.y.insert(src.y.begin() + static_cast<std::ptrdiff_t>(at), k % 2 ? 7.0 : nan);
+    }
+    src.segmentId.clear(); // own ids from the segmentation map
+    src.a.clear();
+    src.b.clear();
+    src.theta.clear();
+    src.flags.clear();
+    ASSERT_GE(src.x.size(), 8192u);
+    ApertureParams p = fieldParams();
+    p.apCorrMinStars = 3;
+    struct BatchEnv {
+        explicit BatchEnv(const char* v) {
+            if (v) ::setenv("GPUPHOT_APERTURE_BATCH", v, 1);
+        }
+        ~BatchEnv() { ::unsetenv("GPUPHOT_APERTURE_BATCH"); }
+    };
+    auto measure = [&](int threads, const char* batch) {
+        const BatchEnv e(batch);
+        RunContext ctx;
+        ctx.threads = threads;
+        return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), src, f.fwhm(),
+                                f.gain, f.readNoise, p, ctx);
+    };
+    const ApertureResult ref = measure(1, nullptr);
+    auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
+        return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+    };
+    for (const auto& [threads, batch] : std::vector<std::pair<int, const char*>>{{3, "100000"}, {1, "100000"},
+                                                                                {3, "1000"}, {3, nullptr}}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads, batch " + (batch ? batch : "default"));
+        const ApertureResult r = measure(threads, batch);
+        for (std::size_t k = 0; k < ref.radii.size(); ++k) {
+            EXPECT_TRUE(same(ref.flux[k], r.flux[k]));
+            EXPECT_TRUE(same(ref.fluxErr[k], r.fluxErr[k]));
+            EXPECT_EQ(ref.apertureFlags[k], r.apertureFlags[k]);
+        }
+        for (auto m : {&ApertureResult::sky, &ApertureResult::skyRms, &ApertureResult::kronRadius,
+                       &ApertureResult::fluxAuto, &ApertureResult::fluxAutoErr, &ApertureResult::radiusOpt,
+                       &ApertureResult::fluxOpt, &ApertureResult::fluxOptErr, &ApertureResult::apCorrMag,
+                       &ApertureResult::cogFraction})
+            EXPECT_TRUE(same(ref.*m, r.*m));
+        EXPECT_EQ(ref.flags, r.flags);
+        EXPECT_EQ(ref.skyArea, r.skyArea);
+        EXPECT_EQ(ref.apCorrStarIndex, r.apCorrStarIndex);
+    }
+    EXPECT_GE(ref.apCorrStars, 3);
+    std::size_t flagged = 0, measuredCount = 0;
+    for (std::size_t i = 0; i < src.x.size(); ++i) {
+        if (!std::isfinite(src.x[i]) || !std::isfinite(src.y[i])) {
+            flagged += (ref.flags[i] & FlagApertureIncomplete) && (ref.flags[i] & FlagSkyFailed) &&
+                               (ref.flags[i] & FlagKronFailed) && std::isnan(ref.flux[0][i])
+                           ? 1
+                           : 0;
+        } else {
+            measuredCount += std::isfinite(ref.flux[0][i]) ? 1 : 0;
+        }
+    }
+    EXPECT_EQ(flagged, 40u);
+    EXPECT_EQ(measuredCount, f.sources.x.size());
+}
+
+// skyStatistics' three ways to the running sums (prefix arrays: the CPU engine; checkpoints every
+// kSkyCheckpoint values: the GPU's block-per-source sky; recomputed from 0: the GPU's other paths) give the
+// same estimate bitwise, for lengths around multiples of the checkpoint spacing, every estimator and clipping
+// on and off; and the clipped mean and count agree with a direct clipping loop written independently here.
+TEST(ApertureSky, CheckpointedRunningSumsMatchPrefixArraysBitwise) {
+    std::mt19937_64 rng(77);
+    std::normal_distribution<double> sky(100.0, 7.0);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::size_t checkedMean = 0;
+    for (const std::size_t n : {std::size_t{20}, std::size_t{31}, std::size_t{32}, std::size_t{33},
+                                std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{511},
+                                std::size_t{512}, std::size_t{1000}}) {
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) // a Gaussian sky with a tail of star light
+            v[i] = static_cast<float>(u(rng) < 0.1 ? sky(rng) + 200.0 * u(rng) : sky(rng));
+        std::sort(v.begin(), v.end());
+        for (const int estimator : {0, 1, 2})
+            for (const double clip : {3.0, 2.0, 0.0}) {
+                SCOPED_TRACE("n " + std::to_string(n) + " estimator " + std::to_string(estimator) + " clip " +
+                             std::to_string(clip));
+                const detail::SkyParamsHD p{clip, 10, 5, estimator, 1.0};
+                std::vector<double> s1(n + 1), s2(n + 1);
+                std::vector<double> c1(n / detail::kSkyCheckpoint + 1, -1.0), c2(c1.size(), -1.0);
+                const detail::SkyEstimate a = detail::skyStatistics(v.data(), n, p, s1.data(), s2.data());
+                const detail::SkyEstimate b =
+                    detail::skyStatistics(v.data(), n, p, nullptr, nullptr, c1.data(), c2.data());
+                const detail::SkyEstimate c = detail::skyStatistics(v.data(), n, p, nullptr, nullptr);
+                ASSERT_EQ(a.ok, 1);
+                EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << a.level << " " << b.level;
+                EXPECT_EQ(std::memcmp(&a, &c, sizeof a), 0) << a.level << " " << c.level;
+                for (std::size_t k = 0; k < c1.size(); ++k) // each checkpoint is the prefix sum there
+                    EXPECT_EQ(c1[k], s1[k * detail::kSkyCheckpoint]) << k;
+                if (estimator != 0) continue;
+                // independent: clip about the median at clip * sd of the kept values until nothing changes
+                std::size_t lo = 0, hi = n;
+                double med = 0.0, mean = 0.0, sd = 0.0;
+                auto kept = [&] {
+                    const std::size_t m = hi - lo;
+                    med = m % 2 ? v[lo + m / 2] : 0.5 * (double(v[lo + m / 2 - 1]) + v[lo + m / 2]);
+                    double sum = 0.0, ss = 0.0;
+                    for (std::size_t i = lo; i < hi; ++i)
+                        sum += v[i];
+                    mean = sum / double(m);
+                    for (std::size_t i = lo; i < hi; ++i)
+                        ss += (v[i] - mean) * (v[i] - mean);
+                    sd = std::sqrt(ss / double(m - 1));
+                };
+                kept();
+                for (int it = 0; clip > 0.0 && it < 10; ++it) {
+                    std::size_t nlo = 0, nhi = n;
+                    while (nlo < n && double(v[nlo]) < med - clip * sd)
+                        ++nlo;
+                    while (nhi > nlo && double(v[nhi - 1]) > med + clip * sd)
+                        --nhi;
+                    if ((nlo == lo && nhi == hi) || nhi - nlo < 2) break;
+                    lo = nlo;
+                    hi = nhi;
+                    kept();
+                }
+                EXPECT_NEAR(a.level, mean, 1e-9 * std::abs(mean));
+                EXPECT_EQ(a.n, static_cast<int>(hi - lo));
+                ++checkedMean;
+            }
+    }
+    EXPECT_EQ(checkedMean, 30u);
 }
 
 TEST(ApertureParamsJson, RoundTrip) {

@@ -157,7 +157,142 @@ std::size_t checkFromSums(const SimResult& sim, const DetectionParams& p, const 
             EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
         }
     }
+    // The overload on objects given by their runs: the odd ones copied from a pointer, the even ones taken
+    // over; the result's storage started by the caller (4096 and more elements made: the helper thread runs),
+    // with room to spare, and with too little room (made in take()).
+    for (const std::size_t room : {std::size_t{8192}, std::size_t{0}}) {
+        SCOPED_TRACE("storage room " + std::to_string(room));
+        std::vector<detail::Object> copies = objects;
+        std::vector<detail::ObjectRuns> given(copies.size());
+        for (std::size_t i = 0; i < copies.size(); ++i)
+            given[i] = detail::ObjectRuns{copies[i].runs.data(), copies[i].runs.size(),
+                                          i % 2 == 0 ? &copies[i].runs : nullptr, copies[i].flags};
+        detail::ObjectStorage storage;
+        if (room > 0) storage.start(4096, room, 4);
+        detail::DetectedObjects got;
+        detail::finishObjectsFromSums(given.size(), given.data(), isoOf.data(), clean ? csOf.data() : nullptr,
+                                      sim.image.width(), sim.image.height(), p, 4, got, scratch,
+                                      room > 0 ? &storage : nullptr);
+        EXPECT_EQ(got.nCleaned, ref.nCleaned);
+        EXPECT_EQ(got.objects.size(), ref.objects.size());
+        EXPECT_EQ(got.iso.size(), ref.iso.size());
+        if (got.objects.size() != ref.objects.size() || got.iso.size() != ref.iso.size()) continue;
+        for (std::size_t i = 0; i < ref.objects.size(); ++i) {
+            EXPECT_EQ(got.objects[i].flags, ref.objects[i].flags) << "object " << i;
+            EXPECT_TRUE(sameRuns(got.objects[i].runs, ref.objects[i].runs)) << "object " << i;
+            EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
+        }
+    }
     return ref.nCleaned;
+}
+
+// detail::ObjectPlan (the CUDA per-object half's numbering of the objects after deblending, and their runs
+// and sums handed to finishObjectsFromSums) against core's detectObjects: the roots deblended only where they
+// have two or more peaks (as the device's peak test decides), the largest first, their sums made here from
+// the plan's children's runs; one plan kept through fields of different sizes.
+void checkPlan(const SimResult& sim, const DetectionParams& p, const std::string& what,
+               detail::ObjectPlan& plan, int threads) {
+    SCOPED_TRACE(what);
+    RunContext ctx;
+    ctx.threads = 2;
+    const auto prepared = prepareField(sim, p, ctx);
+    const detail::PreparedDetection& prep = prepared->prep;
+    const detail::DetectedObjects ref = detail::detectObjects(prep.runs, prep.im, p, ctx);
+
+    const detail::RootRuns rr = detail::labelRoots(prep.runs, p.minArea);
+    const bool cleanAny = p.clean && p.cleanParam > 0.0;
+    std::vector<detail::IsoSums> rootIso(rr.size());
+    std::vector<detail::CleanSums> rootClean(rr.size());
+    std::vector<std::int32_t> multi;
+    for (std::size_t k = 0; k < rr.size(); ++k) {
+        const std::vector<detail::Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+        rootIso[k] = detail::accumulateIsophotal(root, prep.im, p);
+        if (cleanAny) rootClean[k] = detail::cleanSumsOf(root, prep.im, p);
+        if (p.deblendLevels >= 2 && detail::runsArea(root) >= 2 * static_cast<std::int64_t>(p.minArea) &&
+            detail::peakCount(root, prep.im) >= 2)
+            multi.push_back(static_cast<std::int32_t>(k));
+    }
+    std::vector<detail::DeblendOutput> deblended(multi.size());
+    for (std::size_t m = multi.size(); m-- > 0;) {
+        const std::int32_t k = multi[m];
+        const std::vector<detail::Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+        detail::deblendObject(root, prep.im, p, deblended[m], false);
+    }
+    plan.plan(rr.size(), multi, deblended);
+    std::vector<detail::IsoSums> childIso(plan.nChildren);
+    std::vector<detail::CleanSums> childClean(plan.nChildren);
+    plan.fill(rr.runs.data(), rr.start.data(), deblended, rootIso.data(),
+              cleanAny ? rootClean.data() : nullptr, childIso.data(), cleanAny ? childClean.data() : nullptr,
+              threads);
+    EXPECT_EQ(plan.nObjects, ref.nDeblended);
+    for (std::size_t q = 0; q < plan.nChildren; ++q) {
+        const std::vector<detail::Run> child(plan.childRuns.begin() + plan.childStart[q],
+                                             plan.childRuns.begin() + plan.childStart[q + 1]);
+        childIso[q] = detail::accumulateIsophotal(child, prep.im, p);
+        if (cleanAny) childClean[q] = detail::cleanSumsOf(child, prep.im, p);
+    }
+    const bool clean = cleanAny && plan.nObjects >= 2;
+    detail::DetectedObjects got;
+    detail::finishObjectsFromSums(plan.nObjects, plan.objects.data(), plan.isoOf.data(),
+                                  clean ? plan.cleanOf.data() : nullptr, sim.image.width(),
+                                  sim.image.height(), p, threads, got);
+    EXPECT_EQ(got.nCleaned, ref.nCleaned);
+    ASSERT_EQ(got.objects.size(), ref.objects.size());
+    ASSERT_EQ(got.iso.size(), ref.iso.size());
+    for (std::size_t i = 0; i < ref.objects.size(); ++i) {
+        EXPECT_EQ(got.objects[i].flags, ref.objects[i].flags) << "object " << i;
+        EXPECT_TRUE(sameRuns(got.objects[i].runs, ref.objects[i].runs)) << "object " << i;
+        EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
+    }
+}
+
+TEST(DetectionPeaks, ObjectPlanMatchesDetectObjects) {
+    detail::ObjectPlan plan;
+    for (const auto& [w, h, stars, seed] :
+         {std::tuple{300, 260, 1500, 41u}, std::tuple{180, 150, 500, 42u}, std::tuple{320, 300, 2200, 43u}}) {
+        const SimResult sim = test::clusteredField(w, h, stars, seed);
+        DetectionParams p;
+        checkPlan(sim, p, "default", plan, 3);
+        p.deblendContrast = 0.0005;
+        p.deblendMaxChildren = 3; // overflowing blends
+        checkPlan(sim, p, "low contrast, at most 3 children", plan, 1);
+        p = DetectionParams{};
+        p.clean = false;
+        checkPlan(sim, p, "no CLEAN", plan, 2);
+        p = DetectionParams{};
+        p.deblendLevels = 1;
+        checkPlan(sim, p, "no deblending", plan, 2);
+    }
+}
+
+// detail::ObjectStorage: n value-initialised objects and measurements whether the helper thread made more,
+// fewer within its room, or too little room, or was not started.
+TEST(DetectionPeaks, ObjectStorageTakesAnyCount) {
+    struct Case {
+        std::size_t count, room, take;
+        int threads;
+    };
+    for (const Case c : {Case{5000, 5000, 4100, 4}, Case{5000, 9000, 8000, 4}, Case{5000, 6000, 7000, 4},
+                         Case{5000, 6000, 300, 1}, Case{100, 100, 200, 4}}) {
+        SCOPED_TRACE(std::to_string(c.count) + " made, room " + std::to_string(c.room) + ", " +
+                     std::to_string(c.take) + " taken");
+        detail::ObjectStorage storage;
+        storage.start(c.count, c.room, c.threads);
+        std::vector<detail::Object> objects(3);
+        objects[0].runs.push_back({1, 2, 3});
+        std::vector<detail::IsoMeasure> iso(2);
+        storage.take(c.take, 3, objects, iso);
+        EXPECT_FALSE(storage.busy());
+        ASSERT_EQ(objects.size(), c.take);
+        ASSERT_EQ(iso.size(), c.take);
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < c.take; ++i) {
+            const detail::IsoMeasure& m = iso[i];
+            bad += !objects[i].runs.empty() || objects[i].flags != 0 || m.flux != 0.0 || m.area != 0 ||
+                   m.theta != 0.0 || m.thrAtPeak != 0.0 || m.yMax != 0 || m.flags != 0;
+        }
+        EXPECT_EQ(bad, 0u);
+    }
 }
 
 TEST(DetectionPeaks, FinishFromSumsMatchesDetectObjects) {

@@ -245,18 +245,21 @@ TEST(CudaDetectionFinish, ColumnsInTwoHalvesAsSetSourceRow) {
     expectSameDetection(ref, got);
 }
 
+// n objects of 1-4 runs each, with their measurements.
+detail::DetectedObjects manyObjects(int n) {
+    detail::DetectedObjects f;
+    f.objects.resize(n);
+    f.iso.resize(n);
+    for (int i = 0; i < n; ++i)
+        f.objects[i].runs.assign(1 + i % 4, detail::Run{i, 0, 3});
+    f.nDeblended = static_cast<std::size_t>(n);
+    return f;
+}
+
 // DeferredRelease: the objects go (found left empty), freed on a helper thread with several threads, at once
 // with one; a second release joins the first; wait() and the destructor join.
 TEST(CudaDetectionFinish, DeferredReleaseFreesOnAHelperThread) {
-    auto objects = [](int n) {
-        detail::DetectedObjects f;
-        f.objects.resize(n);
-        f.iso.resize(n);
-        for (int i = 0; i < n; ++i)
-            f.objects[i].runs.assign(1 + i % 4, detail::Run{i, 0, 3});
-        f.nDeblended = static_cast<std::size_t>(n);
-        return f;
-    };
+    const auto objects = manyObjects;
     {
         cuda::DeferredRelease r;
         detail::DetectedObjects f = objects(20000);
@@ -276,6 +279,19 @@ TEST(CudaDetectionFinish, DeferredReleaseFreesOnAHelperThread) {
         r.release(std::move(g), 2);
         EXPECT_EQ(r.threadsStarted(), 4u);
     } // the destructor joins the last one
+}
+
+// releaseNow (GPUPHOT_DETECTION_RELEASE=now): the objects go at once, by several threads above 4096 objects,
+// serially below or with one thread; found is left empty.
+TEST(CudaDetectionFinish, ReleaseNowFreesAtOnce) {
+    for (const int n : {0, 100, 20000})
+        for (const int threads : {1, 4}) {
+            SCOPED_TRACE(std::to_string(n) + " objects, " + std::to_string(threads) + " threads");
+            detail::DetectedObjects f = manyObjects(n);
+            cuda::releaseNow(std::move(f), threads);
+            EXPECT_TRUE(f.objects.empty() && f.iso.empty());
+            EXPECT_EQ(f.nDeblended, 0u);
+        }
 }
 
 TEST(CudaDetectionFinish, NoObjects) {
