@@ -142,20 +142,23 @@ std::size_t checkFromSums(const SimResult& sim, const DetectionParams& p, const 
         csOf[i] = &cs[at];
     }
     const bool clean = p.clean && p.cleanParam > 0.0 && objects.size() >= 2;
-    for (int threads : {1, 3, 8}) {
-        SCOPED_TRACE("threads " + std::to_string(threads));
-        detail::DetectedObjects got;
-        detail::finishObjectsFromSums(objects, isoOf.data(), clean ? csOf.data() : nullptr, sim.image.width(),
-                                      sim.image.height(), p, threads, got, threads == 3 ? nullptr : scratch);
+    auto expectSameObjects = [&](const detail::DetectedObjects& got) {
         EXPECT_EQ(got.nCleaned, ref.nCleaned);
         EXPECT_EQ(got.objects.size(), ref.objects.size());
         EXPECT_EQ(got.iso.size(), ref.iso.size());
-        if (got.objects.size() != ref.objects.size() || got.iso.size() != ref.iso.size()) continue;
+        if (got.objects.size() != ref.objects.size() || got.iso.size() != ref.iso.size()) return;
         for (std::size_t i = 0; i < ref.objects.size(); ++i) {
             EXPECT_EQ(got.objects[i].flags, ref.objects[i].flags) << "object " << i;
             EXPECT_TRUE(sameRuns(got.objects[i].runs, ref.objects[i].runs)) << "object " << i;
             EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
         }
+    };
+    for (int threads : {1, 3, 8}) {
+        SCOPED_TRACE("threads " + std::to_string(threads));
+        detail::DetectedObjects got;
+        detail::finishObjectsFromSums(objects, isoOf.data(), clean ? csOf.data() : nullptr, sim.image.width(),
+                                      sim.image.height(), p, threads, got, threads == 3 ? nullptr : scratch);
+        expectSameObjects(got);
     }
     // The overload on objects given by their runs: the odd ones copied from a pointer, the even ones taken
     // over; the result's storage started by the caller (4096 and more elements made: the helper thread runs),
@@ -173,15 +176,7 @@ std::size_t checkFromSums(const SimResult& sim, const DetectionParams& p, const 
         detail::finishObjectsFromSums(given.size(), given.data(), isoOf.data(), clean ? csOf.data() : nullptr,
                                       sim.image.width(), sim.image.height(), p, 4, got, scratch,
                                       room > 0 ? &storage : nullptr);
-        EXPECT_EQ(got.nCleaned, ref.nCleaned);
-        EXPECT_EQ(got.objects.size(), ref.objects.size());
-        EXPECT_EQ(got.iso.size(), ref.iso.size());
-        if (got.objects.size() != ref.objects.size() || got.iso.size() != ref.iso.size()) continue;
-        for (std::size_t i = 0; i < ref.objects.size(); ++i) {
-            EXPECT_EQ(got.objects[i].flags, ref.objects[i].flags) << "object " << i;
-            EXPECT_TRUE(sameRuns(got.objects[i].runs, ref.objects[i].runs)) << "object " << i;
-            EXPECT_EQ(std::memcmp(&got.iso[i], &ref.iso[i], sizeof(detail::IsoMeasure)), 0) << "object " << i;
-        }
+        expectSameObjects(got);
     }
     return ref.nCleaned;
 }
