@@ -79,15 +79,16 @@ QString stageTimes(const Snapshot& s) {
     }
     if (s.prefetched) parts << QStringLiteral("computed ahead");
     if (s.provisional) // the first look of a re-detection: the complete result follows
-        return QStringLiteral("#%1  %2 sources  |  PROVISIONAL: new detection + apertures, PSF model and calibration "
-                              "measured with the previous run's PSF; PSF fits running...  |  %3  |  %4 ms")
+        return QStringLiteral("#%1  %2 sources  |  %4 ms  |  PROVISIONAL: new detection + apertures, PSF model and "
+                              "calibration measured with the previous run's PSF; PSF fits running...  |  %3")
             .arg(s.generation)
             .arg(s.result.detection.sources.size())
             .arg(parts.join(QStringLiteral(", ")))
             .arg(total * 1e3, 0, 'f', 0);
     if (s.psfFitsReused > 0) // star fits the worker's PSF cache supplied (identical inputs, identical result)
         parts << QStringLiteral("%1/%2 PSF fits reused").arg(s.psfFitsReused).arg(s.psfFitsReused + s.psfFitsMade);
-    return QStringLiteral("#%1  %2 sources  |  %3  |  total %4 ms (%5)")
+    // The count and the total first: a window too narrow for the whole line cuts the per-stage times only.
+    return QStringLiteral("#%1  %2 sources  |  total %4 ms (%5)  |  %3")
         .arg(s.generation)
         .arg(s.result.detection.sources.size())
         .arg(parts.join(QStringLiteral(", ")))
@@ -506,6 +507,7 @@ void MainWindow::onResult(SnapshotPtr snap) {
     m_psf->setSnapshot(snap);
     m_inspector->setSnapshot(snap);
     m_times->setText(stageTimes(*snap));
+    m_times->setToolTip(m_times->text()); // the whole line, where the status bar cuts it
     if (snap->provisional) { // the log, history and listeners get the complete result
         emit provisionalShown(snap);
         return;

@@ -84,6 +84,13 @@ TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
     ASSERT_NE(table, nullptr);
     EXPECT_EQ(static_cast<std::size_t>(table->model()->rowCount()), n);
     EXPECT_TRUE(snap->result.zeropoint.ok) << snap->result.calibrationProblem;
+    // The status line leads with the source count and the total time (a narrow window cuts its end: the
+    // per-stage times); its tooltip holds the whole line.
+    const QString times = w.statusTimesText();
+    const qsizetype at = times.indexOf(QStringLiteral(" sources")), total = times.indexOf(QStringLiteral("total "));
+    EXPECT_TRUE(times.contains(QString::number(n) + QStringLiteral(" sources"))) << times.toStdString();
+    EXPECT_GT(total, at) << times.toStdString();
+    EXPECT_GT(times.indexOf(QStringLiteral("detection ")), total) << times.toStdString();
 
     // The cursor readout is 1-based and has RA/Dec from the WCS.
     gpuphot::viewers::ImageView* view = w.imageView();
