@@ -2,6 +2,7 @@
 
 #include <wcslib/dis.h>
 #include <wcslib/lin.h>
+#include <wcslib/spc.h>
 #include <wcslib/wcs.h>
 #include <wcslib/wcserr.h>
 #include <wcslib/wcsfix.h>
@@ -208,6 +209,27 @@ std::string unusableCelestialUnit(const wcsprm* w) {
     return {};
 }
 
+// What WCSLIB's spcfix does (an AIPS-convention spectral CTYPE such as 'FELO-HEL' with VELREF becomes the
+// standard type, 'VOPT-F2W', and SPECSYS, 'BARYCENT'), through WCSLIB's spcaips, without spcfix's messages:
+// WCSLIB 7.12's spcfix loses the first of its two messages when it changes both CTYPE and SPECSYS (a leak on
+// every such header; found by the CI fuzz run of 2026-11-30 08:58 UTC, 'FELO-OBS'). As in spcfix, the first
+// axis with an AIPS spectral type is translated; a bad VELREF is left for wcsset to report.
+void translateAipsSpectral(wcsprm* w) {
+    for (int i = 0; i < w->naxis; ++i) {
+        char ctype[9] = {}, specsys[9] = {};
+        if (spcaips(w->ctype[i], w->velref, ctype, specsys) != 0) continue; // not an AIPS spectral type
+        if (w->specsys[0] == '\0' && specsys[0] != '\0') {
+            std::memset(w->specsys, 0, sizeof w->specsys);
+            std::memcpy(w->specsys, specsys, std::strlen(specsys));
+        }
+        if (std::strncmp(w->ctype[i], ctype, 9) != 0) {
+            std::memset(w->ctype[i], 0, sizeof w->ctype[i]);
+            std::memcpy(w->ctype[i], ctype, std::strlen(ctype));
+        }
+        return;
+    }
+}
+
 enum class ParseOutcome { Ok, NoWcs, Broken };
 
 struct ParseResult {
@@ -297,8 +319,7 @@ ParseResult parseHeader(const Header& header) {
         }
         if (aipsCelestial) celfix(w);
         wcserr_clear(&w->err);
-        spcfix(w);
-        wcserr_clear(&w->err);
+        translateAipsSpectral(w);
         if (std::string bad = unusableCelestialUnit(w); !bad.empty())
             return broken("header " + altName + ": " + bad);
         const int status = wcsset(w);
