@@ -58,7 +58,8 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
     long long pos = 0;
     for (int hdu = 0; hdu < 100000 && pos + kBlock <= size; ++hdu) {
         long long bitpix = 0, naxis = 0, pcount = 0, gcount = 1, product = 1;
-        bool end = false;
+        bool end = false, zimage = false;
+        std::string badTile; // "ZTILEn = v" of a tile size below 1, checked when the header is a ZIMAGE one
         while (!end) {
             if (pos + kBlock > size) return;
             in.seekg(pos);
@@ -84,6 +85,17 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
                     throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": header keyword " + key +
                                        " has an unquoted value of " + std::to_string(value.size()) +
                                        " characters (a column name must be a quoted string)");
+                // CFITSIO 4.2.0 divides by ZTILEn when it moves to a tile-compressed image (in
+                // imcomp_get_compressed_image_par): ZTILE2 = 0 killed the process with SIGFPE (found by the CI
+                // fuzz run of 2026-11-30 14:12 UTC). A tile size must be a positive integer.
+                // (value still holds the comment: the logical or number is its first word)
+                const std::string word = value.substr(0, value.find_first_of(" /"));
+                if (key == "ZIMAGE") zimage = word == "T";
+                if (key.rfind("ZTILE", 0) == 0 && key.size() > 5 && badTile.empty()) {
+                    char* stop = nullptr;
+                    const double t = std::strtod(word.c_str(), &stop);
+                    if (stop != word.c_str() && !(t >= 1.0)) badTile = key + " = " + word.substr(0, 20);
+                }
                 const long long v = std::strtoll(value.c_str(), nullptr, 10);
                 if (key == "BITPIX") bitpix = v;
                 else if (key == "NAXIS") naxis = v;
@@ -95,6 +107,9 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
                 }
             }
         }
+        if (zimage && !badTile.empty())
+            throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": malformed tile-compressed image: " +
+                               badTile + " (a tile size must be a positive integer)");
         if (naxis == 0) product = 0;
         const long long bytes = std::llabs(bitpix) / 8;
         if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8 || product + pcount > (1LL << 50)) return;

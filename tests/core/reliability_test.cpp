@@ -11,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/io/atomic_file.hpp"
@@ -204,6 +206,40 @@ void spit(const fs::path& p, const std::string& bytes) {
 }
 
 } // namespace
+
+TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
+    // fuzz_fits_reader (CI run of 2026-11-30 14:12 UTC): ZTILE2 = 0 in a Rice-compressed image made CFITSIO
+    // 4.2.0 divide by zero (SIGFPE, the process died) as soon as it moved to the HDU.
+    const std::string repro = std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/fits_reader/ztile_zero_sigfpe.fits";
+    for (const auto& call : std::vector<std::function<void()>>{[&] { (void)readFrame(repro, {}); },
+                                                               [&] { (void)listHdus(repro); },
+                                                               [&] { (void)readHeader(repro); }}) {
+        const std::string msg = errorOf(call);
+        EXPECT_NE(msg.find("ZTILE2 = 0"), std::string::npos) << msg;
+    }
+    // A valid Rice file reads; with its ZTILE2 card set to 0 or -3 (or 0.5) it is refused the same way.
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path path = dir / "rice.fits";
+    writeCfitsio(path.string());
+    ASSERT_NO_THROW((void)readFrame(path.string(), {})) << "the unmodified file must read";
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const std::size_t card = bytes.find("ZTILE2  =");
+    ASSERT_NE(card, std::string::npos);
+    for (const char* v : {"0", "-3", "0.5"}) {
+        std::string changed = bytes;
+        std::string value(20, ' ');
+        value.replace(20 - std::strlen(v), std::strlen(v), v);
+        changed.replace(card + 10, 20, value);
+        const fs::path bad = dir / "rice_bad.fits";
+        std::ofstream(bad, std::ios::binary) << changed;
+        const std::string msg = errorOf([&] { (void)readFrame(bad.string(), {}); });
+        EXPECT_NE(msg.find("ZTILE2 = " + std::string(v)), std::string::npos) << v << ": " << msg;
+    }
+}
 
 TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAllocating) {
     // fuzz_fits_reader: a tile descriptor (element count) of ~1.9e9 in a 9 kB file made CFITSIO allocate
