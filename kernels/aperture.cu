@@ -9,14 +9,17 @@
 //     clipped statistics. Any correct sort of these totally ordered integers gives the CPU's radix-sorted
 //     array; the prefix sums that the CPU keeps in arrays are recomputed by the same running sums;
 //   - circular apertures: one thread per (source, radius) summing the pixels that radius cuts (exact
-//     overlap) and the pixels it is the first to hold wholly, in raster order in double (or one warp each,
-//     GPUPHOT_APERTURE_CIRCLE=warp); a second kernel adds the "whole pixel" parts over the radii as the CPU
-//     does;
+//     overlap) and the pixels it is the first to hold wholly, in raster order in double (one warp each for
+//     calls of few pairs, pass 2's, or always with GPUPHOT_APERTURE_CIRCLE=warp); a second kernel adds the
+//     "whole pixel" parts over the radii as the CPU does;
 //   - the S/N-optimal radius of pass 3: one thread per source over the curve-of-growth grid
 //     (GPUPHOT_APERTURE_OPTIMAL=host: the driver's host loop);
 //   - Kron: one warp per source (first moment, then the exact elliptical sum; lanes compute the pixels'
 //     terms, every lane adds them in raster order), or one thread per source (GPUPHOT_APERTURE_KRON=thread).
-// Results come down through the DeviceContext's reusable pinned buffers.
+// Inputs go up and results come down through the DeviceContext's reusable pinned buffers. The pass-1 calls
+// are queued (localSkiesAsync, sumCirclesAsync, kronAsync; results copied out in finish()), so that the
+// driver's host work runs beside them; the driver's batch buffers stay in the DeviceContext for the next call
+// (GPUPHOT_APERTURE_SYNC=1: every call done before it returns; GPUPHOT_APERTURE_KEEP=0: buffers per call).
 // No atomics; every sum has one fixed order. Pixels and mask come from the DeviceContext's frame cache,
 // the background maps from its background cache; the segmentation map is the detection's device copy when
 // it is still cached (kernels/detection_finish.hpp), else uploaded per call.
@@ -244,11 +247,15 @@ __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::siz
 
 // Block-per-source local sky (the default; GPUPHOT_APERTURE_SKY=split: the count/scan/fill/segmented-sort
 // path above): the annulus pixels' keys gathered into shared memory (warps over rows, lanes over a row's
-// span, slots from a shared counter: the gathered order is arbitrary, and irrelevant, the keys being totally
-// ordered integers that are sorted next), a bitonic sort there (padded with 0xFFFFFFFF, above the key of
-// every finite value), then thread 0's clipped statistics of the sorted keys read as values. cap: the shared
-// array's length, a power of two >= annulusSideBound(rout)^2. est.n = -1: more pixels than cap (cannot
-// happen; the host checks).
+// span, a pixel's mask, segment and value read together; slots from a shared counter, one atomic per warp:
+// the gathered order is arbitrary, and irrelevant, the keys being totally ordered integers that are sorted
+// next), a bitonic sort there (padded with 0xFFFFFFFF, above the key of every finite value; each thread one
+// compare-exchange pair at a time), then thread 0's clipped statistics of the sorted keys read as values, its
+// running sums restarted from checkpoints every kSkyCheckpoint values (in shared memory after the keys)
+// rather than from 0 at every clipping iteration (fast = 0: the earlier way, the sums from 0, one thread per
+// pair index with half of them idle, the mask/segment/value reads one after the other). cap: the keys'
+// length, a power of two >= annulusSideBound(rout)^2. est.n = -1: more pixels than cap (cannot happen; the
+// host checks).
 struct SortedKeyValues {
     const std::uint32_t* k;
     GPUPHOT_HD float operator[](std::size_t i) const {
@@ -259,10 +266,19 @@ struct SortedKeyValues {
     }
 };
 
+// Shared memory of skyBlockKernel: the keys, then (fast) the two checkpoint arrays.
+inline std::size_t skyBlockShared(int cap) {
+    return static_cast<std::size_t>(cap) * 4 +
+           2 * 8 * (static_cast<std::size_t>(cap) / detail::kSkyCheckpoint + 1);
+}
+
 __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const double* cys, std::size_t n,
-                               double rin, double rout, int cap, detail::SkyParamsHD p, SkyEstimate* out) {
-    extern __shared__ std::uint32_t skyKeys[];
+                               double rin, double rout, int cap, detail::SkyParamsHD p, int fast,
+                               SkyEstimate* out) {
+    extern __shared__ __align__(16) std::uint32_t skyKeys[];
     __shared__ int count;
+    double* ck1 = reinterpret_cast<double*>(skyKeys + cap); // cap is a power of two >= 2: 8-byte aligned
+    double* ck2 = ck1 + (cap / detail::kSkyCheckpoint + 1);
     const double rin2 = rin * rin, rout2 = rout * rout;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nWarps = blockDim.x >> 5;
     const int minPixels = p.minPixels > 2 ? p.minPixels : 2;
@@ -277,8 +293,29 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
             int xa, xb;
             if (!detail::annulusRowSpan(in, cx, cy, rout2, y, dy2, xa, xb)) continue;
             for (int x = xa + lane; x <= xb; x += 32) {
-                float v;
-                if (detail::annulusPixel(in, cx, rin2, rout2, x, y, dy2, v)) {
+                float v = 0.0f;
+                bool use;
+                if (fast) {
+                    // annulusPixel's tests with the three reads issued together
+                    const double d2 = (x - cx) * (x - cx) + dy2;
+                    use = !(d2 < rin2 || d2 > rout2);
+                    if (use) {
+                        const std::uint8_t m = in.maskAt(x, y);
+                        const std::int32_t sg = in.segAt(x, y);
+                        v = in.value(x, y);
+                        use = m == 0 && sg == 0 && std::isfinite(v) && v < in.saturation;
+                    }
+                    const unsigned active = __activemask();
+                    const unsigned take = __ballot_sync(active, use);
+                    const int leader = __ffs(active) - 1;
+                    int base = 0;
+                    if (lane == leader && take) base = atomicAdd(&count, __popc(take));
+                    base = __shfl_sync(active, base, leader);
+                    if (use) {
+                        const int slot = base + __popc(take & ((1u << lane) - 1u));
+                        if (slot < cap) skyKeys[slot] = detail::floatKey(__float_as_uint(v));
+                    }
+                } else if (detail::annulusPixel(in, cx, rin2, rout2, x, y, dy2, v)) {
                     const int slot = atomicAdd(&count, 1);
                     if (slot < cap) skyKeys[slot] = detail::floatKey(__float_as_uint(v));
                 }
@@ -295,13 +332,25 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
             __syncthreads();
             for (int k = 2; k <= n2; k <<= 1)
                 for (int j = k >> 1; j > 0; j >>= 1) {
-                    for (int t = threadIdx.x; t < n2; t += blockDim.x) {
-                        const int u = t ^ j;
-                        if (u > t) {
+                    if (fast) {
+                        // pair q: the lower index t (bit j clear) and t + j
+                        for (int q = threadIdx.x; q < (n2 >> 1); q += blockDim.x) {
+                            const int t = ((q & ~(j - 1)) << 1) | (q & (j - 1)), u = t + j;
                             const std::uint32_t a = skyKeys[t], b = skyKeys[u];
                             if (((t & k) == 0) == (a > b)) {
                                 skyKeys[t] = b;
                                 skyKeys[u] = a;
+                            }
+                        }
+                    } else {
+                        for (int t = threadIdx.x; t < n2; t += blockDim.x) {
+                            const int u = t ^ j;
+                            if (u > t) {
+                                const std::uint32_t a = skyKeys[t], b = skyKeys[u];
+                                if (((t & k) == 0) == (a > b)) {
+                                    skyKeys[t] = b;
+                                    skyKeys[u] = a;
+                                }
                             }
                         }
                     }
@@ -315,7 +364,7 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
                 out[i] = e;
             } else {
                 out[i] = detail::skyStatistics(SortedKeyValues{skyKeys}, static_cast<std::size_t>(c), p,
-                                               nullptr, nullptr);
+                                               nullptr, nullptr, fast ? ck1 : nullptr, fast ? ck2 : nullptr);
             }
         }
         __syncthreads(); // the keys and the counter serve the block's next source
@@ -523,12 +572,38 @@ public:
         m_skySplit = sky && std::string(sky) == "split";
         const char* kron = std::getenv("GPUPHOT_APERTURE_KRON");
         m_kronThread = kron && std::string(kron) == "thread";
+        m_skyBlockFast = !(sky && std::string(sky) == "block0");
         const char* circle = std::getenv("GPUPHOT_APERTURE_CIRCLE");
-        m_circleThread = !(circle && std::string(circle) == "warp");
+        if (circle && std::string(circle) == "warp") m_circleMode = 2;
+        if (circle && std::string(circle) == "thread") m_circleMode = 1;
+        if (const char* w = std::getenv("GPUPHOT_APERTURE_WARP_ITEMS"))
+            m_warpItems = std::strtoull(w, nullptr, 10);
+        if (const char* b = std::getenv("GPUPHOT_APERTURE_BATCH"))
+            m_batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
+        const char* sync = std::getenv("GPUPHOT_APERTURE_SYNC");
+        m_sync = sync && *sync && std::string(sync) != "0";
+        const char* keep = std::getenv("GPUPHOT_APERTURE_KEEP");
+        m_keep = !(keep && std::string(keep) == "0");
+        if (const char* t = std::getenv("GPUPHOT_APERTURE_SKY_THREADS"))
+            m_skyThreads = std::clamp(std::atoi(t) / 32 * 32, 32, 1024);
     }
+    ~CudaEngine() override {
+        if (m_pending.empty()) return;
+        cudaStreamSynchronize(m_dc.stream()); // an exception left work queued: let it end first
+        for (Pending& q : m_pending)
+            cudaEventDestroy(q.done);
+    }
+    CudaEngine(const CudaEngine&) = delete;
+    CudaEngine& operator=(const CudaEngine&) = delete;
     // GPUPHOT_APERTURE_TIMING: the phases of the finished stage call (after the stream is synchronised).
     void report(double totalMs, std::size_t sources) { m_times.report(totalMs, sources); }
-    std::size_t batchSize() const override { return 32768; }
+    // One batch for up to 131072 sources (each batch costs its launches and synchronisations; the per-source
+    // device buffers of one batch stay well within the 256 MB that wholeNeed() plans for them, except for the
+    // split sky path's annulus values, which localSkies splits into chunks of kSplitChunk sources).
+    std::size_t batchSize() const override { return m_batch; }
+    // The driver's batch buffers, kept in the DeviceContext for the next call.
+    // (GPUPHOT_APERTURE_KEEP=0: the driver's own, per call.)
+    detail::ApertureScratch* scratch() override { return m_keep ? &persistent().scratch : nullptr; }
     int groups() const { return m_groups; }
 
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
@@ -612,10 +687,20 @@ public:
         return true;
     }
 
+    int localSkiesAsync(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                        const detail::SkyParamsHD& p, SkyEstimate* out) override {
+        if (m_shrink == 0 && !m_sync && skyBlockCap(rout) > 0 && n > 0) {
+            const HostClock clock(m_times, "engine local skies");
+            return skyBlockAsync(cx, cy, n, rin, rout, p, out);
+        }
+        localSkies(cx, cy, n, rin, rout, p, out);
+        return 0;
+    }
+
     void localSkies(const double* cx, const double* cy, std::size_t n, double rin, double rout,
                     const detail::SkyParamsHD& p, SkyEstimate* out) override {
         const HostClock clock(m_times, "engine local skies");
-        if (m_shrink == 0) return localSkiesImpl(cx, cy, n, rin, rout, p, out, nullptr);
+        if (m_shrink == 0) return skiesNow(cx, cy, n, rin, rout, p, out);
         const std::vector<double> ext(n, rout);
         // The annulus reads pixels, mask and segmentation only: no maps.
         forGroups(cy, ext.data(), n, [](std::size_t) { return false; }, [&](const std::vector<std::size_t>& idx) {
@@ -626,10 +711,115 @@ public:
                 gx[k] = cx[idx[k]];
                 gy[k] = cy[idx[k]];
             }
-            localSkiesImpl(gx.data(), gy.data(), m, rin, rout, p, o.data(), nullptr);
+            skiesNow(gx.data(), gy.data(), m, rin, rout, p, o.data());
             for (std::size_t k = 0; k < m; ++k)
                 out[idx[k]] = o[k];
         });
+    }
+
+    // The local skies of n sources on the bound planes, done when it returns: the block-per-source kernel, or
+    // the split path in chunks of kSplitChunk sources.
+    void skiesNow(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                  const detail::SkyParamsHD& p, SkyEstimate* out) {
+        if (n == 0) return;
+        if (skyBlockCap(rout) > 0) return finish(skyBlockAsync(cx, cy, n, rin, rout, p, out));
+        for (std::size_t c0 = 0; c0 < n; c0 += kSplitChunk) {
+            const std::size_t m = std::min(kSplitChunk, n - c0);
+            localSkiesImpl(cx + c0, cy + c0, m, rin, rout, p, out + c0, nullptr);
+        }
+    }
+
+    // skyBlockKernel's key capacity for annuli of outer radius rout, 0 when the split path (or the heap sort)
+    // measures them.
+    int skyBlockCap(double rout) const {
+        const long long side = detail::annulusSideBound(std::min(rout, 1e6));
+        int cap = 1;
+        while (cap < side * side && cap <= kSkyBlockCap)
+            cap <<= 1;
+        return (!m_heapSort && !m_skySplit && cap <= kSkyBlockCap) ? cap : 0;
+    }
+
+    // Block-per-source local skies (skyBlockKernel), queued: the results in out after finish(ticket).
+    int skyBlockAsync(const double* cx, const double* cy, std::size_t n, double rin, double rout,
+                      const detail::SkyParamsHD& p, SkyEstimate* out) {
+        const cudaStream_t s = m_dc.stream();
+        const int cap = skyBlockCap(rout);
+        m_times.start("sky block", s);
+        DeviceBuffer<double> dxy(m_dc, 2 * n);
+        double* xy = static_cast<double*>(pinnedSlot(kPinnedSkyInSlot, 2 * n * sizeof(double)));
+        parallelCopy(xy, cx, n * sizeof(double));
+        parallelCopy(xy + n, cy, n * sizeof(double));
+        dxy.upload(xy, 2 * n);
+        DeviceBuffer<SkyEstimate> dOut(m_dc, n);
+        const int t = std::max(32, std::min(m_skyThreads, threads(skyBlockKernel) / 32 * 32));
+        const std::size_t shared = m_skyBlockFast ? skyBlockShared(cap) : static_cast<std::size_t>(cap) * 4;
+        skyBlockKernel<<<blocks(n, 1), t, shared, s>>>(m_in, dxy.get(), dxy.get() + n, n, rin, rout, cap, p,
+                                                        m_skyBlockFast ? 1 : 0, dOut.get());
+        checkLaunch("the local skies");
+        SkyEstimate* staged = stage(dOut, n, kPinnedSkySlot);
+        m_times.stop();
+        return enqueue({{out, staged, n * sizeof(SkyEstimate)}}, out, n);
+    }
+
+    // ---- queued work (whole plan): results downloaded into pinned slots, copied out by finish() ----------
+    struct PendingCopy {
+        void* dst;
+        const void* src;
+        std::size_t bytes;
+    };
+    struct Pending {
+        int ticket = 0;
+        cudaEvent_t done = nullptr;
+        std::vector<PendingCopy> copies;
+        unsigned slots = 0;           // pinned slots (bits from kPinnedFirstSlot) in use until done
+        SkyEstimate* skies = nullptr;   // local skies to check (n < 0: an annulus exceeded its bound)
+        std::size_t nSkies = 0;
+    };
+    // Marks the end of the work queued since the last enqueue: its copies happen in finish().
+    int enqueue(std::vector<PendingCopy> copies, SkyEstimate* skies = nullptr, std::size_t nSkies = 0) {
+        Pending q;
+        q.ticket = ++m_ticket;
+        q.copies = std::move(copies);
+        q.slots = m_buildSlots;
+        q.skies = skies;
+        q.nSkies = nSkies;
+        m_buildSlots = 0;
+        GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&q.done, cudaEventDisableTiming));
+        m_pending.push_back(q);
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(q.done, m_dc.stream()));
+        return q.ticket;
+    }
+
+    void finish(int ticket = -1) override {
+        if (m_pending.empty()) {
+            m_busySlots = m_buildSlots;
+            return;
+        }
+        const HostClock clock(m_times, "engine wait");
+        std::size_t k = 0;
+        struct Drop { // the finished entries leave the list, also when a check throws
+            CudaEngine& e;
+            std::size_t& k;
+            ~Drop() {
+                for (std::size_t q = 0; q < k; ++q)
+                    cudaEventDestroy(e.m_pending[q].done);
+                e.m_pending.erase(e.m_pending.begin(), e.m_pending.begin() + static_cast<std::ptrdiff_t>(k));
+                e.m_busySlots = e.m_buildSlots;
+                for (const Pending& q : e.m_pending)
+                    e.m_busySlots |= q.slots;
+            }
+        } drop{*this, k};
+        for (; k < m_pending.size() && (ticket < 0 || m_pending[k].ticket <= ticket); ++k) {
+            const Pending& q = m_pending[k];
+            GPUPHOT_CUDA_CHECK(cudaEventSynchronize(q.done));
+            for (const PendingCopy& c : q.copies)
+                parallelCopy(c.dst, c.src, c.bytes);
+            for (std::size_t i = 0; i < q.nSkies; ++i)
+                if (q.skies[i].n < 0) {
+                    ++k;
+                    throw CudaError("aperture: an annulus exceeded its bound (internal error)");
+                }
+        }
     }
 
     // localSkies, with the test hook's copies of the intermediate arrays when dbg is not null.
@@ -637,29 +827,6 @@ public:
                         const detail::SkyParamsHD& p, SkyEstimate* out, AnnulusDebug* dbg) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
-        const long long side = detail::annulusSideBound(std::min(rout, 1e6));
-        int cap = 1;
-        while (cap < side * side && cap <= kSkyBlockCap)
-            cap <<= 1;
-        if (!dbg && !m_heapSort && !m_skySplit && cap <= kSkyBlockCap) {
-            // block per source (skyBlockKernel)
-            m_times.start("sky block", s);
-            DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
-            dcx.upload(cx, n);
-            dcy.upload(cy, n);
-            DeviceBuffer<SkyEstimate> dOut(m_dc, n);
-            const int t = std::min(kSkyBlockThreads, threads(skyBlockKernel) / 32 * 32);
-            skyBlockKernel<<<blocks(n, 1), std::max(t, 32), static_cast<std::size_t>(cap) * 4, s>>>(
-                m_in, dcx.get(), dcy.get(), n, rin, rout, cap, p, dOut.get());
-            checkLaunch("the local skies");
-            SkyEstimate* staged = stage(dOut, n, kPinnedSkySlot);
-            m_times.stop();
-            m_dc.synchronize();
-            parallelCopy(out, staged, n * sizeof(SkyEstimate));
-            for (std::size_t i = 0; i < n; ++i)
-                if (out[i].n < 0) throw CudaError("aperture: an annulus exceeded its bound (internal error)");
-            return;
-        }
         m_times.start("sky count", s);
         DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
         dcx.upload(cx, n);
@@ -778,29 +945,52 @@ public:
     void sumCirclesImpl(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                         std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) {
         if (n == 0 || nr == 0) return;
+        finish(sumCirclesQueued(jobs, n, radii, nr, radiiStride, out, fd));
+    }
+
+    int sumCirclesAsync(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                        std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) override {
+        if (m_shrink > 0 || m_sync || n == 0 || nr == 0) {
+            sumCircles(jobs, n, radii, nr, radiiStride, out, fd);
+            return 0;
+        }
+        const HostClock clock(m_times, "engine circles");
+        return sumCirclesQueued(jobs, n, radii, nr, radiiStride, out, fd);
+    }
+
+    // The circle sums queued (inputs through pinned slots); the results in out and fd after finish(ticket).
+    // Kernel: circlePartsKernel (one thread per source and radius) for large calls, circleWarpKernel (one
+    // warp each) for at most m_warpItems (source, radius) pairs, where one thread each would leave the device
+    // mostly idle (pass 2's few stars); GPUPHOT_APERTURE_CIRCLE=thread|warp: always that one.
+    int sumCirclesQueued(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
+                         std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) {
         const cudaStream_t s = m_dc.stream();
         const std::size_t nRadii = radiiStride == 0 ? nr : n * radiiStride;
-        std::vector<double> r2(nRadii);
-        for (std::size_t k = 0; k < nRadii; ++k)
-            r2[k] = radii[k] * radii[k];
         m_times.start("circle upload", s);
+        auto* hJobs = static_cast<CircleJob*>(pinnedSlot(kPinnedCircleInSlot, n * sizeof(CircleJob)));
+        parallelCopy(hJobs, jobs, n * sizeof(CircleJob));
+        auto* hR = static_cast<double*>(pinnedSlot(kPinnedRadiiSlot, 2 * nRadii * sizeof(double)));
+        std::copy(radii, radii + nRadii, hR);
+        for (std::size_t k = 0; k < nRadii; ++k)
+            hR[nRadii + k] = radii[k] * radii[k];
         DeviceBuffer<CircleJob> dJobs(m_dc, n);
-        DeviceBuffer<double> dR(m_dc, nRadii), dR2(m_dc, nRadii);
-        dJobs.upload(jobs, n);
-        dR.upload(radii, nRadii);
-        dR2.upload(r2.data(), nRadii);
+        DeviceBuffer<double> dR(m_dc, 2 * nRadii);
+        dJobs.upload(hJobs, n);
+        dR.upload(hR, 2 * nRadii);
+        const double* dR2 = dR.get() + nRadii;
         m_times.stop();
         DeviceBuffer<ApertureSums> partial(m_dc, n * nr), full(m_dc, n * nr), dOut(m_dc, n * nr);
         DeviceBuffer<ApertureFlagDistances> dFd(m_dc, n);
-        m_times.start("circle sums", s);
-        if (m_circleThread) {
+        const bool warp = m_circleMode == 2 || (m_circleMode == 0 && n * nr <= m_warpItems);
+        m_times.start(warp ? "circle sums (warp)" : "circle sums", s);
+        if (!warp) {
             const int tParts = threads(circlePartsKernel);
             circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
-                m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
+                m_in, dJobs.get(), n, dR.get(), dR2, nr, radiiStride, partial.get(), full.get(), dFd.get());
         } else {
             const int t = std::max(32, std::min(kWarpKernelThreads, threads(circleWarpKernel) / 32 * 32));
             circleWarpKernel<<<blocks(n * nr * 32, t), t, 0, s>>>(
-                m_in, dJobs.get(), n, dR.get(), dR2.get(), nr, radiiStride, partial.get(), full.get(), dFd.get());
+                m_in, dJobs.get(), n, dR.get(), dR2, nr, radiiStride, partial.get(), full.get(), dFd.get());
         }
         checkLaunch("the circle sums");
         const int tCombine = threads(circleCombineKernel);
@@ -812,9 +1002,8 @@ public:
         ApertureSums* stagedOut = stage(dOut, n * nr, kPinnedCircleSlot);
         ApertureFlagDistances* stagedFd = stage(dFd, n, kPinnedFlagSlot);
         m_times.stop();
-        m_dc.synchronize();
-        parallelCopy(out, stagedOut, n * nr * sizeof(ApertureSums));
-        parallelCopy(fd, stagedFd, n * sizeof(ApertureFlagDistances));
+        return enqueue({{out, stagedOut, n * nr * sizeof(ApertureSums)},
+                        {fd, stagedFd, n * sizeof(ApertureFlagDistances)}});
     }
 
     void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
@@ -871,10 +1060,26 @@ public:
 
     void kronImpl(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         if (n == 0) return;
+        finish(kronQueued(jobs, n, p, out));
+    }
+
+    int kronAsync(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
+        if (m_shrink > 0 || m_sync || n == 0) {
+            kron(jobs, n, p, out);
+            return 0;
+        }
+        const HostClock clock(m_times, "engine kron");
+        return kronQueued(jobs, n, p, out);
+    }
+
+    // The Kron measurements queued (jobs through a pinned slot); the results in out after finish(ticket).
+    int kronQueued(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         const cudaStream_t s = m_dc.stream();
         m_times.start("kron upload", s);
+        auto* hJobs = static_cast<KronJob*>(pinnedSlot(kPinnedKronInSlot, n * sizeof(KronJob)));
+        parallelCopy(hJobs, jobs, n * sizeof(KronJob));
         DeviceBuffer<KronJob> dJobs(m_dc, n);
-        dJobs.upload(jobs, n);
+        dJobs.upload(hJobs, n);
         m_times.stop();
         DeviceBuffer<KronOut> dOut(m_dc, n);
         m_times.start("kron", s);
@@ -890,8 +1095,7 @@ public:
         m_times.start("kron download", s);
         KronOut* staged = stage(dOut, n, kPinnedKronSlot);
         m_times.stop();
-        m_dc.synchronize();
-        parallelCopy(out, staged, n * sizeof(KronOut));
+        return enqueue({{out, staged, n * sizeof(KronOut)}});
     }
 
     // Reads no pixels: the same for the whole and the strips plans.
@@ -924,8 +1128,7 @@ public:
         checkLaunch("the optimal radii");
         std::int32_t* staged = stage(dIndex, n, kPinnedOptimalSlot);
         m_times.stop();
-        m_dc.synchronize();
-        parallelCopy(index, staged, n * sizeof(std::int32_t));
+        finish(enqueue({{index, staged, n * sizeof(std::int32_t)}}));
         return true;
     }
 
@@ -1023,13 +1226,38 @@ private:
     // Enqueues the download of d[0, count) into the context's reusable pinned buffer `slot` (read it after
     // the stream is synchronised; pinned copies run at tens of GB/s, pageable ones at a few).
     template <class T> T* stage(const DeviceBuffer<T>& d, std::size_t count, int slot) {
-        T* p = static_cast<T*>(m_dc.pinned(slot, std::max<std::size_t>(count, 1) * sizeof(T)));
+        T* p = static_cast<T*>(pinnedSlot(slot, std::max<std::size_t>(count, 1) * sizeof(T)));
         d.download(p, count);
         return p;
     }
-    // DeviceContext::pinned slots of this stage.
+    // DeviceContext::pinned slots of this stage: downloads, then uploads.
+    static constexpr int kPinnedFirstSlot = 60;
     static constexpr int kPinnedSkySlot = 60, kPinnedCircleSlot = 61, kPinnedFlagSlot = 62,
-                         kPinnedKronSlot = 63, kPinnedOptimalSlot = 64;
+                         kPinnedKronSlot = 63, kPinnedOptimalSlot = 64, kPinnedSkyInSlot = 65,
+                         kPinnedCircleInSlot = 66, kPinnedRadiiSlot = 67, kPinnedKronInSlot = 68;
+    static constexpr int kPinnedSlots = 9;
+    // What the stage keeps in its DeviceContext between calls: the driver's batch buffers and the sizes of
+    // its pinned slots (grown by a quarter more than asked, so that a re-run with a few more sources does not
+    // allocate pinned memory again).
+    struct Persistent {
+        detail::ApertureScratch scratch;
+        std::size_t pinnedBytes[kPinnedSlots] = {};
+    };
+    Persistent& persistent() {
+        std::shared_ptr<void>& st = m_dc.stageState("aperture");
+        if (!st) st = std::make_shared<Persistent>();
+        return *static_cast<Persistent*>(st.get());
+    }
+    // Pinned slot memory of at least `bytes`; first finishes the queued work that still uses the slot.
+    void* pinnedSlot(int slot, std::size_t bytes) {
+        const unsigned bit = 1u << (slot - kPinnedFirstSlot);
+        if (m_busySlots & bit) finish();
+        m_buildSlots |= bit;
+        m_busySlots |= bit;
+        std::size_t& have = persistent().pinnedBytes[slot - kPinnedFirstSlot];
+        if (have < bytes) have = bytes + bytes / 4;
+        return m_dc.pinned(slot, have);
+    }
 
     // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
     // do not depend on the launch configuration: one thread per item, grid-stride loops).
@@ -1051,11 +1279,27 @@ private:
     bool m_heapSort = false; // GPUPHOT_APERTURE_HEAPSORT: one thread sorts each source's annulus
     bool m_skySplit = false;   // GPUPHOT_APERTURE_SKY=split: count, scan, fill, segmented sort, statistics
     bool m_kronThread = false; // GPUPHOT_APERTURE_KRON=thread: one thread per source
-    // One thread per source and radius (circlePartsKernel; GPUPHOT_APERTURE_CIRCLE=warp: circleWarpKernel,
-    // which measured slower on the H200 at 151 MP, 6.7 against 5.0 ms at 54k sources).
-    bool m_circleThread = true;
+    bool m_skyBlockFast = true; // GPUPHOT_APERTURE_SKY=block0: skyBlockKernel the earlier way (fast = 0)
+    // Circle kernel: 0 by size (circleWarpKernel up to m_warpItems source-radius pairs, else
+    // circlePartsKernel: one warp per pair measured slower on the H200 at 151 MP for the first pass, 6.7
+    // against 5.0 ms at 54k sources), 1 circlePartsKernel, 2 circleWarpKernel (GPUPHOT_APERTURE_CIRCLE).
+    int m_circleMode = 0;
+    // GPUPHOT_APERTURE_WARP_ITEMS: pass 2's reference and curve-of-growth calls (at most apCorrMaxStars x
+    // 10 sources, or stars x grid radii: 100 x 186 by default) get one warp per pair; pass 1 (sources x
+    // radii) and pass 3 from 32k sources keep one thread per pair.
+    std::size_t m_warpItems = 32768;
+    std::size_t m_batch = 131072;    // GPUPHOT_APERTURE_BATCH (tests: several batches)
+    bool m_sync = false;             // GPUPHOT_APERTURE_SYNC=1: each call done before it returns
+    bool m_keep = true;              // GPUPHOT_APERTURE_KEEP=0: the driver's batch buffers per call
     // skyBlockKernel: at most this many annulus keys in shared memory (32 KB), threads per block.
-    static constexpr int kSkyBlockCap = 8192, kSkyBlockThreads = 64;
+    static constexpr int kSkyBlockCap = 8192;
+    int m_skyThreads = 64; // GPUPHOT_APERTURE_SKY_THREADS
+    // The split sky path's sources per chunk (its annulus values of a chunk on the device at once).
+    static constexpr std::size_t kSplitChunk = 32768;
+    // Queued work.
+    std::vector<Pending> m_pending;
+    int m_ticket = 0;
+    unsigned m_busySlots = 0, m_buildSlots = 0;
     static constexpr int kWarpKernelThreads = 128; // warp-per-source kernels
     int m_threads = 128;
     AperturePlanes m_in;

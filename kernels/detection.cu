@@ -2,12 +2,15 @@
 // core/stages/detection.cpp), the matched filter in the summation order of core/stages/convolution.cpp,
 // the threshold test into a bit image (one bit per pixel) and the above-threshold runs in raster order
 // (per-row counts, a scan, one warp per row writing its runs: no atomics, deterministic). The separable
-// filter runs as two kernels: subtraction fused with the row pass (a shared-memory row segment), the
-// column pass fused with the threshold; the chunks of the whole plan are queued without a host
-// synchronisation and the runs come back in one download. In the whole plan the filtered image and the
-// states stay on the device and the per-object half runs there too (detection_objects.cu,
-// detection_finish.cu); the strips plan (and parameters the device half does not take) download
-// sub/det/state and run core's per-object half on the host. Either way the catalog is bitwise the CPU one.
+// filters of 3-11 taps (FWHM 1-5 px) run as one kernel over tiles (frontTileKernel: subtraction, both
+// passes and the threshold, no intermediate image), in one launch over the frame when the images stay on
+// the device; other filters as two kernels (subtraction fused with the row pass, the column pass fused
+// with the threshold; GPUPHOT_DETECTION_FRONT_UNFUSED=1 selects them for every filter); the chunks of the
+// whole plan are queued without a host synchronisation and the runs come back in one download. In the whole
+// plan the filtered image and the states stay on the device and the per-object half runs there too
+// (detection_objects.cu, detection_finish.cu); the strips plan (and parameters the device half does not take)
+// download sub/det/state and run core's per-object half on the host. Either way the catalog is bitwise the
+// CPU one.
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
@@ -285,6 +288,180 @@ template <int N> __global__ void columnThresholdKernel(ColumnArgs a, const float
     }
 }
 
+// The whole separable front in one kernel (N taps, N in 3..11: the stage's default filters): subtraction and
+// states, the row pass, the column pass and the threshold, without the row-filtered intermediate image (its
+// write and re-read were ~25 % of the two-kernel front's traffic) and without re-reading rms and states.
+// A block takes a tile of R own rows x T columns: (1) each thread loads its column of the tile's R + N - 1
+// input rows (8 rows' loads in flight at a time; the 2r halo columns by the first threads) and stages the
+// background-subtracted values in shared memory, the own rows' rms and states too; (2) one barrier; (3) each
+// thread row-filters its column of every input row into registers and makes its own rows' column sums,
+// filtered values and bits. The halo rows are read again by the tile below (mostly from L2). The arithmetic
+// is core's, in core's order: tmp(x) = 0; += k[j] * sub(x + j - r), j ascending, taps inside the row only;
+// det(x, y) = 0; += k[j] * tmp(x, y + j - r), j ascending, rows inside the image only; then the threshold
+// test of rowRuns.
+constexpr int kTileRows = 16;     // own rows per tile of frontTileKernel (R)
+constexpr int kTileThreads = 256; // at most, per block of frontTileKernel (its register budget)
+constexpr int kTileBatch = 8;     // input rows whose loads a thread issues together
+constexpr int kTileHalo = 2;      // halo pixels per thread loaded ahead (2r(R + 2r) <= 2T for T >= 130)
+
+struct TileArgs {
+    PrepArgs a;          // strip inputs addressing image row h0
+    int H, h0, h1;       // image height; the strip's input rows [h0, h1) (image rows)
+    int y0, rows;        // own rows [y0, y0 + rows) (image rows)
+    float* det;          // own rows
+    std::uint8_t* state; // own rows
+    float* sub;          // own rows (null: not stored)
+    std::uint32_t* bits; // own rows
+};
+
+// Shared memory of frontTileKernel: sub of (R + N - 1) x (T + N - 1), rms of R x T, states of R x T.
+std::size_t tileShared(int N, int R, int T) {
+    return (static_cast<std::size_t>(R + N - 1) * (T + N - 1) + static_cast<std::size_t>(R) * T) *
+               sizeof(float) +
+           static_cast<std::size_t>(R) * T;
+}
+
+template <int N, int R>
+__global__ void __launch_bounds__(kTileThreads, 3)
+    frontTileKernel(TileArgs f, const float* k, ThresholdArgs t) {
+    constexpr int r = N / 2;
+    constexpr int M = R + N - 1; // input rows of a tile
+    extern __shared__ float smem[];
+    const PrepArgs& a = f.a;
+    // Inputs read-only (and not aliasing the outputs) during the kernel: the next batch's loads may be issued
+    // ahead of this batch's stores.
+    const float* __restrict__ gpx = a.px;
+    const float* __restrict__ glv = a.lv;
+    const float* __restrict__ grm = a.rm;
+    const std::uint8_t* __restrict__ gmk = a.mk;
+    const int T = blockDim.x, S = T + 2 * r, W = a.W;
+    float* sv = smem;                                         // M x S: sub (0 outside the image)
+    float* rmS = sv + static_cast<std::size_t>(M) * S;        // R x T: rms of the own pixels
+    auto* stS = reinterpret_cast<std::uint8_t*>(rmS + R * T); // R x T: states of the own pixels
+    const int tx = threadIdx.x, xb = blockIdx.x * T, x = xb + tx;
+    const int wpr = wordsPerRow(W);
+    float kk[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+        kk[j] = k[j];
+    const int j0 = max(0, r - x), j1 = min(N, W + r - x); // the row pass's taps inside the row
+    for (int ya = blockIdx.y * R; ya < f.rows; ya += gridDim.y * R) {
+        const int top = f.y0 + ya - r;                                      // image row of input row 0
+        auto inRow = [&](int i) { return top + i >= 0 && top + i < f.h1; }; // uniform in the block
+        auto rowAt = [&](int i) { return static_cast<std::size_t>(top + i - f.h0) * W; };
+        // (1a) the halo columns' loads first (their latency overlaps the own columns'): kTileHalo pixels per
+        // thread; blocks too narrow for that (tests) stage the rest after the own columns.
+        float hpx[kTileHalo], hlv[kTileHalo], hrm[kTileHalo];
+        std::uint8_t hmk[kTileHalo];
+        auto haloAt = [&](int h, int& i, int& pos, int& xx) {
+            i = h / (2 * r);
+            const int e = h - i * 2 * r;
+            pos = e < r ? e : T + e; // position in the shared row
+            xx = xb - r + pos;
+        };
+#pragma unroll
+        for (int q = 0; q < kTileHalo; ++q) {
+            hpx[q] = hlv[q] = hrm[q] = 0.0f;
+            hmk[q] = 0;
+            int i, pos, xx;
+            haloAt(tx + q * T, i, pos, xx);
+            if (tx + q * T < 2 * r * M && inRow(i) && xx >= 0 && xx < W) {
+                const std::size_t o = rowAt(i) + xx;
+                hpx[q] = __ldg(gpx + o);
+                hmk[q] = gmk ? __ldg(gmk + o) : std::uint8_t(0);
+                hlv[q] = __ldg(glv + o);
+                hrm[q] = __ldg(grm + o);
+            }
+        }
+        // (1b) own columns, kTileBatch rows at a time: all loads of a batch, then the values.
+#pragma unroll
+        for (int i0 = 0; i0 < M; i0 += kTileBatch) {
+            float px[kTileBatch], lv[kTileBatch], rm[kTileBatch];
+            std::uint8_t mk[kTileBatch];
+#pragma unroll
+            for (int q = 0; q < kTileBatch; ++q) {
+                const int i = i0 + q;
+                px[q] = lv[q] = rm[q] = 0.0f;
+                mk[q] = 0;
+                if (i < M && inRow(i) && x < W) {
+                    const std::size_t o = rowAt(i) + x;
+                    px[q] = __ldg(gpx + o);
+                    mk[q] = gmk ? __ldg(gmk + o) : std::uint8_t(0);
+                    lv[q] = __ldg(glv + o);
+                    rm[q] = __ldg(grm + o);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < kTileBatch; ++q) {
+                const int i = i0 + q;
+                if (i >= M) break;
+                float v = 0.0f;
+                std::uint8_t s = 0;
+                if (inRow(i) && x < W) v = prepareValue(a, px[q], mk[q], lv[q], rm[q], s);
+                sv[i * S + r + tx] = v;
+                const int o = i - r; // own row of this input row, if any
+                if (o >= 0 && o < R) {
+                    rmS[o * T + tx] = rm[q];
+                    stS[o * T + tx] = s;
+                    if (ya + o < f.rows && x < W) {
+                        const std::size_t p = static_cast<std::size_t>(ya + o) * W + x;
+                        f.state[p] = s;
+                        if (f.sub) f.sub[p] = v;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < kTileHalo; ++q) {
+            int i, pos, xx;
+            haloAt(tx + q * T, i, pos, xx);
+            if (tx + q * T < 2 * r * M) {
+                std::uint8_t s;
+                const bool in = inRow(i) && xx >= 0 && xx < W;
+                sv[i * S + pos] = in ? prepareValue(a, hpx[q], hmk[q], hlv[q], hrm[q], s) : 0.0f;
+            }
+        }
+        for (int h = tx + kTileHalo * T; h < 2 * r * M; h += T) {
+            int i, pos, xx;
+            haloAt(h, i, pos, xx);
+            float v = 0.0f;
+            if (inRow(i) && xx >= 0 && xx < W) {
+                std::uint8_t s;
+                v = preparePixel(a, rowAt(i) + xx, s);
+            }
+            sv[i * S + pos] = v;
+        }
+        __syncthreads();
+        // (3) the row pass of this column into registers, then the own rows.
+        float w[M];
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < N; ++j)
+                if (j >= j0 && j < j1) acc += kk[j] * sv[i * S + tx + j];
+            w[i] = acc;
+        }
+#pragma unroll
+        for (int o = 0; o < R; ++o) {
+            const int yl = ya + o;
+            if (yl >= f.rows) break; // uniform in the block
+            bool up = false;
+            if (x < W) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < N; ++j)
+                    if (top + o + j >= 0 && top + o + j < f.H) acc += kk[j] * w[o + j];
+                const std::size_t p = static_cast<std::size_t>(yl) * W + x;
+                f.det[p] = acc;
+                up = abovePixel(acc, rmS[o * T + tx], stS[o * T + tx], t.threshold, t.absolute);
+            }
+            storeBits(up, x, W, f.bits + static_cast<std::size_t>(yl) * wpr);
+        }
+        __syncthreads(); // the tile's shared memory is the next tile's
+    }
+}
+
 // 2-D kernel: dst = 0; kernel rows j ascending (rows outside skipped), taps i ascending (outside skipped).
 // in holds image rows from inY0 on (a strip with its halo), out the output rows [outY0, outY0 + outRows).
 __global__ void convolve2dKernel(const float* in, int W, int H, int inY0, int outY0, int outRows,
@@ -440,6 +617,8 @@ struct DetSetup {
     int kw = 0, kh = 0;   // kh = 0: separable (k both ways)
     int halo = 0;         // filter half-height
     int threads = 256;    // a multiple of 32
+    bool fused = false;   // frontTileKernel (a separable filter of 3..11 taps)
+    int fusedRows = kTileRows; // frontTileKernel's tile rows (GPUPHOT_DETECTION_TILE_ROWS=32: experiments)
     KernelClock* clock = nullptr;
 };
 
@@ -465,9 +644,23 @@ DetSetup makeSetup(const ImageView& image, const MaskView& mask, const Backgroun
             s.k = gaussianKernel1d(p.filterFwhm);
             s.kw = static_cast<int>(s.k.size());
             s.halo = s.kw / 2;
+            // GPUPHOT_DETECTION_FRONT_UNFUSED=1: the two-kernel front (comparisons and benchmarks); unset or 0:
+            // the tile front.
+            const char* unfused = std::getenv("GPUPHOT_DETECTION_FRONT_UNFUSED");
+            s.fused = s.kw >= 3 && s.kw <= 11 && !(unfused && *unfused && std::string(unfused) != "0");
+            if (const char* e = std::getenv("GPUPHOT_DETECTION_TILE_ROWS");
+                e && s.kw == 7 && std::atoi(e) == 32)
+                s.fusedRows = 32;
         }
     }
     return s;
+}
+
+// Rows per chunk of the whole plan: the whole frame in one launch when the fused front writes straight into
+// the kept device images (no per-chunk intermediate), else an eighth of the frame (at least 64 rows).
+int wholeChunkRows(const DetSetup& s, bool deviceImages) {
+    if (s.fused && deviceImages) return s.H;
+    return std::min(s.H, std::max(64, (s.H + 7) / 8));
 }
 
 // The host copies of sub, det and state for the per-object half (uninitialised until filled).
@@ -588,6 +781,40 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             checkLaunch("the 2-D filter");
             kc.time("threshold", [&] { thresholdBitsKernel<<<gridFor(W, T, rows), T, 0, stream>>>(ca, t); });
             checkLaunch("the threshold");
+        } else if (s.fused) {
+            const TileArgs fa{pa, H, h0, h1, y0, rows, ca.det, dState, dSub, bits};
+            const int TF = std::min(T, kTileThreads), R = s.fusedRows;
+            const dim3 grid = gridFor(W, TF, (rows + R - 1) / R);
+            const std::size_t shared = tileShared(s.kw, R, TF);
+            kc.time("fused front (subtraction, filter, threshold)", [&] {
+                // The kernels' dynamic shared memory above the default 48 kB needs the opt-in attribute.
+                auto launch = [&](auto kernel) {
+                    if (shared > (48u << 10))
+                        GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(
+                            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+                    kernel<<<grid, TF, shared, stream>>>(fa, dK, t);
+                };
+                switch (s.kw) {
+                case 3:
+                    launch(frontTileKernel<3, kTileRows>);
+                    break;
+                case 5:
+                    launch(frontTileKernel<5, kTileRows>);
+                    break;
+                case 7: // the default filter (FWHM 3); 32-row tiles only for experiments
+                    if (R == 32)
+                        launch(frontTileKernel<7, 32>);
+                    else
+                        launch(frontTileKernel<7, kTileRows>);
+                    break;
+                case 9:
+                    launch(frontTileKernel<9, kTileRows>);
+                    break;
+                default:
+                    launch(frontTileKernel<11, kTileRows>);
+                }
+            });
+            checkLaunch("the fused front");
         } else {
             DeviceBuffer<float> tmp(dc, nHalo);
             const std::size_t segment =
@@ -883,7 +1110,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
                 o = hostImages();
             }
             clock.lap("setup, plan, kept images");
-            runWhole(dc, s, dK.get(), o, runs, chunkRows, ctx, dim, keptRuns);
+            runWhole(dc, s, dK.get(), o, runs, wholeChunkRows(s, deviceObjects), ctx, dim, keptRuns);
             dc.notePlan("whole", 1);
             done = whole = true;
         } catch (const DeviceOutOfMemory& e) {
@@ -985,7 +1212,7 @@ DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask
         DeviceBuffer<float> det(dc, filtered ? npix : 0);
         DeviceBuffer<Run> keptRuns;
         DeviceDetectionImages dim;
-        const int chunk = rows > 0 ? rows : std::min(H, std::max(64, (H + 7) / 8));
+        const int chunk = rows > 0 ? rows : wholeChunkRows(s, true);
         runWhole(dc, s, dK.get(), StripOutputs{nullptr, nullptr, nullptr, det.get(), state.get()}, r.runs,
                  chunk, ctx, dim, keptRuns);
         r.state = Image<std::uint8_t>(W, H);
@@ -1009,7 +1236,7 @@ DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask
     if (plan == FrontPlan::WholeHost) {
         DeviceBuffer<Run> unused;
         DeviceDetectionImages dim;
-        const int chunk = rows > 0 ? rows : std::min(H, std::max(64, (H + 7) / 8));
+        const int chunk = rows > 0 ? rows : wholeChunkRows(s, false);
         runWhole(dc, s, dK.get(), StripOutputs{r.sub.data(), hDet, r.state.data(), nullptr, nullptr}, r.runs,
                  chunk, ctx, dim, unused);
     } else {

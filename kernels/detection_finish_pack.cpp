@@ -8,6 +8,11 @@
 #include <utility>
 #include <vector>
 
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #include "core/stages/detection_window.hpp"
 
 namespace gpuphot::cuda {
@@ -108,13 +113,21 @@ void releaseNow(detail::DetectedObjects&& found, int threads) {
         std::vector<detail::Run>().swap(objects[static_cast<std::size_t>(i)].runs);
 }
 
-void DeferredRelease::release(detail::DetectedObjects&& found, int threads) {
+void DeferredRelease::release(detail::DetectedObjects&& found, int threads, bool idle) {
     wait();
     detail::DetectedObjects gone = std::move(found);
     found = {};
     if (threads > 1) {
         try {
-            m_thread = std::thread([g = std::move(gone)]() mutable {
+            m_thread = std::thread([g = std::move(gone), idle]() mutable {
+#ifdef __linux__
+                if (idle) {
+                    const sched_param sp{};
+                    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp); // best effort
+                }
+#else
+                (void)idle;
+#endif
                 const detail::DetectedObjects freed = std::move(g); // destroyed on this thread
             });
             ++m_started;

@@ -28,6 +28,8 @@ void fillFinishColumns(const detail::DetectedObjects& found, const std::int32_t*
                        int threads);
 // The windowed position columns of row k from win[k] (setSourceRow's x, y, xErr, yErr).
 void fillFinishWindow(const detail::WindowResult* win, Sources& s, int threads);
+// How the finish step frees the objects: DeferredRelease's thread at idle or normal priority, or at once.
+enum class ReleaseMode { IdleThread, Thread, Now };
 // Frees found's objects and measurements at once (found is left empty): the objects' runs by `threads`
 // threads (the finish step calls it while the device makes the map and the windowed positions).
 void releaseNow(detail::DetectedObjects&& found, int threads);
@@ -42,8 +44,9 @@ public:
     ~DeferredRelease() { wait(); }
     DeferredRelease(const DeferredRelease&) = delete;
     DeferredRelease& operator=(const DeferredRelease&) = delete;
-    // Takes found's objects and measurements (found is left empty).
-    void release(detail::DetectedObjects&& found, int threads);
+    // Takes found's objects and measurements (found is left empty). idle: the helper thread runs at idle
+    // scheduling priority (SCHED_IDLE on Linux: only on cores nothing else wants).
+    void release(detail::DetectedObjects&& found, int threads, bool idle = false);
     // Joins the release in progress, if any.
     void wait() noexcept;
     // Releases handed to a helper thread so far (tests).

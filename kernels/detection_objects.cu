@@ -284,6 +284,12 @@ __global__ void iotaKernel(int* v, int n) {
     if (i < n) v[i] = i;
 }
 
+// Host working memory of detectObjects kept in the DeviceContext between frames.
+struct HostScratch {
+    std::vector<std::int32_t> byCost;
+    detail::ObjectPlan plan;
+};
+
 // The roots' runs on the host (CSR, raster order inside each root): rr's, or the context's pinned memory.
 struct HostRoots {
     const Run* runs = nullptr;
@@ -415,6 +421,13 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     ctx.report("detection", 0.35);
     ctx.checkCancelled();
     if (nRoots == 0) return result;
+    // The result's storage (the kept objects and their measurements) made on a helper thread from here on,
+    // while the host mostly waits for the device and then deblends, the host loops leaving it a core while it
+    // works. Made: one element per root and one per 16 roots for the deblended children (a 151 MP / 134k
+    // frame has about one extra child per 50 roots); room for two per root (more: take() makes the storage
+    // afresh).
+    detail::ObjectStorage storage;
+    storage.start(nRoots + nRoots / 16, 2 * nRoots, threads);
 
     // 3. The single-peak test on the device of every root that deblendObject examines beyond its first tests.
     if (hostLabels) {
@@ -436,6 +449,10 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
             if (peaks[k] >= 2) multi.push_back(static_cast<std::int32_t>(k));
     }
     timer.lap("peak count (device)");
+    // Host working memory kept in the context between frames (not faulted in afresh).
+    std::shared_ptr<void>& hostState = dc.stageState("detection objects: host scratch");
+    if (!hostState) hostState = std::make_shared<HostScratch>();
+    HostScratch& hs = *static_cast<HostScratch*>(hostState.get());
 
     // Boxes of the multi-peak roots (one-pixel border) gathered on the device and downloaded.
     std::vector<Box> boxes(multi.size());
@@ -501,9 +518,21 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     dRootStart.reset();
     timer.lap("root sums launched");
 
-    // Deblending of the multi-peak roots on the host (core's deblendObject on the gathered boxes), meanwhile.
+    // Deblending of the multi-peak roots on the host (core's deblendObject on the gathered boxes), meanwhile:
+    // the largest boxes first, one at a time (the team's threads finish together), without deblendObject's
+    // peak test (the device's found two peaks or more).
+    std::vector<std::int32_t>& byCost = hs.byCost;
+    byCost.resize(multi.size());
+    for (std::size_t m = 0; m < multi.size(); ++m)
+        byCost[m] = static_cast<std::int32_t>(m);
+    std::sort(byCost.begin(), byCost.end(), [&](std::int32_t x, std::int32_t y) {
+        const std::int64_t ax = static_cast<std::int64_t>(boxes[x].w) * boxes[x].h;
+        const std::int64_t ay = static_cast<std::int64_t>(boxes[y].w) * boxes[y].h;
+        return ax > ay || (ax == ay && x < y);
+    });
     std::vector<detail::DeblendOutput> deblended(multi.size());
-    detail::parallelFor(multi.size(), threads, 4, [&](std::int64_t m) {
+    detail::parallelFor(multi.size(), storage.teamThreads(threads), 1, [&](std::int64_t at) {
+        const std::int32_t m = byCost[at];
         const Box& b = boxes[m];
         const std::int32_t root = multi[m];
         detail::DetectionImages bim;
@@ -516,19 +545,15 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         bim.threshold = im.threshold;
         bim.absolute = im.absolute;
         const std::vector<Run> runsOfRoot(hr.runs + hr.start[root], hr.runs + hr.start[root + 1]);
-        detail::deblendObject(runsOfRoot, bim, p, deblended[m]);
+        detail::deblendObject(runsOfRoot, bim, p, deblended[m], false);
     });
     timer.lap("deblending (host)");
     // The objects in root order, children in deblending order (as core's detectObjects); the children of the
-    // split roots numbered in that order for their sums.
-    std::vector<std::int32_t> multiOf(nRoots, -1);
-    std::vector<std::int64_t> childFirst(multi.size() + 1, 0);
-    for (std::size_t m = 0; m < multi.size(); ++m) {
-        multiOf[multi[m]] = static_cast<std::int32_t>(m);
-        const std::size_t nc = deblended[m].children.size();
-        childFirst[m + 1] = childFirst[m] + (nc > 1 ? static_cast<std::int64_t>(nc) : 0);
-    }
-    const auto nChildren = static_cast<std::size_t>(childFirst.back());
+    // split roots numbered in that order for their sums. The roots' runs stay in the pinned download, the
+    // children's in `deblended` (taken over by the kept objects).
+    detail::ObjectPlan& plan = hs.plan;
+    plan.plan(nRoots, multi, deblended);
+    const std::size_t nChildren = plan.nChildren;
     auto* childIso = static_cast<detail::IsoSums*>(
         dc.pinned(kPinnedChildIsoSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::IsoSums)));
     auto* childClean =
@@ -536,51 +561,11 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
             ? static_cast<detail::CleanSums*>(dc.pinned(
                   kPinnedChildCleanSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::CleanSums)))
             : nullptr;
-    std::vector<std::int64_t> firstObject(nRoots + 1, 0);
-    for (std::size_t r = 0; r < nRoots; ++r)
-        firstObject[r + 1] =
-            firstObject[r] +
-            (multiOf[r] < 0 ? 1 : static_cast<std::int64_t>(deblended[multiOf[r]].children.size()));
-    const auto nObj = static_cast<std::size_t>(firstObject[nRoots]);
-    std::vector<detail::Object> objects(nObj);
-    detail::UninitArray<const detail::IsoSums*> isoOf(nObj);
-    detail::UninitArray<const detail::CleanSums*> cleanOf(nObj);
-    // The children's runs (CSR, in child order) for their sums on the device.
-    std::vector<std::int64_t> childStart(nChildren + 1, 0);
-    for (std::size_t m = 0; m < multi.size(); ++m) {
-        const auto& ch = deblended[m].children;
-        if (ch.size() < 2) continue;
-        for (std::size_t c = 0; c < ch.size(); ++c) {
-            const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
-            childStart[q + 1] = childStart[q] + static_cast<std::int64_t>(ch[c].size());
-        }
-    }
-    std::vector<Run> childRuns(static_cast<std::size_t>(childStart[nChildren]));
-    detail::parallelFor(nRoots, threads, 1024, [&](std::int64_t r) {
-        const std::int64_t first = firstObject[r];
-        detail::Object* out = objects.data() + first;
-        const std::int32_t m = multiOf[r];
-        if (m < 0 || deblended[m].children.size() < 2) { // the root is its own object
-            isoOf.data()[first] = rootIso + r;
-            cleanOf.data()[first] = cleanAny ? rootClean + r : nullptr;
-            if (m < 0) {
-                out->runs.assign(hr.runs + hr.start[r], hr.runs + hr.start[r + 1]);
-                return;
-            }
-        }
-        detail::DeblendOutput& d = deblended[m];
-        const std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
-        for (std::size_t c = 0; c < d.children.size(); ++c) {
-            if (d.children.size() > 1) {
-                const std::size_t q = static_cast<std::size_t>(childFirst[m]) + c;
-                std::copy(d.children[c].begin(), d.children[c].end(), childRuns.begin() + childStart[q]);
-                isoOf.data()[first + c] = childIso + q;
-                cleanOf.data()[first + c] = cleanAny ? childClean + q : nullptr;
-            }
-            out[c] = detail::Object{std::move(d.children[c]), fl};
-        }
-    });
-    deblended = {};
+    plan.fill(hr.runs, hr.start, deblended, rootIso, rootClean, childIso, childClean,
+              storage.teamThreads(threads));
+    const std::size_t nObj = plan.nObjects;
+    const std::vector<Run>& childRuns = plan.childRuns;
+    const std::vector<std::int64_t>& childStart = plan.childStart;
     result.nDeblended = nObj;
     timer.lap("objects (host)");
     ctx.report("detection", 0.6);
@@ -604,7 +589,6 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     } else {
         dc.synchronize();
     }
-    childRuns = {};
     timer.lap("sums (device) + download");
 
     // The measurements, CLEAN and its merge on the host from the sums; CLEAN's working memory kept in the
@@ -612,9 +596,9 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     std::shared_ptr<void>& scratch = dc.stageState("detection objects: CLEAN scratch");
     if (!scratch) scratch = detail::makeCleanScratch();
     const bool clean = cleanAny && nObj >= 2;
-    detail::finishObjectsFromSums(std::move(objects), isoOf.data(), clean ? cleanOf.data() : nullptr,
-                                  im.width, im.height, p, threads, result,
-                                  static_cast<detail::CleanScratch*>(scratch.get()));
+    detail::finishObjectsFromSums(nObj, plan.objects.data(), plan.isoOf.data(),
+                                  clean ? plan.cleanOf.data() : nullptr, im.width, im.height, p, threads,
+                                  result, static_cast<detail::CleanScratch*>(scratch.get()), &storage);
     return result;
 }
 

@@ -20,12 +20,14 @@ bool detectObjectsOnDevice(const DetectionParams& p);
 
 // core's detail::detectObjects on device images: the same objects, runs, flags, IsoMeasure values (bit for
 // bit) and order. `runs`: the above-threshold runs in raster order (consumed). Labelling and the minimum
-// area on the device (union-find over the runs); the single-peak test of every region on the device; regions with two or
-// more peaks deblended on the host (core's deblendObject) from compact copies of their boxes (filtered
-// image and rms, with a one-pixel border) gathered on the device; the isophotal and CLEAN sums of every root
-// on the device (one thread per root, the CPU's order) while the host deblends, then those of the deblended
-// children; the measurements, CLEAN and the merge on the host from the sums (core's finishObjectsFromSums,
-// CLEAN's working memory kept in the context between frames).
+// area on the device (union-find over the runs); the single-peak test of every region on the device; regions
+// with two or more peaks deblended on the host (core's deblendObject) from compact copies of their boxes
+// (filtered image and rms, with a one-pixel border) gathered on the device; the isophotal and CLEAN sums of
+// every root on the device (one thread per root, the CPU's order) while the host deblends, then those of the
+// deblended children; the measurements, CLEAN and the merge on the host from the sums (core's
+// finishObjectsFromSums, CLEAN's and the host steps' working memory kept in the context between frames, the
+// result's storage made on a helper thread from the labelling on). Deblending: the largest boxes first,
+// per-thread working memory.
 detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<detail::Run> runs,
                                       const DeviceDetectionImages& im, const DetectionParams& p, RunContext& ctx);
 

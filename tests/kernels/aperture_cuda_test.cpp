@@ -267,6 +267,73 @@ TEST(ApertureCuda, LargeAperturesEdgesAndMasksMatchCpu) {
         }
 }
 
+// Session 7's engine: queued sky, circle and Kron calls, the batch buffers kept in the DeviceContext, the
+// block-per-source sky with checkpointed running sums, pair-wise bitonic steps and warp-aggregated slots
+// against the earlier block kernel (GPUPHOT_APERTURE_SKY=block0), other block sizes, the circle kernel chosen
+// by size (GPUPHOT_APERTURE_WARP_ITEMS 0: one thread per source and radius always; huge: one warp each
+// always), and batches of 300 sources (GPUPHOT_APERTURE_BATCH): every variant gives the CPU's numbers,
+// bitwise, on one shared context whose kept buffers change size between calls (a large and a small field
+// alternate).
+TEST(ApertureCuda, QueuedBatchesKeptBuffersAndSkyVariantsMatchCpu) {
+    REQUIRE_DEVICE();
+    const Field large = makeField(700, 600, 2500, 19);
+    const Field small = makeField(300, 260, 220, 41);
+    RunContext c = testContext(Backend::Cpu);
+    RunContext shared = testContext(Backend::Cuda);
+    struct Variant {
+        const char* name;
+        const char* value;
+    };
+    const Variant variants[] = {{"GPUPHOT_APERTURE_SKY", "block0"},
+                                {"GPUPHOT_APERTURE_SKY", "fused"},
+                                {"GPUPHOT_APERTURE_SKY_THREADS", "32"},
+                                {"GPUPHOT_APERTURE_SKY_THREADS", "256"},
+                                {"GPUPHOT_APERTURE_WARP_ITEMS", "0"},
+                                {"GPUPHOT_APERTURE_WARP_ITEMS", "100000000"},
+                                {"GPUPHOT_APERTURE_BATCH", "300"},
+                                {"GPUPHOT_APERTURE_SYNC", "1"},
+                                {"GPUPHOT_APERTURE_KEEP", "0"}};
+    std::vector<std::pair<std::string, ApertureParams>> sets = paramSets();
+    sets.resize(4); // default, FWHM radii + mode sky, map sky, pixel annulus + median + saturation
+    ApertureParams failures = paramSets()[5].second; // no clipping, sky failures
+    sets.push_back({"sky failures", failures});
+    std::size_t skyFailures = 0;
+    for (const auto& [name, p] : sets) {
+        const ApertureResult refLarge = run(large, p, c), refSmall = run(small, p, c);
+        for (const std::uint32_t f : refLarge.flags)
+            skyFailures += (f & FlagSkyFailed) ? 1 : 0;
+        for (const Variant& v : variants) {
+            SCOPED_TRACE(name + ", " + v.name + "=" + v.value);
+            const ScopedEnv e(v.name, v.value);
+            expectSameApertures(refLarge, run(large, p, shared));
+            expectSameApertures(refSmall, run(small, p, shared));
+            RunContext fresh = testContext(Backend::Cuda);
+            expectSameApertures(refSmall, run(small, p, fresh));
+            expectSameApertures(refLarge, run(large, p, fresh));
+        }
+    }
+    EXPECT_GT(skyFailures, 0u); // the map fallback is exercised
+}
+
+// A small field for the sanitizers (racecheck on the block-per-source sky's shared memory): the default
+// kernels, the earlier block sky, 32 and 256 threads per sky block and batches of 7 sources match the CPU.
+TEST(ApertureCuda, SmallFieldKernelVariantsMatchCpu) {
+    REQUIRE_DEVICE();
+    const Field f = makeField(200, 160, 60, 3);
+    RunContext c = testContext(Backend::Cpu), g = testContext(Backend::Cuda);
+    const ApertureResult ref = run(f, ApertureParams{}, c);
+    expectSameApertures(ref, run(f, ApertureParams{}, g));
+    for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
+             {"GPUPHOT_APERTURE_SKY", "block0"},
+             {"GPUPHOT_APERTURE_SKY_THREADS", "32"},
+             {"GPUPHOT_APERTURE_SKY_THREADS", "256"},
+             {"GPUPHOT_APERTURE_BATCH", "7"}}) {
+        SCOPED_TRACE(std::string(name) + "=" + value);
+        const ScopedEnv e(name, value);
+        expectSameApertures(ref, run(f, ApertureParams{}, g));
+    }
+}
+
 TEST(ApertureCuda, RegisteredWithCore) {
     REQUIRE_DEVICE();
     EXPECT_NE(cudaStages().aperture, nullptr);

@@ -39,6 +39,17 @@ bool haveDevice();
 
 // A run context for one backend (2 threads by default: CI has 2 cores).
 RunContext testContext(Backend backend, int threads = 2);
+// An environment variable set for a scope (the kernels' comparison switches, GPUPHOT_...), unset after it.
+struct EnvOverride {
+    EnvOverride(const char* name, const char* value) : m_name(name) { ::setenv(name, value, 1); }
+    ~EnvOverride() { ::unsetenv(m_name); }
+    EnvOverride(const EnvOverride&) = delete;
+    EnvOverride& operator=(const EnvOverride&) = delete;
+
+private:
+    const char* m_name;
+};
+
 inline RunContext cpuContext() { return testContext(Backend::Cpu); }
 inline RunContext cudaContext() { return testContext(Backend::Cuda); }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,6 +117,42 @@ TEST(CudaDetectionFinish, CrowdedFieldBitwise) {
         const Finished f = finishBoth(in, p);
         EXPECT_GT(f.cpu.sources.size(), 300u);
         EXPECT_GT(f.cpu.nDeblended, f.cpu.nBeforeDeblend); // blends were split
+        expectSameDetection(f.cpu, f.gpu);
+    }
+}
+
+TEST(CudaDetectionFinish, RankAndSegmentedSortsGiveTheSameCurves) {
+    REQUIRE_DEVICE();
+    // The growth curves' sort: by rank for objects of at most GPUPHOT_DETECTION_RANK_MAX pixels (1024 by
+    // default: all of these), cub's segmented sort for larger ones; 0: cub for all; 6 and 40: both in one
+    // step. Each bitwise the CPU's (its stable sort, ties in raster order).
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs in = fromSim(cudatest::simulateSmall(280, 230, 500, 14), ctx);
+    for (const char* rankMax : {"", "0", "6", "40"}) {
+        SCOPED_TRACE(std::string("rank max ") + rankMax);
+        std::unique_ptr<cudatest::EnvOverride> env;
+        if (*rankMax) env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_RANK_MAX", rankMax);
+        for (DetectionParams p : {DetectionParams{}, gainParams()}) {
+            const Finished f = finishBoth(in, p);
+            EXPECT_GT(f.cpu.sources.size(), 100u);
+            expectSameDetection(f.cpu, f.gpu);
+        }
+    }
+}
+
+TEST(CudaDetectionFinish, EveryReleaseModeGivesTheSameResult) {
+    REQUIRE_DEVICE();
+    // The objects freed by the context's release thread at idle priority (default), at normal priority, or
+    // by the step's threads while the device works: the same catalog and map, over repeated frames.
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs in = fromSim(cudatest::simulateSmall(240, 200, 300, 15), ctx);
+    RunContext shared = cudatest::testContext(Backend::Cuda, 4);
+    for (const char* mode : {"", "thread", "now", ""}) {
+        SCOPED_TRACE(std::string("release ") + mode);
+        std::unique_ptr<cudatest::EnvOverride> env;
+        if (*mode) env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_RELEASE", mode);
+        const Finished f = finishBoth(in, DetectionParams{}, 4, 2, &shared);
+        EXPECT_GT(f.cpu.sources.size(), 50u);
         expectSameDetection(f.cpu, f.gpu);
     }
 }

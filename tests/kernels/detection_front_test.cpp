@@ -283,5 +283,44 @@ TEST(DetectionFrontCuda, RepeatedOnOneContextWithOtherThresholds) {
     }
 }
 
+TEST(DetectionFrontCuda, FusedTilesAndTwoKernelFrontBothMatchCpu) {
+    REQUIRE_DEVICE();
+    // The fused tile kernel (the default for 3-11 taps) against the two-kernel front it replaced
+    // (GPUPHOT_DETECTION_FRONT_UNFUSED=1) and its 32-row tiles (GPUPHOT_DETECTION_TILE_ROWS=32, 7 taps): each
+    // bitwise core's. Heights that are no multiple of the tile, chunks cutting tiles, blocks narrower than
+    // the halo's preload (32 threads) and wider than the tile kernel's 256.
+    const Field f = makeField(333, 121, 45, 12);
+    for (const char* variant : {"tiles", "unfused", "tiles32"}) {
+        const std::string v = variant;
+        std::unique_ptr<cudatest::EnvOverride> env;
+        if (v == "unfused")
+            env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_FRONT_UNFUSED", "1");
+        if (v == "tiles32")
+            env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_TILE_ROWS", "32");
+        for (const double fwhm : {1.0, 3.0, 5.0}) {
+            DetectionParams p;
+            p.filterFwhm = fwhm;
+            const std::string what = v + ", fwhm " + std::to_string(fwhm);
+            expectSameFront(f, p, cuda::FrontPlan::WholeDevice, 0, what);
+            expectSameFront(f, p, cuda::FrontPlan::WholeDevice, 23, what);
+            expectSameFront(f, p, cuda::FrontPlan::Strips, 9, what, false);
+        }
+        DetectionParams p;
+        detail::PreparedDetection ref;
+        detail::prepareDetection(f.image.view(), f.mask.view(), f.bkg, p, 2, ref);
+        for (const int threads : {32, 512}) {
+            SCOPED_TRACE(v + ", block " + std::to_string(threads));
+            RunContext g = cudaContext();
+            cuda::DeviceContext::of(g).setBlockSize(threads);
+            const cuda::DetectionFrontResult r = cuda::detectionFront(f.image.view(), f.mask.view(), f.bkg, p,
+                                                                      g, cuda::FrontPlan::WholeHost, 40);
+            EXPECT_TRUE(sameRuns(ref.runs, r.runs));
+            EXPECT_TRUE(sameImage(ref.filtered, r.det, "filtered"));
+            EXPECT_TRUE(sameImage(ref.sub, r.sub, "sub"));
+            EXPECT_TRUE(sameImage(ref.state, r.state, "state"));
+        }
+    }
+}
+
 } // namespace
 } // namespace gpuphot

@@ -237,6 +237,21 @@ TEST(DetectionObjectsCuda, NoObjects) {
     EXPECT_EQ(cpu.objects.size(), 0u);
 }
 
+// Enough regions (4,401) for the result's storage to be made on a helper thread beside the deblending, and a
+// context kept through both calls of compareObjects (the host working memory reused).
+TEST(DetectionObjectsCuda, ResultStorageOnAHelperThread) {
+    REQUIRE_DEVICE();
+    SimParams sp;
+    sp.width = 1500;
+    sp.height = 1500;
+    sp.stars = 15000;
+    sp.seed = 1;
+    const SimResult sim = simulateField(sp);
+    const auto cpu = compareObjects(sim.image.view(), sim.defects.view(), DetectionParams{}, "15k stars", 16);
+    EXPECT_GE(cpu.nBeforeDeblend, 4096u);
+    EXPECT_GT(cpu.nDeblended, cpu.nBeforeDeblend);
+}
+
 // The whole CUDA stage (device per-object half and finish) against the CPU stage.
 TEST(DetectionObjectsCuda, WholeStageMatchesCpuOnCrowdedField) {
     REQUIRE_DEVICE();
