@@ -122,7 +122,10 @@ private:
     void reportProgress(const std::string& stage, double fraction);
     // The provisional snapshot of `snap`, whose detection has just completed (setProvisionalResults):
     // apertures and calibration with `previous`'s PSF model, emitted as provisionalReady.
-    void publishProvisional(const Snapshot& snap, const Snapshot& previous);
+    // Measures and emits the provisional snapshot of `snap` (paused where the PSF stage starts). The new
+    // background and detection move into it, so nothing is copied before it goes out; `snap` gets copies of
+    // them back afterwards, for the rest of its run.
+    void publishProvisional(Snapshot& snap, const Snapshot& previous);
 
     RunContext m_ctx;
     std::atomic<bool> m_cancel{false};

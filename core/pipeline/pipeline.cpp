@@ -283,7 +283,27 @@ PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, Run
 }
 
 PsfResult psfModelForSources(const PsfResult& old, const Sources& sources) {
-    PsfResult p = old;
+    // The model, stars and ePSF grid of `old`; its per-source columns (another source list) are not copied.
+#if defined(__x86_64__) && defined(__GLIBCXX__) && !defined(_GLIBCXX_DEBUG)
+    static_assert(sizeof(PsfResult) == 368, "PsfResult changed: copy its new model members here, then update "
+                                            "this size");
+#endif
+    PsfResult p;
+    p.model = old.model;
+    p.width = old.width;
+    p.height = old.height;
+    p.stampRadius = old.stampRadius;
+    p.stars = old.stars;
+    p.fwhmPoly = old.fwhmPoly;
+    p.e1Poly = old.e1Poly;
+    p.e2Poly = old.e2Poly;
+    p.medianBeta = old.medianBeta;
+    p.medianFwhm = old.medianFwhm;
+    p.medianEllipticity = old.medianEllipticity;
+    p.nStars = old.nStars;
+    p.gridNx = old.gridNx;
+    p.gridNy = old.gridNy;
+    p.epsf = old.epsf;
     const std::size_t n = sources.size();
     const double nan = std::nan("");
     p.fwhm.assign(n, nan);
@@ -294,17 +314,17 @@ PsfResult psfModelForSources(const PsfResult& old, const Sources& sources) {
     p.flags.assign(n, 0u);
     for (PsfStar& s : p.stars)
         s.index = -1;
-    // One source per iteration, each writing its own elements: the same numbers for any thread count
-    // (the model's polynomials cost ~1 us a source: 75 ms for 66k sources on one thread).
+    // One source per iteration, each writing its own elements: the same numbers for any thread count.
     if (p.hasModel()) {
 #pragma omp parallel for schedule(static)
         for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(n); ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
             const double x = sources.x[k], y = sources.y[k];
             if (!std::isfinite(x) || !std::isfinite(y)) continue;
-            p.fwhm[k] = p.fwhmAt(x, y);
-            p.ellipticity[k] = p.ellipticityAt(x, y);
-            p.theta[k] = p.thetaAt(x, y);
+            const PsfResult::ShapeAt at = p.shapeAt(x, y);
+            p.fwhm[k] = at.fwhm;
+            p.ellipticity[k] = at.ellipticity;
+            p.theta[k] = at.theta;
         }
     }
     return p;

@@ -46,12 +46,27 @@ int termCount(int order) {
     return (order + 1) * (order + 2) / 2;
 }
 
-// Monomials u^i v^j, i + j = degree, by degree then decreasing i.
+// Monomials u^i v^j, i + j = degree, by degree then decreasing i: pow(u, i) * pow(v, j), the powers
+// computed once per exponent (the same values as calling std::pow for every term, 2 * (order + 1) calls
+// instead of (order + 1) * (order + 2)).
 void monomials(int order, double u, double v, double* out) {
+    constexpr int kMax = 3; // validate(): polyOrder 0..3
+    if (order > kMax) {
+        int k = 0;
+        for (int deg = 0; deg <= order; ++deg)
+            for (int i = deg; i >= 0; --i)
+                out[k++] = std::pow(u, i) * std::pow(v, deg - i);
+        return;
+    }
+    double pu[kMax + 1], pv[kMax + 1];
+    for (int i = 0; i <= order; ++i) {
+        pu[i] = std::pow(u, i);
+        pv[i] = std::pow(v, i);
+    }
     int k = 0;
     for (int deg = 0; deg <= order; ++deg)
         for (int i = deg; i >= 0; --i)
-            out[k++] = std::pow(u, i) * std::pow(v, deg - i);
+            out[k++] = pu[i] * pv[deg - i];
 }
 
 SpatialPoly fitPoly(int order, const std::vector<double>& u, const std::vector<double>& v,
@@ -111,6 +126,11 @@ double SpatialPoly::eval(double u, double v) const {
     if (coeffs.empty()) return kNaN;
     double t[10];
     monomials(order, u, v, t);
+    return evalMonomials(t);
+}
+
+double SpatialPoly::evalMonomials(const double* t) const {
+    if (coeffs.empty()) return kNaN;
     double s = 0.0;
     for (std::size_t k = 0; k < coeffs.size(); ++k)
         s += coeffs[k] * t[k];
@@ -126,11 +146,36 @@ double PsfResult::ellipticityAt(double x, double y) const {
     return std::hypot(e1Poly.eval(u, v), e2Poly.eval(u, v));
 }
 
-double PsfResult::thetaAt(double x, double y) const {
-    const double u = normCoord(x, width), v = normCoord(y, height);
-    double t = 0.5 * std::atan2(e2Poly.eval(u, v), e1Poly.eval(u, v)) * 180.0 / std::numbers::pi;
+namespace {
+double thetaOf(double e1, double e2) {
+    double t = 0.5 * std::atan2(e2, e1) * 180.0 / std::numbers::pi;
     if (t <= -90.0) t += 180.0;
     return t;
+}
+} // namespace
+
+double PsfResult::thetaAt(double x, double y) const {
+    const double u = normCoord(x, width), v = normCoord(y, height);
+    return thetaOf(e1Poly.eval(u, v), e2Poly.eval(u, v));
+}
+
+PsfResult::ShapeAt PsfResult::shapeAt(double x, double y) const {
+    const double u = normCoord(x, width), v = normCoord(y, height);
+    // The monomials once per distinct order (the three polynomials usually share one).
+    double t[3][10];
+    const SpatialPoly* polys[3] = {&fwhmPoly, &e1Poly, &e2Poly};
+    double value[3];
+    for (int p = 0; p < 3; ++p) {
+        int same = -1;
+        for (int q = 0; q < p && same < 0; ++q)
+            if (polys[q]->order == polys[p]->order) same = q;
+        if (same < 0) {
+            monomials(polys[p]->order, u, v, t[p]);
+            same = p;
+        }
+        value[p] = polys[p]->evalMonomials(t[same]);
+    }
+    return {value[0], std::hypot(value[1], value[2]), thetaOf(value[1], value[2])};
 }
 
 double PsfResult::encircledEnergy(double r) const {
@@ -574,11 +619,15 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         res.medianFwhm = medianOf(fw);
         res.medianEllipticity = medianOf(el);
         res.medianBeta = kind == PsfModelKind::Moffat ? medianOf(be) : 0.0;
-        for (std::size_t k = 0; k < nSrc; ++k) {
+        // One source per iteration, each writing its own elements: the same numbers for any thread count.
+#pragma omp parallel for schedule(static)
+        for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
             if (!finitePos(k)) continue;
-            res.fwhm[k] = res.fwhmAt(sources.x[k], sources.y[k]);
-            res.ellipticity[k] = res.ellipticityAt(sources.x[k], sources.y[k]);
-            res.theta[k] = res.thetaAt(sources.x[k], sources.y[k]);
+            const PsfResult::ShapeAt at = res.shapeAt(sources.x[k], sources.y[k]);
+            res.fwhm[k] = at.fwhm;
+            res.ellipticity[k] = at.ellipticity;
+            res.theta[k] = at.theta;
         }
     } else {
         res.fwhmPoly = res.e1Poly = res.e2Poly = SpatialPoly{};

@@ -103,6 +103,8 @@ struct SpatialPoly {
     std::vector<double> coeffs;
     double rms = 0.0; // of the residuals of the used stars
     double eval(double u, double v) const;
+    // The same sum over monomials computed beforehand (the terms of `order` at (u, v), as eval makes them).
+    double evalMonomials(const double* t) const;
 };
 
 struct EpsfCell {
@@ -140,6 +142,11 @@ struct PsfResult {
     double fwhmAt(double x, double y) const;        // px
     double ellipticityAt(double x, double y) const; // 1 - b/a
     double thetaAt(double x, double y) const;       // deg, counter-clockwise from +x, (-90, 90]
+    // The three above at once, bitwise the same values (the monomials computed once).
+    struct ShapeAt {
+        double fwhm, ellipticity, theta;
+    };
+    ShapeAt shapeAt(double x, double y) const;
     bool hasModel() const { return !fwhmPoly.coeffs.empty(); }
 
     // Per source (index as Sources)
