@@ -17,6 +17,7 @@
 #include "core/stages/background.hpp"
 #include "core/stages/psf_epsf.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/step_timer.hpp"
 
 namespace gpuphot {
 
@@ -333,6 +334,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             throw InvalidInput("PSF stage: background map size differs from the image size");
 
     const PsfFrame frame{image, mask, &bkg, gain};
+    StepLaps laps("GPUPHOT_PSF_TIMING", "psf"); // host laps of the steps below on stderr
     const int nThreads = ctx.threadCount();
     const PsfModelKind kind = params.model;
     const std::size_t nSrc = sources.size();
@@ -435,6 +437,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         cands.swap(kept);
     }
     if (static_cast<int>(cands.size()) > params.maxStars) cands.resize(params.maxStars);
+    laps.lap("selection");
     ctx.checkCancelled();
     ctx.report("psf", 0.05);
 
@@ -526,6 +529,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     }
 
     // --- clipping and spatial model (serial, index order) ------------------------------------------
+    laps.lap("profile fits");
     std::vector<int> used;
     for (int c = 0; c < nCand; ++c)
         if (res.stars[c].converged) used.push_back(c);
@@ -634,6 +638,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     }
     ctx.checkCancelled();
     ctx.report("psf", 0.6);
+    laps.lap("clipping, spatial model, per-source shape");
 
     // --- ePSF per grid cell -------------------------------------------------------------------------
     if (res.hasModel()) {
@@ -684,6 +689,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     }
     ctx.checkCancelled();
     ctx.report("psf", 0.75);
+    laps.lap("ePSF cells");
 
     // --- PSF photometry (parallel, one slot per source) --------------------------------------------
     if (params.psfPhotometry) {
@@ -710,6 +716,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             ctx.report("psf", 0.75 + 0.25 * k1 / std::max(n, 1));
         }
     }
+    laps.lap("PSF photometry");
     ctx.report("psf", 1.0);
     return res;
 }
