@@ -16,6 +16,8 @@ struct BackgroundResult;
 struct DetectionParams;
 struct DetectionResult;
 struct ApertureParams;
+struct PsfParams;
+struct PsfResult;
 struct ApertureResult;
 struct Sources;
 class Wcs;
@@ -46,6 +48,13 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
 // host.
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
+
+// PSF stage (kernels/psf.cu): cpu::buildPsfModel for the model (selection, profile fits, spatial model,
+// ePSF cells) and the PSF photometry on the device (one thread per source, core/stages/psf_flux_math.hpp:
+// bitwise the host loop); the host loop when the device has no room, and the whole host stage with
+// GPUPHOT_PSF_DEVICE=0.
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
 
 // Aperture photometry: the per-source loops (local sky, circular sums for every radius, Kron) as kernels
 // behind core's detail::ApertureEngine; the driver (flags, errors, curve of growth, aperture correction,

@@ -13,6 +13,7 @@ bool registerStages() {
     CudaStageTable t;
     t.background = &cuda::estimateBackground;
     t.detection = &cuda::detectSources;
+    t.psf = &cuda::buildPsfModel;
     t.aperture = &cuda::measureApertures;
     t.apertureMap = &cuda::measureApertures;
     t.crossmatch = &cuda::crossmatch;

@@ -16,6 +16,7 @@
 #include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/psf_epsf.hpp"
+#include "core/stages/psf_flux_math.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/step_timer.hpp"
 
@@ -314,6 +315,31 @@ void PsfFitCache::evict() {
         if (m_bytes <= m_maxBytes / 4 * 3) break;
         m_bytes -= std::min(m_bytes, entryBytes(it->second));
         m_entries.erase(it);
+    }
+}
+
+void measurePsfFluxes(PsfResult& res, const PsfFrame& frame, const Sources& sources, const PsfParams& params,
+                      RunContext& ctx) {
+    const int nThreads = ctx.threadCount();
+    const int n = static_cast<int>(sources.size());
+    for (int k0 = 0; k0 < n; k0 += 16 * kChunk) {
+        const int k1 = std::min(n, k0 + 16 * kChunk);
+#pragma omp parallel for schedule(dynamic, 16) num_threads(nThreads)
+        for (int k = k0; k < k1; ++k) {
+            PsfFluxResult fr;
+            if (res.hasModel() && std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]))
+                fr = fitPsfFlux(frame, res, sources.x[k], sources.y[k],
+                                psfmath::fitRadius(params.psfFitRadius, res.fwhm[k]), params.psfFitBackground,
+                                params.maxMaskedPsfWeight);
+            if (fr.ok) {
+                res.fluxPsf[k] = fr.flux;
+                res.fluxPsfErr[k] = fr.fluxErr;
+            } else {
+                res.flags[k] |= FlagPsfFitFailed;
+            }
+        }
+        ctx.checkCancelled();
+        ctx.report("psf", 0.75 + 0.25 * k1 / std::max(n, 1));
     }
 }
 
@@ -692,30 +718,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     laps.lap("ePSF cells");
 
     // --- PSF photometry (parallel, one slot per source) --------------------------------------------
-    if (params.psfPhotometry) {
-        const int n = static_cast<int>(nSrc);
-        for (int k0 = 0; k0 < n; k0 += 16 * kChunk) {
-            const int k1 = std::min(n, k0 + 16 * kChunk);
-#pragma omp parallel for schedule(dynamic, 16) num_threads(nThreads)
-            for (int k = k0; k < k1; ++k) {
-                PsfFluxResult fr;
-                if (res.hasModel() && finitePos(k)) {
-                    const double r =
-                        params.psfFitRadius > 0.0 ? params.psfFitRadius : std::max(2.0, 1.5 * res.fwhm[k]);
-                    fr = fitPsfFlux(frame, res, sources.x[k], sources.y[k], r, params.psfFitBackground,
-                                    params.maxMaskedPsfWeight);
-                }
-                if (fr.ok) {
-                    res.fluxPsf[k] = fr.flux;
-                    res.fluxPsfErr[k] = fr.fluxErr;
-                } else {
-                    res.flags[k] |= FlagPsfFitFailed;
-                }
-            }
-            ctx.checkCancelled();
-            ctx.report("psf", 0.75 + 0.25 * k1 / std::max(n, 1));
-        }
-    }
+    if (params.psfPhotometry) measurePsfFluxes(res, frame, sources, params, ctx);
     laps.lap("PSF photometry");
     ctx.report("psf", 1.0);
     return res;

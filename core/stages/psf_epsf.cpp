@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/stages/background.hpp"
+#include "core/stages/psf_flux_math.hpp"
 
 namespace gpuphot {
 
@@ -23,12 +24,6 @@ double PsfFrame::rms(int x, int y) const {
 }
 
 namespace {
-
-// Keys cubic convolution weights (a = -0.5) for the nodes -1, 0, 1, 2 around a fraction t in [0, 1).
-std::array<double, 4> keysWeights(double t) {
-    return {((-0.5 * t + 1.0) * t - 0.5) * t, (1.5 * t - 2.5) * t * t + 1.0, ((-1.5 * t + 2.0) * t + 0.5) * t,
-            (0.5 * t - 0.5) * t * t};
-}
 
 double median(std::vector<double>& v) {
     const std::size_t n = v.size();
@@ -60,31 +55,14 @@ double clippedMean(std::vector<double>& v) {
     return k > 0 ? s / k : med;
 }
 
-// Cells and weights blending the ePSF at a frame position (bilinear in the cell centres, clamped).
+// Cells and weights blending the ePSF at a frame position (psfmath::blendCells; none without an ePSF).
 int blendCells(const PsfResult& r, double x, double y, std::array<int, 4>& idx, std::array<double, 4>& w) {
     if (r.epsf.empty()) return 0;
-    auto axis = [](double p, int size, int n, int& k0, double& f) {
-        const double cell = static_cast<double>(size) / n;
-        double t = (p + 0.5) / cell - 0.5; // fractional index of the cell centres
-        t = std::clamp(t, 0.0, static_cast<double>(n - 1));
-        k0 = std::min(static_cast<int>(std::floor(t)), std::max(n - 2, 0));
-        f = n > 1 ? t - k0 : 0.0;
-    };
-    int kx, ky;
-    double fx, fy;
-    axis(x, r.width, r.gridNx, kx, fx);
-    axis(y, r.height, r.gridNy, ky, fy);
-    int n = 0;
-    for (int j = 0; j < 2; ++j)
-        for (int i = 0; i < 2; ++i) {
-            const double wi = (i ? fx : 1.0 - fx) * (j ? fy : 1.0 - fy);
-            if (wi <= 0.0) continue;
-            const int cx = std::min(kx + i, r.gridNx - 1), cy = std::min(ky + j, r.gridNy - 1);
-            idx[n] = cy * r.gridNx + cx;
-            w[n] = wi;
-            ++n;
-        }
-    return n;
+    return psfmath::blendCells(r.width, r.height, r.gridNx, r.gridNy, x, y, idx.data(), w.data());
+}
+
+psfmath::EpsfCellView cellView(const EpsfCell& c) {
+    return {c.image.data(), c.image.width(), c.image.height(), c.centreX, c.centreY, c.oversampling};
 }
 
 // Residual stack of the stars against the base, registered with centre shift (sx, sy); returns the
@@ -137,25 +115,7 @@ std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<cons
 } // namespace
 
 double EpsfCell::valueAt(double dx, double dy) const {
-    if (image.empty()) return 0.0;
-    const double u = centreX + dx * oversampling, v = centreY + dy * oversampling;
-    const double fu = std::floor(u), fv = std::floor(v);
-    const int iu = static_cast<int>(fu), iv = static_cast<int>(fv);
-    if (iu < -1 || iv < -1 || iu > image.width() || iv > image.height()) return 0.0;
-    const auto wu = keysWeights(u - fu), wv = keysWeights(v - fv);
-    double s = 0.0;
-    for (int b = 0; b < 4; ++b) {
-        const int jj = iv - 1 + b;
-        if (jj < 0 || jj >= image.height()) continue;
-        double row = 0.0;
-        for (int a = 0; a < 4; ++a) {
-            const int ii = iu - 1 + a;
-            if (ii < 0 || ii >= image.width()) continue;
-            row += wu[a] * image(ii, jj);
-        }
-        s += wv[b] * row;
-    }
-    return s;
+    return psfmath::cellValue(cellView(*this), dx, dy);
 }
 
 double PsfResult::epsfValue(double x, double y, double dx, double dy) const {
@@ -244,74 +204,47 @@ void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<cons
 
 PsfFluxResult fitPsfFlux(const PsfFrame& frame, const PsfResult& model, double x, double y, double radius,
                          bool fitBackground, double maxMaskedWeight) {
+    // The arithmetic is psfmath's (core/stages/psf_flux_math.hpp), shared with kernels/psf.cu.
     PsfFluxResult res;
-    if (!std::isfinite(x) || !std::isfinite(y) || !(radius > 0.0)) return res;
-    const int i0 = static_cast<int>(std::floor(x - radius)), i1 = static_cast<int>(std::ceil(x + radius));
-    const int j0 = static_cast<int>(std::floor(y - radius)), j1 = static_cast<int>(std::ceil(y + radius));
+    if (!psfmath::fitInputsOk(x, y, radius)) return res;
     std::array<int, 4> idx{};
     std::array<double, 4> bw{};
     const int nCells = blendCells(model, x, y, idx, bw);
     if (nCells == 0) return res;
+    std::array<psfmath::EpsfCellView, 4> cells{};
+    for (int k = 0; k < nCells; ++k)
+        cells[k] = cellView(model.epsf[idx[k]]);
+    const int slot[4] = {0, 1, 2, 3};
+    auto cellValue = [&](int k, double dx, double dy) { return psfmath::cellValue(cells[k], dx, dy); };
 
     struct Px {
         double d, p, rms2;
     };
     std::vector<Px> px;
     double psfAll = 0.0, psfMasked = 0.0;
-    for (int j = j0; j <= j1; ++j)
-        for (int i = i0; i <= i1; ++i) {
-            const double dx = i - x, dy = j - y;
-            if (dx * dx + dy * dy > radius * radius) continue;
-            if (!frame.inside(i, j)) return res; // too close to the edge
-            double p = 0.0;
-            for (int k = 0; k < nCells; ++k)
-                p += bw[k] * model.epsf[idx[k]].valueAt(dx, dy);
-            psfAll += std::max(p, 0.0);
-            if (frame.masked(i, j)) {
-                psfMasked += std::max(p, 0.0);
-                continue;
-            }
-            const double r = frame.rms(i, j);
-            px.push_back({frame.image(i, j) - frame.level(i, j), p, r * r});
-        }
-    const int npar = fitBackground ? 2 : 1;
-    if (!(psfAll > 0.0) || psfMasked > maxMaskedWeight * psfAll || static_cast<int>(px.size()) < npar + 3)
+    const bool inFrame = psfmath::forDiscPixels(x, y, radius, [&](int i, int j, double dx, double dy) {
+        if (!frame.inside(i, j)) return false; // too close to the edge
+        const double p = psfmath::blendValue(cellValue, nCells, slot, bw.data(), dx, dy);
+        if (!psfmath::tallyPixel(p, frame.masked(i, j), psfAll, psfMasked)) return true;
+        const double r = frame.rms(i, j);
+        px.push_back({frame.image(i, j) - frame.level(i, j), p, r * r});
+        return true;
+    });
+    if (!inFrame || !psfmath::discAccepted(psfAll, psfMasked, maxMaskedWeight, static_cast<int>(px.size()),
+                                           fitBackground))
         return res;
 
     // Weighted linear least squares; the Poisson term of the variance comes from the model flux of
     // the previous pass (first pass: background noise only).
-    double flux = 0.0, bkgOff = 0.0;
-    double hff = 0.0, hfb = 0.0, hbb = 0.0;
-    for (int pass = 0; pass < 3; ++pass) {
-        double gf = 0.0, gb = 0.0;
-        hff = hfb = hbb = 0.0;
-        for (const Px& q : px) {
-            double var = q.rms2;
-            if (pass > 0 && frame.gain > 0.0) var += std::max(flux * q.p, 0.0) / frame.gain;
-            if (!(var > 0.0)) var = 1.0; // no noise model: unweighted
-            const double w = 1.0 / var;
-            hff += w * q.p * q.p;
-            hfb += w * q.p;
-            hbb += w;
-            gf += w * q.p * q.d;
-            gb += w * q.d;
-        }
-        if (fitBackground) {
-            const double det = hff * hbb - hfb * hfb;
-            if (!(det > 1e-12 * hff * hbb)) return res;
-            flux = (gf * hbb - gb * hfb) / det;
-            bkgOff = (hff * gb - hfb * gf) / det;
-        } else {
-            if (!(hff > 0.0)) return res;
-            flux = gf / hff;
-        }
+    double flux = 0.0;
+    psfmath::FluxSums sums;
+    for (int pass = 0; pass < psfmath::kFluxPasses; ++pass) {
+        sums = psfmath::FluxSums{};
+        for (const Px& q : px)
+            psfmath::addPixel(sums, q.d, q.p, q.rms2, pass, flux, frame.gain);
+        if (!psfmath::solveFlux(sums, fitBackground, flux)) return res;
     }
-    (void)bkgOff;
-    const double varF = fitBackground ? hbb / (hff * hbb - hfb * hfb) : 1.0 / hff;
-    if (!std::isfinite(flux) || !(varF >= 0.0)) return res;
-    res.flux = flux;
-    res.fluxErr = std::sqrt(varF);
-    res.ok = true;
+    res.ok = psfmath::finishFlux(sums, fitBackground, flux, res.flux, res.fluxErr);
     return res;
 }
 

@@ -23,6 +23,8 @@
 namespace gpuphot {
 
 struct BackgroundResult;
+class RunContext;
+struct Sources;
 
 struct PsfFrame {
     ImageView image;
@@ -47,5 +49,12 @@ struct PsfFluxResult {
 };
 PsfFluxResult fitPsfFlux(const PsfFrame& frame, const PsfResult& model, double x, double y, double radius,
                          bool fitBackground, double maxMaskedWeight);
+
+// The stage's PSF photometry on the host (cpu::buildPsfModel's last step, params.psfPhotometry): per
+// source with a finite position and a model, fitPsfFlux with the radius psfmath::fitRadius; fills
+// res.fluxPsf / fluxPsfErr, or sets FlagPsfFitFailed (parallel over sources, one slot each). The CUDA
+// stage (kernels/psf.cu) runs the same fits on the device and falls back to this.
+void measurePsfFluxes(PsfResult& res, const PsfFrame& frame, const Sources& sources, const PsfParams& params,
+                      RunContext& ctx);
 
 } // namespace gpuphot

@@ -1,0 +1,251 @@
+// The CUDA PSF stage (kernels/psf.cu: the PSF photometry on the device) against the CPU stage (DESIGN.md,
+// Determinism): every column of PsfResult bitwise equal on simulated frames with masked pixels (the
+// simulator's defects plus masked blocks over some sources), sources at and beyond the edges and at
+// non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic fit
+// radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them) and global
+// values only. The device path must really run (its fit count) and fit most sources, and fail some.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/flags.hpp"
+#include "core/model/sources.hpp"
+#include "core/pipeline/cuda_stages.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/background.hpp"
+#include "core/stages/psf.hpp"
+#include "core/stages/psf_epsf.hpp"
+#include "core/stages/psf_flux_math.hpp"
+#include "kernels/cuda_stages_impl.hpp"
+#include "tests/kernels/cuda_test_util.hpp"
+
+namespace gpuphot::cuda { // kernels/psf.cu's test hook
+std::size_t psfLastDeviceFits();
+}
+
+using namespace gpuphot;
+
+namespace {
+
+using namespace gpuphot::cudatest;
+
+struct PsfField {
+    SimField f;
+    Image<std::uint8_t> mask; // the defects plus masked blocks
+    Sources sources;          // detections, some moved to the edges / off the frame / NaN
+};
+
+PsfField makePsfField(int w, int h, int stars, std::uint64_t seed) {
+    PsfField p{simulateDetectedField(w, h, stars, seed), {}, {}};
+    p.mask = Image<std::uint8_t>(w, h, 0);
+    for (int j = 0; j < h; ++j)
+        for (int i = 0; i < w; ++i)
+            p.mask(i, j) = p.f.sim.defects(i, j);
+    p.sources = p.f.det.sources;
+    Sources& s = p.sources;
+    const std::size_t n = s.size();
+    // Masked blocks over every 7th source: a corner (fit with masked pixels) or the whole core (fails).
+    for (std::size_t k = 0; k < n; k += 7) {
+        const int cx = static_cast<int>(std::lround(s.x[k])), cy = static_cast<int>(std::lround(s.y[k]));
+        const int r = (k / 7) % 2 ? 1 : 3;
+        const int ox = (k / 7) % 2 ? 1 : -1;
+        for (int j = cy - r; j <= cy + r; ++j)
+            for (int i = cx + ox - r; i <= cx + ox + r; ++i)
+                if (i >= 0 && j >= 0 && i < w && j < h) p.mask(i, j) |= 1;
+    }
+    // Some sources moved: on the edges, half off, outside, non-finite.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double xs[] = {0.0, w - 1.0, 2.3, -3.0, w + 2.5, 40.7, nan, 17.0, 1.6, w - 2.2};
+    const double ys[] = {0.0, h - 1.0, h - 2.6, 20.0, 30.0, -1.2, 12.0, nan, h * 0.5, h * 0.25};
+    for (std::size_t e = 0; e < 10 && 3 + 11 * e < n; ++e) {
+        s.x[3 + 11 * e] = xs[e];
+        s.y[3 + 11 * e] = ys[e];
+    }
+    return p;
+}
+
+BackgroundResult leanBackground(const PsfField& p) {
+    RunContext c = cpuContext();
+    BackgroundParams bp;
+    bp.fullMaps = false;
+    BackgroundResult b = cpu::estimateBackground(p.f.sim.image.view(), p.mask.view(), bp, c, nullptr);
+    b.sampler = std::make_shared<const BackgroundSampler>(b, c);
+    return b;
+}
+
+BackgroundResult globalBackground(const BackgroundResult& full) {
+    BackgroundResult b;
+    b.globalLevel = full.globalLevel;
+    b.globalRms = full.globalRms;
+    return b;
+}
+
+void expectSamePsf(const PsfResult& c, const PsfResult& g, const std::string& what) {
+    ASSERT_EQ(c.fluxPsf.size(), g.fluxPsf.size()) << what;
+    EXPECT_TRUE(sameVec(c.fluxPsf, g.fluxPsf, what + " fluxPsf"));
+    EXPECT_TRUE(sameVec(c.fluxPsfErr, g.fluxPsfErr, what + " fluxPsfErr"));
+    EXPECT_TRUE(sameVec(c.flags, g.flags, what + " flags"));
+    EXPECT_TRUE(sameVec(c.fwhm, g.fwhm, what + " fwhm"));
+    EXPECT_TRUE(sameVec(c.ellipticity, g.ellipticity, what + " ellipticity"));
+    EXPECT_TRUE(sameVec(c.theta, g.theta, what + " theta"));
+    EXPECT_TRUE(sameBits(&c.medianFwhm, &g.medianFwhm, 1, what + " medianFwhm"));
+    EXPECT_TRUE(sameBits(&c.medianEllipticity, &g.medianEllipticity, 1, what + " medianEllipticity"));
+    EXPECT_TRUE(sameBits(&c.medianBeta, &g.medianBeta, 1, what + " medianBeta"));
+    EXPECT_EQ(c.nStars, g.nStars) << what;
+    EXPECT_EQ(c.stars.size(), g.stars.size()) << what;
+    EXPECT_TRUE(sameVec(c.fwhmPoly.coeffs, g.fwhmPoly.coeffs, what + " fwhmPoly"));
+    ASSERT_EQ(c.epsf.size(), g.epsf.size()) << what;
+    for (std::size_t k = 0; k < c.epsf.size(); ++k)
+        EXPECT_TRUE(sameImage(c.epsf[k].image, g.epsf[k].image, what + " ePSF cell " + std::to_string(k)));
+}
+
+struct Case {
+    std::string name;
+    PsfParams params;
+    double gain;
+};
+
+std::vector<Case> cases() {
+    std::vector<Case> v;
+    PsfParams p;
+    v.push_back({"defaults, gain 0", p, 0.0});
+    v.push_back({"defaults, gain 2.5", p, 2.5});
+    p.psfFitBackground = true;
+    v.push_back({"fit background, gain 2.5", p, 2.5});
+    v.push_back({"fit background, gain 0", p, 0.0});
+    p.psfFitRadius = 4.5;
+    p.maxMaskedPsfWeight = 0.05;
+    v.push_back({"fit background, radius 4.5, masked weight 0.05", p, 1.0});
+    return v;
+}
+
+void compareOn(const PsfField& p, const BackgroundResult& bkg, const std::string& label) {
+    for (const Case& c : cases()) {
+        const std::string what = label + ", " + c.name;
+        RunContext cc = cpuContext(), gc = cudaContext();
+        const PsfResult cpuRes =
+            cpu::buildPsfModel(p.f.sim.image.view(), p.mask.view(), bkg, p.sources, c.gain, c.params, cc);
+        ASSERT_TRUE(cpuRes.hasModel()) << what << ": the field gives no PSF model (test is vacuous)";
+        const PsfResult gpuRes =
+            cuda::buildPsfModel(p.f.sim.image.view(), p.mask.view(), bkg, p.sources, c.gain, c.params, gc);
+        EXPECT_EQ(cuda::psfLastDeviceFits(), p.sources.size()) << what << ": the device path did not run";
+        expectSamePsf(cpuRes, gpuRes, what);
+        // Not vacuous: most sources fitted, some failed (edges, masks, NaN).
+        std::size_t ok = 0, failed = 0;
+        for (std::size_t k = 0; k < cpuRes.flags.size(); ++k)
+            (cpuRes.flags[k] & FlagPsfFitFailed ? failed : ok) += 1;
+        EXPECT_GT(ok, cpuRes.flags.size() / 2) << what;
+        EXPECT_GE(failed, 5u) << what;
+    }
+}
+
+// The kernel's walk (psfmath::fitFluxRewalk: the disc walked again per pass) against the host's fitPsfFlux
+// (the pixel terms stored), on the host: every source, bitwise. Needs no device.
+struct HostAccess {
+    const PsfFrame& f;
+    bool inside(int i, int j) const { return f.inside(i, j); }
+    bool masked(int i, int j) const { return f.masked(i, j); }
+    double data(int i, int j) const { return f.image(i, j); }
+    double level(int i, int j) const { return f.level(i, j); }
+    double rms(int i, int j) const { return f.rms(i, j); }
+};
+
+void compareRewalk(const PsfField& p, const BackgroundResult& bkg, const std::string& label) {
+    for (const Case& c : cases()) {
+        const std::string what = label + ", " + c.name;
+        RunContext cc = cpuContext();
+        PsfParams noPhot = c.params;
+        noPhot.psfPhotometry = false;
+        const PsfResult model =
+            cpu::buildPsfModel(p.f.sim.image.view(), p.mask.view(), bkg, p.sources, c.gain, noPhot, cc);
+        ASSERT_TRUE(model.hasModel()) << what;
+        const PsfFrame frame{p.f.sim.image.view(), p.mask.view(), &bkg, c.gain};
+        auto cellValue = [&](int k, double dx, double dy) { return model.epsf[k].valueAt(dx, dy); };
+        const std::size_t n = p.sources.size();
+        std::vector<double> f1(n, -1.0), e1(n, -1.0), f2(n, -1.0), e2(n, -1.0);
+        std::vector<int> ok1(n), ok2(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            const double x = p.sources.x[k], y = p.sources.y[k];
+            const double r = psfmath::fitRadius(c.params.psfFitRadius, model.fwhm[k]);
+            const PsfFluxResult h =
+                fitPsfFlux(frame, model, x, y, r, c.params.psfFitBackground, c.params.maxMaskedPsfWeight);
+            ok1[k] = h.ok;
+            if (h.ok) {
+                f1[k] = h.flux;
+                e1[k] = h.fluxErr;
+            }
+            ok2[k] = psfmath::fitFluxRewalk(HostAccess{frame}, cellValue, model.width, model.height,
+                                            model.gridNx, model.gridNy, x, y, r, c.params.psfFitBackground,
+                                            c.params.maxMaskedPsfWeight, c.gain, f2[k], e2[k]);
+        }
+        EXPECT_TRUE(sameVec(ok1, ok2, what + " ok"));
+        EXPECT_TRUE(sameVec(f1, f2, what + " flux"));
+        EXPECT_TRUE(sameVec(e1, e2, what + " flux error"));
+        EXPECT_GT(std::count(ok1.begin(), ok1.end(), 1), static_cast<long>(n / 2)) << what;
+        EXPECT_GE(std::count(ok1.begin(), ok1.end(), 0), 5) << what;
+    }
+}
+
+TEST(PsfCuda, RewalkMatchesHostFit) {
+    const PsfField p = makePsfField(400, 360, 200, 5);
+    compareRewalk(p, p.f.bkg, "full maps");
+    compareRewalk(p, leanBackground(p), "lean maps");
+    compareRewalk(p, globalBackground(p.f.bkg), "global level and rms");
+    const PsfField q = makePsfField(480, 400, 260, 21);
+    compareRewalk(q, q.f.bkg, "full maps (2)");
+}
+
+TEST(PsfCuda, FullMapsBitwiseCpu) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(480, 400, 260, 21);
+    compareOn(p, p.f.bkg, "full maps");
+}
+
+TEST(PsfCuda, LeanMapsAndGlobalsBitwiseCpu) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(400, 360, 200, 5);
+    compareOn(p, leanBackground(p), "lean maps");
+    compareOn(p, globalBackground(p.f.bkg), "global level and rms");
+}
+
+TEST(PsfCuda, NoMaskDispatchAndSwitch) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(400, 360, 200, 5);
+    RunContext cc = cpuContext(), gc = cudaContext();
+    PsfParams params;
+    const PsfResult cpuRes =
+        cpu::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, cc);
+    ASSERT_TRUE(cpuRes.hasModel());
+    // Through core's dispatch (the registered table entry).
+    const PsfResult viaTable =
+        buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+    EXPECT_EQ(cuda::psfLastDeviceFits(), p.sources.size());
+    expectSamePsf(cpuRes, viaTable, "no mask, dispatch");
+    // Twice on one context (frame and maps cached): the same.
+    const PsfResult again =
+        buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+    expectSamePsf(cpuRes, again, "no mask, again");
+    {
+        const EnvOverride off("GPUPHOT_PSF_DEVICE", "0");
+        const PsfResult host =
+            cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+        EXPECT_EQ(cuda::psfLastDeviceFits(), 0u);
+        expectSamePsf(cpuRes, host, "GPUPHOT_PSF_DEVICE=0");
+    }
+    // No PSF photometry asked: no device work, the same result.
+    params.psfPhotometry = false;
+    const PsfResult cpuNone =
+        cpu::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, cc);
+    const PsfResult gpuNone =
+        cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+    expectSamePsf(cpuNone, gpuNone, "no PSF photometry");
+}
+
+} // namespace
