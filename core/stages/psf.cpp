@@ -35,6 +35,17 @@ double medianOf(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The same value by selection, for values that are all finite and positive (no NaN, no signed zeros: then
+// the order statistics are the full sort's, bit for bit): the sizes of every source of a large frame.
+double medianOfPositive(std::vector<double> v) {
+    if (v.empty()) return kNaN;
+    const std::size_t n = v.size();
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    if (n % 2) return *mid;
+    return 0.5 * (*std::max_element(v.begin(), mid) + *mid);
+}
+
 // Robust sigma: 1.4826 * median absolute deviation from the median.
 double madSigma(const std::vector<double>& v) {
     const double med = medianOf(v);
@@ -397,7 +408,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     if (sizes.empty())
         for (std::size_t k = 0; k < nSrc; ++k)
             if (std::isfinite(sizeOf(k))) sizes.push_back(sizeOf(k));
-    double fwhmGuess = sizes.empty() ? 3.0 : medianOf(sizes);
+    double fwhmGuess = sizes.empty() ? 3.0 : medianOfPositive(sizes); // sizeOf: > 0 or NaN (not kept)
     fwhmGuess = std::clamp(fwhmGuess, 1.0, 20.0);
     const int radius = params.stampRadius > 0
                            ? params.stampRadius
@@ -419,8 +430,11 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             grid[static_cast<std::size_t>(gridCell(sources.y[k], gny)) * gnx + gridCell(sources.x[k], gnx)]
                 .push_back(static_cast<int>(k));
 
-    std::vector<Candidate> cands;
-    for (std::size_t k = 0; k < nSrc; ++k) {
+    // Each source's test in parallel (one byte each), the candidates gathered in source order.
+    std::vector<std::uint8_t> isCand(nSrc, 0);
+#pragma omp parallel for schedule(static) num_threads(nThreads)
+    for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
+        const std::size_t k = static_cast<std::size_t>(kk);
         if (!finitePos(k) || (sources.flags[k] & params.excludeFlags)) continue;
         if (!(snrOf(k) >= params.minSnr) || !(sources.fluxIso[k] > 0.0)) continue;
         const double x = sources.x[k], y = sources.y[k];
@@ -441,8 +455,11 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
                         break;
                     }
                 }
-        if (isolated) cands.push_back({static_cast<int>(k), sources.fluxIso[k], x, y});
+        isCand[k] = isolated ? 1 : 0;
     }
+    std::vector<Candidate> cands;
+    for (std::size_t k = 0; k < nSrc; ++k)
+        if (isCand[k]) cands.push_back({static_cast<int>(k), sources.fluxIso[k], sources.x[k], sources.y[k]});
     std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
         if (a.flux != b.flux) return a.flux > b.flux;
         if (a.y != b.y) return a.y < b.y;
@@ -700,7 +717,8 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
                     members[cell].push_back(&res.stars[d[k].second]);
             }
         }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+        // One cell after another, each on all threads (its node loops): a 3 x 3 grid kept 9 of 16 threads
+        // busy, each on a whole cell.
         for (int cell = 0; cell < nCells; ++cell) {
             EpsfCell& e = res.epsf[cell];
             ProfileParams base;
@@ -710,7 +728,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             base.amplitude = 1.0;
             base.amplitude = 1.0 / profileFlux(base, kind);
             buildEpsfCell(e, frame, members[cell], base, kind, radius, params.epsfOversampling,
-                          params.pixelIntegration);
+                          params.pixelIntegration, nThreads);
         }
     }
     ctx.checkCancelled();
