@@ -33,7 +33,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +47,7 @@
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
 #include "kernels/host_copy.hpp"
+#include "kernels/kernel_clock.cuh"
 
 namespace gpuphot::cuda {
 
@@ -116,96 +116,27 @@ __global__ void annulusIndexKernel(AperturePlanes in, const double* cx, const do
     }
 }
 
-// GPUPHOT_APERTURE_TIMING=1: the stage's phases on stderr when it ends (CUDA events on the stream, summed
-// by name over the batches; host clocks for the engine calls and the whole stage; the rest is the
-// driver's host work). Off: no events, no output.
-class PhaseTimes {
-public:
-    PhaseTimes() {
-        const char* e = std::getenv("GPUPHOT_APERTURE_TIMING");
-        m_on = e && *e && std::string(e) != "0";
-    }
-    ~PhaseTimes() {
-        for (Phase& p : m_phases) {
-            cudaEventDestroy(p.start);
-            cudaEventDestroy(p.stop);
-        }
-    }
-    PhaseTimes(const PhaseTimes&) = delete;
-    PhaseTimes& operator=(const PhaseTimes&) = delete;
-    // Device phase: start(name) before its launches/copies on stream s, stop() after them.
-    void start(const char* name, cudaStream_t s) {
-        if (!m_on) return;
-        Phase p{name, nullptr, nullptr, s};
-        GPUPHOT_CUDA_CHECK(cudaEventCreate(&p.start));
-        GPUPHOT_CUDA_CHECK(cudaEventCreate(&p.stop));
-        GPUPHOT_CUDA_CHECK(cudaEventRecord(p.start, s));
-        m_phases.push_back(p);
-    }
-    void stop() {
-        if (m_on && !m_phases.empty())
-            GPUPHOT_CUDA_CHECK(cudaEventRecord(m_phases.back().stop, m_phases.back().stream));
-    }
-    void host(const std::string& name, double ms) {
-        if (m_on) m_host[name] += ms;
-    }
-    void note(const std::string& text) {
-        if (m_on) m_notes += " " + text;
-    }
-    // After the stream is synchronised: one line per stage call.
-    void report(double totalMs, std::size_t sources) {
-        if (!m_on) return;
-        std::map<std::string, double> dev;
-        std::map<std::string, int> count;
-        double devSum = 0.0;
-        for (const Phase& p : m_phases) {
-            float ms = 0.0f;
-            if (cudaEventElapsedTime(&ms, p.start, p.stop) != cudaSuccess) {
-                cudaGetLastError();
-                continue;
-            }
-            dev[p.name] += ms;
-            ++count[p.name];
-            devSum += ms;
-        }
-        double engine = 0.0;
-        for (const auto& [name, ms] : m_host)
-            if (name.rfind("engine ", 0) == 0) engine += ms;
-        std::fprintf(
-            stderr,
-            "aperture timing: %zu sources, total %.2f ms, engine calls %.2f ms, driver host %.2f ms, "
-            "device phases %.2f ms;%s\n",
-            sources, totalMs, engine, totalMs - engine, devSum, m_notes.c_str());
-        for (const auto& [name, ms] : dev)
-            std::fprintf(stderr, "  device %-22s %8.3f ms (%d)\n", name.c_str(), ms, count[name]);
-        for (const auto& [name, ms] : m_host)
-            std::fprintf(stderr, "  host   %-22s %8.3f ms\n", name.c_str(), ms);
-    }
+// GPUPHOT_APERTURE_TIMING=1: the stage's phases on stderr when it ends (a KernelClock: CUDA events on the
+// stream, summed by name over the batches; host clocks for the engine calls and the whole stage; the rest is
+// the driver's host work). Off: no events, no output.
+bool apertureTimingOn() {
+    const char* e = std::getenv("GPUPHOT_APERTURE_TIMING");
+    return e && *e && std::string(e) != "0";
+}
 
-private:
-    struct Phase {
-        std::string name;
-        cudaEvent_t start, stop;
-        cudaStream_t stream;
-    };
-    bool m_on = false;
-    std::vector<Phase> m_phases;
-    std::map<std::string, double> m_host;
-    std::string m_notes;
-};
-
-// Host wall clock of one engine call into PhaseTimes (when on).
+// Host wall clock of one engine call into the clock (when on).
 class HostClock {
 public:
-    HostClock(PhaseTimes& t, const char* name)
+    HostClock(KernelClock& t, const char* name)
         : m_t(t), m_name(name), m_t0(std::chrono::steady_clock::now()) {}
     ~HostClock() {
-        m_t.host(m_name,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_t0).count());
+        m_t.addHost(
+            m_name,
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_t0).count());
     }
 
 private:
-    PhaseTimes& m_t;
+    KernelClock& m_t;
     const char* m_name;
     std::chrono::steady_clock::time_point m_t0;
 };
@@ -249,8 +180,10 @@ __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::siz
 // path above): the annulus pixels' keys gathered into shared memory (warps over rows, lanes over a row's
 // span, a pixel's mask, segment and value read together; slots from a shared counter, one atomic per warp:
 // the gathered order is arbitrary, and irrelevant, the keys being totally ordered integers that are sorted
-// next), a bitonic sort there (padded with 0xFFFFFFFF, above the key of every finite value; each thread one
-// compare-exchange pair at a time), then thread 0's clipped statistics of the sorted keys read as values, its
+// next), a bitonic sort there (padded with 0xFFFFFFFF, above the key of every finite value; fast = 2, the
+// default: the short strides in registers, bitonicOwnBlocks, when the padded length is 4-32 keys per thread;
+// fast = 1 (GPUPHOT_APERTURE_SKY_SORT=pairs) or other lengths: each thread one compare-exchange pair at a
+// time), then thread 0's clipped statistics of the sorted keys read as values, its
 // running sums restarted from checkpoints every kSkyCheckpoint values (in shared memory after the keys)
 // rather than from 0 at every clipping iteration (fast = 0: the earlier way, the sums from 0, one thread per
 // pair index with half of them idle, the mask/segment/value reads one after the other). cap: the keys'
@@ -270,6 +203,78 @@ struct SortedKeyValues {
 inline std::size_t skyBlockShared(int cap) {
     return static_cast<std::size_t>(cap) * 4 +
            2 * 8 * (static_cast<std::size_t>(cap) / detail::kSkyCheckpoint + 1);
+}
+
+// The bitonic network's compare-exchange of the pair (a: the lower index t, b: t + j): ascending when t's bit
+// k is clear (the pair loops' `((t & k) == 0) == (a > b)`: swap).
+__device__ inline void compareExchange(std::uint32_t& a, std::uint32_t& b, bool asc) {
+    const std::uint32_t lo = a < b ? a : b, hi = a < b ? b : a;
+    a = asc ? lo : hi;
+    b = asc ? hi : lo;
+}
+// One sub-stage (k, j) of the network pair by pair: pair q is the lower index t (bit j clear) and t + j.
+__device__ inline void bitonicPairs(std::uint32_t* keys, int n2, int k, int j) {
+    for (int q = threadIdx.x; q < (n2 >> 1); q += blockDim.x) {
+        const int t = ((q & ~(j - 1)) << 1) | (q & (j - 1)), u = t + j;
+        const std::uint32_t a = keys[t], b = keys[u];
+        if (((t & k) == 0) == (a > b)) {
+            keys[t] = b;
+            keys[u] = a;
+        }
+    }
+}
+template <int S>
+__device__ inline void loadOwnKeys(const std::uint32_t* keys, int base, std::uint32_t (&r)[S]) {
+    const uint4* v = reinterpret_cast<const uint4*>(keys + base);
+#pragma unroll
+    for (int q = 0; q < S / 4; ++q) {
+        const uint4 w = v[q];
+        r[4 * q] = w.x;
+        r[4 * q + 1] = w.y;
+        r[4 * q + 2] = w.z;
+        r[4 * q + 3] = w.w;
+    }
+}
+template <int S>
+__device__ inline void storeOwnKeys(std::uint32_t* keys, int base, const std::uint32_t (&r)[S]) {
+    uint4* v = reinterpret_cast<uint4*>(keys + base);
+#pragma unroll
+    for (int q = 0; q < S / 4; ++q)
+        v[q] = make_uint4(r[4 * q], r[4 * q + 1], r[4 * q + 2], r[4 * q + 3]);
+}
+// The bitonic sort of n2 keys (a power of two) in shared memory by a block whose thread b owns the S = n2 /
+// blockDim.x keys [b S, (b + 1) S) (S a multiple of 4; the keys 16-byte aligned): the network's sub-stages of
+// stride j < S touch one thread's keys only, so each run of them is done in registers (keys loaded and stored
+// 16 bytes at a time) with no barrier; those of stride >= S pair by pair in shared memory, as before. The
+// network's compare-exchanges, in an order that keeps each sub-stage after the one before for every key.
+template <int S> __device__ void bitonicOwnBlocks(std::uint32_t* keys, int n2) {
+    const int base = static_cast<int>(threadIdx.x) * S;
+    std::uint32_t r[S];
+    loadOwnKeys<S>(keys, base, r);
+#pragma unroll
+    for (int k = 2; k <= S; k <<= 1)
+#pragma unroll
+        for (int j = k >> 1; j > 0; j >>= 1)
+#pragma unroll
+            for (int l = 0; l < S; ++l)
+                if ((l & j) == 0) compareExchange(r[l], r[l | j], ((base + l) & k) == 0);
+    storeOwnKeys<S>(keys, base, r);
+    __syncthreads();
+    for (int k = 2 * S; k <= n2; k <<= 1) {
+        for (int j = k >> 1; j >= S; j >>= 1) {
+            bitonicPairs(keys, n2, k, j);
+            __syncthreads();
+        }
+        loadOwnKeys<S>(keys, base, r);
+        const bool asc = (base & k) == 0;
+#pragma unroll
+        for (int j = S >> 1; j > 0; j >>= 1)
+#pragma unroll
+            for (int l = 0; l < S; ++l)
+                if ((l & j) == 0) compareExchange(r[l], r[l | j], asc);
+        storeOwnKeys<S>(keys, base, r);
+        __syncthreads();
+    }
 }
 
 __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const double* cys, std::size_t n,
@@ -330,32 +335,36 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
             for (int t = c + static_cast<int>(threadIdx.x); t < n2; t += blockDim.x)
                 skyKeys[t] = 0xFFFFFFFFu;
             __syncthreads();
-            for (int k = 2; k <= n2; k <<= 1)
-                for (int j = k >> 1; j > 0; j >>= 1) {
-                    if (fast) {
-                        // pair q: the lower index t (bit j clear) and t + j
-                        for (int q = threadIdx.x; q < (n2 >> 1); q += blockDim.x) {
-                            const int t = ((q & ~(j - 1)) << 1) | (q & (j - 1)), u = t + j;
-                            const std::uint32_t a = skyKeys[t], b = skyKeys[u];
-                            if (((t & k) == 0) == (a > b)) {
-                                skyKeys[t] = b;
-                                skyKeys[u] = a;
-                            }
-                        }
-                    } else {
-                        for (int t = threadIdx.x; t < n2; t += blockDim.x) {
-                            const int u = t ^ j;
-                            if (u > t) {
-                                const std::uint32_t a = skyKeys[t], b = skyKeys[u];
-                                if (((t & k) == 0) == (a > b)) {
-                                    skyKeys[t] = b;
-                                    skyKeys[u] = a;
+            const int own =
+                fast == 2 && n2 % static_cast<int>(blockDim.x) == 0 ? n2 / static_cast<int>(blockDim.x) : 0;
+            if (own == 4)
+                bitonicOwnBlocks<4>(skyKeys, n2);
+            else if (own == 8)
+                bitonicOwnBlocks<8>(skyKeys, n2);
+            else if (own == 16)
+                bitonicOwnBlocks<16>(skyKeys, n2);
+            else if (own == 32)
+                bitonicOwnBlocks<32>(skyKeys, n2);
+            else {
+                for (int k = 2; k <= n2; k <<= 1)
+                    for (int j = k >> 1; j > 0; j >>= 1) {
+                        if (fast) {
+                            bitonicPairs(skyKeys, n2, k, j);
+                        } else {
+                            for (int t = threadIdx.x; t < n2; t += blockDim.x) {
+                                const int u = t ^ j;
+                                if (u > t) {
+                                    const std::uint32_t a = skyKeys[t], b = skyKeys[u];
+                                    if (((t & k) == 0) == (a > b)) {
+                                        skyKeys[t] = b;
+                                        skyKeys[u] = a;
+                                    }
                                 }
                             }
                         }
+                        __syncthreads();
                     }
-                    __syncthreads();
-                }
+            }
         }
         if (threadIdx.x == 0) {
             if (c > cap) {
@@ -371,18 +380,77 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
     }
 }
 
-// Warp-per-source Kron (the default; GPUPHOT_APERTURE_KRON=thread: kronKernel, one thread per source): the
-// pixels of each box in raster order, 32 at a time, each lane one pixel's terms (kronMomentPixel,
-// ellipsePixel); every lane then adds the chunk's terms in lane order (shuffles), so each sum is the serial
-// loop's, bitwise; flags are ORed.
-__device__ inline double laneSum(double acc, double term, unsigned used) {
-    for (unsigned m = used; m != 0; m &= m - 1)
-        acc += __shfl_sync(0xFFFFFFFFu, term, __ffs(m) - 1);
-    return acc;
+// The warp kernels below (Kron, circles of few pairs): a box's pixels in raster order, 32 at a time, each
+// lane one pixel's terms; each sum adds the chunk's terms of the used lanes in lane order, so that it is the
+// serial loop's, bitwise. The terms go through shared memory (one row of 32 per sum and warp) and lane c adds
+// row c alone (the other lanes idle), rather than every lane adding every term through shuffles (the
+// session-7 way: 32 shuffles per sum and chunk, two instructions each for a double, on every lane: they
+// bounded the kernels' issue rate).
+constexpr int kWarpSumWarps = 4; // warps per block of the warp kernels (kWarpKernelThreads / 32)
+
+// Lane l's pixel of a box's chunks: (x, y) of raster index base + l, advanced by 32 without divisions.
+struct WarpRaster {
+    int x0, x1, w, x, y, dx, dy;
+    long long q, total;
+    __device__ WarpRaster(int bx0, int bx1, int by0, int by1, int lane)
+        : x0(bx0), x1(bx1), w(bx1 - bx0 + 1), q(lane) {
+        total = (bx1 >= bx0 && by1 >= by0) ? static_cast<long long>(w) * (by1 - by0 + 1) : 0;
+        if (total == 0) {
+            w = 1; // (no chunk is visited)
+            x = y = dx = dy = 0;
+            return;
+        }
+        x = bx0 + lane % w;
+        y = by0 + lane / w;
+        dx = 32 % w;
+        dy = 32 / w;
+    }
+    __device__ bool inside() const { return q < total; }
+    __device__ void next() {
+        q += 32;
+        x += dx;
+        y += dy;
+        if (x > x1) {
+            x -= w;
+            ++y;
+        }
+    }
+};
+
+// row[c][lane] = term c of this lane; lane c < nSums adds row c's used entries to acc in lane order.
+template <int kRows>
+__device__ inline void warpRowSums(double (&row)[kRows][32], int nSums, int lane, unsigned used,
+                                   double& acc) {
+    __syncwarp();
+    if (lane < nSums) {
+        const double* r = row[lane];
+#pragma unroll
+        for (int l = 0; l < 32; ++l)
+            if (used & (1u << l)) acc += r[l];
+    }
+    __syncwarp();
+}
+// Circle chunks: rows 0-3 the terms; lanes 0-3 add the partial sums (lanes of mask up), 4-7 the full ones
+// (uf).
+__device__ inline void warpCircleSums(double (&row)[4][32], int lane, unsigned up, unsigned uf, double& acc) {
+    __syncwarp();
+    if (lane < 8) {
+        const double* r = row[lane & 3];
+        const unsigned used = lane < 4 ? up : uf;
+#pragma unroll
+        for (int l = 0; l < 32; ++l)
+            if (used & (1u << l)) acc += r[l];
+    }
+    __syncwarp();
 }
 
-__global__ void kronWarpKernel(AperturePlanes in, const KronJob* jobs, std::size_t n, detail::KronParamsHD p,
-                               KronOut* out) {
+// Warp-per-source Kron (the default; GPUPHOT_APERTURE_KRON=thread: kronKernel, one thread per source): the
+// first moment's sums (rows 0-1), then the ellipse's (rows 0-3) as above; flags are ORed.
+__global__ void __launch_bounds__(kWarpSumWarps * 32)
+    kronWarpKernel(AperturePlanes in, const KronJob* jobs, std::size_t n, detail::KronParamsHD p,
+                   KronOut* out) {
+    __shared__ double rows[kWarpSumWarps][4][32];
+    double(&row)[4][32] = rows[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
     const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x >> 5);
     for (std::size_t i = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) >> 5; i < n;
@@ -393,41 +461,42 @@ __global__ void kronWarpKernel(AperturePlanes in, const KronJob* jobs, std::size
         int x0, x1, y0, y1;
         detail::kronMomentBox(in, iso, j.cx, j.cy, p.maxRadius, x0, x1, y0, y1);
         const double rmax2 = p.maxRadius * p.maxRadius;
-        double sumRI = 0.0, sumI = 0.0;
-        long long w = x1 - x0 + 1, total = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
-        for (long long base = 0; base < total; base += 32) {
-            const long long q = base + lane;
+        double acc = 0.0; // lane 0: sumRI, lane 1: sumI
+        for (WarpRaster px(x0, x1, y0, y1, lane); __any_sync(0xFFFFFFFFu, px.inside()); px.next()) {
             double ri = 0.0, v = 0.0;
-            const bool use = q < total && detail::kronMomentPixel(in, j.sky, iso, j.cx, j.cy, rmax2, j.ownId,
-                                                                  x0 + static_cast<int>(q % w),
-                                                                  y0 + static_cast<int>(q / w), ri, v);
+            const bool use = px.inside() && detail::kronMomentPixel(in, j.sky, iso, j.cx, j.cy, rmax2,
+                                                                    j.ownId, px.x, px.y, ri, v);
             const unsigned used = __ballot_sync(0xFFFFFFFFu, use);
-            sumRI = laneSum(sumRI, ri, used);
-            sumI = laneSum(sumI, v, used);
+            if (!used) continue;
+            row[0][lane] = ri;
+            row[1][lane] = v;
+            warpRowSums(row, 2, lane, used, acc);
         }
+        const double sumRI = __shfl_sync(0xFFFFFFFFu, acc, 0), sumI = __shfl_sync(0xFFFFFFFFu, acc, 1);
         const double kron = detail::kronRadiusOf(detail::kronMomentOf(sumRI, sumI), p, o.flags);
         o.kronRadius = kron;
         if (kron > 0.0) {
             const EllipseAperture e(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT, j.sinT);
             std::uint32_t flags = 0;
             detail::ellipseBox(in, e, j.cx, j.cy, x0, x1, y0, y1, flags);
-            ApertureSums sums;
-            w = x1 - x0 + 1;
-            total = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
-            for (long long base = 0; base < total; base += 32) {
-                const long long q = base + lane;
+            acc = 0.0; // lanes 0-3: flux, area, varSky, poisson
+            for (WarpRaster px(x0, x1, y0, y1, lane); __any_sync(0xFFFFFFFFu, px.inside()); px.next()) {
                 ApertureSums t;
-                const bool use = q < total && detail::ellipsePixel(in, j.sky, e, j.ownId,
-                                                                   x0 + static_cast<int>(q % w),
-                                                                   y0 + static_cast<int>(q / w), t, flags);
+                const bool use =
+                    px.inside() && detail::ellipsePixel(in, j.sky, e, j.ownId, px.x, px.y, t, flags);
                 const unsigned used = __ballot_sync(0xFFFFFFFFu, use);
-                sums.flux = laneSum(sums.flux, t.flux, used);
-                sums.area = laneSum(sums.area, t.area, used);
-                sums.varSky = laneSum(sums.varSky, t.varSky, used);
-                sums.poisson = laneSum(sums.poisson, t.poisson, used);
+                if (!used) continue;
+                row[0][lane] = t.flux;
+                row[1][lane] = t.area;
+                row[2][lane] = t.varSky;
+                row[3][lane] = t.poisson;
+                warpRowSums(row, 4, lane, used, acc);
             }
             o.flags |= __reduce_or_sync(0xFFFFFFFFu, flags);
-            o.sums = sums;
+            o.sums.flux = __shfl_sync(0xFFFFFFFFu, acc, 0);
+            o.sums.area = __shfl_sync(0xFFFFFFFFu, acc, 1);
+            o.sums.varSky = __shfl_sync(0xFFFFFFFFu, acc, 2);
+            o.sums.poisson = __shfl_sync(0xFFFFFFFFu, acc, 3);
             o.measured = 1;
         }
         if (lane == 0) out[i] = o;
@@ -436,7 +505,7 @@ __global__ void kronWarpKernel(AperturePlanes in, const KronJob* jobs, std::size
 
 // Warp t = (job i, radius j) (GPUPHOT_APERTURE_CIRCLE=warp; the default is circlePartsKernel): the parts of
 // radius j as circleRadiusParts sums them, the box's pixels 32 at a time in raster order, each lane one
-// pixel's term (circleRadiusPixel), every lane adding the chunk's terms in lane order; for j = 0 the flag
+// pixel's term (circleRadiusPixel), the partial and the full sums added as above; for j = 0 the flag
 // distances (minima: any order) as well.
 __device__ inline double warpMin(double v) {
     for (int off = 16; off > 0; off >>= 1) {
@@ -446,9 +515,12 @@ __device__ inline double warpMin(double v) {
     return v;
 }
 
-__global__ void circleWarpKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n, const double* radii,
-                                 const double* radii2, std::size_t nr, std::size_t stride,
-                                 ApertureSums* partial, ApertureSums* full, ApertureFlagDistances* fd) {
+__global__ void __launch_bounds__(kWarpSumWarps * 32)
+    circleWarpKernel(AperturePlanes in, const CircleJob* jobs, std::size_t n, const double* radii,
+                     const double* radii2, std::size_t nr, std::size_t stride, ApertureSums* partial,
+                     ApertureSums* full, ApertureFlagDistances* fd) {
+    __shared__ double rows[kWarpSumWarps][4][32];
+    double(&row)[4][32] = rows[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
     const std::size_t total = n * nr, warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x >> 5);
     for (std::size_t t = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) >> 5; t < total;
@@ -461,30 +533,31 @@ __global__ void circleWarpKernel(AperturePlanes in, const CircleJob* jobs, std::
         ApertureFlagDistances* dp = j == 0 ? &d : nullptr;
         int x0, x1, y0, y1;
         detail::circleBox(in, job.cx, job.cy, r[nr - 1], x0, x1, y0, y1);
-        const long long w = x1 - x0 + 1, pixels = (x1 >= x0 && y1 >= y0) ? w * (y1 - y0 + 1) : 0;
-        ApertureSums ps, fs;
-        for (long long base = 0; base < pixels; base += 32) {
-            const long long q = base + lane;
+        double acc =
+            0.0; // lanes 0-3: the partial sums' flux, area, varSky, poisson; lanes 4-7: the full ones
+        for (WarpRaster px(x0, x1, y0, y1, lane); __any_sync(0xFFFFFFFFu, px.inside()); px.next()) {
             ApertureSums term;
-            const int kind = q < pixels ? detail::circleRadiusPixel(in, job.sky, job.cx, job.cy, job.ownId, r,
-                                                                    r2, nr, j, x0 + static_cast<int>(q % w),
-                                                                    y0 + static_cast<int>(q / w), term, dp)
-                                        : 0;
+            const int kind = px.inside() ? detail::circleRadiusPixel(in, job.sky, job.cx, job.cy, job.ownId,
+                                                                     r, r2, nr, j, px.x, px.y, term, dp)
+                                         : 0;
             const unsigned up = __ballot_sync(0xFFFFFFFFu, kind == 1),
                            uf = __ballot_sync(0xFFFFFFFFu, kind == 2);
-            if (up) {
-                ps.flux = laneSum(ps.flux, term.flux, up);
-                ps.area = laneSum(ps.area, term.area, up);
-                ps.varSky = laneSum(ps.varSky, term.varSky, up);
-                ps.poisson = laneSum(ps.poisson, term.poisson, up);
-            }
-            if (uf) {
-                fs.flux = laneSum(fs.flux, term.flux, uf);
-                fs.area = laneSum(fs.area, term.area, uf);
-                fs.varSky = laneSum(fs.varSky, term.varSky, uf);
-                fs.poisson = laneSum(fs.poisson, term.poisson, uf);
-            }
+            if (!(up | uf)) continue;
+            row[0][lane] = term.flux;
+            row[1][lane] = term.area;
+            row[2][lane] = term.varSky;
+            row[3][lane] = term.poisson;
+            warpCircleSums(row, lane, up, uf, acc);
         }
+        ApertureSums ps, fs;
+        ps.flux = __shfl_sync(0xFFFFFFFFu, acc, 0);
+        ps.area = __shfl_sync(0xFFFFFFFFu, acc, 1);
+        ps.varSky = __shfl_sync(0xFFFFFFFFu, acc, 2);
+        ps.poisson = __shfl_sync(0xFFFFFFFFu, acc, 3);
+        fs.flux = __shfl_sync(0xFFFFFFFFu, acc, 4);
+        fs.area = __shfl_sync(0xFFFFFFFFu, acc, 5);
+        fs.varSky = __shfl_sync(0xFFFFFFFFu, acc, 6);
+        fs.poisson = __shfl_sync(0xFFFFFFFFu, acc, 7);
         if (j == 0) {
             d.masked = warpMin(d.masked);
             d.crowded = warpMin(d.crowded);
@@ -544,6 +617,19 @@ __global__ void kronFirstMomentKernel(AperturePlanes in, const KronJob* jobs, st
     }
 }
 
+// Pass 3 in one round trip: measured job c (slot[c] < slot[c + 1]) gets circle slot[c] of radius
+// gridRadius[index[c]] (and its square, as the host squares the radii of sumCircles).
+__global__ void optimalCircleRadiiKernel(const std::int32_t* index, const std::size_t* slot, std::size_t n,
+                                         const double* gridRadius, double* r, double* r2) {
+    for (std::size_t c = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; c < n;
+         c += std::size_t(gridDim.x) * blockDim.x) {
+        if (slot[c + 1] == slot[c]) continue;
+        const double v = gridRadius[index[c]];
+        r[slot[c]] = v;
+        r2[slot[c]] = v * v;
+    }
+}
+
 // Pass 3's optimal grid index, one thread per source; grid's arrays on the device. The variance at each grid
 // radius is computed in place with optimalVariance (the host fills an array with the same expression).
 __global__ void optimalRadiusKernel(const detail::OptimalJob* jobs, std::size_t n, detail::OptimalGrid grid,
@@ -559,12 +645,20 @@ __global__ void optimalRadiusKernel(const detail::OptimalJob* jobs, std::size_t 
     }
 }
 
+// Chained pass 1: each job's sky from its source's local sky estimate (the driver's rule, skyOfEstimate).
+template <class Job>
+__global__ void applySkyKernel(Job* jobs, std::size_t n, const SkyEstimate* skies, detail::SkyJobRule rule) {
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+        jobs[i].sky = detail::skyOfEstimate(skies[i], rule);
+}
+
 class CudaEngine final : public detail::ApertureEngine {
 public:
     // stripShrink 0: whole plan (frame and maps from the device caches); >= 1: strips plan, the planes'
     // rows uploaded per group of sources (sorted by y) from the host, band height divided by stripShrink.
     CudaEngine(DeviceContext& dc, const BackgroundResult& bkg, int stripShrink = 0)
-        : m_dc(dc), m_bkg(bkg), m_shrink(stripShrink) {
+        : m_dc(dc), m_bkg(bkg), m_times(dc.stream(), "aperture", apertureTimingOn()), m_shrink(stripShrink) {
         m_threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
         const char* heap = std::getenv("GPUPHOT_APERTURE_HEAPSORT");
         m_heapSort = heap && *heap && std::string(heap) != "0";
@@ -572,7 +666,10 @@ public:
         m_skySplit = sky && std::string(sky) == "split";
         const char* kron = std::getenv("GPUPHOT_APERTURE_KRON");
         m_kronThread = kron && std::string(kron) == "thread";
-        m_skyBlockFast = !(sky && std::string(sky) == "block0");
+        const char* sort = std::getenv("GPUPHOT_APERTURE_SKY_SORT");
+        m_skyMode = (sky && std::string(sky) == "block0")    ? 0
+                    : (sort && std::string(sort) == "pairs") ? 1
+                                                             : 2;
         const char* circle = std::getenv("GPUPHOT_APERTURE_CIRCLE");
         if (circle && std::string(circle) == "warp") m_circleMode = 2;
         if (circle && std::string(circle) == "thread") m_circleMode = 1;
@@ -586,8 +683,20 @@ public:
         m_keep = !(keep && std::string(keep) == "0");
         if (const char* t = std::getenv("GPUPHOT_APERTURE_SKY_THREADS"))
             m_skyThreads = std::clamp(std::atoi(t) / 32 * 32, 32, 1024);
+        const char* chain = std::getenv("GPUPHOT_APERTURE_CHAIN");
+        m_chain = !(chain && std::string(chain) == "0");
+        const char* streams = std::getenv("GPUPHOT_APERTURE_STREAMS");
+        m_twoStreams = streams && std::string(streams) == "2";
+        const char* order = std::getenv("GPUPHOT_APERTURE_ORDER");
+        m_spatialOrder = order && std::string(order) == "spatial";
     }
     ~CudaEngine() override {
+        if (m_sideStream) {
+            cudaStreamSynchronize(m_sideStream); // (before m_sideBuffers are released)
+            cudaStreamDestroy(m_sideStream);
+        }
+        if (m_sideIn) cudaEventDestroy(m_sideIn);
+        if (m_sideDone) cudaEventDestroy(m_sideDone);
         if (m_pending.empty()) return;
         cudaStreamSynchronize(m_dc.stream()); // an exception left work queued: let it end first
         for (Pending& q : m_pending)
@@ -596,7 +705,30 @@ public:
     CudaEngine(const CudaEngine&) = delete;
     CudaEngine& operator=(const CudaEngine&) = delete;
     // GPUPHOT_APERTURE_TIMING: the phases of the finished stage call (after the stream is synchronised).
-    void report(double totalMs, std::size_t sources) { m_times.report(totalMs, sources); }
+    void report(double totalMs, std::size_t sources) {
+        if (!m_times.on()) return;
+        std::vector<KernelClock::Sum> dev = m_times.deviceSums();
+        std::vector<std::pair<std::string, double>> host = m_times.hostSums();
+        std::sort(dev.begin(), dev.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+        std::sort(host.begin(), host.end());
+        double devSum = 0.0, engine = 0.0;
+        for (const KernelClock::Sum& d : dev)
+            devSum += d.ms;
+        for (const auto& [name, ms] : host)
+            if (name.rfind("engine ", 0) == 0) engine += ms;
+        std::fprintf(
+            stderr,
+            "aperture timing: %zu sources, total %.2f ms, engine calls %.2f ms, driver host %.2f ms, "
+            "device phases %.2f ms;%s\n",
+            sources, totalMs, engine, totalMs - engine, devSum, m_notes.c_str());
+        for (const KernelClock::Sum& d : dev)
+            std::fprintf(stderr, "  device %-22s %8.3f ms (%d)\n", d.name.c_str(), d.ms, d.count);
+        for (const auto& [name, ms] : host)
+            std::fprintf(stderr, "  host   %-22s %8.3f ms\n", name.c_str(), ms);
+    }
+    void note(const std::string& text) {
+        if (m_times.on()) m_notes += " " + text;
+    }
     // One batch for up to 131072 sources (each batch costs its launches and synchronisations; the per-source
     // device buffers of one batch stay well within the 256 MB that wholeNeed() plans for them, except for the
     // split sky path's annulus values, which localSkies splits into chunks of kSplitChunk sources).
@@ -605,6 +737,34 @@ public:
     // (GPUPHOT_APERTURE_KEEP=0: the driver's own, per call.)
     detail::ApertureScratch* scratch() override { return m_keep ? &persistent().scratch : nullptr; }
     int groups() const { return m_groups; }
+    // The sources' own order (raster-like from the detection; the device's caches see no difference that
+    // pays for the sort); GPUPHOT_APERTURE_ORDER=spatial: the driver's bands.
+    bool spatialOrder() const override { return m_spatialOrder; }
+
+    // Pass 1's circles and Kron behind the skies of the last skyBlockAsync call, whose estimates stay on the
+    // device (m_skyOut): applySkyKernel sets the jobs' skies after their upload (GPUPHOT_APERTURE_CHAIN=0:
+    // not chained).
+    bool chainPass1(int skyTicket, const detail::SkyJobRule& rule, const CircleJob* jobs, std::size_t n,
+                    const double* radii, std::size_t nr, ApertureSums* out, ApertureFlagDistances* fd,
+                    const KronJob* kronJobs, const detail::KronParamsHD& kp, KronOut* kronOut,
+                    int& circleTicket, int& kronTicket) override {
+        if (!m_chain || m_shrink > 0 || m_sync || n == 0 || nr == 0 || skyTicket <= 0 ||
+            skyTicket != m_skyTicket || n != m_skyN)
+            return false;
+        const HostClock clock(m_times, "engine chain");
+        struct Unchain {
+            CudaEngine& e;
+            ~Unchain() { e.m_chainSky = nullptr; }
+        } unchain{*this};
+        m_chainSky = m_skyOut.get();
+        m_chainRule = rule;
+        // the circles, then Kron (GPUPHOT_APERTURE_STREAMS=2: the circles on the side stream, Kron beside
+        // them)
+        circleTicket = sumCirclesQueued(jobs, n, radii, nr, 0, out, fd, m_twoStreams);
+        kronTicket = kronQueued(kronJobs, n, kp, kronOut);
+        sideJoin();
+        return true;
+    }
 
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                const ImageView& level, const ImageView& rms, double saturation) override {
@@ -614,7 +774,7 @@ public:
             CudaEngine& e;
             std::uint64_t before;
             ~NoteUpload() {
-                if (e.m_dc.uploads() != before) e.m_times.note("frame: uploaded");
+                if (e.m_dc.uploads() != before) e.note("frame: uploaded");
             }
         } noteUpload{*this, uploadsBefore};
         if (m_shrink > 0) {
@@ -647,12 +807,12 @@ public:
             const HostClock clock(m_times, "segmentation map");
             if (const std::int32_t* resident = residentSegmentation(m_dc, seg)) {
                 m_in.seg = resident;
-                m_times.note("segmentation: the detection's device copy");
+                note("segmentation: the detection's device copy");
             } else {
                 m_seg = DeviceBuffer<std::int32_t>(m_dc, static_cast<std::size_t>(seg.width) * seg.height);
                 uploadRows(m_dc, m_seg.get(), seg, 0, seg.height); // pinned staging when contiguous
                 m_in.seg = m_seg.get();
-                m_times.note("segmentation: uploaded");
+                note("segmentation: uploaded");
             }
             m_in.segStride = seg.width;
         }
@@ -744,21 +904,24 @@ public:
                       const detail::SkyParamsHD& p, SkyEstimate* out) {
         const cudaStream_t s = m_dc.stream();
         const int cap = skyBlockCap(rout);
-        m_times.start("sky block", s);
+        m_times.start("sky block");
         DeviceBuffer<double> dxy(m_dc, 2 * n);
         double* xy = static_cast<double*>(pinnedSlot(kPinnedSkyInSlot, 2 * n * sizeof(double)));
         parallelCopy(xy, cx, n * sizeof(double));
         parallelCopy(xy + n, cy, n * sizeof(double));
         dxy.upload(xy, 2 * n);
-        DeviceBuffer<SkyEstimate> dOut(m_dc, n);
+        m_skyOut = DeviceBuffer<SkyEstimate>(m_dc, n); // kept for chainPass1
+        DeviceBuffer<SkyEstimate>& dOut = m_skyOut;
         const int t = std::max(32, std::min(m_skyThreads, threads(skyBlockKernel) / 32 * 32));
-        const std::size_t shared = m_skyBlockFast ? skyBlockShared(cap) : static_cast<std::size_t>(cap) * 4;
+        const std::size_t shared = m_skyMode > 0 ? skyBlockShared(cap) : static_cast<std::size_t>(cap) * 4;
         skyBlockKernel<<<blocks(n, 1), t, shared, s>>>(m_in, dxy.get(), dxy.get() + n, n, rin, rout, cap, p,
-                                                        m_skyBlockFast ? 1 : 0, dOut.get());
+                                                       m_skyMode, dOut.get());
         checkLaunch("the local skies");
         SkyEstimate* staged = stage(dOut, n, kPinnedSkySlot);
         m_times.stop();
-        return enqueue({{out, staged, n * sizeof(SkyEstimate)}}, out, n);
+        m_skyN = n;
+        m_skyTicket = enqueue({{out, staged, n * sizeof(SkyEstimate)}}, out, n);
+        return m_skyTicket;
     }
 
     // ---- queued work (whole plan): results downloaded into pinned slots, copied out by finish() ----------
@@ -776,7 +939,9 @@ public:
         std::size_t nSkies = 0;
     };
     // Marks the end of the work queued since the last enqueue: its copies happen in finish().
-    int enqueue(std::vector<PendingCopy> copies, SkyEstimate* skies = nullptr, std::size_t nSkies = 0) {
+    // (stream: where the entry's end is recorded; null: the main stream)
+    int enqueue(std::vector<PendingCopy> copies, SkyEstimate* skies = nullptr, std::size_t nSkies = 0,
+                cudaStream_t stream = nullptr) {
         Pending q;
         q.ticket = ++m_ticket;
         q.copies = std::move(copies);
@@ -786,7 +951,7 @@ public:
         m_buildSlots = 0;
         GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&q.done, cudaEventDisableTiming));
         m_pending.push_back(q);
-        GPUPHOT_CUDA_CHECK(cudaEventRecord(q.done, m_dc.stream()));
+        GPUPHOT_CUDA_CHECK(cudaEventRecord(q.done, stream ? stream : m_dc.stream()));
         return q.ticket;
     }
 
@@ -827,7 +992,7 @@ public:
                         const detail::SkyParamsHD& p, SkyEstimate* out, AnnulusDebug* dbg) {
         if (n == 0) return;
         const cudaStream_t s = m_dc.stream();
-        m_times.start("sky count", s);
+        m_times.start("sky count");
         DeviceBuffer<double> dcx(m_dc, n), dcy(m_dc, n);
         dcx.upload(cx, n);
         dcy.upload(cy, n);
@@ -851,7 +1016,7 @@ public:
         DeviceBuffer<float> values(m_dc, std::max(total, 1));
         DeviceBuffer<SkyEstimate> dOut(m_dc, n);
         if (total > 0) {
-            m_times.start("sky fill", s);
+            m_times.start("sky fill");
             const int tFill = threads(annulusFillKernel);
             annulusFillKernel<<<blocks(n, tFill), tFill, 0, s>>>(m_in, dcx.get(), dcy.get(), n, rin, rout,
                                                                  offsets.get(), keys.get());
@@ -859,7 +1024,7 @@ public:
             m_times.stop();
         }
         if (m_heapSort || total == 0) {
-            m_times.start("sky heap sort + stats", s);
+            m_times.start("sky heap sort + stats");
             const int tStats = threads(skyStatsKernel);
             skyStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(keys.get(), offsets.get(), n, p, values.get(),
                                                                 dOut.get());
@@ -867,7 +1032,7 @@ public:
             m_times.stop();
         } else {
             // Each source's keys sorted by CUB into a second buffer, turned into values, then the statistics.
-            m_times.start("sky segmented sort", s);
+            m_times.start("sky segmented sort");
             DeviceBuffer<std::uint32_t> sortedKeys(m_dc, static_cast<std::size_t>(total));
             std::size_t sortBytes = 0;
             GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(
@@ -882,14 +1047,14 @@ public:
                 sortedKeys.get(), static_cast<std::size_t>(total), values.get());
             checkLaunch("the sorted annulus values");
             m_times.stop();
-            m_times.start("sky stats", s);
+            m_times.start("sky stats");
             const int tStats = threads(skySortedStatsKernel);
             skySortedStatsKernel<<<blocks(n, tStats), tStats, 0, s>>>(values.get(), offsets.get(), n, p,
                                                                       dOut.get());
             checkLaunch("the sky statistics");
             m_times.stop();
         }
-        m_times.start("sky download", s);
+        m_times.start("sky download");
         dOut.download(out, n);
         m_times.stop();
         if (dbg) {
@@ -962,11 +1127,13 @@ public:
     // Kernel: circlePartsKernel (one thread per source and radius) for large calls, circleWarpKernel (one
     // warp each) for at most m_warpItems (source, radius) pairs, where one thread each would leave the device
     // mostly idle (pass 2's few stars); GPUPHOT_APERTURE_CIRCLE=thread|warp: always that one.
+    // side: the kernels on the side stream (circleKernels), the job and radius buffers kept until sideJoin().
     int sumCirclesQueued(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
-                         std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) {
+                         std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd,
+                         bool side = false) {
         const cudaStream_t s = m_dc.stream();
         const std::size_t nRadii = radiiStride == 0 ? nr : n * radiiStride;
-        m_times.start("circle upload", s);
+        m_times.start("circle upload");
         auto* hJobs = static_cast<CircleJob*>(pinnedSlot(kPinnedCircleInSlot, n * sizeof(CircleJob)));
         parallelCopy(hJobs, jobs, n * sizeof(CircleJob));
         auto* hR = static_cast<double*>(pinnedSlot(kPinnedRadiiSlot, 2 * nRadii * sizeof(double)));
@@ -978,32 +1145,88 @@ public:
         dJobs.upload(hJobs, n);
         dR.upload(hR, 2 * nRadii);
         const double* dR2 = dR.get() + nRadii;
+        applyChainedSkies(dJobs.get(), n);
         m_times.stop();
-        DeviceBuffer<ApertureSums> partial(m_dc, n * nr), full(m_dc, n * nr), dOut(m_dc, n * nr);
-        DeviceBuffer<ApertureFlagDistances> dFd(m_dc, n);
+        const int ticket = circleKernels(dJobs.get(), n, dR.get(), dR2, nr, radiiStride, out, fd, side);
+        if (side) {
+            m_sideJobs = std::move(dJobs);
+            m_sideRadii = std::move(dR);
+        }
+        return ticket;
+    }
+
+    // The circle kernels on jobs and radii on the device, their results staged: in out and fd after
+    // finish(ticket). side (chainPass1): the kernels and the download on the side stream, which waits for the
+    // work queued so far on the main stream; their buffers stay in m_sideBuffers until sideJoin().
+    int circleKernels(const CircleJob* dJobs, std::size_t n, const double* dR, const double* dR2,
+                      std::size_t nr, std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd,
+                      bool side = false) {
+        SideBuffers local;
+        SideBuffers& b = side ? m_sideBuffers : local;
+        b.partial = DeviceBuffer<ApertureSums>(m_dc, n * nr);
+        b.full = DeviceBuffer<ApertureSums>(m_dc, n * nr);
+        b.out = DeviceBuffer<ApertureSums>(m_dc, n * nr);
+        b.fd = DeviceBuffer<ApertureFlagDistances>(m_dc, n);
+        ApertureSums* stagedOut = static_cast<ApertureSums*>(
+            pinnedSlot(kPinnedCircleSlot, std::max<std::size_t>(n * nr, 1) * sizeof(ApertureSums)));
+        ApertureFlagDistances* stagedFd = static_cast<ApertureFlagDistances*>(
+            pinnedSlot(kPinnedFlagSlot, std::max<std::size_t>(n, 1) * sizeof(ApertureFlagDistances)));
+        const cudaStream_t s = side ? sideStream() : m_dc.stream();
+        if (side) {
+            GPUPHOT_CUDA_CHECK(cudaEventRecord(m_sideIn, m_dc.stream()));
+            GPUPHOT_CUDA_CHECK(cudaStreamWaitEvent(s, m_sideIn, 0));
+        }
         const bool warp = m_circleMode == 2 || (m_circleMode == 0 && n * nr <= m_warpItems);
         m_times.start(warp ? "circle sums (warp)" : "circle sums", s);
         if (!warp) {
             const int tParts = threads(circlePartsKernel);
             circlePartsKernel<<<blocks(n * nr, tParts), tParts, 0, s>>>(
-                m_in, dJobs.get(), n, dR.get(), dR2, nr, radiiStride, partial.get(), full.get(), dFd.get());
+                m_in, dJobs, n, dR, dR2, nr, radiiStride, b.partial.get(), b.full.get(), b.fd.get());
         } else {
             const int t = std::max(32, std::min(kWarpKernelThreads, threads(circleWarpKernel) / 32 * 32));
-            circleWarpKernel<<<blocks(n * nr * 32, t), t, 0, s>>>(
-                m_in, dJobs.get(), n, dR.get(), dR2, nr, radiiStride, partial.get(), full.get(), dFd.get());
+            circleWarpKernel<<<blocks(n * nr * 32, t), t, 0, s>>>(m_in, dJobs, n, dR, dR2, nr, radiiStride,
+                                                                  b.partial.get(), b.full.get(), b.fd.get());
         }
         checkLaunch("the circle sums");
         const int tCombine = threads(circleCombineKernel);
-        circleCombineKernel<<<blocks(n, tCombine), tCombine, 0, s>>>(partial.get(), full.get(), n, nr,
-                                                                     dOut.get());
+        circleCombineKernel<<<blocks(n, tCombine), tCombine, 0, s>>>(b.partial.get(), b.full.get(), n, nr,
+                                                                     b.out.get());
         checkLaunch("the circle totals");
         m_times.stop();
         m_times.start("circle download", s);
-        ApertureSums* stagedOut = stage(dOut, n * nr, kPinnedCircleSlot);
-        ApertureFlagDistances* stagedFd = stage(dFd, n, kPinnedFlagSlot);
+        if (n * nr > 0)
+            GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(stagedOut, b.out.get(), n * nr * sizeof(ApertureSums),
+                                               cudaMemcpyDeviceToHost, s));
+        if (n > 0)
+            GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(stagedFd, b.fd.get(), n * sizeof(ApertureFlagDistances),
+                                               cudaMemcpyDeviceToHost, s));
         m_times.stop();
-        return enqueue({{out, stagedOut, n * nr * sizeof(ApertureSums)},
-                        {fd, stagedFd, n * sizeof(ApertureFlagDistances)}});
+        const int ticket = enqueue({{out, stagedOut, n * nr * sizeof(ApertureSums)},
+                                    {fd, stagedFd, n * sizeof(ApertureFlagDistances)}},
+                                   nullptr, 0, s);
+        if (side) GPUPHOT_CUDA_CHECK(cudaEventRecord(m_sideDone, s));
+        return ticket;
+    }
+    // The main stream waits for the side stream's circles; their buffers are then released in its order.
+    void sideJoin() {
+        if (!m_sideStream) return;
+        GPUPHOT_CUDA_CHECK(cudaStreamWaitEvent(m_dc.stream(), m_sideDone, 0));
+        m_sideBuffers = SideBuffers{};
+        m_sideJobs.reset();
+        m_sideRadii.reset();
+    }
+    // The side stream (whole plan, queued calls), of the greatest priority, so that chainPass1's circles,
+    // which the driver waits for first, take the device's blocks before Kron's on the main stream; made at
+    // first use with its two events.
+    cudaStream_t sideStream() {
+        if (!m_sideStream) {
+            GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&m_sideIn, cudaEventDisableTiming));
+            GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&m_sideDone, cudaEventDisableTiming));
+            int least = 0, greatest = 0;
+            GPUPHOT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+            GPUPHOT_CUDA_CHECK(cudaStreamCreateWithPriority(&m_sideStream, cudaStreamNonBlocking, greatest));
+        }
+        return m_sideStream;
     }
 
     void kron(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) override {
@@ -1075,14 +1298,15 @@ public:
     // The Kron measurements queued (jobs through a pinned slot); the results in out after finish(ticket).
     int kronQueued(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         const cudaStream_t s = m_dc.stream();
-        m_times.start("kron upload", s);
+        m_times.start("kron upload");
         auto* hJobs = static_cast<KronJob*>(pinnedSlot(kPinnedKronInSlot, n * sizeof(KronJob)));
         parallelCopy(hJobs, jobs, n * sizeof(KronJob));
         DeviceBuffer<KronJob> dJobs(m_dc, n);
         dJobs.upload(hJobs, n);
+        applyChainedSkies(dJobs.get(), n);
         m_times.stop();
         DeviceBuffer<KronOut> dOut(m_dc, n);
-        m_times.start("kron", s);
+        m_times.start("kron");
         if (m_kronThread) {
             const int tKron = threads(kronKernel);
             kronKernel<<<blocks(n, tKron), tKron, 0, s>>>(m_in, dJobs.get(), n, p, dOut.get());
@@ -1092,10 +1316,68 @@ public:
         }
         checkLaunch("the Kron apertures");
         m_times.stop();
-        m_times.start("kron download", s);
+        m_times.start("kron download");
         KronOut* staged = stage(dOut, n, kPinnedKronSlot);
         m_times.stop();
         return enqueue({{out, staged, n * sizeof(KronOut)}});
+    }
+
+    // Pass 3 in one round trip (whole plan, queued calls): the grid index of the n jobs
+    // (optimalRadiusKernel), each measured job's radius from it (slot[c] < slot[c + 1]: job c is circle
+    // slot[c]), then the circles. GPUPHOT_APERTURE_CHAIN=0: optimalRadii, then sumCircles.
+    bool optimalCircles(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
+                        const double* gridRadius, const std::size_t* slot, const CircleJob* circles,
+                        std::size_t m, std::int32_t* index, ApertureSums* out,
+                        ApertureFlagDistances* fd) override {
+        const char* e = std::getenv("GPUPHOT_APERTURE_OPTIMAL");
+        if ((e && std::string(e) == "host") || !m_chain || m_shrink > 0 || m_sync || n == 0 || m == 0 ||
+            grid.n == 0)
+            return false;
+        const HostClock clock(m_times, "engine optimal circles");
+        const cudaStream_t s = m_dc.stream();
+        const std::size_t ng = grid.n;
+        m_times.start("optimal upload");
+        // one pinned block: the jobs, the slots, the grid (frac, num, area, kappaArea, radius)
+        const std::size_t jobBytes = n * sizeof(detail::OptimalJob),
+                          slotBytes = (n + 1) * sizeof(std::size_t);
+        auto* hIn = static_cast<unsigned char*>(
+            pinnedSlot(kPinnedOptimalInSlot, jobBytes + slotBytes + 5 * ng * sizeof(double)));
+        parallelCopy(hIn, jobs, jobBytes);
+        std::memcpy(hIn + jobBytes, slot, slotBytes);
+        auto* hGrid = reinterpret_cast<double*>(hIn + jobBytes + slotBytes);
+        const double* parts[5] = {grid.frac, grid.num, grid.area, grid.kappaArea, gridRadius};
+        for (int q = 0; q < 5; ++q)
+            std::copy(parts[q], parts[q] + ng, hGrid + q * ng);
+        auto* hCircles = static_cast<CircleJob*>(pinnedSlot(kPinnedCircleInSlot, m * sizeof(CircleJob)));
+        parallelCopy(hCircles, circles, m * sizeof(CircleJob));
+        DeviceBuffer<unsigned char> dIn(m_dc, jobBytes + slotBytes + 5 * ng * sizeof(double));
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dIn.get(), hIn, dIn.bytes(), cudaMemcpyHostToDevice, s));
+        DeviceBuffer<CircleJob> dCircles(m_dc, m);
+        dCircles.upload(hCircles, m);
+        m_times.stop();
+        m_times.start("optimal");
+        const auto* dJobs = reinterpret_cast<const detail::OptimalJob*>(dIn.get());
+        const auto* dSlot = reinterpret_cast<const std::size_t*>(dIn.get() + jobBytes);
+        const auto* dGrid = reinterpret_cast<const double*>(dIn.get() + jobBytes + slotBytes);
+        detail::OptimalGrid dg = grid;
+        dg.frac = dGrid;
+        dg.num = dGrid + ng;
+        dg.area = dGrid + 2 * ng;
+        dg.kappaArea = dGrid + 3 * ng;
+        DeviceBuffer<std::int32_t> dIndex(m_dc, n);
+        DeviceBuffer<double> dR(m_dc, 2 * m);
+        const int t = threads(optimalRadiusKernel);
+        optimalRadiusKernel<<<blocks(n, t), t, 0, s>>>(dJobs, n, dg, dIndex.get());
+        checkLaunch("the optimal radii");
+        const int tr = threads(optimalCircleRadiiKernel);
+        optimalCircleRadiiKernel<<<blocks(n, tr), tr, 0, s>>>(dIndex.get(), dSlot, n, dGrid + 4 * ng,
+                                                              dR.get(), dR.get() + m);
+        checkLaunch("the optimal circles' radii");
+        std::int32_t* stagedIndex = stage(dIndex, n, kPinnedOptimalSlot);
+        m_times.stop();
+        enqueue({{index, stagedIndex, n * sizeof(std::int32_t)}});
+        finish(circleKernels(dCircles.get(), m, dR.get(), dR.get() + m, 1, 1, out, fd));
+        return true;
     }
 
     // Reads no pixels: the same for the whole and the strips plans.
@@ -1106,7 +1388,7 @@ public:
         const HostClock clock(m_times, "engine optimal");
         if (n == 0 || grid.n == 0) return false;
         const cudaStream_t s = m_dc.stream();
-        m_times.start("optimal", s);
+        m_times.start("optimal");
         const std::size_t ng = grid.n;
         DeviceBuffer<double> dGrid(m_dc, 4 * ng);
         DeviceBuffer<detail::OptimalJob> dJobs(m_dc, n);
@@ -1133,6 +1415,13 @@ public:
     }
 
 private:
+    // Chained pass 1 (chainPass1): the uploaded jobs' skies from the device's estimates.
+    template <class Job> void applyChainedSkies(Job* dJobs, std::size_t n) {
+        if (!m_chainSky) return;
+        const int t = threads(applySkyKernel<Job>);
+        applySkyKernel<Job><<<blocks(n, t), t, 0, m_dc.stream()>>>(dJobs, n, m_chainSky, m_chainRule);
+        checkLaunch("the chained skies");
+    }
     // Strips plan: items grouped in order of their first row (y - ext), each group's rows [r0, r1) (all
     // that its items read, ext + 2 rows of margin) at most m_maxRows; the planes' rows uploaded into band
     // buffers that m_in addresses as if they were the whole frame (row r0 at band row 0); run(indices).
@@ -1234,8 +1523,9 @@ private:
     static constexpr int kPinnedFirstSlot = 60;
     static constexpr int kPinnedSkySlot = 60, kPinnedCircleSlot = 61, kPinnedFlagSlot = 62,
                          kPinnedKronSlot = 63, kPinnedOptimalSlot = 64, kPinnedSkyInSlot = 65,
-                         kPinnedCircleInSlot = 66, kPinnedRadiiSlot = 67, kPinnedKronInSlot = 68;
-    static constexpr int kPinnedSlots = 9;
+                         kPinnedCircleInSlot = 66, kPinnedRadiiSlot = 67, kPinnedKronInSlot = 68,
+                         kPinnedOptimalInSlot = 69;
+    static constexpr int kPinnedSlots = 10;
     // What the stage keeps in its DeviceContext between calls: the driver's batch buffers and the sizes of
     // its pinned slots (grown by a quarter more than asked, so that a re-run with a few more sources does not
     // allocate pinned memory again).
@@ -1275,11 +1565,15 @@ private:
     }
     DeviceContext& m_dc;
     const BackgroundResult& m_bkg;
-    PhaseTimes m_times;
+    KernelClock m_times; // GPUPHOT_APERTURE_TIMING
+    std::string m_notes;
     bool m_heapSort = false; // GPUPHOT_APERTURE_HEAPSORT: one thread sorts each source's annulus
     bool m_skySplit = false;   // GPUPHOT_APERTURE_SKY=split: count, scan, fill, segmented sort, statistics
     bool m_kronThread = false; // GPUPHOT_APERTURE_KRON=thread: one thread per source
-    bool m_skyBlockFast = true; // GPUPHOT_APERTURE_SKY=block0: skyBlockKernel the earlier way (fast = 0)
+    // skyBlockKernel's mode (its `fast`): 2 the sort's short strides in registers (bitonicOwnBlocks), 1 every
+    // stride pair by pair in shared memory (GPUPHOT_APERTURE_SKY_SORT=pairs, session 7), 0 the earlier way
+    // (GPUPHOT_APERTURE_SKY=block0).
+    int m_skyMode = 2;
     // Circle kernel: 0 by size (circleWarpKernel up to m_warpItems source-radius pairs, else
     // circlePartsKernel: one warp per pair measured slower on the H200 at 151 MP for the first pass, 6.7
     // against 5.0 ms at 54k sources), 1 circlePartsKernel, 2 circleWarpKernel (GPUPHOT_APERTURE_CIRCLE).
@@ -1291,6 +1585,29 @@ private:
     std::size_t m_batch = 131072;    // GPUPHOT_APERTURE_BATCH (tests: several batches)
     bool m_sync = false;             // GPUPHOT_APERTURE_SYNC=1: each call done before it returns
     bool m_keep = true;              // GPUPHOT_APERTURE_KEEP=0: the driver's batch buffers per call
+    bool m_chain = true;             // GPUPHOT_APERTURE_CHAIN=0: pass 1's circles and Kron wait for the host
+    bool m_spatialOrder = false;     // GPUPHOT_APERTURE_ORDER=spatial: the driver's spatial order
+    // The last skyBlockAsync call's estimates on the device (its ticket, its sources) for chainPass1, and
+    // while a chained call uploads its jobs: those estimates and the rule.
+    DeviceBuffer<SkyEstimate> m_skyOut;
+    std::size_t m_skyN = 0;
+    int m_skyTicket = -1;
+    const SkyEstimate* m_chainSky = nullptr;
+    detail::SkyJobRule m_chainRule;
+    // GPUPHOT_APERTURE_STREAMS=2: chainPass1's circles on a side stream of the greatest priority, Kron beside
+    // them on the main one (measured slower on the H200 at 151 MP, 13.8-14.3 against 12.4-12.9 ms for the
+    // stage: the two kernels share the SMs, the circles end later, and the host has little to do meanwhile);
+    // their buffers until sideJoin(); the stream and its events.
+    bool m_twoStreams = false;
+    struct SideBuffers {
+        DeviceBuffer<ApertureSums> partial, full, out;
+        DeviceBuffer<ApertureFlagDistances> fd;
+    };
+    SideBuffers m_sideBuffers;
+    DeviceBuffer<CircleJob> m_sideJobs;
+    DeviceBuffer<double> m_sideRadii;
+    cudaStream_t m_sideStream = nullptr;
+    cudaEvent_t m_sideIn = nullptr, m_sideDone = nullptr;
     // skyBlockKernel: at most this many annulus keys in shared memory (32 KB), threads per block.
     static constexpr int kSkyBlockCap = 8192;
     int m_skyThreads = 64; // GPUPHOT_APERTURE_SKY_THREADS
@@ -1300,7 +1617,7 @@ private:
     std::vector<Pending> m_pending;
     int m_ticket = 0;
     unsigned m_busySlots = 0, m_buildSlots = 0;
-    static constexpr int kWarpKernelThreads = 128; // warp-per-source kernels
+    static constexpr int kWarpKernelThreads = kWarpSumWarps * 32; // warp-per-source kernels
     int m_threads = 128;
     AperturePlanes m_in;
     DeviceBuffer<std::int32_t> m_seg;

@@ -1,6 +1,7 @@
 #pragma once
 // Device times of the detection stage's kernels and copies (kernels/detection.cu's front,
-// kernels/detection_finish.cu's finish step) under GPUPHOT_DETECTION_TIMING, and host laps.
+// kernels/detection_finish.cu's finish step) under GPUPHOT_DETECTION_TIMING, and host laps; the aperture
+// stage's phases (kernels/aperture.cu) under GPUPHOT_APERTURE_TIMING.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +22,10 @@ public:
     KernelClock(cudaStream_t stream, const char* part)
         : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream), m_part(part),
           m_last(std::chrono::steady_clock::now()) {}
+    // A clock switched by the caller (the aperture stage: GPUPHOT_APERTURE_TIMING), printing nothing itself:
+    // the owner reads deviceSums() and hostSums() and prints its own lines.
+    KernelClock(cudaStream_t stream, const char* part, bool on)
+        : m_on(on), m_stream(stream), m_part(part), m_last(std::chrono::steady_clock::now()) {}
     ~KernelClock() {
         for (Mark& m : m_marks) {
             cudaEventDestroy(m.a);
@@ -35,7 +40,7 @@ public:
             f();
             return;
         }
-        Mark m{name, nullptr, nullptr};
+        Mark m{name, nullptr, nullptr, m_stream};
         cudaEventCreate(&m.a);
         cudaEventCreate(&m.b);
         cudaEventRecord(m.a, m_stream);
@@ -43,6 +48,61 @@ public:
         cudaEventRecord(m.b, m_stream);
         m_marks.push_back(m);
     }
+    // A device phase around code that is not one callable: start(name) before its launches and copies on the
+    // clock's stream (or `stream`: then stop() records there too), stop() after them (phases do not nest).
+    void start(const char* name) { start(name, m_stream); }
+    void start(const char* name, cudaStream_t stream) {
+        if (!m_on) return;
+        Mark m{name, nullptr, nullptr, stream};
+        cudaEventCreate(&m.a);
+        cudaEventCreate(&m.b);
+        cudaEventRecord(m.a, stream);
+        m_marks.push_back(m);
+    }
+    void stop() {
+        if (m_on && !m_marks.empty()) cudaEventRecord(m_marks.back().b, m_marks.back().stream);
+    }
+    // A host time measured by the caller, summed by name with the laps.
+    void addHost(const char* name, double ms) {
+        if (!m_on) return;
+        auto it = std::find_if(m_laps.begin(), m_laps.end(), [&](const auto& e) { return e.first == name; });
+        if (it == m_laps.end())
+            m_laps.push_back({name, ms});
+        else
+            it->second += ms;
+    }
+    struct Sum {
+        std::string name;
+        double ms;
+        int count;
+    };
+    // The device phases summed by name (in order of first use), after the stream is synchronised; the marks
+    // are released (report() then prints no device lines).
+    std::vector<Sum> deviceSums() {
+        std::vector<Sum> sums;
+        if (!m_on || m_marks.empty()) return sums;
+        for (const Mark& m : m_marks)
+            cudaEventSynchronize(m.b);
+        for (const Mark& m : m_marks) {
+            float ms = 0.0f;
+            if (cudaEventElapsedTime(&ms, m.a, m.b) != cudaSuccess) {
+                cudaGetLastError();
+                continue;
+            }
+            auto it = std::find_if(sums.begin(), sums.end(), [&](const Sum& e) { return e.name == m.name; });
+            if (it == sums.end()) sums.push_back({m.name, 0.0, 0}), it = sums.end() - 1;
+            it->ms += ms;
+            ++it->count;
+        }
+        for (Mark& m : m_marks) {
+            cudaEventDestroy(m.a);
+            cudaEventDestroy(m.b);
+        }
+        m_marks.clear();
+        return sums;
+    }
+    // The host times (laps and addHost) summed by name, in order of first use.
+    const std::vector<std::pair<std::string, double>>& hostSums() const { return m_laps; }
     // Host time since the previous lap (or the clock's construction), summed by name.
     void lap(const char* name) {
         if (!m_on) return;
@@ -90,6 +150,7 @@ private:
     struct Mark {
         const char* name;
         cudaEvent_t a, b;
+        cudaStream_t stream;
     };
     bool m_on;
     cudaStream_t m_stream;

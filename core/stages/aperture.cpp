@@ -91,8 +91,49 @@ public:
         // parallel loops
         if (const char* b = std::getenv("GPUPHOT_APERTURE_BATCH"))
             m_batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
+        const char* chain = std::getenv("GPUPHOT_APERTURE_CPU_CHAIN");
+        m_chainTest = chain && std::string(chain) == "1";
     }
     std::size_t batchSize() const override { return m_batch; }
+    // GPUPHOT_APERTURE_CPU_CHAIN=1 (tests): the calls that the CUDA engine makes of its own made here the
+    // same way (pass 1's circles and Kron with each job's sky from the last localSkies call's estimate by
+    // skyOfEstimate; pass 3's index, optimalRadiusKernel's search, and circles in one call) and the sources'
+    // own order, so that core's tests cover the driver's paths that only such an engine takes.
+    bool spatialOrder() const override { return !m_chainTest; }
+    bool chainPass1(int /*skyTicket*/, const detail::SkyJobRule& rule, const CircleJob* jobs, std::size_t n,
+                    const double* radii, std::size_t nr, ApertureSums* out, ApertureFlagDistances* fd,
+                    const KronJob* kronJobs, const detail::KronParamsHD& kp, KronOut* kronOut,
+                    int& circleTicket, int& kronTicket) override {
+        if (!m_chainTest || n != m_skyN) return false;
+        std::vector<CircleJob> cj(jobs, jobs + n);
+        std::vector<KronJob> kj(kronJobs, kronJobs + n);
+        for (std::size_t k = 0; k < n; ++k)
+            cj[k].sky = kj[k].sky = detail::skyOfEstimate(m_skies[k], rule);
+        sumCircles(cj.data(), n, radii, nr, 0, out, fd);
+        kron(kj.data(), n, kp, kronOut);
+        circleTicket = 0;
+        kronTicket = 1; // (done already; a ticket makes the driver defer its Kron columns, as with the GPU)
+        return true;
+    }
+    bool optimalCircles(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& g,
+                        const double* gridRadius, const std::size_t* slot, const CircleJob* circles,
+                        std::size_t m, std::int32_t* index, ApertureSums* out,
+                        ApertureFlagDistances* fd) override {
+        if (!m_chainTest) return false;
+        forEach(n, [&](std::size_t c, Scratch&) {
+            const detail::OptimalJob& j = jobs[c];
+            index[c] =
+                static_cast<std::int32_t>(detail::optimalGridIndex(g.frac, g.num, g.n, [&](std::size_t k) {
+                    return detail::optimalVariance(g.poisson, j.F, g.frac[k], g.gain, g.area[k], j.var,
+                                                   g.kappaArea[k], j.nSky);
+                }));
+        });
+        std::vector<double> r(m);
+        for (std::size_t c = 0; c < n; ++c)
+            if (slot[c + 1] > slot[c]) r[slot[c]] = gridRadius[index[c]];
+        sumCircles(circles, m, r.data(), 1, 1, out, fd);
+        return true;
+    }
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                const ImageView& level, const ImageView& rms, double saturation) override {
         m_in = detail::AperturePlanes{};
@@ -132,6 +173,8 @@ public:
             }
             out[i] = detail::skyStatistics(buf.data(), buf.size(), p, sc.prefix1.data(), sc.prefix2.data());
         });
+        m_skies = out;
+        m_skyN = n;
     }
     void sumCircles(const CircleJob* jobs, std::size_t n, const double* radii, std::size_t nr,
                     std::size_t radiiStride, ApertureSums* out, ApertureFlagDistances* fd) override {
@@ -165,6 +208,9 @@ private:
     int m_threads = 1;
     std::size_t m_batch = 4096;
     detail::AperturePlanes m_in;
+    bool m_chainTest = false;             // GPUPHOT_APERTURE_CPU_CHAIN=1
+    const SkyEstimate* m_skies = nullptr; // the last localSkies call's estimates (chainPass1)
+    std::size_t m_skyN = 0;
 };
 
 // Variance of the truncated unit normal |z| <= k.
@@ -470,7 +516,14 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     // ---- pass 1: sky, fixed apertures, Kron ----
     // Sources are processed in a spatial order (bands of 64 rows, then x) so that neighbouring apertures
     // share cached pixels; every result is per source, so the order changes no number.
-    const std::vector<std::size_t> order = spatialOrder(sources.x, sources.y, threads);
+    // (An engine may take the sources' own order: the detection's is already raster-like.)
+    std::vector<std::size_t> order;
+    if (engine.spatialOrder()) {
+        order = spatialOrder(sources.x, sources.y, threads);
+    } else {
+        order.resize(n);
+        std::iota(order.begin(), order.end(), std::size_t{0});
+    }
     clock.lap("order");
     const std::size_t batch = std::max<std::size_t>(1, engine.batchSize());
     // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
@@ -496,6 +549,14 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     std::vector<KronJob>& kronJobs = scratch.kronJobs;
     std::vector<KronOut>& kronOut = scratch.kronOut;
     std::vector<std::uint32_t>& bflags = scratch.bflags;
+    std::vector<CircleJob>& jobs2 = scratch.jobs2; // pass 2
+    std::vector<ApertureSums>& sums2 = scratch.sums2;
+    std::vector<ApertureFlagDistances>& fds2 = scratch.fds2;
+    std::vector<CircleJob>& jobs3 = scratch.jobs3; // pass 3
+    std::vector<ApertureSums>& sums3 = scratch.sums3;
+    std::vector<ApertureFlagDistances>& fds3 = scratch.fds3;
+    std::vector<std::size_t>& idx3 = scratch.idx3;
+    std::vector<double>& radii3 = scratch.radii3;
     {
         // The batch buffers sized, each by its own thread (their first touch: page faults and
         // initialisation, several MB at 32k sources; nothing when kept from a call of this size).
@@ -512,6 +573,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     }
     clock.lap("p1.alloc");
 
+    std::function<void()> deferredKron; // the last batch's Kron results, when the engine queued them
     forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
         // the sources with finite centres in order, and those centres (each thread a contiguous share,
         // counted first, then written from its offset)
@@ -568,8 +630,12 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             skyTicket = engine.localSkiesAsync(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
             clock.lap("p1.skylaunch");
         }
-        // the isophotal ellipses for Kron (their sky is set below)
+        // the isophotal ellipses for Kron and the circles' jobs (their skies are set below, or by the engine)
         kronJobs.resize(m);
+        jobs.resize(m);
+        sums.resize(m * nr);
+        fds.resize(m);
+        kronOut.resize(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
@@ -583,14 +649,20 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             }
             kronJobs[k] = KronJob{sources.x[i], sources.y[i], a, b, std::cos(th), std::sin(th), ApertureSky{},
                                   ownIds[i]};
+            jobs[k] = CircleJob{sources.x[i], sources.y[i], ApertureSky{}, ownIds[i]};
         }
         clock.lap("p1.kronprep");
+        // circular apertures and Kron radius and FLUX_AUTO queued behind the skies (the engine turns each
+        // estimate into the job's sky as the loop below does), or after that loop
+        int circleTicket = -1, kronTicket = -1;
+        const detail::SkyJobRule skyRule{haveMap ? 1 : 0, gain > 0.0 ? readNoise / gain : readNoise};
+        const bool chained =
+            p.useLocalSky &&
+            engine.chainPass1(skyTicket, skyRule, jobs.data(), m, radii.data(), nr, sums.data(), fds.data(),
+                              kronJobs.data(), kronParams, kronOut.data(), circleTicket, kronTicket);
+        clock.lap("p1.chain");
         if (p.useLocalSky) engine.finish(skyTicket);
         clock.lap("p1.SKY");
-        jobs.resize(m);
-        sums.resize(m * nr);
-        fds.resize(m);
-        kronOut.resize(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
@@ -611,7 +683,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     skyFromMap = haveMap;
                     if (!haveMap) {
                         res.sky[i] = kNaN;
-                        res.skyRms[i] = gain > 0.0 ? readNoise / gain : readNoise;
+                        res.skyRms[i] = skyRule.fallbackRms;
                     }
                 }
             }
@@ -624,11 +696,13 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             kronJobs[k].sky = jobs[k].sky;
         }
         clock.lap("p1.skyhost");
-        // circular apertures and Kron radius and FLUX_AUTO, queued together; the circles' columns are filled
-        // while the engine may still measure the ellipses
-        const int circleTicket =
-            engine.sumCirclesAsync(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
-        const int kronTicket = engine.kronAsync(kronJobs.data(), m, kronParams, kronOut.data());
+        // (not chained: queued together now; the circles' columns are filled while the engine may still
+        // measure the ellipses)
+        if (!chained) {
+            circleTicket =
+                engine.sumCirclesAsync(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
+            kronTicket = engine.kronAsync(kronJobs.data(), m, kronParams, kronOut.data());
+        }
         clock.lap("p1.launch");
         engine.finish(circleTicket);
         clock.lap("p1.CIRC");
@@ -652,25 +726,41 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 err1[i] = std::sqrt(fluxVariance(s[fwhmIndex], gain, skyMeanVar[i]));
                 flags1[i] = fd.flagsFor(oneFwhm);
             }
+            res.flags[i] = flags; // (pass 2 reads FlagSkyFailed; Kron's flags are added below)
         }
         clock.lap("p1.circhost");
-        engine.finish(kronTicket);
-        clock.lap("p1.KRON");
+        // Kron's results into the columns; the last batch's wait on the engine, when it queues, is left to
+        // pass 2 (runKron below), whose host work then runs while the ellipses are measured.
+        auto kronHost = [&, m, kronTicket] {
+            engine.finish(kronTicket);
+            clock.lap("p1.KRON");
+            const std::ptrdiff_t mk = static_cast<std::ptrdiff_t>(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
-        for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
-            const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t i = idx[k];
-            const KronOut& ko = kronOut[k];
-            res.kronRadius[i] = ko.kronRadius;
-            if (ko.measured) {
-                res.fluxAuto[i] = ko.sums.flux;
-                res.fluxAutoErr[i] = std::sqrt(fluxVariance(ko.sums, gain, skyMeanVar[i]));
+            for (std::ptrdiff_t kk = 0; kk < mk; ++kk) {
+                const std::size_t k = static_cast<std::size_t>(kk);
+                const std::size_t i = idx[k];
+                const KronOut& ko = kronOut[k];
+                res.kronRadius[i] = ko.kronRadius;
+                if (ko.measured) {
+                    res.fluxAuto[i] = ko.sums.flux;
+                    res.fluxAutoErr[i] = std::sqrt(fluxVariance(ko.sums, gain, skyMeanVar[i]));
+                }
+                res.flags[i] = bflags[k] | ko.flags;
             }
-            res.flags[i] = bflags[k] | ko.flags;
-        }
-        clock.lap("p1.kronhost");
+            clock.lap("p1.kronhost");
+        };
+        if (c1 == n && kronTicket > 0)
+            deferredKron = kronHost;
+        else
+            kronHost();
     });
-    engine.finish();
+    auto runKron = [&] {
+        if (!deferredKron) return;
+        const std::function<void()> f = std::move(deferredKron);
+        deferredKron = nullptr;
+        f();
+    };
+    if (!deferredKron) engine.finish();
 
     clock.lap("pass1");
     // ---- pass 2: curve of growth from bright isolated stars ----
@@ -716,21 +806,25 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         std::vector<std::uint32_t> flagsRef(n, 0);
         forBatches(pre.size(), 0.7, 0.75, [&](std::size_t c0, std::size_t c1) {
             const std::size_t m = c1 - c0;
-            jobs.resize(m);
+            jobs2.resize(m);
             for (std::size_t k = 0; k < m; ++k) {
                 const std::size_t i = pre[c0 + k];
-                jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+                jobs2[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
             }
-            sums.resize(m);
-            fds.resize(m);
-            engine.sumCircles(jobs.data(), m, &refRadius, 1, 0, sums.data(), fds.data());
+            sums2.resize(m);
+            fds2.resize(m);
+            const int refTicket =
+                engine.sumCirclesAsync(jobs2.data(), m, &refRadius, 1, 0, sums2.data(), fds2.data());
+            runKron(); // (while the engine measures the reference apertures)
+            engine.finish(refTicket);
             for (std::size_t k = 0; k < m; ++k) {
                 const std::size_t i = pre[c0 + k];
-                fluxRef[i] = sums[k].flux;
-                errRef[i] = std::sqrt(fluxVariance(sums[k], gain, skyMeanVar[i]));
-                flagsRef[i] = fds[k].flagsFor(refRadius);
+                fluxRef[i] = sums2[k].flux;
+                errRef[i] = std::sqrt(fluxVariance(sums2[k], gain, skyMeanVar[i]));
+                flagsRef[i] = fds2[k].flagsFor(refRadius);
             }
         });
+        runKron(); // (no reference apertures)
         clock.lap("p2.REF");
         std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
         for (std::size_t i : pre) {
@@ -762,16 +856,16 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             std::vector<std::vector<double>> frac(stars.size());
             forBatches(stars.size(), 0.75, 0.8, [&](std::size_t c0, std::size_t c1) {
                 const std::size_t m = c1 - c0;
-                jobs.resize(m);
+                jobs2.resize(m);
                 for (std::size_t k = 0; k < m; ++k) {
                     const std::size_t i = stars[c0 + k];
-                    jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+                    jobs2[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
                 }
-                sums.resize(m * nGrid);
-                fds.resize(m);
-                engine.sumCircles(jobs.data(), m, res.cogRadius.data(), nGrid, 0, sums.data(), fds.data());
+                sums2.resize(m * nGrid);
+                fds2.resize(m);
+                engine.sumCircles(jobs2.data(), m, res.cogRadius.data(), nGrid, 0, sums2.data(), fds2.data());
                 for (std::size_t k = 0; k < m; ++k) {
-                    const ApertureSums* s = sums.data() + k * nGrid;
+                    const ApertureSums* s = sums2.data() + k * nGrid;
                     std::vector<double>& f = frac[c0 + k];
                     f.resize(nGrid);
                     const double ref = s[nGrid - 1].flux;
@@ -856,6 +950,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         res.apCorrMagErr.assign(nFixed, kNaN);
     }
 
+    runKron(); // (no pass 2)
     clock.lap("pass2");
     // ---- pass 3: S/N-optimal aperture ----
     if (p.optimal) {
@@ -893,7 +988,31 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
                 optJobs[c] = detail::OptimalJob{F, res.skyRms[i] * res.skyRms[i], nSky};
             }
-            if (!engine.optimalRadii(optJobs.data(), static_cast<std::size_t>(m0), grid, optIndex.data())) {
+            // the measured ones, compacted in order, and their circles (the radius comes with the index)
+            slot[0] = 0;
+            for (std::ptrdiff_t c = 0; c < m0; ++c)
+                slot[c + 1] = slot[c] + measured[c];
+            const std::size_t m = slot[m0];
+            idx3.resize(m);
+            radii3.resize(m); // radii of the jobs
+            fracs.resize(m);
+            jobs3.resize(m);
+            sums3.resize(m);
+            fds3.resize(m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+            for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                if (slot[c + 1] == slot[c]) continue;
+                const std::size_t k = slot[c], i = order[c0 + static_cast<std::size_t>(c)];
+                idx3[k] = i;
+                jobs3[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+            }
+            // the index and the circles in one engine call; else the index (engine, or host), then the
+            // circles
+            const bool together = m > 0 && engine.optimalCircles(optJobs.data(), static_cast<std::size_t>(m0),
+                                                                 grid, cogR, slot.data(), jobs3.data(), m,
+                                                                 optIndex.data(), sums3.data(), fds3.data());
+            if (!together &&
+                !engine.optimalRadii(optJobs.data(), static_cast<std::size_t>(m0), grid, optIndex.data())) {
 #pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
                 {
                     std::vector<double> dens(nGrid);
@@ -922,41 +1041,26 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     }
                 }
             }
-            // the measured ones, compacted in order
-            slot[0] = 0;
-            for (std::ptrdiff_t c = 0; c < m0; ++c)
-                slot[c + 1] = slot[c] + measured[c];
-            const std::size_t mk = slot[m0];
-            idx.resize(mk);
-            cxs.resize(mk); // radii of the jobs
-            fracs.resize(mk);
-            jobs.resize(mk);
 #pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
             for (std::ptrdiff_t c = 0; c < m0; ++c) {
                 if (slot[c + 1] == slot[c]) continue;
-                const std::size_t k = slot[c], i = order[c0 + static_cast<std::size_t>(c)];
-                const std::size_t g = static_cast<std::size_t>(optIndex[c]);
-                idx[k] = i;
-                cxs[k] = cogR[g];
+                const std::size_t k = slot[c], g = static_cast<std::size_t>(optIndex[c]);
+                radii3[k] = cogR[g];
                 fracs[k] = cogF[g];
-                jobs[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
             }
-            const std::size_t m = idx.size();
             clock.lap("p3.host");
             if (m == 0) return;
-            sums.resize(m);
-            fds.resize(m);
-            engine.sumCircles(jobs.data(), m, cxs.data(), 1, 1, sums.data(), fds.data());
+            if (!together) engine.sumCircles(jobs3.data(), m, radii3.data(), 1, 1, sums3.data(), fds3.data());
             clock.lap("p3.CIRC");
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
             for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(m); ++kk) {
                 const std::size_t k = static_cast<std::size_t>(kk);
-                const std::size_t i = idx[k];
-                const double r = cxs[k], frac = fracs[k];
+                const std::size_t i = idx3[k];
+                const double r = radii3[k], frac = fracs[k];
                 res.radiusOpt[i] = r;
-                res.fluxOpt[i] = sums[k].flux / frac;
-                res.fluxOptErr[i] = std::sqrt(fluxVariance(sums[k], gain, skyMeanVar[i])) / frac;
-                res.flags[i] |= fds[k].flagsFor(r);
+                res.fluxOpt[i] = sums3[k].flux / frac;
+                res.fluxOptErr[i] = std::sqrt(fluxVariance(sums3[k], gain, skyMeanVar[i])) / frac;
+                res.flags[i] |= fds3[k].flagsFor(r);
             }
         });
     }

@@ -789,6 +789,27 @@ struct CircleJob {
     std::int32_t ownId;
 };
 
+// Pass 1's sky of a source from its local sky estimate (the driver's rule, measureAperturesWith): ok: the
+// annulus' level and rms^2; failed: the map's per-pixel sky when there is a map (level and var are not
+// read then), else no level (NaN) and the variance fallbackRms^2 (readNoise / gain, or readNoise).
+struct SkyJobRule {
+    int haveMap = 0;
+    double fallbackRms = 0.0;
+};
+GPUPHOT_HD inline ApertureSky skyOfEstimate(const SkyEstimate& est, const SkyJobRule& rule) {
+    ApertureSky s;
+    if (est.ok) {
+        s.level = est.level;
+        s.var = est.rms * est.rms;
+    } else if (rule.haveMap) {
+        s.perPixel = 1;
+    } else {
+        s.level = std::numeric_limits<double>::quiet_NaN();
+        s.var = rule.fallbackRms * rule.fallbackRms;
+    }
+    return s;
+}
+
 // The driver's per-batch buffers; an engine may keep them for its next call (ApertureEngine::scratch(): the
 // CUDA engine keeps them in its DeviceContext, so that a re-run of similar size finds them sized and
 // touched). Every entry the driver reads in a batch is written in that batch first.
@@ -808,6 +829,13 @@ struct ApertureScratch {
     std::vector<std::uint8_t> measured;
     std::vector<std::size_t> slot;
     std::vector<double> fracs;
+    // pass 2's and pass 3's jobs and results (pass 1's buffers keep their sizes for the next call: a re-run
+    // then finds them sized and touched)
+    std::vector<std::size_t> idx3;
+    std::vector<double> radii3;
+    std::vector<CircleJob> jobs2, jobs3;
+    std::vector<ApertureSums> sums2, sums3;
+    std::vector<ApertureFlagDistances> fds2, fds3;
 };
 
 class ApertureEngine {
@@ -857,6 +885,31 @@ public:
                               std::int32_t* /*index*/) {
         return false;
     }
+    // Pass 1's circles (one radius list for all) and Kron queued behind the local skies of skyTicket (the
+    // localSkiesAsync call of these n sources), each job's sky set by the engine from its estimate
+    // (skyOfEstimate; the sky fields of jobs and kronJobs are not read), so that the engine need not wait for
+    // the host: tickets as sumCirclesAsync's and kronAsync's. false: not chained, nothing queued (the driver
+    // sets the skies and calls those two).
+    virtual bool chainPass1(int /*skyTicket*/, const SkyJobRule& /*rule*/, const CircleJob* /*jobs*/,
+                            std::size_t /*n*/, const double* /*radii*/, std::size_t /*nr*/,
+                            ApertureSums* /*out*/, ApertureFlagDistances* /*fd*/, const KronJob* /*kronJobs*/,
+                            const KronParamsHD& /*kp*/, KronOut* /*kronOut*/, int& /*circleTicket*/,
+                            int& /*kronTicket*/) {
+        return false;
+    }
+    // Pass 3 in one call: optimalRadii's index of the n jobs into index, and for each measured job c
+    // (slot[c] < slot[c + 1], slot: n + 1 entries) circle slot[c] = circles[slot[c]] with the radius
+    // gridRadius[index[c]] (sumCircles with one radius per job): out and fd, m = slot[n] entries. false: not
+    // supported, nothing done (the driver calls optimalRadii, then sumCircles).
+    virtual bool optimalCircles(const OptimalJob* /*jobs*/, std::size_t /*n*/, const OptimalGrid& /*grid*/,
+                                const double* /*gridRadius*/, const std::size_t* /*slot*/,
+                                const CircleJob* /*circles*/, std::size_t /*m*/, std::int32_t* /*index*/,
+                                ApertureSums* /*out*/, ApertureFlagDistances* /*fd*/) {
+        return false;
+    }
+    // Whether the driver visits the sources in a spatial order (bands of rows, then x: neighbouring apertures
+    // share the CPU's caches); false: in their own order. Every result is per source: no number changes.
+    virtual bool spatialOrder() const { return true; }
 };
 
 // The stage (validation, passes, flags, curve of growth) on the given engine; cpu::measureApertures is

@@ -315,23 +315,74 @@ TEST(ApertureCuda, QueuedBatchesKeptBuffersAndSkyVariantsMatchCpu) {
     EXPECT_GT(skyFailures, 0u); // the map fallback is exercised
 }
 
-// A small field for the sanitizers (racecheck on the block-per-source sky's shared memory): the default
-// kernels, the earlier block sky, 32 and 256 threads per sky block and batches of 7 sources match the CPU.
+// A small field for the sanitizers (racecheck on the block-per-source sky's shared memory and the warp
+// kernels' sum rows): the default kernels (session 8: pass 1 chained, pass 3 in one call), the earlier block
+// sky, 32 and 256 threads per sky block, batches of 7 sources, warp circles for every call, the circles on a
+// side stream and the sky sort pair by pair match the CPU.
 TEST(ApertureCuda, SmallFieldKernelVariantsMatchCpu) {
     REQUIRE_DEVICE();
     const Field f = makeField(200, 160, 60, 3);
     RunContext c = testContext(Backend::Cpu), g = testContext(Backend::Cuda);
     const ApertureResult ref = run(f, ApertureParams{}, c);
     expectSameApertures(ref, run(f, ApertureParams{}, g));
-    for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
-             {"GPUPHOT_APERTURE_SKY", "block0"},
-             {"GPUPHOT_APERTURE_SKY_THREADS", "32"},
-             {"GPUPHOT_APERTURE_SKY_THREADS", "256"},
-             {"GPUPHOT_APERTURE_BATCH", "7"}}) {
+    for (const auto& [name, value] :
+         std::vector<std::pair<const char*, const char*>>{{"GPUPHOT_APERTURE_SKY", "block0"},
+                                                          {"GPUPHOT_APERTURE_SKY_THREADS", "32"},
+                                                          {"GPUPHOT_APERTURE_SKY_THREADS", "256"},
+                                                          {"GPUPHOT_APERTURE_BATCH", "7"},
+                                                          {"GPUPHOT_APERTURE_CIRCLE", "warp"},
+                                                          {"GPUPHOT_APERTURE_STREAMS", "2"},
+                                                          {"GPUPHOT_APERTURE_SKY_SORT", "pairs"}}) {
         SCOPED_TRACE(std::string(name) + "=" + value);
         const ScopedEnv e(name, value);
         expectSameApertures(ref, run(f, ApertureParams{}, g));
     }
+}
+
+// Session 8: pass 1's circles and Kron queued behind the local skies, each job's sky set on the device from
+// its estimate (ok; failed with the map: its per-pixel sky; failed without a map: no level and the read
+// noise's variance), the sources' own order, and the warp kernels' lane sums through shared memory
+// (GPUPHOT_APERTURE_CIRCLE=warp: pass 1 and 3 on circleWarpKernel too); also with GPUPHOT_APERTURE_CHAIN=0
+// (the host sets the skies; pass 3 in two calls), GPUPHOT_APERTURE_STREAMS=2 (the circles on a side stream),
+// GPUPHOT_APERTURE_ORDER=spatial, and the sky's sort pair by pair (GPUPHOT_APERTURE_SKY_SORT=pairs; the
+// default sorts the short strides in registers: 16 keys per thread here, 4 to 32 in the 32/256-thread and
+// pixel-annulus variants of the other tests): every variant the CPU's numbers, bitwise.
+TEST(ApertureCuda, ChainedPassOneOrderAndWarpSumsMatchCpu) {
+    REQUIRE_DEVICE();
+    const Field f = makeField(420, 360, 350, 11);
+    RunContext c = testContext(Backend::Cpu), g = testContext(Backend::Cuda);
+    const BackgroundResult none;
+    auto noMap = [&](const ApertureParams& p, RunContext& ctx) {
+        return apertureStage(ctx)(f.sim.image.view(), f.sim.defects.view(), none, f.det.segmentation.view(),
+                                  f.sources, 3.0, 1.5, 6.0, p, ctx);
+    };
+    ApertureParams failures = paramSets()[5].second; // minSkyPixels 400: many failed skies
+    std::vector<std::pair<std::string, ApertureParams>> sets{{"default", ApertureParams{}},
+                                                             {"sky failures", failures}};
+    std::size_t failedWithMap = 0, failedWithoutMap = 0;
+    for (const auto& [name, p] : sets) {
+        const ApertureResult ref = run(f, p, c), refNoMap = noMap(p, c);
+        for (std::size_t i = 0; i < ref.count; ++i) {
+            failedWithMap += (ref.flags[i] & FlagSkyFailed) && std::isfinite(ref.sky[i]) ? 1 : 0;
+            const bool inside = std::isfinite(f.sources.x[i]) && std::isfinite(f.sources.y[i]);
+            failedWithoutMap +=
+                inside && (refNoMap.flags[i] & FlagSkyFailed) && std::isnan(refNoMap.sky[i]) ? 1 : 0;
+        }
+        for (const auto& [var, value] :
+             std::vector<std::pair<const char*, const char*>>{{"GPUPHOT_APERTURE_CHAIN", "1"},
+                                                              {"GPUPHOT_APERTURE_CHAIN", "0"},
+                                                              {"GPUPHOT_APERTURE_STREAMS", "2"},
+                                                              {"GPUPHOT_APERTURE_ORDER", "spatial"},
+                                                              {"GPUPHOT_APERTURE_SKY_SORT", "pairs"},
+                                                              {"GPUPHOT_APERTURE_CIRCLE", "warp"}}) {
+            SCOPED_TRACE(name + ", " + var + "=" + value);
+            const ScopedEnv e(var, value);
+            expectSameApertures(ref, run(f, p, g));
+            expectSameApertures(refNoMap, noMap(p, g));
+        }
+    }
+    EXPECT_GT(failedWithMap, 0u);
+    EXPECT_GT(failedWithoutMap, 0u);
 }
 
 TEST(ApertureCuda, RegisteredWithCore) {
