@@ -145,51 +145,87 @@ __global__ void largeEndsKernel(const std::int64_t* pixStart, std::int64_t n, in
     ends[i] = b - a > rankMax ? b : a;
 }
 
-struct DeviceWindowRow {
-    const DeviceDetectionImages* im;
-    const std::int32_t* segRow;
-    int y;
-    __device__ float sub(int x) const { return im->subAt(x, y); }
-    __device__ float rms(int x) const { return im->rmsAt(x, y); }
-    __device__ std::uint8_t state(int x) const { return im->stateAt(x, y); }
-    __device__ std::int32_t seg(int x) const { return segRow[x]; }
-};
-struct DeviceWindowImage {
-    const DeviceDetectionImages* im;
-    const std::int32_t* seg;
-    __device__ DeviceWindowRow row(int y) const {
-        return {im, seg + static_cast<std::size_t>(y) * static_cast<std::size_t>(im->width), y};
-    }
-};
-
-// One warp per object in final order k. Every lane walks the sorted growth curve (the same loads: broadcast)
-// to the half-light radius and keeps the window state (uniform); each iteration's box is taken 32 pixels
-// (raster order) at a time, the lanes compute their pixel's terms into shared memory (one row of 32 per sum,
-// padded against bank conflicts) and lanes 0-4 each add one of the five sums over the used pixels in lane
-// order: every sum is the CPU's, pixel after pixel (windowAdd adds the five independently), at a fifth of
-// the serial adds' issue slots of one lane adding all five.
+// One warp per object in final order k. The sorted growth curve is read 32 entries at a time (one per lane,
+// handed round by shuffles) and walked by every lane to the half-light radius (the same values: the window
+// state is uniform). Each iteration's box is taken 32 pixels (raster order) at a time: every lane loads its
+// pixel's five values together (state, frame, level, rms, map; the next chunk's while this one is summed),
+// computes its terms (zero for a pixel that does not count) into shared memory (one row of 32 per sum, padded
+// against bank conflicts), and lanes 0-4 each add one of the five sums over the 32 in lane order, unrolled
+// (the loads ahead of the dependent adds). Every sum is the CPU's, pixel after pixel: the zeros change
+// nothing (a sum that starts at +0 is never -0, and s + 0 = s for every other s).
 constexpr int kWindowWarps = 4; // warps per block
 constexpr int kTermStride = kWarp + 1;
-__global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixStart, const WindowObject* obj,
-                             const double* r2, const float* value, std::int64_t n, DeviceDetectionImages im,
-                             const std::int32_t* seg, detail::WindowConfig cfg, WindowResult* out,
-                             std::int64_t* work) {
+
+// One lane's box pixel, loaded ahead of its terms.
+struct WindowPixel {
+    int x = 0, y = 0;
+    bool in = false; // inside the box (else the lane's terms are zero)
+    std::uint8_t state = 0;
+    float frame = 0.0f, level = 0.0f, rms = 0.0f;
+    std::int32_t seg = 0;
+};
+// The row accessors windowTerms reads, answered from the loaded values (subAt's value: 0 for a bad pixel,
+// else frame - level in float).
+struct LoadedWindowRow {
+    WindowPixel p;
+    __device__ float sub(int) const { return (p.state & detail::StateBad) ? 0.0f : p.frame - p.level; }
+    __device__ float rms(int) const { return p.rms; }
+    __device__ std::uint8_t state(int) const { return p.state; }
+    __device__ std::int32_t seg(int) const { return p.seg; }
+};
+
+// The lane's pixel (x, y) of the box loaded when it lies in the box (y <= yb: the box's pixels in raster
+// order, x in [xa, xb] always).
+__device__ inline WindowPixel loadWindowPixel(const DeviceDetectionImages& im, const std::int32_t* seg, int x,
+                                              int y, int yb) {
+    WindowPixel q;
+    q.x = x;
+    q.y = y;
+    if (y > yb) return q;
+    q.in = true;
+    const std::size_t at = im.at(x, y);
+    q.state = __ldg(im.state + at);
+    q.frame = __ldg(im.frame + at);
+    q.level = __ldg(im.level + at);
+    q.rms = __ldg(im.rms + at);
+    q.seg = __ldg(seg + at);
+    return q;
+}
+
+// Warp w takes object k = byWork[w] (the objects by decreasing pixel count: the long windows first, the
+// short ones fill the tail), or k = w when byWork is null.
+__global__ void __launch_bounds__(kWindowWarps * kWarp)
+    windowKernel(const std::int32_t* order, const std::int32_t* byWork, const std::int64_t* pixStart,
+                 const WindowObject* obj, const double* r2, const float* value, std::int64_t n,
+                 DeviceDetectionImages im, const std::int32_t* seg, detail::WindowConfig cfg,
+                 WindowResult* out, std::int64_t* work) {
     __shared__ double terms[kWindowWarps][5 * kTermStride];
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(kWindowWarps) + warp;
-    if (k >= n) return; // the whole warp
+    const std::int64_t w = blockIdx.x * static_cast<std::int64_t>(kWindowWarps) + warp;
+    if (w >= n) return; // the whole warp
+    const std::int64_t k = byWork ? byWork[w] : w;
     const std::int32_t i = order[k];
     const std::int32_t id = static_cast<std::int32_t>(k + 1);
     const WindowObject m = obj[i];
     const std::int64_t p0 = pixStart[i];
+    const std::int64_t curve = pixStart[i + 1] - p0;
     const double* kr2 = r2 + p0;
     const float* kv = value + p0;
-    const double half = detail::halfLightRadiusSorted(m, pixStart[i + 1] - p0,
-                                                      [&](std::int64_t j, double& a, double& v) {
-                                                          a = kr2[j];
-                                                          v = kv[j];
-                                                      });
-    const DeviceWindowImage img{&im, seg};
+    std::int64_t loaded = -1; // the first entry of the lanes' batch of the curve
+    double batchR2 = 0.0;
+    float batchV = 0.0f;
+    const double half = detail::halfLightRadiusSorted(m, curve, [&](std::int64_t j, double& a, double& v) {
+        const std::int64_t b = j & ~static_cast<std::int64_t>(kWarp - 1);
+        if (b != loaded) { // uniform: every lane walks the same j
+            loaded = b;
+            const std::int64_t q = b + lane;
+            batchR2 = q < curve ? kr2[q] : 0.0;
+            batchV = q < curve ? kv[q] : 0.0f;
+        }
+        const int src = static_cast<int>(j & (kWarp - 1));
+        a = __shfl_sync(0xffffffffu, batchR2, src);
+        v = __shfl_sync(0xffffffffu, batchV, src);
+    });
     double* tw = terms[warp];
     detail::WindowState s = detail::windowStart(m, half, cfg);
     const int iterations = detail::windowIterations(cfg);
@@ -199,38 +235,43 @@ __global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixS
         if (!detail::windowBox(s, cfg, xa, xb, ya, yb)) break;
         const int bw = xb - xa + 1, bh = yb - ya + 1;
         const std::int64_t count = bw > 0 && bh > 0 ? static_cast<std::int64_t>(bw) * bh : 0;
-        const bool narrow = count <= 0x7fffffff; // 32-bit positions
         visited += count;
         double sum = 0.0; // lane a < 5: sum a (sw, swx, swy, sex, sey)
+        if (count == 0) {
+            if (!detail::windowStep(s, detail::WindowSums{}, cfg)) break;
+            continue;
+        }
+        // Box pixel j = base + lane at (x, y), stepped 32 pixels on per chunk: 32 = q32 rows + r32 pixels.
+        const int q32 = kWarp / bw, r32 = kWarp % bw;
+        int x = xa + lane % bw, y = ya + lane / bw;
+        WindowPixel px = loadWindowPixel(im, seg, x, y, yb);
         for (std::int64_t base = 0; base < count; base += kWarp) {
-            const std::int64_t j = base + lane;
-            bool use = false;
-            detail::WindowSums t;
-            if (j < count) {
-                int yy, xx;
-                if (narrow) {
-                    const int j32 = static_cast<int>(j);
-                    yy = ya + j32 / bw;
-                    xx = xa + j32 % bw;
-                } else {
-                    yy = ya + static_cast<int>(j / bw);
-                    xx = xa + static_cast<int>(j % bw);
-                }
-                use = detail::windowTerms(s, cfg, id, img.row(yy), xx, yy, t);
+            x += r32;
+            y += q32;
+            if (x > xb) {
+                x -= bw;
+                ++y;
             }
-            if (use) {
-                tw[lane] = t.sw;
-                tw[kTermStride + lane] = t.swx;
-                tw[2 * kTermStride + lane] = t.swy;
-                tw[3 * kTermStride + lane] = t.sex;
-                tw[4 * kTermStride + lane] = t.sey;
+            const WindowPixel next = loadWindowPixel(im, seg, x, y, yb);
+            detail::WindowSums t; // zeros
+            if (px.in) {
+                detail::WindowSums u;
+                if (detail::windowTerms(s, cfg, id, LoadedWindowRow{px}, px.x, px.y, u)) t = u;
             }
-            const unsigned used = __ballot_sync(0xffffffffu, use);
+            tw[lane] = t.sw;
+            tw[kTermStride + lane] = t.swx;
+            tw[2 * kTermStride + lane] = t.swy;
+            tw[3 * kTermStride + lane] = t.sex;
+            tw[4 * kTermStride + lane] = t.sey;
             __syncwarp();
-            if (lane < 5)
-                for (unsigned u = used; u; u &= u - 1)
-                    sum += tw[lane * kTermStride + __ffs(u) - 1];
+            if (lane < 5) {
+                const double* row = tw + lane * kTermStride;
+#pragma unroll
+                for (int e = 0; e < kWarp; ++e)
+                    sum += row[e];
+            }
             __syncwarp();
+            px = next;
         }
         detail::WindowSums q;
         q.sw = __shfl_sync(0xffffffffu, sum, 0);
@@ -240,8 +281,19 @@ __global__ void windowKernel(const std::int32_t* order, const std::int64_t* pixS
         q.sey = __shfl_sync(0xffffffffu, sum, 4);
         if (!detail::windowStep(s, q, cfg)) break;
     }
-    if (lane == 0) out[k] = detail::windowFinish(m, s);
+    if (lane == 0) out[k] = detail::windowFinish(obj[i], s); // read again: m is not held over the loop
     if (work && lane == 0) work[k] = visited;
+}
+
+// Per final position k: its object's pixel count (the sort key of the window's work order) and k.
+__global__ void workKeysKernel(const std::int32_t* order, const std::int64_t* pixStart, std::int64_t n,
+                               std::uint32_t* keys, std::int32_t* index) {
+    const std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+    if (k >= n) return;
+    const std::int32_t i = order[k];
+    const std::int64_t a = pixStart[i + 1] - pixStart[i];
+    keys[k] = static_cast<std::uint32_t>(a < 0xffffffffll ? a : 0xffffffffll);
+    index[k] = static_cast<std::int32_t>(k);
 }
 
 unsigned blocksFor(std::int64_t threads, int block) {
@@ -449,7 +501,11 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
 
     // Objects up as CSR.
     const auto n = static_cast<std::int64_t>(found.objects.size());
-    std::vector<std::int64_t> pixStart(found.objects.size() + 1);
+    // The pixel offsets in host memory kept in the context between frames (not faulted in afresh).
+    std::shared_ptr<void>& hostState = dc.stageState("detection finish: pixel offsets");
+    if (!hostState) hostState = std::make_shared<std::vector<std::int64_t>>();
+    std::vector<std::int64_t>& pixStart = *static_cast<std::vector<std::int64_t>*>(hostState.get());
+    pixStart.resize(found.objects.size() + 1); // every entry written by finishLayout
     const FinishLayout layout = finishLayout(found, pixStart.data(), threads);
     const std::size_t mapBytes = npix * sizeof(std::int32_t);
     const std::size_t stepBytes =
@@ -570,10 +626,36 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
         r2 = {};
         value = {};
+        // The window's work order: the objects by decreasing pixel count (a stable radix sort);
+        // GPUPHOT_DETECTION_WINDOW_ORDER=raster: in final order (comparisons).
+        DeviceBuffer<std::int32_t> byWork;
+        const char* wo = std::getenv("GPUPHOT_DETECTION_WINDOW_ORDER");
+        if (!(wo && std::strcmp(wo, "raster") == 0)) {
+            DeviceBuffer<std::uint32_t> wKeys(dc, n), wKeysSorted(dc, n);
+            DeviceBuffer<std::int32_t> wIndex(dc, n);
+            byWork = DeviceBuffer<std::int32_t>(dc, n);
+            int keyBits = 1;
+            while (keyBits < 32 && (std::int64_t(1) << keyBits) <= largest)
+                ++keyBits;
+            std::size_t sortBytes = 0;
+            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, sortBytes, wKeys.get(),
+                                                                         wKeysSorted.get(), wIndex.get(),
+                                                                         byWork.get(), n, 0, keyBits, st));
+            DeviceBuffer<unsigned char> sortTemp(dc, sortBytes);
+            kc.time("finish: window work order (sort by pixel count)", [&] {
+                workKeysKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(order.get(), dPixStart, n,
+                                                                        wKeys.get(), wIndex.get());
+                GPUPHOT_CUDA_CHECK(cudaGetLastError());
+                GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
+                    sortTemp.get(), sortBytes, wKeys.get(), wKeysSorted.get(), wIndex.get(), byWork.get(), n,
+                    0, keyBits, st));
+            });
+        }
         if (kc.on()) workCount = DeviceBuffer<std::int64_t>(dc, n);
         kc.time("finish: windowed positions", [&] {
             windowKernel<<<blocksFor(n, kWindowWarps), kWindowWarps * kWarp, 0, st>>>(
-                order.get(), dPixStart, dObj, r2Sorted.get(), valueSorted.get(), n, im, seg.get(),
+                order.get(), byWork.get(), dPixStart, dObj, r2Sorted.get(), valueSorted.get(), n, im,
+                seg.get(),
                 detail::windowConfig(p, w, h), win.get(), workCount.get());
         });
         GPUPHOT_CUDA_CHECK(cudaGetLastError());
@@ -658,6 +740,15 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         timer.lap("finish: segmentation download (cuda, budget)");
     }
     ctx.report("detection", 1.0);
+}
+
+bool takeRecycledObjects(DeviceContext& dc, std::vector<detail::Object>& objects,
+                         std::vector<detail::IsoMeasure>& iso) {
+    const char* e = std::getenv("GPUPHOT_DETECTION_RECYCLE");
+    if (e && std::strcmp(e, "0") == 0) return false;
+    SegmentationPool& pool = segmentationPool(dc);
+    std::lock_guard lock(pool.mutex);
+    return pool.objectsRelease.takeRecycled(objects, iso);
 }
 
 const std::int32_t* deviceSegmentation(DeviceContext& dc, const SegmentationMap& map) {

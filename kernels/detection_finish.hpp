@@ -29,6 +29,12 @@ struct DeviceDetectionImages;
 void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const DeviceDetectionImages& im,
                      const DetectionParams& p, RunContext& ctx, DetectionResult& result);
 
+// The containers of dc's last finished detection once its release thread has freed their objects' runs
+// (DeferredRelease::takeRecycled: not waited for), for the next detectObjects' result storage; false when
+// there are none (GPUPHOT_DETECTION_RECYCLE=0: never).
+bool takeRecycledObjects(DeviceContext& dc, std::vector<detail::Object>& objects,
+                         std::vector<detail::IsoMeasure>& iso);
+
 // ---- deferred segmentation maps on the device ---------------------------------------------------------
 // Lifetime: the device buffer is counted in dc's budget (inUse) while the map holds it. A map outliving
 // its DeviceContext (the RunContext destroyed first) is downloaded into host memory held by its source

@@ -6,7 +6,10 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -18,6 +21,7 @@
 #include "core/stages/detection_sums.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/detection_device.cuh"
+#include "kernels/detection_finish.hpp"
 #include "kernels/detection_objects.hpp"
 #include "kernels/device_context.hpp"
 
@@ -383,6 +387,12 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
 
 } // namespace
 
+namespace {
+std::atomic<std::uint64_t> g_recycledStorages{0};
+} // namespace
+
+std::uint64_t recycledStorages() { return g_recycledStorages.load(); }
+
 bool detectObjectsOnDevice(const DetectionParams& p) { return p.minArea >= 1 && p.minArea <= kMaxMinArea; }
 
 detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, const DeviceDetectionImages& im,
@@ -426,8 +436,19 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     // works. Made: one element per root and one per 16 roots for the deblended children (a 151 MP / 134k
     // frame has about one extra child per 50 roots); room for two per root (more: take() makes the storage
     // afresh).
+    // The last frame's containers (their pages resident) when the finish step's release thread handed them
+    // back: no helper thread then.
     detail::ObjectStorage storage;
-    storage.start(nRoots + nRoots / 16, 2 * nRoots, threads);
+    {
+        std::vector<detail::Object> ro;
+        std::vector<detail::IsoMeasure> ri;
+        takeRecycledObjects(dc, ro, ri);
+        storage.start(nRoots + nRoots / 16, 2 * nRoots, threads, std::move(ro), std::move(ri));
+        if (storage.recycled()) ++g_recycledStorages;
+        if (timer.on())
+            std::fprintf(stderr, "detection timing: result storage %s\n",
+                         storage.recycled() ? "recycled (the last frame's)" : "made on a helper thread");
+    }
 
     // 3. The single-peak test on the device of every root that deblendObject examines beyond its first tests.
     if (hostLabels) {
@@ -531,7 +552,12 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         return ax > ay || (ax == ay && x < y);
     });
     std::vector<detail::DeblendOutput> deblended(multi.size());
-    detail::parallelFor(multi.size(), storage.teamThreads(threads), 1, [&](std::int64_t at) {
+    // GPUPHOT_DETECTION_TIMING: each blend's host time (its load balance).
+    std::vector<double> blendMs(timer.on() ? multi.size() : 0);
+    const int deblendThreads = storage.teamThreads(threads);
+    detail::parallelFor(multi.size(), deblendThreads, 1, [&](std::int64_t at) {
+        using Clock = std::chrono::steady_clock;
+        const Clock::time_point t0 = blendMs.empty() ? Clock::time_point{} : Clock::now();
         const std::int32_t m = byCost[at];
         const Box& b = boxes[m];
         const std::int32_t root = multi[m];
@@ -546,8 +572,27 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         bim.absolute = im.absolute;
         const std::vector<Run> runsOfRoot(hr.runs + hr.start[root], hr.runs + hr.start[root + 1]);
         detail::deblendObject(runsOfRoot, bim, p, deblended[m], false);
+        if (!blendMs.empty())
+            blendMs[at] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     });
     timer.lap("deblending (host)");
+    if (!blendMs.empty()) {
+        double sum = 0.0, top = 0.0;
+        std::size_t topAt = 0;
+        for (std::size_t a = 0; a < blendMs.size(); ++a) {
+            sum += blendMs[a];
+            if (blendMs[a] > top) {
+                top = blendMs[a];
+                topAt = a;
+            }
+        }
+        const Box& tb = boxes[byCost[topAt]];
+        std::fprintf(stderr,
+                     "detection timing: deblending: %zu blends on %d threads, %.3f ms of thread time "
+                     "(%.3f ms each if even), longest %.3f ms (box %dx%d, %zu-th by box size)\n",
+                     blendMs.size(), deblendThreads, sum, sum / std::max(1, deblendThreads), top, tb.w, tb.h,
+                     topAt + 1);
+    }
     // The objects in root order, children in deblending order (as core's detectObjects); the children of the
     // split roots numbered in that order for their sums. The roots' runs stay in the pinned download, the
     // children's in `deblended` (taken over by the kept objects).

@@ -17,6 +17,9 @@ struct DeviceDetectionImages;
 // selected in a per-thread array); else the caller keeps core's host detectObjects on host images.
 constexpr int kMaxMinArea = 64;
 bool detectObjectsOnDevice(const DetectionParams& p);
+// detectObjects calls whose result storage was the containers of the context's last detection, handed back by
+// the finish step's release thread (process-wide; tests).
+std::uint64_t recycledStorages();
 
 // core's detail::detectObjects on device images: the same objects, runs, flags, IsoMeasure values (bit for
 // bit) and order. `runs`: the above-threshold runs in raster order (consumed). Labelling and the minimum

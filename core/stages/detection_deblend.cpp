@@ -71,7 +71,8 @@ struct DeblendScratch {
     std::vector<double> tLevel;
     std::vector<Branch> branches; // [0, nBranches) in use
     std::size_t nBranches = 0;
-    std::vector<std::int32_t> cur, next, runStart, abovePix, compArea, parent, lab, owner;
+    std::vector<std::int32_t> cur, next, runStart, abovePix, compArea, parent, lab, owner, boxIndex;
+    std::vector<std::uint8_t> isMax;
     std::vector<Run> subRuns;
     std::vector<double> compFlux;
     std::vector<Gaussian2d> model;
@@ -112,7 +113,7 @@ int peakCount(const std::vector<Run>& root, const DetectionImages& im) {
 }
 
 void deblendObject(const std::vector<Run>& root, const DetectionImages& im, const DetectionParams& p,
-                   DeblendOutput& out, bool peakShortcut) {
+                   DeblendOutput& out, bool peakShortcut, bool freezeSinglePeak) {
     out.children.clear();
     out.split = false;
     out.overflow = false;
@@ -184,13 +185,62 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
         tLevel[k] = t0 * std::pow(fmax / t0, static_cast<double>(k) / nLevels);
         if (k > 1 && !(tLevel[k] >= tLevel[k - 1])) increasing = false;
     }
+    // The region's local maxima: pixels that no 8-neighbour of the region exceeds. A part above a level t_k
+    // of a branch holds its largest pixel m; a region neighbour of m above t_k lies in the same branch (the
+    // two were above every earlier level, adjacent: never separated) and in the same part, so it is not
+    // larger, and the other neighbours are at most t_k: m is such a maximum. So a branch holding at most one
+    // never splits: it is frozen at once (with increasing thresholds) instead of being examined at every
+    // later level, which gives the same branches (freezeSinglePeak = false examines them; tests compare).
+    const bool freeze = freezeSinglePeak && increasing;
+    std::vector<std::uint8_t>& isMax = w.isMax;
+    if (freeze) {
+        std::int32_t xMin = xs[0], xMax = xs[0];
+        for (const Run& r : root) {
+            xMin = std::min(xMin, r.x0);
+            xMax = std::max(xMax, r.x1);
+        }
+        const std::int32_t yMin = ys[0], yMax = ys[n - 1];
+        const std::int64_t bw = static_cast<std::int64_t>(xMax) - xMin + 1;
+        const std::int64_t bh = static_cast<std::int64_t>(yMax) - yMin + 1;
+        std::vector<std::int32_t>& at = w.boxIndex;
+        at.assign(static_cast<std::size_t>(bw * bh), -1);
+        for (std::int32_t i = 0; i < n; ++i)
+            at[static_cast<std::size_t>((ys[i] - yMin) * bw + (xs[i] - xMin))] = i;
+        isMax.resize(n);
+        for (std::int32_t i = 0; i < n; ++i) {
+            const float f = fs[i];
+            bool top = true;
+            for (int dy = -1; dy <= 1 && top; ++dy) {
+                const std::int32_t yy = ys[i] + dy;
+                if (yy < yMin || yy > yMax) continue;
+                for (int dx = -1; dx <= 1; ++dx) {
+                    const std::int32_t xx = xs[i] + dx;
+                    if (xx < xMin || xx > xMax) continue;
+                    const std::int32_t j = at[static_cast<std::size_t>((yy - yMin) * bw + (xx - xMin))];
+                    if (j >= 0 && fs[j] > f) {
+                        top = false;
+                        break;
+                    }
+                }
+            }
+            isMax[i] = top ? 1 : 0;
+        }
+    }
+    auto singlePeak = [&](const std::vector<std::int32_t>& pix) {
+        int count = 0;
+        for (const std::int32_t i : pix)
+            if (isMax[i] && ++count >= 2) return false;
+        return true;
+    };
     std::vector<Branch>& branches = w.branches;
     w.nBranches = 0;
     {
-        std::vector<std::int32_t>& all = branches[w.newBranch()].pix;
+        Branch& whole = branches[w.newBranch()];
+        std::vector<std::int32_t>& all = whole.pix;
         all.resize(n);
         for (std::int32_t i = 0; i < n; ++i)
             all[i] = i;
+        if (freeze) whole.frozen = singlePeak(all);
     }
     std::vector<std::int32_t>& cur = w.cur; // indices into branches
     std::vector<std::int32_t>& next = w.next;
@@ -282,6 +332,7 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
                     if (lab[r] == c)
                         for (std::int32_t q = runStart[r]; q < runStart[r + 1]; ++q)
                             part.push_back(abovePix[q]);
+                if (freeze) branches[bp].frozen = singlePeak(part);
                 next.push_back(bp);
             }
         }

@@ -135,10 +135,11 @@ struct DeblendOutput {
     bool split = false;
     bool overflow = false;
 };
-// peakShortcut = false skips the peakCount test (tests/core/detection_peaks_test.cpp checks that it never
-// changes the result).
+// peakShortcut = false skips the peakCount test; freezeSinglePeak = false examines at every level the
+// branches that hold a single local maximum of the region, which never split
+// (tests/core/detection_peaks_test.cpp checks that neither changes the result).
 void deblendObject(const std::vector<Run>& root, const DetectionImages& im, const DetectionParams& p,
-                   DeblendOutput& out, bool peakShortcut = true);
+                   DeblendOutput& out, bool peakShortcut = true, bool freezeSinglePeak = true);
 
 // Isophotal measurements of one object (all pixels of its footprint, raster order, double sums).
 struct IsoMeasure {
@@ -248,11 +249,20 @@ public:
     // Starts making `count` value-initialised objects and measurements (room for `capacity`) on a helper
     // thread; nothing when threads <= 1, count < 4096 or no thread can be made (take() makes them then).
     void start(std::size_t count, std::size_t capacity, int threads);
+    // The same with the containers of an earlier result (pages already resident, e.g. handed back by the
+    // CUDA finish step's release thread): adopted when both have room for `count` (no helper thread; their
+    // elements keep stale values, which finishObjectsFromSums overwrites: every kept object's flags, runs
+    // and measurement), else freed and start(count, capacity, threads).
+    void start(std::size_t count, std::size_t capacity, int threads, std::vector<Object>&& recycledObjects,
+               std::vector<IsoMeasure>&& recycledIso);
+    // Whether the storage came from recycled containers (tests, timing).
+    bool recycled() const { return m_recycled; }
     // Whether the helper thread is still at work (the caller may leave it a core: teamThreads).
     bool busy() const { return m_busy.load(std::memory_order_acquire); }
     int teamThreads(int threads) const { return busy() && threads > 2 ? threads - 1 : threads; }
     // Joins the helper; n value-initialised objects and measurements (the helper's where it made room for
-    // them, else made here with their fresh pages faulted in by `threads` threads).
+    // them, else made here with their fresh pages faulted in by `threads` threads); recycled ones (start's
+    // second form) hold stale values within their old size.
     void take(std::size_t n, int threads, std::vector<Object>& objects, std::vector<IsoMeasure>& iso);
 
 private:
@@ -263,6 +273,7 @@ private:
     std::vector<IsoMeasure> m_iso;
     std::thread m_thread;
     std::atomic<bool> m_busy{false};
+    bool m_recycled = false;
 };
 
 // An object before CLEAN for finishObjectsFromSums: its runs (raster order) at runs[0 .. nRuns), and `owned`,

@@ -6,12 +6,25 @@
 // CUDA's differ in the last bit for some arguments). Not a public API.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "core/model/sources.hpp"
 #include "core/stages/detection_internal.hpp"
 #include "core/util/hd.hpp"
 
 namespace gpuphot::detail {
+
+// 2^k as a double for -1022 <= k <= 1023 (its exponent bits).
+GPUPHOT_HD inline double windowPow2(int k) {
+    const std::uint64_t bits = static_cast<std::uint64_t>(k + 1023) << 52;
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double(static_cast<long long>(bits));
+#else
+    double d;
+    std::memcpy(&d, &bits, sizeof d);
+    return d;
+#endif
+}
 
 // exp(x), the same bits on the host and the device: x = k ln2 + r (|r| <= ln2 / 2, Cody-Waite with a
 // two-part ln2 whose high part has 11 trailing zero bits, so k * hi is exact for |k| < 2^11), exp(r) by
@@ -39,7 +52,12 @@ GPUPHOT_HD inline double windowExp(double x) {
     p = p * r + 1.0 / 6.0;         // 1/3!
     p = p * r + 0.5;               // 1/2!
     p = p * r + 1.0;
-    return std::ldexp(1.0 + r * p, static_cast<int>(k)); // the leading 1 added last
+    const double y = 1.0 + r * p; // the leading 1 added last
+    const int ki = static_cast<int>(k);
+    // Times 2^k: for |k| <= 1000 a product by the exact power of two, whose result (about 2^k) is a normal
+    // double, so it is exact: the same bits as ldexp (a library call on the host, a dozen instructions with
+    // branches on the device); ldexp itself near the ends of the range.
+    return ki >= -1000 && ki <= 1000 ? y * windowPow2(ki) : std::ldexp(y, ki);
 }
 
 // What the window iteration needs of an object's isophotal measurement.
@@ -68,25 +86,27 @@ GPUPHOT_HD inline double windowR2(const WindowObject& m, std::int32_t x, std::in
 
 // Half-light radius from the isophotal pixels' circular growth curve: pixel(i, r2, v) gives the i-th
 // pixel (i = 0..count-1) in order of r2 (ties: raster order) and its value; linear interpolation between
-// pixels.
+// pixels. The radii (square roots) are taken only where the walk stops: the previous pixel's radius is
+// sqrt of its r2, 0 before the first pixel.
 template <class Pixel>
 GPUPHOT_HD double halfLightRadiusSorted(const WindowObject& m, std::int64_t count, const Pixel& pixel) {
     const double target = 0.5 * m.flux;
     if (!(target > 0.0)) return std::sqrt(0.5 * (m.x2 + m.y2)) * 1.17741;
-    double cum = 0.0, prevR = 0.0, prevCum = 0.0;
+    double cum = 0.0, prevR2 = 0.0, prevCum = 0.0;
     for (std::int64_t i = 0; i < count; ++i) {
         double r2 = 0.0, v = 0.0;
         pixel(i, r2, v);
-        const double r = std::sqrt(r2);
         cum += v;
         if (cum >= target) {
+            const double r = std::sqrt(r2);
+            const double prevR = i > 0 ? std::sqrt(prevR2) : 0.0;
             const double f = cum > prevCum ? (target - prevCum) / (cum - prevCum) : 1.0;
             return prevR + f * (r - prevR);
         }
-        prevR = r;
+        prevR2 = r2;
         prevCum = cum;
     }
-    return prevR;
+    return count > 0 ? std::sqrt(prevR2) : 0.0;
 }
 
 // The window iteration (SExtractor's accelerated XWIN/YWIN step) in pieces, so that the CPU (one object

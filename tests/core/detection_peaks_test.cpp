@@ -104,6 +104,63 @@ TEST(DetectionPeaks, ShortcutWithInvalidPixelsNextToStars) {
     checkField(sim, p, "invalid pixels, no filter");
 }
 
+// deblendObject freezes a branch that holds at most one local maximum of its region (it never splits) instead
+// of examining it at every later level: the same children, flags and overflow as examining every branch, root
+// by root, on crowded fields with several settings (64 levels, no contrast, no filter, few children allowed)
+// and with invalid pixels. Returns the roots that were split.
+std::size_t checkFreeze(const SimResult& sim, const DetectionParams& p, const std::string& what) {
+    SCOPED_TRACE(what);
+    RunContext ctx;
+    ctx.threads = 2;
+    const auto prepared = prepareField(sim, p, ctx);
+    const detail::PreparedDetection& prep = prepared->prep;
+    const detail::RootRuns rr = detail::labelRoots(prep.runs, p.minArea);
+    std::size_t split = 0;
+    for (std::size_t k = 0; k < rr.size(); ++k) {
+        const std::vector<detail::Run> root(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+        detail::DeblendOutput frozen, examined;
+        detail::deblendObject(root, prep.im, p, frozen, false, true);
+        detail::deblendObject(root, prep.im, p, examined, false, false);
+        split += examined.split;
+        EXPECT_EQ(frozen.split, examined.split) << "root " << k;
+        EXPECT_EQ(frozen.overflow, examined.overflow) << "root " << k;
+        EXPECT_EQ(frozen.children.size(), examined.children.size()) << "root " << k;
+        if (frozen.children.size() != examined.children.size()) continue;
+        for (std::size_t c = 0; c < frozen.children.size(); ++c)
+            EXPECT_TRUE(sameRuns(frozen.children[c], examined.children[c])) << "root " << k << " child " << c;
+    }
+    return split;
+}
+
+TEST(DetectionPeaks, FrozenSinglePeakBranchesNeverChangeTheDeblending) {
+    std::size_t split = 0;
+    for (std::uint64_t seed : {31u, 32u}) {
+        const SimResult sim = test::clusteredField(300, 260, 1500, seed);
+        DetectionParams p;
+        split += checkFreeze(sim, p, "default");
+        p.deblendLevels = 64;
+        p.deblendContrast = 0.0005;
+        split += checkFreeze(sim, p, "64 levels, contrast 0.0005");
+        p = DetectionParams{};
+        p.filter = false;
+        p.minArea = 2;
+        p.deblendContrast = 0.0;
+        split += checkFreeze(sim, p, "no filter, minArea 2, contrast 0");
+        p = DetectionParams{};
+        p.deblendMaxChildren = 3;
+        p.deblendContrast = 0.0;
+        split += checkFreeze(sim, p, "at most 3 children");
+    }
+    SimResult sim = test::clusteredField(240, 200, 900, 33);
+    for (int y = 90; y < 110; ++y)
+        for (int x = 100; x < 104; ++x)
+            sim.image(x, y) = std::numeric_limits<float>::quiet_NaN();
+    for (int y = 0; y < sim.image.height(); ++y)
+        sim.defects(60, y) |= MaskOutside;
+    split += checkFreeze(sim, DetectionParams{}, "invalid pixels");
+    EXPECT_GT(split, 200u);
+}
+
 // detail::finishObjectsFromSums (the CUDA per-object half's end: CLEAN from the CLEAN sums, the kept objects'
 // measurements with the CLEANed ones merged, built compacted in parallel) against core's detectObjects
 // (per-object measurement, cleanTargets from the footprints, applyClean): the same objects, runs, flags and

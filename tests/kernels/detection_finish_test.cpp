@@ -140,6 +140,34 @@ TEST(CudaDetectionFinish, RankAndSegmentedSortsGiveTheSameCurves) {
     }
 }
 
+TEST(CudaDetectionFinish, WindowSizesAndIterationsBitwise) {
+    REQUIRE_DEVICE();
+    // The window kernel takes each box 32 pixels at a time (the next 32 loaded while these are summed) and
+    // reads the growth curves 32 entries at a time: boxes narrower and wider than a warp (window sigma floors
+    // of 0.5 and 5 px), one iteration and up to 40 (tolerance 0), with the Poisson term; curves longer than
+    // 32 pixels; the objects taken by decreasing size (default) or in final order. Each bitwise the CPU's.
+    RunContext ctx = cudatest::cpuContext();
+    const Inputs in = fromSim(cudatest::simulateSmall(333, 271, 700, 16), ctx);
+    for (const char* order : {"", "raster"}) {
+        std::unique_ptr<cudatest::EnvOverride> env;
+        if (*order) env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_WINDOW_ORDER", order);
+        for (const double minSigma : {0.5, 5.0}) {
+            for (const int iterations : {1, 40}) {
+                SCOPED_TRACE(std::string("order ") + order + ", window sigma floor " +
+                             std::to_string(minSigma) + ", iterations " + std::to_string(iterations));
+                DetectionParams p = gainParams();
+                p.windowMinSigma = minSigma;
+                p.windowMaxIterations = iterations;
+                if (iterations > 1) p.windowTolerance = 0.0;
+                const Finished f = finishBoth(in, p);
+                ASSERT_GT(f.cpu.sources.size(), 100u);
+                EXPECT_GT(*std::max_element(f.cpu.sources.areaIso.begin(), f.cpu.sources.areaIso.end()), 64);
+                expectSameDetection(f.cpu, f.gpu);
+            }
+        }
+    }
+}
+
 TEST(CudaDetectionFinish, EveryReleaseModeGivesTheSameResult) {
     REQUIRE_DEVICE();
     // The objects freed by the context's release thread at idle priority (default), at normal priority, or

@@ -5,10 +5,12 @@
 #include <cuda_runtime.h> // __host__ / __device__ for detection_device.cuh
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/model/flags.hpp"
@@ -266,6 +268,31 @@ TEST(DetectionObjectsCuda, WholeStageMatchesCpuOnCrowdedField) {
         EXPECT_EQ(cuda::DeviceContext::of(g).planMode(), "whole");
         cudatest::expectSameDetection(dc, dg);
     }
+}
+
+// Frames of different sizes on one context: the result storage of each frame after the first is the
+// containers of the one before (stale values, a larger or smaller count than needed) when the release thread
+// handed them back, else made afresh; every frame bitwise the CPU's.
+TEST(DetectionObjectsCuda, WholeStageRecyclesStorageAcrossFrames) {
+    REQUIRE_DEVICE();
+    RunContext c = cpuContext();
+    RunContext g = cudaContext();
+    const std::uint64_t before = cuda::recycledStorages();
+    const SimResult fields[] = {
+        test::clusteredField(333, 301, 2000, 9), test::clusteredField(200, 180, 400, 3),
+        test::clusteredField(420, 380, 3200, 5), test::clusteredField(333, 301, 2000, 9)};
+    for (const SimResult& sim : fields) {
+        const BackgroundResult bkg =
+            estimateBackground(sim.image.view(), sim.defects.view(), BackgroundParams{}, c);
+        const DetectionResult dc =
+            cpu::detectSources(sim.image.view(), sim.defects.view(), bkg, DetectionParams{}, c);
+        const DetectionResult dg =
+            cuda::detectSources(sim.image.view(), sim.defects.view(), bkg, DetectionParams{}, g);
+        EXPECT_GT(dc.sources.size(), 50u);
+        cudatest::expectSameDetection(dc, dg);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // the release thread frees meanwhile
+    }
+    EXPECT_GE(cuda::recycledStorages() - before, 2u);
 }
 
 } // namespace
