@@ -519,8 +519,12 @@ void* DeviceContext::pinned(int slot, std::size_t bytes) {
     auto& v = m_impl->pinned;
     if (static_cast<int>(v.size()) <= slot) v.resize(slot + 1);
     if (v[slot].size() < bytes) {
+        // Half as much again (at most 32 MiB more): pinning costs milliseconds per slot, and the workbench's
+        // next frame or re-run at a lower threshold needs a little more (at 151 MP the first re-run that
+        // grew every detection slot at its exact size paid ~30 ms).
+        const std::size_t room = bytes + std::min<std::size_t>(bytes / 2, std::size_t{32} << 20);
         v[slot] = PinnedBuffer<unsigned char>(); // free first
-        v[slot] = PinnedBuffer<unsigned char>(bytes);
+        v[slot] = PinnedBuffer<unsigned char>(room);
     }
     return v[slot].get();
 }

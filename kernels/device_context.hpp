@@ -198,7 +198,9 @@ public:
     std::pair<const float*, const float*> findBackground(const std::vector<std::uint8_t>& signature) const;
     void dropBackground();
 
-    // Reusable pinned host memory (grown on demand) for downloads, by slot.
+    // Reusable pinned host memory (grown on demand, with room: half as much again, at most 32 MiB more) for
+    // downloads, by slot. Growing frees the old buffer, which synchronises the device: take a slot before
+    // queuing copies into it.
     void* pinned(int slot, std::size_t bytes);
 
     // Large host <-> device copies through pinned staging buffers (two of stagingChunk() bytes, filled and
