@@ -239,8 +239,8 @@ int main(int argc, char** argv) {
             out["control_same_as_full_run"] = d.empty();
             allSame = allSame && d.empty();
         }
-        std::printf("%-9s %8s %9s %9s %9s %9s %9s %9s  %s\n", "threshold", "sources", "total ms", "det ms",
-                    "copy ms", "aper ms", "calib ms", "median", "check");
+        std::printf("%-9s %8s %9s %9s %9s %9s %9s %9s %9s  %s\n", "threshold", "sources", "total ms", "det ms",
+                    "copy ms", "aper ms", "calib ms", "median", "first", "check");
         for (const double thr : o.thresholds) {
             PipelineConfig config = base;
             config.detection.threshold = thr;
@@ -278,13 +278,16 @@ int main(int argc, char** argv) {
             }
             for (const auto& [name, v] : copied)
                 j["worker_way_best"][name] = best(v);
+            j["first"]["wall total"] = times["wall total"].front();
             out["reruns"].push_back(j);
             auto ms = [&](const char* name) { return times.count(name) ? 1e3 * best(times[name]) : 0.0; };
             const double calib = ms("calibration") + ms("astrometry") + ms("crossmatch") + ms("zeropoint");
-            std::printf("%-9.2f %8zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f  %s\n", thr,
+            // "first": the first repeat at this threshold (what the workbench's first re-run at a new
+            // source count pays: buffers and pinned slots that grow), the others are best and median.
+            std::printf("%-9.2f %8zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f  %s\n", thr,
                         prov.detection.sources.size(), ms("wall total"), ms("wall detection"),
                         ms("provisional copy"), ms("aperture"), calib, 1e3 * median(times["wall total"]),
-                        check.c_str());
+                        1e3 * times["wall total"].front(), check.c_str());
             std::printf("          the worker's way: total %.1f ms; then, after it is out, give back %.1f ms\n",
                         1e3 * best(copied["wall total"]), 1e3 * best(copied["give back"]));
             std::printf("          detection copy %.3f ms; segmentation map to the host %.1f ms, on another "
