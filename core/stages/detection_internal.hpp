@@ -19,6 +19,7 @@
 #include "core/model/image.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/detection.hpp"
+#include "core/util/step_timer.hpp"
 
 namespace gpuphot {
 class RunContext;
@@ -28,22 +29,9 @@ namespace gpuphot::detail {
 
 // Step times of the detection stage on stderr when the environment variable GPUPHOT_DETECTION_TIMING is
 // set (a development aid: "detection timing: <step> <ms> ms"), measured from the previous lap.
-class StepTimer {
+class StepTimer : public StepLaps {
 public:
-    StepTimer() : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_t(Clock::now()) {}
-    void lap(const char* step) {
-        if (!m_on) return;
-        const auto now = Clock::now();
-        std::fprintf(stderr, "detection timing: %s %.3f ms\n", step,
-                     std::chrono::duration<double, std::milli>(now - m_t).count());
-        m_t = now;
-    }
-    bool on() const { return m_on; }
-
-private:
-    using Clock = std::chrono::steady_clock;
-    bool m_on;
-    Clock::time_point m_t;
+    StepTimer() : StepLaps("GPUPHOT_DETECTION_TIMING", "detection") {}
 };
 
 // Storage for n elements of a trivially destructible T, left uninitialised: the parallel loop that constructs
