@@ -241,23 +241,39 @@ int main(int argc, char** argv) {
         }
         std::printf("%-9s %8s %9s %9s %9s %9s %9s %9s %9s  %s\n", "threshold", "sources", "total ms", "det ms",
                     "copy ms", "aper ms", "calib ms", "median", "first", "check");
+        // The timings of every threshold first, one threshold after another as a slider moves; the checks
+        // (fresh contexts, whose set-up and teardown would disturb the next threshold's first re-run) after.
+        struct Row {
+            double thr = 0.0;
+            std::map<std::string, std::vector<double>> times;
+            std::map<std::string, std::vector<double>> copied; // the worker's way (with the give back)
+            PipelineResult prov;
+        };
+        std::vector<Row> rows;
         for (const double thr : o.thresholds) {
             PipelineConfig config = base;
             config.detection.threshold = thr;
-            std::map<std::string, std::vector<double>> times;
-            PipelineResult prov;
-            std::map<std::string, std::vector<double>> copied; // the worker's way (with the give back)
+            Row& row = rows.emplace_back();
+            row.thr = thr;
             for (int k = 0; k < o.repeat; ++k) {
                 std::map<std::string, double> one, withCopy;
-                prov = rerun(frame, config, ctx, first, one, false);
+                row.prov = rerun(frame, config, ctx, first, one, false);
                 for (const auto& [name, s] : one)
-                    times[name].push_back(s);
+                    row.times[name].push_back(s);
                 if (k == 0 || o.copyToo) {
                     rerun(frame, config, ctx, first, withCopy, true);
                     for (const auto& [name, s] : withCopy)
-                        copied[name].push_back(s);
+                        row.copied[name].push_back(s);
                 }
             }
+        }
+        for (Row& row : rows) {
+            const double thr = row.thr;
+            PipelineConfig config = base;
+            config.detection.threshold = thr;
+            auto& times = row.times;
+            auto& copied = row.copied;
+            const PipelineResult& prov = row.prov;
             std::string check = "not checked";
             if (o.check) {
                 // The same calls on a fresh context: background and detection from scratch, no device caches.
@@ -275,6 +291,7 @@ int main(int argc, char** argv) {
             for (const auto& [name, v] : times) {
                 j["best"][name] = best(v);
                 j["median"][name] = median(v);
+                j["all"][name] = v; // every repeat, in order (the outliers' stages)
             }
             for (const auto& [name, v] : copied)
                 j["worker_way_best"][name] = best(v);
