@@ -31,27 +31,29 @@ double median(std::vector<double>& v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Mean after one 3-sigma clip around the median (MAD scale); plain mean for fewer than 4 values.
-double clippedMean(std::vector<double>& v) {
-    const std::size_t n = v.size();
+// Mean after one 3-sigma clip around the median (MAD scale); plain mean for fewer than 4 values. The n values
+// at v, in their order; `sorted`: working memory.
+double clippedMean(const double* v, std::size_t n, std::vector<double>& sorted) {
     if (n < 4) {
         double s = 0.0;
-        for (double x : v)
-            s += x;
+        for (std::size_t k = 0; k < n; ++k)
+            s += v[k];
         return s / static_cast<double>(n);
     }
-    std::vector<double> sorted = v;
+    sorted.assign(v, v + n);
     const double med = median(sorted);
     for (double& x : sorted)
         x = std::abs(x - med);
     const double sigma = 1.4826 * median(sorted);
     double s = 0.0;
     int k = 0;
-    for (double x : v)
+    for (std::size_t q = 0; q < n; ++q) {
+        const double x = v[q];
         if (sigma <= 0.0 || std::abs(x - med) <= 3.0 * sigma) {
             s += x;
             ++k;
         }
+    }
     return k > 0 ? s / k : med;
 }
 
@@ -96,23 +98,40 @@ std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<cons
                                v - profileValue(base, kind, dx, dy, nQuad)});
             }
     }
-    std::vector<std::vector<double>> bins(static_cast<std::size_t>(n) * n);
+    // The bins as one array by node (counted, then filled star by star: each bin's values in the serial
+    // loop's order), so that no bin is a vector of its own.
+    const std::size_t nNodes = static_cast<std::size_t>(n) * n;
+    std::vector<std::size_t> start(nNodes + 1, 0);
     for (const std::vector<Item>& items : perStar)
         for (const Item& it : items)
-            bins[it.node].push_back(it.value);
-    std::vector<double> mean(bins.size(), 0.0), count(bins.size(), 0.0);
-    const std::ptrdiff_t nBins = static_cast<std::ptrdiff_t>(bins.size());
-#pragma omp parallel for schedule(dynamic, 256) num_threads(nThreads)
-    for (std::ptrdiff_t kk = 0; kk < nBins; ++kk) {
-        const std::size_t k = static_cast<std::size_t>(kk);
-        if (!bins[k].empty()) {
-            count[k] = static_cast<double>(bins[k].size());
-            mean[k] = clippedMean(bins[k]) * count[k];
+            ++start[it.node + 1];
+    for (std::size_t k = 0; k < nNodes; ++k)
+        start[k + 1] += start[k];
+    std::vector<double> values(start[nNodes]);
+    {
+        std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+        for (const std::vector<Item>& items : perStar)
+            for (const Item& it : items)
+                values[fill[it.node]++] = it.value;
+    }
+    std::vector<double> mean(nNodes, 0.0), count(nNodes, 0.0);
+    const std::ptrdiff_t nBins = static_cast<std::ptrdiff_t>(nNodes);
+#pragma omp parallel num_threads(nThreads)
+    {
+        std::vector<double> sorted; // per thread
+#pragma omp for schedule(dynamic, 256)
+        for (std::ptrdiff_t kk = 0; kk < nBins; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
+            const std::size_t m = start[k + 1] - start[k];
+            if (m > 0) {
+                count[k] = static_cast<double>(m);
+                mean[k] = clippedMean(values.data() + start[k], m, sorted) * count[k];
+            }
         }
     }
     // Normalised convolution with the 3 x 3 binomial kernel.
     const double kern[3] = {1.0, 2.0, 1.0};
-    std::vector<double> out(bins.size(), 0.0);
+    std::vector<double> out(nNodes, 0.0);
 #pragma omp parallel for schedule(static) num_threads(nThreads)
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < n; ++i) {
