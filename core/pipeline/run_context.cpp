@@ -35,8 +35,14 @@ void RunContext::report(const std::string& stage, double fraction) const {
 
 int RunContext::threadCount() const {
     if (threads > 0) return threads;
-    const int n = omp_get_max_threads();
-    return n > 0 ? n : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int omp = omp_get_max_threads();
+    const int n = omp > 0 ? omp : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // The CUDA backend runs helper threads beside the stages' loops (the detection's release and storage
+    // threads, map downloads): on 8 or more cores its loops leave two of them free. With all 16 cores of
+    // the H200's host, a loop thread descheduled for a time slice made 10-20 % of the workbench's aperture
+    // stages 2-3x slower (21-42 ms); with 14, 1 in 30, and the re-runs' medians 9 % lower (2026-11-30).
+    if (backend == Backend::Cuda && n >= 8) return n - 2;
+    return n;
 }
 
 RunContext::StageTimer::StageTimer(RunContext& ctx, std::string stage)

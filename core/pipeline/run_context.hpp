@@ -32,7 +32,7 @@ struct StageRecord {
 class RunContext {
 public:
     Backend backend = Backend::Cpu; // resolved backend (never Auto once a run starts)
-    int threads = 0;                // 0: all cores
+    int threads = 0;                // 0: all cores (CUDA backend on 8 or more: all but two, threadCount)
     // fraction in [0, 1] within the named stage; may be called from worker threads
     std::function<void(const std::string& stage, double fraction)> progress;
     const std::atomic<bool>* cancelFlag = nullptr;
