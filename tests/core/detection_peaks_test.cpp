@@ -32,6 +32,16 @@ bool sameRuns(const std::vector<detail::Run>& a, const std::vector<detail::Run>&
     return true;
 }
 
+// The same deblending of root k: split, overflow and every child's runs.
+void expectSameDeblending(const detail::DeblendOutput& a, const detail::DeblendOutput& b, std::size_t k) {
+    EXPECT_EQ(a.split, b.split) << "root " << k;
+    EXPECT_EQ(a.overflow, b.overflow) << "root " << k;
+    EXPECT_EQ(a.children.size(), b.children.size()) << "root " << k;
+    if (a.children.size() != b.children.size()) return;
+    for (std::size_t c = 0; c < a.children.size(); ++c)
+        EXPECT_TRUE(sameRuns(a.children[c], b.children[c])) << "root " << k << " child " << c;
+}
+
 // The field's background and prepared detection (runs, images), kept together: prep's views point into bkg.
 struct PreparedField {
     BackgroundResult bkg;
@@ -62,12 +72,7 @@ std::size_t checkField(const SimResult& sim, const DetectionParams& p, const std
         detail::DeblendOutput with, without;
         detail::deblendObject(root, prep.im, p, with, true);
         detail::deblendObject(root, prep.im, p, without, false);
-        EXPECT_EQ(with.split, without.split) << "root " << k;
-        EXPECT_EQ(with.overflow, without.overflow) << "root " << k;
-        EXPECT_EQ(with.children.size(), without.children.size()) << "root " << k;
-        if (with.children.size() != without.children.size()) continue;
-        for (std::size_t c = 0; c < with.children.size(); ++c)
-            EXPECT_TRUE(sameRuns(with.children[c], without.children[c])) << "root " << k << " child " << c;
+        expectSameDeblending(with, without, k);
     }
     return decided;
 }
@@ -122,12 +127,7 @@ std::size_t checkFreeze(const SimResult& sim, const DetectionParams& p, const st
         detail::deblendObject(root, prep.im, p, frozen, false, true);
         detail::deblendObject(root, prep.im, p, examined, false, false);
         split += examined.split;
-        EXPECT_EQ(frozen.split, examined.split) << "root " << k;
-        EXPECT_EQ(frozen.overflow, examined.overflow) << "root " << k;
-        EXPECT_EQ(frozen.children.size(), examined.children.size()) << "root " << k;
-        if (frozen.children.size() != examined.children.size()) continue;
-        for (std::size_t c = 0; c < frozen.children.size(); ++c)
-            EXPECT_TRUE(sameRuns(frozen.children[c], examined.children[c])) << "root " << k << " child " << c;
+        expectSameDeblending(frozen, examined, k);
     }
     return split;
 }
