@@ -146,6 +146,8 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(dbl("detection.cleanParam", det, "Clean parameter", "", "[CLEAN_PARAM]", 0.1, 10, 0.1, 2));
     v.push_back(dbl("detection.windowSigmaFactor", det, "Window σ factor", "", "Windowed centroid (XWIN): window sigma = factor x half-light radius", 0.1, 5, 0.01, 4));
     v.push_back(dbl("detection.windowMinSigma", det, "Window min. σ", "px", "Lower bound of the window sigma", 0, 10, 0.1, 2));
+    v.push_back(dbl("detection.windowMaxSigma", det, "Window max. σ", "px",
+                    "Upper bound of the window sigma (0: none); bounds the cost of huge objects", 0, 1000, 1, 1));
     v.push_back(integer("detection.windowMaxIterations", det, "Window iterations", "", "Maximum iterations of the windowed centroid", 0, 100));
     v.push_back(dbl("detection.windowTolerance", det, "Window tolerance", "px", "Convergence tolerance of the windowed centroid", 0, 1, 0.0001, 5));
     v.push_back(hidden("detection.gain", det, "from the frame (gain keyword or instrument override)"));

@@ -34,6 +34,7 @@ void to_json(nlohmann::json& j, const DetectionParams& p) {
                        {"gain", p.gain},
                        {"windowSigmaFactor", p.windowSigmaFactor},
                        {"windowMinSigma", p.windowMinSigma},
+                       {"windowMaxSigma", p.windowMaxSigma},
                        {"windowMaxIterations", p.windowMaxIterations},
                        {"windowTolerance", p.windowTolerance}};
     // JSON has no infinity: an absent saturation level means none.
@@ -60,6 +61,7 @@ void from_json(const nlohmann::json& j, DetectionParams& p) {
                             : d.saturationLevel;
     p.windowSigmaFactor = j.value("windowSigmaFactor", d.windowSigmaFactor);
     p.windowMinSigma = j.value("windowMinSigma", d.windowMinSigma);
+    p.windowMaxSigma = j.value("windowMaxSigma", d.windowMaxSigma);
     p.windowMaxIterations = j.value("windowMaxIterations", d.windowMaxIterations);
     p.windowTolerance = j.value("windowTolerance", d.windowTolerance);
 }
@@ -98,6 +100,9 @@ void validate(const ImageView& image, const MaskView& mask, const BackgroundResu
         throw InvalidInput("detection: deblendContrast must be in [0, 1] (got " +
                            std::to_string(p.deblendContrast) + ")");
     if (p.deblendMaxChildren < 2) throw InvalidInput("detection: deblendMaxChildren must be >= 2");
+    if (!(p.windowMaxSigma >= 0.0) || (p.windowMaxSigma > 0.0 && p.windowMaxSigma < p.windowMinSigma))
+        throw InvalidInput("detection: windowMaxSigma must be 0 (no ceiling) or >= windowMinSigma (got " +
+                           std::to_string(p.windowMaxSigma) + ")");
     if (p.clean && !(p.cleanParam > 0.0)) throw InvalidInput("detection: cleanParam must be positive");
     if (!(p.gain >= 0.0)) throw InvalidInput("detection: gain must be >= 0 (0: no Poisson term)");
     if (p.filter && !p.filterKernel.empty()) {

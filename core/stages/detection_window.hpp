@@ -72,10 +72,11 @@ GPUPHOT_HD inline WindowObject windowObject(const IsoMeasure& m) {
 struct WindowConfig {
     double sigmaFactor = 0.0, minSigma = 0.0, tolerance = 0.0, gain = 0.0;
     int maxIterations = 0, width = 0, height = 0;
+    double maxSigma = 0.0; // 0: no ceiling
 };
 inline WindowConfig windowConfig(const DetectionParams& p, int width, int height) {
     return {p.windowSigmaFactor, p.windowMinSigma, p.windowTolerance, p.gain, p.windowMaxIterations, width,
-            height};
+            height, p.windowMaxSigma};
 }
 
 // Squared distance of pixel (x, y) from the barycentre: the growth curve's sort key.
@@ -117,11 +118,12 @@ struct WindowState {
     double x = 0.0, y = 0.0, errx2 = 0.0, erry2 = 0.0;
     bool ok = false;
 };
-// Gaussian window of sigma = max(minSigma, sigmaFactor * halfLight) at the barycentre.
+// Gaussian window of sigma = max(minSigma, sigmaFactor * halfLight) at the barycentre, at most maxSigma (> 0).
 GPUPHOT_HD inline WindowState windowStart(const WindowObject& m, double halfLight, const WindowConfig& p) {
     WindowState s;
     const double fromLight = p.sigmaFactor * halfLight;
     s.sigma = p.minSigma < fromLight ? fromLight : p.minSigma; // std::max(minSigma, fromLight)
+    if (p.maxSigma > 0.0 && s.sigma > p.maxSigma) s.sigma = p.maxSigma;
     s.inv2s2 = 1.0 / (2.0 * s.sigma * s.sigma);
     s.rMax = 4.0 * s.sigma; // WINPOS_NSIG
     s.rMax2 = s.rMax * s.rMax;

@@ -560,6 +560,13 @@ TEST(DetectionErrors, InconsistentInputsThrow) {
     p = DetectionParams{};
     p.minArea = 0;
     EXPECT_THROW(run(img, p), InvalidInput);
+    p = DetectionParams{};
+    p.windowMaxSigma = 0.2; // below windowMinSigma (0.5)
+    EXPECT_THROW(run(img, p), InvalidInput);
+    p.windowMaxSigma = -1.0;
+    EXPECT_THROW(run(img, p), InvalidInput);
+    p.windowMaxSigma = 0.0; // no ceiling
+    EXPECT_NO_THROW(run(img, p));
 }
 
 } // namespace

@@ -115,5 +115,28 @@ TEST(DetectionWindow, ConvergesToGaussianCentre) {
     EXPECT_DOUBLE_EQ(f.xErr, std::sqrt(m.fluxVar * m.x2) / m.flux);
 }
 
+TEST(DetectionWindow, SigmaCeilingBoundsTheWindowOfHugeObjects) {
+    WindowObject m;
+    m.xIso = 500.0;
+    m.yIso = 400.0;
+    DetectionParams d;
+    const WindowConfig p = windowConfig(d, 2048, 2048);
+    ASSERT_EQ(p.maxSigma, d.windowMaxSigma);
+    // Below the ceiling: sigma = factor x half-light radius, as without one.
+    WindowConfig none = p;
+    none.maxSigma = 0.0;
+    EXPECT_EQ(windowStart(m, 10.0, p).sigma, windowStart(m, 10.0, none).sigma);
+    EXPECT_DOUBLE_EQ(windowStart(m, 10.0, p).sigma, d.windowSigmaFactor * 10.0);
+    // A streak's half-light radius of 298 px: the window stops at the ceiling, and so does its box.
+    const WindowState huge = windowStart(m, 298.0, p), free = windowStart(m, 298.0, none);
+    EXPECT_EQ(huge.sigma, d.windowMaxSigma);
+    EXPECT_GT(free.sigma, 250.0);
+    int xa = 0, xb = 0, ya = 0, yb = 0;
+    ASSERT_TRUE(windowBox(huge, p, xa, xb, ya, yb));
+    EXPECT_LE(xb - xa + 1, static_cast<int>(8 * d.windowMaxSigma) + 2);
+    // A ceiling below the floor is refused by the stage's parameter check (detection.cpp); 0 means none.
+    EXPECT_GE(d.windowMaxSigma, d.windowMinSigma);
+}
+
 } // namespace
 } // namespace gpuphot::detail
