@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numbers>
@@ -721,12 +720,9 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
                     members[cell].push_back(&res.stars[d[k].second]);
             }
         }
-        // The cells in parallel, one thread each. GPUPHOT_PSF_CELLS_PARALLEL=0: one cell after another, each
-        // on all threads (its node loops): the same cells, but measured slower on the H200's 16 threads (PSF
-        // stage 0.175-0.193 s against 0.113-0.118 s at 151 MP, 2026-11-30): the per-cell serial parts add up.
-        const char* cellsEnv = std::getenv("GPUPHOT_PSF_CELLS_PARALLEL");
-        const bool cellsInParallel = !(cellsEnv && std::string(cellsEnv) == "0");
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads) if (cellsInParallel)
+        // The cells in parallel, one thread each (one cell after another, each on all threads, was measured
+        // slower on the H200: docs/BENCHMARKS.md, session 8).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
         for (int cell = 0; cell < nCells; ++cell) {
             EpsfCell& e = res.epsf[cell];
             ProfileParams base;
@@ -736,7 +732,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             base.amplitude = 1.0;
             base.amplitude = 1.0 / profileFlux(base, kind);
             buildEpsfCell(e, frame, members[cell], base, kind, radius, params.epsfOversampling,
-                          params.pixelIntegration, cellsInParallel ? 1 : nThreads);
+                          params.pixelIntegration);
         }
     }
     ctx.checkCancelled();

@@ -71,20 +71,16 @@ psfmath::EpsfCellView cellView(const EpsfCell& c) {
 // smoothed residual on the oversampled nodes.
 std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
                                    const ProfileParams& base, PsfModelKind kind, int radius, int os,
-                                   int nQuad, double sx, double sy, int nThreads) {
+                                   int nQuad, double sx, double sy) {
     const int n = 2 * radius * os + 1, c = radius * os;
-    // Each star's (node, residual) pairs in its pixel order, in parallel; then appended to the nodes' bins
-    // star by star: every bin holds its values in the serial loop's order.
+    // The stars' (node, residual) pairs in star and pixel order; then the bins as one array by node
+    // (counted, then filled in that order), so that no bin is a vector of its own.
     struct Item {
         std::size_t node;
         double value;
     };
-    std::vector<std::vector<Item>> perStar(stars.size());
-    const int nStars = static_cast<int>(stars.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-    for (int si = 0; si < nStars; ++si) {
-        const PsfStar* s = stars[static_cast<std::size_t>(si)];
-        std::vector<Item>& out = perStar[static_cast<std::size_t>(si)];
+    std::vector<Item> items;
+    for (const PsfStar* s : stars) {
         const double xc = s->fit.x0 + sx, yc = s->fit.y0 + sy;
         const int ix = static_cast<int>(std::lround(xc)), iy = static_cast<int>(std::lround(yc));
         for (int j = iy - radius; j <= iy + radius; ++j)
@@ -94,45 +90,34 @@ std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<cons
                 const long ki = std::lround(dx * os) + c, kj = std::lround(dy * os) + c;
                 if (ki < 0 || kj < 0 || ki >= n || kj >= n) continue;
                 const double v = (frame.image(i, j) - frame.level(i, j) - s->fit.background) / s->flux;
-                out.push_back({static_cast<std::size_t>(kj) * n + static_cast<std::size_t>(ki),
-                               v - profileValue(base, kind, dx, dy, nQuad)});
+                items.push_back({static_cast<std::size_t>(kj) * n + static_cast<std::size_t>(ki),
+                                 v - profileValue(base, kind, dx, dy, nQuad)});
             }
     }
-    // The bins as one array by node (counted, then filled star by star: each bin's values in the serial
-    // loop's order), so that no bin is a vector of its own.
     const std::size_t nNodes = static_cast<std::size_t>(n) * n;
     std::vector<std::size_t> start(nNodes + 1, 0);
-    for (const std::vector<Item>& items : perStar)
-        for (const Item& it : items)
-            ++start[it.node + 1];
+    for (const Item& it : items)
+        ++start[it.node + 1];
     for (std::size_t k = 0; k < nNodes; ++k)
         start[k + 1] += start[k];
-    std::vector<double> values(start[nNodes]);
+    std::vector<double> values(items.size());
     {
         std::vector<std::size_t> fill(start.begin(), start.end() - 1);
-        for (const std::vector<Item>& items : perStar)
-            for (const Item& it : items)
-                values[fill[it.node]++] = it.value;
+        for (const Item& it : items)
+            values[fill[it.node]++] = it.value;
     }
     std::vector<double> mean(nNodes, 0.0), count(nNodes, 0.0);
-    const std::ptrdiff_t nBins = static_cast<std::ptrdiff_t>(nNodes);
-#pragma omp parallel num_threads(nThreads)
-    {
-        std::vector<double> sorted; // per thread
-#pragma omp for schedule(dynamic, 256)
-        for (std::ptrdiff_t kk = 0; kk < nBins; ++kk) {
-            const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t m = start[k + 1] - start[k];
-            if (m > 0) {
-                count[k] = static_cast<double>(m);
-                mean[k] = clippedMean(values.data() + start[k], m, sorted) * count[k];
-            }
+    std::vector<double> sorted; // clippedMean's working memory
+    for (std::size_t k = 0; k < nNodes; ++k) {
+        const std::size_t m = start[k + 1] - start[k];
+        if (m > 0) {
+            count[k] = static_cast<double>(m);
+            mean[k] = clippedMean(values.data() + start[k], m, sorted) * count[k];
         }
     }
     // Normalised convolution with the 3 x 3 binomial kernel.
     const double kern[3] = {1.0, 2.0, 1.0};
     std::vector<double> out(nNodes, 0.0);
-#pragma omp parallel for schedule(static) num_threads(nThreads)
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < n; ++i) {
             double s = 0.0, w = 0.0;
@@ -167,15 +152,12 @@ double PsfResult::epsfValue(double x, double y, double dx, double dy) const {
 }
 
 void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
-                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad,
-                   int nThreads) {
-    nThreads = std::max(nThreads, 1);
+                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad) {
     const int os = oversampling, n = 2 * radius * os + 1, c = radius * os;
     cell.oversampling = os;
     cell.centreX = cell.centreY = c;
     cell.nStars = static_cast<int>(stars.size());
     std::vector<double> model(static_cast<std::size_t>(n) * n);
-#pragma omp parallel for schedule(static) num_threads(nThreads)
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < n; ++i)
             model[static_cast<std::size_t>(j) * n + i] = profileValue(
@@ -185,8 +167,7 @@ void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<cons
     auto assemble = [&](double sx, double sy) {
         std::vector<double> e = model;
         if (!stars.empty()) {
-            const std::vector<double> r =
-                stackResiduals(frame, stars, base, kind, radius, os, nQuad, sx, sy, nThreads);
+            const std::vector<double> r = stackResiduals(frame, stars, base, kind, radius, os, nQuad, sx, sy);
             for (std::size_t k = 0; k < e.size(); ++k)
                 e[k] += r[k];
         }
@@ -227,16 +208,15 @@ void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<cons
     const double half = std::clamp(std::isfinite(baseFwhm) ? 2.0 * baseFwhm : 6.0, 2.0, double(radius));
     const int steps = 16;
     const int m = static_cast<int>(std::ceil(half * steps));
-    const int side = 2 * m + 1;
-    std::vector<double> fine(static_cast<std::size_t>(side) * side);
-#pragma omp parallel for schedule(static) num_threads(nThreads)
-    for (int j = -m; j <= m; ++j)
-        for (int i = -m; i <= m; ++i)
-            fine[static_cast<std::size_t>(j + m) * side + (i + m)] =
-                cell.valueAt(static_cast<double>(i) / steps, static_cast<double>(j) / steps);
+    std::vector<double> fine;
+    fine.reserve(static_cast<std::size_t>(2 * m + 1) * (2 * m + 1));
     double peak = 0.0;
-    for (double v : fine)
-        peak = std::max(peak, v);
+    for (int j = -m; j <= m; ++j)
+        for (int i = -m; i <= m; ++i) {
+            const double v = cell.valueAt(static_cast<double>(i) / steps, static_cast<double>(j) / steps);
+            fine.push_back(v);
+            peak = std::max(peak, v);
+        }
     std::size_t above = 0;
     for (double v : fine)
         if (v >= 0.5 * peak) ++above;

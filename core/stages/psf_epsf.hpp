@@ -39,12 +39,9 @@ struct PsfFrame {
     bool inside(int x, int y) const { return x >= 0 && y >= 0 && x < image.width && y < image.height; }
 };
 
-// base: the analytic profile (centre 0, unit flux) of the cell; radius: native px half-size. The node
-// loops run on nThreads threads (each node written by one iteration, the stars stacked in their order: the
-// same cell for any thread count).
+// base: the analytic profile (centre 0, unit flux) of the cell; radius: native px half-size.
 void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
-                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad,
-                   int nThreads = 1);
+                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad);
 
 struct PsfFluxResult {
     double flux = 0.0, fluxErr = 0.0;
