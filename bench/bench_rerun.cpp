@@ -2,9 +2,10 @@
 // reduced once (frame and background maps resident on the device with the CUDA backend), then for each
 // threshold the worker's provisional path (ui/pipeline_worker.cpp) runs: the detection on the resident
 // frame (runPipelineUntil, first = Detection, stop = Psf), then provisionalResult (the new background and
-// detection moved in, the earlier PSF model on the new sources, apertures, calibration). Each re-run is timed (wall and per stage, best and
-// median of --repeat) and checked: its detection and aperture columns must equal bit for bit those of the
-// same calls on a fresh run (a new RunContext: background and detection from scratch, no device caches).
+// detection moved in, the earlier PSF model on the new sources, apertures, calibration). Each re-run is
+// timed (wall and per stage, best and median of --repeat) and checked: its detection and aperture columns
+// must equal bit for bit those of the same calls on a fresh run (a new RunContext: background and detection
+// from scratch, no device caches).
 //   bench_rerun FRAME [--backend auto|cpu|cuda] [--thresholds 1.3,1.7,2.5] [--repeat 3] [--threads N]
 //               [--config FILE.json] [--json FILE] [--no-check] [--copy-every-repeat]
 // The table's figures are of the re-run that moves the new detection into the provisional result. The
@@ -127,8 +128,7 @@ double median(std::vector<double> v) {
 // host ("segmentation materialise": what a host consumer, --write-seg or the workbench overlay, pays; 0 on
 // the CPU backend; on the stage thread, and on another thread in the worker's way, as the worker does it).
 PipelineResult rerun(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
-                     const PipelineResult& previous, std::map<std::string, double>& times,
-                     bool workerWay) {
+                     const PipelineResult& previous, std::map<std::string, double>& times, bool workerWay) {
     ctx.records.clear();
     const auto t0 = Clock::now();
     PipelineResult detected;
@@ -239,8 +239,8 @@ int main(int argc, char** argv) {
             out["control_same_as_full_run"] = d.empty();
             allSame = allSame && d.empty();
         }
-        std::printf("%-9s %8s %9s %9s %9s %9s %9s %9s %9s  %s\n", "threshold", "sources", "total ms", "det ms",
-                    "copy ms", "aper ms", "calib ms", "median", "first", "check");
+        std::printf("%-9s %8s %9s %9s %9s %9s %9s %9s %9s  %s\n", "threshold", "sources", "total ms",
+                    "det ms", "copy ms", "aper ms", "calib ms", "median", "first", "check");
         // The timings of every threshold first, one threshold after another as a slider moves; the checks
         // (fresh contexts, whose set-up and teardown would disturb the next threshold's first re-run) after.
         struct Row {
@@ -305,7 +305,8 @@ int main(int argc, char** argv) {
                         prov.detection.sources.size(), ms("wall total"), ms("wall detection"),
                         ms("provisional copy"), ms("aperture"), calib, 1e3 * median(times["wall total"]),
                         1e3 * times["wall total"].front(), check.c_str());
-            std::printf("          the worker's way: total %.1f ms; then, after it is out, give back %.1f ms\n",
+            std::printf("          the worker's way: total %.1f ms; then, after it is out, give back "
+                        "%.1f ms\n",
                         1e3 * best(copied["wall total"]), 1e3 * best(copied["give back"]));
             std::printf("          detection copy %.3f ms; segmentation map to the host %.1f ms, on another "
                         "thread %.1f ms (not in the totals)\n",

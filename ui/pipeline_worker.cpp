@@ -462,14 +462,18 @@ void PipelineWorker::publishProvisional(Snapshot& snap, const Snapshot& previous
     // The new detection with the previous PSF model, apertures and calibration (core's provisionalResult;
     // bench/bench_rerun.cpp times the same calls). The background and detection are moved in: copying them
     // first cost ~5-10 ms at 151 MP / 66k sources of the time the user waits for the provisional result.
-    prov->result = provisionalResult(*prov->frame, prov->config, m_ctx, std::move(snap.result), previous.result,
-                                     prov->reference.get());
+    prov->result = provisionalResult(*prov->frame, prov->config, m_ctx, std::move(snap.result),
+                                     previous.result, prov->reference.get());
     // ...and copied back once the provisional snapshot is out (or dropped): the complete run continues from
     // the PSF stage on them. The copies read a snapshot the UI thread may be reading too (const; the map is
     // shared). An exception before that abandons `snap` (processPending reports the failed run).
     const auto giveBack = [&snap, &prov] {
         snap.result.background = prov->result.background;
         snap.result.detection = prov->result.detection;
+    };
+    const auto takeBack = [&snap, &prov] { // the provisional snapshot was not emitted: nobody else reads it
+        snap.result.background = std::move(prov->result.background);
+        snap.result.detection = std::move(prov->result.detection);
     };
     for (std::size_t k = before; k < m_ctx.records.size(); ++k) prov->timings.push_back(m_ctx.records[k]);
     m_ctx.records.resize(before); // the complete result's timings are those of its own stages
@@ -485,7 +489,7 @@ void PipelineWorker::publishProvisional(Snapshot& snap, const Snapshot& previous
         stale = m_pending.has_value() || snap.generation != m_generation.load();
     }
     if (stale && !m_emitStale) {
-        giveBack();
+        takeBack();
         return;
     }
     ++m_provisionalEmitted;
