@@ -256,8 +256,8 @@ bool sameBits(double a, double b) {
 bool sameOptions(const LmOptions& a, const LmOptions& b) {
     return a.maxIterations == b.maxIterations && sameBits(a.relTolerance, b.relTolerance) &&
            sameBits(a.posTolerance, b.posTolerance) && a.fitBeta == b.fitBeta &&
-           a.fitBackground == b.fitBackground && sameBits(a.betaMin, b.betaMin) && sameBits(a.betaMax, b.betaMax) &&
-           sameBits(a.maxShift, b.maxShift) && a.nQuad == b.nQuad;
+           a.fitBackground == b.fitBackground && sameBits(a.betaMin, b.betaMin) &&
+           sameBits(a.betaMax, b.betaMax) && sameBits(a.maxShift, b.maxShift) && a.nQuad == b.nQuad;
 }
 bool sameStart(const ProfileParams& a, const ProfileParams& b) {
     return sameBits(a.x0, b.x0) && sameBits(a.y0, b.y0) && sameBits(a.amplitude, b.amplitude) &&
@@ -271,7 +271,8 @@ std::size_t entryBytes(const PsfFitCache::Entry& e) {
 } // namespace
 
 std::uint64_t PsfFitCache::key(int ix, int iy) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(iy)) << 32) | static_cast<std::uint32_t>(ix);
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(iy)) << 32) |
+           static_cast<std::uint32_t>(ix);
 }
 
 void PsfFitCache::clear() {
@@ -285,7 +286,8 @@ void PsfFitCache::beginRun() {
 }
 
 const PsfFitCache::Entry* PsfFitCache::find(int ix, int iy, PsfModelKind kind, const ProfileParams& start,
-                                            const LmOptions& options, const std::vector<FitSample>& samples) const {
+                                            const LmOptions& options,
+                                            const std::vector<FitSample>& samples) const {
     const auto [first, last] = m_entries.equal_range(key(ix, iy));
     for (auto it = first; it != last; ++it) {
         const Entry& e = it->second;
@@ -361,7 +363,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
 
 PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                              const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
-                             PsfFitCache* cache) {
+                             PsfFitCache* cache, const ProfileFitBatch* fitBatch) {
     validate(params);
     if (image.empty()) throw InvalidInput("PSF stage: empty image");
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
@@ -497,22 +499,31 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     // Reuse of identical fits (RunContext::psfFitCache): per star, the hit or the new entry; merged into
     // the cache serially after each block, in star order.
     if (cache) cache->beginRun();
-    std::vector<const PsfFitCache::Entry*> hits(cache ? cands.size() : 0, nullptr);
-    std::vector<std::optional<PsfFitCache::Entry>> fresh(cache ? cands.size() : 0);
     // Blocks of at least 64 fits a thread between cancellation checks (a fit takes ~1-3 ms): with 256 a
     // block, a 3 x 3 grid's 270 stars ran as 256 + 14 on 16 threads, the second block on 7 of them.
     const int fitChunk = std::max(kChunk, 64 * nThreads);
+    // Per star of a block: its samples and start, and whether it is fitted (not skipped, not a hit).
+    std::vector<std::vector<FitSample>> stamp(static_cast<std::size_t>(std::min(nCand, fitChunk)));
+    std::vector<ProfileParams> starts(stamp.size());
+    std::vector<const PsfFitCache::Entry*> hits(stamp.size(), nullptr);
+    std::vector<char> toFit(stamp.size(), 0);
+    std::vector<ProfileFitResult> fits(stamp.size());
     for (int c0 = 0; c0 < nCand; c0 += fitChunk) {
         const int c1 = std::min(nCand, c0 + fitChunk);
+        // The stamps (parallel, one slot per star).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
         for (int c = c0; c < c1; ++c) {
+            const std::size_t slot = static_cast<std::size_t>(c - c0);
             PsfStar& st = res.stars[c];
             const int k = cands[c].index;
             st.index = k;
             const double x = sources.x[k], y = sources.y[k];
             const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
-            std::vector<FitSample> samples;
+            std::vector<FitSample>& samples = stamp[slot];
+            samples.clear();
             samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
+            hits[slot] = nullptr;
+            toFit[slot] = 0;
             int nMasked = 0, nAll = 0;
             bool saturated = false;
             double maxVal = 0.0;
@@ -536,7 +547,8 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             st.fit.x0 = x;
             st.fit.y0 = y;
             if (saturated || nMasked > params.maxMaskedFraction * nAll) continue;
-            ProfileParams start;
+            ProfileParams& start = starts[slot];
+            start = ProfileParams{};
             start.x0 = x;
             start.y0 = y;
             start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
@@ -545,15 +557,39 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             double f0 = sizeOf(k);
             if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
             setProfileShape(start, kind, f0, 0.0, 0.0);
-            ProfileFitResult fr;
-            const PsfFitCache::Entry* hit = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
-            if (hit) {
-                fr = hit->result;
-                hits[c] = hit;
-            } else {
-                fr = fitProfile(samples, kind, start, lm);
-                if (cache) fresh[c] = PsfFitCache::Entry{ix, iy, kind, start, lm, std::move(samples), fr, 0};
+            hits[slot] = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
+            if (hits[slot])
+                fits[slot] = hits[slot]->result;
+            else
+                toFit[slot] = 1;
+        }
+        // The fits: the batch (the CUDA backend's, one device block per star) or the host loop; the same
+        // bits either way (core/stages/psf_fit_math.hpp).
+        std::vector<int> todo;
+        for (int c = c0; c < c1; ++c)
+            if (toFit[static_cast<std::size_t>(c - c0)]) todo.push_back(c - c0);
+        if (fitBatch && !todo.empty()) {
+            std::vector<ProfileFitJob> jobs(todo.size());
+            for (std::size_t t = 0; t < todo.size(); ++t)
+                jobs[t] = {&stamp[static_cast<std::size_t>(todo[t])],
+                           starts[static_cast<std::size_t>(todo[t])]};
+            std::vector<ProfileFitResult> out(todo.size());
+            (*fitBatch)(jobs, kind, lm, out);
+            for (std::size_t t = 0; t < todo.size(); ++t)
+                fits[static_cast<std::size_t>(todo[t])] = out[t];
+        } else {
+            const int nTodo = static_cast<int>(todo.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+            for (int t = 0; t < nTodo; ++t) {
+                const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
+                fits[slot] = fitProfile(stamp[slot], kind, starts[slot], lm);
             }
+        }
+        for (int c = c0; c < c1; ++c) {
+            const std::size_t slot = static_cast<std::size_t>(c - c0);
+            if (!hits[slot] && !toFit[slot]) continue; // skipped: saturated or masked
+            PsfStar& st = res.stars[c];
+            const ProfileFitResult& fr = fits[slot];
             st.fit = fr.params;
             st.chi2 = fr.chi2;
             st.iterations = fr.iterations;
@@ -564,11 +600,17 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         }
         if (cache) { // hits first: an insert may evict entries
             for (int c = c0; c < c1; ++c)
-                if (hits[c]) cache->touch(hits[c]);
-            for (int c = c0; c < c1; ++c)
-                if (fresh[c]) cache->insert(std::move(*fresh[c]));
-            for (int c = c0; c < c1; ++c)
-                fresh[c].reset(), hits[c] = nullptr;
+                if (hits[static_cast<std::size_t>(c - c0)])
+                    cache->touch(hits[static_cast<std::size_t>(c - c0)]);
+            for (int c = c0; c < c1; ++c) {
+                const std::size_t slot = static_cast<std::size_t>(c - c0);
+                if (!toFit[slot]) continue;
+                const PsfStar& st = res.stars[c];
+                const int ix = static_cast<int>(std::lround(sources.x[st.index]));
+                const int iy = static_cast<int>(std::lround(sources.y[st.index]));
+                cache->insert(PsfFitCache::Entry{ix, iy, kind, starts[slot], lm, std::move(stamp[slot]),
+                                                 fits[slot], 0});
+            }
         }
         ctx.checkCancelled();
         ctx.report("psf", 0.05 + 0.45 * c1 / std::max(nCand, 1));

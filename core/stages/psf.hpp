@@ -9,6 +9,7 @@
 // slot; all reductions run afterwards on one thread in index order, so the result does not depend on the
 // thread count.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <vector>
@@ -212,6 +213,16 @@ private:
     int m_hits = 0, m_misses = 0;
 };
 
+// One profile fit of a batch: fitProfile(*samples, kind, start, options).
+struct ProfileFitJob {
+    const std::vector<FitSample>* samples = nullptr;
+    ProfileParams start;
+};
+// Runs a batch of profile fits, results[i] bitwise fitProfile(*jobs[i].samples, kind, jobs[i].start,
+// options) (results has jobs.size() slots). The CUDA backend's runs them on the device (kernels/psf.cu).
+using ProfileFitBatch = std::function<void(const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
+                                           const LmOptions& options, std::vector<ProfileFitResult>& results)>;
+
 // image: the frame; mask: optional (empty = none), pixels with any bit set are excluded;
 // bkg: level and rms maps at full resolution (or empty maps: globalLevel / globalRms are used);
 // gain: e-/ADU for the Poisson term of the pixel variance (<= 0: none).
@@ -220,11 +231,12 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
 namespace cpu {
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
-// The same, reusing identical per-star fits from `cache` and adding the new ones to it (null: none).
-// The result is bitwise the one without a cache.
+// The same, reusing identical per-star fits from `cache` and adding the new ones to it (null: none),
+// and running the profile fits that remain through `fitBatch` (null: the host loop). The result is
+// bitwise the one without either.
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
-                        PsfFitCache* cache);
-}
+                        PsfFitCache* cache, const ProfileFitBatch* fitBatch = nullptr);
+} // namespace cpu
 
 } // namespace gpuphot

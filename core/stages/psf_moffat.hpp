@@ -1,6 +1,7 @@
 #pragma once
 // Analytic PSF profiles (elliptical Moffat, elliptical Gaussian) and their Levenberg–Marquardt fit
-// (Eigen, analytic Jacobian). Used by the PSF stage (stage 3) for the PSF stars and to measure ePSFs.
+// (analytic Jacobian, core/stages/psf_fit_math.hpp). Used by the PSF stage (stage 3) for the PSF stars and to
+// measure ePSFs.
 //
 // Profile, with dx = x - x0, dy = y - y0 and the quadratic form Q = c11 dx^2 + 2 c12 dx dy + c22 dy^2:
 //   Moffat:   f = amplitude * (1 + Q)^(-beta) + background
@@ -12,6 +13,11 @@
 #include <vector>
 
 namespace gpuphot {
+
+namespace psffit {
+struct LmSetup;
+struct LmOutcome;
+} // namespace psffit
 
 enum class PsfModelKind { Moffat, Gaussian };
 
@@ -65,8 +71,17 @@ struct ProfileFitResult {
     bool converged = false;
 };
 
-// Levenberg–Marquardt with Marquardt's diagonal damping; fixed operation order (deterministic).
+// Levenberg–Marquardt with Marquardt's diagonal damping (core/stages/psf_fit_math.hpp psffit::lmFit):
+// fixed operation order, independent of threads; a CUDA batch (kernels/psf.cu) gives the same bits.
+// Too few samples (<= the fitted parameters) or an invalid start: the start, 0 iterations, chi2 0.
 ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind kind,
                             const ProfileParams& start, const LmOptions& opt);
+
+// fitProfile's pieces, for a batch that runs psffit::lmFit elsewhere (kernels/psf.cu): the fit's setup,
+// its start vector (8 values, psffit::ParamIndex order) and the result from lmFit's outcome.
+psffit::LmSetup profileFitSetup(PsfModelKind kind, const ProfileParams& start, const LmOptions& opt);
+void profileFitStart(const ProfileParams& start, const LmOptions& opt, double* p);
+ProfileFitResult profileFitResult(const ProfileParams& start, const psffit::LmOutcome& outcome, int nSamples,
+                                  int nActive);
 
 } // namespace gpuphot

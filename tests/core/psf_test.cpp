@@ -564,3 +564,62 @@ TEST(PsfSelection, PerCellCapKeepsBrightestOfEachCell) {
     bad.maxStarsPerCell = -1;
     EXPECT_THROW(validate(bad), InvalidInput);
 }
+
+// The fit batch hook (cpu::buildPsfModel's ProfileFitBatch, the CUDA backend's way in): it receives every
+// star that is fitted, once, and whatever order it runs them in, its results land in the right stars;
+// with a cache that already holds every fit, it is not called.
+TEST(PsfField, FitBatchHookGetsEveryFitAndGivesTheSameResult) {
+    const Field f = varyingField();
+    RunContext ctx;
+    ctx.threads = 2;
+    const PsfResult plain =
+        cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx);
+    int calls = 0;
+    std::size_t jobsSeen = 0;
+    const ProfileFitBatch batch = [&](const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
+                                      const LmOptions& options, std::vector<ProfileFitResult>& results) {
+        ++calls;
+        jobsSeen += jobs.size();
+        ASSERT_EQ(results.size(), jobs.size());
+        for (std::size_t t = jobs.size(); t-- > 0;) // backwards: the slots, not the order, must matter
+            results[t] = fitProfile(*jobs[t].samples, kind, jobs[t].start, options);
+    };
+    const PsfResult hooked = cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain,
+                                                PsfParams{}, ctx, nullptr, &batch);
+    EXPECT_GE(calls, 1);
+    std::size_t fitted = 0;
+    for (const PsfStar& s : plain.stars)
+        fitted += s.iterations > 0 ? 1u : 0u;
+    EXPECT_GE(jobsSeen, fitted);
+    EXPECT_LE(jobsSeen, plain.stars.size());
+    ASSERT_EQ(hooked.stars.size(), plain.stars.size());
+    for (std::size_t k = 0; k < plain.stars.size(); ++k) {
+        EXPECT_EQ(std::memcmp(&hooked.stars[k].fit, &plain.stars[k].fit, sizeof(ProfileParams)), 0) << k;
+        EXPECT_EQ(hooked.stars[k].iterations, plain.stars[k].iterations) << k;
+    }
+    EXPECT_EQ(std::memcmp(hooked.fwhm.data(), plain.fwhm.data(), plain.fwhm.size() * sizeof(double)), 0);
+
+    // Results put in the wrong slots are seen: swap the first two.
+    const ProfileFitBatch swapped = [&](const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
+                                        const LmOptions& options, std::vector<ProfileFitResult>& results) {
+        for (std::size_t t = 0; t < jobs.size(); ++t)
+            results[t] = fitProfile(*jobs[t].samples, kind, jobs[t].start, options);
+        if (results.size() >= 2) std::swap(results[0], results[1]);
+    };
+    const PsfResult wrong = cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain,
+                                               PsfParams{}, ctx, nullptr, &swapped);
+    int differing = 0;
+    for (std::size_t k = 0; k < plain.stars.size(); ++k)
+        differing += std::memcmp(&wrong.stars[k].fit, &plain.stars[k].fit, sizeof(ProfileParams)) != 0;
+    EXPECT_EQ(differing, 2);
+
+    PsfFitCache cache;
+    cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx, &cache);
+    calls = 0;
+    jobsSeen = 0;
+    const PsfResult cached = cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain,
+                                                PsfParams{}, ctx, &cache, &batch);
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(cache.lastMisses(), 0);
+    EXPECT_EQ(std::memcmp(cached.fwhm.data(), plain.fwhm.data(), plain.fwhm.size() * sizeof(double)), 0);
+}
