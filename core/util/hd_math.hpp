@@ -16,8 +16,8 @@
 //        a low part); exp x = 2^n 2^(j/64) (1 + expm1 r), expm1 by its Taylor series to r^6, 2^(j/64)
 //        from the table as hi + lo; 2^n applied in two halves (a subnormal result is rounded once).
 //   log: x = 2^e m with m in [0.75, 1.5), c = j/64 the nearest 64th (exact), f = m - c (exact),
-//        log m = log c + 2 atanh(s) with s = f / (m + c), |s| < 0.0053, atanh by its series to s^7;
-//        log c from the table as hi + lo.
+//        log m = log c + log1p(f / c), f / c as f times the table's 64 / j, log1p by its series to
+//        g^8; log c from the table as hi + lo. No division.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -86,9 +86,11 @@ inline constexpr double k64ByLn2 = 92.33248261689366;
 
 inline constexpr double kExp2Table[128] = {GPUPHOT_HDMATH_EXP2_TABLE};
 inline constexpr double kLogTable[98] = {GPUPHOT_HDMATH_LOG_TABLE};
+inline constexpr double kInvTable[49] = {GPUPHOT_HDMATH_INV_TABLE};
 #if defined(__CUDACC__)
 __device__ const double kExp2TableDevice[128] = {GPUPHOT_HDMATH_EXP2_TABLE};
 __device__ const double kLogTableDevice[98] = {GPUPHOT_HDMATH_LOG_TABLE};
+__device__ const double kInvTableDevice[49] = {GPUPHOT_HDMATH_INV_TABLE};
 #endif
 
 GPUPHOT_HD inline const double* exp2Table() {
@@ -107,12 +109,23 @@ GPUPHOT_HD inline const double* logTable() {
 #endif
 }
 
+GPUPHOT_HD inline const double* invTable() {
+#if defined(__CUDA_ARCH__)
+    return kInvTableDevice;
+#else
+    return kInvTable;
+#endif
+}
+
 GPUPHOT_HD inline double exp(double x) {
     if (isNan(x)) return x;
     if (x > 709.782712893384) return infinity(); // > log(DBL_MAX)
     if (x < -745.1332191019412) return 0.0;      // < log(smallest subnormal / 2)
-    const int k = roundToInt(x * k64ByLn2);
-    const double kd = static_cast<double>(k);
+    // k = round(64 x / ln2) as a double and, from the same sum's low bits, as an integer (|k| < 2^17).
+    constexpr double kShift = 6755399441055744.0; // 1.5 * 2^52
+    const double shifted = x * k64ByLn2 + kShift;
+    const double kd = shifted - kShift;
+    const int k = static_cast<int>(static_cast<std::uint32_t>(bitsOf(shifted)));
     const double r = (x - kd * kLn2By64Hi) - kd * kLn2By64Lo; // |r| <= ln2 / 128 + rounding
     const int n = k >> 6, j = k & 63;                         // k = 64 n + j (floor division)
     // expm1(r) by its Taylor series to r^6 / 6! (the remainder < 3e-20 relative), grouped in pairs
@@ -122,38 +135,48 @@ GPUPHOT_HD inline double exp(double x) {
     const double b = 1.0 / 24.0 + r * (1.0 / 120.0);
     const double em1 = r + r2 * (a + r2 * (b + r2 * (1.0 / 720.0)));
     const double* t = exp2Table() + 2 * j;
-    const double v = t[0] + (t[1] + t[0] * em1); // 2^(j/64) exp(r)
-    const int n1 = n / 2, n2 = n - n1;           // each within the normal exponents
+    const double v = t[0] + (t[1] + t[0] * em1); // 2^(j/64) exp(r), in [0.99, 2)
+    if (n > -1000 && n < 1000) // a normal result: 2^n added to the exponent field (exact, as v * 2^n)
+        return fromBits(bitsOf(v) + (static_cast<std::uint64_t>(static_cast<std::int64_t>(n)) << 52));
+    const int n1 = n / 2, n2 = n - n1; // each within the normal exponents; a subnormal rounded once
     return (v * pow2(n1)) * pow2(n2);
 }
 
 GPUPHOT_HD inline double log(double x) {
-    if (isNan(x)) return x;
-    if (x < 0.0) return quietNan();
-    if (x == 0.0) return -infinity();
-    if (!isFinite(x)) return x; // +inf
+    std::uint64_t u = bitsOf(x);
     int e = 0;
-    if (x < 2.2250738585072014e-308) { // subnormal: scale into the normal range (exact)
-        x *= 18014398509481984.0;      // 2^54
+    // One unsigned test for everything but positive normal numbers (zero, subnormal, negative, inf, NaN).
+    if (u - 0x0010000000000000ull >= 0x7fe0000000000000ull) {
+        if (isNan(x)) return x;
+        if (x < 0.0) return quietNan();
+        if (x == 0.0) return -infinity();
+        if (!isFinite(x)) return x;          // +inf
+        u = bitsOf(x * 18014398509481984.0); // subnormal: times 2^54 into the normal range (exact)
         e = -54;
     }
-    const std::uint64_t u = bitsOf(x);
     // m in [0.75, 1.5): the mantissa with exponent 0, or -1 when its top bit is set (m >= 1.5); no branch.
     const std::uint64_t up = (u >> 51) & 1u;
     e += static_cast<int>((u >> 52) & 0x7ff) - 1023 + static_cast<int>(up);
     const double m = fromBits((u & 0x000fffffffffffffull) | ((1023u - up) << 52));
-    const int j = static_cast<int>(m * 64.0 + 0.5); // 48..96
-    const double c = static_cast<double>(j) * (1.0 / 64.0);
+    // j = round(64 m) in 48..96 (c = j / 64, the nearest 64th) from the low bits of a shifted sum.
+    constexpr double kShift = 6755399441055744.0; // 1.5 * 2^52
+    const double shifted = m * 64.0 + kShift;
+    const int j = static_cast<int>(static_cast<std::uint32_t>(bitsOf(shifted)));
+    const double c = (shifted - kShift) * (1.0 / 64.0);
     const double f = m - c; // exact (Sterbenz), |f| <= 1/128
-    // log(m / c) = 2 atanh(s), s = f / (m + c), |s| < 0.0053: 2s (1 + z/3 + z^2/5 + z^3/7), z = s^2.
-    const double s = f / (m + c);
-    const double z = s * s;
-    const double q = (1.0 / 3.0 + z * (1.0 / 5.0)) + (z * z) * (1.0 / 7.0);
-    const double s2 = s + s;
+    // log m = log c + log1p(g), g = f (64 / j) (one rounding; exact for c = 1), |g| < 0.0105; log1p by
+    // its Taylor series to g^8 (the rest < 2e-19 relative), grouped (Estrin):
+    // g + g^2 (-1/2 + g/3 + g^2 (-1/4 + g/5) + g^4 (-1/6 + g/7 - g^2/8)).
+    const double g = f * invTable()[j - 48];
+    const double g2 = g * g, g4 = g2 * g2;
+    const double p1 = -0.5 + g * (1.0 / 3.0);
+    const double p2 = -0.25 + g * (1.0 / 5.0);
+    const double p3 = (-1.0 / 6.0 + g * (1.0 / 7.0)) + g2 * (-1.0 / 8.0);
+    const double tail = g2 * ((p1 + g2 * p2) + g4 * p3);
     const double* t = logTable() + 2 * (j - 48);
     const double ed = static_cast<double>(e);
-    // e ln2 + log c + 2s: the large exact-ish parts first, the small corrections together.
-    return (ed * kLn2Hi + t[0]) + (s2 + ((s2 * z) * q + (ed * kLn2Lo + t[1])));
+    // e ln2 + log c + g + tail: the large parts first, the small corrections together.
+    return (ed * kLn2Hi + t[0]) + (g + (tail + (ed * kLn2Lo + t[1])));
 }
 
 } // namespace gpuphot::hdmath
