@@ -19,6 +19,9 @@
 // together.
 #include "core/util/hd.hpp"
 #include "core/util/hd_math.hpp"
+#if !defined(__CUDACC__)
+#include "core/util/hd_math_pair.hpp" // the host's two-sample overloads, visible to the templates below
+#endif
 
 namespace gpuphot::psffit {
 
@@ -69,22 +72,23 @@ GPUPHOT_HD inline Quadrature quadrature(int n) {
 }
 
 // Model value at (x, y) integrated over the pixel; when d != nullptr also the 8 partial derivatives.
-// moffat: (1 + Q)^-beta, else the Gaussian exp(-Q / 2).
-GPUPHOT_HD inline double evaluate(const double* p, bool moffat, double x, double y, const Quadrature& q,
-                                  double* d) {
-    double value = 0.0;
-    double g0 = 0.0, gx0 = 0.0, gy0 = 0.0, g11 = 0.0, g12 = 0.0, g22 = 0.0, gbeta = 0.0;
+// moffat: (1 + Q)^-beta, else the Gaussian exp(-Q / 2). T: double, or on the host hdmath::D2 (two samples
+// at once, core/util/hd_math_pair.hpp: each element bitwise the double version).
+template <class T>
+GPUPHOT_HD inline T evaluateT(const double* p, bool moffat, T x, T y, const Quadrature& q, T* d) {
+    T value{};
+    T g0{}, gx0{}, gy0{}, g11{}, g12{}, g22{}, gbeta{};
     const double amp = p[PAMP], beta = p[PBETA];
     for (int j = 0; j < q.n; ++j) {
-        const double dy = y + q.node[j] - p[PY0];
+        const T dy = y + q.node[j] - p[PY0];
         for (int i = 0; i < q.n; ++i) {
-            const double dx = x + q.node[i] - p[PX0];
+            const T dx = x + q.node[i] - p[PX0];
             const double w = q.weight[i] * q.weight[j];
-            const double quad = p[PC11] * dx * dx + 2.0 * p[PC12] * dx * dy + p[PC22] * dy * dy;
-            double g, dgdq, dgdbeta = 0.0;
+            const T quad = p[PC11] * dx * dx + 2.0 * p[PC12] * dx * dy + p[PC22] * dy * dy;
+            T g, dgdq, dgdbeta{};
             if (moffat) {
-                const double base = 1.0 + quad;
-                const double lb = hdmath::log(base);
+                const T base = 1.0 + quad;
+                const T lb = hdmath::log(base);
                 g = hdmath::exp(-beta * lb);
                 dgdq = -beta * g / base;
                 dgdbeta = -g * lb;
@@ -94,7 +98,7 @@ GPUPHOT_HD inline double evaluate(const double* p, bool moffat, double x, double
             }
             value += w * g;
             if (d) {
-                const double wq = w * dgdq;
+                const T wq = w * dgdq;
                 g0 += w * g;
                 gx0 += wq * (-2.0) * (p[PC11] * dx + p[PC12] * dy);
                 gy0 += wq * (-2.0) * (p[PC12] * dx + p[PC22] * dy);
@@ -109,13 +113,18 @@ GPUPHOT_HD inline double evaluate(const double* p, bool moffat, double x, double
         d[PX0] = amp * gx0;
         d[PY0] = amp * gy0;
         d[PAMP] = g0;
-        d[PBKG] = 1.0;
+        d[PBKG] = T{} + 1.0;
         d[PC11] = amp * g11;
         d[PC12] = amp * g12;
         d[PC22] = amp * g22;
         d[PBETA] = amp * gbeta;
     }
     return amp * value + p[PBKG];
+}
+
+GPUPHOT_HD inline double evaluate(const double* p, bool moffat, double x, double y, const Quadrature& q,
+                                  double* d) {
+    return evaluateT<double>(p, moffat, x, y, q, d);
 }
 
 // What a fit needs besides its samples (the fitted parameters: active[0 .. nActive)).
@@ -140,22 +149,29 @@ struct LmOutcome {
 };
 
 // One sample's terms added to a lane's partials: sums[0] += w r^2, then h (kLmNormal), then g (nActive).
-// A NaN residual propagates into the sums (and so rejects the trial).
-GPUPHOT_HD inline void accumulateSample(const LmSetup& s, const double* p, double x, double y, double value,
-                                        double weight, double* sums) {
-    double d[kLmParams];
-    const double r = value - evaluate(p, s.moffat, x, y, s.quad, d);
+// A NaN residual propagates into the sums (and so rejects the trial). T as for evaluateT (with D2: two
+// lanes, one in each element).
+template <class T>
+GPUPHOT_HD inline void accumulateSampleT(const LmSetup& s, const double* p, T x, T y, T value, T weight,
+                                         T* sums) {
+    T d[kLmParams];
+    const T r = value - evaluateT<T>(p, s.moffat, x, y, s.quad, d);
     sums[0] += weight * r * r;
-    double* h = sums + 1;
-    double* g = sums + 1 + kLmNormal;
+    T* h = sums + 1;
+    T* g = sums + 1 + kLmNormal;
     int t = 0;
     for (int a = 0; a < s.nActive; ++a) {
-        const double da = d[s.active[a]];
-        const double wa = weight * da;
+        const T da = d[s.active[a]];
+        const T wa = weight * da;
         g[a] += wa * r;
         for (int b = 0; b <= a; ++b)
             h[t++] += wa * d[s.active[b]];
     }
+}
+
+GPUPHOT_HD inline void accumulateSample(const LmSetup& s, const double* p, double x, double y, double value,
+                                        double weight, double* sums) {
+    accumulateSampleT<double>(s, p, x, y, value, weight, sums);
 }
 
 // Index of (a, b), b <= a, in the packed lower triangle.

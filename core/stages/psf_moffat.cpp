@@ -16,11 +16,12 @@ constexpr int kNumParams = psffit::kLmParams; // x0, y0, amplitude, background, 
 using psffit::PAMP, psffit::PBETA, psffit::PBKG, psffit::PC11, psffit::PC12, psffit::PC22, psffit::PX0,
     psffit::PY0;
 
-// The fixed-order sums of psffit::lmFit on the host: the lanes one after another, each over its samples
-// in order, then the tree (core/stages/psf_fit_math.hpp). The pass stops early, as a rejected trial,
+// The fixed-order sums of psffit::lmFit on the host: the lanes in pairs (two samples at once in SSE2
+// registers, core/util/hd_math_pair.hpp), each lane over its samples in order, then the tree
+// (core/stages/psf_fit_math.hpp). The pass stops early, as a rejected trial,
 // once the lanes' chi2 so far is certainly above the limit: the terms are non-negative and rounding is
 // monotone, so the tree's total T and the lanes' running sum R (of the finished lanes and the current
-// partial, in lane order) satisfy T >= R (1 - 2^-53)^7 / (1 + 2^-53)^128 > R (1 - 1e-13) = R kBelowTree.
+// partials) satisfy T >= R (1 - 2^-53)^7 / (1 + 2^-53)^128 > R (1 - 1e-13) = R kBelowTree.
 // The decision is the one a full pass would make; only the time differs.
 class LaneSums {
 public:
@@ -28,19 +29,39 @@ public:
         : m_samples(samples), m_setup(setup), m_lanes(static_cast<std::size_t>(psffit::kLmLanes) * kStride) {}
 
     double operator()(const double* p, double limit, double* h, double* g) {
+        using hdmath::D2;
         const int n = static_cast<int>(m_samples.size());
-        const int nSums = 1 + psffit::kLmNormal + m_setup.nActive;
         double done = 0.0; // the finished lanes' chi2, summed in lane order
-        for (int l = 0; l < psffit::kLmLanes; ++l) {
-            double* sums = m_lanes.data() + static_cast<std::size_t>(l) * kStride;
-            std::fill(sums, sums + kStride, 0.0);
-            for (int k = l; k < n; k += psffit::kLmLanes) {
-                const FitSample& s = m_samples[static_cast<std::size_t>(k)];
-                psffit::accumulateSample(m_setup, p, s.x, s.y, s.value, s.weight, sums);
-                if ((done + sums[0]) * kBelowTree > limit) return std::numeric_limits<double>::infinity();
+        // Two lanes at a time (l, l + 1), one in each element of a D2: the same operations per lane.
+        for (int l = 0; l < psffit::kLmLanes; l += 2) {
+            D2 sums[kStride];
+            for (D2& v : sums)
+                v = D2{0.0, 0.0};
+            int k = l;
+            for (; k + 1 < n; k += psffit::kLmLanes) {
+                const FitSample& a = m_samples[static_cast<std::size_t>(k)];
+                const FitSample& b = m_samples[static_cast<std::size_t>(k + 1)];
+                psffit::accumulateSampleT<D2>(m_setup, p, D2{a.x, b.x}, D2{a.y, b.y}, D2{a.value, b.value},
+                                              D2{a.weight, b.weight}, sums);
+                if (((done + sums[0][0]) + sums[0][1]) * kBelowTree > limit)
+                    return std::numeric_limits<double>::infinity();
             }
-            done += sums[0];
+            double* laneA = m_lanes.data() + static_cast<std::size_t>(l) * kStride;
+            double* laneB = laneA + kStride;
+            for (int v = 0; v < kStride; ++v) {
+                laneA[v] = sums[v][0];
+                laneB[v] = sums[v][1];
+            }
+            if (k < n) { // lane l has one sample more than lane l + 1
+                const FitSample& a = m_samples[static_cast<std::size_t>(k)];
+                psffit::accumulateSample(m_setup, p, a.x, a.y, a.value, a.weight, laneA);
+                if (((done + laneA[0]) + laneB[0]) * kBelowTree > limit)
+                    return std::numeric_limits<double>::infinity();
+            }
+            done += laneA[0];
+            done += laneB[0];
         }
+        const int nSums = 1 + psffit::kLmNormal + m_setup.nActive;
         for (int step = psffit::kLmLanes / 2; step > 0; step /= 2)
             for (int l = 0; l < step; ++l) {
                 double* a = m_lanes.data() + static_cast<std::size_t>(l) * kStride;
@@ -59,6 +80,7 @@ public:
 private:
     static constexpr int kStride = psffit::kLmSums;
     static constexpr double kBelowTree = 1.0 - 1e-13;
+    static_assert(psffit::kLmLanes % 2 == 0, "lanes run in pairs");
     const std::vector<FitSample>& m_samples;
     const psffit::LmSetup& m_setup;
     std::vector<double> m_lanes;

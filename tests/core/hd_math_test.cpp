@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 
 #include "core/util/hd_math.hpp"
+#include "core/util/hd_math_pair.hpp"
 
 using namespace gpuphot;
 
@@ -104,4 +106,46 @@ TEST(HdMath, RoundToIntTiesToEven) {
     EXPECT_EQ(hdmath::roundToInt(2.5), 2);
     EXPECT_EQ(hdmath::roundToInt(3.5), 4);
     EXPECT_EQ(hdmath::roundToInt(-1100.4), -1100);
+}
+
+// The host's two-element versions (core/util/hd_math_pair.hpp, used by the profile fits' lane pairs) give
+// each element bitwise the scalar result, in their common domain and outside it (the scalar fallback).
+TEST(HdMath, PairVersionsAreBitwiseTheScalarOnes) {
+    std::mt19937_64 rng(9);
+    std::uniform_real_distribution<double> wide(-800.0, 800.0), fit(-60.0, 0.0);
+    const double specials[] = {0.0,
+                               -0.0,
+                               1.0,
+                               -1.0,
+                               5e-324,
+                               1e-310,
+                               1e308,
+                               710.0,
+                               -746.0,
+                               679.9,
+                               -679.9,
+                               std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity(),
+                               std::numeric_limits<double>::quiet_NaN()};
+    long checked = 0, differ = 0;
+    auto check = [&](double a, double b) {
+        const hdmath::D2 x = {a, b};
+        const hdmath::D2 e = hdmath::exp(x), l = hdmath::log(x);
+        const double se[2] = {hdmath::exp(a), hdmath::exp(b)}, sl[2] = {hdmath::log(a), hdmath::log(b)};
+        for (int k = 0; k < 2; ++k) {
+            const double ek = e[k], lk = l[k];
+            differ += std::memcmp(&ek, &se[k], sizeof(double)) != 0;
+            differ += std::memcmp(&lk, &sl[k], sizeof(double)) != 0;
+            checked += 2;
+        }
+    };
+    for (double a : specials)
+        for (double b : specials)
+            check(a, b);
+    for (int i = 0; i < 300000; ++i) {
+        check(wide(rng), fit(rng));
+        const double m = 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;
+        check(std::ldexp(m, static_cast<int>(rng() % 2098) - 1074), 1.0 + 40.0 * (m - 1.0));
+    }
+    EXPECT_EQ(differ, 0) << "of " << checked;
 }
