@@ -41,6 +41,7 @@
 #include "core/wcs/wcs.hpp"
 #include "ui/catalog_model.hpp"
 #include "ui/display_controls.hpp"
+#include "ui/elided_label.hpp"
 #include "ui/folder_follower.hpp"
 #include "ui/header_view.hpp"
 #include "ui/log_panel.hpp"
@@ -54,7 +55,9 @@
 #include "ui/source_inspector.hpp"
 #include "viewers/image_view.hpp"
 
-static void initUiResources() { Q_INIT_RESOURCE(demo); }
+static void initUiResources() {
+    Q_INIT_RESOURCE(demo);
+}
 
 namespace gpuphot::ui {
 
@@ -74,19 +77,24 @@ QString stageTimes(const Snapshot& s) {
     QStringList parts;
     double total = 0.0;
     for (const StageRecord& r : s.timings) {
-        parts << QStringLiteral("%1 %2 ms").arg(QString::fromStdString(r.stage)).arg(r.seconds * 1e3, 0, 'f', 0);
+        parts << QStringLiteral("%1 %2 ms")
+                     .arg(QString::fromStdString(r.stage))
+                     .arg(r.seconds * 1e3, 0, 'f', 0);
         total += r.seconds;
     }
     if (s.prefetched) parts << QStringLiteral("computed ahead");
     if (s.provisional) // the first look of a re-detection: the complete result follows
-        return QStringLiteral("#%1  %2 sources  |  %4 ms  |  PROVISIONAL: new detection + apertures, PSF model and "
-                              "calibration measured with the previous run's PSF; PSF fits running...  |  %3")
+        return QStringLiteral(
+                   "#%1  %2 sources  |  %4 ms  |  PROVISIONAL: new detection + apertures, PSF model and "
+                   "calibration measured with the previous run's PSF; PSF fits running...  |  %3")
             .arg(s.generation)
             .arg(s.result.detection.sources.size())
             .arg(parts.join(QStringLiteral(", ")))
             .arg(total * 1e3, 0, 'f', 0);
     if (s.psfFitsReused > 0) // star fits the worker's PSF cache supplied (identical inputs, identical result)
-        parts << QStringLiteral("%1/%2 PSF fits reused").arg(s.psfFitsReused).arg(s.psfFitsReused + s.psfFitsMade);
+        parts << QStringLiteral("%1/%2 PSF fits reused")
+                     .arg(s.psfFitsReused)
+                     .arg(s.psfFitsReused + s.psfFitsMade);
     // The count and the total first: a window too narrow for the whole line cuts the per-stage times only.
     return QStringLiteral("#%1  %2 sources  |  total %4 ms (%5)  |  %3")
         .arg(s.generation)
@@ -120,7 +128,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     m_readout = new QLabel(this);
     m_readout->setMinimumWidth(420);
-    m_times = new QLabel(this);
+    m_times = new ElidedLabel(this); // ends with "…" where the window is too narrow for the whole line
+    m_times->setObjectName(QStringLiteral("StageTimes"));
     m_backend = new QLabel(this);
     m_calibLabel = new QLabel(this);
     m_calibLabel->setObjectName(QStringLiteral("CalibrationLabel"));
@@ -155,7 +164,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     });
     connect(w, &PipelineWorker::referenceLoaded, this, [this](ReferencePtr r) {
         m_log->append(LogLevel::Info, r ? tr("reference catalog: %1 stars").arg(r->ra.size())
-                                          : tr("reference catalog removed"));
+                                        : tr("reference catalog removed"));
         m_scheduler->runNow(m_params->config());
     });
     connect(w, &PipelineWorker::started, this, [this](quint64) {
@@ -193,7 +202,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() = default;
 
-PipelineWorker* MainWindow::worker() const { return m_thread->worker(); }
+PipelineWorker* MainWindow::worker() const {
+    return m_thread->worker();
+}
 
 void MainWindow::buildDocks() {
     m_params = new ParamDock(this);
@@ -201,17 +212,19 @@ void MainWindow::buildDocks() {
     addDockWidget(Qt::RightDockWidgetArea, m_params);
 
     m_display = new DisplayControls(m_view, this);
-    auto* displayDock = dock(this, tr("Display, layers"), QStringLiteral("DisplayDock"), m_display,
-                             Qt::LeftDockWidgetArea);
+    auto* displayDock =
+        dock(this, tr("Display, layers"), QStringLiteral("DisplayDock"), m_display, Qt::LeftDockWidgetArea);
     connect(m_display, &DisplayControls::exaggerationChanged, this, [this](double) {
-        if (m_snapshot) m_view->setResidualVectors(buildOverlays(*m_snapshot).residuals,
-                                                   static_cast<float>(m_display->residualExaggeration()));
+        if (m_snapshot)
+            m_view->setResidualVectors(buildOverlays(*m_snapshot).residuals,
+                                       static_cast<float>(m_display->residualExaggeration()));
     });
 
     m_psf = new PsfPanel(this);
     m_inspector = new SourceInspector(this);
     auto* psfDock = dock(this, tr("PSF"), QStringLiteral("PsfDock"), m_psf, Qt::LeftDockWidgetArea);
-    auto* inspDock = dock(this, tr("Source"), QStringLiteral("SourceDock"), m_inspector, Qt::LeftDockWidgetArea);
+    auto* inspDock =
+        dock(this, tr("Source"), QStringLiteral("SourceDock"), m_inspector, Qt::LeftDockWidgetArea);
     tabifyDockWidget(displayDock, psfDock);
     tabifyDockWidget(psfDock, inspDock);
     displayDock->raise();
@@ -247,19 +260,23 @@ void MainWindow::buildDocks() {
                 const int row = m_filter->mapToSource(cur).row();
                 selectSource(row, true);
             });
-    auto* tableDock = dock(this, tr("Catalog"), QStringLiteral("CatalogDock"), tableBox, Qt::BottomDockWidgetArea);
+    auto* tableDock =
+        dock(this, tr("Catalog"), QStringLiteral("CatalogDock"), tableBox, Qt::BottomDockWidgetArea);
 
     m_plots = new PlotsPanel(this);
     auto* plotsDock = dock(this, tr("Plots"), QStringLiteral("PlotsDock"), m_plots, Qt::BottomDockWidgetArea);
     m_header = new HeaderView(this);
-    auto* headerDock = dock(this, tr("FITS header"), QStringLiteral("HeaderDock"), m_header, Qt::BottomDockWidgetArea);
+    auto* headerDock =
+        dock(this, tr("FITS header"), QStringLiteral("HeaderDock"), m_header, Qt::BottomDockWidgetArea);
     m_log = new LogPanel(this);
     auto* logDock = dock(this, tr("Log"), QStringLiteral("LogDock"), m_log, Qt::BottomDockWidgetArea);
     m_history = new QTableWidget(0, 5, this);
-    m_history->setHorizontalHeaderLabels({tr("frame"), tr("time"), tr("sources"), tr("FWHM [px]"), tr("zero point")});
+    m_history->setHorizontalHeaderLabels(
+        {tr("frame"), tr("time"), tr("sources"), tr("FWHM [px]"), tr("zero point")});
     m_history->horizontalHeader()->setStretchLastSection(true);
     m_history->verticalHeader()->setVisible(false);
-    auto* historyDock = dock(this, tr("History"), QStringLiteral("HistoryDock"), m_history, Qt::BottomDockWidgetArea);
+    auto* historyDock =
+        dock(this, tr("History"), QStringLiteral("HistoryDock"), m_history, Qt::BottomDockWidgetArea);
     tabifyDockWidget(tableDock, plotsDock);
     tabifyDockWidget(plotsDock, headerDock);
     tabifyDockWidget(headerDock, logDock);
@@ -282,8 +299,9 @@ void MainWindow::buildMenus() {
     rebuildRecentMenu();
     file->addAction(tr("Open &demo frame"), this, [this] { openDemo(); });
     file->addAction(tr("Reference &catalog..."), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Reference catalog"), QString(),
-                                                          tr("Catalogs (*.fits *.fit *.csv *.ecsv);;All files (*)"));
+        const QString path =
+            QFileDialog::getOpenFileName(this, tr("Reference catalog"), QString(),
+                                         tr("Catalogs (*.fits *.fit *.csv *.ecsv);;All files (*)"));
         if (path.isEmpty()) return;
         bool ok = false;
         const QString cols = QInputDialog::getText(
@@ -305,11 +323,13 @@ void MainWindow::buildMenus() {
         if (!p.isEmpty()) exportCatalog(p);
     });
     file->addAction(tr("Export DS9 &regions..."), this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)"));
+        const QString p =
+            QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)"));
         if (!p.isEmpty()) exportRegions(p);
     });
     file->addAction(tr("Export fitted &WCS..."), this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, tr("WCS header"), QString(), tr("WCS (*.wcs *.fits)"));
+        const QString p =
+            QFileDialog::getSaveFileName(this, tr("WCS header"), QString(), tr("WCS (*.wcs *.fits)"));
         if (!p.isEmpty()) exportWcs(p);
     });
     file->addAction(tr("Save view as &PNG..."), this, [this] {
@@ -318,13 +338,15 @@ void MainWindow::buildMenus() {
     });
     file->addSeparator();
     file->addAction(tr("&Save parameter profile..."), this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
+        const QString p =
+            QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
         if (p.isEmpty()) return;
         QString err;
         if (!m_params->saveProfile(p, &err)) showError(err);
     });
     file->addAction(tr("&Load parameter profile..."), this, [this] {
-        const QString p = QFileDialog::getOpenFileName(this, tr("Load profile"), QString(), tr("JSON (*.json)"));
+        const QString p =
+            QFileDialog::getOpenFileName(this, tr("Load profile"), QString(), tr("JSON (*.json)"));
         if (p.isEmpty()) return;
         QString err;
         if (!m_params->loadProfile(p, &err)) showError(err); // on success configChanged schedules the run
@@ -344,7 +366,8 @@ void MainWindow::buildMenus() {
     run->addAction(tr("&Re-run all stages"), QKeySequence(Qt::CTRL | Qt::Key_R), this, [this] {
         if (m_frame) m_thread->worker()->setFrame(m_frame), m_scheduler->runNow(m_params->config());
     });
-    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, [this] { m_thread->worker()->cancel(); });
+    run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this,
+                   [this] { m_thread->worker()->cancel(); });
 }
 
 void MainWindow::showError(const QString& message) {
@@ -353,7 +376,8 @@ void MainWindow::showError(const QString& message) {
     emit errorShown(message);
     // A non-modal dialog: the message is seen, nothing blocks (a night-long follow keeps running).
     if (!m_errorBox) {
-        m_errorBox = new QMessageBox(QMessageBox::Warning, tr("GPUPHOT Studio"), message, QMessageBox::Ok, this);
+        m_errorBox =
+            new QMessageBox(QMessageBox::Warning, tr("GPUPHOT Studio"), message, QMessageBox::Ok, this);
         m_errorBox->setAttribute(Qt::WA_DeleteOnClose);
         m_errorBox->setModal(false);
     } else {
@@ -372,7 +396,8 @@ bool MainWindow::openFrame(const QString& path, const QString& hduIn) {
             if (h.type == "IMAGE" && h.axes.size() == 2) {
                 images << QStringLiteral("%1: %2 %3 x %4")
                               .arg(h.index)
-                              .arg(QString::fromStdString(h.extname.empty() ? std::string("(primary)") : h.extname))
+                              .arg(QString::fromStdString(h.extname.empty() ? std::string("(primary)")
+                                                                            : h.extname))
                               .arg(h.axes[0])
                               .arg(h.axes[1]);
                 ids << QString::number(h.index);
@@ -409,7 +434,8 @@ void MainWindow::openReference(const QString& path, const QString& columns) {
 }
 
 void MainWindow::openDemo() {
-    const QString dir = QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/demo");
+    const QString dir =
+        QStandardPaths::writableLocation(QStandardPaths::CacheLocation) + QStringLiteral("/demo");
     const QString frame = dir + QStringLiteral("/demo.fits");
     const QString ref = dir + QStringLiteral("/demo.ref.fits");
     if (!QFileInfo::exists(frame) || !QFileInfo::exists(ref)) {
@@ -449,8 +475,10 @@ void MainWindow::followFolder(const QString& dir) {
     if (dir.isEmpty())
         m_log->append(LogLevel::Info, tr("stopped following"));
     else
-        m_log->append(LogLevel::Info, tr("following %1: the newest frame opens and reduces as it arrives").arg(dir));
-    statusBar()->showMessage(dir.isEmpty() ? tr("not following a folder") : tr("following %1").arg(dir), 5000);
+        m_log->append(LogLevel::Info,
+                      tr("following %1: the newest frame opens and reduces as it arrives").arg(dir));
+    statusBar()->showMessage(dir.isEmpty() ? tr("not following a folder") : tr("following %1").arg(dir),
+                             5000);
 }
 
 void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
@@ -472,7 +500,8 @@ void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
                                       .arg(m_framePath)
                                       .arg(m_frame->width())
                                       .arg(m_frame->height())
-                                      .arg(m_frame->wcs ? tr(", WCS ") + QString::fromStdString(m_frame->wcs->projectionCode())
+                                      .arg(m_frame->wcs ? tr(", WCS ") + QString::fromStdString(
+                                                                             m_frame->wcs->projectionCode())
                                                         : tr(", no WCS")));
     emit frameShown(m_framePath);
     m_scheduler->runNow(m_params->config());
@@ -508,7 +537,7 @@ void MainWindow::onResult(SnapshotPtr snap) {
     m_inspector->setSnapshot(snap);
     m_times->setText(stageTimes(*snap));
     m_times->setToolTip(m_times->text()); // the whole line, where the status bar cuts it
-    if (snap->provisional) { // the log, history and listeners get the complete result
+    if (snap->provisional) {              // the log, history and listeners get the complete result
         emit provisionalShown(snap);
         return;
     }
@@ -525,8 +554,9 @@ void MainWindow::onResult(SnapshotPtr snap) {
         m_history->setItem(row, 1, new QTableWidgetItem(QTime::currentTime().toString()));
         m_history->setItem(row, 2, new QTableWidgetItem(QString::number(r.detection.sources.size())));
         m_history->setItem(row, 3, new QTableWidgetItem(QString::number(r.psf.medianFwhm, 'f', 2)));
-        m_history->setItem(row, 4, new QTableWidgetItem(r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3)
-                                                                      : QStringLiteral("-")));
+        m_history->setItem(row, 4,
+                           new QTableWidgetItem(r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3)
+                                                               : QStringLiteral("-")));
         m_history->scrollToBottom();
     }
     emit snapshotShown(snap);
@@ -545,9 +575,13 @@ void MainWindow::onCursor(double x, double y) {
     if (m_psf->isVisible()) m_psf->setPosition(x, y); // the ePSF under the cursor
 }
 
-QString MainWindow::cursorReadout() const { return m_readout->text(); }
+QString MainWindow::cursorReadout() const {
+    return m_readout->text();
+}
 
-QString MainWindow::statusTimesText() const { return m_times->text(); }
+QString MainWindow::statusTimesText() const {
+    return m_times->text();
+}
 
 void MainWindow::setCalibrationFrames(const CalibrationFrames& frames) {
     PipelineWorker* w = m_thread->worker();
@@ -576,7 +610,8 @@ void MainWindow::selectSource(int index, bool centre) {
     m_inspector->setSelectedSource(index);
     m_psf->setSelectedSource(index);
     if (centre) {
-        m_view->centerOn(m_snapshot->result.detection.sources.x[index], m_snapshot->result.detection.sources.y[index]);
+        m_view->centerOn(m_snapshot->result.detection.sources.x[index],
+                         m_snapshot->result.detection.sources.y[index]);
     } else {
         const QModelIndex proxy = m_filter->mapFromSource(m_model->index(index, 0));
         if (proxy.isValid()) {
@@ -681,11 +716,11 @@ void MainWindow::rebuildRecentMenu() {
 
 void MainWindow::updateBackendLabel() {
     const auto devices = listCudaDevices();
-    m_backend->setText(devices.empty()
-                           ? tr("CPU backend, %1 threads").arg(QThread::idealThreadCount())
-                           : tr("CUDA: %1 (%2 GiB)")
-                                 .arg(QString::fromStdString(devices.front().name))
-                                 .arg(static_cast<double>(devices.front().totalBytes) / (1 << 30), 0, 'f', 0));
+    m_backend->setText(
+        devices.empty() ? tr("CPU backend, %1 threads").arg(QThread::idealThreadCount())
+                        : tr("CUDA: %1 (%2 GiB)")
+                              .arg(QString::fromStdString(devices.front().name))
+                              .arg(static_cast<double>(devices.front().totalBytes) / (1 << 30), 0, 'f', 0));
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
