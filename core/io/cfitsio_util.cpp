@@ -34,19 +34,39 @@ std::string cfitsioText(int status) {
     std::string msg = text;
     std::vector<std::string> stack;
     char m[FLEN_ERRMSG] = {};
-    while (fits_read_errmsg(m)) stack.emplace_back(m);
+    while (fits_read_errmsg(m))
+        stack.emplace_back(m);
     if (!stack.empty()) {
         msg += " [CFITSIO:";
         const std::size_t first = stack.size() > 3 ? stack.size() - 3 : 0;
         for (std::size_t i = first; i < stack.size(); ++i) {
             std::string s = stack[i];
-            while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+            while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+                s.pop_back();
             msg += (i == first ? " " : "; ") + s;
         }
         msg += "]";
     }
     return msg;
 }
+
+namespace {
+
+// The keywords that fix an HDU's structure (FITS 4.0 sections 4.4.1, 7.2.1, 7.3.1): integers.
+bool isStructuralKey(const std::string& key) {
+    if (key == "BITPIX" || key == "NAXIS" || key == "PCOUNT" || key == "GCOUNT" || key == "TFIELDS")
+        return true;
+    return key.size() > 5 && key.rfind("NAXIS", 0) == 0 &&
+           key.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+// An optional sign and one or more digits, nothing else.
+bool isPlainInteger(const std::string& word) {
+    const std::size_t start = !word.empty() && (word[0] == '+' || word[0] == '-') ? 1 : 0;
+    return word.size() > start && word.find_first_not_of("0123456789", start) == std::string::npos;
+}
+
+} // namespace
 
 void checkHeadersCfitsioCanParse(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -86,9 +106,9 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
                                        " has an unquoted value of " + std::to_string(value.size()) +
                                        " characters (a column name must be a quoted string)");
                 // CFITSIO 4.2.0 divides by ZTILEn when it moves to a tile-compressed image (in
-                // imcomp_get_compressed_image_par): ZTILE2 = 0 killed the process with SIGFPE (found by the CI
-                // fuzz run of 2026-11-30 14:12 UTC). A tile size must be a positive integer.
-                // (value still holds the comment: the logical or number is its first word)
+                // imcomp_get_compressed_image_par): ZTILE2 = 0 killed the process with SIGFPE (found by the
+                // CI fuzz run of 2026-11-30 14:12 UTC). A tile size must be a positive integer. (value still
+                // holds the comment: the logical or number is its first word)
                 const std::string word = value.substr(0, value.find_first_of(" /"));
                 if (key == "ZIMAGE") zimage = word == "T";
                 if (key.rfind("ZTILE", 0) == 0 && key.size() > 5 && badTile.empty()) {
@@ -96,11 +116,23 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
                     const double t = std::strtod(word.c_str(), &stop);
                     if (stop != word.c_str() && !(t >= 1.0)) badTile = key + " = " + word.substr(0, 20);
                 }
+                // CFITSIO 4.2.0 answers a mandatory structural keyword that is not an integer ("NAXIS2 = $
+                // 3") with NOT_POS_INT and leaves state behind: the next open of the same file in the process
+                // read garbage and asked calloc for gigabytes (found by the CI fuzz run of 2026-11-30 20:13
+                // UTC). Such a value is refused here, before CFITSIO parses the header.
+                if (isStructuralKey(key) && !isPlainInteger(word))
+                    throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": header keyword " + key +
+                                       " = " + value.substr(0, 20) +
+                                       " is not an integer (a mandatory FITS keyword)");
                 const long long v = std::strtoll(value.c_str(), nullptr, 10);
-                if (key == "BITPIX") bitpix = v;
-                else if (key == "NAXIS") naxis = v;
-                else if (key == "PCOUNT") pcount = v;
-                else if (key == "GCOUNT") gcount = v;
+                if (key == "BITPIX")
+                    bitpix = v;
+                else if (key == "NAXIS")
+                    naxis = v;
+                else if (key == "PCOUNT")
+                    pcount = v;
+                else if (key == "GCOUNT")
+                    gcount = v;
                 else if (key.rfind("NAXIS", 0) == 0 && key.size() > 5) {
                     if (v < 0 || (v > 0 && product > (1LL << 50) / v)) return;
                     product *= v;
@@ -149,4 +181,3 @@ std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::s
 }
 
 } // namespace gpuphot
-

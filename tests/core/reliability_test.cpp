@@ -20,8 +20,8 @@
 #include "core/io/cfitsio_util.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
-#include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/frame_checks.hpp"
+#include "core/pipeline/pipeline_config.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 #include "tests/test_support.hpp"
@@ -37,7 +37,8 @@ Frame frameOf(int w, int h, float value = 0.0f, bool ramp = true) {
     f.pixels = Image<float>(w, h, value);
     if (ramp)
         for (int y = 0; y < h; ++y)
-            for (int x = 0; x < w; ++x) f.pixels(x, y) = static_cast<float>(x + 3 * y);
+            for (int x = 0; x < w; ++x)
+                f.pixels(x, y) = static_cast<float>(x + 3 * y);
     f.mask = Image<std::uint8_t>(w, h, std::uint8_t{0});
     return f;
 }
@@ -68,8 +69,14 @@ TEST(Reliability, ABrokenHeaderWcsIsMarkedAndAMissingOneIsNot) {
     Header h;
     h.set("CTYPE1", "RA---TAN");
     h.set("CTYPE2", "DEC--TAN");
-    for (auto [k, v] : {std::pair{"CRPIX1", 8.0}, {"CRPIX2", 8.0}, {"CRVAL1", 10.0}, {"CRVAL2", 20.0}, {"CD1_1", 1e-4},
-                        {"CD1_2", 2e-4}, {"CD2_1", 1e-4}, {"CD2_2", 2e-4}}) // rows proportional: singular
+    for (auto [k, v] : {std::pair{"CRPIX1", 8.0},
+                        {"CRPIX2", 8.0},
+                        {"CRVAL1", 10.0},
+                        {"CRVAL2", 20.0},
+                        {"CD1_1", 1e-4},
+                        {"CD1_2", 2e-4},
+                        {"CD2_1", 1e-4},
+                        {"CD2_2", 2e-4}}) // rows proportional: singular
         h.set(k, v);
     writeFitsImage(dir / "singular.fits", img.view(), h);
     writeFitsImage(dir / "none.fits", img.view(), Header{});
@@ -102,7 +109,8 @@ TEST(Reliability, TemporaryNamesAreRecognisedOnlyInTheirDocumentedForm) {
     EXPECT_TRUE(fs::is_empty(dir.path));
     writeTextFileAtomic(dir / "b.txt", "whole\n");
     std::size_t n = 0;
-    for (const auto& e : fs::directory_iterator(dir.path)) n += e.path().filename() == "b.txt" ? 1 : 100;
+    for (const auto& e : fs::directory_iterator(dir.path))
+        n += e.path().filename() == "b.txt" ? 1 : 100;
     EXPECT_EQ(n, 1u);
 }
 
@@ -130,8 +138,14 @@ TEST(Reliability, FuzzHeaderWcsMalformedCtypeIsRefusedWithoutLeaking) {
     Header h;
     h.set("CTYPE1", "RA---TAN");
     h.set("CTYPE2", "DEC-2-TAN");
-    for (auto [k, v] : {std::pair{"CRPIX1", 512.5}, {"CRPIX2", 512.5}, {"CRVAL1", 45.0}, {"CRVAL2", 89.9},
-                        {"CD1_1", -5.5e-4}, {"CD1_2", 0.0}, {"CD2_1", 0.0}, {"CD2_2", 5.5e-4}})
+    for (auto [k, v] : {std::pair{"CRPIX1", 512.5},
+                        {"CRPIX2", 512.5},
+                        {"CRVAL1", 45.0},
+                        {"CRVAL2", 89.9},
+                        {"CD1_1", -5.5e-4},
+                        {"CD1_2", 0.0},
+                        {"CD2_1", 0.0},
+                        {"CD2_2", 5.5e-4}})
         h.set(k, v);
     try {
         const auto w = Wcs::tryFromHeader(h);
@@ -151,8 +165,13 @@ TEST(Reliability, FuzzHeaderWcsDateObsWithoutMjdObsDoesNotLeak) {
     h.set("CTYPE2", "DEC--TAN");
     h.set("CUNIT1", "deg");
     h.set("CUNIT2", "deg");
-    for (auto [k, v] : {std::pair{"CRPIX1", 12.5}, {"CRPIX2", 10.5}, {"CRVAL1", 150.0}, {"CRVAL2", 20.0},
-                        {"CD1_1", -2.7777777777777778e-4}, {"CD1_2", 0.0}, {"CD2_1", 0.0},
+    for (auto [k, v] : {std::pair{"CRPIX1", 12.5},
+                        {"CRPIX2", 10.5},
+                        {"CRVAL1", 150.0},
+                        {"CRVAL2", 20.0},
+                        {"CD1_1", -2.7777777777777778e-4},
+                        {"CD1_2", 0.0},
+                        {"CD2_1", 0.0},
                         {"CD2_2", 2.7777777777777778e-4}})
         h.set(k, v);
     std::string why;
@@ -190,7 +209,8 @@ void writeCfitsio(const std::string& path, const char* compression = "[compress 
     long axes[2] = {16, 12};
     fits_create_img(f, LONG_IMG, 2, axes, &status);
     std::vector<int> px(16 * 12);
-    for (std::size_t i = 0; i < px.size(); ++i) px[i] = static_cast<int>(100 + i % 7);
+    for (std::size_t i = 0; i < px.size(); ++i)
+        px[i] = static_cast<int>(100 + i % 7);
     fits_write_img(f, TINT, 1, static_cast<long>(px.size()), px.data(), &status);
     fits_close_file(f, &status);
     ASSERT_EQ(status, 0);
@@ -210,7 +230,8 @@ void spit(const fs::path& p, const std::string& bytes) {
 TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
     // fuzz_fits_reader (CI run of 2026-11-30 14:12 UTC): ZTILE2 = 0 in a Rice-compressed image made CFITSIO
     // 4.2.0 divide by zero (SIGFPE, the process died) as soon as it moved to the HDU.
-    const std::string repro = std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/fits_reader/ztile_zero_sigfpe.fits";
+    const std::string repro =
+        std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/fits_reader/ztile_zero_sigfpe.fits";
     for (const auto& call : std::vector<std::function<void()>>{[&] { (void)readFrame(repro, {}); },
                                                                [&] { (void)listHdus(repro); },
                                                                [&] { (void)readHeader(repro); }}) {
@@ -320,6 +341,68 @@ TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt
     }
 }
 
+TEST(Reliability, FuzzRefcatStructuralKeywordThatIsNotAnIntegerIsRefusedBeforeCfitsioParsesIt) {
+    // fuzz_refcat (CI run of 2026-11-30 20:13 UTC): "NAXIS2 = $ 3" in a table HDU. CFITSIO 4.2.0 answers
+    // NOT_POS_INT and leaves state behind: the NEXT open of the same file in the process asked calloc for
+    // gigabytes (the fuzzer's second execution of the input). Now refused by our raw header scan.
+    const std::string repro =
+        std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/refcat/naxis2_not_an_integer_reopen_oom.bin";
+    const std::string fuzzInput = slurp(repro);
+    ASSERT_GT(fuzzInput.size(), 2880u);
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path fromFuzz = dir / "fuzz.fits";
+    spit(fromFuzz, fuzzInput.substr(1)); // the first byte is the target's mode (0: a .fits file, no map)
+    for (int twice = 0; twice < 2; ++twice) {
+        const std::string msg =
+            errorOf([&] { (void)readReferenceCatalog(fromFuzz.string(), RefColumnMap{}); });
+        EXPECT_NE(msg.find("NAXIS2 = $"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("not an integer"), std::string::npos) << msg;
+    }
+    // A valid table reads; each structural keyword spoilt in turn is refused by both readers, naming it.
+    const fs::path path = dir / "cat.fits";
+    {
+        int status = 0;
+        fitsfile* f = nullptr;
+        fits_create_file(&f, ("!" + path.string()).c_str(), &status);
+        char c1[] = "ra", c2[] = "dec", c3[] = "mag", d[] = "D";
+        char* names[] = {c1, c2, c3};
+        char* forms[] = {d, d, d};
+        fits_create_tbl(f, BINARY_TBL, 0, 3, names, forms, nullptr, "CAT", &status);
+        const double ra[2] = {10.0, 10.1}, dec[2] = {20.0, 20.1}, mag[2] = {12.0, 13.0};
+        fits_write_col(f, TDOUBLE, 1, 1, 1, 2, const_cast<double*>(ra), &status);
+        fits_write_col(f, TDOUBLE, 2, 1, 1, 2, const_cast<double*>(dec), &status);
+        fits_write_col(f, TDOUBLE, 3, 1, 1, 2, const_cast<double*>(mag), &status);
+        fits_close_file(f, &status);
+        ASSERT_EQ(status, 0);
+    }
+    RefColumnMap map;
+    map.ra = "ra";
+    map.dec = "dec";
+    map.mag = "mag";
+    ASSERT_EQ(readReferenceCatalog(path.string(), map).size(), 2u) << "the unmodified file must read";
+    const std::string good = slurp(path);
+    for (const char* key : {"NAXIS2  =", "TFIELDS =", "PCOUNT  =", "BITPIX  ="}) {
+        std::string bad = good;
+        const auto at = bad.find(key, 2880); // in the table's header
+        ASSERT_NE(at, std::string::npos) << key;
+        bad.replace(at + 10, 20, "               $   3");
+        spit(path, bad);
+        for (int reader = 0; reader < 2; ++reader) {
+            const std::string msg = errorOf([&] {
+                if (reader == 0)
+                    (void)readReferenceCatalog(path.string(), map);
+                else
+                    (void)readFrame(path.string(), {});
+            });
+            EXPECT_NE(msg.find(std::string(key).substr(0, std::string(key).find(' '))), std::string::npos)
+                << msg;
+            EXPECT_NE(msg.find("not an integer"), std::string::npos) << msg;
+        }
+    }
+    spit(path, good);
+    EXPECT_EQ(readReferenceCatalog(path.string(), map).size(), 2u);
+}
+
 // ---- fuzzer findings inside WCSLIB and CFITSIO, guarded in our code ------------------------------
 
 namespace {
@@ -335,8 +418,14 @@ Header tanHeader() {
     h.set("CTYPE2", "DEC--TAN");
     h.set("CUNIT1", "deg");
     h.set("CUNIT2", "deg");
-    for (auto [k, v] : {std::pair{"CRPIX1", 32.5}, {"CRPIX2", 24.5}, {"CRVAL1", 210.0}, {"CRVAL2", -35.0},
-                        {"CD1_1", -1e-4}, {"CD1_2", 0.0}, {"CD2_1", 0.0}, {"CD2_2", 1e-4}})
+    for (auto [k, v] : {std::pair{"CRPIX1", 32.5},
+                        {"CRPIX2", 24.5},
+                        {"CRVAL1", 210.0},
+                        {"CRVAL2", -35.0},
+                        {"CD1_1", -1e-4},
+                        {"CD1_2", 0.0},
+                        {"CD2_1", 0.0},
+                        {"CD2_2", 1e-4}})
         h.set(k, v);
     return h;
 }
@@ -539,7 +628,8 @@ std::string gzipProblem(const std::string& bytes, std::size_t maxOut) {
 
 TEST(Reliability, GzipTileCheckAcceptsCompleteStreamsOnly) {
     std::string pixels;
-    for (int i = 0; i < 4000; ++i) pixels += static_cast<char>(i * 7 % 251);
+    for (int i = 0; i < 4000; ++i)
+        pixels += static_cast<char>(i * 7 % 251);
     const std::string gz = gzipped(pixels);
     ASSERT_GT(gz.size(), 20u);
     EXPECT_EQ(gzipProblem(gz, pixels.size()), "");
@@ -595,13 +685,15 @@ TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesI
     const std::size_t desc = static_cast<std::size_t>(dataStart + 2 * rowBytes); // row 3, first column
     auto be32 = [&](std::size_t at) {
         unsigned v = 0;
-        for (int k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(bytes[at + k]);
+        for (int k = 0; k < 4; ++k)
+            v = (v << 8) | static_cast<unsigned char>(bytes[at + k]);
         return v;
     };
     const unsigned count = be32(desc);
     ASSERT_GT(count, 10u);
     const unsigned shorter = count - 6;
-    for (int k = 0; k < 4; ++k) bytes[desc + k] = static_cast<char>((shorter >> (24 - 8 * k)) & 0xff);
+    for (int k = 0; k < 4; ++k)
+        bytes[desc + k] = static_cast<char>((shorter >> (24 - 8 * k)) & 0xff);
     spit(path, bytes);
     msg = errorOf([&] { (void)readFrame(path.string()); });
     EXPECT_NE(msg.find("gzip.fits"), std::string::npos) << msg;
@@ -610,7 +702,8 @@ TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesI
 }
 
 // fuzz_header_wcs (CI run, 2026-11-30): a value of many nested quotes made parseFitsNumber recurse once per
-// level until the stack overflowed. Reproducer: tests/fuzz/regressions/header_wcs/nested_quotes_stack_overflow.hdr.
+// level until the stack overflowed. Reproducer:
+// tests/fuzz/regressions/header_wcs/nested_quotes_stack_overflow.hdr.
 TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
     EXPECT_FALSE(parseFitsNumber(std::string(400000, '\'')).has_value());
     EXPECT_FALSE(parseFitsNumber("''''1.5''''").has_value());
