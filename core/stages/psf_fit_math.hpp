@@ -6,8 +6,8 @@
 //
 // The fixed order of the sums over a star's samples (chi2 and the normal equations): kLmLanes lanes,
 // lane l sums the samples l, l + kLmLanes, l + 2 kLmLanes, ... in that order (accumulateSample), then
-// the lanes are added as a tree, lane l += lane l + s for s = kLmLanes / 2, ..., 2, 1 (treeReduce). The
-// host runs the lanes one after another (LaneSums in psf_moffat.cpp); the device one lane a thread.
+// the lanes are added as a tree, lane l += lane l + s for s = kLmLanes / 2, ..., 2, 1. The host runs
+// the lanes two at a time (LaneSums in psf_moffat.cpp, SSE2 pairs); the device one lane a thread.
 // The order does not depend on the number of host threads or on the launch configuration.
 //
 // lmFit is the whole iteration, templated on the evaluator that makes those sums at a parameter vector:
@@ -180,8 +180,8 @@ GPUPHOT_HD inline int packed(int a, int b) {
 }
 
 // Solves (h with its diagonal times (1 + lambda), plus 1e-300) x = g by LDL^T without pivoting (the
-// damped normal matrix is symmetric positive definite); a zero pivot gives non-finite x, which the
-// caller rejects. n <= kLmParams.
+// damped normal matrix is symmetric positive definite). A singular h gives a huge or non-finite step,
+// which lmFit rejects (validParams, isFinite). n <= kLmParams.
 GPUPHOT_HD inline void solveDamped(const double* h, const double* g, int n, double lambda, double* x) {
     double l[kLmParams][kLmParams];
     double dg[kLmParams];
