@@ -295,6 +295,21 @@ TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAlloca
     }
 }
 
+TEST(Reliability, FuzzFitsReaderZeroTileSizeInATruncatedHeaderBlockIsRefused) {
+    // fuzz_fits_reader (CI run of 2026-11-30 20:56 UTC): the ZTILE2 = 0 guard missed a header whose last
+    // 2880-byte block is cut short (the file ends 143 bytes before the block does). CFITSIO reads such a
+    // header and divided by zero (SIGFPE); the raw scan now reads the partial block too.
+    const std::string repro = std::string(GPUPHOT_TEST_DATA) +
+                              "/../fuzz/regressions/fits_reader/ztile_zero_in_truncated_header_block.fits";
+    ASSERT_NE(fs::file_size(repro) % 2880, 0u) << "the reproducer must end inside a block";
+    for (const auto& call : std::vector<std::function<void()>>{[&] { (void)readFrame(repro, {}); },
+                                                               [&] { (void)listHdus(repro); },
+                                                               [&] { (void)readHeader(repro); }}) {
+        const std::string msg = errorOf(call);
+        EXPECT_NE(msg.find("ZTILE2 = 0"), std::string::npos) << msg;
+    }
+}
+
 TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt) {
     // fuzz_refcat: an unquoted TTYPEn value of 70 characters overflowed CFITSIO 4.2.0's 70-byte column
     // name (its fortified strcpy aborted the process). Now refused, naming the file and the card.
