@@ -82,7 +82,8 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
     for (int hdu = 0; hdu < 100000 && pos < size; ++hdu) {
         long long bitpix = 0, naxis = 0, pcount = 0, gcount = 1, product = 1;
         bool end = false, zimage = false;
-        std::string badTile; // "ZTILEn = v" of a tile size below 1, checked when the header is a ZIMAGE one
+        std::string
+            badTile; // "ZTILEn = v" / "ZNAXISn = v" not a positive integer, checked for ZIMAGE headers
         while (!end) {
             if (pos >= size) return;
             in.seekg(pos);
@@ -116,11 +117,15 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
                 // holds the comment: the logical or number is its first word)
                 const std::string word = value.substr(0, value.find_first_of(" /"));
                 if (key == "ZIMAGE") zimage = word == "T";
-                if (key.rfind("ZTILE", 0) == 0 && key.size() > 5 && badTile.empty()) {
-                    char* stop = nullptr;
-                    const double t = std::strtod(word.c_str(), &stop);
-                    if (stop != word.c_str() && !(t >= 1.0)) badTile = key + " = " + word.substr(0, 20);
-                }
+                // The same for a ZTILEn or ZNAXISn that is not a plain integer ("ZTILE1 = è 1" repeated after
+                // a valid ZTILE1 also ended in SIGFPE, CI fuzz run of 2026-11-30 21:00 UTC).
+                const bool tileKey = key.size() > 5 && key.rfind("ZTILE", 0) == 0 &&
+                                     key.find_first_not_of("0123456789", 5) == std::string::npos;
+                const bool axisKey = key.size() > 6 && key.rfind("ZNAXIS", 0) == 0 &&
+                                     key.find_first_not_of("0123456789", 6) == std::string::npos;
+                if ((tileKey || axisKey) && badTile.empty() &&
+                    (!isPlainInteger(word) || std::strtoll(word.c_str(), nullptr, 10) < 1))
+                    badTile = key + " = " + word.substr(0, 20);
                 // CFITSIO 4.2.0 answers a mandatory structural keyword that is not an integer ("NAXIS2 = $
                 // 3") with NOT_POS_INT and leaves state behind: the next open of the same file in the process
                 // read garbage and asked calloc for gigabytes (found by the CI fuzz run of 2026-11-30 20:13
@@ -146,7 +151,7 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
         }
         if (zimage && !badTile.empty())
             throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": malformed tile-compressed image: " +
-                               badTile + " (a tile size must be a positive integer)");
+                               badTile + " (tile sizes and image axes must be positive integers)");
         if (naxis == 0) product = 0;
         const long long bytes = std::llabs(bitpix) / 8;
         if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8 || product + pcount > (1LL << 50)) return;

@@ -260,6 +260,25 @@ TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
         const std::string msg = errorOf([&] { (void)readFrame(bad.string(), {}); });
         EXPECT_NE(msg.find("ZTILE2 = " + std::string(v)), std::string::npos) << v << ": " << msg;
     }
+    // (CI fuzz run of 2026-11-30 21:00 UTC) a ZTILEn or ZNAXISn that is no integer at all: SIGFPE too.
+    const std::string repro2 = std::string(GPUPHOT_TEST_DATA) +
+                               "/../fuzz/regressions/fits_reader/ztile1_not_an_integer_repeated.fits";
+    EXPECT_NE(errorOf([&] { (void)readFrame(repro2, {}); }).find("ZTILE1 = "), std::string::npos);
+    for (const char* key : {"ZTILE1  =", "ZNAXIS1 ="})
+        for (const char* v : {"x", "1.5", "0"}) {
+            std::string changed = bytes;
+            const std::size_t at = changed.find(key);
+            ASSERT_NE(at, std::string::npos) << key;
+            std::string value(20, ' ');
+            value.replace(20 - std::strlen(v), std::strlen(v), v);
+            changed.replace(at + 10, 20, value);
+            const fs::path bad = dir / "rice_bad2.fits";
+            std::ofstream(bad, std::ios::binary) << changed;
+            const std::string msg = errorOf([&] { (void)readFrame(bad.string(), {}); });
+            EXPECT_NE(msg.find(std::string(key).substr(0, 6)), std::string::npos) << key << v << ": " << msg;
+            EXPECT_NE(msg.find("malformed tile-compressed image"), std::string::npos)
+                << key << v << ": " << msg;
+        }
 }
 
 TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAllocating) {
