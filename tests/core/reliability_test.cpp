@@ -225,6 +225,31 @@ void spit(const fs::path& p, const std::string& bytes) {
     std::ofstream(p, std::ios::binary) << bytes;
 }
 
+// A two-row binary table (ra, dec, mag, all D) written with CFITSIO directly, and its column map.
+void writeSmallCatalog(const fs::path& path) {
+    int status = 0;
+    fitsfile* f = nullptr;
+    fits_create_file(&f, ("!" + path.string()).c_str(), &status);
+    char c1[] = "ra", c2[] = "dec", c3[] = "mag", d[] = "D";
+    char* names[] = {c1, c2, c3};
+    char* forms[] = {d, d, d};
+    fits_create_tbl(f, BINARY_TBL, 0, 3, names, forms, nullptr, "CAT", &status);
+    const double ra[2] = {10.0, 10.1}, dec[2] = {20.0, 20.1}, mag[2] = {12.0, 13.0};
+    fits_write_col(f, TDOUBLE, 1, 1, 1, 2, const_cast<double*>(ra), &status);
+    fits_write_col(f, TDOUBLE, 2, 1, 1, 2, const_cast<double*>(dec), &status);
+    fits_write_col(f, TDOUBLE, 3, 1, 1, 2, const_cast<double*>(mag), &status);
+    fits_close_file(f, &status);
+    ASSERT_EQ(status, 0);
+}
+
+RefColumnMap smallCatalogMap() {
+    RefColumnMap map;
+    map.ra = "ra";
+    map.dec = "dec";
+    map.mag = "mag";
+    return map;
+}
+
 } // namespace
 
 TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
@@ -334,25 +359,8 @@ TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt
     // name (its fortified strcpy aborted the process). Now refused, naming the file and the card.
     test::TempDir dir("gpuphot_reliab");
     const fs::path path = dir / "cat.fits";
-    {
-        int status = 0;
-        fitsfile* f = nullptr;
-        fits_create_file(&f, ("!" + path.string()).c_str(), &status);
-        char c1[] = "ra", c2[] = "dec", c3[] = "mag", d[] = "D";
-        char* names[] = {c1, c2, c3};
-        char* forms[] = {d, d, d};
-        fits_create_tbl(f, BINARY_TBL, 0, 3, names, forms, nullptr, "CAT", &status);
-        const double ra[2] = {10.0, 10.1}, dec[2] = {20.0, 20.1}, mag[2] = {12.0, 13.0};
-        fits_write_col(f, TDOUBLE, 1, 1, 1, 2, const_cast<double*>(ra), &status);
-        fits_write_col(f, TDOUBLE, 2, 1, 1, 2, const_cast<double*>(dec), &status);
-        fits_write_col(f, TDOUBLE, 3, 1, 1, 2, const_cast<double*>(mag), &status);
-        fits_close_file(f, &status);
-        ASSERT_EQ(status, 0);
-    }
-    RefColumnMap map;
-    map.ra = "ra";
-    map.dec = "dec";
-    map.mag = "mag";
+    ASSERT_NO_FATAL_FAILURE(writeSmallCatalog(path));
+    const RefColumnMap map = smallCatalogMap();
     ASSERT_EQ(readReferenceCatalog(path.string(), map).size(), 2u) << "the unmodified file must read";
     std::string bytes = slurp(path);
     const auto at = bytes.find("TTYPE3  = 'mag");
@@ -394,25 +402,8 @@ TEST(Reliability, FuzzRefcatStructuralKeywordThatIsNotAnIntegerIsRefusedBeforeCf
     }
     // A valid table reads; each structural keyword spoilt in turn is refused by both readers, naming it.
     const fs::path path = dir / "cat.fits";
-    {
-        int status = 0;
-        fitsfile* f = nullptr;
-        fits_create_file(&f, ("!" + path.string()).c_str(), &status);
-        char c1[] = "ra", c2[] = "dec", c3[] = "mag", d[] = "D";
-        char* names[] = {c1, c2, c3};
-        char* forms[] = {d, d, d};
-        fits_create_tbl(f, BINARY_TBL, 0, 3, names, forms, nullptr, "CAT", &status);
-        const double ra[2] = {10.0, 10.1}, dec[2] = {20.0, 20.1}, mag[2] = {12.0, 13.0};
-        fits_write_col(f, TDOUBLE, 1, 1, 1, 2, const_cast<double*>(ra), &status);
-        fits_write_col(f, TDOUBLE, 2, 1, 1, 2, const_cast<double*>(dec), &status);
-        fits_write_col(f, TDOUBLE, 3, 1, 1, 2, const_cast<double*>(mag), &status);
-        fits_close_file(f, &status);
-        ASSERT_EQ(status, 0);
-    }
-    RefColumnMap map;
-    map.ra = "ra";
-    map.dec = "dec";
-    map.mag = "mag";
+    ASSERT_NO_FATAL_FAILURE(writeSmallCatalog(path));
+    const RefColumnMap map = smallCatalogMap();
     ASSERT_EQ(readReferenceCatalog(path.string(), map).size(), 2u) << "the unmodified file must read";
     const std::string good = slurp(path);
     for (const char* key : {"NAXIS2  =", "TFIELDS =", "PCOUNT  =", "BITPIX  ="}) {
