@@ -191,7 +191,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 log "kernels_tests"
 "$KT" --gtest_output="xml:$OUT/kernels_tests.xml" 2>&1 | tee -a "$LOG" | tail -n 30
 log "kernels_tests exit ${PIPESTATUS[0]}"
-SMALL='CudaStages.BackgroundMatchesCpuOnRandomFrames:CudaStages.InvalidParameters*:CudaStages.TinyMemory*:CudaStages.FrameUploaded*:ApertureCuda.LocalSkyPieces*'
+SMALL='PsfCuda.NoMaskDispatchAndSwitch:CudaStages.BackgroundMatchesCpuOnRandomFrames:CudaStages.InvalidParameters*:CudaStages.TinyMemory*:CudaStages.FrameUploaded*:ApertureCuda.LocalSkyPieces*'
 if command -v compute-sanitizer > /dev/null; then
     for tool in memcheck racecheck; do
         log "compute-sanitizer --tool $tool ($SMALL)"

@@ -1,6 +1,17 @@
-// CUDA PSF stage (issue 5): the PSF photometry (one weighted linear flux fit per source on the local ePSF)
-// on the device; the rest of the stage (selection, profile fits, spatial model, ePSF cells) is the host's
-// cpu::buildPsfModel, unchanged. One thread per source runs core/stages/psf_flux_math.hpp, the arithmetic
+// CUDA PSF stage (issue 5): the stars' profile fits (Levenberg–Marquardt, one block per star) and the PSF
+// photometry (one weighted linear flux fit per source on the local ePSF) on the device; the rest of the
+// stage (selection, stamps, spatial model, ePSF cells) is the host's cpu::buildPsfModel, which hands the
+// fits to the device through its ProfileFitBatch hook.
+//
+// Profile fits: core/stages/psf_fit_math.hpp's psffit::lmFit, run by all 128 threads of a block with the
+// same inputs (the 8 x 8 solve included); its sums over the star's samples are made in the fixed order the
+// host uses (core/stages/psf_moffat.cpp LaneSums): thread l is lane l and adds the samples l, l + 128, ...
+// in order, then the lanes are added as a tree in shared memory. exp/log are core/util/hd_math.hpp's, so
+// the fits are bitwise the host's (the host may stop a pass early when it is certainly rejected; the
+// device finishes it, with the same decision). Stars with too few samples get the start on the host, as
+// fitProfile does.
+//
+// PSF photometry: one thread per source runs core/stages/psf_flux_math.hpp, the arithmetic
 // of the host's fitPsfFlux, in the same order (disc rows j then columns i, the cells' bicubic, the three
 // passes); the host stores the pixel terms after its first walk, the kernel walks the disc again in every
 // pass and recomputes them (the same values). Only + - * / and sqrt, -fmad=false: fluxPsf, fluxPsfErr and
@@ -26,7 +37,9 @@
 #include "core/stages/background.hpp"
 #include "core/stages/psf.hpp"
 #include "core/stages/psf_epsf.hpp"
+#include "core/stages/psf_fit_math.hpp"
 #include "core/stages/psf_flux_math.hpp"
+#include "core/stages/psf_moffat.hpp"
 #include "core/util/step_timer.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/cuda_stages_impl.hpp"
@@ -36,6 +49,116 @@
 namespace gpuphot::cuda {
 
 namespace {
+
+// ---- profile fits ------------------------------------------------------------------------------------
+
+struct FitJobDevice {
+    int first = 0, count = 0; // the star's samples in the batch's array
+    double start[psffit::kLmParams] = {};
+    double startX = 0.0, startY = 0.0;
+};
+
+// lmFit's evaluator on the device: lane = thread, then the tree (LaneSums' order, without its early stop).
+struct DeviceLaneSums {
+    const psffit::LmSetup& s;
+    const FitSample* samples;
+    int n;
+    double (*lanes)[psffit::kLmSums];
+
+    __device__ double operator()(const double* p, double /*limit*/, double* h, double* g) {
+        const int l = static_cast<int>(threadIdx.x);
+        double sums[psffit::kLmSums];
+        for (int v = 0; v < psffit::kLmSums; ++v)
+            sums[v] = 0.0;
+        for (int k = l; k < n; k += psffit::kLmLanes) {
+            const FitSample q = samples[k];
+            psffit::accumulateSample(s, p, q.x, q.y, q.value, q.weight, sums);
+        }
+        const int nSums = 1 + psffit::kLmNormal + s.nActive;
+        __syncthreads(); // every thread has read the previous total
+        for (int v = 0; v < nSums; ++v)
+            lanes[l][v] = sums[v];
+        __syncthreads();
+        for (int step = psffit::kLmLanes / 2; step > 0; step /= 2) {
+            if (l < step)
+                for (int v = 0; v < nSums; ++v)
+                    lanes[l][v] += lanes[l + step][v];
+            __syncthreads();
+        }
+        for (int k = 0; k < psffit::kLmNormal; ++k)
+            h[k] = lanes[0][1 + k];
+        for (int k = 0; k < s.nActive; ++k)
+            g[k] = lanes[0][1 + psffit::kLmNormal + k];
+        return lanes[0][0];
+    }
+};
+
+__global__ void __launch_bounds__(psffit::kLmLanes)
+    profileFitKernel(psffit::LmSetup base, const FitSample* __restrict__ samples,
+                     const FitJobDevice* __restrict__ jobs, psffit::LmOutcome* __restrict__ out) {
+    __shared__ double lanes[psffit::kLmLanes][psffit::kLmSums];
+    const FitJobDevice& job = jobs[blockIdx.x];
+    psffit::LmSetup s = base;
+    s.startX = job.startX;
+    s.startY = job.startY;
+    DeviceLaneSums eval{s, samples + job.first, job.count, lanes};
+    const psffit::LmOutcome o = psffit::lmFit(s, job.start, eval);
+    if (threadIdx.x == 0) out[blockIdx.x] = o;
+}
+
+thread_local std::size_t lastDeviceProfileFits = 0; // the calling thread's last stage (test hook)
+
+// The batch on the device: results[i] bitwise fitProfile(*jobs[i].samples, kind, jobs[i].start, options).
+void fitProfilesOnDevice(DeviceContext& dc, const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
+                         const LmOptions& options, std::vector<ProfileFitResult>& results) {
+    std::vector<FitJobDevice> dev;
+    std::vector<std::size_t> which; // dev[t] is jobs[which[t]]
+    std::vector<psffit::LmSetup> setups(jobs.size());
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        setups[i] = profileFitSetup(kind, jobs[i].start, options);
+        const std::size_t n = jobs[i].samples->size();
+        if (static_cast<int>(n) <= setups[i].nActive) { // fitProfile's answer without a fit
+            results[i] = ProfileFitResult{};
+            results[i].params = jobs[i].start;
+            continue;
+        }
+        FitJobDevice d;
+        d.first = static_cast<int>(total);
+        d.count = static_cast<int>(n);
+        profileFitStart(jobs[i].start, options, d.start);
+        d.startX = setups[i].startX;
+        d.startY = setups[i].startY;
+        dev.push_back(d);
+        which.push_back(i);
+        total += n;
+    }
+    if (dev.empty()) return;
+    std::vector<FitSample> all(total);
+    for (std::size_t t = 0; t < dev.size(); ++t) {
+        const std::vector<FitSample>& v = *jobs[which[t]].samples;
+        std::copy(v.begin(), v.end(), all.begin() + dev[t].first);
+    }
+    DeviceBuffer<FitSample> dSamples(dc, total);
+    DeviceBuffer<FitJobDevice> dJobs(dc, dev.size());
+    DeviceBuffer<psffit::LmOutcome> dOut(dc, dev.size());
+    dSamples.upload(all.data(), total);
+    dJobs.upload(dev.data(), dev.size());
+    // Every field of the setup but the start centre is the same for all stars of the batch.
+    profileFitKernel<<<static_cast<unsigned>(dev.size()), psffit::kLmLanes, 0, dc.stream()>>>(
+        setups[which[0]], dSamples.get(), dJobs.get(), dOut.get());
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    std::vector<psffit::LmOutcome> out(dev.size());
+    dOut.download(out.data(), dev.size());
+    dc.synchronize();
+    for (std::size_t t = 0; t < dev.size(); ++t) {
+        const std::size_t i = which[t];
+        results[i] = profileFitResult(jobs[i].start, out[t], dev[t].count, setups[i].nActive);
+    }
+    lastDeviceProfileFits += dev.size();
+}
+
+// ---- PSF photometry ----------------------------------------------------------------------------------
 
 // The frame as the kernel reads it (row stride = width for every plane); level / rms null: the globals.
 struct PsfPlanes {
@@ -196,11 +319,26 @@ bool measureOnDevice(PsfResult& res, const ImageView& image, const MaskView& mas
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
     lastDeviceFits = 0;
-    if (!params.psfPhotometry || !deviceSwitchOn())
-        return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
+    lastDeviceProfileFits = 0;
+    if (!deviceSwitchOn()) return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
+    DeviceContext& dc = DeviceContext::of(ctx);
+    const ProfileFitBatch fitBatch = [&dc](const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
+                                           const LmOptions& options, std::vector<ProfileFitResult>& results) {
+        try {
+            fitProfilesOnDevice(dc, jobs, kind, options, results);
+        } catch (const DeviceOutOfMemory&) { // no room: the host's fits, the same bits
+            dc.drain();
+            for (std::size_t i = 0; i < jobs.size(); ++i)
+                results[i] = fitProfile(*jobs[i].samples, kind, jobs[i].start, options);
+        }
+    };
     PsfParams hostParams = params;
     hostParams.psfPhotometry = false;
-    PsfResult res = cpu::buildPsfModel(image, mask, bkg, sources, gain, hostParams, ctx);
+    PsfResult res = cpu::buildPsfModel(image, mask, bkg, sources, gain, hostParams, ctx, nullptr, &fitBatch);
+    if (!params.psfPhotometry) {
+        ctx.checkCancelled();
+        return res;
+    }
     bool done = false;
     // Without a model every fit fails at once: the host loop only sets the flags.
     if (res.hasModel() && sources.size() > 0) {
@@ -221,6 +359,10 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
 
 std::size_t psfLastDeviceFits() {
     return lastDeviceFits;
+}
+
+std::size_t psfLastDeviceProfileFits() {
+    return lastDeviceProfileFits;
 }
 
 } // namespace gpuphot::cuda

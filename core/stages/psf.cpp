@@ -501,7 +501,8 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     if (cache) cache->beginRun();
     // Blocks of at least 64 fits a thread between cancellation checks (a fit takes ~1-3 ms): with 256 a
     // block, a 3 x 3 grid's 270 stars ran as 256 + 14 on 16 threads, the second block on 7 of them.
-    const int fitChunk = std::max(kChunk, 64 * nThreads);
+    // A batch (the device's) takes up to 4096 stars at a time: one launch for a usual frame's stars.
+    const int fitChunk = fitBatch ? std::max(kChunk, 4096) : std::max(kChunk, 64 * nThreads);
     // Per star of a block: its samples and start, and whether it is fitted (not skipped, not a hit).
     std::vector<std::vector<FitSample>> stamp(static_cast<std::size_t>(std::min(nCand, fitChunk)));
     std::vector<ProfileParams> starts(stamp.size());

@@ -1,4 +1,4 @@
-// The CUDA PSF stage (kernels/psf.cu: the PSF photometry on the device) against the CPU stage (DESIGN.md,
+// The CUDA PSF stage (kernels/psf.cu: the stars' profile fits and the PSF photometry on the device) against the CPU stage (DESIGN.md,
 // Determinism): every column of PsfResult bitwise equal on simulated frames with masked pixels (the
 // simulator's defects plus masked blocks over some sources), sources at and beyond the edges and at
 // non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic fit
@@ -28,6 +28,7 @@
 
 namespace gpuphot::cuda { // kernels/psf.cu's test hook
 std::size_t psfLastDeviceFits();
+std::size_t psfLastDeviceProfileFits();
 }
 
 using namespace gpuphot;
@@ -99,7 +100,21 @@ void expectSamePsf(const PsfResult& c, const PsfResult& g, const std::string& wh
     EXPECT_TRUE(sameBits(&c.medianEllipticity, &g.medianEllipticity, 1, what + " medianEllipticity"));
     EXPECT_TRUE(sameBits(&c.medianBeta, &g.medianBeta, 1, what + " medianBeta"));
     EXPECT_EQ(c.nStars, g.nStars) << what;
-    EXPECT_EQ(c.stars.size(), g.stars.size()) << what;
+    ASSERT_EQ(c.stars.size(), g.stars.size()) << what;
+    // Every star's profile fit (the device's, one block per star): parameters, chi2, iterations, flags.
+    for (std::size_t k = 0; k < c.stars.size(); ++k) {
+        const PsfStar &a = c.stars[k], &b = g.stars[k];
+        const std::string s = what + " star " + std::to_string(k);
+        const double pa[] = {a.fit.x0, a.fit.y0, a.fit.amplitude, a.fit.background, a.fit.c11, a.fit.c12,
+                             a.fit.c22, a.fit.beta, a.chi2, a.flux, a.shape.fwhm};
+        const double pb[] = {b.fit.x0, b.fit.y0, b.fit.amplitude, b.fit.background, b.fit.c11, b.fit.c12,
+                             b.fit.c22, b.fit.beta, b.chi2, b.flux, b.shape.fwhm};
+        EXPECT_TRUE(sameBits(pa, pb, 11, s + " fit"));
+        EXPECT_EQ(a.index, b.index) << s;
+        EXPECT_EQ(a.iterations, b.iterations) << s;
+        EXPECT_EQ(a.converged, b.converged) << s;
+        EXPECT_EQ(a.used, b.used) << s;
+    }
     EXPECT_TRUE(sameVec(c.fwhmPoly.coeffs, g.fwhmPoly.coeffs, what + " fwhmPoly"));
     ASSERT_EQ(c.epsf.size(), g.epsf.size()) << what;
     for (std::size_t k = 0; k < c.epsf.size(); ++k)
@@ -123,6 +138,15 @@ std::vector<Case> cases() {
     p.psfFitRadius = 4.5;
     p.maxMaskedPsfWeight = 0.05;
     v.push_back({"fit background, radius 4.5, masked weight 0.05", p, 1.0});
+    // The profile fits' other set-ups: a Gaussian, a fixed beta, other quadratures.
+    PsfParams q;
+    q.model = PsfModelKind::Gaussian;
+    q.pixelIntegration = 5;
+    v.push_back({"gaussian, 5 x 5 nodes", q, 2.0});
+    q = PsfParams{};
+    q.fitBeta = false;
+    q.pixelIntegration = 1;
+    v.push_back({"moffat with a fixed beta, 1 node", q, 2.0});
     return v;
 }
 
@@ -136,6 +160,9 @@ void compareOn(const PsfField& p, const BackgroundResult& bkg, const std::string
         const PsfResult gpuRes =
             cuda::buildPsfModel(p.f.sim.image.view(), p.mask.view(), bkg, p.sources, c.gain, c.params, gc);
         EXPECT_EQ(cuda::psfLastDeviceFits(), p.sources.size()) << what << ": the device path did not run";
+        // The stars' profile fits ran on the device (all but those with too few samples).
+        EXPECT_GE(cuda::psfLastDeviceProfileFits(), cpuRes.stars.size() / 2) << what;
+        EXPECT_GT(cuda::psfLastDeviceProfileFits(), 0u) << what;
         expectSamePsf(cpuRes, gpuRes, what);
         // Not vacuous: most sources fitted, some failed (edges, masks, NaN).
         std::size_t ok = 0, failed = 0;
@@ -237,6 +264,7 @@ TEST(PsfCuda, NoMaskDispatchAndSwitch) {
         const PsfResult host =
             cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
         EXPECT_EQ(cuda::psfLastDeviceFits(), 0u);
+        EXPECT_EQ(cuda::psfLastDeviceProfileFits(), 0u);
         expectSamePsf(cpuRes, host, "GPUPHOT_PSF_DEVICE=0");
     }
     // No PSF photometry asked: no device work, the same result.
@@ -245,6 +273,8 @@ TEST(PsfCuda, NoMaskDispatchAndSwitch) {
         cpu::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, cc);
     const PsfResult gpuNone =
         cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+    EXPECT_EQ(cuda::psfLastDeviceFits(), 0u);
+    EXPECT_GT(cuda::psfLastDeviceProfileFits(), 0u); // the profile fits still run on the device
     expectSamePsf(cpuNone, gpuNone, "no PSF photometry");
 }
 
