@@ -40,8 +40,9 @@ namespace gpuphot::cuda {
 
 // Mesh statistics and full-resolution maps on the device (bad-mesh fill, median filter and spline
 // coefficients on the host); the maps stay on the device for detectSources.
-BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
-                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask);
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
+                                    const BackgroundParams& params, RunContext& ctx,
+                                    const ImageViewT<std::int32_t>* sourceMask);
 
 // Per-pixel front on the device (subtraction, pixel states, matched filter, threshold runs); the
 // per-object half (labelling, deblending, cleaning, measurement) is core's detail::detectFromRuns on the
@@ -60,8 +61,9 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
 // behind core's detail::ApertureEngine; the driver (flags, errors, curve of growth, aperture correction,
 // optimal radius choice) runs on the host, shared with the CPU stage.
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
-                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx);
 // The same with the detection's shared map: a deferred map made on this context's device
 // (kernels/detection_finish.hpp) is read there, never downloaded (unless the sources lack segmentId, or
 // the stage runs as strips or on the CPU: then the map is materialised); another map is uploaded.
@@ -76,9 +78,9 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
 CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
                             const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
                             RunContext& ctx);
-CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
-                               const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
-                               RunContext& ctx);
+CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width,
+                               int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                               const CrossmatchParams& params, RunContext& ctx);
 // When crossmatch() uses the device: reference catalog rows >= minRefsAlone, or rows >= minRefs and
 // sources >= minSources. The defaults are the crossover measured on an H200 with 16 host threads
 // (docs/BENCHMARKS.md, "GPU crossmatch crossover"): the device's grid search replaces the k-d tree, the

@@ -1,8 +1,8 @@
-// The CUDA PSF stage (kernels/psf.cu: the stars' profile fits and the PSF photometry on the device) against the CPU stage (DESIGN.md,
-// Determinism): every column of PsfResult bitwise equal on simulated frames with masked pixels (the
-// simulator's defects plus masked blocks over some sources), sources at and beyond the edges and at
-// non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic fit
-// radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them) and global
+// The CUDA PSF stage (kernels/psf.cu: the stars' profile fits and the PSF photometry on the device) against
+// the CPU stage (DESIGN.md, Determinism): every column of PsfResult bitwise equal on simulated frames with
+// masked pixels (the simulator's defects plus masked blocks over some sources), sources at and beyond the
+// edges and at non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic
+// fit radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them) and global
 // values only. The device path must really run (its fit count) and fit most sources, and fail some.
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@
 namespace gpuphot::cuda { // kernels/psf.cu's test hook
 std::size_t psfLastDeviceFits();
 std::size_t psfLastDeviceProfileFits();
-}
+} // namespace gpuphot::cuda
 
 using namespace gpuphot;
 
@@ -105,10 +105,10 @@ void expectSamePsf(const PsfResult& c, const PsfResult& g, const std::string& wh
     for (std::size_t k = 0; k < c.stars.size(); ++k) {
         const PsfStar &a = c.stars[k], &b = g.stars[k];
         const std::string s = what + " star " + std::to_string(k);
-        const double pa[] = {a.fit.x0, a.fit.y0, a.fit.amplitude, a.fit.background, a.fit.c11, a.fit.c12,
-                             a.fit.c22, a.fit.beta, a.chi2, a.flux, a.shape.fwhm};
-        const double pb[] = {b.fit.x0, b.fit.y0, b.fit.amplitude, b.fit.background, b.fit.c11, b.fit.c12,
-                             b.fit.c22, b.fit.beta, b.chi2, b.flux, b.shape.fwhm};
+        const double pa[] = {a.fit.x0,  a.fit.y0,   a.fit.amplitude, a.fit.background, a.fit.c11,   a.fit.c12,
+                             a.fit.c22, a.fit.beta, a.chi2,          a.flux,           a.shape.fwhm};
+        const double pb[] = {b.fit.x0,  b.fit.y0,   b.fit.amplitude, b.fit.background, b.fit.c11,   b.fit.c12,
+                             b.fit.c22, b.fit.beta, b.chi2,          b.flux,           b.shape.fwhm};
         EXPECT_TRUE(sameBits(pa, pb, 11, s + " fit"));
         EXPECT_EQ(a.index, b.index) << s;
         EXPECT_EQ(a.iterations, b.iterations) << s;
