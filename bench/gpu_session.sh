@@ -4,9 +4,10 @@
 #   1. kernels_tests (CPU vs CUDA, determinism, memory budget), then the small-frame tests under
 #      compute-sanitizer memcheck and racecheck (when the tool is there and accepts the device);
 #   2. per frame: `gpuphot simulate` here, `gpuphot bench FRAME --backend cuda --repeat 3 --json` and the
-#      same with --backend cpu, one cold `gpuphot reduce` per backend (151 MP: also under --gpu-mem-limit 4G
-#      and 2G), then sep's C core on the same file (bench_sep, single-threaded; source-extractor through
-#      peers.py only where it is installed); the frame is deleted afterwards;
+#      same with --backend cpu, one cold `gpuphot reduce` per backend (151 MP: also under --gpu-mem-limit 4G,
+#      2G and 1G, each catalog compared with the unlimited one), the CUDA and CPU CSV catalogs compared, then
+#      sep's C core on the same file (bench_sep, single-threaded; source-extractor through peers.py only
+#      where it is installed); the frame is deleted afterwards;
 #   3. the summary: per frame our per-stage times (warm), total warm, cold reduce, peak GPU and host memory,
 #      sep's background / extract / apertures / total and the ratios (sep_summary.md, sep_summary.json).
 # Frames (issue 5's reference set): 4mp_300 15mp_16k 38mp_1k 151mp_20k 151mp_134k.
@@ -237,16 +238,25 @@ for name in "${ORDER[@]}"; do
     done
     # One cold reduce per backend (the cuda report has the per-stage GPU memory checkpoints; each backend
     # writes into its own folder), and at 151 MP the budget behaviour.
-    for limit in "" 4G 2G; do
+    for limit in "" 4G 2G 1G; do
         case "$name:$limit" in 151mp*:*|*:) ;; *) continue ;; esac
         log "reduce $name --backend cuda ${limit:+--gpu-mem-limit $limit}"
         rm -rf "$WORK/out"
         mkdir -p "$WORK/out"
         t0=$(date +%s.%N)
-        "$GP" reduce "$frame" --backend cuda ${limit:+--gpu-mem-limit "$limit"} -o "$WORK/out" -q >> "$LOG" 2>&1
+        "$GP" reduce "$frame" --backend cuda ${limit:+--gpu-mem-limit "$limit"} -o "$WORK/out" --formats csv -q \
+            >> "$LOG" 2>&1
         rc=$?
         wall=$(elapsed "$t0")
         log "reduce exit $rc, cold wall (process start, CUDA context, FITS read, all stages, outputs) $wall s"
+        # The catalog under a memory limit (strips) is the unlimited one's, byte for byte.
+        if [ -z "$limit" ]; then
+            cp "$WORK/out/$name.cat.csv" "$WORK/$name.cuda.csv" 2>/dev/null
+        elif cmp -s "$WORK/out/$name.cat.csv" "$WORK/$name.cuda.csv"; then
+            log "catalog under --gpu-mem-limit $limit: byte-identical to the unlimited CUDA catalog"
+        else
+            log "catalog under --gpu-mem-limit $limit: DIFFERS from the unlimited CUDA catalog"
+        fi
         rep=$(ls "$WORK"/out/*.report.json 2>/dev/null | head -1)
         if [ $rc -eq 0 ] && [ -n "$rep" ]; then
             printf '{"frame": "%s", "backend": "cuda-reduce", "gpu_mem_limit": "%s", "cold_wall_s": %s, ' \
@@ -260,15 +270,21 @@ for name in "${ORDER[@]}"; do
             rm -rf "$WORK/out-cpu"
             mkdir -p "$WORK/out-cpu"
             t0=$(date +%s.%N)
-            "$GP" reduce "$frame" --backend cpu -o "$WORK/out-cpu" -q >> "$LOG" 2>&1
+            "$GP" reduce "$frame" --backend cpu -o "$WORK/out-cpu" --formats csv -q >> "$LOG" 2>&1
             rc=$?
             wall=$(elapsed "$t0")
             log "reduce --backend cpu exit $rc, cold wall $wall s"
+            # DESIGN.md's determinism: the CUDA catalog is the CPU backend's, byte for byte.
+            if cmp -s "$WORK/out-cpu/$name.cat.csv" "$WORK/$name.cuda.csv"; then
+                log "CUDA catalog = CPU catalog (CSV, byte-identical, $(wc -l < "$WORK/$name.cuda.csv") lines)"
+            else
+                log "CUDA catalog and CPU catalog DIFFER"
+            fi
             [ $rc -eq 0 ] && printf '{"frame": "%s", "backend": "cpu-reduce", "cold_wall_s": %s}\n' \
                 "$name" "$wall" >> "$OUT/bench.jsonl"
         fi
     done
-    rm -rf "$WORK/out" "$WORK/out-cpu"
+    rm -rf "$WORK/out" "$WORK/out-cpu" "$WORK/$name.cuda.csv"
     # sep's C core on the same file (single-threaded; best of SEP_REPEAT, SEP_REPEAT_LARGE above 100 MP).
     if [ -x "$SEP" ]; then
         read -r w h <<< "${size/x/ }"
