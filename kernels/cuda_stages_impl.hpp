@@ -50,10 +50,11 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
 
-// PSF stage (kernels/psf.cu): cpu::buildPsfModel for the model (selection, stamps, spatial model, ePSF
-// cells) with the stars' profile fits on the device (one block per star, core/stages/psf_fit_math.hpp) and
-// the PSF photometry on the device (one thread per source, core/stages/psf_flux_math.hpp): both bitwise the
-// host loops, which run instead when the device has no room; the whole host stage with GPUPHOT_PSF_DEVICE=0.
+// PSF stage (kernels/psf.cu): cpu::buildPsfModel for the model (selection, stamps, clipping, spatial model)
+// with the stars' profile fits (one block per star, core/stages/psf_fit_math.hpp), the ePSF cells
+// (kernels/psf_epsf.cu, core/stages/psf_epsf_math.hpp) and the PSF photometry (one thread per source,
+// core/stages/psf_flux_math.hpp) on the device: all bitwise the host loops, which run instead when the device
+// has no room; the whole host stage with GPUPHOT_PSF_DEVICE=0.
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
 

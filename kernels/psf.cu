@@ -1,7 +1,8 @@
-// CUDA PSF stage (issue 5): the stars' profile fits (Levenberg–Marquardt, one block per star) and the PSF
-// photometry (one weighted linear flux fit per source on the local ePSF) on the device; the rest of the
-// stage (selection, stamps, spatial model, ePSF cells) is the host's cpu::buildPsfModel, which hands the
-// fits to the device through its ProfileFitBatch hook.
+// CUDA PSF stage (issue 5): the stars' profile fits (Levenberg–Marquardt, one block per star), the ePSF
+// cells (kernels/psf_epsf.cu) and the PSF photometry (one weighted linear flux fit per source on the local
+// ePSF) on the device; the rest of the stage (selection, stamps, clipping, spatial polynomial, per-source
+// shape: a few ms) is the host's cpu::buildPsfModel, which hands the fits and the cells to the device
+// through its ProfileFitBatch and EpsfCellBatch hooks.
 //
 // Profile fits: core/stages/psf_fit_math.hpp's psffit::lmFit, run by all 128 threads of a block with the
 // same inputs (the 8 x 8 solve included); its sums over the star's samples are made in the fixed order the
@@ -45,6 +46,7 @@
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
+#include "kernels/psf_epsf.hpp"
 
 namespace gpuphot::cuda {
 
@@ -334,7 +336,9 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
     };
     PsfParams hostParams = params;
     hostParams.psfPhotometry = false;
-    PsfResult res = cpu::buildPsfModel(image, mask, bkg, sources, gain, hostParams, ctx, nullptr, &fitBatch);
+    const EpsfCellBatch epsfBatch = deviceEpsfCellBatch(ctx, image, mask, bkg);
+    PsfResult res =
+        cpu::buildPsfModel(image, mask, bkg, sources, gain, hostParams, ctx, nullptr, &fitBatch, &epsfBatch);
     if (!params.psfPhotometry) {
         ctx.checkCancelled();
         return res;

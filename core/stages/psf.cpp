@@ -363,7 +363,8 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
 
 PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                              const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
-                             PsfFitCache* cache, const ProfileFitBatch* fitBatch) {
+                             PsfFitCache* cache, const ProfileFitBatch* fitBatch,
+                             const EpsfCellBatch* epsfBatch) {
     validate(params);
     if (image.empty()) throw InvalidInput("PSF stage: empty image");
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
@@ -763,20 +764,31 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
                     members[cell].push_back(&res.stars[d[k].second]);
             }
         }
-        // The cells in parallel, one thread each (one cell after another, each on all threads, was measured
-        // slower on the H200: docs/BENCHMARKS.md, session 8).
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+        // The analytic base of each cell; then the cells: the batch (the CUDA backend's, all cells at once
+        // on the device) and the host loop for those it left, in parallel, one thread each (one cell after
+        // another, each on all threads, was measured slower on the H200: docs/BENCHMARKS.md, session 8).
+        std::vector<ProfileParams> bases(nCells);
         for (int cell = 0; cell < nCells; ++cell) {
-            EpsfCell& e = res.epsf[cell];
-            ProfileParams base;
+            const EpsfCell& e = res.epsf[cell];
+            ProfileParams& base = bases[cell];
             base.beta = kind == PsfModelKind::Moffat ? res.medianBeta : 3.0;
             const double f = std::max(res.fwhmAt(e.cx, e.cy), 0.5);
             setProfileShape(base, kind, f, res.ellipticityAt(e.cx, e.cy), res.thetaAt(e.cx, e.cy));
             base.amplitude = 1.0;
             base.amplitude = 1.0 / profileFlux(base, kind);
-            buildEpsfCell(e, frame, members[cell], base, kind, radius, params.epsfOversampling,
-                          params.pixelIntegration);
         }
+        std::vector<char> done(nCells, 0);
+        if (epsfBatch && nCells > 0) {
+            std::vector<EpsfCellJob> jobs(nCells);
+            for (int cell = 0; cell < nCells; ++cell)
+                jobs[cell] = {&res.epsf[cell], &members[cell], bases[cell]};
+            (*epsfBatch)(jobs, kind, radius, params.epsfOversampling, params.pixelIntegration, done);
+        }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+        for (int cell = 0; cell < nCells; ++cell)
+            if (!done[cell])
+                buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
+                              params.epsfOversampling, params.pixelIntegration);
     }
     ctx.checkCancelled();
     ctx.report("psf", 0.75);

@@ -223,6 +223,21 @@ struct ProfileFitJob {
 using ProfileFitBatch = std::function<void(const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
                                            const LmOptions& options, std::vector<ProfileFitResult>& results)>;
 
+// One ePSF grid cell of a batch: buildEpsfCell(*cell, frame, *stars, base, kind, radius, oversampling,
+// nQuad) (core/stages/psf_epsf.hpp) fills the cell's image, fwhm, centreX / centreY, oversampling and
+// nStars (its region x0 .. cy is already set).
+struct EpsfCellJob {
+    EpsfCell* cell = nullptr;
+    const std::vector<const PsfStar*>* stars = nullptr; // the cell's stars, in stacking order
+    ProfileParams base;                                 // the analytic base: centre 0, unit flux
+};
+// Builds a batch of ePSF cells (all cells of the grid at once) on the frame the batch was made for; each
+// cell it builds is bitwise buildEpsfCell's, and it sets done[k] = 1 for it (done has jobs.size() slots,
+// 0 on entry); the caller builds the cells left at 0 on the host. The CUDA backend's runs them on the
+// device (kernels/psf_epsf.cu).
+using EpsfCellBatch = std::function<void(const std::vector<EpsfCellJob>& jobs, PsfModelKind kind, int radius,
+                                         int oversampling, int nQuad, std::vector<char>& done)>;
+
 // image: the frame; mask: optional (empty = none), pixels with any bit set are excluded;
 // bkg: level and rms maps at full resolution (or empty maps: globalLevel / globalRms are used);
 // gain: e-/ADU for the Poisson term of the pixel variance (<= 0: none).
@@ -232,11 +247,12 @@ namespace cpu {
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
 // The same, reusing identical per-star fits from `cache` and adding the new ones to it (null: none),
-// and running the profile fits that remain through `fitBatch` (null: the host loop). The result is
-// bitwise the one without either.
+// running the profile fits that remain through `fitBatch` and the ePSF cells through `epsfBatch` (null:
+// the host loops). The result is bitwise the one without any of them.
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
-                        PsfFitCache* cache, const ProfileFitBatch* fitBatch = nullptr);
+                        PsfFitCache* cache, const ProfileFitBatch* fitBatch = nullptr,
+                        const EpsfCellBatch* epsfBatch = nullptr);
 } // namespace cpu
 
 } // namespace gpuphot

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
-#include <numbers>
 
 #include "core/stages/background.hpp"
+#include "core/stages/psf_epsf_math.hpp"
+#include "core/stages/psf_fit_math.hpp"
 #include "core/stages/psf_flux_math.hpp"
 
 namespace gpuphot {
@@ -25,38 +25,6 @@ double PsfFrame::rms(int x, int y) const {
 
 namespace {
 
-double median(std::vector<double>& v) {
-    const std::size_t n = v.size();
-    std::sort(v.begin(), v.end());
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Mean after one 3-sigma clip around the median (MAD scale); plain mean for fewer than 4 values. The n values
-// at v, in their order; `sorted`: working memory.
-double clippedMean(const double* v, std::size_t n, std::vector<double>& sorted) {
-    if (n < 4) {
-        double s = 0.0;
-        for (std::size_t k = 0; k < n; ++k)
-            s += v[k];
-        return s / static_cast<double>(n);
-    }
-    sorted.assign(v, v + n);
-    const double med = median(sorted);
-    for (double& x : sorted)
-        x = std::abs(x - med);
-    const double sigma = 1.4826 * median(sorted);
-    double s = 0.0;
-    int k = 0;
-    for (std::size_t q = 0; q < n; ++q) {
-        const double x = v[q];
-        if (sigma <= 0.0 || std::abs(x - med) <= 3.0 * sigma) {
-            s += x;
-            ++k;
-        }
-    }
-    return k > 0 ? s / k : med;
-}
-
 // Cells and weights blending the ePSF at a frame position (psfmath::blendCells; none without an ePSF).
 int blendCells(const PsfResult& r, double x, double y, std::array<int, 4>& idx, std::array<double, 4>& w) {
     if (r.epsf.empty()) return 0;
@@ -67,12 +35,12 @@ psfmath::EpsfCellView cellView(const EpsfCell& c) {
     return {c.image.data(), c.image.width(), c.image.height(), c.centreX, c.centreY, c.oversampling};
 }
 
-// Residual stack of the stars against the base, registered with centre shift (sx, sy); returns the
-// smoothed residual on the oversampled nodes.
+// Residual stack of the stars against the base (psffit vector p), registered with centre shift (sx, sy);
+// returns the smoothed residual on the oversampled nodes. The arithmetic: core/stages/psf_epsf_math.hpp.
 std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
-                                   const ProfileParams& base, PsfModelKind kind, int radius, int os,
-                                   int nQuad, double sx, double sy) {
-    const int n = 2 * radius * os + 1, c = radius * os;
+                                   const double* p, bool moffat, const psffit::Quadrature& quad, int radius,
+                                   int os, double sx, double sy) {
+    const int n = epsfmath::nodesPerSide(radius, os), c = epsfmath::centreNode(radius, os);
     // The stars' (node, residual) pairs in star and pixel order; then the bins as one array by node
     // (counted, then filled in that order), so that no bin is a vector of its own.
     struct Item {
@@ -81,17 +49,17 @@ std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<cons
     };
     std::vector<Item> items;
     for (const PsfStar* s : stars) {
-        const double xc = s->fit.x0 + sx, yc = s->fit.y0 + sy;
-        const int ix = static_cast<int>(std::lround(xc)), iy = static_cast<int>(std::lround(yc));
-        for (int j = iy - radius; j <= iy + radius; ++j)
-            for (int i = ix - radius; i <= ix + radius; ++i) {
+        const epsfmath::StarStamp st = epsfmath::starStamp(s->fit.x0, s->fit.y0, sx, sy);
+        for (int j = st.iy - radius; j <= st.iy + radius; ++j)
+            for (int i = st.ix - radius; i <= st.ix + radius; ++i) {
                 if (!frame.inside(i, j) || frame.masked(i, j)) continue;
-                const double dx = i - xc, dy = j - yc;
-                const long ki = std::lround(dx * os) + c, kj = std::lround(dy * os) + c;
-                if (ki < 0 || kj < 0 || ki >= n || kj >= n) continue;
-                const double v = (frame.image(i, j) - frame.level(i, j) - s->fit.background) / s->flux;
-                items.push_back({static_cast<std::size_t>(kj) * n + static_cast<std::size_t>(ki),
-                                 v - profileValue(base, kind, dx, dy, nQuad)});
+                double dx, dy;
+                const int node = epsfmath::pixelNode(i, j, st, os, c, n, dx, dy);
+                if (node < 0) continue;
+                items.push_back(
+                    {static_cast<std::size_t>(node),
+                     epsfmath::residualValue(frame.image(i, j), frame.level(i, j), s->fit.background, s->flux,
+                                             p, moffat, quad, dx, dy)});
             }
     }
     const std::size_t nNodes = static_cast<std::size_t>(n) * n;
@@ -107,31 +75,26 @@ std::vector<double> stackResiduals(const PsfFrame& frame, const std::vector<cons
             values[fill[it.node]++] = it.value;
     }
     std::vector<double> mean(nNodes, 0.0), count(nNodes, 0.0);
-    std::vector<double> sorted; // clippedMean's working memory
+    std::vector<double> work; // clippedMean's working memory
+    // The host sorts with std::sort (a NaN residual, which the device path leaves to the host, sorts as
+    // it always did).
+    auto sort = [](double* v, int m) { std::sort(v, v + m); };
     for (std::size_t k = 0; k < nNodes; ++k) {
         const std::size_t m = start[k + 1] - start[k];
         if (m > 0) {
             count[k] = static_cast<double>(m);
-            mean[k] = clippedMean(values.data() + start[k], m, sorted) * count[k];
+            work.resize(m);
+            mean[k] =
+                epsfmath::clippedMean(values.data() + start[k], static_cast<int>(m), work.data(), sort) *
+                count[k];
         }
     }
     // Normalised convolution with the 3 x 3 binomial kernel.
-    const double kern[3] = {1.0, 2.0, 1.0};
     std::vector<double> out(nNodes, 0.0);
     for (int j = 0; j < n; ++j)
-        for (int i = 0; i < n; ++i) {
-            double s = 0.0, w = 0.0;
-            for (int b = -1; b <= 1; ++b)
-                for (int a = -1; a <= 1; ++a) {
-                    const int ii = i + a, jj = j + b;
-                    if (ii < 0 || jj < 0 || ii >= n || jj >= n) continue;
-                    const double k = kern[a + 1] * kern[b + 1];
-                    const std::size_t q = static_cast<std::size_t>(jj) * n + ii;
-                    s += k * mean[q];
-                    w += k * count[q];
-                }
-            out[static_cast<std::size_t>(j) * n + i] = w > 0.0 ? s / w : 0.0;
-        }
+        for (int i = 0; i < n; ++i)
+            out[static_cast<std::size_t>(j) * n + i] =
+                epsfmath::smoothNode(mean.data(), count.data(), n, i, j);
     return out;
 }
 
@@ -151,23 +114,37 @@ double PsfResult::epsfValue(double x, double y, double dx, double dy) const {
     return s;
 }
 
-void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
-                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad) {
-    const int os = oversampling, n = 2 * radius * os + 1, c = radius * os;
-    cell.oversampling = os;
-    cell.centreX = cell.centreY = c;
-    cell.nStars = static_cast<int>(stars.size());
+void profileVector(const ProfileParams& p, double out[8]) {
+    static_assert(psffit::kLmParams == 8);
+    out[psffit::PX0] = p.x0;
+    out[psffit::PY0] = p.y0;
+    out[psffit::PAMP] = p.amplitude;
+    out[psffit::PBKG] = p.background;
+    out[psffit::PC11] = p.c11;
+    out[psffit::PC12] = p.c12;
+    out[psffit::PC22] = p.c22;
+    out[psffit::PBETA] = p.beta;
+}
+
+std::vector<double> epsfCellNodes(const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
+                                  const ProfileParams& base, PsfModelKind kind, int radius, int oversampling,
+                                  int nQuad) {
+    // The arithmetic is epsfmath's (core/stages/psf_epsf_math.hpp), shared with kernels/psf_epsf.cu.
+    const int os = oversampling, n = epsfmath::nodesPerSide(radius, os), c = epsfmath::centreNode(radius, os);
+    const bool moffat = kind == PsfModelKind::Moffat;
+    const psffit::Quadrature quad = psffit::quadrature(nQuad);
+    double p[psffit::kLmParams];
+    profileVector(base, p);
     std::vector<double> model(static_cast<std::size_t>(n) * n);
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < n; ++i)
-            model[static_cast<std::size_t>(j) * n + i] = profileValue(
-                base, kind, static_cast<double>(i - c) / os, static_cast<double>(j - c) / os, nQuad);
+            model[static_cast<std::size_t>(j) * n + i] = epsfmath::nodeModel(p, moffat, quad, i, j, c, os);
     const double baseFwhm = profileShape(base, kind).fwhm;
 
     auto assemble = [&](double sx, double sy) {
         std::vector<double> e = model;
         if (!stars.empty()) {
-            const std::vector<double> r = stackResiduals(frame, stars, base, kind, radius, os, nQuad, sx, sy);
+            const std::vector<double> r = stackResiduals(frame, stars, p, moffat, quad, radius, os, sx, sy);
             for (std::size_t k = 0; k < e.size(); ++k)
                 e[k] += r[k];
         }
@@ -176,53 +153,47 @@ void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<cons
     std::vector<double> e = assemble(0.0, 0.0);
     if (!stars.empty()) {
         // Re-centring: centroid of the positive ePSF within a disc of radius FWHM.
-        const double rc = std::max(1.0, std::isfinite(baseFwhm) ? baseFwhm : 2.0);
-        double s = 0.0, sxm = 0.0, sym = 0.0;
-        for (int j = 0; j < n; ++j)
-            for (int i = 0; i < n; ++i) {
-                const double dx = static_cast<double>(i - c) / os, dy = static_cast<double>(j - c) / os;
-                const double v = e[static_cast<std::size_t>(j) * n + i];
-                if (v <= 0.0 || dx * dx + dy * dy > rc * rc) continue;
-                s += v;
-                sxm += v * dx;
-                sym += v * dy;
-            }
-        if (s > 0.0) {
-            const double cx = sxm / s, cy = sym / s;
-            if (std::abs(cx) > 1e-4 || std::abs(cy) > 1e-4) e = assemble(cx, cy);
-        }
+        const epsfmath::CentroidSums sums =
+            epsfmath::centroidSums(e.data(), n, c, os, epsfmath::recentreRadius(baseFwhm));
+        double cx = 0.0, cy = 0.0;
+        if (epsfmath::recentreShift(sums, cx, cy)) e = assemble(cx, cy);
     }
+    return e;
+}
+
+void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
+                   const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad) {
+    const int os = oversampling, n = epsfmath::nodesPerSide(radius, os), c = epsfmath::centreNode(radius, os);
+    cell.oversampling = os;
+    cell.centreX = cell.centreY = c;
+    cell.nStars = static_cast<int>(stars.size());
+    const std::vector<double> e = epsfCellNodes(frame, stars, base, kind, radius, oversampling, nQuad);
+    const double baseFwhm = profileShape(base, kind).fwhm;
     // Unit sum at native sampling (zero sub-pixel phase).
-    double sum = 0.0;
-    for (int j = 0; j < n; j += os)
-        for (int i = 0; i < n; i += os)
-            sum += e[static_cast<std::size_t>(j) * n + i];
+    const double sum = epsfmath::nativeSum(e.data(), n, os);
     cell.image = Image<float>(n, n);
     for (int j = 0; j < n; ++j)
         for (int i = 0; i < n; ++i)
-            cell.image(i, j) =
-                static_cast<float>(sum > 0.0 ? e[static_cast<std::size_t>(j) * n + i] / sum : 0.0);
+            cell.image(i, j) = epsfmath::nodeImage(e[static_cast<std::size_t>(j) * n + i], sum);
 
     // Effective FWHM: diameter of the disc with the area of the half-maximum isophote, sampled at
     // 1/16 px with the same bicubic interpolation used by the photometry.
-    const double half = std::clamp(std::isfinite(baseFwhm) ? 2.0 * baseFwhm : 6.0, 2.0, double(radius));
-    const int steps = 16;
-    const int m = static_cast<int>(std::ceil(half * steps));
+    const int m = epsfmath::fwhmHalfSteps(baseFwhm, radius);
+    const psfmath::EpsfCellView view = cellView(cell);
     std::vector<double> fine;
     fine.reserve(static_cast<std::size_t>(2 * m + 1) * (2 * m + 1));
     double peak = 0.0;
     for (int j = -m; j <= m; ++j)
         for (int i = -m; i <= m; ++i) {
-            const double v = cell.valueAt(static_cast<double>(i) / steps, static_cast<double>(j) / steps);
+            const double v =
+                psfmath::cellValue(view, epsfmath::fwhmSampleOffset(i), epsfmath::fwhmSampleOffset(j));
             fine.push_back(v);
-            peak = std::max(peak, v);
+            peak = epsfmath::maxLikeStd(peak, v);
         }
-    std::size_t above = 0;
+    unsigned long long above = 0;
     for (double v : fine)
         if (v >= 0.5 * peak) ++above;
-    const double area = static_cast<double>(above) / (steps * steps);
-    cell.fwhm =
-        peak > 0.0 ? 2.0 * std::sqrt(area / std::numbers::pi) : std::numeric_limits<double>::quiet_NaN();
+    cell.fwhm = epsfmath::fwhmFromCount(above, peak);
 }
 
 PsfFluxResult fitPsfFlux(const PsfFrame& frame, const PsfResult& model, double x, double y, double radius,

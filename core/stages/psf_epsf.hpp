@@ -39,9 +39,20 @@ struct PsfFrame {
     bool inside(int x, int y) const { return x >= 0 && y >= 0 && x < image.width && y < image.height; }
 };
 
-// base: the analytic profile (centre 0, unit flux) of the cell; radius: native px half-size.
+// base: the analytic profile (centre 0, unit flux) of the cell; radius: native px half-size. The
+// arithmetic is core/stages/psf_epsf_math.hpp's, shared with the CUDA batch (kernels/psf_epsf.cu).
 void buildEpsfCell(EpsfCell& cell, const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
                    const ProfileParams& base, PsfModelKind kind, int radius, int oversampling, int nQuad);
+
+// buildEpsfCell's ePSF on the nodes in double precision, before the unit-sum normalisation (steps 1-4;
+// tests compare the CUDA batch's with it).
+std::vector<double> epsfCellNodes(const PsfFrame& frame, const std::vector<const PsfStar*>& stars,
+                                  const ProfileParams& base, PsfModelKind kind, int radius, int oversampling,
+                                  int nQuad);
+
+// The psffit parameter vector of a profile (psffit::kLmParams = 8 values: x0, y0, amplitude, background,
+// c11, c12, c22, beta), as profileValue evaluates it.
+void profileVector(const ProfileParams& p, double out[8]);
 
 struct PsfFluxResult {
     double flux = 0.0, fluxErr = 0.0;

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -17,7 +19,11 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background.hpp"
 #include "core/stages/psf.hpp"
+#include "core/stages/psf_epsf.hpp"
+#include "core/stages/psf_epsf_math.hpp"
+#include "core/stages/psf_flux_math.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/hd_math.hpp"
 
 using namespace gpuphot;
 
@@ -622,4 +628,263 @@ TEST(PsfField, FitBatchHookGetsEveryFitAndGivesTheSameResult) {
     EXPECT_EQ(calls, 0);
     EXPECT_EQ(cache.lastMisses(), 0);
     EXPECT_EQ(std::memcmp(cached.fwhm.data(), plain.fwhm.data(), plain.fwhm.size() * sizeof(double)), 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The ePSF batch hook (cpu::buildPsfModel's EpsfCellBatch, the CUDA backend's way in) with a host
+// emulation of the CUDA batch (kernels/psf_epsf.cu): the same shared pieces (core/stages/psf_epsf_math.hpp)
+// in the kernels' structure: items indexed by (star, stamp pixel), scattered to their nodes in an order
+// the atomics could give (here backwards) and sorted back by index, the clipped means with the device's
+// sort, the peak as the largest positive sample's bits, the non-finite cells left to the host. Every cell
+// must be bitwise the host loop's.
+
+namespace {
+
+struct EmulationStats {
+    int calls = 0, built = 0, left = 0;
+    int nodesCompared = 0, nodesDiffer = 0; // cells whose double nodes were compared with epsfCellNodes
+};
+
+EpsfCellBatch emulatedEpsfBatch(const PsfFrame& frame, EmulationStats& stats, bool skipRecentre = false) {
+    return [&frame, &stats, skipRecentre](const std::vector<EpsfCellJob>& jobs, PsfModelKind kind, int radius,
+                                          int os, int nQuad, std::vector<char>& done) {
+        ++stats.calls;
+        const psffit::Quadrature quad = psffit::quadrature(nQuad);
+        const bool moffat = kind == PsfModelKind::Moffat;
+        const int n = epsfmath::nodesPerSide(radius, os), c = epsfmath::centreNode(radius, os);
+        const int stampPixels = (2 * radius + 1) * (2 * radius + 1);
+        const std::size_t nNodes = static_cast<std::size_t>(n) * n;
+        for (std::size_t k = 0; k < jobs.size(); ++k) {
+            const EpsfCellJob& job = jobs[k];
+            const std::vector<const PsfStar*>& stars = *job.stars;
+            double base[8];
+            profileVector(job.base, base);
+            const double baseFwhm = profileShape(job.base, kind).fwhm;
+            std::vector<double> model(nNodes), e(nNodes);
+            for (std::size_t q = 0; q < nNodes; ++q)
+                model[q] = epsfmath::nodeModel(base, moffat, quad, static_cast<int>(q % n),
+                                               static_cast<int>(q / n), c, os);
+            bool active = !stars.empty(), nonFinite = false;
+            double sx = 0.0, sy = 0.0;
+            for (int pass = 0; pass < 2; ++pass) {
+                if (active) {
+                    const std::size_t nItems = stars.size() * static_cast<std::size_t>(stampPixels);
+                    std::vector<int> itemNode(nItems), count(nNodes, 0);
+                    std::vector<double> itemValue(nItems, 0.0);
+                    for (std::size_t t = nItems; t-- > 0;) { // the threads in any order
+                        const PsfStar& s = *stars[t / stampPixels];
+                        const epsfmath::StarStamp st = epsfmath::starStamp(s.fit.x0, s.fit.y0, sx, sy);
+                        int i, j;
+                        epsfmath::stampPixel(st, radius, static_cast<int>(t % stampPixels), i, j);
+                        int node = -1;
+                        if (frame.inside(i, j) && !frame.masked(i, j)) {
+                            double dx, dy;
+                            node = epsfmath::pixelNode(i, j, st, os, c, n, dx, dy);
+                            if (node >= 0) {
+                                itemValue[t] = epsfmath::residualValue(frame.image(i, j), frame.level(i, j),
+                                                                       s.fit.background, s.flux, base, moffat,
+                                                                       quad, dx, dy);
+                                nonFinite = nonFinite || !epsfmath::finite(itemValue[t]);
+                                ++count[static_cast<std::size_t>(node)];
+                            }
+                        }
+                        itemNode[t] = node;
+                    }
+                    std::vector<long long> start(nNodes);
+                    long long run = 0;
+                    for (std::size_t q = 0; q < nNodes; ++q) {
+                        start[q] = run;
+                        run += count[q];
+                    }
+                    std::vector<int> fill(nNodes, 0), idx(nItems);
+                    for (std::size_t t = nItems; t-- > 0;) // scattered backwards: the atomics' order is free
+                        if (itemNode[t] >= 0) {
+                            const std::size_t q = static_cast<std::size_t>(itemNode[t]);
+                            idx[static_cast<std::size_t>(start[q] + fill[q]++)] = static_cast<int>(t);
+                        }
+                    std::vector<double> mean(nNodes, 0.0), cnt(nNodes, 0.0), vals(nItems), work(nItems);
+                    for (std::size_t q = 0; q < nNodes; ++q)
+                        if (count[q] > 0) {
+                            mean[q] =
+                                epsfmath::nodeMeanOfItems(idx.data() + start[q], count[q], itemValue.data(),
+                                                          vals.data() + start[q], work.data() + start[q]);
+                            cnt[q] = count[q];
+                        }
+                    for (std::size_t q = 0; q < nNodes; ++q)
+                        e[q] =
+                            model[q] + epsfmath::smoothNode(mean.data(), cnt.data(), n,
+                                                            static_cast<int>(q % n), static_cast<int>(q / n));
+                } else if (pass == 0) {
+                    e = model;
+                }
+                if (pass == 0) {
+                    if (active && !nonFinite) {
+                        const epsfmath::CentroidSums sums =
+                            epsfmath::centroidSums(e.data(), n, c, os, epsfmath::recentreRadius(baseFwhm));
+                        active = epsfmath::recentreShift(sums, sx, sy) && !skipRecentre;
+                    } else {
+                        active = false;
+                    }
+                }
+            }
+            if (nonFinite) {
+                ++stats.left;
+                continue;
+            }
+            // The double nodes before the normalisation, bitwise the host's (the float image would hide a
+            // last-bit difference of most nodes).
+            const std::vector<double> hostNodes =
+                epsfCellNodes(frame, stars, job.base, kind, radius, os, nQuad);
+            ++stats.nodesCompared;
+            if (hostNodes.size() != e.size() ||
+                std::memcmp(hostNodes.data(), e.data(), e.size() * sizeof(double)) != 0)
+                ++stats.nodesDiffer;
+            EpsfCell& cell = *job.cell;
+            const double sum = epsfmath::nativeSum(e.data(), n, os);
+            cell.image = Image<float>(n, n);
+            for (std::size_t q = 0; q < nNodes; ++q)
+                cell.image.data()[q] = epsfmath::nodeImage(e[q], sum);
+            cell.oversampling = os;
+            cell.centreX = cell.centreY = c;
+            cell.nStars = static_cast<int>(stars.size());
+            const int m = epsfmath::fwhmHalfSteps(baseFwhm, radius), side = 2 * m + 1;
+            const psfmath::EpsfCellView view{cell.image.data(),      n, n, static_cast<double>(c),
+                                             static_cast<double>(c), os};
+            auto sample = [&](long long t) {
+                return psfmath::cellValue(view, epsfmath::fwhmSampleOffset(static_cast<int>(t % side) - m),
+                                          epsfmath::fwhmSampleOffset(static_cast<int>(t / side) - m));
+            };
+            const long long total = static_cast<long long>(side) * side;
+            std::uint64_t best = 0;
+            for (long long t = total; t-- > 0;) {
+                const double v = sample(t);
+                if (v > 0.0) best = std::max(best, hdmath::bitsOf(v));
+            }
+            const double peak = hdmath::fromBits(best);
+            unsigned long long above = 0;
+            for (long long t = 0; t < total; ++t)
+                if (sample(t) >= 0.5 * peak) ++above;
+            cell.fwhm = epsfmath::fwhmFromCount(above, peak);
+            done[k] = 1;
+            ++stats.built;
+        }
+    };
+}
+
+// Every field of every cell bitwise; the number of cells that differ.
+int differingCells(const PsfResult& a, const PsfResult& b) {
+    EXPECT_EQ(a.epsf.size(), b.epsf.size());
+    int differ = 0;
+    for (std::size_t k = 0; k < std::min(a.epsf.size(), b.epsf.size()); ++k) {
+        const EpsfCell& x = a.epsf[k];
+        const EpsfCell& y = b.epsf[k];
+        const bool same =
+            x.image.width() == y.image.width() && x.image.height() == y.image.height() &&
+            std::memcmp(x.image.data(), y.image.data(), x.image.pixelCount() * sizeof(float)) == 0 &&
+            std::memcmp(&x.fwhm, &y.fwhm, sizeof(double)) == 0 &&
+            std::memcmp(&x.centreX, &y.centreX, sizeof(double)) == 0 &&
+            std::memcmp(&x.centreY, &y.centreY, sizeof(double)) == 0 && x.oversampling == y.oversampling &&
+            x.nStars == y.nStars && x.x0 == y.x0 && x.x1 == y.x1 && x.y0 == y.y0 && x.y1 == y.y1;
+        differ += same ? 0 : 1;
+    }
+    return differ;
+}
+
+void expectSameWithEmulation(const Field& f, const BackgroundResult& bkg, const PsfParams& params,
+                             const std::string& what, int expectLeft = 0) {
+    RunContext ctx;
+    ctx.threads = 2;
+    const PsfResult host =
+        cpu::buildPsfModel(f.image.view(), f.mask.view(), bkg, f.sources, f.gain, params, ctx);
+    ASSERT_TRUE(host.hasModel()) << what;
+    const PsfFrame frame{f.image.view(), f.mask.view(), &bkg, f.gain};
+    EmulationStats stats;
+    const EpsfCellBatch batch = emulatedEpsfBatch(frame, stats);
+    const PsfResult emu = cpu::buildPsfModel(f.image.view(), f.mask.view(), bkg, f.sources, f.gain, params,
+                                             ctx, nullptr, nullptr, &batch);
+    EXPECT_EQ(stats.calls, 1) << what;
+    EXPECT_EQ(stats.left, expectLeft) << what;
+    EXPECT_EQ(stats.built + stats.left, static_cast<int>(host.epsf.size())) << what;
+    EXPECT_EQ(differingCells(host, emu), 0) << what;
+    EXPECT_EQ(stats.nodesCompared, stats.built) << what;
+    EXPECT_EQ(stats.nodesDiffer, 0) << what;
+    auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
+        return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+    };
+    EXPECT_TRUE(same(host.fluxPsf, emu.fluxPsf)) << what;
+    EXPECT_TRUE(same(host.fluxPsfErr, emu.fluxPsfErr)) << what;
+    EXPECT_EQ(host.flags, emu.flags) << what;
+    // Not vacuous: the cells have stars and the re-centring pass ran somewhere (the emulation without it
+    // differs).
+    for (const EpsfCell& c : host.epsf)
+        EXPECT_GT(c.nStars, 0) << what;
+    EmulationStats s2;
+    const EpsfCellBatch noRecentre = emulatedEpsfBatch(frame, s2, true);
+    const PsfResult wrong = cpu::buildPsfModel(f.image.view(), f.mask.view(), bkg, f.sources, f.gain, params,
+                                               ctx, nullptr, nullptr, &noRecentre);
+    EXPECT_GT(differingCells(host, wrong), 0)
+        << what << ": the comparison does not see a skipped re-centring";
+}
+
+Field maskedVaryingField() {
+    Field f = varyingField();
+    // Masked blocks on the stamps' outskirts of every 5th star (the stars stay PSF stars).
+    for (std::size_t k = 0; k < f.truth.size(); k += 5) {
+        const int cx = static_cast<int>(std::lround(f.truth[k].x)),
+                  cy = static_cast<int>(std::lround(f.truth[k].y));
+        for (int j = cy + 7; j <= cy + 9; ++j)
+            for (int i = cx - 9; i <= cx - 6; ++i)
+                if (i >= 0 && j >= 0 && i < f.image.width() && j < f.image.height()) f.mask(i, j) = 1;
+    }
+    return f;
+}
+
+} // namespace
+
+TEST(PsfEpsf, BatchHookHostEmulationBitwiseHostLoop) {
+    const Field f = maskedVaryingField();
+    expectSameWithEmulation(f, f.bkg, PsfParams{}, "defaults, full maps, masked pixels");
+    BackgroundResult globals;
+    globals.globalLevel = f.bkg.globalLevel;
+    globals.globalRms = f.bkg.globalRms;
+    expectSameWithEmulation(f, globals, PsfParams{}, "global level and rms");
+    PsfParams p;
+    p.model = PsfModelKind::Gaussian;
+    p.epsfOversampling = 3;
+    p.gridNx = 2;
+    p.gridNy = 3;
+    p.pixelIntegration = 2;
+    expectSameWithEmulation(f, f.bkg, p, "Gaussian, oversampling 3, 2 x 3 cells, 2 x 2 nodes");
+    p = PsfParams{};
+    p.epsfOversampling = 5;
+    p.gridNx = p.gridNy = 4;
+    p.epsfMinStars = 14; // cells borrow the nearest stars
+    p.stampRadius = 9;
+    expectSameWithEmulation(f, f.bkg, p, "oversampling 5, 4 x 4 cells borrowing stars, radius 9");
+}
+
+// A NaN pixel (not masked) in a PSF star's ePSF stamp (the corner node inside the grid), outside its fit
+// disc: the emulation, as the CUDA batch, leaves that cell to the host; the result is still the host loop's.
+TEST(PsfEpsf, BatchHookLeavesNonFiniteCellsToTheHost) {
+    Field f = varyingField();
+    RunContext ctx;
+    ctx.threads = 2;
+    const PsfResult clean =
+        cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx);
+    const PsfStar* star = nullptr;
+    for (const PsfStar& s : clean.stars)
+        if (s.used) {
+            star = &s;
+            break;
+        }
+    ASSERT_NE(star, nullptr);
+    const int r = clean.stampRadius;
+    const int ix = static_cast<int>(std::lround(star->fit.x0)),
+              iy = static_cast<int>(std::lround(star->fit.y0));
+    f.image(ix + r - 1, iy + r - 1) = std::numeric_limits<float>::quiet_NaN();
+    const PsfResult dirty =
+        cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx);
+    const PsfStar* again = starOf(dirty, star->index);
+    ASSERT_TRUE(again && again->used) << "the star must stay a PSF star for the test to mean anything";
+    expectSameWithEmulation(f, f.bkg, PsfParams{}, "a NaN pixel", 1);
 }

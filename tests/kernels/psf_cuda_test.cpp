@@ -4,6 +4,8 @@
 // edges and at non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic
 // fit radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them) and global
 // values only. The device path must really run (its fit count) and fit most sources, and fail some.
+// The ePSF cells built on the device (kernels/psf_epsf.cu, cpu::buildPsfModel's EpsfCellBatch) against
+// the host loop's: every field of every cell bitwise, the device's cell count checked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,11 +26,13 @@
 #include "core/stages/psf_epsf.hpp"
 #include "core/stages/psf_flux_math.hpp"
 #include "kernels/cuda_stages_impl.hpp"
+#include "kernels/psf_epsf.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 namespace gpuphot::cuda { // kernels/psf.cu's test hook
 std::size_t psfLastDeviceFits();
 std::size_t psfLastDeviceProfileFits();
+std::size_t psfLastDeviceEpsfCells(); // kernels/psf_epsf.cu's (declared in kernels/psf_epsf.hpp)
 } // namespace gpuphot::cuda
 
 using namespace gpuphot;
@@ -276,6 +280,147 @@ TEST(PsfCuda, NoMaskDispatchAndSwitch) {
     EXPECT_EQ(cuda::psfLastDeviceFits(), 0u);
     EXPECT_GT(cuda::psfLastDeviceProfileFits(), 0u); // the profile fits still run on the device
     expectSamePsf(cpuNone, gpuNone, "no PSF photometry");
+}
+
+// ---- ePSF cells on the device (kernels/psf_epsf.cu) -------------------------------------------------
+
+::testing::AssertionResult sameCells(const PsfResult& c, const PsfResult& g, const std::string& what) {
+    if (c.epsf.size() != g.epsf.size())
+        return ::testing::AssertionFailure()
+               << what << ": " << c.epsf.size() << " vs " << g.epsf.size() << " cells";
+    for (std::size_t k = 0; k < c.epsf.size(); ++k) {
+        const EpsfCell& a = c.epsf[k];
+        const EpsfCell& b = g.epsf[k];
+        const std::string cell = what + ", cell " + std::to_string(k);
+        auto r = sameImage(a.image, b.image, cell + " image");
+        if (!r) return r;
+        if (!(r = sameBits(&a.fwhm, &b.fwhm, 1, cell + " fwhm"))) return r;
+        if (!(r = sameBits(&a.centreX, &b.centreX, 1, cell + " centreX"))) return r;
+        if (!(r = sameBits(&a.centreY, &b.centreY, 1, cell + " centreY"))) return r;
+        if (a.oversampling != b.oversampling || a.nStars != b.nStars)
+            return ::testing::AssertionFailure()
+                   << cell << ": oversampling " << a.oversampling << " vs " << b.oversampling << ", stars "
+                   << a.nStars << " vs " << b.nStars;
+    }
+    return ::testing::AssertionSuccess();
+}
+
+std::vector<std::pair<std::string, PsfParams>> epsfCases() {
+    std::vector<std::pair<std::string, PsfParams>> v;
+    v.push_back({"defaults", PsfParams{}});
+    PsfParams p;
+    p.model = PsfModelKind::Gaussian;
+    p.epsfOversampling = 3;
+    p.gridNx = 2;
+    p.gridNy = 3;
+    p.pixelIntegration = 2;
+    v.push_back({"Gaussian, oversampling 3, 2 x 3 cells", p});
+    p = PsfParams{};
+    p.epsfOversampling = 5;
+    p.gridNx = p.gridNy = 4;
+    p.epsfMinStars = 12; // borrowing
+    p.stampRadius = 9;
+    p.maxStarsPerCell = 0;
+    v.push_back({"oversampling 5, 4 x 4 cells borrowing stars, radius 9", p});
+    return v;
+}
+
+// cpu::buildPsfModel with the device batch against the host loop; the number of cells the device built.
+std::size_t compareEpsf(const PsfField& p, const Image<float>& image, const BackgroundResult& bkg,
+                        const PsfParams& params, const std::string& what) {
+    RunContext cc = cpuContext(), gc = cudaContext();
+    const PsfResult cpuRes = cpu::buildPsfModel(image.view(), p.mask.view(), bkg, p.sources, 2.0, params, cc);
+    EXPECT_TRUE(cpuRes.hasModel()) << what << ": the field gives no PSF model (test is vacuous)";
+    const EpsfCellBatch device = cuda::deviceEpsfCellBatch(gc, image.view(), p.mask.view(), bkg);
+    EXPECT_EQ(cuda::psfLastDeviceEpsfCells(), 0u) << what << ": making the batch resets the count";
+    // The device batch, then its cells' double nodes (before the normalisation: the float image would hide
+    // a last-bit difference of most nodes) against the host's epsfCellNodes.
+    const PsfFrame frame{image.view(), p.mask.view(), &bkg, 2.0};
+    std::size_t built = 0, compared = 0;
+    const EpsfCellBatch batch = [&](const std::vector<EpsfCellJob>& jobs, PsfModelKind kind, int radius,
+                                    int os, int nQuad, std::vector<char>& done) {
+        cuda::psfKeepDeviceEpsfNodes(true);
+        device(jobs, kind, radius, os, nQuad, done);
+        cuda::psfKeepDeviceEpsfNodes(false);
+        built = cuda::psfLastDeviceEpsfCells();
+        const std::vector<std::vector<double>>& nodes = cuda::psfLastDeviceEpsfNodes();
+        for (std::size_t k = 0; k < jobs.size(); ++k) {
+            if (!done[k]) continue;
+            ASSERT_LT(k, nodes.size()) << what;
+            const std::vector<double> host =
+                epsfCellNodes(frame, *jobs[k].stars, jobs[k].base, kind, radius, os, nQuad);
+            EXPECT_TRUE(sameVec(host, nodes[k], what + ", double nodes of cell " + std::to_string(k)));
+            ++compared;
+        }
+    };
+    const PsfResult gpuRes = cpu::buildPsfModel(image.view(), p.mask.view(), bkg, p.sources, 2.0, params, gc,
+                                                nullptr, nullptr, &batch);
+    EXPECT_EQ(compared, built) << what;
+    EXPECT_TRUE(sameCells(cpuRes, gpuRes, what));
+    expectSamePsf(cpuRes, gpuRes, what);
+    return built;
+}
+
+TEST(PsfCuda, EpsfCellsBitwiseCpu) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(480, 400, 260, 21);
+    const BackgroundResult lean = leanBackground(p), globals = globalBackground(p.f.bkg);
+    for (const auto& [name, params] : epsfCases()) {
+        const std::size_t cells = static_cast<std::size_t>(params.gridNx) * params.gridNy;
+        EXPECT_EQ(compareEpsf(p, p.f.sim.image, p.f.bkg, params, "full maps, " + name), cells);
+        EXPECT_EQ(compareEpsf(p, p.f.sim.image, lean, params, "lean maps, " + name), cells);
+        EXPECT_EQ(compareEpsf(p, p.f.sim.image, globals, params, "global level, " + name), cells);
+    }
+    EXPECT_GT(cuda::psfLastDeviceEpsfCells(), 0u);
+    const PsfField q = makePsfField(400, 360, 200, 5);
+    EXPECT_EQ(compareEpsf(q, q.f.sim.image, q.f.bkg, PsfParams{}, "second field"), 9u);
+}
+
+// A NaN pixel (not masked) in a PSF star's ePSF stamp (the corner node inside the grid), outside its fit
+// disc: that cell is the host's, the others the device's, the result the host loop's.
+TEST(PsfCuda, EpsfNonFiniteCellLeftToHost) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(480, 400, 260, 21);
+    RunContext cc = cpuContext();
+    const PsfResult clean =
+        cpu::buildPsfModel(p.f.sim.image.view(), p.mask.view(), p.f.bkg, p.sources, 2.0, PsfParams{}, cc);
+    ASSERT_TRUE(clean.hasModel());
+    Image<float> image = p.f.sim.image;
+    const int r = clean.stampRadius;
+    int index = -1;
+    for (const PsfStar& s : clean.stars) {
+        const int ix = static_cast<int>(std::lround(s.fit.x0)) + r - 1,
+                  iy = static_cast<int>(std::lround(s.fit.y0)) + r - 1;
+        if (s.used && ix < image.width() && iy < image.height() && p.mask(ix, iy) == 0) {
+            image(ix, iy) = std::numeric_limits<float>::quiet_NaN();
+            index = s.index;
+            break;
+        }
+    }
+    ASSERT_GE(index, 0);
+    const PsfResult dirty =
+        cpu::buildPsfModel(image.view(), p.mask.view(), p.f.bkg, p.sources, 2.0, PsfParams{}, cc);
+    bool used = false;
+    for (const PsfStar& s : dirty.stars)
+        used = used || (s.index == index && s.used);
+    ASSERT_TRUE(used) << "the star must stay a PSF star for the test to mean anything";
+    EXPECT_EQ(compareEpsf(p, image, p.f.bkg, PsfParams{}, "a NaN pixel"), dirty.epsf.size() - 1);
+}
+
+// Through the CUDA stage (kernels/psf.cu passes the device batch to cpu::buildPsfModel): the device built
+// the cells, bitwise the CPU stage's.
+TEST(PsfCuda, EpsfCellsThroughCudaStage) {
+    REQUIRE_DEVICE();
+    const PsfField p = makePsfField(480, 400, 260, 21);
+    RunContext cc = cpuContext(), gc = cudaContext();
+    const PsfResult cpuRes =
+        cpu::buildPsfModel(p.f.sim.image.view(), p.mask.view(), p.f.bkg, p.sources, 2.5, PsfParams{}, cc);
+    ASSERT_TRUE(cpuRes.hasModel());
+    const PsfResult gpuRes =
+        cuda::buildPsfModel(p.f.sim.image.view(), p.mask.view(), p.f.bkg, p.sources, 2.5, PsfParams{}, gc);
+    EXPECT_EQ(cuda::psfLastDeviceEpsfCells(), cpuRes.epsf.size()) << "the device ePSF path did not run";
+    EXPECT_TRUE(sameCells(cpuRes, gpuRes, "CUDA stage"));
+    expectSamePsf(cpuRes, gpuRes, "CUDA stage");
 }
 
 } // namespace
