@@ -60,6 +60,16 @@ struct FitJobDevice {
     double startX = 0.0, startY = 0.0;
 };
 
+// psffit::LmOutcome as the kernel writes it: every byte set (LmOutcome's bools leave padding, which
+// compute-sanitizer's initcheck reports when it is copied to the host).
+struct FitOutDevice {
+    double p[psffit::kLmParams];
+    double chi2;
+    int iterations;
+    int flags; // 1: converged, 2: started
+};
+static_assert(sizeof(FitOutDevice) == (psffit::kLmParams + 1) * sizeof(double) + 2 * sizeof(int));
+
 // lmFit's evaluator on the device: lane = thread, then the tree (LaneSums' order, without its early stop).
 struct DeviceLaneSums {
     const psffit::LmSetup& s;
@@ -97,7 +107,7 @@ struct DeviceLaneSums {
 
 __global__ void __launch_bounds__(psffit::kLmLanes)
     profileFitKernel(psffit::LmSetup base, const FitSample* __restrict__ samples,
-                     const FitJobDevice* __restrict__ jobs, psffit::LmOutcome* __restrict__ out) {
+                     const FitJobDevice* __restrict__ jobs, FitOutDevice* __restrict__ out) {
     __shared__ double lanes[psffit::kLmLanes][psffit::kLmSums];
     const FitJobDevice& job = jobs[blockIdx.x];
     psffit::LmSetup s = base;
@@ -105,7 +115,15 @@ __global__ void __launch_bounds__(psffit::kLmLanes)
     s.startY = job.startY;
     DeviceLaneSums eval{s, samples + job.first, job.count, lanes};
     const psffit::LmOutcome o = psffit::lmFit(s, job.start, eval);
-    if (threadIdx.x == 0) out[blockIdx.x] = o;
+    if (threadIdx.x == 0) {
+        FitOutDevice r;
+        for (int k = 0; k < psffit::kLmParams; ++k)
+            r.p[k] = o.p[k];
+        r.chi2 = o.chi2;
+        r.iterations = o.iterations;
+        r.flags = (o.converged ? 1 : 0) | (o.started ? 2 : 0);
+        out[blockIdx.x] = r;
+    }
 }
 
 thread_local std::size_t lastDeviceProfileFits = 0; // the calling thread's last stage (test hook)
@@ -143,19 +161,26 @@ void fitProfilesOnDevice(DeviceContext& dc, const std::vector<ProfileFitJob>& jo
     }
     DeviceBuffer<FitSample> dSamples(dc, total);
     DeviceBuffer<FitJobDevice> dJobs(dc, dev.size());
-    DeviceBuffer<psffit::LmOutcome> dOut(dc, dev.size());
+    DeviceBuffer<FitOutDevice> dOut(dc, dev.size());
     dSamples.upload(all.data(), total);
     dJobs.upload(dev.data(), dev.size());
     // Every field of the setup but the start centre is the same for all stars of the batch.
     profileFitKernel<<<static_cast<unsigned>(dev.size()), psffit::kLmLanes, 0, dc.stream()>>>(
         setups[which[0]], dSamples.get(), dJobs.get(), dOut.get());
     GPUPHOT_CUDA_CHECK(cudaGetLastError());
-    std::vector<psffit::LmOutcome> out(dev.size());
+    std::vector<FitOutDevice> out(dev.size());
     dOut.download(out.data(), dev.size());
     dc.synchronize();
     for (std::size_t t = 0; t < dev.size(); ++t) {
         const std::size_t i = which[t];
-        results[i] = profileFitResult(jobs[i].start, out[t], dev[t].count, setups[i].nActive);
+        psffit::LmOutcome o;
+        for (int k = 0; k < psffit::kLmParams; ++k)
+            o.p[k] = out[t].p[k];
+        o.chi2 = out[t].chi2;
+        o.iterations = out[t].iterations;
+        o.converged = (out[t].flags & 1) != 0;
+        o.started = (out[t].flags & 2) != 0;
+        results[i] = profileFitResult(jobs[i].start, o, dev[t].count, setups[i].nActive);
     }
     lastDeviceProfileFits += dev.size();
 }
