@@ -8,14 +8,18 @@
 namespace gpuphot {
 namespace {
 
-TEST(RunContextThreads, CudaBackendLeavesTwoCoresForItsHelperThreads) {
+TEST(RunContextThreads, CudaBackendLeavesCoresForItsHelperThreads) {
     const int saved = omp_get_max_threads();
     RunContext ctx;
     omp_set_num_threads(16);
     ctx.backend = Backend::Cpu;
     EXPECT_EQ(ctx.threadCount(), 16);
     ctx.backend = Backend::Cuda;
-    EXPECT_EQ(ctx.threadCount(), 14);
+    EXPECT_EQ(ctx.threadCount(), 12); // 16 or more: four free
+    omp_set_num_threads(32);
+    EXPECT_EQ(ctx.threadCount(), 28);
+    omp_set_num_threads(15); // 8 to 15: two
+    EXPECT_EQ(ctx.threadCount(), 13);
     omp_set_num_threads(8);
     EXPECT_EQ(ctx.threadCount(), 6);
     omp_set_num_threads(4); // small machines: all of them
