@@ -47,6 +47,7 @@
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
 #include "kernels/psf_epsf.hpp"
+#include "kernels/psf_planes.hpp"
 
 namespace gpuphot::cuda {
 
@@ -187,16 +188,6 @@ void fitProfilesOnDevice(DeviceContext& dc, const std::vector<ProfileFitJob>& jo
 
 // ---- PSF photometry ----------------------------------------------------------------------------------
 
-// The frame as the kernel reads it (row stride = width for every plane); level / rms null: the globals.
-struct PsfPlanes {
-    const float* image = nullptr;
-    const std::uint8_t* mask = nullptr; // null: no mask
-    const float* level = nullptr;
-    const float* rms = nullptr;
-    double globalLevel = 0.0, globalRms = 0.0;
-    int width = 0, height = 0;
-};
-
 struct PsfGrid {
     const psfmath::EpsfCellView* cells = nullptr;
     int width = 0, height = 0, gridNx = 0, gridNy = 0;
@@ -256,27 +247,12 @@ bool deviceSwitchOn() {
 bool measureOnDevice(PsfResult& res, const ImageView& image, const MaskView& mask,
                      const BackgroundResult& bkg, const Sources& sources, double gain,
                      const PsfParams& params, RunContext& ctx) {
-    const bool noMaps = bkg.level.empty() && bkg.rms.empty();
-    const bool fromGrid = noMaps && bkg.sampler && hasBackgroundGrid(bkg, image.width, image.height);
-    const bool globals = noMaps && !bkg.sampler;
-    if (!bkg.hasFullMaps() && !fromGrid && !globals) return false;
+    if (!psfReadsBackground(bkg, image.width, image.height)) return false;
 
     DeviceContext& dc = DeviceContext::of(ctx);
     StepLaps laps("GPUPHOT_PSF_TIMING", "psf");
     const cudaStream_t s = dc.stream();
-    PsfPlanes f;
-    const DeviceContext::DeviceFrame df = dc.frame(image, mask);
-    f.image = df.pixels;
-    f.mask = df.mask;
-    f.width = image.width;
-    f.height = image.height;
-    f.globalLevel = bkg.globalLevel;
-    f.globalRms = bkg.globalRms;
-    if (!globals) {
-        const auto maps = deviceBackgroundMaps(dc, bkg);
-        f.level = maps.first;
-        f.rms = maps.second;
-    }
+    const PsfPlanes f = psfPlanes(dc, image, mask, bkg);
 
     // ePSF cells: the images one after the other, their views pointing into the device copy.
     const int nCells = static_cast<int>(res.epsf.size());
@@ -342,6 +318,32 @@ bool measureOnDevice(PsfResult& res, const ImageView& image, const MaskView& mas
 }
 
 } // namespace
+
+bool psfReadsBackground(const BackgroundResult& bkg, int width, int height) {
+    const bool noMaps = bkg.level.empty() && bkg.rms.empty();
+    const bool fromGrid = noMaps && bkg.sampler && hasBackgroundGrid(bkg, width, height);
+    const bool globals = noMaps && !bkg.sampler;
+    return bkg.hasFullMaps() || fromGrid || globals;
+}
+
+PsfPlanes psfPlanes(DeviceContext& dc, const ImageView& image, const MaskView& mask,
+                    const BackgroundResult& bkg) {
+    PsfPlanes f;
+    const DeviceContext::DeviceFrame df = dc.frame(image, mask);
+    f.image = df.pixels;
+    f.mask = df.mask;
+    f.width = image.width;
+    f.height = image.height;
+    f.globalLevel = bkg.globalLevel;
+    f.globalRms = bkg.globalRms;
+    const bool globals = bkg.level.empty() && bkg.rms.empty() && !bkg.sampler;
+    if (!globals) {
+        const auto maps = deviceBackgroundMaps(dc, bkg);
+        f.level = maps.first;
+        f.rms = maps.second;
+    }
+    return f;
+}
 
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {

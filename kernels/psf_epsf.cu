@@ -46,20 +46,13 @@
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
 #include "kernels/psf_epsf.hpp"
+#include "kernels/psf_planes.hpp"
 
 namespace gpuphot::cuda {
 
 namespace {
 
 // The frame as the kernels read it (row stride = width); level null: the global level.
-struct EpsfFrame {
-    const float* image = nullptr;
-    const std::uint8_t* mask = nullptr; // null: no mask
-    const float* level = nullptr;
-    double globalLevel = 0.0;
-    int width = 0, height = 0;
-};
-
 // What every cell shares.
 struct EpsfShape {
     psffit::Quadrature quad;
@@ -109,7 +102,7 @@ __global__ void modelKernel(EpsfShape sh, const EpsfCellIn* __restrict__ cells, 
     }
 }
 
-__global__ void itemKernel(EpsfShape sh, EpsfFrame f, const EpsfCellIn* __restrict__ cells,
+__global__ void itemKernel(EpsfShape sh, PsfPlanes f, const EpsfCellIn* __restrict__ cells,
                            const EpsfStarIn* __restrict__ stars, EpsfCellState* state,
                            int* __restrict__ itemNode, double* __restrict__ itemValue,
                            int* __restrict__ count) {
@@ -334,10 +327,7 @@ thread_local std::vector<std::vector<double>> lastNodes;
 bool buildOnDevice(RunContext& ctx, const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                    const std::vector<EpsfCellJob>& jobs, PsfModelKind kind, int radius, int oversampling,
                    int nQuad, std::vector<char>& done) {
-    const bool noMaps = bkg.level.empty() && bkg.rms.empty();
-    const bool fromGrid = noMaps && bkg.sampler && hasBackgroundGrid(bkg, image.width, image.height);
-    const bool globals = noMaps && !bkg.sampler;
-    if (!bkg.hasFullMaps() && !fromGrid && !globals) return false;
+    if (!psfReadsBackground(bkg, image.width, image.height)) return false;
 
     const int nCells = static_cast<int>(jobs.size());
     EpsfShape sh;
@@ -376,14 +366,7 @@ bool buildOnDevice(RunContext& ctx, const ImageView& image, const MaskView& mask
 
     DeviceContext& dc = DeviceContext::of(ctx);
     const cudaStream_t s = dc.stream();
-    EpsfFrame f;
-    const DeviceContext::DeviceFrame df = dc.frame(image, mask);
-    f.image = df.pixels;
-    f.mask = df.mask;
-    f.width = image.width;
-    f.height = image.height;
-    f.globalLevel = bkg.globalLevel;
-    if (!globals) f.level = deviceBackgroundMaps(dc, bkg).first;
+    const PsfPlanes f = psfPlanes(dc, image, mask, bkg);
 
     const std::size_t nodesAll = static_cast<std::size_t>(nCells) * static_cast<std::size_t>(sh.nNodes);
     const std::size_t items = static_cast<std::size_t>(nItems);

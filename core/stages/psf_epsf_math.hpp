@@ -146,13 +146,14 @@ GPUPHOT_HD inline double residualValue(float pixel, double level, double starBac
     return v - psffit::evaluate(base, moffat, dx, dy, q, nullptr);
 }
 
-// Ascending sort of n values without NaN (the host's clippedMean uses std::sort; any correct sort of
-// values without NaN gives the same sequence of values, up to the order of +0 and -0, which clippedMean's
-// result does not depend on: see there). Insertion sort for short runs, heapsort above.
-GPUPHOT_HD inline void sortAscending(double* v, int n) {
+// Ascending sort of n values (T: double or int), insertion sort for short runs, heapsort above. For doubles
+// without NaN (the host's clippedMean uses std::sort; any correct sort of values without NaN gives the same
+// sequence of values, up to the order of +0 and -0, which clippedMean's result does not depend on: see
+// there); for a node's item indices (distinct, gathered out of order).
+template <class T> GPUPHOT_HD inline void sortAscendingT(T* v, int n) {
     if (n <= 24) {
         for (int k = 1; k < n; ++k) {
-            const double x = v[k];
+            const T x = v[k];
             int q = k;
             for (; q > 0 && x < v[q - 1]; --q)
                 v[q] = v[q - 1];
@@ -166,7 +167,7 @@ GPUPHOT_HD inline void sortAscending(double* v, int n) {
             if (child >= end) return;
             if (child + 1 < end && v[child] < v[child + 1]) ++child;
             if (!(v[root] < v[child])) return;
-            const double t = v[root];
+            const T t = v[root];
             v[root] = v[child];
             v[child] = t;
             root = child;
@@ -175,45 +176,19 @@ GPUPHOT_HD inline void sortAscending(double* v, int n) {
     for (int k = n / 2 - 1; k >= 0; --k)
         sift(k, n);
     for (int end = n - 1; end > 0; --end) {
-        const double t = v[0];
+        const T t = v[0];
         v[0] = v[end];
         v[end] = t;
         sift(0, end);
     }
 }
 
-// Ascending sort of n distinct item indices (a node's items gathered out of order).
+GPUPHOT_HD inline void sortAscending(double* v, int n) {
+    sortAscendingT(v, n);
+}
+
 GPUPHOT_HD inline void sortIndices(int* v, int n) {
-    if (n <= 24) {
-        for (int k = 1; k < n; ++k) {
-            const int x = v[k];
-            int q = k;
-            for (; q > 0 && x < v[q - 1]; --q)
-                v[q] = v[q - 1];
-            v[q] = x;
-        }
-        return;
-    }
-    auto sift = [v](int root, int end) {
-        for (;;) {
-            int child = 2 * root + 1;
-            if (child >= end) return;
-            if (child + 1 < end && v[child] < v[child + 1]) ++child;
-            if (!(v[root] < v[child])) return;
-            const int t = v[root];
-            v[root] = v[child];
-            v[child] = t;
-            root = child;
-        }
-    };
-    for (int k = n / 2 - 1; k >= 0; --k)
-        sift(k, n);
-    for (int end = n - 1; end > 0; --end) {
-        const int t = v[0];
-        v[0] = v[end];
-        v[end] = t;
-        sift(0, end);
-    }
+    sortAscendingT(v, n);
 }
 
 // Median of n >= 1 sorted values.
