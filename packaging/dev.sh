@@ -13,6 +13,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
+# ccache: paths relative to the checkout, so that a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -28,6 +30,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev xvfb xauth libgl1-mesa-dri libcfitsio-bin
   libsep-dev source-extractor python3-astropy python3-numpy python3-sep python3-photutils
   python3-astroscrappy
+  # Tycho-2 (Debian's astrometry.net index 07, 22'-30' quads): the Tycho-2 reader and `reduce` without --ref
+  astrometry-data-tycho2-07-littleendian
   # batch and distributed reduction: Redis workers (hiredis), and a real Slurm and Redis in the tests
   libhiredis-dev redis-server slurm-wlm munge inotify-tools
   # hardening: clang's libFuzzer and sanitizers; packaging: dpkg-shlibdeps for the .deb

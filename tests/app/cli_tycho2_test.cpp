@@ -13,11 +13,11 @@
 #include "tests/test_support.hpp"
 
 namespace {
-const std::string kFrame = std::string(GPUPHOT_SHARED_DATA) + "/real/panoptes_solved.fits.fz";
+const std::string kFrame = std::string(GPUPHOT_TEST_DATA) + "/real/panoptes_solved.fits.fz";
 }
 
 TEST(CliTycho2, ReduceWithoutRefUsesInstalledTycho2) {
-    if (!std::filesystem::exists(kFrame)) GTEST_SKIP() << "no " << kFrame;
+    if (!std::filesystem::exists(kFrame)) FAIL() << "test data missing: " << kFrame;
     if (gpuphot::findTycho2IndexFiles().empty()) GTEST_SKIP() << "astrometry-data-tycho2 is not installed";
     gpuphot::test::TempDir out;
     const auto r = gpuphot::test::runCli("reduce " + kFrame + " -o " + out.path.string(), "");

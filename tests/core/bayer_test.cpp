@@ -1,7 +1,7 @@
 // Colour-filter-array frames: pattern layout (BAYERPAT/FILTER, ROWORDER, XBAYROFF/YBAYROFF), 2x2
 // super-pixels against known colour planes, mask propagation, instrument scaling, and the WCS of the
 // binned frame (closed-form TAN-SIP and WCSLIB through headers) against the original; the PANOPTES
-// Canon frame in ../shared/data when present.
+// Canon frame in tests/data/real.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,7 +64,7 @@ TanSip sampleSip() {
 }
 
 std::string sharedData(const std::string& name) {
-    return std::string(GPUPHOT_SHARED_DATA) + "/real/" + name;
+    return std::string(GPUPHOT_TEST_DATA) + "/real/" + name;
 }
 
 } // namespace
@@ -309,7 +309,7 @@ TEST(Bayer, StarKeepsItsSkyPositionThroughBinCfaFrame) {
 // white balance multiplies red most: REDBAL > BLUEBAL); the top-down reading would not pair the greens.
 TEST(Bayer, PanoptesFrameColoursAndWcs) {
     const std::string path = sharedData("panoptes_solved.fits.fz");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared data absent";
+    if (!std::filesystem::exists(path)) FAIL() << "test data missing: " << path;
     const Frame f = readFrame(path);
     ASSERT_TRUE(f.wcs);
     auto layout = cfaLayoutFromHeader(f.header);

@@ -1,6 +1,6 @@
 // FITS image I/O: round trips for every BITPIX (CFITSIO-written files read by readFrame, readFrame of files
 // written by writeFitsImage), BZERO/BSCALE, tile compression, gzip, multi-extension selection, INHERIT,
-// masks, header cards, atomic writes, and the real frames in shared/data/real compared with astropy.
+// masks, header cards, atomic writes, and the real frames in tests/data/real compared with astropy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -668,11 +668,11 @@ TEST(FitsImage, AttachesTheHeaderWcs) {
     EXPECT_FALSE(b.wcs);
 }
 
-// ---- real frames (shared/data/real), expected values from astropy ------------------------------------
+// ---- real frames (tests/data/real), expected values from astropy ------------------------------------
 
 namespace {
 std::string realFrame(const char* name) {
-    const std::string p = std::string(GPUPHOT_SHARED_DATA) + "/real/" + name;
+    const std::string p = std::string(GPUPHOT_TEST_DATA) + "/real/" + name;
     return fs::exists(p) ? p : std::string();
 }
 } // namespace
@@ -686,7 +686,7 @@ std::string realFrame(const char* name) {
 //   162.07498 172.65703 154.84134 (float32); primary EXPTIME 45.0, MJD-OBS 58070.25254673)
 TEST(FitsImage, ReadsThePanoptesFrameLikeAstropy) {
     const std::string path = realFrame("panoptes_solved.fits.fz");
-    if (path.empty()) GTEST_SKIP() << "shared data missing";
+    if (path.empty()) FAIL() << "test data missing (tests/data/real)";
     const auto hdus = listHdus(path);
     ASSERT_EQ(hdus.size(), 2u);
     EXPECT_TRUE(hdus[1].compressed);
@@ -723,7 +723,7 @@ TEST(FitsImage, ReadsThePanoptesFrameLikeAstropy) {
 
 TEST(FitsImage, ReadsTheDecamCutoutLikeAstropy) {
     const std::string path = realFrame("decam_ls9_N6_cutout.fits");
-    if (path.empty()) GTEST_SKIP() << "shared data missing";
+    if (path.empty()) FAIL() << "test data missing (tests/data/real)";
     FrameReadOptions opts;
     opts.hdu = "N6";
     const Frame fr = readFrame(path, opts);

@@ -5,7 +5,7 @@
 // DEBLEND_MINCONT, CLEAN / CLEAN_PARAM, BACK_SIZE / BACK_FILTERSIZE, GAIN, SATUR_LEVEL.
 // Catalogs are matched one to one (mutual nearest isophotal barycentres within 1.5 px; SExtractor's
 // 1-based positions moved to our 0-based convention) and at least 98% of SExtractor's objects must
-// have a partner, on simulated frames and on the real frames in ../shared/data. The background maps
+// have a partner, on simulated frames and on the real frames in tests/data/real. The background maps
 // are compared too (CHECKIMAGE_TYPE BACKGROUND, BACKGROUND_RMS). The "[peer]" lines are the figures
 // recorded in docs/ACCURACY.md ("Against SExtractor and sep").
 // Skipped when source-extractor or a real frame is missing. GPUPHOT_DEBUG_PEER=1 keeps the work
@@ -616,15 +616,15 @@ const Frame& simulatedCrowded() {
     return frame;
 }
 
-std::string sharedData(const std::string& rel) {
-    return std::string(GPUPHOT_SHARED_DATA) + "/" + rel;
+std::string testData(const std::string& rel) {
+    return std::string(GPUPHOT_TEST_DATA) + "/" + rel;
 }
 
 #define REQUIRE_SEXTRACTOR()                                                                                 \
     if (!haveSourceExtractor()) GTEST_SKIP() << "source-extractor not installed"
 
 #define REQUIRE_FILE(path)                                                                                   \
-    if (!fs::exists(path)) GTEST_SKIP() << (path) << " not found"
+    if (!fs::exists(path)) FAIL() << "test data missing: " << (path)
 
 TEST(PeerSextractor, SimulatedStarFieldEquivalentSettings) {
     REQUIRE_SEXTRACTOR();
@@ -650,21 +650,21 @@ TEST(PeerSextractor, SimulatedCrowdedFieldPipelineDefaults) {
 // with readFrame and handed to SExtractor as plain float FITS.
 TEST(PeerSextractor, PanoptesRawBayerEquivalentSettings) {
     REQUIRE_SEXTRACTOR();
-    const std::string path = sharedData("real/panoptes_solved.fits.fz");
+    const std::string path = testData("real/panoptes_solved.fits.fz");
     REQUIRE_FILE(path);
     comparePeers("panoptes-raw-bayer", readFrame(path), Settings::SextractorEquivalent);
 }
 
 TEST(PeerSextractor, PanoptesRawBayerPipelineDefaults) {
     REQUIRE_SEXTRACTOR();
-    const std::string path = sharedData("real/panoptes_solved.fits.fz");
+    const std::string path = testData("real/panoptes_solved.fits.fz");
     REQUIRE_FILE(path);
     comparePeers("panoptes-raw-bayer", readFrame(path), Settings::PipelineDefaults);
 }
 
 TEST(PeerSextractor, DecamCutoutEquivalentSettings) {
     REQUIRE_SEXTRACTOR();
-    const std::string path = sharedData("real/decam_ls9_N6_cutout.fits");
+    const std::string path = testData("real/decam_ls9_N6_cutout.fits");
     REQUIRE_FILE(path);
     comparePeers("decam-cutout", readFrame(path), Settings::SextractorEquivalent);
 }
@@ -673,7 +673,7 @@ TEST(PeerSextractor, DecamCutoutEquivalentSettings) {
 // pixels with faint detections far out in its wing): CLEAN must keep what SExtractor's CLEAN keeps.
 TEST(PeerSextractor, DecamCutoutPipelineDefaults) {
     REQUIRE_SEXTRACTOR();
-    const std::string path = sharedData("real/decam_ls9_N6_cutout.fits");
+    const std::string path = testData("real/decam_ls9_N6_cutout.fits");
     REQUIRE_FILE(path);
     comparePeers("decam-cutout", readFrame(path), Settings::PipelineDefaults);
 }

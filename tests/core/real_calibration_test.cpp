@@ -1,4 +1,4 @@
-// Calibration (stages 5-7) of the real frames in ../shared/data, through the same pipeline as
+// Calibration (stages 5-7) of the real frames in tests/data/real, through the same pipeline as
 // `gpuphot reduce --ref`: the PANOPTES raw Bayer frame against Tycho-2 (the index-07 dump shipped with
 // the data) and the DECam r-band cutout against its Gaia DR2 chunk. The bars are what these frames
 // honestly allow (docs/ACCURACY.md, "Real frames: calibration"):
@@ -31,7 +31,7 @@ using namespace gpuphot;
 namespace {
 
 std::string realData(const std::string& name) {
-    return std::string(GPUPHOT_SHARED_DATA) + "/real/" + name;
+    return std::string(GPUPHOT_TEST_DATA) + "/real/" + name;
 }
 
 bool haveAll(std::initializer_list<const char*> names) {
@@ -71,7 +71,7 @@ void print(const char* what, const PipelineResult& r, const Frame& f) {
 } // namespace
 
 TEST(RealCalibration, PanoptesTycho2RefinedHeader) {
-    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) GTEST_SKIP() << "shared data absent";
+    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) FAIL() << "test data missing (tests/data/real)";
     const Frame frame = readFrame(realData("panoptes_solved.fits.fz"));
     ASSERT_TRUE(frame.wcs);
     const ReferenceCatalog ref = readReferenceCatalog(realData("tycho2_panoptes_field.fits"));
@@ -99,7 +99,7 @@ TEST(RealCalibration, PanoptesTycho2RefinedHeader) {
 }
 
 TEST(RealCalibration, PanoptesTycho2IgnoringHeaderWcs) {
-    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) GTEST_SKIP() << "shared data absent";
+    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) FAIL() << "test data missing (tests/data/real)";
     const Frame withWcs = readFrame(realData("panoptes_solved.fits.fz"));
     ASSERT_TRUE(withWcs.wcs);
     Frame frame = withWcs;
@@ -126,7 +126,7 @@ TEST(RealCalibration, PanoptesTycho2IgnoringHeaderWcs) {
 
 TEST(RealCalibration, DecamGaia) {
     if (!haveAll({"decam_ls9_N6_cutout.fits", "gaia_dr2_chunk_for_decam_cutout.fits"}))
-        GTEST_SKIP() << "shared data absent";
+        FAIL() << "test data missing (tests/data/real)";
     const Frame frame = readFrame(realData("decam_ls9_N6_cutout.fits"));
     ASSERT_TRUE(frame.wcs);
     ReferenceCatalog ref = readReferenceCatalog(realData("gaia_dr2_chunk_for_decam_cutout.fits"));

@@ -284,8 +284,8 @@ TEST_F(ReferenceCatalogTest, ApplyProperMotionMovesPositions) {
 //   -> 1961 299.50106810332426 47.58016966691604 10.562
 //   -> 884 832 775 {2015.5} 3095663447428055168 114.7303   (every row has finite ra, dec, mag)
 TEST(ReferenceCatalogReal, Tycho2PanoptesFieldLoadsWithAutoDetection) {
-    const std::string p = std::string(GPUPHOT_SHARED_DATA) + "/real/tycho2_panoptes_field.fits";
-    if (!fs::exists(p)) GTEST_SKIP() << p << " not available";
+    const std::string p = std::string(GPUPHOT_TEST_DATA) + "/real/tycho2_panoptes_field.fits";
+    if (!fs::exists(p)) FAIL() << "test data missing: " << p;
     const ReferenceCatalog c = readReferenceCatalog(p);
     EXPECT_EQ(c.size(), 1961u);
     EXPECT_EQ(c.skippedNonFinite, 0u);
@@ -299,8 +299,8 @@ TEST(ReferenceCatalogReal, Tycho2PanoptesFieldLoadsWithAutoDetection) {
 }
 
 TEST(ReferenceCatalogReal, GaiaDr2ChunkLoadsWithExplicitMap) {
-    const std::string p = std::string(GPUPHOT_SHARED_DATA) + "/real/gaia_dr2_chunk_for_decam_cutout.fits";
-    if (!fs::exists(p)) GTEST_SKIP() << p << " not available";
+    const std::string p = std::string(GPUPHOT_TEST_DATA) + "/real/gaia_dr2_chunk_for_decam_cutout.fits";
+    if (!fs::exists(p)) FAIL() << "test data missing: " << p;
     const ReferenceCatalog c = readReferenceCatalog(
         p, parseRefColumnMap("ra=ra,dec=dec,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag"));
     EXPECT_EQ(c.size(), 884u);

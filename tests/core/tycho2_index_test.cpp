@@ -1,5 +1,5 @@
 // Tycho-2 from Debian's astrometry.net index files (astrometry-data-tycho2): the stars read for the
-// PANOPTES field agree with an independent dump of index-07 (../shared/data/real/tycho2_panoptes_field.fits,
+// PANOPTES field agree with an independent dump of index-07 (tests/data/real/tycho2_panoptes_field.fits,
 // a 3 deg cone around the frame centre, VT magnitudes); stars present in several index files come back
 // once; bad regions and files that are not star indexes are clear errors. Skips when no index files
 // are installed (or the shared data is absent).
@@ -26,7 +26,7 @@ namespace {
 constexpr double kDeg = std::numbers::pi / 180.0;
 
 std::string realData(const std::string& name) {
-    return std::string(GPUPHOT_SHARED_DATA) + "/real/" + name;
+    return std::string(GPUPHOT_TEST_DATA) + "/real/" + name;
 }
 
 // Great-circle distance (arcsec), haversine: independent of the reader's unit-vector arithmetic.
@@ -193,7 +193,7 @@ TEST(Tycho2Index, RejectsBadInput) {
     EXPECT_THROW(loadTycho2Region(NAN, 20.0, 1.0, {dump}), InvalidInput);
     EXPECT_THROW(loadTycho2Region(10.0, 20.0, 1.0, {}), InvalidInput);
     EXPECT_THROW(loadTycho2Region(10.0, 20.0, 1.0, {"/nonexistent/index-tycho2-07.fits"}), IoError);
-    if (!std::filesystem::exists(dump)) GTEST_SKIP() << "shared data absent";
+    if (!std::filesystem::exists(dump)) FAIL() << "test data missing: " << dump;
     // A FITS table that is not a star index: named in the message.
     try {
         loadTycho2Region(10.0, 20.0, 1.0, {dump});
