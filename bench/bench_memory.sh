@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peak host memory of `gpuphot reduce` (CPU backend) on simulated frames: /usr/bin/time -v's maximum
-# resident set and the report's per-stage peak_host_bytes (VmHWM after each stage), against the bar of
-# issue 8 (peak <= 4 x the frame's float32 size). No ctest.
+# resident set and the report's per-stage peak_host_bytes (VmHWM after each stage), against the resource
+# bound (peak <= 4 x the frame's float32 size). No ctest.
 #   bench/bench_memory.sh [GPUPHOT] [WORK]
 #   GPUPHOT: the gpuphot binary (default build-memory/app/gpuphot); WORK: frames and outputs
 #   (default /tmp/mem151; frames are simulated once and reused). THREADS=2 by default.

@@ -1,4 +1,4 @@
-// Frame-preparation timing (issue 9).
+// Frame-preparation timing.
 //   bench_prepare [width] [height] [repeats]
 // CPU: a raw frame (default 14208 x 10656 = 151 MP of data plus a 64-column overscan) prepared with a
 // master bias, an EXPTIME-scaled master dark, a master flat and a bad-pixel mask (overscan subtraction,

@@ -12,7 +12,7 @@
 // worker does the same and then, after the provisional result is out, copies the background and detection
 // back for the complete run ("give back", not in the totals; with the map's download on another thread, as
 // the worker): that path is timed once per threshold.
-// Issue 5's goal: detection + photometry re-run on a 151 MP frame already on the GPU <= 50 ms.
+// The goal: detection + photometry re-run on a 151 MP frame already on the GPU <= 50 ms.
 // GPUPHOT_APERTURE_TIMING=1 in the environment: the CUDA aperture stage prints its phases to stderr.
 #include <algorithm>
 #include <chrono>

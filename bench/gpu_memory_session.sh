@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU memory budget session (issues 5 and 8), on a GPU machine with binaries packed by
+# GPU memory budget session, on a GPU machine with binaries packed by
 # bench/pack_device.sh into .device/: the kernels tests, compute-sanitizer memcheck on the strip and
 # fault-injection tests, then one simulated frame reduced with --backend cuda unsplit and under
 # --gpu-mem-limit budgets (catalogs compared with cmp, per-stage plans / peak GPU memory / times from the

@@ -10,7 +10,7 @@
 #      where it is installed); the frame is deleted afterwards;
 #   3. the summary: per frame our per-stage times (warm), total warm, cold reduce, peak GPU and host memory,
 #      sep's background / extract / apertures / total and the ratios (sep_summary.md, sep_summary.json).
-# Frames (issue 5's reference set): 4mp_300 15mp_16k 38mp_1k 151mp_20k 151mp_134k.
+# Frames (the reference set): 4mp_300 15mp_16k 38mp_1k 151mp_20k 151mp_134k.
 #   bench/gpu_session.sh [FRAME ...]        (default: all five; "none": tests only)
 #   bench/gpu_session.sh --summary BENCH.jsonl [DIR]   (only re-render the summary, into DIR)
 # Environment: OUT (default ./gpu-session-out) gets at most 8 files: session.log, nvidia-smi.txt,
@@ -274,7 +274,7 @@ for name in "${ORDER[@]}"; do
             rc=$?
             wall=$(elapsed "$t0")
             log "reduce --backend cpu exit $rc, cold wall $wall s"
-            # DESIGN.md's determinism: the CUDA catalog is the CPU backend's, byte for byte.
+            # Determinism (docs/ARCHITECTURE.md): the CUDA catalog is the CPU backend's, byte for byte.
             if cmp -s "$WORK/out-cpu/$name.cat.csv" "$WORK/$name.cuda.csv"; then
                 log "CUDA catalog = CPU catalog (CSV, byte-identical, $(wc -l < "$WORK/$name.cuda.csv") lines)"
             else

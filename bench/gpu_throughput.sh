@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput of a stream of frames on one GPU (issue 7), I/O included (FITS read, catalog and report
+# Throughput of a stream of frames on one GPU, I/O included (FITS read, catalog and report
 # written): N copies of a simulated frame reduced by
 #   seq     one long-lived worker, one frame at a time (`reduce FRAMES --prefetch 0`, in-process)
 #   pipe1   the pipelined worker (`--prefetch 1`, the default: frame N+1 read and frame N-1 written while

@@ -4,7 +4,7 @@
 # driver: there, bench/gpu_session.sh runs them (LD_LIBRARY_PATH=.device/lib).
 #   bench/pack_device.sh [BUILD_DIR] [DEST]   (defaults build-cuda, .device; DEST must start with .device)
 # Environment: TARGETS (default "gpuphot kernels_tests") are built in BUILD_DIR; the gpuphot and
-# kernels_tests among them are packed. bench_sep (sep's C core, the peer of issue 5's benchmarks) is packed
+# kernels_tests among them are packed. bench_sep (sep's C core, the peer of the GPU benchmarks) is packed
 # too, with libsep (ldd): SEP_BENCH=PATH names a built one (e.g. build-sepbench/bench/bench_sep), else it is
 # built in BUILD_DIR when that build has the target (libsep-dev found); SEP_BENCH=none leaves it out.
 # bench/peers.py travels beside gpu_session.sh (source-extractor runs there only where it is installed).

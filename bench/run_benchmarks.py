@@ -44,7 +44,7 @@ FRAMES = {
     "38mp_50k": (7168, 5273, 50000),
     "151mp_20k": (14208, 10656, 20000),
     "151mp_130k": (14208, 10656, 130000),
-    # the orientation frames (sep 4.0 s / source-extractor 2.7 s; 8.1 s / 4.1 s)
+    # the orientation frames (sep 4.0 s / source-extractor 2.7 s; 8.1 s / 4.1 s)
     "16mp_50k": (4096, 4096, 50000),
     "67mp_50k": (8192, 8192, 50000),
 }

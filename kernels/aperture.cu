@@ -185,7 +185,7 @@ __global__ void skyStatsKernel(std::uint32_t* keys, const int* offsets, std::siz
 // fast = 1 (GPUPHOT_APERTURE_SKY_SORT=pairs) or other lengths: each thread one compare-exchange pair at a
 // time), then thread 0's clipped statistics of the sorted keys read as values, its
 // running sums restarted from checkpoints every kSkyCheckpoint values (in shared memory after the keys)
-// rather than from 0 at every clipping iteration (fast = 0: the earlier way, the sums from 0, one thread per
+// rather than from 0 at every clipping iteration (fast = 0: the plain way, the sums from 0, one thread per
 // pair index with half of them idle, the mask/segment/value reads one after the other). cap: the keys'
 // length, a power of two >= annulusSideBound(rout)^2. est.n = -1: more pixels than cap (cannot happen; the
 // host checks).
@@ -383,9 +383,9 @@ __global__ void skyBlockKernel(AperturePlanes in, const double* cxs, const doubl
 // The warp kernels below (Kron, circles of few pairs): a box's pixels in raster order, 32 at a time, each
 // lane one pixel's terms; each sum adds the chunk's terms of the used lanes in lane order, so that it is the
 // serial loop's, bitwise. The terms go through shared memory (one row of 32 per sum and warp) and lane c adds
-// row c alone (the other lanes idle), rather than every lane adding every term through shuffles (the
-// session-7 way: 32 shuffles per sum and chunk, two instructions each for a double, on every lane: they
-// bounded the kernels' issue rate).
+// row c alone (the other lanes idle), rather than every lane adding every term through shuffles (32
+// shuffles per sum and chunk, two instructions each for a double, on every lane: they bound the kernels'
+// issue rate).
 constexpr int kWarpSumWarps = 4; // warps per block of the warp kernels (kWarpKernelThreads / 32)
 
 // Lane l's pixel of a box's chunks: (x, y) of raster index base + l, advanced by 32 without divisions.
@@ -1571,11 +1571,11 @@ private:
     bool m_skySplit = false;   // GPUPHOT_APERTURE_SKY=split: count, scan, fill, segmented sort, statistics
     bool m_kronThread = false; // GPUPHOT_APERTURE_KRON=thread: one thread per source
     // skyBlockKernel's mode (its `fast`): 2 the sort's short strides in registers (bitonicOwnBlocks), 1 every
-    // stride pair by pair in shared memory (GPUPHOT_APERTURE_SKY_SORT=pairs, session 7), 0 the earlier way
-    // (GPUPHOT_APERTURE_SKY=block0).
+    // stride pair by pair in shared memory (GPUPHOT_APERTURE_SKY_SORT=pairs), 0 the plain way, the sums from
+    // 0 (GPUPHOT_APERTURE_SKY=block0).
     int m_skyMode = 2;
     // Circle kernel: 0 by size (circleWarpKernel up to m_warpItems source-radius pairs, else
-    // circlePartsKernel: one warp per pair measured slower on the H200 at 151 MP for the first pass, 6.7
+    // circlePartsKernel: one warp per pair measured slower at 151 MP for the first pass, 6.7
     // against 5.0 ms at 54k sources), 1 circlePartsKernel, 2 circleWarpKernel (GPUPHOT_APERTURE_CIRCLE).
     int m_circleMode = 0;
     // GPUPHOT_APERTURE_WARP_ITEMS: pass 2's reference and curve-of-growth calls (at most apCorrMaxStars x
@@ -1595,7 +1595,7 @@ private:
     const SkyEstimate* m_chainSky = nullptr;
     detail::SkyJobRule m_chainRule;
     // GPUPHOT_APERTURE_STREAMS=2: chainPass1's circles on a side stream of the greatest priority, Kron beside
-    // them on the main one (measured slower on the H200 at 151 MP, 13.8-14.3 against 12.4-12.9 ms for the
+    // them on the main one (measured slower at 151 MP, 13.8-14.3 against 12.4-12.9 ms for the
     // stage: the two kernels share the SMs, the circles end later, and the host has little to do meanwhile);
     // their buffers until sideJoin(); the stream and its events.
     bool m_twoStreams = false;

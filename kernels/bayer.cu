@@ -1,4 +1,4 @@
-// CFA (Bayer) 2x2 super-pixels on the device (issue 9), bitwise equal to cfaSuperPixels in
+// CFA (Bayer) 2x2 super-pixels on the device, bitwise equal to cfaSuperPixels in
 // core/stages/bayer.cpp: one thread per super-pixel, the same float sums in the same order, -fmad=false,
 // and NaN results given the host's bits (kernels/host_nan.cuh). The mask (the OR of the used pixels) stays
 // on the host (cfaSuperPixelMask: bytes, no arithmetic).

@@ -1,4 +1,4 @@
-// Frame preparation on the device (issue 9): L.A.Cosmic and the salt-and-pepper prefilter, bitwise equal to
+// Frame preparation on the device: L.A.Cosmic and the salt-and-pepper prefilter, bitwise equal to
 // core/stages/cosmic_rays.cpp (the algorithm is described in cosmic_rays.hpp). Every step is the CPU's
 // per-pixel function of a fixed neighbourhood, one thread per pixel, with the same float / double
 // operations in the same order (-fmad=false, IEEE division and square root):

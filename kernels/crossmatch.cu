@@ -1,4 +1,4 @@
-// GPU crossmatch (issue 5): the candidate search of cpu::crossmatch (core/stages/crossmatch.cpp) on the
+// GPU crossmatch: the candidate search of cpu::crossmatch (core/stages/crossmatch.cpp) on the
 // device through a uniform grid hash, giving the same refIndex and separations bit for bit.
 //
 //  1-2. Cone preselection, WCS projection of the reference stars and the sources' world positions stay on
@@ -14,8 +14,8 @@
 //  4.   Host: the candidates' separations are re-evaluated with the CPU's function (a few per source) so
 //       that the values and the <= radiusArcsec cut are bitwise the CPU's, then the CPU's assignment
 //       (detail::sortCandidates, detail::assignMatches).
-// cuda::crossmatch chooses between this and cpu::crossmatch by problem size (crossover measured on an
-// H200, docs/BENCHMARKS.md "GPU crossmatch crossover").
+// cuda::crossmatch chooses between this and cpu::crossmatch by problem size (the crossover of
+// docs/BENCHMARKS.md "GPU crossmatch crossover").
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>

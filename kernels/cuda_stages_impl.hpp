@@ -83,7 +83,7 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
                                int height, const ReferenceCatalog& ref, const Wcs& wcs,
                                const CrossmatchParams& params, RunContext& ctx);
 // When crossmatch() uses the device: reference catalog rows >= minRefsAlone, or rows >= minRefs and
-// sources >= minSources. The defaults are the crossover measured on an H200 with 16 host threads
+// sources >= minSources. The defaults are the crossover of an H200-class GPU with 16 host threads
 // (docs/BENCHMARKS.md, "GPU crossmatch crossover"): the device's grid search replaces the k-d tree, the
 // cone cut and the WCSLIB projection stay on the host in both.
 struct CrossmatchCrossover {

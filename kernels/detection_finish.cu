@@ -106,7 +106,7 @@ __device__ inline std::uint64_t orderedKey(double d) {
 // Objects of at most kRankMax pixels (GPUPHOT_DETECTION_RANK_MAX for tests): one warp per object stably sorts
 // its (r^2, value) pairs by rank (the number of pixels with a smaller key, or the same key earlier in raster
 // order), keys staged in shared memory; Sigma n^2 / 32 compares per warp instead of cub's segmented sort
-// (1.5 ms at 59k objects on the H200, its large-segment kernel at 12 % occupancy). Larger objects: cub.
+// (1.5 ms at 59k objects, its large-segment kernel at 12 % occupancy). Larger objects: cub.
 constexpr int kRankMax = 1024;
 constexpr int kRankWarps = 4; // warps per block
 __global__ void growthRankKernel(const std::int64_t* pixStart, std::int64_t n, int rankMax, const double* r2,
@@ -324,7 +324,7 @@ struct SegmentationPool {
     // A download on any thread (the map was complete when finishDetection returned: it synchronised dc's
     // stream) on the pool's own stream, through the pool's own pinned staging (two chunks, the copies out of
     // them by several threads, overlapped with the DMA), as DeviceContext::downloadStaged does on dc's
-    // stream: one pageable cudaMemcpy of 605 MB took 420-500 ms on the H200 host, staged 36 ms.
+    // stream: one pageable cudaMemcpy of 605 MB took 420-500 ms, staged 36 ms.
     void copyDown(void* dst, const void* src, std::size_t bytes) {
         int previous = 0;
         GPUPHOT_CUDA_CHECK(cudaGetDevice(&previous));
@@ -667,7 +667,7 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     timer.lap("finish: device steps queued (cuda)");
 
     // Beside the device: the columns but the windowed positions; then the objects go to the context's
-    // release thread (freeing them took 3.9 ms at 59k objects, formerly after the step's timed part).
+    // release thread (freeing them takes 3.9 ms at 59k objects, kept off the step's critical path).
     GPUPHOT_CUDA_CHECK(cudaEventSynchronize(orderDown.e));
     timer.lap("finish: order (cuda)");
     fillFinishColumns(found, hOrder, result, threads);

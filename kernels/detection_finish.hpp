@@ -24,7 +24,7 @@ struct DeviceDetectionImages;
 // pixels), the segmentation map is made on the device and stays there: result.segmentation is a deferred
 // SegmentationMap (core/model/segmentation_map.hpp) whose source owns the device buffer and downloads it
 // only when a host consumer calls host(). When the budget does not leave the map's size again free after
-// the step, the map is downloaded at once and the device copy freed (a host-backed map, as before).
+// the step, the map is downloaded at once and the device copy freed (a host-backed map).
 // Synchronises dc's stream before it returns.
 void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const DeviceDetectionImages& im,
                      const DetectionParams& p, RunContext& ctx, DetectionResult& result);
@@ -44,7 +44,7 @@ bool takeRecycledObjects(DeviceContext& dc, std::vector<detail::Object>& objects
 // Downloads: on the thread that made the map, through dc's pinned staging (downloadStaged: the thread runs
 // dc's stages, so nothing else uses the stream then); on any other thread (the workbench), on a stream and
 // through pinned staging of the map's pool (not dc's), serialised with the other maps' downloads and
-// evictions by a mutex (a pageable copy of 605 MB took 420-500 ms on the H200 host, staged ~36 ms).
+// evictions by a mutex (a pageable copy of 605 MB took 420-500 ms, staged ~36 ms).
 
 // The device pixels of map when it is a deferred map of dc whose buffer is still on the device (row
 // stride = width), else null.

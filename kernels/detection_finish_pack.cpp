@@ -64,7 +64,7 @@ void fillFinishColumns(const detail::DetectedObjects& found, const std::int32_t*
                        int threads) {
     Sources& s = result.sources;
     // The fresh columns are zero-filled (first touch) one per thread rather than all on one (0.9-4.5 ms at
-    // 134k objects on the H200 host, 0.3 ms so). A column that fails to grow is grown again by s.resize, which
+    // 134k objects, 0.3 ms so). A column that fails to grow is grown again by s.resize, which
     // throws.
     std::vector<double>* dcol[] = {&s.x,  &s.y, &s.xErr, &s.yErr,  &s.xIso,    &s.yIso,       &s.x2,  &s.y2,
                                    &s.xy, &s.a, &s.b,    &s.theta, &s.fluxIso, &s.fluxIsoErr, &s.peak};
@@ -94,8 +94,8 @@ void fillFinishColumns(const detail::DetectedObjects& found, const std::int32_t*
 
 void fillFinishWindow(const detail::WindowResult* win, Sources& s, int threads) {
     const auto n = static_cast<std::int64_t>(s.size());
-    // On the calling thread up to a few hundred thousand rows (0.3 ms at 59k on the H200 host): the step's
-    // team has slept through the device's wait, and the parallel loop took 0.6-1.7 ms there (session 8).
+    // On the calling thread up to a few hundred thousand rows (0.3 ms at 59k): the step's team has slept
+    // through the device's wait, and the parallel loop took 0.6-1.7 ms there.
     constexpr std::int64_t kSerialRows = std::int64_t{1} << 18;
 #pragma omp parallel for num_threads(threads) schedule(static, 4096) if (n > kSerialRows && threads > 1)
     for (std::int64_t k = 0; k < n; ++k) {

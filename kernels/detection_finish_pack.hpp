@@ -36,7 +36,7 @@ enum class ReleaseMode { IdleThread, Thread, Now };
 // threads (the finish step calls it while the device makes the map and the windowed positions).
 void releaseNow(detail::DetectedObjects&& found, int threads);
 // Frees the objects of finished detections on a helper thread, after the step: their runs are one heap
-// block per object (3.9 ms of free() at 59k objects on the H200 host, on the step's critical path before).
+// block per object (3.9 ms of free() at 59k objects, which would otherwise lie on the step's critical path).
 // One release at a time: the next release() (the next frame's finish step) and the destructor (the device
 // context's end) join the previous one first. With threads <= 1, or when no thread can be started, the
 // objects are freed at once on the calling thread. The helper keeps the emptied object and measurement

@@ -1,7 +1,7 @@
 #pragma once
-// The CUDA backend's per-RunContext state (DESIGN.md, GPU memory model): one stream, one stream-ordered
-// memory pool with a budget and a high-water mark, RAII device and pinned buffers, and a cache of the
-// frame (pixels, mask) and of the background maps kept on the device between stages and between runs.
+// The CUDA backend's per-RunContext state (docs/ARCHITECTURE.md, GPU memory model): one stream, one
+// stream-ordered memory pool with a budget and a high-water mark, RAII device and pinned buffers, and a cache
+// of the frame (pixels, mask) and of the background maps kept on the device between stages and between runs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,7 +111,7 @@ public:
     // (reserveOutside: the read phase's raw upload in flight).
     std::size_t available() const;
 
-    // ---- fault injection (tests; issue 8) -----------------------------------------------------------
+    // ---- fault injection (tests) --------------------------------------------------------------------
     // The n-th allocation from now (n >= 1) throws DeviceOutOfMemory, once; 0 disarms. Also armed from
     // the environment variable GPUPHOT_CUDA_FAIL_ALLOC=n when the context is created (CLI tests).
     void setFailAfter(std::size_t n) { m_failAfter = n; }

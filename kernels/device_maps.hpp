@@ -1,5 +1,5 @@
 #pragma once
-// Background maps that stay on the device (issue 5): the CUDA background stage with
+// Background maps that stay on the device: the CUDA background stage with
 // BackgroundParams::fullMaps = false (the pipeline's lean maps, both backends) interpolates the
 // full-resolution level and rms maps on the device and keeps them in the DeviceContext, keyed by what
 // determines them (frame size, mesh grid, spline kind), without downloading them; the host result keeps

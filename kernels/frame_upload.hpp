@@ -1,6 +1,6 @@
 #pragma once
-// The read phase's upload of a frame (issue 5, "one upload of the frame as the raw integer type, converted
-// on the GPU, overlapped with the decode"): a RawChunkSink for readFrame. Each reader thread of
+// The read phase's upload of a frame (one upload of the frame as the raw integer type, converted on the
+// GPU, overlapped with the decode): a RawChunkSink for readFrame. Each reader thread of
 // readRawImage preads its chunk into its own pinned buffer; the chunk goes to the device on a copy stream
 // (into the reader's device slot) and is converted there (byte swap, BLANK -> NaN, BSCALE/BZERO in double:
 // convertRawPixels's rules, bitwise its floats) into the device frame, with the mask readFrame's rule
@@ -10,14 +10,15 @@
 // a second concurrent read is declined and keeps the host path). adoptInto hands the finished frame to a
 // DeviceContext's frame cache (DeviceContext::adoptFrame): the first stage uploads nothing.
 //
-// Memory (issue 5, memory budget): the device frame and the reader slots are reserved outside the contexts'
+// Memory (the memory budget): the device frame and the reader slots are reserved outside the contexts'
 // budgets while the upload holds them (reserveOutside, kernels/device_context.hpp): every live DeviceContext
 // on the device counts them, and a read that does not fit every explicit budget (--gpu-mem-limit) keeps the
 // host path. The pinned reader buffers are host memory: chunks are sized so that they hold about the frame's
 // raw bytes (rawUploadChunkBytes), never more than the 8 MiB chunks of a large frame per reader. The warm-up
 // thread allocates them when the process is idle (warmUpRawUpload: no read has begun yet), else the first
-// uploaded read does, on the reader thread. Every allocation is RAII and checked; a failure (or an injected one, setRawUploadFailAfter) leaves the upload not
-// ready and the read on the host path, never an error of the read.
+// uploaded read does, on the reader thread. Every allocation is RAII and checked; a failure (or an injected
+// one, setRawUploadFailAfter) leaves the upload not ready and the read on the host path, never an error of
+// the read.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -115,15 +116,15 @@ void prepareRawUpload(std::size_t gpuMemLimit) noexcept;
 // What startDeviceWarmUp's thread calls (CudaStageTable::prepareRawUpload): prepareRawUpload only when no
 // read has begun in this process yet (a worker or workbench waiting for its first frame). When the first
 // frame's read began before the context was up (a cold `reduce`: that read keeps the host path), its stages
-// follow at once, and preparing then competed with them (H200, session 6: +0.1-0.2 s on a cold 151 MP
-// reduce): the first uploaded read allocates its buffers itself, on the reader thread.
+// follow at once, and preparing then competed with them (+0.1-0.2 s on a cold 151 MP reduce): the first
+// uploaded read allocates its buffers itself, on the reader thread.
 void warmUpRawUpload(std::size_t gpuMemLimit) noexcept;
 
 // Pinned host bytes of the upload's reader buffers on the current device, and of one of them (tests).
 std::size_t rawUploadPinnedBytes();
 std::size_t rawUploadSlotBytes();
 
-// ---- fault injection (tests; issue 5: an allocation failure is re-planned, never a crash) ---------------
+// ---- fault injection (tests: an allocation failure is re-planned, never a crash) ------------------------
 // The n-th allocation of the raw upload from now (device frame, mask, reader slots, pinned buffers; n >= 1)
 // fails once as if the device or the host had no memory left; 0 disarms.
 void setRawUploadFailAfter(std::size_t n);

@@ -1,4 +1,4 @@
-// prepareFrame's steps 1-5 on the device (issue 9), bitwise the CPU's (core/stages/prepare.cpp):
+// prepareFrame's steps 1-5 on the device, bitwise the CPU's (core/stages/prepare.cpp):
 //  - bleed trails and saturation growth: the columns holding a saturated pixel are found in one pass over
 //    the mask; one thread per such column streams down it (the rows of a warp are coalesced) with the
 //    run-length scan of maskBleedTrails: runs of pixels >= level or saturated that hold a saturated pixel,

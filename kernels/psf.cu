@@ -1,4 +1,4 @@
-// CUDA PSF stage (issue 5): the stars' profile fits (Levenberg–Marquardt, one block per star), the ePSF
+// CUDA PSF stage: the stars' profile fits (Levenberg–Marquardt, one block per star), the ePSF
 // cells (kernels/psf_epsf.cu) and the PSF photometry (one weighted linear flux fit per source on the local
 // ePSF) on the device; the rest of the stage (selection, stamps, clipping, spatial polynomial, per-source
 // shape: a few ms) is the host's cpu::buildPsfModel, which hands the fits and the cells to the device

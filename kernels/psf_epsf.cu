@@ -1,4 +1,4 @@
-// The PSF stage's ePSF cells on the device (issue 5, "ePSF stacking"): cpu::buildPsfModel's EpsfCellBatch
+// The PSF stage's ePSF cells on the device (ePSF stacking): cpu::buildPsfModel's EpsfCellBatch
 // for the CUDA backend. All cells of the grid at once, every step a kernel over all cells (blockIdx.y: the
 // cell), the arithmetic core/stages/psf_epsf_math.hpp's, -fmad=false: each cell bitwise the host's
 // buildEpsfCell (core/stages/psf_epsf.cpp).

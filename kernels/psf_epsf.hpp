@@ -1,5 +1,5 @@
 #pragma once
-// The PSF stage's ePSF cells on the device (issue 5, "ePSF stacking"): an EpsfCellBatch (core/stages/psf.hpp)
+// The PSF stage's ePSF cells on the device (ePSF stacking): an EpsfCellBatch (core/stages/psf.hpp)
 // that builds all cells of the grid at once with the arithmetic of core/stages/psf_epsf_math.hpp, so that
 // every cell is bitwise the host's buildEpsfCell (kernels/psf_epsf.cu says how). The CUDA PSF stage
 // (kernels/psf.cu) passes it to cpu::buildPsfModel.

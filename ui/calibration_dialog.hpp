@@ -1,6 +1,6 @@
 #pragma once
 // File > Calibration frames...: the master bias, dark, flat and bad-pixel mask the workbench's frame
-// preparation uses (issue 9; PipelineWorker::setCalibrationFrames, `reduce --bias --dark --flat --bpm`).
+// preparation uses (PipelineWorker::setCalibrationFrames, `reduce --bias --dark --flat --bpm`).
 // Four file choosers with clear buttons; OK checks every chosen file (exists, readable, a FITS file with a
 // 2-D image, the masters of one size) and shows what is wrong as a dialog naming the file and the problem,
 // keeping the dialog open. The choice persists in QSettings ("calibration/bias" ...). Deeper checks (sizes

@@ -1,6 +1,7 @@
 #pragma once
-// The workbench's main window (DESIGN.md, Front ends): the image viewer in the centre, the parameter dock,
-// catalog table, PSF panel, source inspector, plots, header, log and follow-folder history around it.
+// The workbench's main window (docs/ARCHITECTURE.md, Front ends): the image viewer in the centre, the
+// parameter dock, catalog table, PSF panel, source inspector, plots, header, log and follow-folder history
+// around it.
 // All pipeline work happens on the PipelineWorker's thread; results arrive as immutable snapshots.
 #include <QMainWindow>
 #include <QPointer>

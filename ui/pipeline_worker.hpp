@@ -1,8 +1,8 @@
 #pragma once
-// The workbench's pipeline worker (DESIGN.md "Front ends"): one QObject living on its own QThread that
-// owns the RunContext (threads, backend: CUDA when linked and present, with its device pool), the loaded Frame, the
-// optional reference catalog and the last successful result. Each request re-runs the pipeline from
-// the first stage its parameters affect; a newer request cancels the running one through the
+// The workbench's pipeline worker (docs/ARCHITECTURE.md "Front ends"): one QObject living on its own QThread
+// that owns the RunContext (threads, backend: CUDA when linked and present, with its device pool), the loaded
+// Frame, the optional reference catalog and the last successful result. Each request re-runs the pipeline
+// from the first stage its parameters affect; a newer request cancels the running one through the
 // RunContext's cancel flag, and only the newest result reaches the UI (resultReady).
 //
 // Threading: requestRun() and cancel() are thread-safe and return at once (they store the request,

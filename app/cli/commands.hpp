@@ -14,7 +14,7 @@ struct PipelineConfig;
 
 namespace gpuphot::cli {
 
-// Options every subcommand shares (DESIGN.md §Conventions).
+// Options every subcommand shares (docs/ARCHITECTURE.md §Conventions).
 struct CommonOptions {
     std::string backend = "auto";
     int threads = 0;

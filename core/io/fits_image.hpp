@@ -32,7 +32,7 @@ struct HduSummary {
 // 1-D or 3-D data, zero-size or absurd axes, unusable instrument keywords), naming the file.
 Frame readFrame(const std::string& path, const FrameReadOptions& options = {});
 // The same, and when the fast raw read applies (fits_raw_read.hpp) and sink->begin accepts, the raw chunks
-// also go to the sink as they are read (the CUDA backend's upload, issue 5); finished when this returns.
+// also go to the sink as they are read (the CUDA backend's upload); finished when this returns.
 class RawChunkSink;
 Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChunkSink* sink);
 

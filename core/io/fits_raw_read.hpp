@@ -44,8 +44,8 @@ struct RawMaskRule {
 };
 
 // Receives the raw bytes of an uncompressed image while readRawImage converts them on the host: the CUDA
-// backend uploads each chunk as it is read and converts it on the device (kernels/frame_upload.hpp,
-// issue 5). begin/finish are called by readFrame's thread, start/reuse/chunk by readRawImage's readers.
+// backend uploads each chunk as it is read and converts it on the device (kernels/frame_upload.hpp).
+// begin/finish are called by readFrame's thread, start/reuse/chunk by readRawImage's readers.
 class RawChunkSink {
 public:
     virtual ~RawChunkSink() = default;

@@ -1,5 +1,5 @@
 #pragma once
-// Joins the stages' results into the catalog Table with the DESIGN.md columns (one per quantity,
+// Joins the stages' results into the catalog Table with the docs/ARCHITECTURE.md columns (one per quantity,
 // always present; NaN or -1 where a stage did not run) and the calibration header keywords.
 // Positions are converted to the 1-based FITS convention here and nowhere else.
 #include "core/catalog/table.hpp"

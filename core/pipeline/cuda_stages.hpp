@@ -3,7 +3,7 @@
 // when it is linked in (kernels/register.cu), and the public stage functions (estimateBackground,
 // detectSources, buildPsfModel, measureApertures, crossmatch) dispatch to an entry when the RunContext's
 // backend is Cuda and the entry is set, else to the cpu:: implementation declared beside them. Every entry
-// has the exact signature of its cpu:: counterpart and must give the same answer (DESIGN.md,
+// has the exact signature of its cpu:: counterpart and must give the same answer (docs/ARCHITECTURE.md,
 // Determinism); tests/kernels compares them.
 #include <cstddef>
 #include <cstdint>
@@ -52,7 +52,7 @@ struct PrepareCalibration {
     bool keepOnDevice = true;
 };
 
-// Steps 1-5 of prepareFrame on the device (issue 9), the frame as read (untrimmed): bleed trails and
+// Steps 1-5 of prepareFrame on the device, the frame as read (untrimmed): bleed trails and
 // saturation growth along the columns (maskBleedTrails), overscan subtraction (the levels computed on the
 // host from BIASSEC), trim to the output section, then PrepareCalibration (views aligned with the output).
 // The frame is taken from the device frame cache when it is resident there (else uploaded); the result is
@@ -100,7 +100,7 @@ struct CudaStageTable {
     // the prepared (trimmed) frame when done.
     PrepareDeviceResult (*prepareFrame)(Image<float>& pixels, Image<std::uint8_t>& mask,
                                         const PrepareDeviceJob& job, RunContext& ctx) = nullptr;
-    // Frame preparation steps 6-8 (issue 9), each with the signature of its CPU function, which
+    // Frame preparation steps 6-8, each with the signature of its CPU function, which
     // dispatches to the entry after checking its inputs: L.A.Cosmic and the salt-and-pepper prefilter
     // (core/stages/cosmic_rays.cpp) and the CFA super-pixel image (core/stages/bayer.cpp).
     CosmicRayResult (*cosmicRays)(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
@@ -111,7 +111,7 @@ struct CudaStageTable {
                                    bool luminanceMean, RunContext& ctx) = nullptr;
     // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's).
     std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit) = nullptr;
-    // Raw upload at read time (issue 5, kernels/frame_upload.hpp): a sink for readFrame that uploads the
+    // Raw upload at read time (kernels/frame_upload.hpp): a sink for readFrame that uploads the
     // raw chunks as they are read and converts them on the device (any thread, no RunContext: the read
     // phase may run beside another frame's stages); and the hand-over of a finished one to ctx's frame cache
     // as the values of these host views (the mask too when withMask), true when adopted.
@@ -139,7 +139,7 @@ void registerCudaStages(const CudaStageTable& table);
 void startDeviceWarmUp(RunContext& ctx);
 const CudaStageTable& cudaStages();
 
-// ---- raw upload at read time (issue 5) -----------------------------------------------------------------
+// ---- raw upload at read time -------------------------------------------------------------------------
 // The read phase (readFramePhase) uploads an uncompressed frame's raw bytes chunk by chunk as it reads them
 // and converts them on the device, so that the first CUDA stage finds the frame there. Armed by
 // startDeviceWarmUp for a CUDA context (the process reduces on the CUDA backend) or by armRawUpload;

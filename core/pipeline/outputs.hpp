@@ -1,5 +1,5 @@
 #pragma once
-// Writes a reduction's files for a frame STEM.fits into OUTDIR (DESIGN.md §Conventions):
+// Writes a reduction's files for a frame STEM.fits into OUTDIR (docs/ARCHITECTURE.md §Conventions):
 // STEM.cat.fits, STEM.report.json, optional maps STEM.{bkg,rms,seg,psf,resid}.fits and formats
 // STEM.cat.ecsv, STEM.cat.csv, STEM.reg; with --targets STEM.targets.fits (+ .ecsv/.csv as the formats
 // ask) and with --write-solved STEM.solved.fits. Every file is written under a temporary name and renamed;

@@ -47,7 +47,7 @@ LoadedFrame readFramePhase(const std::string& path, const ReduceOptions& options
     LoadedFrame loaded;
     loaded.path = path;
     const auto t = std::chrono::steady_clock::now();
-    // CUDA backend: the raw chunks go to the device as they are read (issue 5; cuda_stages.hpp).
+    // CUDA backend: the raw chunks go to the device as they are read (cuda_stages.hpp).
     loaded.deviceUpload = createRawUpload();
     loaded.frame = readFrame(path, read, loaded.deviceUpload.get());
     loaded.read.stage = "read";

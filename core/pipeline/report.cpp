@@ -19,7 +19,7 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
     double total = 0.0;
     for (const auto& s : ctx.records) {
         stages.push_back({{"stage", s.stage}, {"seconds", s.seconds}, {"peak_host_bytes", s.peakHostBytes}});
-        if (ctx.backend == Backend::Cuda) { // GPU memory checkpoints (DESIGN.md, GPU memory model)
+        if (ctx.backend == Backend::Cuda) { // GPU memory checkpoints (docs/ARCHITECTURE.md, GPU memory model)
             stages.back()["device_high_water_bytes"] = s.deviceHighWater;
             stages.back()["device_free_bytes"] = s.deviceFree;
             if (!s.devicePlan.empty()) {

@@ -39,10 +39,10 @@ int RunContext::threadCount() const {
     const int n = omp > 0 ? omp : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // The CUDA backend runs helper threads beside the stages' loops (the detection's release and storage
     // threads, map downloads): on 8 to 15 cores its loops leave two of them free, on 16 or more four. With
-    // all 16 cores of the H200's host, a loop thread descheduled for a time slice made 10-20 % of the
+    // all 16 cores of a 16-core host in use, a loop thread descheduled for a time slice made 10-20 % of the
     // workbench's aperture stages 2-3x slower (21-42 ms); with 14, 1 in 30, and the re-runs' medians 9 %
-    // lower (2026-11-30, session 8); with 12, the re-runs' medians 28-30 ms against 37 with 14 and the
-    // full run unchanged (2026-11-30, session 10; docs/BENCHMARKS.md).
+    // lower; with 12, the re-runs' medians 28-30 ms against 37 with 14 and the full run unchanged
+    // (docs/BENCHMARKS.md).
     if (backend == Backend::Cuda && n >= 16) return n - 4;
     if (backend == Backend::Cuda && n >= 8) return n - 2;
     return n;

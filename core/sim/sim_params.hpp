@@ -20,7 +20,7 @@ struct SimParams {
     double magBright = 11.0;     // mag (calibrated): brightest star
     double magFaint = 20.0;      // mag: faintest star (defaults: ~80% above the frame's 5-sigma limit)
     double lfSlope = 0.3;        // dlog10(N)/dmag of the power-law luminosity function (0: flat)
-    double zeroPoint = 26.0;     // mag: true ZP, mag_cal = -2.5 log10(flux_ADU) + zp (DESIGN.md)
+    double zeroPoint = 26.0;     // mag: true ZP, mag_cal = -2.5 log10(flux_ADU) + zp (docs/ARCHITECTURE.md)
     double colourMean = 0.7;     // mag: mean colour index of the stars (e.g. BP-RP)
     double colourSigma = 0.3;    // mag: spread of the colour index (0: no colour column in the reference)
     double colourTerm = 0.0;     // mag/mag: m_inst = mag - zp - colourTerm * colour

@@ -41,7 +41,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A kept buffer (detail::ApertureScratch) sized to m. When it must grow, it gets half as much room again:
 // the workbench's re-runs at a lower threshold find a few more sources each time, and a buffer that grows
-// by reallocation copies and touches all of it again inside the re-run (measured on the H200: the first
+// by reallocation copies and touches all of it again inside the re-run (measured: the first
 // re-run at 66k sources after a run at 59k paid 8.6 ms in pass 1's sizing and 5 ms more in pass 3). The
 // room is only reserved: pages are touched when the buffer is resized into it.
 template <class V> void resizeKept(V& v, std::size_t m) {
@@ -965,7 +965,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     if (p.optimal) {
         const std::size_t nGrid = res.cogRadius.size();
         const double g1 = interpolate(res.cogRadius, res.cogFraction, oneFwhm);
-        // per grid point: radius, fraction, area (the products the loop below used to form, same values)
+        // per grid point: radius, fraction, area (products hoisted out of the loop below, same values)
         const double* cogR = res.cogRadius.data();
         const double* cogF = res.cogFraction.data();
         std::vector<double> cogArea(nGrid), cogKappaArea(nGrid), cogNum(nGrid);

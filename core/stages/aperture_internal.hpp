@@ -1,7 +1,7 @@
 #pragma once
 // Internals of stage 4 (aperture photometry) shared by the CPU stage (core/stages/aperture.cpp) and the
 // CUDA one (kernels/aperture.cu). The per-source heavy loops are GPUPHOT_HD functions over raw pixel
-// planes, so both backends run the same arithmetic in the same order (DESIGN.md, Determinism); the
+// planes, so both backends run the same arithmetic in the same order (docs/ARCHITECTURE.md, Determinism); the
 // stage's driver (detail::measureAperturesWith) is written once against an ApertureEngine that runs those
 // loops in batches: the CPU engine with OpenMP, the CUDA engine with kernels. Everything around the loops
 // (validation, sky fallbacks, flags, errors, the curve of growth and the aperture correction, the choice

@@ -36,7 +36,7 @@ public:
 
 // Storage for n elements of a trivially destructible T, left uninitialised: the parallel loop that constructs
 // them (placement new at data() + i) faults its pages in on every thread, where std::vector<T>(n) zeroes them
-// on one (about 2 GB/s on the H200 host: milliseconds for the ~10 MB of a 60k-object frame). Kept between
+// on one (about 2 GB/s: milliseconds for the ~10 MB of a 60k-object frame). Kept between
 // calls (reserve), it is not faulted in again.
 template <class T> class UninitArray {
     static_assert(std::is_trivially_destructible_v<T>);

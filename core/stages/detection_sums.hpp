@@ -1,8 +1,8 @@
 #pragma once
 // The per-pixel sums of an object's isophotal measurement (detection_measure.cpp's measureIsophotal) and
 // of its CLEAN description (detection_clean.cpp), shared by the CPU stage and the CUDA per-object kernels
-// (kernels/detection_objects.cu) so that both give the same bits (DESIGN.md, Determinism): the same
-// operations in the same order (pixels in raster order), doubles, no fused multiply-adds. The sums are
+// (kernels/detection_objects.cu) so that both give the same bits (docs/ARCHITECTURE.md, Determinism): the
+// same operations in the same order (pixels in raster order), doubles, no fused multiply-adds. The sums are
 // finished on the host (finishIsophotal, describeFromSums: sqrt, atan2, log and pow of the C library).
 // Not a public API.
 #include <cstdint>

@@ -1,9 +1,9 @@
 #pragma once
 // The arithmetic of the windowed positions (XWIN/YWIN, core/stages/detection_measure.cpp's
 // measureWindowed), shared by the CPU stage and the CUDA finish step (kernels/detection_finish.cu) so that
-// both give the same bits (DESIGN.md, Determinism): the same operations in the same order, doubles, no
-// fused multiply-adds (-ffp-contract=off / -fmad=false), and an exp of our own (the C library's exp and
-// CUDA's differ in the last bit for some arguments). Not a public API.
+// both give the same bits (docs/ARCHITECTURE.md, Determinism): the same operations in the same order,
+// doubles, no fused multiply-adds (-ffp-contract=off / -fmad=false), and an exp of our own (the C library's
+// exp and CUDA's differ in the last bit for some arguments). Not a public API.
 #include <cmath>
 #include <cstdint>
 #include <cstring>

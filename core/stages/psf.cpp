@@ -766,7 +766,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         }
         // The analytic base of each cell; then the cells: the batch (the CUDA backend's, all cells at once
         // on the device) and the host loop for those it left, in parallel, one thread each (one cell after
-        // another, each on all threads, was measured slower on the H200: docs/BENCHMARKS.md, session 8).
+        // another, each on all threads, measured slower: docs/BENCHMARKS.md).
         std::vector<ProfileParams> bases(nCells);
         for (int cell = 0; cell < nCells; ++cell) {
             const EpsfCell& e = res.epsf[cell];

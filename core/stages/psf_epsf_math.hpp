@@ -1,7 +1,7 @@
 #pragma once
 // The arithmetic of one ePSF grid cell (core/stages/psf_epsf.cpp buildEpsfCell; the steps are listed in
 // core/stages/psf_epsf.hpp) as inline GPUPHOT_HD pieces, so that the host's cells and the CUDA batch's
-// (kernels/psf_epsf.cu) run the same operations in the same order and agree bitwise (DESIGN.md,
+// (kernels/psf_epsf.cu) run the same operations in the same order and agree bitwise (docs/ARCHITECTURE.md,
 // Determinism). Only + - * /, sqrt, the exact floor/ceil/trunc/fabs and the shared profile of
 // core/stages/psf_fit_math.hpp (hdmath exp/log); no CUDA, Eigen or Qt includes.
 //

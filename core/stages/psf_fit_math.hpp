@@ -1,8 +1,8 @@
 #pragma once
 // The arithmetic of the PSF stage's profile fits (Levenberg–Marquardt, core/stages/psf_moffat.cpp
 // fitProfile) as GPUPHOT_HD pieces, so that the host's fits and the CUDA kernel's (kernels/psf.cu, one
-// block per star) run the same operations in the same order and agree bitwise (DESIGN.md, Determinism).
-// Only + - * / and the shared exp/log of core/util/hd_math.hpp; no CUDA, Eigen or Qt includes.
+// block per star) run the same operations in the same order and agree bitwise (docs/ARCHITECTURE.md,
+// Determinism). Only + - * / and the shared exp/log of core/util/hd_math.hpp; no CUDA, Eigen or Qt includes.
 //
 // The fixed order of the sums over a star's samples (chi2 and the normal equations): kLmLanes lanes,
 // lane l sums the samples l, l + kLmLanes, l + 2 kLmLanes, ... in that order (accumulateSample), then

@@ -2,7 +2,7 @@
 // The arithmetic of the PSF photometry (stage 3's last step: one weighted linear flux fit per source on
 // the local ePSF) as inline GPUPHOT_HD pieces, so that the CPU loop (core/stages/psf_epsf.cpp fitPsfFlux,
 // EpsfCell::valueAt) and the CUDA kernel (kernels/psf.cu) run the same operations in the same order and
-// agree bitwise (DESIGN.md, Determinism). Only + - * / and sqrt; no CUDA or Qt includes.
+// agree bitwise (docs/ARCHITECTURE.md, Determinism). Only + - * / and sqrt; no CUDA or Qt includes.
 //
 // One fit (fitPsfFlux): the pixels of the disc of `radius` around (x, y), rows j then columns i
 // (forDiscPixels); a pixel off the frame fails the fit. Per pixel the ePSF p is the blend of up to four

@@ -1,7 +1,8 @@
 #pragma once
 // Stage 6: photometric zero point (and optional colour term) from crossmatched reference stars (CPU).
 //
-// Convention (DESIGN.md): mag_cal = mag_inst + zp (+ colourTerm * colour), mag_inst = -2.5 log10(flux ADU).
+// Convention (docs/ARCHITECTURE.md): mag_cal = mag_inst + zp (+ colourTerm * colour),
+// mag_inst = -2.5 log10(flux ADU).
 //
 // Calibrators: sources with a match, finite mag_inst / error, S/N = 1.0857 / magInstErr >= minSnr,
 // none of `excludeFlags`, a reference magnitude in [magBright, magFaint], optionally no other reference

@@ -1,5 +1,5 @@
 #pragma once
-// Typed errors raised at API edges (DESIGN.md §Style). Messages name the file and the problem.
+// Typed errors raised at API edges (docs/ARCHITECTURE.md §Style). Messages name the file and the problem.
 #include <stdexcept>
 #include <string>
 

@@ -177,7 +177,7 @@ std::string wcslibHeaderText(const Header& header, std::string& text) {
         // WCSLIB 7.12's wcspih sizes its arrays from NAXIS / WCSAXES (NAXIS = 950970851 asked for 7.6 GB;
         // found by tests/fuzz/fuzz_header_wcs): a WCS has at most 99 axes. The value must be a plain integer:
         // wcspih's scanner reads the leading digits of anything else (NAXIS = 361665E-05 is 3.6 as a number
-        // but asked for 15.6 GB; found by the CI fuzz run of 2026-11-30 12:0x UTC).
+        // but asked for 15.6 GB; found by the CI fuzz run).
         if (card.key == "NAXIS" || card.key.rfind("WCSAXES", 0) == 0) {
             const auto n = parseFitsNumber(card.value);
             if (!plainInteger(card.value) || !n || !(*n >= 0 && *n <= 99))
@@ -212,7 +212,7 @@ std::string unusableCelestialUnit(const wcsprm* w) {
 // What WCSLIB's spcfix does (an AIPS-convention spectral CTYPE such as 'FELO-HEL' with VELREF becomes the
 // standard type, 'VOPT-F2W', and SPECSYS, 'BARYCENT'), through WCSLIB's spcaips, without spcfix's messages:
 // WCSLIB 7.12's spcfix loses the first of its two messages when it changes both CTYPE and SPECSYS (a leak on
-// every such header; found by the CI fuzz run of 2026-11-30 08:58 UTC, 'FELO-OBS'). As in spcfix, the first
+// every such header; found by the CI fuzz run, 'FELO-OBS'). As in spcfix, the first
 // axis with an AIPS spectral type is translated; a bad VELREF is left for wcsset to report.
 void translateAipsSpectral(wcsprm* w) {
     for (int i = 0; i < w->naxis; ++i) {

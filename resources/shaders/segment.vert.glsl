@@ -9,9 +9,9 @@ uniform vec2 u_viewport;
 uniform float u_lineWidth;
 uniform float u_headPx;
 out vec4 v_color;
-// Without a head its triangle is sent outside the clip volume. It used to collapse onto the segment's end
-// (a zero-area triangle), and Mesa's llvmpipe then drew nothing of the segment unless it touched the
-// viewport's edge: the overview's visible rectangle and the PSF whiskers never showed.
+// Without a head its triangle is sent outside the clip volume rather than collapsed onto the segment's end
+// (a zero-area triangle): with that, Mesa's llvmpipe draws nothing of the segment unless it touches the
+// viewport's edge, and the overview's visible rectangle and the PSF whiskers would not show.
 void main() {
     v_color = i_rgba;
     vec2 p0 = (i_seg.xy - u_center) * u_scale;

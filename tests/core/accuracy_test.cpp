@@ -1,5 +1,5 @@
-// Acceptance of the measurement stages on a simulated field with known truth (issue: measurement
-// stages). The figures printed here are the ones recorded in docs/ACCURACY.md.
+// Acceptance of the measurement stages on a simulated field with known truth. The figures printed here
+// are the ones recorded in docs/ACCURACY.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,7 +71,7 @@ struct Field {
     std::vector<int> match;
 };
 
-// 4096 x 4096, 20,000 stars, FWHM 3 px (the issue's field), reduced once for every test of this file.
+// 4096 x 4096, 20,000 stars, FWHM 3 px (the acceptance field), reduced once for every test of this file.
 const Field& field() {
     static const Field f = [] {
         Field f;

@@ -1,8 +1,8 @@
-// The aperture correction when too few stars qualify to measure it (issue: a zero point 0.3 mag off on
-// small fields). The fallback was the curve of growth of a Gaussian of the field FWHM, which has no wings:
-// for the simulator's Moffat stars (beta 3, FWHM 3 px) it put 0.3 mag too little light outside r = 2 px.
-// It is now the curve of growth of the frame's PSF model, as aperture photometry of the model's pixels
-// measures it (PsfResult::apertureFractions).
+// The aperture correction when too few stars qualify to measure it (small fields). The curve of growth of
+// a Gaussian of the field FWHM has no wings: for the simulator's Moffat stars (beta 3, FWHM 3 px) it puts
+// 0.3 mag too little light outside r = 2 px, a zero point 0.3 mag off. The fallback is the curve of growth
+// of the frame's PSF model, as aperture photometry of the model's pixels measures it
+// (PsfResult::apertureFractions).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -113,7 +113,7 @@ TEST(ApertureCorrection, FallbackOnASmallFieldMatchesTheMeasuredCorrection) {
     const Reduced& large = largeField();
     const ApertureResult& a = small.result.aperture;
     const ApertureResult& b = large.result.aperture;
-    // the situation of the issue: no stars qualify on the small field (5 PSF stars), 30 or so on the large one
+    // the situation under test: no stars qualify on the small field (5 PSF stars), 30 or so on the large one
     ASSERT_EQ(a.apCorrSource, "psf_model") << "the small field no longer exercises the fallback";
     EXPECT_EQ(a.apCorrStars, 0);
     ASSERT_GE(b.apCorrStars, 10);

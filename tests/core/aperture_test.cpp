@@ -850,7 +850,7 @@ TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     EXPECT_EQ(measuredCount, f.sources.x.size());
 }
 
-// Session 8: the driver's paths of an engine that chains its calls (GPUPHOT_APERTURE_CPU_CHAIN=1: the CPU
+// The driver's paths of an engine that chains its calls (GPUPHOT_APERTURE_CPU_CHAIN=1: the CPU
 // engine measures pass 1's circles and Kron with each job's sky set from its estimate by skyOfEstimate before
 // the driver has read the estimates, its Kron results taken into the columns only during pass 2, pass 3's
 // index and circles in one call, in the sources' own order, as the CUDA engine does) give bitwise the plain

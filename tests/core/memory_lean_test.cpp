@@ -1,4 +1,4 @@
-// The memory-lean pipeline (issue 8, resource bounds): the background kept as its mesh grid with an exact
+// The memory-lean pipeline (resource bounds): the background kept as its mesh grid with an exact
 // on-demand sampler instead of full-resolution maps must give the same pixels and the same results bit
 // for bit as the full maps.
 #include <gtest/gtest.h>

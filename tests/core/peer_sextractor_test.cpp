@@ -1,4 +1,4 @@
-// Peer comparison of the whole detection pipeline (issue acceptance): our background + detection, with
+// Peer comparison of the whole detection pipeline (acceptance): our background + detection, with
 // the pipeline's parameters and the frame's instrument facts, against Debian's source-extractor
 // (SExtractor 2.25) run on the same float pixels with matching settings: DETECT_THRESH / ANALYSIS_THRESH,
 // DETECT_MINAREA, FILTER Y with our Gaussian kernel written as a CONV NORM file, DEBLEND_NTHRESH /

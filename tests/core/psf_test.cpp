@@ -251,7 +251,7 @@ TEST(PsfFit, EllipticalStarEllipticityAndAngle) {
     }
 }
 
-// The acceptance bar: FWHM varying by 30 % across the field (3.0 px at the corner (0, 0) to
+// The acceptance bar: FWHM varying by 30 % across the field (3.0 px at the corner (0, 0) to
 // 3.9 px at (511, 511), smoothly), ~200 noisy stars, recovered to 2 % on a grid of test points.
 namespace {
 TruthPsf varyingPsf(double x, double y) {

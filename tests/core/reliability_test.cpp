@@ -253,7 +253,7 @@ RefColumnMap smallCatalogMap() {
 } // namespace
 
 TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
-    // fuzz_fits_reader (CI run of 2026-11-30 14:12 UTC): ZTILE2 = 0 in a Rice-compressed image made CFITSIO
+    // fuzz_fits_reader (a CI fuzz finding): ZTILE2 = 0 in a Rice-compressed image made CFITSIO
     // 4.2.0 divide by zero (SIGFPE, the process died) as soon as it moved to the HDU.
     const std::string repro =
         std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/fits_reader/ztile_zero_sigfpe.fits";
@@ -285,7 +285,7 @@ TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
         const std::string msg = errorOf([&] { (void)readFrame(bad.string(), {}); });
         EXPECT_NE(msg.find("ZTILE2 = " + std::string(v)), std::string::npos) << v << ": " << msg;
     }
-    // (CI fuzz run of 2026-11-30 21:00 UTC) a ZTILEn or ZNAXISn that is no integer at all: SIGFPE too.
+    // (a CI fuzz finding) a ZTILEn or ZNAXISn that is no integer at all: SIGFPE too.
     const std::string repro2 = std::string(GPUPHOT_TEST_DATA) +
                                "/../fuzz/regressions/fits_reader/ztile1_not_an_integer_repeated.fits";
     EXPECT_NE(errorOf([&] { (void)readFrame(repro2, {}); }).find("ZTILE1 = "), std::string::npos);
@@ -308,7 +308,7 @@ TEST(Reliability, FuzzFitsReaderZeroTileSizeIsRefusedBeforeCfitsioDividesByIt) {
 
 TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAllocating) {
     // fuzz_fits_reader: a tile descriptor (element count) of ~1.9e9 in a 9 kB file made CFITSIO allocate
-    // 1.9 GB for the compressed tile before reading it. Now refused from the descriptors.
+    // 1.9 GB for the compressed tile before reading it. Refused from the descriptors.
     test::TempDir dir("gpuphot_reliab");
     const fs::path path = dir / "rice.fits";
     writeCfitsio(path.string());
@@ -340,9 +340,9 @@ TEST(Reliability, FuzzFitsReaderTileDescriptorBeyondTheHeapIsRefusedBeforeAlloca
 }
 
 TEST(Reliability, FuzzFitsReaderZeroTileSizeInATruncatedHeaderBlockIsRefused) {
-    // fuzz_fits_reader (CI run of 2026-11-30 20:56 UTC): the ZTILE2 = 0 guard missed a header whose last
-    // 2880-byte block is cut short (the file ends 143 bytes before the block does). CFITSIO reads such a
-    // header and divided by zero (SIGFPE); the raw scan now reads the partial block too.
+    // fuzz_fits_reader (a CI fuzz finding): a ZTILE2 = 0 guard must also see a header whose last 2880-byte
+    // block is cut short (the file ends 143 bytes before the block does). CFITSIO reads such a header and
+    // divides by zero (SIGFPE); the raw scan reads the partial block too.
     const std::string repro = std::string(GPUPHOT_TEST_DATA) +
                               "/../fuzz/regressions/fits_reader/ztile_zero_in_truncated_header_block.fits";
     ASSERT_NE(fs::file_size(repro) % 2880, 0u) << "the reproducer must end inside a block";
@@ -356,7 +356,7 @@ TEST(Reliability, FuzzFitsReaderZeroTileSizeInATruncatedHeaderBlockIsRefused) {
 
 TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt) {
     // fuzz_refcat: an unquoted TTYPEn value of 70 characters overflowed CFITSIO 4.2.0's 70-byte column
-    // name (its fortified strcpy aborted the process). Now refused, naming the file and the card.
+    // name (its fortified strcpy aborted the process). Refused, naming the file and the card.
     test::TempDir dir("gpuphot_reliab");
     const fs::path path = dir / "cat.fits";
     ASSERT_NO_FATAL_FAILURE(writeSmallCatalog(path));
@@ -384,9 +384,9 @@ TEST(Reliability, FuzzRefcatLongUnquotedColumnNameIsRefusedBeforeCfitsioParsesIt
 }
 
 TEST(Reliability, FuzzRefcatStructuralKeywordThatIsNotAnIntegerIsRefusedBeforeCfitsioParsesIt) {
-    // fuzz_refcat (CI run of 2026-11-30 20:13 UTC): "NAXIS2 = $ 3" in a table HDU. CFITSIO 4.2.0 answers
-    // NOT_POS_INT and leaves state behind: the NEXT open of the same file in the process asked calloc for
-    // gigabytes (the fuzzer's second execution of the input). Now refused by our raw header scan.
+    // fuzz_refcat (a CI fuzz finding): "NAXIS2 = $ 3" in a table HDU. CFITSIO 4.2.0 answers NOT_POS_INT
+    // and leaves state behind: the NEXT open of the same file in the process asks calloc for gigabytes (the
+    // fuzzer's second execution of the input). Our raw header scan refuses it.
     const std::string repro =
         std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/refcat/naxis2_not_an_integer_reopen_oom.bin";
     const std::string fuzzInput = slurp(repro);
@@ -495,8 +495,8 @@ TEST(Reliability, FuzzHeaderWcsUnterminatedStringIsABrokenWcsNotAnAbort) {
 
 TEST(Reliability, FuzzHeaderWcsCelestialUnitThatIsNotAnAngleIsRefusedWithoutLeaking) {
     // fuzz_header_wcs (the 5-minute run): CUNIT1 = 'deg    0' (unitfix makes it 'deg0') made WCSLIB 7.12's
-    // wcsset free the unit parser's error object without its message (LeakSanitizer, 42 bytes). Now
-    // refused before wcsset; the leak itself is LeakSanitizer's to see in tests/sanitize/run.sh.
+    // wcsset free the unit parser's error object without its message (LeakSanitizer, 42 bytes). Refused
+    // before wcsset; the leak itself is LeakSanitizer's to see in tests/sanitize/run.sh.
     std::ifstream in(kRegressions + "/header_wcs/wcsset_cunit1_not_an_angle.hdr", std::ios::binary);
     ASSERT_TRUE(in) << "reproducer missing";
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -535,8 +535,8 @@ TEST(Reliability, FuzzHeaderWcsAbsurdAxisCountIsRefusedBeforeWcslibAllocates) {
 }
 
 TEST(Reliability, FuzzHeaderWcsAxisCountThatIsNotAPlainIntegerIsRefusedBeforeWcslibAllocates) {
-    // fuzz_header_wcs (CI run of 2026-11-30, and again here): NAXIS = 361665E-05 is 3.6 as a number, but
-    // WCSLIB 7.12's wcspih reads its leading digits and calloc'ed 15.6 GB (418 MB leaked in the CI run).
+    // fuzz_header_wcs (a CI fuzz finding): NAXIS = 361665E-05 is 3.6 as a number, but WCSLIB 7.12's
+    // wcspih reads its leading digits and calloc's 15.6 GB (418 MB leaked in the CI run).
     std::ifstream in(kRegressions + "/header_wcs/wcspih_naxis_not_an_integer.hdr", std::ios::binary);
     ASSERT_TRUE(in) << "reproducer missing";
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -555,8 +555,8 @@ TEST(Reliability, FuzzHeaderWcsAxisCountThatIsNotAPlainIntegerIsRefusedBeforeWcs
 }
 
 TEST(Reliability, FuzzHeaderWcsAipsSpectralTypeIsTranslatedWithoutLeaking) {
-    // fuzz_header_wcs (CI run of 2026-11-30 08:58 UTC): WCSLIB 7.12's spcfix lost a message translating
-    // CTYPE2 = 'FELO-OBS...'; the header WCS now translates AIPS spectral types through spcaips itself. Under
+    // fuzz_header_wcs (a CI fuzz finding): WCSLIB 7.12's spcfix loses a message translating
+    // CTYPE2 = 'FELO-OBS...'; the header WCS translates AIPS spectral types through spcaips itself. Under
     // LeakSanitizer (the sanitizer run, and the fuzz gate's replay) a leak fails this.
     std::ifstream in(kRegressions + "/header_wcs/spcfix_felo_obs_leak.hdr", std::ios::binary);
     ASSERT_TRUE(in) << "reproducer missing";
@@ -726,8 +726,8 @@ TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesI
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
 
-// fuzz_header_wcs (CI run, 2026-11-30): a value of many nested quotes made parseFitsNumber recurse once per
-// level until the stack overflowed. Reproducer:
+// fuzz_header_wcs (a CI fuzz finding): a value of many nested quotes must not make parseFitsNumber recurse
+// once per level until the stack overflows. Reproducer:
 // tests/fuzz/regressions/header_wcs/nested_quotes_stack_overflow.hdr.
 TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
     EXPECT_FALSE(parseFitsNumber(std::string(400000, '\'')).has_value());

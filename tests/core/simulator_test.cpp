@@ -70,7 +70,7 @@ void checkStampFlux(SimParams p, bool galaxy) {
         if (x - radius < 1 || y - radius < 1 || x + radius > p.width - 2 || y + radius > p.height - 2) continue;
         EXPECT_GT(x - std::floor(x), 0.0);
         EXPECT_NEAR(imageSum(r.image) / flux, 1.0, 1e-3) << "seed " << seed << " at " << x << "," << y;
-        // The magnitudes follow the DESIGN.md convention.
+        // The magnitudes follow the docs/ARCHITECTURE.md convention.
         EXPECT_NEAR(r.truth.doubles("mag_inst")[0], -2.5 * std::log10(flux), 1e-9);
         EXPECT_NEAR(r.truth.doubles("mag")[0],
                     r.truth.doubles("mag_inst")[0] + p.zeroPoint + p.colourTerm * r.truth.doubles("colour")[0], 1e-9);

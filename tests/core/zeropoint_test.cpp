@@ -406,7 +406,7 @@ TEST(ZeroPoint, EndToEndOnSimulatedField) {
     EXPECT_NEAR(zOpt.limitingMag, lim[lim.size() / 2], 0.1);
 }
 
-// The 1024 x 1024 / 1500-star field of the issue (colours 0.7 +- 0.3, no colour term in the truth). With a
+// A 1024 x 1024 / 1500-star field (colours 0.7 +- 0.3, no colour term in the truth). With a
 // colour term forced into the fit, the zero point is the value at colour 0: ȳ - ct c̄, an extrapolation
 // 0.7 mag (2.3 colour sigmas) beyond the calibrators' mean colour, whose error is sqrt(1 + c̄²/σ_c²) = 2.5
 // times that of the mean and which inherits ct's noise times c̄. The significance test drops the
@@ -449,7 +449,7 @@ TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
     ZeroPointParams p;
     p.fitColourTerm = true;
     const ZeroPointResult z = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);
-    p.colourTermMinSignificance = 0.0; // forced: the old behaviour
+    p.colourTermMinSignificance = 0.0; // forced: no significance test
     const ZeroPointResult forced = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);
     p.fitColourTerm = false;
     const ZeroPointResult plain = fitZeroPoint(mOpt, eOpt, flags, m, ref, p, ctx);

@@ -44,7 +44,7 @@ for t in "${TARGETS[@]}"; do
     extra=()
     [ -n "${FUZZ_SEED:-}" ] && extra+=(-seed="$FUZZ_SEED")
     if [ "${FUZZ_RUNS:-}" = default ]; then
-        # ~60 s each at CI's rates (2 cores, 2026-11-30 logs: 200, 330, 2900 and 1400 inputs/s)
+        # ~60 s each at CI's rates (2 cores: 200, 330, 2900 and 1400 inputs/s)
         case $t in
             fuzz_fits_reader) extra+=(-runs=10000) ;;
             fuzz_header_wcs) extra+=(-runs=18000) ;;

@@ -1,7 +1,7 @@
-// The CUDA aperture stage against the CPU one (DESIGN.md, Determinism): every column of ApertureResult
-// bitwise equal on simulated frames for several parameter sets (pixel and FWHM radii, local sky on/off and
-// its estimators, many radii, Kron, curve of growth, optimal apertures), with extra sources at the edges,
-// off the frame and at non-finite positions; repeated runs and launch configurations identical.
+// The CUDA aperture stage against the CPU one (docs/ARCHITECTURE.md, Determinism): every column of
+// ApertureResult bitwise equal on simulated frames for several parameter sets (pixel and FWHM radii, local
+// sky on/off and its estimators, many radii, Kron, curve of growth, optimal apertures), with extra sources at
+// the edges, off the frame and at non-finite positions; repeated runs and launch configurations identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -267,7 +267,7 @@ TEST(ApertureCuda, LargeAperturesEdgesAndMasksMatchCpu) {
         }
 }
 
-// Session 7's engine: queued sky, circle and Kron calls, the batch buffers kept in the DeviceContext, the
+// The aperture engine: queued sky, circle and Kron calls, the batch buffers kept in the DeviceContext, the
 // block-per-source sky with checkpointed running sums, pair-wise bitonic steps and warp-aggregated slots
 // against the earlier block kernel (GPUPHOT_APERTURE_SKY=block0), other block sizes, the circle kernel chosen
 // by size (GPUPHOT_APERTURE_WARP_ITEMS 0: one thread per source and radius always; huge: one warp each
@@ -316,7 +316,7 @@ TEST(ApertureCuda, QueuedBatchesKeptBuffersAndSkyVariantsMatchCpu) {
 }
 
 // A small field for the sanitizers (racecheck on the block-per-source sky's shared memory and the warp
-// kernels' sum rows): the default kernels (session 8: pass 1 chained, pass 3 in one call), the earlier block
+// kernels' sum rows): the default kernels (pass 1 chained, pass 3 in one call), the earlier block
 // sky, 32 and 256 threads per sky block, batches of 7 sources, warp circles for every call, the circles on a
 // side stream and the sky sort pair by pair match the CPU.
 TEST(ApertureCuda, SmallFieldKernelVariantsMatchCpu) {
@@ -339,7 +339,7 @@ TEST(ApertureCuda, SmallFieldKernelVariantsMatchCpu) {
     }
 }
 
-// Session 8: pass 1's circles and Kron queued behind the local skies, each job's sky set on the device from
+// Pass 1's circles and Kron queued behind the local skies, each job's sky set on the device from
 // its estimate (ok; failed with the map: its per-pixel sky; failed without a map: no level and the read
 // noise's variance), the sources' own order, and the warp kernels' lane sums through shared memory
 // (GPUPHOT_APERTURE_CIRCLE=warp: pass 1 and 3 on circleWarpKernel too); also with GPUPHOT_APERTURE_CHAIN=0

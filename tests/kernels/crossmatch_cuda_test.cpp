@@ -249,7 +249,7 @@ TEST(CrossmatchCuda, AutomaticChoiceThroughTheStageTable) {
     cuda::setCrossmatchCrossover(saved);
 }
 
-// The crossover benchmark (issue 5): 300 -> 130k sources vs 1e4 -> 1e6 reference stars on a 151 Mpx
+// The crossover benchmark: 300 -> 130k sources vs 1e4 -> 1e6 reference stars on a 151 Mpx
 // frame. Prints one line per size; the results must be equal at every size.
 TEST(CrossmatchCuda, CrossoverBenchmark) {
     REQUIRE_DEVICE();

@@ -1,4 +1,4 @@
-// The CUDA backend under a GPU memory budget (issues 5 and 8): strips against the unsplit plan and the CPU
+// The CUDA backend under a GPU memory budget: strips against the unsplit plan and the CPU
 // stage (bitwise), the CPU fallback when not even one strip fits (reported), and an allocation failure
 // injected at every allocation site of each stage in turn: each run ends in a re-planned success equal to
 // the CPU result, and the pool's memory in use goes back to what the device caches hold (no leak).

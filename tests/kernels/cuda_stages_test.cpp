@@ -1,4 +1,4 @@
-// CUDA stages against their CPU references (DESIGN.md, Determinism): background maps and detection
+// CUDA stages against their CPU references (docs/ARCHITECTURE.md, Determinism): background maps and detection
 // catalogs bitwise equal on random and simulated frames, repeatable, independent of the launch
 // configuration, and a GPU memory budget that answers with DeviceOutOfMemory rather than a crash.
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Shared helpers of the CUDA tests (tests/kernels/*_test.cpp): the device check that skips a test on a
 // machine without a GPU, run contexts, bitwise comparisons of arrays, images and every column of the stage
-// results (DESIGN.md, Determinism: CPU and CUDA agree bitwise), and small simulated frames with their CPU
-// background and detections (the inputs of the later stages).
+// results (docs/ARCHITECTURE.md, Determinism: CPU and CUDA agree bitwise), and small simulated frames with
+// their CPU background and detections (the inputs of the later stages).
 #pragma once
 
 #include <gtest/gtest.h>

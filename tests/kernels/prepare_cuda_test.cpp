@@ -392,7 +392,7 @@ TEST(PrepareCuda, ResidentFrameIsNotUploadedAgain) {
     }
 }
 
-// Issue 9: 151 Mpx, masters resident. Prints the kernel time (CUDA events) and the call's wall time
+// 151 Mpx, masters resident. Prints the kernel time (CUDA events) and the call's wall time
 // (raw frame upload + kernel + download), and the CPU loop's time through prepareFrame for reference.
 TEST(PrepareCuda, Benchmark151Mpx) {
     REQUIRE_DEVICE();

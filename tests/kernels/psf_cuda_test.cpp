@@ -1,9 +1,10 @@
 // The CUDA PSF stage (kernels/psf.cu: the stars' profile fits and the PSF photometry on the device) against
-// the CPU stage (DESIGN.md, Determinism): every column of PsfResult bitwise equal on simulated frames with
-// masked pixels (the simulator's defects plus masked blocks over some sources), sources at and beyond the
-// edges and at non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the automatic
-// fit radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them) and global
-// values only. The device path must really run (its fit count) and fit most sources, and fail some.
+// the CPU stage (docs/ARCHITECTURE.md, Determinism): every column of PsfResult bitwise equal on simulated
+// frames with masked pixels (the simulator's defects plus masked blocks over some sources), sources at and
+// beyond the edges and at non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the
+// automatic fit radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them)
+// and global values only. The device path must really run (its fit count) and fit most sources, and fail
+// some.
 // The ePSF cells built on the device (kernels/psf_epsf.cu, cpu::buildPsfModel's EpsfCellBatch) against
 // the host loop's: every field of every cell bitwise, the device's cell count checked.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The read phase's raw upload (kernels/frame_upload.hpp, issue 5): the device frame and mask converted on
+// The read phase's raw upload (kernels/frame_upload.hpp): the device frame and mask converted on
 // the GPU from the file's raw chunks are bitwise readFrame's host floats and mask for every BITPIX (with
 // and without BSCALE/BZERO/BLANK), odd sizes and chunks that split rows; the frame cache adopts them (no
 // second upload); the pipeline's catalog is the same with the raw upload on, off (GPUPHOT_RAW_UPLOAD=0) and
@@ -383,7 +383,7 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
     fs::remove_all(dir);
 }
 
-// ---- memory: the budget, the host bound, the warm-up and allocation failures (issue 5) ---------------------
+// ---- memory: the budget, the host bound, the warm-up and allocation failures -----------------------------
 
 // The reader chunks hold about the frame's raw bytes: no more chunks than readers for frames up to
 // readers x 8 MiB, 64 KiB to 8 MiB each, never more than the frame. Host code: runs without a device.
