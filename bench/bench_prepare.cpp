@@ -240,7 +240,7 @@ int gpuMode(int argc, char** argv) {
             }
             std::printf("  CPU, %d threads: prepareFrame wall %.1f ms\n", threads, best);
         } else {
-            std::printf("  CPU: not run (L.A.Cosmic on the CPU: ~18.7 s at 151 MP, BENCHMARKS.md session 4)\n");
+            std::printf("  CPU: not run (L.A.Cosmic on the CPU: ~18.7 s at 151 MP, docs/BENCHMARKS.md)\n");
         }
     }
     return 0;
