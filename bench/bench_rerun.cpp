@@ -108,6 +108,8 @@ RunContext makeContext(const Options& o) {
     RunContext ctx;
     ctx.backend = resolveBackend(parseBackend(o.backend));
     ctx.threads = o.threads;
+    ctx.tuning = BackendTuning::fromEnvironment();
+    ctx.tuning.applyToProcess();
     return ctx;
 }
 

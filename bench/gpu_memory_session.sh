@@ -3,7 +3,7 @@
 # bench/pack_device.sh into .device/: the kernels tests, compute-sanitizer memcheck on the strip and
 # fault-injection tests, then one simulated frame reduced with --backend cuda unsplit and under
 # --gpu-mem-limit budgets (catalogs compared with cmp, per-stage plans / peak GPU memory / times from the
-# JSON reports), and GPUPHOT_CUDA_FAIL_ALLOC through the CLI on a small frame.
+# JSON reports), and GPUPHOT_TEST_CUDA_FAIL_ALLOC through gpuphot-testhooks on a small frame.
 #   bench/gpu_memory_session.sh [SIZE] [STARS] [LIMIT ...]   (default 14208x10656 20000 4G 1G)
 # Order: kernels tests, CLI fault injection, the large frame, memcheck last (until DEADLINE s, default 280).
 # OUT (default ./gpu-memory-out) gets session.log, kernels_tests.log, memcheck.log, reports.jsonl.
@@ -15,6 +15,7 @@ WORK=${WORK:-/tmp/gpuphot-mem}
 mkdir -p "$OUT" "$WORK"
 export LD_LIBRARY_PATH="$DEVICE_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 GP="$DEVICE_DIR/bin/gpuphot"
+GPH="$DEVICE_DIR/bin/gpuphot-testhooks" # the test build's CLI: fault injection from the environment
 KT="$DEVICE_DIR/bin/kernels_tests"
 LOG="$OUT/session.log"
 SIZE=${1:-14208x10656}
@@ -46,11 +47,11 @@ grep -E '^\[  FAILED|^\[  PASSED|Failure|error' "$OUT/kernels_tests.log" | head 
 "$GP" simulate --size 1024x1024 --stars 800 --seed 3 --bitpix 16 -o "$WORK" --name small -q >> "$LOG" 2>&1
 for n in 0 1 4 9 25; do
     rm -rf "$WORK/s$n"; mkdir -p "$WORK/s$n"
-    GPUPHOT_CUDA_FAIL_ALLOC=$n "$GP" reduce "$WORK/small.fits" --backend cuda --no-tycho2 --formats ecsv \
+    GPUPHOT_TEST_CUDA_FAIL_ALLOC=$n "$GPH" reduce "$WORK/small.fits" --backend cuda --no-tycho2 --formats ecsv \
         -o "$WORK/s$n" -q >> "$LOG" 2>&1
     rc=$?
     same=$(cmp -s "$WORK/s0/small.cat.ecsv" "$WORK/s$n/small.cat.ecsv" && echo identical || echo DIFFERENT)
-    log "GPUPHOT_CUDA_FAIL_ALLOC=$n reduce exit $rc, catalog $same"
+    log "GPUPHOT_TEST_CUDA_FAIL_ALLOC=$n reduce exit $rc, catalog $same"
     [ "$n" != 0 ] && stages "$WORK/s$n/small.report.json" | grep -v ' - ' | tee -a "$LOG"
 done
 

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-cuda}
 DEST=${2:-.device}
-TARGETS=${TARGETS:-gpuphot kernels_tests}
+TARGETS=${TARGETS:-gpuphot gpuphot-testhooks kernels_tests}
 case "$DEST" in .device*) ;; *) echo "DEST must start with .device (git-ignored)" >&2; exit 2 ;; esac
 export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -f "$BUILD/build.ninja" ]; then
@@ -33,6 +33,7 @@ case " $TARGETS " in *" gpuphot "*)
         || cp "$(find "$BUILD" -name gpuphot -type f -perm -u+x | head -1)" "$DEST"/bin/ ;;
 esac
 case " $TARGETS " in *" kernels_tests "*) cp "$BUILD/tests/kernels_tests" "$DEST"/bin/ ;; esac
+case " $TARGETS " in *" gpuphot-testhooks "*) cp "$BUILD/app/gpuphot-testhooks" "$DEST"/bin/ ;; esac
 case "$SEP_BENCH" in
     ""|none) echo "bench_sep not packed (SEP_BENCH=${SEP_BENCH:-unset}; no bench_sep target in $BUILD)" ;;
     *) cp "$SEP_BENCH" "$DEST"/bin/bench_sep ;;

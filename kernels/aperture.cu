@@ -116,13 +116,9 @@ __global__ void annulusIndexKernel(AperturePlanes in, const double* cx, const do
     }
 }
 
-// GPUPHOT_APERTURE_TIMING=1: the stage's phases on stderr when it ends (a KernelClock: CUDA events on the
+// Tuning aperture.timing: the stage's phases on stderr when it ends (a KernelClock: CUDA events on the
 // stream, summed by name over the batches; host clocks for the engine calls and the whole stage; the rest is
 // the driver's host work). Off: no events, no output.
-bool apertureTimingOn() {
-    const char* e = std::getenv("GPUPHOT_APERTURE_TIMING");
-    return e && *e && std::string(e) != "0";
-}
 
 // Host wall clock of one engine call into the clock (when on).
 class HostClock {
@@ -658,37 +654,24 @@ public:
     // stripShrink 0: whole plan (frame and maps from the device caches); >= 1: strips plan, the planes'
     // rows uploaded per group of sources (sorted by y) from the host, band height divided by stripShrink.
     CudaEngine(DeviceContext& dc, const BackgroundResult& bkg, int stripShrink = 0)
-        : m_dc(dc), m_bkg(bkg), m_times(dc.stream(), "aperture", apertureTimingOn()), m_shrink(stripShrink) {
+        : m_dc(dc), m_bkg(bkg), m_times(dc.stream(), "aperture", dc.tuning().aperture.timing),
+          m_shrink(stripShrink) {
         m_threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
-        const char* heap = std::getenv("GPUPHOT_APERTURE_HEAPSORT");
-        m_heapSort = heap && *heap && std::string(heap) != "0";
-        const char* sky = std::getenv("GPUPHOT_APERTURE_SKY");
-        m_skySplit = sky && std::string(sky) == "split";
-        const char* kron = std::getenv("GPUPHOT_APERTURE_KRON");
-        m_kronThread = kron && std::string(kron) == "thread";
-        const char* sort = std::getenv("GPUPHOT_APERTURE_SKY_SORT");
-        m_skyMode = (sky && std::string(sky) == "block0")    ? 0
-                    : (sort && std::string(sort) == "pairs") ? 1
-                                                             : 2;
-        const char* circle = std::getenv("GPUPHOT_APERTURE_CIRCLE");
-        if (circle && std::string(circle) == "warp") m_circleMode = 2;
-        if (circle && std::string(circle) == "thread") m_circleMode = 1;
-        if (const char* w = std::getenv("GPUPHOT_APERTURE_WARP_ITEMS"))
-            m_warpItems = std::strtoull(w, nullptr, 10);
-        if (const char* b = std::getenv("GPUPHOT_APERTURE_BATCH"))
-            m_batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
-        const char* sync = std::getenv("GPUPHOT_APERTURE_SYNC");
-        m_sync = sync && *sync && std::string(sync) != "0";
-        const char* keep = std::getenv("GPUPHOT_APERTURE_KEEP");
-        m_keep = !(keep && std::string(keep) == "0");
-        if (const char* t = std::getenv("GPUPHOT_APERTURE_SKY_THREADS"))
-            m_skyThreads = std::clamp(std::atoi(t) / 32 * 32, 32, 1024);
-        const char* chain = std::getenv("GPUPHOT_APERTURE_CHAIN");
-        m_chain = !(chain && std::string(chain) == "0");
-        const char* streams = std::getenv("GPUPHOT_APERTURE_STREAMS");
-        m_twoStreams = streams && std::string(streams) == "2";
-        const char* order = std::getenv("GPUPHOT_APERTURE_ORDER");
-        m_spatialOrder = order && std::string(order) == "spatial";
+        const BackendTuning::Aperture& t = dc.tuning().aperture;
+        m_heapSort = t.heapSort;
+        m_skySplit = t.skySplit;
+        m_kronThread = t.kronThread;
+        m_skyMode = t.skyMode;
+        m_circleMode = t.circleMode;
+        m_warpItems = t.warpItems;
+        if (t.batch > 0) m_batch = t.batch;
+        m_sync = t.sync;
+        m_keep = t.keep;
+        m_skyThreads = t.skyThreads;
+        m_chain = t.chain;
+        m_twoStreams = t.twoStreams;
+        m_spatialOrder = t.spatialOrder;
+        m_optimalOnHost = t.optimalOnHost;
     }
     ~CudaEngine() override {
         if (m_sideStream) {
@@ -1329,8 +1312,7 @@ public:
                         const double* gridRadius, const std::size_t* slot, const CircleJob* circles,
                         std::size_t m, std::int32_t* index, ApertureSums* out,
                         ApertureFlagDistances* fd) override {
-        const char* e = std::getenv("GPUPHOT_APERTURE_OPTIMAL");
-        if ((e && std::string(e) == "host") || !m_chain || m_shrink > 0 || m_sync || n == 0 || m == 0 ||
+        if (m_optimalOnHost || !m_chain || m_shrink > 0 || m_sync || n == 0 || m == 0 ||
             grid.n == 0)
             return false;
         const HostClock clock(m_times, "engine optimal circles");
@@ -1383,8 +1365,7 @@ public:
     // Reads no pixels: the same for the whole and the strips plans.
     bool optimalRadii(const detail::OptimalJob* jobs, std::size_t n, const detail::OptimalGrid& grid,
                       std::int32_t* index) override {
-        const char* e = std::getenv("GPUPHOT_APERTURE_OPTIMAL");
-        if (e && std::string(e) == "host") return false;
+        if (m_optimalOnHost) return false;
         const HostClock clock(m_times, "engine optimal");
         if (n == 0 || grid.n == 0) return false;
         const cudaStream_t s = m_dc.stream();
@@ -1567,9 +1548,9 @@ private:
     const BackgroundResult& m_bkg;
     KernelClock m_times; // GPUPHOT_APERTURE_TIMING
     std::string m_notes;
-    bool m_heapSort = false; // GPUPHOT_APERTURE_HEAPSORT: one thread sorts each source's annulus
-    bool m_skySplit = false;   // GPUPHOT_APERTURE_SKY=split: count, scan, fill, segmented sort, statistics
-    bool m_kronThread = false; // GPUPHOT_APERTURE_KRON=thread: one thread per source
+    bool m_heapSort = false; // tuning aperture.heapSort: one thread sorts each source's annulus
+    bool m_skySplit = false;   // tuning aperture.skySplit: count, scan, fill, segmented sort, statistics
+    bool m_kronThread = false; // tuning aperture.kronThread: one thread per source
     // skyBlockKernel's mode (its `fast`): 2 the sort's short strides in registers (bitonicOwnBlocks), 1 every
     // stride pair by pair in shared memory (GPUPHOT_APERTURE_SKY_SORT=pairs), 0 the plain way, the sums from
     // 0 (GPUPHOT_APERTURE_SKY=block0).
@@ -1582,11 +1563,12 @@ private:
     // 10 sources, or stars x grid radii: 100 x 186 by default) get one warp per pair; pass 1 (sources x
     // radii) and pass 3 from 32k sources keep one thread per pair.
     std::size_t m_warpItems = 32768;
-    std::size_t m_batch = 131072;    // GPUPHOT_APERTURE_BATCH (tests: several batches)
-    bool m_sync = false;             // GPUPHOT_APERTURE_SYNC=1: each call done before it returns
-    bool m_keep = true;              // GPUPHOT_APERTURE_KEEP=0: the driver's batch buffers per call
-    bool m_chain = true;             // GPUPHOT_APERTURE_CHAIN=0: pass 1's circles and Kron wait for the host
-    bool m_spatialOrder = false;     // GPUPHOT_APERTURE_ORDER=spatial: the driver's spatial order
+    std::size_t m_batch = 131072;    // tuning aperture.batch (tests: several batches)
+    bool m_optimalOnHost = false;    // tuning aperture.optimalOnHost
+    bool m_sync = false;             // tuning aperture.sync: each call done before it returns
+    bool m_keep = true;              // tuning aperture.keep off: the driver's batch buffers per call
+    bool m_chain = true;             // tuning aperture.chain off: pass 1's circles and Kron wait for the host
+    bool m_spatialOrder = false;     // tuning aperture.spatialOrder: the driver's spatial order
     // The last skyBlockAsync call's estimates on the device (its ticket, its sources) for chainPass1, and
     // while a chained call uploads its jobs: those estimates and the rule.
     DeviceBuffer<SkyEstimate> m_skyOut;

@@ -644,13 +644,11 @@ DetSetup makeSetup(const ImageView& image, const MaskView& mask, const Backgroun
             s.k = gaussianKernel1d(p.filterFwhm);
             s.kw = static_cast<int>(s.k.size());
             s.halo = s.kw / 2;
-            // GPUPHOT_DETECTION_FRONT_UNFUSED=1: the two-kernel front (comparisons and benchmarks); unset or 0:
-            // the tile front.
-            const char* unfused = std::getenv("GPUPHOT_DETECTION_FRONT_UNFUSED");
-            s.fused = s.kw >= 3 && s.kw <= 11 && !(unfused && *unfused && std::string(unfused) != "0");
-            if (const char* e = std::getenv("GPUPHOT_DETECTION_TILE_ROWS");
-                e && s.kw == 7 && std::atoi(e) == 32)
-                s.fusedRows = 32;
+            // tuning detection.frontUnfused: the two-kernel front (comparisons and benchmarks); else the tile
+            // front.
+            const auto& t = dc.tuning().detection;
+            s.fused = s.kw >= 3 && s.kw <= 11 && !t.frontUnfused;
+            if (t.tileRows32 && s.kw == 7) s.fusedRows = 32;
         }
     }
     return s;
@@ -969,8 +967,8 @@ int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripO
     const std::size_t expected = lastCount > 0 ? lastCount + lastCount / 16 + 1024 : 0;
     const std::size_t first = runs.size();
     // The device per-object half labels the runs on the device: no host copy unless the host labelling
-    // (GPUPHOT_DETECTION_HOST_LABELS) needs it.
-    const bool hostCopy = !o.dState || std::getenv("GPUPHOT_DETECTION_HOST_LABELS") != nullptr;
+    // (tuning detection.hostLabels) needs it.
+    const bool hostCopy = !o.dState || dc.tuning().detection.hostLabels;
     extractRuns(dc, s, bits.get(), s.H, 0, runs, o.dState ? &keptRuns : nullptr, expected, hostCopy);
     lastCount = hostCopy ? runs.size() - first : keptRuns.size();
     dim.width = s.W;
@@ -1056,7 +1054,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     detail::StepTimer timer;
     const int W = image.width, H = image.height;
     const std::size_t npix = static_cast<std::size_t>(W) * H;
-    KernelClock clock(dc.stream(), "front");
+    KernelClock clock(dc.stream(), "front", dc.tuning().detection.timing);
     DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
 
     // Host images that the strips fill row by row (the host per-object half), reused between runs:
@@ -1075,8 +1073,8 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
         hDet = s.k.empty() ? hSub : hi.det.get();
         return StripOutputs{hSub, hDet, hState, nullptr, nullptr};
     };
-    // GPUPHOT_DETECTION_HOST_OBJECTS=1 keeps the host per-object half (comparisons and benchmarks).
-    const bool deviceObjects = detectObjectsOnDevice(p) && !std::getenv("GPUPHOT_DETECTION_HOST_OBJECTS");
+    // Tuning detection.hostObjects keeps the host per-object half (comparisons and benchmarks).
+    const bool deviceObjects = detectObjectsOnDevice(p) && !dc.tuning().detection.hostObjects;
 
     // Plan. Whole: frame, mask and both maps resident + one chunk's work (an eighth of the frame, at
     // least 64 rows), + the filtered image and the states kept for the device's per-object half. Strips: as
@@ -1199,7 +1197,7 @@ DetectionFrontResult detectionFront(const ImageView& image, const MaskView& mask
     if (!acceptable(image, mask, bkg, p))
         throw InvalidInput("detectionFront: parameters the stage does not take");
     DeviceContext& dc = DeviceContext::of(ctx);
-    KernelClock clock(dc.stream(), "front");
+    KernelClock clock(dc.stream(), "front", dc.tuning().detection.timing);
     const DetSetup s = makeSetup(image, mask, bkg, p, dc, clock);
     const int W = s.W, H = s.H;
     const std::size_t npix = static_cast<std::size_t>(W) * H;

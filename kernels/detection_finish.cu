@@ -103,7 +103,7 @@ __device__ inline std::uint64_t orderedKey(double d) {
     return (b >> 63) ? ~b : (b | (std::uint64_t(1) << 63));
 }
 
-// Objects of at most kRankMax pixels (GPUPHOT_DETECTION_RANK_MAX for tests): one warp per object stably sorts
+// Objects of at most kRankMax pixels (a smaller limit: testHooks.detectionRankMax): one warp per object stably sorts
 // its (r^2, value) pairs by rank (the number of pixels with a smaller key, or the same key earlier in raster
 // order), keys staged in shared memory; Sigma n^2 / 32 compares per warp instead of cub's segmented sort
 // (1.5 ms at 59k objects, its large-segment kernel at 12 % occupancy). Larger objects: cub.
@@ -521,7 +521,7 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         dc.pinned(kPinnedWindowSlot, std::max<std::size_t>(found.objects.size(), 1) * sizeof(WindowResult)));
     packFinish(found, layout, pixStart.data(), packed, threads);
     DeviceBuffer<unsigned char> dPacked(dc, layout.bytes);
-    KernelClock kc(st, "finish"); // GPUPHOT_DETECTION_TIMING: device times of the steps below
+    KernelClock kc(st, "finish", dc.tuning().detection.timing); // device times of the steps below
     if (layout.bytes)
         kc.time("finish: upload", [&] {
             GPUPHOT_CUDA_CHECK(
@@ -597,9 +597,9 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         // Objects of more than rankMax pixels (none in most frames) by cub's stable segmented sort (the
         // others' segments empty), first; then the rest by rank (which rewrites what cub might have left
         // elsewhere).
-        const int rankMax = [] {
-            const char* e = std::getenv("GPUPHOT_DETECTION_RANK_MAX"); // tests: both paths on small objects
-            return e ? std::clamp(std::atoi(e), 0, kRankMax) : kRankMax;
+        const int rankMax = [&] { // tests: both paths on small objects
+            const int h = dc.testHooks().detectionRankMax;
+            return h >= 0 ? std::min(h, kRankMax) : kRankMax;
         }();
         std::int64_t largest = 0;
         for (std::int64_t o = 0; o < n; ++o)
@@ -627,10 +627,9 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
         r2 = {};
         value = {};
         // The window's work order: the objects by decreasing pixel count (a stable radix sort);
-        // GPUPHOT_DETECTION_WINDOW_ORDER=raster: in final order (comparisons).
+        // tuning detection.rasterWindows: in final order (comparisons).
         DeviceBuffer<std::int32_t> byWork;
-        const char* wo = std::getenv("GPUPHOT_DETECTION_WINDOW_ORDER");
-        if (!(wo && std::strcmp(wo, "raster") == 0)) {
+        if (!dc.tuning().detection.rasterWindows) {
             DeviceBuffer<std::uint32_t> wKeys(dc, n), wKeysSorted(dc, n);
             DeviceBuffer<std::int32_t> wIndex(dc, n);
             byWork = DeviceBuffer<std::int32_t>(dc, n);
@@ -674,14 +673,12 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     timer.lap("finish: columns (host, beside the device)");
     // The objects' frees (3.9 ms on one thread at 59k objects) go to the context's release thread, at idle
     // scheduling priority (it runs beside the next stages, whose parallel loops keep every core busy).
-    // GPUPHOT_DETECTION_RELEASE=thread: at normal priority; =now: freed here by the step's threads while the
-    // device works (comparisons).
-    const ReleaseMode mode = [] {
-        const char* e = std::getenv("GPUPHOT_DETECTION_RELEASE");
-        if (e && std::strcmp(e, "thread") == 0) return ReleaseMode::Thread;
-        if (e && std::strcmp(e, "now") == 0) return ReleaseMode::Now;
-        return ReleaseMode::IdleThread;
-    }();
+    // tuning detection.release "thread": at normal priority; "now": freed here by the step's threads while
+    // the device works (comparisons).
+    const std::string& release = dc.tuning().detection.release;
+    const ReleaseMode mode = release == "thread" ? ReleaseMode::Thread
+                             : release == "now"  ? ReleaseMode::Now
+                                                 : ReleaseMode::IdleThread;
     if (mode == ReleaseMode::Now) {
         releaseNow(std::move(found), threads);
         timer.lap("finish: objects freed (host, beside the device)");
@@ -744,8 +741,7 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
 
 bool takeRecycledObjects(DeviceContext& dc, std::vector<detail::Object>& objects,
                          std::vector<detail::IsoMeasure>& iso) {
-    const char* e = std::getenv("GPUPHOT_DETECTION_RECYCLE");
-    if (e && std::strcmp(e, "0") == 0) return false;
+    if (!dc.tuning().detection.recycle) return false;
     SegmentationPool& pool = segmentationPool(dc);
     std::lock_guard lock(pool.mutex);
     return pool.objectsRelease.takeRecycled(objects, iso);

@@ -403,12 +403,12 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
     detail::DetectedObjects result;
 
     // 2b. Labelling and the minimum area (host: the runs only).
-    // On the device (union-find); GPUPHOT_DETECTION_HOST_LABELS=1: core's labelRoots on the host.
+    // On the device (union-find); tuning detection.hostLabels: core's labelRoots on the host.
     detail::RootRuns rr;
     HostRoots hr;
     DeviceBuffer<Run> dRootRuns;
     DeviceBuffer<std::int64_t> dRootStart;
-    const bool hostLabels = std::getenv("GPUPHOT_DETECTION_HOST_LABELS") != nullptr;
+    const bool hostLabels = dc.tuning().detection.hostLabels;
     // The front leaves the runs on the device only (runs empty, im.runCount of them) unless the host
     // labelling asked for a host copy.
     const bool onDeviceOnly = runs.empty() && im.runs && im.runCount > 0;

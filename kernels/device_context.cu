@@ -145,11 +145,6 @@ DeviceContext::DeviceContext(std::size_t budget) : m_budget(budget), m_impl(std:
     GPUPHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     // Keep freed memory in the pool: later stages and runs reuse it without returning to the driver.
     m_pool = createDevicePool(m_device, ~0ull);
-    if (const char* env = std::getenv("GPUPHOT_CUDA_BLOCK")) m_blockSize = std::atoi(env);
-    if (const char* env = std::getenv("GPUPHOT_CUDA_FAIL_ALLOC")) {
-        const long long n = std::atoll(env);
-        m_failAfter = n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
     m_impl->defaultBudget = freeBytes();
     m_explicitBudget = m_budget > 0;
     if (m_budget == 0) m_budget = m_impl->defaultBudget;
@@ -190,6 +185,8 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
             dc = std::static_pointer_cast<DeviceContext>(warm.get()); // rethrows the creation's error
         }
         if (!dc) dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit);
+        if (ctx.tuning.cudaBlock > 0) dc->setBlockSize(ctx.tuning.cudaBlock);
+        if (ctx.testHooks.cudaFailAfterAllocs > 0) dc->setFailAfter(ctx.testHooks.cudaFailAfterAllocs);
         std::weak_ptr<DeviceContext> weak = dc;
         ctx.deviceState = dc;
         ctx.deviceCheckpoint = [weak](StageRecord& r) {
@@ -210,6 +207,8 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
     }
     auto& dc = *static_cast<DeviceContext*>(ctx.deviceState.get());
     GPUPHOT_CUDA_CHECK(cudaSetDevice(dc.m_device));
+    dc.m_tuning = ctx.tuning;
+    dc.m_hooks = ctx.testHooks;
     {
         std::lock_guard lock(dc.m_ledger->mu);
         dc.m_budget = ctx.gpuMemLimit > 0 ? ctx.gpuMemLimit : dc.m_impl->defaultBudget;

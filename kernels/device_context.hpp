@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/model/image.hpp"
+#include "core/pipeline/backend_tuning.hpp"
 #include "core/util/errors.hpp"
 #include "kernels/cuda_check.hpp"
 
@@ -113,7 +114,7 @@ public:
 
     // ---- fault injection (tests) --------------------------------------------------------------------
     // The n-th allocation from now (n >= 1) throws DeviceOutOfMemory, once; 0 disarms. Also armed from
-    // the environment variable GPUPHOT_CUDA_FAIL_ALLOC=n when the context is created (CLI tests).
+    // RunContext::testHooks.cudaFailAfterAllocs when the context is created.
     void setFailAfter(std::size_t n) { m_failAfter = n; }
     std::size_t failAfter() const { return m_failAfter; }
     // Allocations (non-empty) requested so far, the injected failure included (tests count a clean run).
@@ -152,6 +153,9 @@ public:
     // Launch-configuration knob for tests (threads per block of the per-pixel kernels; 0: default).
     // Also read from the environment variable GPUPHOT_CUDA_BLOCK at creation.
     int blockSize() const { return m_blockSize; }
+    // The RunContext's tuning (copied on every DeviceContext::of): the engines' alternative paths.
+    const BackendTuning& tuning() const { return m_tuning; }
+    const TestHooks& testHooks() const { return m_hooks; } // likewise RunContext::testHooks
     void setBlockSize(int threads) { m_blockSize = threads; }
 
     // ---- frame cache -------------------------------------------------------------------------------
@@ -230,6 +234,8 @@ private:
     bool m_explicitBudget = false;
     DeviceLedger* m_ledger = nullptr;
     int m_blockSize = 0;
+    BackendTuning m_tuning;
+    TestHooks m_hooks;
     std::uint64_t m_generation = 0;
     std::uint64_t m_uploads = 0;
     bool m_readFrame = false;

@@ -42,10 +42,6 @@ void countAllocation(const char* what, std::size_t bytes) {
                                 std::to_string(bytes) + " bytes)");
 }
 
-bool waitForDevice() {
-    const char* env = std::getenv("GPUPHOT_RAW_UPLOAD");
-    return env && std::strcmp(env, "wait") == 0;
-}
 } // namespace
 
 void noteDeviceReady() {
@@ -363,7 +359,7 @@ bool RawFrameUpload::begin(const RawImageLayout& layout, int width, int height, 
     g_hintPixels = n;
     g_hintThreads = threads;
     // GPUPHOT_RAW_UPLOAD=wait: wait for the CUDA context (benchmarks of the cold first frame).
-    const bool wait = waitForDevice();
+    const bool wait = rawUploadWaits();
     if (!g_deviceReady && !wait) {
         m_problem = "the CUDA context is not up yet: the host path, overlapped with its creation";
         return false;

@@ -18,12 +18,9 @@ namespace gpuphot::cuda {
 // name, printed on stderr with the stage's step times). Off: no events, no synchronisation.
 class KernelClock {
 public:
-    // part: the step's name in the printed lines ("front", "finish").
-    KernelClock(cudaStream_t stream, const char* part)
-        : m_on(std::getenv("GPUPHOT_DETECTION_TIMING") != nullptr), m_stream(stream), m_part(part),
-          m_last(std::chrono::steady_clock::now()) {}
-    // A clock switched by the caller (the aperture stage: GPUPHOT_APERTURE_TIMING), printing nothing itself:
-    // the owner reads deviceSums() and hostSums() and prints its own lines.
+    // part: the step's name in the printed lines ("front", "finish"); on: BackendTuning's detection.timing,
+    // or aperture.timing for the aperture stage, whose owner reads deviceSums() and hostSums() and prints
+    // its own lines.
     KernelClock(cudaStream_t stream, const char* part, bool on)
         : m_on(on), m_stream(stream), m_part(part), m_last(std::chrono::steady_clock::now()) {}
     ~KernelClock() {

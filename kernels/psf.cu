@@ -237,10 +237,6 @@ __global__ void psfFluxKernel(PsfPlanes f, PsfGrid g, const PsfJob* __restrict__
 
 thread_local std::size_t lastDeviceFits = 0; // the calling thread's last call (test hook)
 
-bool deviceSwitchOn() {
-    const char* e = std::getenv("GPUPHOT_PSF_DEVICE");
-    return !(e && std::strcmp(e, "0") == 0);
-}
 
 // The PSF photometry of res on the device; false (res unchanged) when the background is of a kind the
 // kernel does not read.
@@ -250,7 +246,7 @@ bool measureOnDevice(PsfResult& res, const ImageView& image, const MaskView& mas
     if (!psfReadsBackground(bkg, image.width, image.height)) return false;
 
     DeviceContext& dc = DeviceContext::of(ctx);
-    StepLaps laps("GPUPHOT_PSF_TIMING", "psf");
+    StepLaps laps(StepTiming::Psf, "psf");
     const cudaStream_t s = dc.stream();
     const PsfPlanes f = psfPlanes(dc, image, mask, bkg);
 
@@ -349,7 +345,7 @@ PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const Back
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
     lastDeviceFits = 0;
     lastDeviceProfileFits = 0;
-    if (!deviceSwitchOn()) return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
+    if (!ctx.tuning.psfOnDevice) return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
     DeviceContext& dc = DeviceContext::of(ctx);
     const ProfileFitBatch fitBatch = [&dc](const std::vector<ProfileFitJob>& jobs, PsfModelKind kind,
                                            const LmOptions& options, std::vector<ProfileFitResult>& results) {

@@ -37,12 +37,6 @@ std::string instrumentKey(const PipelineConfig& c) {
     return nlohmann::json{{"k", c.keywords}, {"i", c.instrument}}.dump();
 }
 
-// Thrown by the worker's progress callback at the PSF stage's first report (serial code, before any
-// fit; the stage's result is assigned only when it returns) when the worker wants the new detection
-// before the PSF stage (setProvisionalResults): runPipeline unwinds with result.completed == Stage::Psf,
-// everything before the PSF stage valid, and a later runPipeline from Stage::Psf continues the run.
-struct PausedAtPsf {};
-
 } // namespace
 
 PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
@@ -54,6 +48,8 @@ PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
     } catch (const std::exception&) {
         m_ctx.backend = Backend::Cpu;
     }
+    m_ctx.tuning = BackendTuning::fromEnvironment(); // docs/CONFIG.md §Tuning
+    m_ctx.tuning.applyToProcess();
     m_ctx.cancelFlag = &m_cancel;
     m_ctx.progress = [this](const std::string& stage, double fraction) { reportProgress(stage, fraction); };
     m_psfCache = std::make_shared<PsfFitCache>();
@@ -197,14 +193,6 @@ void PipelineWorker::cancel() {
 }
 
 void PipelineWorker::reportProgress(const std::string& stage, double fraction) {
-    if (m_stopAtPsf.load() && stage == "psf" && QThread::currentThread() == thread()
-#ifdef _OPENMP
-        && !omp_in_parallel() // never out of a parallel region
-#endif
-    ) {
-        m_stopAtPsf.store(false);
-        throw PausedAtPsf{};
-    }
     // Called from OpenMP threads too: at most one signal per stage change or per 50 ms.
     const auto now = std::chrono::steady_clock::now();
     {
@@ -385,19 +373,9 @@ void PipelineWorker::processPending() {
             const SnapshotPtr previous = m_last;
             if (m_provisionalResults.load() && first <= Stage::Detection && previous && previous->frame == frame &&
                 previous->reference == reference && previous->result.completed == Stage::Done) {
-                m_stopAtPsf.store(true);
-                try {
-                    runPipeline(*frame, config, m_ctx, snap->result, first, reference.get());
-                    first = Stage::Done; // no pause (the PSF stage did not report): the run is complete
-                } catch (const PausedAtPsf&) {
-                    if (!m_ctx.records.empty() && m_ctx.records.back().stage == "psf") m_ctx.records.pop_back();
-                    first = Stage::Psf;
-                } catch (...) {
-                    m_stopAtPsf.store(false);
-                    throw;
-                }
-                m_stopAtPsf.store(false);
-                if (first == Stage::Psf) publishProvisional(*snap, *previous);
+                runPipelineUntil(*frame, config, m_ctx, snap->result, first, Stage::Psf, reference.get());
+                first = Stage::Psf;
+                publishProvisional(*snap, *previous);
             }
             // The provisional snapshot went out with the new detection's map still on the device (a CUDA
             // run): it comes down on another thread while the PSF and later stages run (its own stream).

@@ -168,7 +168,6 @@ private:
     SnapshotPtr m_previous; // the result before m_last (a neighbour after a one-step edit: kept, not recomputed)
     std::atomic<quint64> m_prefetchedRuns{0}, m_prefetchHits{0};
     std::atomic<bool> m_provisionalResults{false};
-    std::atomic<bool> m_stopAtPsf{false}; // the run pauses when the PSF stage starts (see processPending)
     std::atomic<quint64> m_provisionalEmitted{0};
     void schedulePrefetch(); // after a result: queue the neighbours of its config
 

@@ -1,5 +1,6 @@
 // Many frames: shared reduce options, input expansion, one warm pipeline, and the local batch runner.
 #include "app/cli/batch.hpp"
+#include "app/cli/test_hooks.hpp"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -539,6 +540,7 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
     }
     s.common = o.common;
     s.ctx = makeRunContext(o.common);
+    s.options.read.cfitsioOnly = s.ctx.tuning.cfitsioRead;
     startDeviceWarmUp(s.ctx); // the CUDA context comes up while the first frame is read
 }
 
@@ -1037,7 +1039,7 @@ int runBatchChild(const ReduceCliOptions& o) {
     FrameReducer reducer(o);
     if (!writeAll(protocol, "{\"ready\": true}\n")) return 1;
     // Test hook: abort (as a crash would) on a frame whose file name contains this text.
-    const char* crashOn = std::getenv("GPUPHOT_TEST_BATCH_CHILD_ABORT_ON");
+    const std::string& crashOn = cliTestHooks().batchChildAbortOn; // gpuphot-testhooks only
     // Frames are read ahead (--prefetch) as the parent sends them; lines go back in the order received.
     std::atomic<bool> parentGone{false};
     {
@@ -1053,7 +1055,7 @@ int runBatchChild(const ReduceCliOptions& o) {
         std::string frame;
         while (!parentGone.load() && std::getline(std::cin, frame)) {
             if (frame.empty()) continue;
-            if (crashOn && *crashOn && fs::path(frame).filename().string().find(crashOn) != std::string::npos)
+            if (!crashOn.empty() && fs::path(frame).filename().string().find(crashOn) != std::string::npos)
                 std::abort();
             FrameTask task;
             task.frame = frame;

@@ -21,6 +21,7 @@
 #include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
 #include "app/cli/redis_client.hpp"
+#include "app/cli/test_hooks.hpp"
 #include "core/catalog/reference_catalog.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/pipeline/frame_status.hpp"
@@ -351,14 +352,12 @@ PipelineConfig Worker::config(const std::string& path) {
     return it->second;
 }
 
-// Test hooks (docs/CLI.md): GPUPHOT_TEST_SLOW_FRAME_MS sleeps inside each frame, so that a test's SIGKILL
-// lands mid-frame; GPUPHOT_TEST_CRASH_FRAME=TEXT aborts the worker on a frame whose path contains TEXT.
+// Test hooks (gpuphot-testhooks only, app/cli/test_hooks.hpp): a sleep inside each frame, so that a test's
+// SIGKILL lands mid-frame; an abort on a frame whose path contains the crash text.
 void testHooks(const std::string& frame) {
-    if (const char* ms = std::getenv("GPUPHOT_TEST_SLOW_FRAME_MS"); ms && *ms)
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
-    if (const char* crash = std::getenv("GPUPHOT_TEST_CRASH_FRAME");
-        crash && *crash && frame.find(crash) != std::string::npos)
-        std::abort();
+    const CliTestHooks& h = cliTestHooks();
+    if (h.slowFrameMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(h.slowFrameMs));
+    if (!h.crashFrame.empty() && frame.find(h.crashFrame) != std::string::npos) std::abort();
 }
 
 // The job's reduce options, or its status line when it is decided here (a bad job, outputs complete).

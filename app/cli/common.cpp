@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "app/cli/commands.hpp"
+#include "app/cli/test_hooks.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -70,6 +71,14 @@ RunContext makeRunContext(const CommonOptions& opts) {
     if (!opts.gpuMemLimit.empty()) ctx.gpuMemLimit = parseByteSize(opts.gpuMemLimit);
     ctx.threads = opts.threads;
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    // The tuning from the environment, once per process (docs/CONFIG.md §Tuning); the report records it.
+    static const BackendTuning tuning = [] {
+        BackendTuning t = BackendTuning::fromEnvironment();
+        t.applyToProcess();
+        return t;
+    }();
+    ctx.tuning = tuning;
+    ctx.testHooks.cudaFailAfterAllocs = cliTestHooks().cudaFailAfterAllocs;
     return ctx;
 }
 

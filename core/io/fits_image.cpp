@@ -480,7 +480,7 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
     // Uncompressed images: the raw bytes read and converted by several threads (fits_raw_read.hpp), the
     // same floats as CFITSIO's conversion.
     const std::optional<RawImageLayout> raw =
-        op.extendedSyntax ? std::nullopt : rawImageLayout(f, path, npix);
+        op.extendedSyntax || options.cfitsioOnly ? std::nullopt : rawImageLayout(f, path, npix);
     float nulval = std::numeric_limits<float>::quiet_NaN();
     int anynul = 0;
     const bool integerData = rawBitpix > 0;

@@ -14,6 +14,8 @@ struct FrameReadOptions {
     std::string hdu;
     InstrumentKeywords keywords;
     InstrumentOverrides overrides;
+    // Pixels read through CFITSIO even where the direct raw read applies (BackendTuning::cfitsioRead).
+    bool cfitsioOnly = false;
 };
 
 struct HduSummary {

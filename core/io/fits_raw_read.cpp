@@ -128,8 +128,6 @@ void convertRawPixels(const unsigned char* src, std::size_t n, const RawImageLay
 }
 
 std::optional<RawImageLayout> rawImageLayout(fitsfile* f, const std::string& path, long long count) {
-    if (const char* env = std::getenv("GPUPHOT_CFITSIO_READ"); env && std::strcmp(env, "1") == 0)
-        return std::nullopt;
     int status = 0;
     if (fits_is_compressed_image(f, &status) || status) {
         fits_clear_errmsg();

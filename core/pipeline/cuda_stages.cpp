@@ -24,7 +24,7 @@ CudaStageTable& table() {
     return t;
 }
 bool useCuda(const RunContext& ctx) { return ctx.backend == Backend::Cuda; }
-std::atomic<bool> g_rawUploadArmed{false};
+std::atomic<bool> g_rawUploadArmed{false}, g_rawUploadWait{false};
 } // namespace
 
 void registerCudaStages(const CudaStageTable& t) {
@@ -82,7 +82,8 @@ void startDeviceWarmUp(RunContext& ctx) {
     const auto create = table().createDeviceState;
     if (ctx.backend != Backend::Cuda || !create || ctx.deviceState || ctx.deviceStateWarmUp.valid()) return;
     const std::size_t limit = ctx.gpuMemLimit;
-    armRawUpload(true);
+    armRawUpload(ctx.tuning.rawUpload);
+    setRawUploadWait(ctx.tuning.rawUploadWait);
     const auto prepare = rawUploadEnabled() ? table().prepareRawUpload : nullptr;
     auto state = std::make_shared<std::promise<std::shared_ptr<void>>>();
     ctx.deviceStateWarmUp = state->get_future().share();
@@ -101,11 +102,10 @@ void startDeviceWarmUp(RunContext& ctx) {
 
 void armRawUpload(bool on) { g_rawUploadArmed = on; }
 
-bool rawUploadEnabled() {
-    if (!g_rawUploadArmed || !table().createRawUpload || !table().adoptRawUpload) return false;
-    const char* env = std::getenv("GPUPHOT_RAW_UPLOAD");
-    return !(env && std::strcmp(env, "0") == 0);
-}
+bool rawUploadEnabled() { return g_rawUploadArmed && table().createRawUpload && table().adoptRawUpload; }
+
+void setRawUploadWait(bool wait) { g_rawUploadWait = wait; }
+bool rawUploadWaits() { return g_rawUploadWait; }
 
 std::shared_ptr<RawChunkSink> createRawUpload() {
     return rawUploadEnabled() ? table().createRawUpload() : nullptr;

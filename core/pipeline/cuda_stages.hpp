@@ -142,10 +142,13 @@ const CudaStageTable& cudaStages();
 // ---- raw upload at read time -------------------------------------------------------------------------
 // The read phase (readFramePhase) uploads an uncompressed frame's raw bytes chunk by chunk as it reads them
 // and converts them on the device, so that the first CUDA stage finds the frame there. Armed by
-// startDeviceWarmUp for a CUDA context (the process reduces on the CUDA backend) or by armRawUpload;
-// never without the kernels, or when the environment variable GPUPHOT_RAW_UPLOAD is 0 (A/B benchmarks).
+// startDeviceWarmUp for a CUDA context when its tuning has rawUpload (the default; off for A/B
+// benchmarks), or by armRawUpload; never without the kernels.
 void armRawUpload(bool on);
 bool rawUploadEnabled();
+// The read returns only once the device has the frame (tuning rawUploadWait; comparisons).
+void setRawUploadWait(bool wait);
+bool rawUploadWaits();
 // A sink for readFrame(path, options, sink) when enabled, else null.
 std::shared_ptr<RawChunkSink> createRawUpload();
 // Gives a finished upload (from createRawUpload, after readFrame) to ctx's device frame cache as the

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline/backend_tuning.hpp"
+
 namespace gpuphot {
 
 enum class Backend { Auto, Cpu, Cuda };
@@ -57,6 +59,9 @@ public:
     StageTimer time(std::string stage) { return StageTimer(*this, std::move(stage)); }
 
     std::vector<StageRecord> records;
+
+    BackendTuning tuning; // the engines' alternative paths (defaults: the product's); in the report
+    TestHooks testHooks;  // fault injection, set by tests only
 
     // CUDA backend state (stream, memory pool, the frame kept on the device between stages and runs),
     // opaque to core; created by the backend on first use and kept for the context's lifetime, so a

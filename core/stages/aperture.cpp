@@ -96,16 +96,14 @@ void sortFloats(std::vector<float>& v, Scratch& sc) {
 // The CPU engine: OpenMP over the jobs of a batch, the loops of aperture_internal.hpp per job.
 class CpuEngine final : public detail::ApertureEngine {
 public:
-    explicit CpuEngine(int threads) : m_threads(threads) {
-        // GPUPHOT_APERTURE_BATCH (tests): other batch sizes, e.g. batches large enough for the driver's
+    explicit CpuEngine(const RunContext& ctx) : m_threads(ctx.threadCount()) {
+        // tuning aperture.batch (tests): other batch sizes, e.g. batches large enough for the driver's
         // parallel loops
-        if (const char* b = std::getenv("GPUPHOT_APERTURE_BATCH"))
-            m_batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
-        const char* chain = std::getenv("GPUPHOT_APERTURE_CPU_CHAIN");
-        m_chainTest = chain && std::string(chain) == "1";
+        if (ctx.tuning.aperture.batch > 0) m_batch = ctx.tuning.aperture.batch;
+        m_chainTest = ctx.testHooks.apertureCpuChain;
     }
     std::size_t batchSize() const override { return m_batch; }
-    // GPUPHOT_APERTURE_CPU_CHAIN=1 (tests): the calls that the CUDA engine makes of its own made here the
+    // testHooks.apertureCpuChain: the calls that the CUDA engine makes of its own made here the
     // same way (pass 1's circles and Kron with each job's sky from the last localSkies call's estimate by
     // skyOfEstimate; pass 3's index, optimalRadiusKernel's search, and circles in one call) and the sources'
     // own order, so that core's tests cover the driver's paths that only such an engine takes.
@@ -218,7 +216,7 @@ private:
     int m_threads = 1;
     std::size_t m_batch = 4096;
     detail::AperturePlanes m_in;
-    bool m_chainTest = false;             // GPUPHOT_APERTURE_CPU_CHAIN=1
+    bool m_chainTest = false;             // testHooks.apertureCpuChain
     const SkyEstimate* m_skies = nullptr; // the last localSkies call's estimates (chainPass1)
     std::size_t m_skyN = 0;
 };
@@ -354,7 +352,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                                             const Sources& sources, double fwhm, double gain,
                                             double readNoise, const ApertureParams& params, RunContext& ctx) {
     const ApertureParams& p = params;
-    // GPUPHOT_APERTURE_TIMING=1: the driver's sections on stderr (host clocks; the engine's own calls are
+    // tuning aperture.timing: the driver's sections on stderr (host clocks; the engine's own calls are
     // inside them), to see where a stage's host time goes.
     struct SectionClock {
         bool on = false;
@@ -380,7 +378,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
         }
     } clock;
-    if (const char* e = std::getenv("GPUPHOT_APERTURE_TIMING")) clock.on = *e && std::string(e) != "0";
+    clock.on = ctx.tuning.aperture.timing;
     // ---- validation ----
     if (image.empty()) throw InvalidInput("aperture photometry: empty image");
     auto sameSize = [&](int w, int h, const char* what) {
@@ -1081,7 +1079,7 @@ ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mas
                                      const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
                                      double fwhm, double gain, double readNoise, const ApertureParams& params,
                                      RunContext& ctx) {
-    CpuEngine engine(ctx.threadCount());
+    CpuEngine engine(ctx);
     return detail::measureAperturesWith(engine, image, mask, bkg, segmentation, sources, fwhm, gain,
                                         readNoise, params, ctx);
 }

@@ -27,11 +27,11 @@ class RunContext;
 
 namespace gpuphot::detail {
 
-// Step times of the detection stage on stderr when the environment variable GPUPHOT_DETECTION_TIMING is
-// set (a development aid: "detection timing: <step> <ms> ms"), measured from the previous lap.
+// Step times of the detection stage on stderr when its timing is on (tuning detection.timing, a development
+// aid: "detection timing: <step> <ms> ms"), measured from the previous lap.
 class StepTimer : public StepLaps {
 public:
-    StepTimer() : StepLaps("GPUPHOT_DETECTION_TIMING", "detection") {}
+    StepTimer() : StepLaps(StepTiming::Detection, "detection") {}
 };
 
 // Storage for n elements of a trivially destructible T, left uninitialised: the parallel loop that constructs

@@ -374,7 +374,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             throw InvalidInput("PSF stage: background map size differs from the image size");
 
     const PsfFrame frame{image, mask, &bkg, gain};
-    StepLaps laps("GPUPHOT_PSF_TIMING", "psf"); // host laps of the steps below on stderr
+    StepLaps laps(StepTiming::Psf, "psf"); // host laps of the steps below on stderr
     const int nThreads = ctx.threadCount();
     const PsfModelKind kind = params.model;
     const std::size_t nSrc = sources.size();

@@ -158,9 +158,10 @@ TEST(CliBatch, TwoWorkerProcessesGiveTheCatalogsOfOne) {
 
 TEST(CliBatch, AWorkerThatDiesCostsOnlyItsFrame) {
     TempDir out("gpuphot_batch_crash");
-    // Test hook: a batch child aborts (SIGABRT, as a crash) on a frame whose name contains "f2".
+    // Test hook (gpuphot-testhooks): a batch child aborts (SIGABRT, as a crash) on a frame whose name
+    // contains "f2".
     const CliResult r = runCli("reduce " + allFrames() + " -j 2 -q -o " + out.str(),
-                               "GPUPHOT_NO_TYCHO2=1 GPUPHOT_TEST_BATCH_CHILD_ABORT_ON=f2");
+                               "GPUPHOT_NO_TYCHO2=1 GPUPHOT_TEST_BATCH_CHILD_ABORT_ON=f2", GPUPHOT_CLI_TESTHOOKS);
     EXPECT_EQ(r.exitCode, 1) << r.err;
     const auto m = byFrame(readJsonLines(out / "gpuphot.jsonl"));
     ASSERT_EQ(m.size(), static_cast<std::size_t>(kFrames));

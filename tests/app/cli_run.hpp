@@ -26,14 +26,16 @@ inline std::string slurp(const std::filesystem::path& p) {
 }
 
 // args are passed through the shell; quote them when needed.
-inline CliResult runCli(const std::string& args, const std::string& env = "GPUPHOT_NO_TYCHO2=1") {
+// cli: the program (gpuphot; GPUPHOT_CLI_TESTHOOKS for the tests of its fault injection).
+inline CliResult runCli(const std::string& args, const std::string& env = "GPUPHOT_NO_TYCHO2=1",
+                        const std::string& cli = GPUPHOT_CLI) {
     static int counter = 0;
     const auto dir = std::filesystem::temp_directory_path();
     const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
     const auto outPath = dir / ("gpuphot_cli_out_" + tag), errPath = dir / ("gpuphot_cli_err_" + tag);
     // Simulated fields are not on the real sky: keep `reduce` from calibrating them against an installed
     // Tycho-2 unless a test asks for it (env "").
-    const std::string cmd = env + " " + std::string(GPUPHOT_CLI) + " " + args + " >" + outPath.string() + " 2>" + errPath.string();
+    const std::string cmd = env + " " + cli + " " + args + " >" + outPath.string() + " 2>" + errPath.string();
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -168,7 +168,7 @@ protected:
     static std::string redis() { return "127.0.0.1:" + std::to_string(s_port); }
     static long long number(const std::string& text) { return std::atoll(text.c_str()); }
     std::vector<std::string> workerArgs(const std::string& prefix, const std::string& name) const {
-        return {GPUPHOT_CLI, "worker", "--redis",   redis(), "--stream-prefix", prefix,
+        return {GPUPHOT_CLI_TESTHOOKS, "worker", "--redis",   redis(), "--stream-prefix", prefix,
                 "--name",    name,     "--backend", "cpu",   "--threads",       "1"};
     }
 

@@ -777,7 +777,7 @@ TEST(ApertureOptimal, GridIndexFindsTheBestSignalToNoise) {
 }
 
 // The driver's loops that run on several threads only for batches of 8192 sources and more (the CUDA engine's
-// batches; here GPUPHOT_APERTURE_BATCH makes the CPU engine's batch that large): the compaction of the
+// batches; here tuning aperture.batch makes the CPU engine's batch that large): the compaction of the
 // sources with finite centres (non-finite ones spread through the list), the sky, circle and Kron columns,
 // the curve of growth's medians. One thread and three, one batch and batches of 4096 and of 1000: bitwise
 // the same; the non-finite sources flagged.
@@ -799,16 +799,10 @@ TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     ASSERT_GE(src.x.size(), 8192u);
     ApertureParams p = fieldParams();
     p.apCorrMinStars = 3;
-    struct BatchEnv {
-        explicit BatchEnv(const char* v) {
-            if (v) ::setenv("GPUPHOT_APERTURE_BATCH", v, 1);
-        }
-        ~BatchEnv() { ::unsetenv("GPUPHOT_APERTURE_BATCH"); }
-    };
     auto measure = [&](int threads, const char* batch) {
-        const BatchEnv e(batch);
         RunContext ctx;
         ctx.threads = threads;
+        if (batch) ctx.tuning.aperture.batch = std::strtoull(batch, nullptr, 10);
         return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), src, f.fwhm(),
                                 f.gain, f.readNoise, p, ctx);
     };
@@ -850,7 +844,7 @@ TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     EXPECT_EQ(measuredCount, f.sources.x.size());
 }
 
-// The driver's paths of an engine that chains its calls (GPUPHOT_APERTURE_CPU_CHAIN=1: the CPU
+// The driver's paths of an engine that chains its calls (testHooks.apertureCpuChain: the CPU
 // engine measures pass 1's circles and Kron with each job's sky set from its estimate by skyOfEstimate before
 // the driver has read the estimates, its Kron results taken into the columns only during pass 2, pass 3's
 // index and circles in one call, in the sources' own order, as the CUDA engine does) give bitwise the plain
@@ -883,13 +877,6 @@ TEST(ApertureStars, ChainedEngineCallsMatchPlainDriverBitwise) {
     ApertureParams p = fieldParams();
     p.apCorrMinStars = 3;
     p.minSkyPixels = 700; // the truncated annuli at the frame's edges fail
-    struct Env {
-        const char* name;
-        Env(const char* n, const char* v) : name(n) {
-            if (v) ::setenv(n, v, 1);
-        }
-        ~Env() { ::unsetenv(name); }
-    };
     auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
         return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
     };
@@ -898,9 +885,10 @@ TEST(ApertureStars, ChainedEngineCallsMatchPlainDriverBitwise) {
         const BackgroundResult none;
         const BackgroundResult& b = bkg ? *bkg : none;
         auto measure = [&](const char* chain, const char* batch) {
-            const Env e1("GPUPHOT_APERTURE_CPU_CHAIN", chain), e2("GPUPHOT_APERTURE_BATCH", batch);
             RunContext ctx;
             ctx.threads = 2;
+            ctx.testHooks.apertureCpuChain = chain && std::string(chain) == "1";
+            if (batch) ctx.tuning.aperture.batch = std::strtoull(batch, nullptr, 10);
             return measureApertures(f.data.view(), MaskView{}, b, f.seg.view(), src, f.fwhm(), f.gain,
                                     f.readNoise, p, ctx);
         };

@@ -56,10 +56,9 @@ TEST(CudaMemory, FailAfterHookAndEnvironment) {
     dc.release(b, 1024);
     EXPECT_EQ(dc.inUse(), 0u);
     EXPECT_EQ(dc.allocations(), 3u);
-    ::setenv("GPUPHOT_CUDA_FAIL_ALLOC", "7", 1);
-    cuda::DeviceContext fromEnv(0);
-    ::unsetenv("GPUPHOT_CUDA_FAIL_ALLOC");
-    EXPECT_EQ(fromEnv.failAfter(), 7u);
+    RunContext hooked = testContext(Backend::Cuda);
+    hooked.testHooks.cudaFailAfterAllocs = 7; // armed when the context's device state is created
+    EXPECT_EQ(cuda::DeviceContext::of(hooked).failAfter(), 7u);
 }
 
 TEST(CudaMemory, BackgroundStripsMatchUnsplitAndCpu) {

@@ -21,7 +21,14 @@ RunContext testContext(Backend backend, int threads) {
     RunContext c;
     c.backend = backend;
     c.threads = threads;
+    useEnvironment(c);
     return c;
+}
+
+void useEnvironment(RunContext& ctx) {
+    ctx.tuning = BackendTuning::fromEnvironment();
+    const char* rank = std::getenv("GPUPHOT_TEST_DETECTION_RANK_MAX");
+    ctx.testHooks.detectionRankMax = rank && *rank ? std::atoi(rank) : -1;
 }
 
 void expectSameBackground(const BackgroundResult& c, const BackgroundResult& g) {
@@ -142,6 +149,7 @@ ApertureStageFn apertureStage(const RunContext& ctx) {
 
 ApertureResult runApertures(const SimField& f, const Sources& sources, const ApertureParams& p,
                             RunContext& ctx, bool withMask, bool withSeg) {
+    useEnvironment(ctx); // the scope's GPUPHOT_APERTURE_... switches
     return apertureStage(ctx)(f.sim.image.view(), withMask ? f.sim.defects.view() : MaskView{}, f.bkg,
                  withSeg ? f.det.segmentation.view() : ImageViewT<std::int32_t>{}, sources, 3.0, 1.5, 6.0, p,
                  ctx);

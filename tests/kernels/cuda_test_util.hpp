@@ -37,8 +37,12 @@ bool haveDevice();
 #define REQUIRE_DEVICE() GPUPHOT_REQUIRE_DEVICE()
 #endif
 
-// A run context for one backend (2 threads by default: CI has 2 cores).
+// A run context for one backend (2 threads by default: CI has 2 cores), with useEnvironment.
 RunContext testContext(Backend backend, int threads = 2);
+// ctx.tuning from the environment (BackendTuning::fromEnvironment, the documented GPUPHOT_... names) and
+// the test hook GPUPHOT_TEST_DETECTION_RANK_MAX: tests set those variables for a scope (EnvOverride) and
+// call this before a stage, as the front ends fill the tuning at start-up.
+void useEnvironment(RunContext& ctx);
 // An environment variable set for a scope (the kernels' comparison switches, GPUPHOT_...), unset after it.
 struct EnvOverride {
     EnvOverride(const char* name, const char* value) : m_name(name) { ::setenv(name, value, 1); }

@@ -59,6 +59,7 @@ Finished finishBoth(const Inputs& in, const DetectionParams& p, int threads = 2,
     RunContext ctx = cudatest::testContext(Backend::Cpu, threads);
     RunContext own = cudatest::testContext(Backend::Cuda, threads);
     RunContext& gctx = shared ? *shared : own;
+    cudatest::useEnvironment(gctx); // the scope's GPUPHOT_DETECTION_... switches
     detail::PreparedDetection prep;
     detail::prepareDetection(in.image.view(), in.mask.view(), in.bkg, p, threads, prep);
     prep.im.releasableDet = nullptr; // the filtered image goes up first
@@ -123,7 +124,7 @@ TEST(CudaDetectionFinish, CrowdedFieldBitwise) {
 
 TEST(CudaDetectionFinish, RankAndSegmentedSortsGiveTheSameCurves) {
     REQUIRE_DEVICE();
-    // The growth curves' sort: by rank for objects of at most GPUPHOT_DETECTION_RANK_MAX pixels (1024 by
+    // The growth curves' sort: by rank for objects of at most testHooks.detectionRankMax pixels (1024 by
     // default: all of these), cub's segmented sort for larger ones; 0: cub for all; 6 and 40: both in one
     // step. Each bitwise the CPU's (its stable sort, ties in raster order).
     RunContext ctx = cudatest::cpuContext();
@@ -131,7 +132,7 @@ TEST(CudaDetectionFinish, RankAndSegmentedSortsGiveTheSameCurves) {
     for (const char* rankMax : {"", "0", "6", "40"}) {
         SCOPED_TRACE(std::string("rank max ") + rankMax);
         std::unique_ptr<cudatest::EnvOverride> env;
-        if (*rankMax) env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_DETECTION_RANK_MAX", rankMax);
+        if (*rankMax) env = std::make_unique<cudatest::EnvOverride>("GPUPHOT_TEST_DETECTION_RANK_MAX", rankMax);
         for (DetectionParams p : {DetectionParams{}, gainParams()}) {
             const Finished f = finishBoth(in, p);
             EXPECT_GT(f.cpu.sources.size(), 100u);

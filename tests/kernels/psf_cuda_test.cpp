@@ -266,8 +266,11 @@ TEST(PsfCuda, NoMaskDispatchAndSwitch) {
     expectSamePsf(cpuRes, again, "no mask, again");
     {
         const EnvOverride off("GPUPHOT_PSF_DEVICE", "0");
+        RunContext hostFits = gc;
+        useEnvironment(hostFits);
+        EXPECT_FALSE(hostFits.tuning.psfOnDevice);
         const PsfResult host =
-            cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, gc);
+            cuda::buildPsfModel(p.f.sim.image.view(), MaskView{}, p.f.bkg, p.sources, 3.0, params, hostFits);
         EXPECT_EQ(cuda::psfLastDeviceFits(), 0u);
         EXPECT_EQ(cuda::psfLastDeviceProfileFits(), 0u);
         expectSamePsf(cpuRes, host, "GPUPHOT_PSF_DEVICE=0");

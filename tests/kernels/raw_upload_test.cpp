@@ -369,8 +369,12 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
     Table tOff, tCpu, tPacked;
     {
         EnvGuard e("GPUPHOT_RAW_UPLOAD", "0");
+        const BackendTuning t = BackendTuning::fromEnvironment();
+        EXPECT_FALSE(t.rawUpload);
+        armRawUpload(t.rawUpload); // as startDeviceWarmUp does with the context's tuning
         EXPECT_FALSE(rawUploadEnabled());
         tOff = run(plain, off, false, true);
+        armRawUpload(true);
     }
     EXPECT_TRUE(rawUploadEnabled());
     tCpu = run(plain, cpu, true, false); // read with the upload (armed), dropped by the CPU backend
