@@ -32,8 +32,13 @@ void validateOutputOptions(const OutputOptions& o) {
         if (!formats.count(f)) throw InvalidInput("unknown output format '" + f + "' (expected ecsv, csv, reg)");
     for (const auto& m : o.maps)
         if (!maps.count(m)) throw InvalidInput("unknown map '" + m + "' (expected bkg, rms, seg, psf, resid)");
+    // A missing output directory is made (with its parents); a path that is something else is an error.
     std::error_code ec;
-    if (!fs::is_directory(o.outdir, ec)) throw IoError("output directory " + o.outdir + " does not exist");
+    if (fs::is_directory(o.outdir, ec)) return;
+    if (fs::exists(o.outdir, ec)) throw IoError("output directory " + o.outdir + " is not a directory");
+    fs::create_directories(o.outdir, ec);
+    if (ec || !fs::is_directory(o.outdir))
+        throw IoError("output directory " + o.outdir + " cannot be created: " + ec.message());
 }
 
 std::string frameStem(const std::string& path) {

@@ -25,7 +25,8 @@ struct OutputOptions {
     bool writeSolved = false;
 };
 
-// Throws InvalidInput for an unknown format or map name.
+// Throws InvalidInput for an unknown format or map name. Makes a missing output directory (IoError when
+// it cannot, or when the path is not a directory).
 void validateOutputOptions(const OutputOptions& options);
 // "dir/frame.fits.fz" -> "frame" (strips .fits/.fit/.fts/.fz/.gz and a CFITSIO [..] suffix).
 std::string frameStem(const std::string& path);
