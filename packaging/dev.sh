@@ -30,8 +30,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev xvfb xauth libgl1-mesa-dri libcfitsio-bin
   libsep-dev source-extractor python3-astropy python3-numpy python3-sep python3-photutils
   python3-astroscrappy
-  # Tycho-2 (Debian's astrometry.net index 07, 22'-30' quads): the Tycho-2 reader and `reduce` without --ref
-  astrometry-data-tycho2-07-littleendian
+  # Tycho-2 (Debian's astrometry.net indexes 07 and 08): the Tycho-2 reader and `reduce` without --ref
+  astrometry-data-tycho2-07-littleendian astrometry-data-tycho2-08-littleendian
   # batch and distributed reduction: Redis workers (hiredis), and a real Slurm and Redis in the tests
   libhiredis-dev redis-server slurm-wlm munge inotify-tools
   # hardening: clang's libFuzzer and sanitizers; packaging: dpkg-shlibdeps for the .deb

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <exception>
+#include <numbers>
 #include <optional>
 #include <span>
 #include <string>
@@ -162,6 +163,18 @@ void sortCandidates(MatchCandidate* begin, MatchCandidate* end) {
     std::sort(begin, end, [](const MatchCandidate& a, const MatchCandidate& b) {
         return std::tie(a.sep, a.ref) < std::tie(b.sep, b.ref);
     });
+}
+
+// Matches expected by chance (CrossmatchResult::chanceMatches).
+static double chanceMatchCount(const std::vector<std::uint8_t>& valid, std::size_t nRef, double radiusArcsec,
+                               const Wcs& wcs, int width, int height) {
+    const double scale = wcs.pixelScaleArcsec(0.5 * (width - 1), 0.5 * (height - 1));
+    if (!(scale > 0.0) || !std::isfinite(scale)) return 0.0;
+    std::size_t nSrc = 0;
+    for (const std::uint8_t v : valid) nSrc += v;
+    const double r = radiusArcsec / scale;
+    return static_cast<double>(nSrc) * static_cast<double>(nRef) * std::numbers::pi * r * r /
+           (static_cast<double>(width) * height);
 }
 
 CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
@@ -356,6 +369,7 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
             setup.srcValid[i] = 1;
         }
     }
+    res.chanceMatches = chanceMatchCount(setup.srcValid, res.nRefInFrame, params.radiusArcsec, wcs, width, height);
     return setup;
 }
 

@@ -74,6 +74,10 @@ struct CrossmatchResult {
     std::vector<std::int32_t> refSelected;
     std::vector<double> refX, refY;
     double radiusPx = 0.0; // pixel search radius used in the grid / k-d tree
+    // Matches expected by chance: sources with a position x reference stars in the frame x the match
+    // circle's area / the frame's area (at the scale of the frame's centre), as the astrometric
+    // verification counts them. The zero point refuses matches that are not well above it.
+    double chanceMatches = 0.0;
 };
 
 // x, y: source positions, 0-based pixels (NaN entries never match). width, height: frame size (px).

@@ -317,6 +317,50 @@ void validate(const ZeroPointParams& p) {
         throw InvalidInput("zeropoint: minSnr, magBright and magFaint must not be NaN");
     if (p.isolationArcsec < 0.0 || !std::isfinite(p.isolationArcsec))
         throw InvalidInput("zeropoint: isolationArcsec must be >= 0");
+    if (!(p.matchSigma >= 0.0) || !std::isfinite(p.matchSigma))
+        throw InvalidInput("zeropoint: matchSigma must be >= 0");
+    if (p.bootstrap < 0) throw InvalidInput("zeropoint: bootstrap must be >= 0");
+    if (!(p.maxZpErr >= 0.0) || std::isnan(p.maxZpErr)) throw InvalidInput("zeropoint: maxZpErr must be >= 0");
+}
+
+// Why the crossmatch's matches are no better than chance (empty: they are): fewer than the chance count
+// plus matchSigma Poisson sigmas, the astrometric verification's test.
+std::string chanceProblem(const CrossmatchResult& m, double sigma) {
+    if (!(sigma > 0.0) || !(m.chanceMatches > 0.0)) return {};
+    const double need = m.chanceMatches + sigma * std::sqrt(m.chanceMatches);
+    if (static_cast<double>(m.nMatched) >= need) return {};
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "matches not significant: %zu matched where %.1f are expected by chance (need %.0f); "
+                  "is the reference catalog of this field?",
+                  m.nMatched, m.chanceMatches, std::ceil(need));
+    return buf;
+}
+
+// Standard deviation of the zero point over `rounds` resamples (with replacement) of the kept calibrators,
+// each fitted with the final fit's weights 1/(σ² + σ_int²) and colour term held (NaN: under 2 rounds).
+double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Model& m, double sInt,
+                         int rounds, std::uint64_t seed) {
+    std::vector<std::size_t> kept;
+    for (std::size_t i = 0; i < d.size(); ++i)
+        if (keep[i]) kept.push_back(i);
+    if (rounds < 2 || kept.size() < 2) return kNaN;
+    SplitMix64 rng{seed ^ 0xB0075724Aull};
+    double s = 0.0, s2 = 0.0;
+    for (int r = 0; r < rounds; ++r) {
+        double sw = 0.0, swy = 0.0;
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+            const std::size_t i = kept[rng.below(kept.size())];
+            const double w = 1.0 / (d.var[i] + sInt * sInt);
+            sw += w;
+            swy += w * (d.y[i] - m.ct * d.c[i]);
+        }
+        const double zp = swy / sw;
+        s += zp;
+        s2 += zp * zp;
+    }
+    const double mean = s / rounds;
+    return std::sqrt(std::max(0.0, (s2 - rounds * mean * mean) / (rounds - 1)));
 }
 
 } // namespace
@@ -340,7 +384,10 @@ void to_json(nlohmann::json& j, const ZeroPointParams& p) {
                        {"seed", p.seed},
                        {"ransacIterations", p.ransacIterations},
                        {"ransacThreshold", p.ransacThreshold},
-                       {"minStars", p.minStars}};
+                       {"minStars", p.minStars},
+                       {"matchSigma", p.matchSigma},
+                       {"bootstrap", p.bootstrap},
+                       {"maxZpErr", p.maxZpErr}};
 }
 
 void from_json(const nlohmann::json& j, ZeroPointParams& p) {
@@ -360,6 +407,9 @@ void from_json(const nlohmann::json& j, ZeroPointParams& p) {
     p.ransacIterations = j.value("ransacIterations", d.ransacIterations);
     p.ransacThreshold = j.value("ransacThreshold", d.ransacThreshold);
     p.minStars = j.value("minStars", d.minStars);
+    p.matchSigma = j.value("matchSigma", d.matchSigma);
+    p.bootstrap = j.value("bootstrap", d.bootstrap);
+    p.maxZpErr = j.value("maxZpErr", d.maxZpErr);
 }
 
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
@@ -415,6 +465,7 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
                            std::to_string(magInstErr.size()) + " errors and " + std::to_string(flags.size()) +
                            " flags");
     ZeroPointResult res;
+    res.chanceMatches = matches.chanceMatches;
     auto flagOf = [&](std::size_t i) { return flags.empty() ? 0u : flags[i]; };
 
     // --- candidates ----------------------------------------------------------------------------------
@@ -494,6 +545,7 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         res.used.assign(nc, false);
         return res;
     };
+    if (const std::string why = chanceProblem(matches, params.matchSigma); !why.empty()) return fail(why);
     if (static_cast<int>(nc) < params.minStars)
         return fail("too few calibrators: " + std::to_string(nc) + " passed the cuts (of " +
                     std::to_string(matches.nMatched) +
@@ -530,7 +582,18 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     }
 
     res.zp = f.model.zp;
-    res.zpErr = f.model.zpErr;
+    res.zpErrFormal = f.model.zpErr;
+    res.zpErrBootstrap = bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed);
+    res.zpErr = std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
+    if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
+        char why[160];
+        std::snprintf(why, sizeof why, "zero point %.4f +- %.4f from %d calibrators: error above maxZpErr %.4g",
+                      res.zp, res.zpErr, nKeep, params.maxZpErr);
+        const ZeroPointResult failed = fail(why);
+        res = failed;
+        res.zp = kNaN;
+        return res;
+    }
     res.colourTermFitted = colour;
     res.colourTerm = colour ? f.model.ct : 0.0;
     res.colourTermErr = colour ? f.model.ctErr : kNaN;

@@ -69,6 +69,15 @@ struct ZeroPointParams {
     int ransacIterations = 500;
     double ransacThreshold = 0.05; // mag: inlier residual for RANSAC
     int minStars = 5;              // fewer calibrators (after clipping): ok = false
+    // --- refusing what is not a calibration ---
+    // The crossmatch's matches must exceed those expected by chance (CrossmatchResult::chanceMatches) by
+    // this many Poisson sigmas, as the astrometric verification asks; else ok = false (0: no test).
+    double matchSigma = 10.0;
+    // Bootstrap resamples of the calibrators (seeded by `seed`); zpErr is the larger of the fit's formal
+    // error and the bootstrap's standard deviation of the zero point (0: the formal error alone).
+    int bootstrap = 200;
+    // A zero point whose zpErr exceeds this (mag) is not one: ok = false (0: no limit).
+    double maxZpErr = 0.1;
 };
 
 void to_json(nlohmann::json& j, const ZeroPointParams& p);
@@ -80,6 +89,9 @@ struct ZeroPointResult {
     double colourTerm = 0.0; // 0 unless fitted
     double colourTermErr = std::numeric_limits<double>::quiet_NaN();
     bool colourTermFitted = false;
+    double zpErrFormal = std::numeric_limits<double>::quiet_NaN();    // the weighted fit's own error
+    double zpErrBootstrap = std::numeric_limits<double>::quiet_NaN(); // spread over resampled calibrators
+    double chanceMatches = std::numeric_limits<double>::quiet_NaN(); // the matches expected by chance
     int nUsed = 0;                         // calibrators in the final fit
     int nCandidates = 0;                   // calibrators that passed the cuts
     std::vector<std::int32_t> sourceIndex; // per candidate: source index (ascending)

@@ -138,6 +138,7 @@ TEST(RealCalibration, DecamGaia) {
     cfg.astrometry.minSipOrder = 0;
     cfg.zeropoint.minStars = 3;
     cfg.zeropoint.minSnr = 10.0;
+    cfg.zeropoint.maxZpErr = 0.5; // three calibrators (DECam r against Gaia G): a coarse zero point is asked
     RunContext ctx;
     const PipelineResult r = runPipeline(frame, cfg, ctx, &ref);
     print("DECam refined", r, frame);
@@ -147,4 +148,10 @@ TEST(RealCalibration, DecamGaia) {
     EXPECT_LT(r.astrometry.rmsPx, 0.5);
     ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
     EXPECT_GE(r.zeropoint.nUsed, 3);
+    EXPECT_GE(r.zeropoint.zpErr, r.zeropoint.zpErrFormal);
+    // The default precision bar refuses a zero point that uncertain: no calibration, the reason said.
+    cfg.zeropoint.maxZpErr = ZeroPointParams{}.maxZpErr;
+    const PipelineResult strict = runPipeline(frame, cfg, ctx, &ref);
+    EXPECT_FALSE(strict.zeropoint.ok);
+    EXPECT_NE(strict.calibrationProblem.find("maxZpErr"), std::string::npos) << strict.calibrationProblem;
 }

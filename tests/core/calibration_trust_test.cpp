@@ -1,0 +1,114 @@
+// Calibration refuses what is not real: a reference catalog of another field (its stars where this
+// frame has none) gives chance matches only, and the zero point is then not reported as one (ok false,
+// the reason said, mag_cal NaN, exit 4 for the CLI), while the right catalog calibrates the same frames.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/model/frame.hpp"
+#include "core/wcs/wcs.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/sim_frame.hpp"
+#include "core/sim/simulator.hpp"
+
+using namespace gpuphot;
+
+namespace {
+
+ReferenceCatalog referenceOf(const SimResult& sim) {
+    ReferenceCatalog ref;
+    ref.ra = sim.reference.doubles("ra");
+    ref.dec = sim.reference.doubles("dec");
+    ref.mag = sim.reference.doubles("mag");
+    ref.magErr = sim.reference.doubles("mag_err");
+    ref.color = sim.reference.doubles("colour");
+    ref.pmRa.assign(ref.ra.size(), std::nan(""));
+    ref.pmDec.assign(ref.ra.size(), std::nan(""));
+    for (double v : sim.reference.doubles("id")) ref.id.push_back(static_cast<std::int64_t>(v));
+    return ref;
+}
+
+// Another field's catalog over the same sky: as many stars, the same magnitudes, at positions drawn
+// uniformly over the frame (so every match is by chance).
+ReferenceCatalog otherField(const ReferenceCatalog& right, const Frame& frame, std::uint64_t seed) {
+    ReferenceCatalog ref = right;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> ux(-20.0, frame.width() + 20.0), uy(-20.0, frame.height() + 20.0);
+    for (std::size_t i = 0; i < ref.ra.size(); ++i) {
+        const auto [ra, dec] = frame.wcs->pixelToWorld(ux(rng), uy(rng));
+        ref.ra[i] = ra;
+        ref.dec[i] = dec;
+    }
+    return ref;
+}
+
+} // namespace
+
+TEST(CalibrationTrust, WrongFieldIsRefusedAndRightFieldCalibratesIn20Trials) {
+    int refused = 0, calibrated = 0;
+    for (int trial = 0; trial < 20; ++trial) {
+        SimParams sp;
+        sp.width = 768;
+        sp.height = 768;
+        sp.stars = 700;
+        sp.seed = 500 + static_cast<std::uint64_t>(trial);
+        const SimResult sim = simulateField(sp);
+        const Frame frame = frameFromSimulation(sim);
+        ASSERT_TRUE(frame.wcs);
+        const ReferenceCatalog right = referenceOf(sim), wrong = otherField(right, frame, sp.seed);
+        PipelineConfig config;
+        config.fitAstrometry = false; // the header WCS as it is: the chance matches reach the zero point
+        RunContext ctx;
+        ctx.threads = 2;
+        const PipelineResult good = runPipeline(frame, config, ctx, &right);
+        const PipelineResult bad = runPipeline(frame, config, ctx, &wrong);
+        const double zpTrue = *sim.header.getDouble("SIMZP");
+        SCOPED_TRACE("trial " + std::to_string(trial));
+        EXPECT_TRUE(good.zeropoint.ok) << good.zeropoint.message;
+        EXPECT_NEAR(good.zeropoint.zp, zpTrue, 0.02);
+        EXPECT_FALSE(bad.zeropoint.ok) << "zp " << bad.zeropoint.zp << " +- " << bad.zeropoint.zpErr;
+        EXPECT_TRUE(std::isnan(bad.zeropoint.zp));
+        EXPECT_NE(bad.calibrationProblem.find("not significant"), std::string::npos) << bad.calibrationProblem;
+        EXPECT_GT(bad.crossmatch.chanceMatches, 0.0);
+        calibrated += good.zeropoint.ok;
+        refused += !bad.zeropoint.ok;
+        if (trial == 0)
+            std::printf("[trust] right: %zu matched (%.1f by chance), zp %.4f +- %.4f; wrong: %zu matched (%.1f by "
+                        "chance): %s\n",
+                        good.crossmatch.nMatched, good.crossmatch.chanceMatches, good.zeropoint.zp,
+                        good.zeropoint.zpErr, bad.crossmatch.nMatched, bad.crossmatch.chanceMatches,
+                        bad.calibrationProblem.c_str());
+    }
+    EXPECT_EQ(calibrated, 20);
+    EXPECT_EQ(refused, 20);
+}
+
+// The zero point's error covers the calibrators' spread: the bootstrap is reported beside the formal
+// error, and zpErr is the larger of the two.
+TEST(CalibrationTrust, ZeroPointErrorIsTheLargerOfFormalAndBootstrap) {
+    SimParams sp;
+    sp.width = 768;
+    sp.height = 768;
+    sp.stars = 700;
+    sp.seed = 77;
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim);
+    const ReferenceCatalog right = referenceOf(sim);
+    PipelineConfig config;
+    config.fitAstrometry = false;
+    RunContext ctx;
+    const PipelineResult r = runPipeline(frame, config, ctx, &right);
+    ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
+    EXPECT_GT(r.zeropoint.zpErrBootstrap, 0.0);
+    EXPECT_GT(r.zeropoint.zpErrFormal, 0.0);
+    EXPECT_EQ(r.zeropoint.zpErr, std::max(r.zeropoint.zpErrFormal, r.zeropoint.zpErrBootstrap));
+    config.zeropoint.bootstrap = 0;
+    const PipelineResult formal = runPipeline(frame, config, ctx, &right);
+    EXPECT_EQ(formal.zeropoint.zpErr, formal.zeropoint.zpErrFormal);
+    EXPECT_TRUE(std::isnan(formal.zeropoint.zpErrBootstrap));
+    EXPECT_EQ(formal.zeropoint.zp, r.zeropoint.zp);
+}
