@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/catalog/reference_catalog.hpp"
@@ -29,6 +31,39 @@ const char* stageName(Stage s) {
 }
 
 namespace {
+
+// Every calibrator's magnitude shares one curve of growth, so its error does not average down over the
+// calibrators: it is added to zpErr in quadrature (the curve's standard error at the fixed radius nearest
+// the calibrators' median optimal radius; none for a model curve, which has no measured error). A zero
+// point then less certain than maxZpErr is refused as fitZeroPoint would.
+void addApertureCorrectionError(ZeroPointResult& zp, const ApertureResult& ap, const ZeroPointParams& params) {
+    if (!zp.ok || ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return;
+    std::vector<double> radii;
+    for (std::size_t k = 0; k < zp.sourceIndex.size(); ++k) {
+        const auto i = static_cast<std::size_t>(zp.sourceIndex[k]);
+        if (k < zp.used.size() && zp.used[k] && i < ap.radiusOpt.size() && std::isfinite(ap.radiusOpt[i]))
+            radii.push_back(ap.radiusOpt[i]);
+    }
+    if (radii.empty()) return;
+    std::nth_element(radii.begin(), radii.begin() + radii.size() / 2, radii.end());
+    const double r = radii[radii.size() / 2];
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < ap.radii.size(); ++k)
+        if (std::fabs(ap.radii[k] - r) < std::fabs(ap.radii[best] - r)) best = k;
+    const double err = ap.apCorrMagErr[best];
+    if (!(err > 0.0) || !std::isfinite(err)) return;
+    zp.zpErr = std::hypot(zp.zpErr, err);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; aperture-correction error %.4f included", err);
+    zp.message += buf;
+    if (params.maxZpErr > 0.0 && !(zp.zpErr <= params.maxZpErr)) {
+        std::snprintf(buf, sizeof buf, "zero point error %.4f (with the aperture correction's) above maxZpErr %.4g",
+                      zp.zpErr, params.maxZpErr);
+        zp.ok = false;
+        zp.message = buf;
+        zp.zp = std::numeric_limits<double>::quiet_NaN();
+    }
+}
 
 // Stage inputs that come from the frame rather than from the user's parameters.
 DetectionParams detectionParamsFor(const Frame& frame, DetectionParams p) {
@@ -261,6 +296,7 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                 for (std::size_t i = 0; i < n; ++i)
                     flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
                 r.zeropoint = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, refUse, config.zeropoint, ctx);
+                addApertureCorrectionError(r.zeropoint, r.aperture, config.zeropoint);
                 if (cut) {
                     for (std::int32_t& row : r.crossmatch.refIndex)
                         if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];

@@ -346,6 +346,73 @@ void checkPositive(double v, const char* what) {
 
 } // namespace
 
+namespace {
+
+// The concentration flux(r1) / flux(ref) that the PSF model predicts for a single star, with the local
+// sky's share of the wing light in the annulus [rin, rout] subtracted as the measurement does; NaN
+// without a usable model.
+double modelConcentration(const ApertureParams& p, double r1, double ref, double rin, double rout) {
+    if (!p.psfApertureFractions) return kNaN;
+    const std::vector<double> m = p.psfApertureFractions({r1, ref, rin, rout});
+    if (m.size() != 4) return kNaN;
+    for (double v : m)
+        if (!(v >= 0.0 && v <= 1.0 + 1e-9)) return kNaN;
+    const double wing = rout > rin ? (m[3] - m[2]) / (rout * rout - rin * rin) : 0.0;
+    const double g1 = m[0] - r1 * r1 * wing, gref = m[1] - ref * ref * wing;
+    return gref > 0.0 ? g1 / gref : kNaN;
+}
+
+// The stars whose curve of growth corrects the apertures: unflagged, S/N >= apCorrMinSnr in the reference
+// aperture, and single. A blend of two stars closer than the deblending resolves is the brightest object
+// of a crowded field and is less concentrated than one star, so with a PSF model each candidate's
+// concentration must agree with the model's within apCorrClip times its own noise (plus 1 % for the
+// model): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
+// model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
+// brightest apCorrMaxStars are clipped about their median concentration. Ascending indices.
+std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre, const std::vector<double>& flux1,
+                                            const std::vector<double>& err1, const std::vector<double>& fluxRef,
+                                            const std::vector<double>& errRef,
+                                            const std::vector<std::uint32_t>& flagsRef, std::uint32_t reject,
+                                            double r1, double ref, double rin, double rout,
+                                            const ApertureParams& p) {
+    std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
+    for (std::size_t i : pre) {
+        if ((flagsRef[i] & reject) || !(fluxRef[i] > 0.0) || !(errRef[i] > 0.0)) continue;
+        const double snr = fluxRef[i] / errRef[i];
+        if (snr >= p.apCorrMinSnr) cand.emplace_back(-snr, i);
+    }
+    std::sort(cand.begin(), cand.end());
+    const double model = modelConcentration(p, r1, ref, rin, rout);
+    std::vector<std::size_t> stars;
+    const std::size_t maxStars = static_cast<std::size_t>(std::max(0, p.apCorrMaxStars));
+    if (std::isfinite(model)) {
+        for (const auto& [negSnr, i] : cand) {
+            if (stars.size() >= maxStars) break;
+            // flux(ref) = flux(r1) + wing; their errors: e1 and sqrt(eRef^2 - e1^2), independent
+            const double f1 = flux1[i], fr = fluxRef[i], fw = fr - f1;
+            const double v1 = err1[i] * err1[i], vw = std::max(0.0, errRef[i] * errRef[i] - v1);
+            const double sigma = std::sqrt((fw * fw * v1 + f1 * f1 * vw) / (fr * fr * fr * fr) +
+                                           (0.01 * model) * (0.01 * model));
+            if (std::abs(f1 / fr - model) <= p.apCorrClip * sigma) stars.push_back(i);
+        }
+        if (static_cast<int>(stars.size()) < std::max(1, p.apCorrMinStars)) stars.clear();
+    }
+    if (stars.empty()) {
+        if (cand.size() > maxStars) cand.resize(maxStars);
+        std::vector<double> conc;
+        for (const auto& c : cand)
+            conc.push_back(flux1[c.second] / fluxRef[c.second]);
+        const double med = robustMedian(conc);
+        const double sig = conc.empty() ? 0.0 : madSigma(conc, med);
+        for (std::size_t k = 0; k < cand.size(); ++k)
+            if (!(sig > 0.0) || std::abs(conc[k] - med) <= p.apCorrClip * sig) stars.push_back(cand[k].second);
+    }
+    std::sort(stars.begin(), stars.end());
+    return stars;
+}
+
+} // namespace
+
 ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageView& image,
                                             const MaskView& mask, const BackgroundResult& bkg,
                                             const ImageViewT<std::int32_t>& segmentation,
@@ -833,27 +900,9 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         });
         runKron(); // (no reference apertures)
         clock.lap("p2.REF");
-        std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
-        for (std::size_t i : pre) {
-            if ((flagsRef[i] & kRejectSource) || !(fluxRef[i] > 0.0) || !(errRef[i] > 0.0)) continue;
-            const double snr = fluxRef[i] / errRef[i];
-            if (snr >= p.apCorrMinSnr) cand.emplace_back(-snr, i);
-        }
-        std::sort(cand.begin(), cand.end());
-        if (cand.size() > static_cast<std::size_t>(std::max(0, p.apCorrMaxStars)))
-            cand.resize(p.apCorrMaxStars);
-        std::vector<std::size_t> stars;
-        {
-            std::vector<double> conc;
-            for (const auto& c : cand)
-                conc.push_back(flux1[c.second] / fluxRef[c.second]);
-            const double med = robustMedian(conc);
-            const double sig = conc.empty() ? 0.0 : madSigma(conc, med);
-            for (std::size_t k = 0; k < cand.size(); ++k)
-                if (!(sig > 0.0) || std::abs(conc[k] - med) <= p.apCorrClip * sig)
-                    stars.push_back(cand[k].second);
-            std::sort(stars.begin(), stars.end());
-        }
+        const std::vector<std::size_t> stars =
+            curveOfGrowthStars(pre, flux1, err1, fluxRef, errRef, flagsRef, kRejectSource, oneFwhm, refRadius,
+                               p.useLocalSky ? rin : 0.0, p.useLocalSky ? rout : 0.0, p);
         const std::size_t nGrid = res.cogRadius.size();
         if (static_cast<int>(stars.size()) >= std::max(1, p.apCorrMinStars)) {
             res.apCorrStars = static_cast<int>(stars.size());

@@ -213,6 +213,7 @@ TEST(ApertureCuda, OptimalRadiiMatchHostSearch) {
     }
     // GPUPHOT_APERTURE_OPTIMAL=host: the engine leaves the search to the driver
     const ScopedEnv e("GPUPHOT_APERTURE_OPTIMAL", "host");
+    cudatest::useEnvironment(g);
     const double one = 1.0;
     const detail::OptimalGrid grid{&one, &one, &one, &one, 1, 0.0, false};
     const detail::OptimalJob job{1.0, 1.0, 100.0};
