@@ -58,6 +58,11 @@ for f in "${FRAMES[@]}"; do
     run "$GP" cpu "$WORK/$f.newcpu" "${newcfg[@]}"
     run "$GP" cuda "$WORK/$f.newcuda" "${newcfg[@]}"
     [ -x "$REF" ] && run "$REF" cuda "$WORK/$f.refcuda"
+    if cmp -s "$WORK/$f.newcpu/$f.cat.csv" "$WORK/$f.newcuda/$f.cat.csv"; then
+        log "$f: this tree's CUDA = its CPU, byte for byte"
+    else
+        log "$f: this tree's CUDA DIFFERS from its CPU"; status=1
+    fi
     for d in newcpu newcuda refcuda; do
         [ -f "$WORK/$f.$d/$f.cat.csv" ] || continue
         if cmp -s "$WORK/$f.refcpu/$f.cat.csv" "$WORK/$f.$d/$f.cat.csv"; then
@@ -72,7 +77,9 @@ done
 # The bench of both binaries, alternating, on the last frame (read included, warm, best of --repeat 5).
 if [ -x "$REF" ]; then
     for r in $(seq "${BENCH_REPEATS:-3}"); do
-        for b in "$GP" "$REF"; do
+        order=("$GP" "$REF")
+        [ $((r % 2)) = 0 ] && order=("$REF" "$GP") # alternate which binary runs first
+        for b in "${order[@]}"; do
             "$b" bench "$WORK/$last.fits" --backend cuda --repeat 5 --json -o "$WORK" 2>> "$LOG" |
                 python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'binary': '$(basename "$b")', 'round': $r, 'report': d}))" \
                 >> "$OUT/bench.jsonl"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -31,6 +32,56 @@ const char* stageName(Stage s) {
 }
 
 namespace {
+
+// The fraction of a star's light that an aperture of radius r keeps after the local sky, itself raised by
+// the wing light in the annulus [a1, a2], is subtracted: Moffat (beta) or Gaussian of FWHM f, circular.
+double keptFraction(double r, double f, double beta, bool moffat, double a1, double a2) {
+    auto ee = [&](double x) {
+        if (moffat) {
+            const double alpha = f / (2.0 * std::sqrt(std::pow(2.0, 1.0 / beta) - 1.0));
+            return 1.0 - std::pow(1.0 + (x / alpha) * (x / alpha), 1.0 - beta);
+        }
+        const double sigma = f / (2.0 * std::sqrt(2.0 * std::log(2.0)));
+        return 1.0 - std::exp(-0.5 * (x / sigma) * (x / sigma));
+    };
+    const double wing = a2 > a1 ? (ee(a2) - ee(a1)) / (a2 * a2 - a1 * a1) : 0.0;
+    return ee(r) - r * r * wing;
+}
+
+// The optimal apertures were corrected with one curve of growth, the field's: measured on the curve's
+// stars, or the median model's. Where the PSF model is broader or sharper than for those, the aperture
+// keeps less or more of the light: each source's flux is scaled by kept(r; f0) / kept(r; its FWHM), with
+// f0 the model's FWHM at the curve's stars (their median; the model's median for a model curve), r the
+// source's radius and R the reference radius (kept(r) / kept(R) when the correction stops at R).
+void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
+    double fMed = psf.medianFwhm;
+    const double R = ap.apCorrRefRadius;
+    if (ap.apCorrSource == "stars" && !ap.apCorrStarIndex.empty()) {
+        std::vector<double> f;
+        for (const auto i : ap.apCorrStarIndex)
+            if (static_cast<std::size_t>(i) < psf.fwhm.size() && psf.fwhm[i] > 0.0) f.push_back(psf.fwhm[i]);
+        if (f.empty()) return;
+        std::sort(f.begin(), f.end());
+        fMed = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
+    }
+    const bool moffat = psf.model == PsfModelKind::Moffat && psf.medianBeta > 1.0;
+    const double beta = moffat ? psf.medianBeta : 0.0;
+    const double a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter;
+    const bool toTotal = ap.refApertureFraction < 1.0;
+    if (!(fMed > 0.0) || !(R > 0.0) || psf.fwhm.size() != ap.fluxOpt.size()) return;
+    auto kept = [&](double r, double f) {
+        const double k = keptFraction(r, f, beta, moffat, a1, a2);
+        return toTotal ? k : k / keptFraction(R, f, beta, moffat, a1, a2);
+    };
+    for (std::size_t i = 0; i < ap.fluxOpt.size(); ++i) {
+        const double f = psf.fwhm[i], r = i < ap.radiusOpt.size() ? ap.radiusOpt[i] : std::nan("");
+        if (!(f > 0.0) || !std::isfinite(r) || !(r > 0.0)) continue;
+        const double scale = kept(r, fMed) / kept(r, f);
+        if (!(scale > 0.5 && scale < 2.0)) continue;
+        ap.fluxOpt[i] *= scale;
+        ap.fluxOptErr[i] *= scale;
+    }
+}
 
 // Every calibrator's magnitude shares one curve of growth, so its error does not average down over the
 // calibrators: it is added to zpErr in quadrature (the curve's standard error at the fixed radius nearest
@@ -145,6 +196,7 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
             r.warnings.push_back("PSF model gives an implausible reference-aperture fraction: "
                                  "aperture corrections stop at the reference radius");
     }
+    if (r.psf.hasModel()) applyLocalCurveOfGrowth(r.aperture, r.psf);
 }
 
 } // namespace
