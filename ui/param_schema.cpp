@@ -206,6 +206,10 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(integer("aperture.apCorrMinStars", ap, "Correction min. stars", "", "", 1, 10000));
     v.push_back(dbl("aperture.apCorrMinSnr", ap, "Correction min. S/N", "", "", 0, 1e5, 5, 1));
     v.push_back(dbl("aperture.apCorrClip", ap, "Correction clip σ", "", "", 0.5, 20, 0.1, 2));
+    v.push_back(dbl("aperture.apCorrIsolation", ap, "Correction isolation", "",
+                    "Neighbours' light in a correction star's reference aperture at most this fraction (0: off)", 0, 1, 0.001, 4));
+    v.push_back(dbl("aperture.apCorrModelErr", ap, "Model curve error", "mag",
+                    "Error of a curve of growth taken from the PSF model", 0, 1, 0.001, 4));
     v.push_back(boolean("aperture.optimal", ap, "Optimal aperture", "S/N-optimal aperture per source (flux_opt)"));
     v.push_back(dbl("aperture.optimalMinRadius", ap, "Optimal min. radius", "FWHM", "", 0.05, 10, 0.05, 2));
     v.push_back(dbl("aperture.cogStep", ap, "Curve-of-growth step", "FWHM", "", 0.001, 1, 0.01, 3));
@@ -237,6 +241,12 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(integer("zeropoint.ransacIterations", zp, "RANSAC iterations", "", "", 1, 1000000));
     v.push_back(dbl("zeropoint.ransacThreshold", zp, "RANSAC threshold", "mag", "Inlier residual", 0.001, 5, 0.01, 3));
     v.push_back(integer("zeropoint.minStars", zp, "Min. calibrators", "", "Fewer calibrators after clipping: no zero point", 1, 100000));
+    v.push_back(choice("zeropoint.magSource", zp, "Calibrated magnitudes",
+                       "Which instrumental magnitudes are calibrated (auto: the one with the smaller zero-point error)",
+                       {{"auto", "auto"}, {"aperture", "aperture"}, {"PSF fit", "psf"}}));
+    v.push_back(dbl("zeropoint.matchSigma", zp, "Matches above chance", "σ", "Matches must exceed chance by this many sigmas (0: off)", 0, 1000, 1, 1));
+    v.push_back(integer("zeropoint.bootstrap", zp, "Bootstrap resamples", "", "0: the formal error alone", 0, 100000));
+    v.push_back(dbl("zeropoint.maxZpErr", zp, "Max. zero-point error", "mag", "A less certain zero point is not reported (0: no limit)", 0, 10, 0.01, 3));
     // --- Astrometry (stage 7) ---
     const std::string as = "astrometry";
     v.push_back(boolean("fitAstrometry", as, "Fit astrometry", "Refine (or solve) the WCS against the reference catalog"));

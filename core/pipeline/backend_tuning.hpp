@@ -64,7 +64,6 @@ struct BackendTuning {
     nlohmann::json toJson() const;
     // The fields that differ from the defaults, "name=value" joined by spaces; empty: all defaults.
     std::string nonDefault() const;
-    bool operator==(const BackendTuning&) const = default;
 };
 
 struct TestHooks {

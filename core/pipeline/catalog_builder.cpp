@@ -153,6 +153,8 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     const double zpv = zp.ok ? zp.zp : nan;
     h.set("ZP", zpv, zp.ok ? "[mag] photometric zero point: mag_cal = mag + ZP" : "[mag] not calibrated");
     h.set("ZPERR", zp.ok ? zp.zpErr : nan, "[mag] error of ZP");
+    h.set("ZPSRC", zp.magSource.empty() ? std::string_view("none") : std::string_view(zp.magSource),
+          "magnitudes calibrated: aperture (flux_opt) or psf");
     h.set("ZPCOLTRM", zp.ok && zp.colourTermFitted ? zp.colourTerm : nan, "[mag/mag] colour term");
     h.set("ZPEXPT", zp.ok && std::isfinite(frame.instrument.exptime) && frame.instrument.exptime > 0
                         ? zpv + 2.5 * std::log10(frame.instrument.exptime) : nan, "[mag] ZP for fluxes in ADU/s");

@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numbers>
+#include <optional>
 #include <string>
 
 #include "core/catalog/reference_catalog.hpp"
@@ -33,87 +34,151 @@ const char* stageName(Stage s) {
 
 namespace {
 
-// The fraction of a star's light that an aperture of radius r keeps after the local sky, itself raised by
-// the wing light in the annulus [a1, a2], is subtracted: Moffat (beta) or Gaussian of FWHM f, circular.
-double keptFraction(double r, double f, double beta, bool moffat, double a1, double a2) {
-    auto ee = [&](double x) {
-        if (moffat) {
-            const double alpha = f / (2.0 * std::sqrt(std::pow(2.0, 1.0 / beta) - 1.0));
-            return 1.0 - std::pow(1.0 + (x / alpha) * (x / alpha), 1.0 - beta);
-        }
-        const double sigma = f / (2.0 * std::sqrt(2.0 * std::log(2.0)));
-        return 1.0 - std::exp(-0.5 * (x / sigma) * (x / sigma));
-    };
-    const double wing = a2 > a1 ? (ee(a2) - ee(a1)) / (a2 * a2 - a1 * a1) : 0.0;
-    return ee(r) - r * r * wing;
-}
+// The local curve of growth: kept(r, f) is the fraction of a star's light that an aperture of radius r
+// keeps after the local sky, itself raised by the wing light in the annulus [a1, a2], is subtracted, for
+// the PSF model's profile at FWHM f (circular); relative to the reference radius R unless the correction
+// goes to the total. fRef: the model's FWHM at the curve's stars (their median; the model's median for a
+// model curve).
+struct LocalCurve {
+    PsfModelKind kind = PsfModelKind::Gaussian;
+    double beta = 0.0, a1 = 0.0, a2 = 0.0, R = 0.0, fRef = 0.0;
+    bool toTotal = false;
+    double kept(double r, double f) const {
+        auto one = [&](double x) {
+            auto ee = [&](double y) { return encircledEnergy(kind, f, beta, y); };
+            const double wing = a2 > a1 ? (ee(a2) - ee(a1)) / (a2 * a2 - a1 * a1) : 0.0;
+            return ee(x) - x * x * wing;
+        };
+        return toTotal ? one(r) : one(r) / one(R);
+    }
+};
 
-// The optimal apertures were corrected with one curve of growth, the field's: measured on the curve's
-// stars, or the median model's. Where the PSF model is broader or sharper than for those, the aperture
-// keeps less or more of the light: each source's flux is scaled by kept(r; f0) / kept(r; its FWHM), with
-// f0 the model's FWHM at the curve's stars (their median; the model's median for a model curve), r the
-// source's radius and R the reference radius (kept(r) / kept(R) when the correction stops at R).
-void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
-    double fMed = psf.medianFwhm;
-    const double R = ap.apCorrRefRadius;
+std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult& psf) {
+    LocalCurve c;
+    c.fRef = psf.medianFwhm;
     if (ap.apCorrSource == "stars" && !ap.apCorrStarIndex.empty()) {
         std::vector<double> f;
         for (const auto i : ap.apCorrStarIndex)
             if (static_cast<std::size_t>(i) < psf.fwhm.size() && psf.fwhm[i] > 0.0) f.push_back(psf.fwhm[i]);
-        if (f.empty()) return;
+        if (f.empty()) return std::nullopt;
         std::sort(f.begin(), f.end());
-        fMed = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
+        c.fRef = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
     }
     const bool moffat = psf.model == PsfModelKind::Moffat && psf.medianBeta > 1.0;
-    const double beta = moffat ? psf.medianBeta : 0.0;
-    const double a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter;
-    const bool toTotal = ap.refApertureFraction < 1.0;
-    if (!(fMed > 0.0) || !(R > 0.0) || psf.fwhm.size() != ap.fluxOpt.size()) return;
-    auto kept = [&](double r, double f) {
-        const double k = keptFraction(r, f, beta, moffat, a1, a2);
-        return toTotal ? k : k / keptFraction(R, f, beta, moffat, a1, a2);
-    };
+    c.kind = moffat ? PsfModelKind::Moffat : PsfModelKind::Gaussian;
+    c.beta = moffat ? psf.medianBeta : 0.0;
+    c.a1 = ap.skyAnnulusInner, c.a2 = ap.skyAnnulusOuter;
+    c.R = ap.apCorrRefRadius;
+    c.toTotal = ap.refApertureFraction < 1.0;
+    if (!(c.fRef > 0.0) || !(c.R > 0.0) || psf.fwhm.size() != ap.fluxOpt.size()) return std::nullopt;
+    return c;
+}
+
+// The optimal apertures were corrected with one curve of growth, the field's. Where the PSF model is
+// broader or sharper than at the curve's stars, the aperture keeps less or more of the light: each
+// source's flux is scaled by kept(r; fRef) / kept(r; its FWHM), r its radius.
+void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
+    const std::optional<LocalCurve> c = localCurveOf(ap, psf);
+    if (!c) return;
     for (std::size_t i = 0; i < ap.fluxOpt.size(); ++i) {
         const double f = psf.fwhm[i], r = i < ap.radiusOpt.size() ? ap.radiusOpt[i] : std::nan("");
         if (!(f > 0.0) || !std::isfinite(r) || !(r > 0.0)) continue;
-        const double scale = kept(r, fMed) / kept(r, f);
+        const double scale = c->kept(r, c->fRef) / c->kept(r, f);
         if (!(scale > 0.5 && scale < 2.0)) continue;
         ap.fluxOpt[i] *= scale;
         ap.fluxOptErr[i] *= scale;
     }
 }
 
-// Every calibrator's magnitude shares one curve of growth, so its error does not average down over the
-// calibrators: it is added to zpErr in quadrature (the curve's standard error at the fixed radius nearest
-// the calibrators' median optimal radius; none for a model curve, which has no measured error). A zero
-// point then less certain than maxZpErr is refused as fitZeroPoint would.
-void addApertureCorrectionError(ZeroPointResult& zp, const ApertureResult& ap, const ZeroPointParams& params) {
-    if (!zp.ok || ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return;
+// The error all calibrated aperture magnitudes share, the curve of growth's (mag): at the fixed radius
+// nearest the median optimal radius of the matched sources of S/N >= minSnr, the standard error of the
+// median of the curve stars' flux ratios, each first brought to fRef by the local curve (a varying PSF's
+// spread is corrected for, so it is not counted as error); for a model curve, its apCorrMagErr.
+double apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf, const std::vector<double>& magInstErr,
+                               const CrossmatchResult& matches, double minSnr) {
+    if (ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return 0.0;
     std::vector<double> radii;
-    for (std::size_t k = 0; k < zp.sourceIndex.size(); ++k) {
-        const auto i = static_cast<std::size_t>(zp.sourceIndex[k]);
-        if (k < zp.used.size() && zp.used[k] && i < ap.radiusOpt.size() && std::isfinite(ap.radiusOpt[i]))
+    for (std::size_t i = 0; i < ap.radiusOpt.size() && i < matches.refIndex.size() && i < magInstErr.size(); ++i)
+        if (matches.refIndex[i] >= 0 && std::isfinite(ap.radiusOpt[i]) && magInstErr[i] > 0.0 &&
+            1.0857 / magInstErr[i] >= minSnr)
             radii.push_back(ap.radiusOpt[i]);
-    }
-    if (radii.empty()) return;
+    if (radii.empty()) return 0.0;
     std::nth_element(radii.begin(), radii.begin() + radii.size() / 2, radii.end());
     const double r = radii[radii.size() / 2];
-    std::size_t best = 0;
-    for (std::size_t k = 1; k < ap.radii.size(); ++k)
-        if (std::fabs(ap.radii[k] - r) < std::fabs(ap.radii[best] - r)) best = k;
-    const double err = ap.apCorrMagErr[best];
-    if (!(err > 0.0) || !std::isfinite(err)) return;
-    zp.zpErr = std::hypot(zp.zpErr, err);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "; aperture-correction error %.4f included", err);
-    zp.message += buf;
-    if (params.maxZpErr > 0.0 && !(zp.zpErr <= params.maxZpErr)) {
-        std::snprintf(buf, sizeof buf, "zero point error %.4f (with the aperture correction's) above maxZpErr %.4g",
-                      zp.zpErr, params.maxZpErr);
-        zp.ok = false;
-        zp.message = buf;
-        zp.zp = std::numeric_limits<double>::quiet_NaN();
+    std::size_t k = 0;
+    for (std::size_t q = 1; q < ap.radii.size(); ++q)
+        if (std::fabs(ap.radii[q] - r) < std::fabs(ap.radii[k] - r)) k = q;
+    const std::optional<LocalCurve> c = localCurveOf(ap, psf);
+    if (ap.apCorrSource == "stars" && c && k < ap.apCorrStarRatio.size() &&
+        ap.apCorrStarRatio[k].size() == ap.apCorrStarIndex.size() && ap.apCorrStarIndex.size() >= 2) {
+        std::vector<double> ratio;
+        for (std::size_t q = 0; q < ap.apCorrStarIndex.size(); ++q) {
+            const double f = psf.fwhm[static_cast<std::size_t>(ap.apCorrStarIndex[q])];
+            const double v = ap.apCorrStarRatio[k][q];
+            if (!(f > 0.0) || !std::isfinite(v)) continue;
+            // the ratio to the reference radius, brought from the star's FWHM to fRef
+            LocalCurve rel = *c;
+            rel.toTotal = false;
+            ratio.push_back(v * rel.kept(ap.radii[k], c->fRef) / rel.kept(ap.radii[k], f));
+        }
+        if (ratio.size() < 2) return 0.0;
+        std::sort(ratio.begin(), ratio.end());
+        const std::size_t m = ratio.size();
+        const double med = m % 2 ? ratio[m / 2] : 0.5 * (ratio[m / 2 - 1] + ratio[m / 2]);
+        std::vector<double> dev;
+        for (double v : ratio)
+            dev.push_back(std::fabs(v - med));
+        std::sort(dev.begin(), dev.end());
+        const double mad = m % 2 ? dev[m / 2] : 0.5 * (dev[m / 2 - 1] + dev[m / 2]);
+        // standard error of a median: sqrt(pi/2) sigma / sqrt(n), sigma = 1.4826 MAD
+        const double se = std::sqrt(std::numbers::pi / 2.0) * 1.4826 * mad / std::sqrt(static_cast<double>(m));
+        return med > 0.0 ? 2.5 / std::numbers::ln10 * se / med : 0.0;
     }
+    const double err = ap.apCorrMagErr[k];
+    return err > 0.0 && std::isfinite(err) ? err : 0.0;
+}
+
+// The zero point of the instrumental magnitudes that config.zeropoint.magSource names: with "auto" both
+// the optimal aperture's and the PSF fit's are calibrated and the one of the smaller zpErr is kept. The
+// kept source's magnitudes are left in r.magInst / r.magInstErr (the catalog's mag_cal is made of them).
+void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, const ReferenceCatalog& ref,
+                    const PipelineConfig& config, RunContext& ctx) {
+    const ZeroPointParams& zpp = config.zeropoint;
+    const std::string& src = zpp.magSource;
+    if (src != "auto" && src != "aperture" && src != "psf")
+        throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
+    ZeroPointResult ap, psf;
+    if (src != "psf") {
+        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx,
+                          apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr));
+        ap.magSource = "aperture";
+    }
+    const std::size_t n = r.magInst.size();
+    std::vector<double> mPsf(n, std::nan("")), ePsf(n, std::nan(""));
+    if (src != "aperture" && r.psf.fluxPsf.size() == n && r.psf.fluxPsfErr.size() == n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            mPsf[i] = instrumentalMag(r.psf.fluxPsf[i]);
+            ePsf[i] = magError(r.psf.fluxPsf[i], r.psf.fluxPsfErr[i]);
+        }
+        // the PSF model's normalisation is shared as a model curve of growth is
+        psf = fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, config.aperture.apCorrModelErr);
+        psf.magSource = "psf";
+    } else if (src == "psf") {
+        psf.magSource = "psf";
+        psf.message = "no PSF-fit fluxes (no PSF model, or psfPhotometry off)";
+    }
+    const bool usePsf = src == "psf" || (src == "auto" && psf.ok && (!ap.ok || psf.zpErr < ap.zpErr));
+    ZeroPointResult& kept = usePsf ? psf : ap;
+    if (src == "auto" && ap.ok && psf.ok) {
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "; magSource auto: aperture zpErr %.4f, psf zpErr %.4f", ap.zpErr, psf.zpErr);
+        kept.message += buf;
+    }
+    if (usePsf) {
+        r.magInst = std::move(mPsf);
+        r.magInstErr = std::move(ePsf);
+    }
+    r.zeropoint = std::move(kept);
 }
 
 // Stage inputs that come from the frame rather than from the user's parameters.
@@ -347,8 +412,8 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                 std::vector<std::uint32_t> flags(n);
                 for (std::size_t i = 0; i < n; ++i)
                     flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
-                r.zeropoint = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, refUse, config.zeropoint, ctx);
-                addApertureCorrectionError(r.zeropoint, r.aperture, config.zeropoint);
+                fitCalibration(r, flags, refUse, config, ctx);
+                if (r.zeropoint.ok) fitZeroPointMap(r.zeropoint, s.x, s.y, frame.width(), frame.height());
                 if (cut) {
                     for (std::int32_t& row : r.crossmatch.refIndex)
                         if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];

@@ -69,6 +69,16 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"calibrators", r.zeropoint.nUsed}, {"candidates", r.zeropoint.nCandidates},
           {"scatter", num(r.zeropoint.scatter)}, {"limiting_mag", num(r.zeropoint.limitingMag)},
           {"zp_err_formal", num(r.zeropoint.zpErrFormal)}, {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},
+          {"zp_err_shared", num(r.zeropoint.zpErrShared)}, {"mag_source", r.zeropoint.magSource},
+          {"zp_gradient",
+           {{"x", num(r.zeropoint.gradientX)}, {"y", num(r.zeropoint.gradientY)},
+            {"x_err", num(r.zeropoint.gradientXErr)}, {"y_err", num(r.zeropoint.gradientYErr)},
+            {"unit", "mag per 1000 px"}}},
+          {"zp_map", {{"nx", r.zeropoint.mapNx}, {"ny", r.zeropoint.mapNy}, {"residual", [&] {
+                          nlohmann::json a = nlohmann::json::array();
+                          for (double v : r.zeropoint.map) a.push_back(num(v));
+                          return a;
+                      }()}}},
           {"matched", r.crossmatch.nMatched}, {"chance_matches", num(r.crossmatch.chanceMatches)},
           {"colour_term", r.zeropoint.colourTermFitted ? num(r.zeropoint.colourTerm) : nlohmann::json(nullptr)}}},
         {"zp", r.zeropoint.ok ? num(r.zeropoint.zp) : nlohmann::json(nullptr)},

@@ -362,24 +362,129 @@ double modelConcentration(const ApertureParams& p, double r1, double ref, double
     return gref > 0.0 ? g1 / gref : kNaN;
 }
 
+// The light of detected neighbours inside a source's reference aperture of radius `ref` (ADU): each
+// neighbour's total flux (the larger of its isophotal flux and its 1-FWHM aperture's over the PSF's
+// fraction there: a faint star's isophote holds only part of its light) times the share of a star of the field's PSF, centred at its distance, that
+// falls within the aperture. The PSF is the model's curve of growth (psfApertureFractions) taken as rings
+// of 0.5 FWHM out to 5 FWHM, else a Gaussian of the field FWHM; a ring of radius rho centred at distance d
+// has acos((ref^2 - d^2 - rho^2) / (2 d rho)) / pi of its length inside. Tabulated over d every 0.25 px.
+class NeighbourLight {
+public:
+    NeighbourLight(const Sources& s, const std::vector<double>& flux1, double fwhm, double ref,
+                   const ApertureParams& p)
+        : m_s(s), m_reach(ref + 5.0 * fwhm) {
+        // rings 0.5 FWHM wide (the model's fractions cost an aperture sum per radius)
+        const double ring = 0.5 * fwhm;
+        std::vector<double> edges;
+        for (int k = 0; k <= 10; ++k)
+            edges.push_back(k * ring);
+        std::vector<double> ee = p.psfApertureFractions ? p.psfApertureFractions(edges) : std::vector<double>{};
+        bool ok = ee.size() == edges.size();
+        for (std::size_t k = 0; k < ee.size() && ok; ++k)
+            ok = ee[k] >= 0.0 && ee[k] <= 1.0 + 1e-9;
+        if (!ok) {
+            const double sigma = fwhm / (2.0 * std::sqrt(2.0 * std::log(2.0)));
+            ee.clear();
+            for (double r : edges)
+                ee.push_back(1.0 - std::exp(-0.5 * r * r / (sigma * sigma)));
+        }
+        const double step = m_step;
+        for (double d = 0.0; d <= m_reach + step; d += step) {
+            double in = 0.0;
+            for (std::size_t k = 0; k + 1 < edges.size(); ++k) {
+                const double rho = 0.5 * (edges[k] + edges[k + 1]), w = ee[k + 1] - ee[k];
+                const double c = d > 0.0 ? (ref * ref - d * d - rho * rho) / (2.0 * d * rho) : (rho <= ref ? 1.0 : -1.0);
+                in += w * (c >= 1.0 ? 1.0 : c <= -1.0 ? 0.0 : std::acos(c) / std::numbers::pi);
+            }
+            m_table.push_back(in);
+        }
+        const double ee1 = ee[2]; // the PSF's fraction within 1 FWHM
+        m_total.resize(s.size());
+        for (std::size_t i = 0; i < s.size(); ++i) {
+            const double iso = i < s.fluxIso.size() ? s.fluxIso[i] : 0.0;
+            const double ap = i < flux1.size() && ee1 > 0.0 ? flux1[i] / ee1 : 0.0;
+            m_total[i] = std::max(iso > 0.0 ? iso : 0.0, ap > 0.0 ? ap : 0.0);
+        }
+        double x0 = kInf, y0 = kInf, x1 = -kInf, y1 = -kInf;
+        for (std::size_t i = 0; i < s.size(); ++i)
+            if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) {
+                x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+                y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+            }
+        if (!(x0 <= x1)) return;
+        m_x0 = x0, m_y0 = y0;
+        m_nx = static_cast<int>((x1 - x0) / m_reach) + 1;
+        m_ny = static_cast<int>((y1 - y0) / m_reach) + 1;
+        m_start.assign(static_cast<std::size_t>(m_nx) * m_ny + 1, 0);
+        for (std::size_t i = 0; i < s.size(); ++i)
+            if (const long c = cellOf(i); c >= 0) ++m_start[static_cast<std::size_t>(c) + 1];
+        for (std::size_t c = 1; c < m_start.size(); ++c)
+            m_start[c] += m_start[c - 1];
+        m_index.resize(m_start.back());
+        std::vector<std::size_t> pos(m_start.begin(), m_start.end() - 1);
+        for (std::size_t i = 0; i < s.size(); ++i)
+            if (const long c = cellOf(i); c >= 0) m_index[pos[static_cast<std::size_t>(c)]++] = i;
+    }
+
+    double operator()(std::size_t i) const {
+        if (m_nx == 0 || cellOf(i) < 0) return 0.0;
+        const int cx = static_cast<int>((m_s.x[i] - m_x0) / m_reach), cy = static_cast<int>((m_s.y[i] - m_y0) / m_reach);
+        double sum = 0.0;
+        for (int y = std::max(0, cy - 1); y <= std::min(m_ny - 1, cy + 1); ++y)
+            for (int x = std::max(0, cx - 1); x <= std::min(m_nx - 1, cx + 1); ++x) {
+                const std::size_t c = static_cast<std::size_t>(y) * m_nx + x;
+                for (std::size_t k = m_start[c]; k < m_start[c + 1]; ++k) {
+                    const std::size_t j = m_index[k];
+                    const double f = m_total[j];
+                    if (j == i || !(f > 0.0)) continue;
+                    const double d = std::hypot(m_s.x[j] - m_s.x[i], m_s.y[j] - m_s.y[i]) / m_step;
+                    const std::size_t t = static_cast<std::size_t>(d);
+                    if (t + 1 >= m_table.size()) continue;
+                    sum += f * (m_table[t] + (d - t) * (m_table[t + 1] - m_table[t]));
+                }
+            }
+        return sum;
+    }
+
+private:
+    long cellOf(std::size_t i) const {
+        if (i >= m_s.fluxIso.size() || !std::isfinite(m_s.x[i]) || !std::isfinite(m_s.y[i])) return -1;
+        return static_cast<long>((m_s.y[i] - m_y0) / m_reach) * m_nx + static_cast<long>((m_s.x[i] - m_x0) / m_reach);
+    }
+    const Sources& m_s;
+    double m_reach, m_step = 0.25, m_x0 = 0.0, m_y0 = 0.0;
+    int m_nx = 0, m_ny = 0;
+    std::vector<double> m_table, m_total;
+    std::vector<std::size_t> m_start, m_index;
+};
+
 // The stars whose curve of growth corrects the apertures: unflagged, S/N >= apCorrMinSnr in the reference
-// aperture, and single. A blend of two stars closer than the deblending resolves is the brightest object
+// aperture, isolated (neighbours' light in the reference aperture at most apCorrIsolation of the star's),
+// and single. A blend of two stars closer than the deblending resolves is the brightest object
 // of a crowded field and is less concentrated than one star, so with a PSF model each candidate's
-// concentration must agree with the model's within apCorrClip times its own noise (plus 1 % for the
-// model): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
+// concentration must not fall below the model's by more than apCorrClip times its own noise (plus 1 % for
+// the model); above it, up to 10 % more is accepted (where the PSF varies, the sharper part of the field is
+// more concentrated than the median model, and a contaminated star there would be the one to pass a
+// two-sided test): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
 // model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
-// brightest apCorrMaxStars are clipped about their median concentration. Ascending indices.
+// brightest apCorrMaxStars isolated ones are clipped about their median concentration. Ascending indices;
+// empty when fewer than apCorrMinStars are isolated (the model's curve of growth is used then).
 std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre, const std::vector<double>& flux1,
                                             const std::vector<double>& err1, const std::vector<double>& fluxRef,
                                             const std::vector<double>& errRef,
                                             const std::vector<std::uint32_t>& flagsRef, std::uint32_t reject,
                                             double r1, double ref, double rin, double rout,
-                                            const ApertureParams& p) {
+                                            const Sources& sources, double fwhm, const ApertureParams& p) {
     std::vector<std::pair<double, std::size_t>> cand; // (-S/N, index)
     for (std::size_t i : pre) {
         if ((flagsRef[i] & reject) || !(fluxRef[i] > 0.0) || !(errRef[i] > 0.0)) continue;
         const double snr = fluxRef[i] / errRef[i];
         if (snr >= p.apCorrMinSnr) cand.emplace_back(-snr, i);
+    }
+    if (p.apCorrIsolation > 0.0 && !cand.empty()) {
+        const NeighbourLight light(sources, flux1, fwhm, ref, p);
+        std::erase_if(cand, [&](const auto& c) { return light(c.second) > p.apCorrIsolation * fluxRef[c.second]; });
+        if (static_cast<int>(cand.size()) < std::max(1, p.apCorrMinStars)) return {};
     }
     std::sort(cand.begin(), cand.end());
     const double model = modelConcentration(p, r1, ref, rin, rout);
@@ -393,7 +498,8 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
             const double v1 = err1[i] * err1[i], vw = std::max(0.0, errRef[i] * errRef[i] - v1);
             const double sigma = std::sqrt((fw * fw * v1 + f1 * f1 * vw) / (fr * fr * fr * fr) +
                                            (0.01 * model) * (0.01 * model));
-            if (std::abs(f1 / fr - model) <= p.apCorrClip * sigma) stars.push_back(i);
+            const double d = f1 / fr - model;
+            if (d >= -p.apCorrClip * sigma && d <= p.apCorrClip * sigma + 0.1 * model) stars.push_back(i);
         }
         if (static_cast<int>(stars.size()) < std::max(1, p.apCorrMinStars)) stars.clear();
     }
@@ -488,6 +594,8 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     checkPositive(p.kronMaxRadius, "kronMaxRadius");
     if (wantCog) {
         checkPositive(p.apCorrRefRadius, "apCorrRefRadius");
+        if (!(p.apCorrIsolation >= 0.0) || !(p.apCorrModelErr >= 0.0) || !std::isfinite(p.apCorrModelErr))
+            throw InvalidInput("aperture photometry: apCorrIsolation and apCorrModelErr must be >= 0");
         checkPositive(p.cogStep, "cogStep");
         checkPositive(p.optimalMinRadius, "optimalMinRadius");
         if (p.optimalMinRadius >= p.apCorrRefRadius)
@@ -902,7 +1010,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         clock.lap("p2.REF");
         const std::vector<std::size_t> stars =
             curveOfGrowthStars(pre, flux1, err1, fluxRef, errRef, flagsRef, kRejectSource, oneFwhm, refRadius,
-                               p.useLocalSky ? rin : 0.0, p.useLocalSky ? rout : 0.0, p);
+                               p.useLocalSky ? rin : 0.0, p.useLocalSky ? rout : 0.0, sources, fwhm, p);
         const std::size_t nGrid = res.cogRadius.size();
         if (static_cast<int>(stars.size()) >= std::max(1, p.apCorrMinStars)) {
             res.apCorrStars = static_cast<int>(stars.size());
@@ -948,6 +1056,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 for (std::size_t k = 0; k < nFixed; ++k) {
                     for (std::size_t s = 0; s < stars.size(); ++s)
                         col[s] = res.flux[k][stars[s]] / fluxRef[stars[s]];
+                    res.apCorrStarRatio.push_back(col);
                     const double ratio = robustMedian(col);
                     // standard error of a median: sqrt(pi/2) sigma / sqrt(n), sigma from the MAD
                     const double err = std::sqrt(std::numbers::pi / 2.0) * madSigma(col, ratio) /
@@ -995,7 +1104,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     const double ratio = g(res.cogRadius.size() + k) / gref;
                     res.apCorrRatio.push_back(ratio);
                     res.apCorrMag.push_back(2.5 * std::log10(ratio));
-                    res.apCorrMagErr.push_back(kNaN);
+                    res.apCorrMagErr.push_back(p.apCorrModelErr);
                 }
             }
         }
@@ -1183,6 +1292,8 @@ void to_json(nlohmann::json& j, const ApertureParams& p) {
                        {"apCorrMinStars", p.apCorrMinStars},
                        {"apCorrMinSnr", p.apCorrMinSnr},
                        {"apCorrClip", p.apCorrClip},
+                       {"apCorrIsolation", p.apCorrIsolation},
+                       {"apCorrModelErr", p.apCorrModelErr},
                        {"optimal", p.optimal},
                        {"optimalMinRadius", p.optimalMinRadius},
                        {"cogStep", p.cogStep}};
@@ -1223,6 +1334,8 @@ void from_json(const nlohmann::json& j, ApertureParams& p) {
     get("apCorrMinStars", p.apCorrMinStars);
     get("apCorrMinSnr", p.apCorrMinSnr);
     get("apCorrClip", p.apCorrClip);
+    get("apCorrIsolation", p.apCorrIsolation);
+    get("apCorrModelErr", p.apCorrModelErr);
     get("optimal", p.optimal);
     get("optimalMinRadius", p.optimalMinRadius);
     get("cogStep", p.cogStep);

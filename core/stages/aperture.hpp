@@ -81,6 +81,14 @@ struct ApertureParams {
     int apCorrMinStars = 3;
     double apCorrMinSnr = 50.0;   // S/N in the reference aperture
     double apCorrClip = 3.0;      // stars whose concentration deviates by > clip robust sigma are dropped
+    // Curve-of-growth stars must be isolated: the light of detected neighbours (their isophotal flux spread
+    // with the field's PSF) inside the star's reference aperture at most this fraction of the star's
+    // reference flux (0: no test). Neighbours raise the reference flux more than the small radii's, which
+    // makes the correction too large in crowded fields (docs/ACCURACY.md).
+    double apCorrIsolation = 0.002;
+    // The error (mag, every radius) of a curve of growth that is a model (PSF model, Gaussian, default
+    // Moffat) and so has no measured spread; it enters the zero point's error.
+    double apCorrModelErr = 0.002;
 
     // S/N-optimal aperture: per source, the radius on a grid of cogStep FWHM between optimalMinRadius
     // and the reference radius that maximises the predicted S/N (curve of growth g(r), source flux F
@@ -138,6 +146,8 @@ struct ApertureResult {
     // pipeline), "" (none computed).
     std::string apCorrSource;
     std::vector<std::int32_t> apCorrStarIndex;  // indices of the stars used, ascending
+    std::vector<std::vector<double>> apCorrStarRatio; // [radius][k]: flux(r) / flux(reference radius) of
+                                                      // star apCorrStarIndex[k] (a measured curve only)
     std::vector<double> cogRadius, cogFraction; // curve of growth used by the optimal aperture (px, 0..1)
 
     std::vector<std::uint32_t> flags; // SourceFlags: OR over all apertures of the source

@@ -191,14 +191,19 @@ PsfResult::ShapeAt PsfResult::shapeAt(double x, double y) const {
     return {value[0], std::hypot(value[1], value[2]), thetaOf(value[1], value[2])};
 }
 
-double PsfResult::encircledEnergy(double r) const {
-    if (!hasModel() || !(medianFwhm > 0.0) || !(r >= 0.0)) return std::nan("");
-    if (model == PsfModelKind::Moffat && medianBeta > 1.0) {
-        const double alpha = medianFwhm / (2.0 * std::sqrt(std::pow(2.0, 1.0 / medianBeta) - 1.0));
-        return 1.0 - std::pow(1.0 + (r / alpha) * (r / alpha), 1.0 - medianBeta);
+double encircledEnergy(PsfModelKind kind, double fwhm, double beta, double r) {
+    if (!(fwhm > 0.0) || !(r >= 0.0)) return std::nan("");
+    if (kind == PsfModelKind::Moffat && beta > 1.0) {
+        const double alpha = fwhm / (2.0 * std::sqrt(std::pow(2.0, 1.0 / beta) - 1.0));
+        return 1.0 - std::pow(1.0 + (r / alpha) * (r / alpha), 1.0 - beta);
     }
-    const double sigma = medianFwhm / (2.0 * std::sqrt(2.0 * std::log(2.0)));
+    const double sigma = fwhm / (2.0 * std::sqrt(2.0 * std::log(2.0)));
     return 1.0 - std::exp(-0.5 * (r / sigma) * (r / sigma));
+}
+
+double PsfResult::encircledEnergy(double r) const {
+    if (!hasModel()) return std::nan("");
+    return gpuphot::encircledEnergy(model, medianFwhm, medianBeta, r);
 }
 
 std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radii) const {

@@ -121,6 +121,10 @@ struct EpsfCell {
     double valueAt(double dx, double dy) const;
 };
 
+// The fraction of a circular Moffat (beta > 1) or, otherwise, Gaussian star of this FWHM within radius r
+// (analytic, no pixels).
+double encircledEnergy(PsfModelKind kind, double fwhm, double beta, double r);
+
 struct PsfResult {
     PsfModelKind model = PsfModelKind::Moffat;
     int width = 0, height = 0;  // frame size, for the normalised coordinates

@@ -321,6 +321,8 @@ void validate(const ZeroPointParams& p) {
         throw InvalidInput("zeropoint: matchSigma must be >= 0");
     if (p.bootstrap < 0) throw InvalidInput("zeropoint: bootstrap must be >= 0");
     if (!(p.maxZpErr >= 0.0) || std::isnan(p.maxZpErr)) throw InvalidInput("zeropoint: maxZpErr must be >= 0");
+    if (p.magSource != "auto" && p.magSource != "aperture" && p.magSource != "psf")
+        throw InvalidInput("zeropoint: magSource '" + p.magSource + "' (expected auto, aperture or psf)");
 }
 
 // Why the crossmatch's matches are no better than chance (empty: they are): fewer than the chance count
@@ -339,25 +341,35 @@ std::string chanceProblem(const CrossmatchResult& m, double sigma) {
 
 // Standard deviation of the zero point over `rounds` resamples (with replacement) of the kept calibrators,
 // each fitted with the final fit's weights 1/(σ² + σ_int²) and colour term held (NaN: under 2 rounds).
+// Round r draws from its own SplitMix64 stream (seed, r), so the result does not depend on `threads`.
 double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Model& m, double sInt,
-                         int rounds, std::uint64_t seed) {
-    std::vector<std::size_t> kept;
+                         int rounds, std::uint64_t seed, int threads) {
+    std::vector<double> w, wy;
     for (std::size_t i = 0; i < d.size(); ++i)
-        if (keep[i]) kept.push_back(i);
-    if (rounds < 2 || kept.size() < 2) return kNaN;
-    SplitMix64 rng{seed ^ 0xB0075724Aull};
-    double s = 0.0, s2 = 0.0;
-    for (int r = 0; r < rounds; ++r) {
-        double sw = 0.0, swy = 0.0;
-        for (std::size_t k = 0; k < kept.size(); ++k) {
-            const std::size_t i = kept[rng.below(kept.size())];
-            const double w = 1.0 / (d.var[i] + sInt * sInt);
-            sw += w;
-            swy += w * (d.y[i] - m.ct * d.c[i]);
+        if (keep[i]) {
+            w.push_back(1.0 / (d.var[i] + sInt * sInt));
+            wy.push_back(w.back() * (d.y[i] - m.ct * d.c[i]));
         }
-        const double zp = swy / sw;
-        s += zp;
-        s2 += zp * zp;
+    const std::size_t n = w.size();
+    if (rounds < 2 || n < 2) return kNaN;
+    std::vector<double> zp(static_cast<std::size_t>(rounds));
+#pragma omp parallel for num_threads(threads) schedule(static) if (n * static_cast<std::size_t>(rounds) >= 200000)
+    for (int r = 0; r < rounds; ++r) {
+        // a hashed start per round: the rounds' streams begin far apart in SplitMix64's one cycle
+        SplitMix64 start{(seed ^ 0xB0075724Aull) + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1)};
+        SplitMix64 rng{start.next()};
+        double sw = 0.0, swy = 0.0;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t i = rng.below(n);
+            sw += w[i];
+            swy += wy[i];
+        }
+        zp[static_cast<std::size_t>(r)] = swy / sw;
+    }
+    double s = 0.0, s2 = 0.0;
+    for (double v : zp) {
+        s += v;
+        s2 += v * v;
     }
     const double mean = s / rounds;
     return std::sqrt(std::max(0.0, (s2 - rounds * mean * mean) / (rounds - 1)));
@@ -387,7 +399,8 @@ void to_json(nlohmann::json& j, const ZeroPointParams& p) {
                        {"minStars", p.minStars},
                        {"matchSigma", p.matchSigma},
                        {"bootstrap", p.bootstrap},
-                       {"maxZpErr", p.maxZpErr}};
+                       {"maxZpErr", p.maxZpErr},
+                       {"magSource", p.magSource}};
 }
 
 void from_json(const nlohmann::json& j, ZeroPointParams& p) {
@@ -410,6 +423,7 @@ void from_json(const nlohmann::json& j, ZeroPointParams& p) {
     p.matchSigma = j.value("matchSigma", d.matchSigma);
     p.bootstrap = j.value("bootstrap", d.bootstrap);
     p.maxZpErr = j.value("maxZpErr", d.maxZpErr);
+    p.magSource = j.value("magSource", d.magSource);
 }
 
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
@@ -456,8 +470,11 @@ double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vect
 
 ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
-                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx) {
+                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
+                             double sharedMagErr) {
     validate(params);
+    if (!(sharedMagErr >= 0.0) || !std::isfinite(sharedMagErr))
+        throw InvalidInput("zeropoint: the shared magnitude error must be finite and >= 0");
     const std::size_t n = matches.refIndex.size();
     if (magInst.size() != n || magInstErr.size() != n || (!flags.empty() && flags.size() != n))
         throw InvalidInput("zeropoint: " + std::to_string(n) + " matches but " +
@@ -583,12 +600,15 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
 
     res.zp = f.model.zp;
     res.zpErrFormal = f.model.zpErr;
-    res.zpErrBootstrap = bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed);
+    res.zpErrBootstrap = bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed, ctx.threadCount());
     res.zpErr = std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
+    res.zpErrShared = sharedMagErr;
+    res.zpErr = std::hypot(res.zpErr, sharedMagErr);
     if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
-        char why[160];
-        std::snprintf(why, sizeof why, "zero point %.4f +- %.4f from %d calibrators: error above maxZpErr %.4g",
-                      res.zp, res.zpErr, nKeep, params.maxZpErr);
+        char why[200];
+        std::snprintf(why, sizeof why,
+                      "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g",
+                      res.zp, res.zpErr, nKeep, sharedMagErr, params.maxZpErr);
         const ZeroPointResult failed = fail(why);
         res = failed;
         res.zp = kNaN;
@@ -624,6 +644,59 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         res.message += "; too few coloured calibrators: no colour term";
     ctx.report("zeropoint", 1.0);
     return res;
+}
+
+void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y, int width,
+                     int height, int cells) {
+    if (!zp.ok || width <= 0 || height <= 0 || cells < 1) return;
+    std::vector<double> px, py, pr;
+    for (std::size_t k = 0; k < zp.sourceIndex.size() && k < zp.used.size() && k < zp.residual.size(); ++k) {
+        const auto i = static_cast<std::size_t>(zp.sourceIndex[k]);
+        if (!zp.used[k] || i >= x.size() || i >= y.size() || !std::isfinite(x[i]) || !std::isfinite(y[i]) ||
+            !std::isfinite(zp.residual[k]))
+            continue;
+        px.push_back((x[i] - 0.5 * (width - 1)) / 1000.0);
+        py.push_back((y[i] - 0.5 * (height - 1)) / 1000.0);
+        pr.push_back(zp.residual[k]);
+    }
+    const std::size_t m = pr.size();
+    if (m >= 20) {
+        // residual = a + b x + c y by least squares; errors from the residuals' own scatter
+        Eigen::Matrix3d A = Eigen::Matrix3d::Zero();
+        Eigen::Vector3d rhs = Eigen::Vector3d::Zero();
+        for (std::size_t k = 0; k < m; ++k) {
+            const Eigen::Vector3d v(1.0, px[k], py[k]);
+            A += v * v.transpose();
+            rhs += v * pr[k];
+        }
+        const Eigen::FullPivLU<Eigen::Matrix3d> lu(A);
+        if (lu.isInvertible()) {
+            const Eigen::Vector3d c = lu.solve(rhs);
+            double ss = 0.0;
+            for (std::size_t k = 0; k < m; ++k) {
+                const double e = pr[k] - (c[0] + c[1] * px[k] + c[2] * py[k]);
+                ss += e * e;
+            }
+            const Eigen::Matrix3d cov = lu.inverse() * (ss / static_cast<double>(m - 3));
+            zp.gradientX = c[1];
+            zp.gradientY = c[2];
+            zp.gradientXErr = std::sqrt(cov(1, 1));
+            zp.gradientYErr = std::sqrt(cov(2, 2));
+        }
+    }
+    if (m < 25u * static_cast<std::size_t>(cells) * static_cast<std::size_t>(cells)) return;
+    std::vector<std::vector<double>> cell(static_cast<std::size_t>(cells) * cells);
+    for (std::size_t k = 0; k < m; ++k) {
+        const double fx = (px[k] * 1000.0 + 0.5 * (width - 1)) / width;
+        const double fy = (py[k] * 1000.0 + 0.5 * (height - 1)) / height;
+        const int cx = std::clamp(static_cast<int>(fx * cells), 0, cells - 1);
+        const int cy = std::clamp(static_cast<int>(fy * cells), 0, cells - 1);
+        cell[static_cast<std::size_t>(cy) * cells + cx].push_back(pr[k]);
+    }
+    zp.mapNx = zp.mapNy = cells;
+    zp.map.clear();
+    for (auto& c : cell)
+        zp.map.push_back(c.size() >= 5 ? median(c) : kNaN);
 }
 
 } // namespace gpuphot

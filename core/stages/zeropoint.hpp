@@ -78,6 +78,10 @@ struct ZeroPointParams {
     int bootstrap = 200;
     // A zero point whose zpErr exceeds this (mag) is not one: ok = false (0: no limit).
     double maxZpErr = 0.1;
+    // Which instrumental magnitude is calibrated (the pipeline's choice; fitZeroPoint takes what it is
+    // given): "aperture" (the optimal aperture, corrected to total), "psf" (the PSF fit's flux), or "auto":
+    // both are fitted and the one with the smaller zpErr is kept (ZeroPointResult::magSource says which).
+    std::string magSource = "auto";
 };
 
 void to_json(nlohmann::json& j, const ZeroPointParams& p);
@@ -92,6 +96,17 @@ struct ZeroPointResult {
     double zpErrFormal = std::numeric_limits<double>::quiet_NaN();    // the weighted fit's own error
     double zpErrBootstrap = std::numeric_limits<double>::quiet_NaN(); // spread over resampled calibrators
     double chanceMatches = std::numeric_limits<double>::quiet_NaN(); // the matches expected by chance
+    // The error every calibrator shares (the curve of growth's, or the PSF model's normalisation): it does
+    // not average down, so zpErr = max(formal, bootstrap) (+) this, in quadrature.
+    double zpErrShared = 0.0;
+    std::string magSource; // "aperture" or "psf": the instrumental magnitudes calibrated (set by the pipeline)
+    // The calibrators' residuals over the frame (fitZeroPointMap): a plane's slopes in mag per 1000 px
+    // (positive: the zero point grows along +x / +y) with their errors, and the median residual in a
+    // mapNx x mapNy grid of equal cells (row-major from the bottom-left; NaN with < 5 calibrators in a cell).
+    double gradientX = std::numeric_limits<double>::quiet_NaN(), gradientY = gradientX;
+    double gradientXErr = gradientX, gradientYErr = gradientX;
+    int mapNx = 0, mapNy = 0;
+    std::vector<double> map;
     int nUsed = 0;                         // calibrators in the final fit
     int nCandidates = 0;                   // calibrators that passed the cuts
     std::vector<std::int32_t> sourceIndex; // per candidate: source index (ascending)
@@ -106,12 +121,19 @@ struct ZeroPointResult {
     std::string message;
 };
 
-// magInst, magInstErr, flags: per source (same length as matches.refIndex). Throws InvalidInput for
-// inconsistent sizes, a reference index outside the catalog, or unusable parameters (unknown method,
-// clipSigma <= 0, minStars < 1, ...).
+// magInst, magInstErr, flags: per source (same length as matches.refIndex). sharedMagErr: the error all
+// instrumental magnitudes share (see zpErrShared; 0: none). Throws InvalidInput for inconsistent sizes, a
+// reference index outside the catalog, or unusable parameters (unknown method, clipSigma <= 0, ...).
 ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
-                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx);
+                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
+                             double sharedMagErr = 0.0);
+
+// The gradient and map of an ok zero point's used calibrators' residuals; x, y: per source (px, 0-based),
+// indexed by zp.sourceIndex. The plane is fitted with at least 20 calibrators, the map (cells x cells)
+// with at least 25 per cell on average. Leaves zp as it is otherwise.
+void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y, int width,
+                     int height, int cells = 4);
 
 // The limiting-magnitude estimator on its own (instrumental; see above). NaN when not determinable.
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,

@@ -22,12 +22,8 @@ densities)
     /usr/bin/python3 "$here/summarize.py" "$work/crowded.jsonl"
     status=0
     check "$work/sparse.jsonl" --zp 0.003 --iso 0.003 || status=1
-    # The zero point's bar is 0.003; with the varying PSF at one star per 1000 px^2 it is +0.0034 +- 0.0036
-    # (docs/ACCURACY.md): a looser bar is enforced until that is met.
-    check "$work/dense.jsonl" --zp 0.005 --iso 0.003 || status=1
-    # One star per 300 px^2 with the varying PSF: the zero point's bar holds; isolated stars' calibrated
-    # magnitudes are still 0.005 off there (docs/ACCURACY.md), so only a looser bar is enforced.
-    check "$work/crowded.jsonl" --zp 0.01 --iso 0.01 || status=1
+    check "$work/dense.jsonl" --zp 0.003 --iso 0.003 || status=1
+    check "$work/crowded.jsonl" --zp 0.01 --iso 0.003 || status=1
     exit $status
     ;;
 pulls)

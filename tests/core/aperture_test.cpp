@@ -1077,3 +1077,66 @@ TEST(AperturePerf, DISABLED_TwentyThousandSourcesFourRadii) {
         EXPECT_EQ(r.count, 20000u);
     }
 }
+
+// Curve-of-growth stars must be isolated: a bright star with a detected neighbour whose light falls in its
+// reference aperture is not one (with apCorrIsolation 0 it is); each curve star's ratios are kept, and
+// their median is the correction. A model curve carries apCorrModelErr.
+TEST(ApertureCorrection, CurveStarsAreIsolatedFromDetectedNeighbours) {
+    const StarField f(12, 12, 36, 47, 300.0, 2e5);
+    Sources src = f.sources;
+    for (std::size_t k = 0; k < f.x.size(); ++k)
+        src.fluxIso[k] = f.flux[k];
+    // the 10 brightest stars get a neighbour 5 px away of 5 % their flux (in the list only)
+    const std::size_t n0 = f.x.size();
+    std::vector<std::int32_t> crowded;
+    for (std::size_t k = n0 - 10; k < n0; ++k) {
+        crowded.push_back(static_cast<std::int32_t>(k));
+        const std::size_t j = src.size();
+        src.resize(j + 1);
+        src.x[j] = f.x[k] + 5.0;
+        src.y[j] = f.y[k];
+        src.a[j] = src.b[j] = f.sigma;
+        src.theta[j] = 0.0;
+        src.flags[j] = 0;
+        src.segmentId[j] = 0;
+        src.fluxIso[j] = 0.05 * f.flux[k];
+    }
+    ApertureParams p = fieldParams();
+    p.apCorrMaxStars = 20;
+    RunContext ctx;
+    auto run = [&](double isolation) {
+        p.apCorrIsolation = isolation;
+        return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), src, f.fwhm(),
+                                f.gain, f.readNoise, p, ctx);
+    };
+    auto inCurve = [&](const ApertureResult& r) {
+        int c = 0;
+        for (const auto i : crowded)
+            c += std::binary_search(r.apCorrStarIndex.begin(), r.apCorrStarIndex.end(), i);
+        return c;
+    };
+    const ApertureResult off = run(0.0), on = run(0.002);
+    EXPECT_GE(inCurve(off), 8);
+    EXPECT_EQ(inCurve(on), 0);
+    ASSERT_EQ(on.apCorrSource, "stars");
+    ASSERT_EQ(on.apCorrStarRatio.size(), on.radii.size());
+    for (std::size_t k = 0; k < on.radii.size(); ++k) {
+        ASSERT_EQ(on.apCorrStarRatio[k].size(), on.apCorrStarIndex.size());
+        std::vector<double> v = on.apCorrStarRatio[k];
+        std::sort(v.begin(), v.end());
+        const std::size_t m = v.size();
+        const double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+        EXPECT_NEAR(on.apCorrRatio[k], med, 1e-12) << k;
+    }
+    p.apCorrMinStars = 100000; // a model curve (here a Gaussian of the field FWHM)
+    p.apCorrModelErr = 0.003;
+    const ApertureResult model = run(0.002);
+    EXPECT_EQ(model.apCorrSource, "gaussian");
+    EXPECT_TRUE(model.apCorrStarRatio.empty());
+    for (double e : model.apCorrMagErr)
+        EXPECT_EQ(e, 0.003);
+    p.apCorrIsolation = -1.0;
+    EXPECT_THROW(measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), src, f.fwhm(),
+                                  f.gain, f.readNoise, p, ctx),
+                 InvalidInput);
+}

@@ -9,28 +9,18 @@
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/model/frame.hpp"
+#include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
+#include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
+using gpuphot::test::referenceOf;
 
 namespace {
-
-ReferenceCatalog referenceOf(const SimResult& sim) {
-    ReferenceCatalog ref;
-    ref.ra = sim.reference.doubles("ra");
-    ref.dec = sim.reference.doubles("dec");
-    ref.mag = sim.reference.doubles("mag");
-    ref.magErr = sim.reference.doubles("mag_err");
-    ref.color = sim.reference.doubles("colour");
-    ref.pmRa.assign(ref.ra.size(), std::nan(""));
-    ref.pmDec.assign(ref.ra.size(), std::nan(""));
-    for (double v : sim.reference.doubles("id")) ref.id.push_back(static_cast<std::int64_t>(v));
-    return ref;
-}
 
 // Another field's catalog over the same sky: as many stars, the same magnitudes, at positions drawn
 // uniformly over the frame (so every match is by chance).
@@ -100,17 +90,59 @@ TEST(CalibrationTrust, ZeroPointErrorIsTheLargerOfFormalAndBootstrap) {
     const ReferenceCatalog right = referenceOf(sim);
     PipelineConfig config;
     config.fitAstrometry = false;
+    config.zeropoint.magSource = "aperture";
     RunContext ctx;
     const PipelineResult r = runPipeline(frame, config, ctx, &right);
     ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
     EXPECT_GT(r.zeropoint.zpErrBootstrap, 0.0);
     EXPECT_GT(r.zeropoint.zpErrFormal, 0.0);
     // and the curve of growth's error, common to every calibrator, on top in quadrature
-    EXPECT_GT(r.zeropoint.zpErr, std::max(r.zeropoint.zpErrFormal, r.zeropoint.zpErrBootstrap));
-    EXPECT_NE(r.zeropoint.message.find("aperture-correction error"), std::string::npos) << r.zeropoint.message;
+    EXPECT_GT(r.zeropoint.zpErrShared, 0.0);
+    EXPECT_NEAR(r.zeropoint.zpErr,
+                std::hypot(std::max(r.zeropoint.zpErrFormal, r.zeropoint.zpErrBootstrap), r.zeropoint.zpErrShared),
+                1e-12);
     config.zeropoint.bootstrap = 0;
     const PipelineResult formal = runPipeline(frame, config, ctx, &right);
     EXPECT_GT(formal.zeropoint.zpErr, formal.zeropoint.zpErrFormal);
     EXPECT_TRUE(std::isnan(formal.zeropoint.zpErrBootstrap));
     EXPECT_EQ(formal.zeropoint.zp, r.zeropoint.zp);
+}
+
+// The magnitudes calibrated: "aperture" and "psf" as asked (mag_cal made of that source's magnitudes),
+// "auto" the one whose zero point is the more certain; the report says which.
+TEST(CalibrationTrust, MagnitudeSourceIsChosenAndReported) {
+    SimParams sp;
+    sp.width = 768;
+    sp.height = 768;
+    sp.stars = 700;
+    sp.seed = 78;
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim);
+    const ReferenceCatalog right = referenceOf(sim);
+    PipelineConfig config;
+    config.fitAstrometry = false;
+    RunContext ctx;
+    auto run = [&](const char* source) {
+        config.zeropoint.magSource = source;
+        return runPipeline(frame, config, ctx, &right);
+    };
+    const PipelineResult ap = run("aperture"), psf = run("psf"), best = run("auto");
+    ASSERT_TRUE(ap.zeropoint.ok && psf.zeropoint.ok && best.zeropoint.ok);
+    EXPECT_EQ(ap.zeropoint.magSource, "aperture");
+    EXPECT_EQ(psf.zeropoint.magSource, "psf");
+    const double zpTrue = *sim.header.getDouble("SIMZP");
+    EXPECT_NEAR(psf.zeropoint.zp, zpTrue, 0.02);
+    const bool psfWins = psf.zeropoint.zpErr < ap.zeropoint.zpErr;
+    EXPECT_EQ(best.zeropoint.magSource, psfWins ? "psf" : "aperture");
+    EXPECT_EQ(best.zeropoint.zp, psfWins ? psf.zeropoint.zp : ap.zeropoint.zp);
+    for (std::size_t i = 0; i < psf.magInst.size(); ++i) {
+        const double f = psf.psf.fluxPsf[i];
+        if (f > 0.0) EXPECT_EQ(psf.magInst[i], -2.5 * std::log10(f)) << i;
+        const double g = ap.aperture.fluxOpt[i];
+        if (g > 0.0) EXPECT_EQ(ap.magInst[i], -2.5 * std::log10(g)) << i;
+    }
+    std::printf("[trust] aperture zp %.4f +- %.4f, psf zp %.4f +- %.4f (true %.4f); auto: %s\n", ap.zeropoint.zp,
+                ap.zeropoint.zpErr, psf.zeropoint.zp, psf.zeropoint.zpErr, zpTrue, best.zeropoint.magSource.c_str());
+    config.zeropoint.magSource = "kron";
+    EXPECT_THROW(runPipeline(frame, config, ctx, &right), InvalidInput);
 }

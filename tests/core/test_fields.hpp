@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/catalog/reference_catalog.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/wcs/tan_sip.hpp"
 
@@ -47,6 +48,22 @@ inline void expectSameFit(const TanSip& a, const TanSip& b) {
     }
     EXPECT_EQ(a.a, b.a);
     EXPECT_EQ(a.b, b.b);
+}
+
+// The simulator's reference catalog (ra, dec, mag, mag_err, colour, id; no proper motions) as the
+// pipeline takes it.
+inline ReferenceCatalog referenceOf(const SimResult& sim) {
+    ReferenceCatalog ref;
+    ref.ra = sim.reference.doubles("ra");
+    ref.dec = sim.reference.doubles("dec");
+    ref.mag = sim.reference.doubles("mag");
+    ref.magErr = sim.reference.doubles("mag_err");
+    ref.color = sim.reference.doubles("colour");
+    ref.pmRa.assign(ref.ra.size(), std::nan(""));
+    ref.pmDec.assign(ref.ra.size(), std::nan(""));
+    for (double v : sim.reference.doubles("id"))
+        ref.id.push_back(static_cast<std::int64_t>(v));
+    return ref;
 }
 
 // The cosmic-ray test field (CPU tests and GPU comparisons): 512x448, 700 stars (a few saturated),

@@ -19,6 +19,7 @@
 #include "core/stages/crossmatch.hpp"
 #include "core/stages/zeropoint.hpp"
 #include "core/util/errors.hpp"
+#include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
 
@@ -304,17 +305,7 @@ TEST(ZeroPoint, EndToEndOnSimulatedField) {
     const PipelineResult pr = runPipeline(frame, PipelineConfig{}, ctx);
     const Sources& src = pr.detection.sources;
 
-    ReferenceCatalog ref;
-    ref.ra = sim.reference.doubles("ra");
-    ref.dec = sim.reference.doubles("dec");
-    ref.mag = sim.reference.doubles("mag");
-    ref.magErr = sim.reference.doubles("mag_err");
-    ref.color = sim.reference.doubles("colour");
-    const std::size_t nRef = ref.ra.size();
-    ref.pmRa.assign(nRef, std::nan(""));
-    ref.pmDec.assign(nRef, std::nan(""));
-    for (double v : sim.reference.doubles("id"))
-        ref.id.push_back(static_cast<std::int64_t>(v));
+    const ReferenceCatalog ref = test::referenceOf(sim);
 
     const CrossmatchResult m =
         crossmatch(src.x, src.y, frame.width(), frame.height(), ref, *frame.wcs, CrossmatchParams{}, ctx);
@@ -424,16 +415,7 @@ TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
     RunContext ctx;
     const PipelineResult pr = runPipeline(frame, PipelineConfig{}, ctx);
     const Sources& src = pr.detection.sources;
-    ReferenceCatalog ref;
-    ref.ra = sim.reference.doubles("ra");
-    ref.dec = sim.reference.doubles("dec");
-    ref.mag = sim.reference.doubles("mag");
-    ref.magErr = sim.reference.doubles("mag_err");
-    ref.color = sim.reference.doubles("colour");
-    ref.pmRa.assign(ref.ra.size(), std::nan(""));
-    ref.pmDec.assign(ref.ra.size(), std::nan(""));
-    for (double v : sim.reference.doubles("id"))
-        ref.id.push_back(static_cast<std::int64_t>(v));
+    const ReferenceCatalog ref = test::referenceOf(sim);
     const CrossmatchResult m =
         crossmatch(src.x, src.y, frame.width(), frame.height(), ref, *frame.wcs, CrossmatchParams{}, ctx);
     const double zpTrue = *sim.header.getDouble("SIMZP");
@@ -486,4 +468,68 @@ TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
     EXPECT_EQ(z.zp, plain.zp);
     EXPECT_NEAR(z.zp, zpTrue, 0.002);
     EXPECT_LT(std::fabs(z.zp - zpTrue), 3.0 * z.zpErr + 0.0005);
+}
+
+// The error every calibrator shares (the curve of growth's) does not average down: it is added to zpErr in
+// quadrature, reported, and a shared error above maxZpErr refuses the zero point.
+TEST(ZeroPoint, SharedErrorIsAddedInQuadratureAndCanRefuse) {
+    const Synthetic s = makeSynthetic(400, 25.0, 0.0, 0.0, 21);
+    RunContext ctx;
+    const ZeroPointParams p;
+    const ZeroPointResult alone = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx);
+    const ZeroPointResult shared = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.004);
+    ASSERT_TRUE(alone.ok && shared.ok);
+    EXPECT_EQ(alone.zpErrShared, 0.0);
+    EXPECT_EQ(shared.zpErrShared, 0.004);
+    EXPECT_EQ(shared.zp, alone.zp);
+    EXPECT_NEAR(shared.zpErr, std::hypot(alone.zpErr, 0.004), 1e-12);
+    const ZeroPointResult refused = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.2);
+    EXPECT_FALSE(refused.ok);
+    EXPECT_TRUE(std::isnan(refused.zp));
+    EXPECT_NE(refused.message.find("shared error 0.2000"), std::string::npos) << refused.message;
+    EXPECT_THROW(fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, -1.0), InvalidInput);
+    ZeroPointParams bad;
+    bad.magSource = "kron";
+    EXPECT_THROW(fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, bad, ctx), InvalidInput);
+    nlohmann::json j = ZeroPointParams{};
+    EXPECT_EQ(j["magSource"], "auto");
+    j["magSource"] = "psf";
+    EXPECT_EQ(j.get<ZeroPointParams>().magSource, "psf");
+}
+
+// The zero point's map: a plane injected into the calibrators' residuals is recovered within its errors,
+// and a flat field's gradient is consistent with zero.
+TEST(ZeroPoint, MapRecoversAnInjectedGradient) {
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> ux(0.0, 4095.0);
+    std::normal_distribution<double> noise(0.0, 0.01);
+    for (const double gx : {0.0, 0.004}) {
+        ZeroPointResult zp;
+        zp.ok = true;
+        std::vector<double> x, y;
+        for (int k = 0; k < 2000; ++k) {
+            x.push_back(ux(rng));
+            y.push_back(ux(rng));
+            zp.sourceIndex.push_back(k);
+            zp.used.push_back(k % 10 != 0);
+            // residual = ref - (inst + zp): a zero point growing along +x by gx per 1000 px
+            zp.residual.push_back(gx * (x.back() - 2047.5) / 1000.0 - 0.002 * (y.back() - 2047.5) / 1000.0 +
+                                  noise(rng));
+        }
+        fitZeroPointMap(zp, x, y, 4096, 4096);
+        ASSERT_TRUE(std::isfinite(zp.gradientX) && zp.gradientXErr > 0.0);
+        EXPECT_NEAR(zp.gradientX, gx, 4.0 * zp.gradientXErr);
+        EXPECT_NEAR(zp.gradientY, -0.002, 4.0 * zp.gradientYErr);
+        EXPECT_LT(zp.gradientXErr, 0.0005); // 1800 calibrators of 0.01 mag over 4 kpx
+        ASSERT_EQ(zp.mapNx, 4);
+        ASSERT_EQ(zp.map.size(), 16u);
+        // the left and right columns of cells differ by the plane: 3 cells of 1024 px apart
+        const double left = zp.map[4], right = zp.map[7];
+        EXPECT_NEAR(right - left, (gx * 3072.0) / 1000.0, 0.004);
+    }
+    ZeroPointResult few;
+    few.ok = true;
+    fitZeroPointMap(few, {}, {}, 100, 100);
+    EXPECT_TRUE(std::isnan(few.gradientX));
+    EXPECT_EQ(few.mapNx, 0);
 }
