@@ -9,6 +9,7 @@
 #include <numbers>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/model/frame.hpp"
@@ -33,6 +34,20 @@ const char* stageName(Stage s) {
 }
 
 namespace {
+
+// The median of v and its standard error, sqrt(pi/2) sigma / sqrt(n) with sigma = 1.4826 MAD.
+std::pair<double, double> medianWithError(std::vector<double> v) {
+    auto median = [](std::vector<double>& x) {
+        std::sort(x.begin(), x.end());
+        const std::size_t m = x.size();
+        return m % 2 ? x[m / 2] : 0.5 * (x[m / 2 - 1] + x[m / 2]);
+    };
+    const double med = median(v);
+    for (double& x : v)
+        x = std::fabs(x - med);
+    const double mad = median(v);
+    return {med, std::sqrt(std::numbers::pi / 2.0) * 1.4826 * mad / std::sqrt(static_cast<double>(v.size()))};
+}
 
 // The local curve of growth: kept(r, f) is the fraction of a star's light that an aperture of radius r
 // keeps after the local sky, itself raised by the wing light in the annulus [a1, a2], is subtracted, for
@@ -80,7 +95,10 @@ std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult
 void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
     const std::optional<LocalCurve> c = localCurveOf(ap, psf);
     if (!c) return;
-    for (std::size_t i = 0; i < ap.fluxOpt.size(); ++i) {
+    const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(ap.fluxOpt.size());
+#pragma omp parallel for schedule(static) if (n >= 4096)
+    for (std::ptrdiff_t ii = 0; ii < n; ++ii) {
+        const std::size_t i = static_cast<std::size_t>(ii);
         const double f = psf.fwhm[i], r = i < ap.radiusOpt.size() ? ap.radiusOpt[i] : std::nan("");
         if (!(f > 0.0) || !std::isfinite(r) || !(r > 0.0)) continue;
         const double scale = c->kept(r, c->fRef) / c->kept(r, f);
@@ -122,20 +140,41 @@ double apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf, c
             ratio.push_back(v * rel.kept(ap.radii[k], c->fRef) / rel.kept(ap.radii[k], f));
         }
         if (ratio.size() < 2) return 0.0;
-        std::sort(ratio.begin(), ratio.end());
-        const std::size_t m = ratio.size();
-        const double med = m % 2 ? ratio[m / 2] : 0.5 * (ratio[m / 2 - 1] + ratio[m / 2]);
-        std::vector<double> dev;
-        for (double v : ratio)
-            dev.push_back(std::fabs(v - med));
-        std::sort(dev.begin(), dev.end());
-        const double mad = m % 2 ? dev[m / 2] : 0.5 * (dev[m / 2 - 1] + dev[m / 2]);
-        // standard error of a median: sqrt(pi/2) sigma / sqrt(n), sigma = 1.4826 MAD
-        const double se = std::sqrt(std::numbers::pi / 2.0) * 1.4826 * mad / std::sqrt(static_cast<double>(m));
+        const auto [med, se] = medianWithError(std::move(ratio));
         return med > 0.0 ? 2.5 / std::numbers::ln10 * se / med : 0.0;
     }
     const double err = ap.apCorrMagErr[k];
     return err > 0.0 && std::isfinite(err) ? err : 0.0;
+}
+
+// PSF-fit fluxes are tied to the aperture's total flux, as DAOPHOT's aperture correction of PSF magnitudes
+// does: the median of flux_opt / flux_psf over the unflagged sources of aperture S/N >= 50 (at least 5),
+// with its standard error (mag), which every PSF magnitude then shares with the aperture's curve.
+struct PsfToTotal {
+    bool ok = false;
+    double factor = 1.0, errMag = 0.0;
+    int stars = 0;
+};
+
+PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>& flags, std::uint32_t exclude) {
+    PsfToTotal t;
+    const ApertureResult& ap = r.aperture;
+    const std::size_t n = ap.fluxOpt.size();
+    if (r.psf.fluxPsf.size() != n || r.psf.fluxPsfErr.size() != n || flags.size() != n) return t;
+    std::vector<double> ratio;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double fo = ap.fluxOpt[i], eo = ap.fluxOptErr[i], fp = r.psf.fluxPsf[i];
+        if (!(fo > 0.0) || !(eo > 0.0) || !(fp > 0.0) || fo / eo < 50.0 || (flags[i] & exclude)) continue;
+        ratio.push_back(fo / fp);
+    }
+    const std::size_t m = ratio.size();
+    if (m < 5) return t;
+    const auto [med, se] = medianWithError(std::move(ratio));
+    t.ok = med > 0.0 && std::isfinite(med);
+    t.factor = med;
+    t.errMag = 2.5 / std::numbers::ln10 * se / med;
+    t.stars = static_cast<int>(m);
+    return t;
 }
 
 // The zero point of the instrumental magnitudes that config.zeropoint.magSource names: with "auto" both
@@ -148,24 +187,29 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
     if (src != "auto" && src != "aperture" && src != "psf")
         throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
     ZeroPointResult ap, psf;
+    const double apShared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr);
     if (src != "psf") {
-        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx,
-                          apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr));
+        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx, apShared);
         ap.magSource = "aperture";
     }
     const std::size_t n = r.magInst.size();
     std::vector<double> mPsf(n, std::nan("")), ePsf(n, std::nan(""));
-    if (src != "aperture" && r.psf.fluxPsf.size() == n && r.psf.fluxPsfErr.size() == n) {
+    const PsfToTotal scale = psfToTotal(r, flags, zpp.excludeFlags);
+    if (src != "aperture" && scale.ok) {
         for (std::size_t i = 0; i < n; ++i) {
-            mPsf[i] = instrumentalMag(r.psf.fluxPsf[i]);
+            mPsf[i] = instrumentalMag(r.psf.fluxPsf[i] * scale.factor);
             ePsf[i] = magError(r.psf.fluxPsf[i], r.psf.fluxPsfErr[i]);
         }
-        // the PSF model's normalisation is shared as a model curve of growth is
-        psf = fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, config.aperture.apCorrModelErr);
+        psf = fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, std::hypot(apShared, scale.errMag));
         psf.magSource = "psf";
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "; PSF fluxes scaled by %.5f +- %.5f mag to the aperture's total (%d stars)",
+                      scale.factor, scale.errMag, scale.stars);
+        psf.message += buf;
     } else if (src == "psf") {
         psf.magSource = "psf";
-        psf.message = "no PSF-fit fluxes (no PSF model, or psfPhotometry off)";
+        psf.message = "no PSF-fit fluxes to calibrate (no PSF model, psfPhotometry off, or fewer than 5 bright "
+                      "stars to tie them to the aperture's total)";
     }
     const bool usePsf = src == "psf" || (src == "auto" && psf.ok && (!ap.ok || psf.zpErr < ap.zpErr));
     ZeroPointResult& kept = usePsf ? psf : ap;

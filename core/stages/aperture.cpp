@@ -348,15 +348,29 @@ void checkPositive(double v, const char* what) {
 
 namespace {
 
+constexpr int kRings = 10;      // NeighbourLight's rings: 0.5 FWHM wide, out to 5 FWHM
+constexpr int kMinIsolated = 10; // fewer isolated curve-of-growth candidates: the isolation test is not made
+
+// The PSF model's curve of growth at r1, ref, rin, rout, then at the ring edges k * 0.5 FWHM (k = 0 ..
+// kRings), from one call (each call renders the model); empty without a usable model.
+std::vector<double> modelFractions(const ApertureParams& p, double fwhm, double r1, double ref, double rin,
+                                   double rout) {
+    if (!p.psfApertureFractions) return {};
+    std::vector<double> radii{r1, ref, rin, rout};
+    for (int k = 0; k <= kRings; ++k)
+        radii.push_back(0.5 * k * fwhm);
+    std::vector<double> m = p.psfApertureFractions(radii);
+    if (m.size() != radii.size()) return {};
+    for (double v : m)
+        if (!(v >= 0.0 && v <= 1.0 + 1e-9)) return {};
+    return m;
+}
+
 // The concentration flux(r1) / flux(ref) that the PSF model predicts for a single star, with the local
 // sky's share of the wing light in the annulus [rin, rout] subtracted as the measurement does; NaN
-// without a usable model.
-double modelConcentration(const ApertureParams& p, double r1, double ref, double rin, double rout) {
-    if (!p.psfApertureFractions) return kNaN;
-    const std::vector<double> m = p.psfApertureFractions({r1, ref, rin, rout});
-    if (m.size() != 4) return kNaN;
-    for (double v : m)
-        if (!(v >= 0.0 && v <= 1.0 + 1e-9)) return kNaN;
+// without a usable model (m: modelFractions).
+double modelConcentration(const std::vector<double>& m, double r1, double ref, double rin, double rout) {
+    if (m.size() < 4) return kNaN;
     const double wing = rout > rin ? (m[3] - m[2]) / (rout * rout - rin * rin) : 0.0;
     const double g1 = m[0] - r1 * r1 * wing, gref = m[1] - ref * ref * wing;
     return gref > 0.0 ? g1 / gref : kNaN;
@@ -364,27 +378,23 @@ double modelConcentration(const ApertureParams& p, double r1, double ref, double
 
 // The light of detected neighbours inside a source's reference aperture of radius `ref` (ADU): each
 // neighbour's total flux (the larger of its isophotal flux and its 1-FWHM aperture's over the PSF's
-// fraction there: a faint star's isophote holds only part of its light) times the share of a star of the field's PSF, centred at its distance, that
-// falls within the aperture. The PSF is the model's curve of growth (psfApertureFractions) taken as rings
+// fraction there: a faint star's isophote holds only part of its light) times the share of a star of the
+// field's PSF, centred at its distance, that falls within the aperture. The PSF is the model's curve of growth (psfApertureFractions) taken as rings
 // of 0.5 FWHM out to 5 FWHM, else a Gaussian of the field FWHM; a ring of radius rho centred at distance d
 // has acos((ref^2 - d^2 - rho^2) / (2 d rho)) / pi of its length inside. Tabulated over d every 0.25 px.
 class NeighbourLight {
 public:
+    // model: modelFractions (its ring edges are used), or empty for a Gaussian of the field FWHM
     NeighbourLight(const Sources& s, const std::vector<double>& flux1, double fwhm, double ref,
-                   const ApertureParams& p)
+                   const std::vector<double>& model)
         : m_s(s), m_reach(ref + 5.0 * fwhm) {
-        // rings 0.5 FWHM wide (the model's fractions cost an aperture sum per radius)
-        const double ring = 0.5 * fwhm;
-        std::vector<double> edges;
-        for (int k = 0; k <= 10; ++k)
-            edges.push_back(k * ring);
-        std::vector<double> ee = p.psfApertureFractions ? p.psfApertureFractions(edges) : std::vector<double>{};
-        bool ok = ee.size() == edges.size();
-        for (std::size_t k = 0; k < ee.size() && ok; ++k)
-            ok = ee[k] >= 0.0 && ee[k] <= 1.0 + 1e-9;
-        if (!ok) {
+        std::vector<double> edges, ee;
+        for (int k = 0; k <= kRings; ++k)
+            edges.push_back(0.5 * k * fwhm);
+        if (model.size() == 4 + edges.size()) {
+            ee.assign(model.begin() + 4, model.end());
+        } else {
             const double sigma = fwhm / (2.0 * std::sqrt(2.0 * std::log(2.0)));
-            ee.clear();
             for (double r : edges)
                 ee.push_back(1.0 - std::exp(-0.5 * r * r / (sigma * sigma)));
         }
@@ -413,8 +423,11 @@ public:
             }
         if (!(x0 <= x1)) return;
         m_x0 = x0, m_y0 = y0;
-        m_nx = static_cast<int>((x1 - x0) / m_reach) + 1;
-        m_ny = static_cast<int>((y1 - y0) / m_reach) + 1;
+        // cells of at least the reach, and not many more cells than sources (far-flung centres)
+        const double cells = 4.0 * static_cast<double>(s.size()) + 16.0;
+        m_cell = std::max({m_reach, std::sqrt((x1 - x0) * (y1 - y0) / cells), (x1 - x0) / cells, (y1 - y0) / cells});
+        m_nx = static_cast<int>((x1 - x0) / m_cell) + 1;
+        m_ny = static_cast<int>((y1 - y0) / m_cell) + 1;
         m_start.assign(static_cast<std::size_t>(m_nx) * m_ny + 1, 0);
         for (std::size_t i = 0; i < s.size(); ++i)
             if (const long c = cellOf(i); c >= 0) ++m_start[static_cast<std::size_t>(c) + 1];
@@ -428,7 +441,7 @@ public:
 
     double operator()(std::size_t i) const {
         if (m_nx == 0 || cellOf(i) < 0) return 0.0;
-        const int cx = static_cast<int>((m_s.x[i] - m_x0) / m_reach), cy = static_cast<int>((m_s.y[i] - m_y0) / m_reach);
+        const int cx = static_cast<int>((m_s.x[i] - m_x0) / m_cell), cy = static_cast<int>((m_s.y[i] - m_y0) / m_cell);
         double sum = 0.0;
         for (int y = std::max(0, cy - 1); y <= std::min(m_ny - 1, cy + 1); ++y)
             for (int x = std::max(0, cx - 1); x <= std::min(m_nx - 1, cx + 1); ++x) {
@@ -449,10 +462,10 @@ public:
 private:
     long cellOf(std::size_t i) const {
         if (i >= m_s.fluxIso.size() || !std::isfinite(m_s.x[i]) || !std::isfinite(m_s.y[i])) return -1;
-        return static_cast<long>((m_s.y[i] - m_y0) / m_reach) * m_nx + static_cast<long>((m_s.x[i] - m_x0) / m_reach);
+        return static_cast<long>((m_s.y[i] - m_y0) / m_cell) * m_nx + static_cast<long>((m_s.x[i] - m_x0) / m_cell);
     }
     const Sources& m_s;
-    double m_reach, m_step = 0.25, m_x0 = 0.0, m_y0 = 0.0;
+    double m_reach, m_cell = 0.0, m_step = 0.25, m_x0 = 0.0, m_y0 = 0.0;
     int m_nx = 0, m_ny = 0;
     std::vector<double> m_table, m_total;
     std::vector<std::size_t> m_start, m_index;
@@ -462,13 +475,11 @@ private:
 // aperture, isolated (neighbours' light in the reference aperture at most apCorrIsolation of the star's),
 // and single. A blend of two stars closer than the deblending resolves is the brightest object
 // of a crowded field and is less concentrated than one star, so with a PSF model each candidate's
-// concentration must not fall below the model's by more than apCorrClip times its own noise (plus 1 % for
-// the model); above it, up to 10 % more is accepted (where the PSF varies, the sharper part of the field is
-// more concentrated than the median model, and a contaminated star there would be the one to pass a
-// two-sided test): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
+// concentration must agree with the model's within apCorrClip times its own noise (plus 1 % for the
+// model): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
 // model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
-// brightest apCorrMaxStars isolated ones are clipped about their median concentration. Ascending indices;
-// empty when fewer than apCorrMinStars are isolated (the model's curve of growth is used then).
+// brightest apCorrMaxStars are clipped about their median concentration. With fewer than kMinIsolated
+// (or apCorrMinStars) isolated candidates (a small field) all candidates go on. Ascending indices.
 std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre, const std::vector<double>& flux1,
                                             const std::vector<double>& err1, const std::vector<double>& fluxRef,
                                             const std::vector<double>& errRef,
@@ -481,13 +492,16 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
         const double snr = fluxRef[i] / errRef[i];
         if (snr >= p.apCorrMinSnr) cand.emplace_back(-snr, i);
     }
+    const std::vector<double> fractions = modelFractions(p, fwhm, r1, ref, rin, rout);
     if (p.apCorrIsolation > 0.0 && !cand.empty()) {
-        const NeighbourLight light(sources, flux1, fwhm, ref, p);
-        std::erase_if(cand, [&](const auto& c) { return light(c.second) > p.apCorrIsolation * fluxRef[c.second]; });
-        if (static_cast<int>(cand.size()) < std::max(1, p.apCorrMinStars)) return {};
+        const NeighbourLight light(sources, flux1, fwhm, ref, fractions);
+        auto isolated = cand;
+        std::erase_if(isolated, [&](const auto& c) { return light(c.second) > p.apCorrIsolation * fluxRef[c.second]; });
+        // a handful of isolated stars would leave the concentration test nothing to reject with
+        if (static_cast<int>(isolated.size()) >= std::max(kMinIsolated, p.apCorrMinStars)) cand = std::move(isolated);
     }
     std::sort(cand.begin(), cand.end());
-    const double model = modelConcentration(p, r1, ref, rin, rout);
+    const double model = modelConcentration(fractions, r1, ref, rin, rout);
     std::vector<std::size_t> stars;
     const std::size_t maxStars = static_cast<std::size_t>(std::max(0, p.apCorrMaxStars));
     if (std::isfinite(model)) {
@@ -498,8 +512,7 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
             const double v1 = err1[i] * err1[i], vw = std::max(0.0, errRef[i] * errRef[i] - v1);
             const double sigma = std::sqrt((fw * fw * v1 + f1 * f1 * vw) / (fr * fr * fr * fr) +
                                            (0.01 * model) * (0.01 * model));
-            const double d = f1 / fr - model;
-            if (d >= -p.apCorrClip * sigma && d <= p.apCorrClip * sigma + 0.1 * model) stars.push_back(i);
+            if (std::abs(f1 / fr - model) <= p.apCorrClip * sigma) stars.push_back(i);
         }
         if (static_cast<int>(stars.size()) < std::max(1, p.apCorrMinStars)) stars.clear();
     }

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <omp.h>
 
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -225,30 +226,37 @@ std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radi
     constexpr int kOff = 4;
     const int half = static_cast<int>(std::ceil(rMax)) + 1;
     const int side = 2 * half + 1;
-    std::vector<double> pix(static_cast<std::size_t>(side) * side);
-    std::vector<double> sum(radii.size(), 0.0);
-    for (int oy = 0; oy < kOff; ++oy)
-        for (int ox = 0; ox < kOff; ++ox) {
-            const double cx = (ox + 0.5) / (2.0 * kOff), cy = (oy + 0.5) / (2.0 * kOff);
-            prof.x0 = cx;
-            prof.y0 = cy;
-            for (int py = -half; py <= half; ++py)
-                for (int px = -half; px <= half; ++px)
-                    pix[static_cast<std::size_t>(py + half) * side + (px + half)] =
-                        profileValue(prof, kind, px, py, 5);
-            for (std::size_t k = 0; k < radii.size(); ++k) {
-                const double r = radii[k];
-                if (!(r >= 0.0) || !std::isfinite(r)) continue;
-                const int rr = static_cast<int>(std::ceil(r)) + 1;
-                double f = 0.0;
-                for (int py = -rr; py <= rr; ++py)
-                    for (int px = -rr; px <= rr; ++px) {
-                        const double w = circlePixelOverlap(cx, cy, r, px, py);
-                        if (w > 0.0) f += w * pix[static_cast<std::size_t>(py + half) * side + (px + half)];
-                    }
-                sum[k] += f;
-            }
+    // one offset per task, its sums kept apart and added in the serial order after: bitwise one thread's
+    const std::size_t nr = radii.size();
+    std::vector<double> partial(static_cast<std::size_t>(kOff * kOff) * nr, 0.0);
+#pragma omp parallel for schedule(static) num_threads(std::min(kOff * kOff, omp_get_max_threads())) if (rMax > 4.0)
+    for (int o = 0; o < kOff * kOff; ++o) {
+        const int oy = o / kOff, ox = o % kOff;
+        ProfileParams pr = prof;
+        std::vector<double> pix(static_cast<std::size_t>(side) * side);
+        const double cx = (ox + 0.5) / (2.0 * kOff), cy = (oy + 0.5) / (2.0 * kOff);
+        pr.x0 = cx;
+        pr.y0 = cy;
+        for (int py = -half; py <= half; ++py)
+            for (int px = -half; px <= half; ++px)
+                pix[static_cast<std::size_t>(py + half) * side + (px + half)] = profileValue(pr, kind, px, py, 5);
+        for (std::size_t k = 0; k < nr; ++k) {
+            const double r = radii[k];
+            if (!(r >= 0.0) || !std::isfinite(r)) continue;
+            const int rr = static_cast<int>(std::ceil(r)) + 1;
+            double f = 0.0;
+            for (int py = -rr; py <= rr; ++py)
+                for (int px = -rr; px <= rr; ++px) {
+                    const double w = circlePixelOverlap(cx, cy, r, px, py);
+                    if (w > 0.0) f += w * pix[static_cast<std::size_t>(py + half) * side + (px + half)];
+                }
+            partial[static_cast<std::size_t>(o) * nr + k] = f;
         }
+    }
+    std::vector<double> sum(nr, 0.0);
+    for (int o = 0; o < kOff * kOff; ++o)
+        for (std::size_t k = 0; k < nr; ++k)
+            sum[k] += partial[static_cast<std::size_t>(o) * nr + k];
     for (std::size_t k = 0; k < radii.size(); ++k)
         if (radii[k] >= 0.0 && std::isfinite(radii[k])) out[k] = sum[k] / (kOff * kOff * total);
     return out;

@@ -135,12 +135,19 @@ TEST(CalibrationTrust, MagnitudeSourceIsChosenAndReported) {
     const bool psfWins = psf.zeropoint.zpErr < ap.zeropoint.zpErr;
     EXPECT_EQ(best.zeropoint.magSource, psfWins ? "psf" : "aperture");
     EXPECT_EQ(best.zeropoint.zp, psfWins ? psf.zeropoint.zp : ap.zeropoint.zp);
+    // PSF magnitudes: flux_psf scaled by one factor (tied to the aperture's total), the same for every source
+    std::vector<double> offset;
     for (std::size_t i = 0; i < psf.magInst.size(); ++i) {
         const double f = psf.psf.fluxPsf[i];
-        if (f > 0.0) EXPECT_EQ(psf.magInst[i], -2.5 * std::log10(f)) << i;
+        if (f > 0.0) offset.push_back(psf.magInst[i] + 2.5 * std::log10(f));
         const double g = ap.aperture.fluxOpt[i];
-        if (g > 0.0) EXPECT_EQ(ap.magInst[i], -2.5 * std::log10(g)) << i;
+        if (g > 0.0) ASSERT_EQ(ap.magInst[i], -2.5 * std::log10(g)) << i;
     }
+    ASSERT_GT(offset.size(), 100u);
+    for (double o : offset)
+        ASSERT_NEAR(o, offset.front(), 1e-9);
+    EXPECT_GT(std::fabs(offset.front()), 1e-4); // the scale is applied (PSF fluxes are not total fluxes here)
+    EXPECT_NE(psf.zeropoint.message.find("PSF fluxes scaled by"), std::string::npos) << psf.zeropoint.message;
     std::printf("[trust] aperture zp %.4f +- %.4f, psf zp %.4f +- %.4f (true %.4f); auto: %s\n", ap.zeropoint.zp,
                 ap.zeropoint.zpErr, psf.zeropoint.zp, psf.zeropoint.zpErr, zpTrue, best.zeropoint.magSource.c_str());
     config.zeropoint.magSource = "kron";
