@@ -111,7 +111,8 @@ void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
 // The error all calibrated aperture magnitudes share, the curve of growth's (mag): at the fixed radius
 // nearest the median optimal radius of the matched sources of S/N >= minSnr, the standard error of the
 // median of the curve stars' flux ratios, each first brought to fRef by the local curve (a varying PSF's
-// spread is corrected for, so it is not counted as error); for a model curve, its apCorrMagErr.
+// spread is corrected for, so it is not counted as error), and the measured curve's difference from the
+// PSF model's where that is significant; for a model curve, its apCorrMagErr.
 double apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf, const std::vector<double>& magInstErr,
                                const CrossmatchResult& matches, double minSnr) {
     if (ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return 0.0;
@@ -141,7 +142,21 @@ double apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf, c
         }
         if (ratio.size() < 2) return 0.0;
         const auto [med, se] = medianWithError(std::move(ratio));
-        return med > 0.0 ? 2.5 / std::numbers::ln10 * se / med : 0.0;
+        if (!(med > 0.0)) return 0.0;
+        const double seMag = 2.5 / std::numbers::ln10 * se / med;
+        // The measured curve against the PSF model's (its pixels, brought to fRef): a difference beyond
+        // 3 standard errors means one of them is wrong (neighbours' light in the stars' apertures, too few
+        // stars, or a model that misses the wings), and it is not known which: it is added as an error.
+        const double rk = ap.radii[k], a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter, R = ap.apCorrRefRadius;
+        const std::vector<double> g = psf.apertureFractions({rk, R, a1, a2});
+        if (g.size() != 4 || !(g[1] > 0.0) || !std::isfinite(g[0])) return seMag;
+        const double wing = a2 > a1 ? (g[3] - g[2]) / (a2 * a2 - a1 * a1) : 0.0;
+        LocalCurve rel = *c;
+        rel.toTotal = false;
+        const double model = (g[0] - rk * rk * wing) / (g[1] - R * R * wing) * rel.kept(rk, c->fRef) /
+                             rel.kept(rk, psf.medianFwhm);
+        const double diff = model > 0.0 && std::isfinite(model) ? std::fabs(2.5 * std::log10(med / model)) : 0.0;
+        return diff > 3.0 * seMag ? std::hypot(seMag, diff) : seMag;
     }
     const double err = ap.apCorrMagErr[k];
     return err > 0.0 && std::isfinite(err) ? err : 0.0;

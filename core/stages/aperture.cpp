@@ -349,7 +349,7 @@ void checkPositive(double v, const char* what) {
 namespace {
 
 constexpr int kRings = 10;      // NeighbourLight's rings: 0.5 FWHM wide, out to 5 FWHM
-constexpr int kMinIsolated = 10; // fewer isolated curve-of-growth candidates: the isolation test is not made
+constexpr int kMinIsolated = 20; // fewer isolated curve-of-growth candidates: the isolation test is not made
 
 // The PSF model's curve of growth at r1, ref, rin, rout, then at the ring edges k * 0.5 FWHM (k = 0 ..
 // kRings), from one call (each call renders the model); empty without a usable model.

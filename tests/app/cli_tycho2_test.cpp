@@ -20,7 +20,11 @@ TEST(CliTycho2, ReduceWithoutRefUsesInstalledTycho2) {
     if (!std::filesystem::exists(kFrame)) FAIL() << "test data missing: " << kFrame;
     if (gpuphot::findTycho2IndexFiles().empty()) GTEST_SKIP() << "astrometry-data-tycho2 is not installed";
     gpuphot::test::TempDir out;
-    const auto r = gpuphot::test::runCli("reduce " + kFrame + " -o " + out.path.string(), "");
+    // this raw Bayer frame's curve of growth is uncertain by 0.15 mag (docs/ACCURACY.md): a coarse zero
+    // point is asked for, as the default bar of 0.1 refuses it
+    const std::string cfg = (out.path / "coarse.json").string();
+    std::ofstream(cfg) << R"({"zeropoint": {"maxZpErr": 0.3}})";
+    const auto r = gpuphot::test::runCli("reduce " + kFrame + " --config " + cfg + " -o " + out.path.string(), "");
     ASSERT_EQ(r.exitCode, 0) << r.err;
     EXPECT_NE(r.err.find("Tycho-2"), std::string::npos) << r.err;
     std::ifstream in(out.path / "panoptes_solved.report.json");

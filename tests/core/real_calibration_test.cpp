@@ -92,10 +92,22 @@ TEST(RealCalibration, PanoptesTycho2RefinedHeader) {
     EXPECT_LT(oursRms, 0.3);
     EXPECT_LT(oursRms, 0.5 * headerRms);
     EXPECT_GE(r.astrometry.nUsed, 200);
-    ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
-    EXPECT_GE(r.zeropoint.nUsed, 100);
-    EXPECT_LT(r.zeropoint.scatter, 0.3);
-    EXPECT_LT(r.zeropoint.zpErr, 0.03);
+    // The raw Bayer mosaic's curve of growth (7 isolated bright stars) and the PSF model's disagree by
+    // ~0.15 mag (a CFA star's profile depends on its colour): that difference is part of zp_err, which the
+    // default precision bar (0.1) then refuses, saying why.
+    ASSERT_FALSE(r.zeropoint.ok);
+    EXPECT_GT(r.zeropoint.zpErrShared, 0.1);
+    EXPECT_NE(r.calibrationProblem.find("maxZpErr"), std::string::npos) << r.calibrationProblem;
+    PipelineConfig coarse;
+    coarse.zeropoint.maxZpErr = 0.3;
+    const PipelineResult c = runPipeline(frame, coarse, ctx, &ref);
+    print("PANOPTES coarse", c, frame);
+    ASSERT_TRUE(c.zeropoint.ok) << c.zeropoint.message;
+    EXPECT_GE(c.zeropoint.nUsed, 100);
+    EXPECT_LT(c.zeropoint.scatter, 0.3);
+    EXPECT_NEAR(c.zeropoint.zpErr,
+                std::hypot(std::max(c.zeropoint.zpErrFormal, c.zeropoint.zpErrBootstrap), c.zeropoint.zpErrShared),
+                1e-12);
 }
 
 TEST(RealCalibration, PanoptesTycho2IgnoringHeaderWcs) {
@@ -108,6 +120,7 @@ TEST(RealCalibration, PanoptesTycho2IgnoringHeaderWcs) {
     PipelineConfig cfg;
     cfg.astrometry.scaleLow = 5.0;
     cfg.astrometry.scaleHigh = 20.0;
+    cfg.zeropoint.maxZpErr = 0.3; // the curve of growth's uncertainty on this frame (see above)
     RunContext ctx;
     const PipelineResult r = runPipeline(frame, cfg, ctx, &ref);
     print("PANOPTES blind", r, withWcs);
