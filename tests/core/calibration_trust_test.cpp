@@ -22,6 +22,16 @@ using gpuphot::test::referenceOf;
 
 namespace {
 
+// The trust tests' field: 768 x 768 px, 700 stars.
+SimResult trustField(std::uint64_t seed) {
+    SimParams sp;
+    sp.width = 768;
+    sp.height = 768;
+    sp.stars = 700;
+    sp.seed = seed;
+    return simulateField(sp);
+}
+
 // Another field's catalog over the same sky: as many stars, the same magnitudes, at positions drawn
 // uniformly over the frame (so every match is by chance).
 ReferenceCatalog otherField(const ReferenceCatalog& right, const Frame& frame, std::uint64_t seed) {
@@ -41,15 +51,11 @@ ReferenceCatalog otherField(const ReferenceCatalog& right, const Frame& frame, s
 TEST(CalibrationTrust, WrongFieldIsRefusedAndRightFieldCalibratesIn20Trials) {
     int refused = 0, calibrated = 0;
     for (int trial = 0; trial < 20; ++trial) {
-        SimParams sp;
-        sp.width = 768;
-        sp.height = 768;
-        sp.stars = 700;
-        sp.seed = 500 + static_cast<std::uint64_t>(trial);
-        const SimResult sim = simulateField(sp);
+        const std::uint64_t seed = 500 + static_cast<std::uint64_t>(trial);
+        const SimResult sim = trustField(seed);
         const Frame frame = frameFromSimulation(sim);
         ASSERT_TRUE(frame.wcs);
-        const ReferenceCatalog right = referenceOf(sim), wrong = otherField(right, frame, sp.seed);
+        const ReferenceCatalog right = referenceOf(sim), wrong = otherField(right, frame, seed);
         PipelineConfig config;
         config.fitAstrometry = false; // the header WCS as it is: the chance matches reach the zero point
         RunContext ctx;
@@ -80,12 +86,7 @@ TEST(CalibrationTrust, WrongFieldIsRefusedAndRightFieldCalibratesIn20Trials) {
 // The zero point's error covers the calibrators' spread: the bootstrap is reported beside the formal
 // error, zpErr takes the larger of the two and adds the curve of growth's error.
 TEST(CalibrationTrust, ZeroPointErrorIsTheLargerOfFormalAndBootstrap) {
-    SimParams sp;
-    sp.width = 768;
-    sp.height = 768;
-    sp.stars = 700;
-    sp.seed = 77;
-    const SimResult sim = simulateField(sp);
+    const SimResult sim = trustField(77);
     const Frame frame = frameFromSimulation(sim);
     const ReferenceCatalog right = referenceOf(sim);
     PipelineConfig config;
@@ -111,12 +112,7 @@ TEST(CalibrationTrust, ZeroPointErrorIsTheLargerOfFormalAndBootstrap) {
 // The magnitudes calibrated: "aperture" and "psf" as asked (mag_cal made of that source's magnitudes),
 // "auto" the one whose zero point is the more certain; the report says which.
 TEST(CalibrationTrust, MagnitudeSourceIsChosenAndReported) {
-    SimParams sp;
-    sp.width = 768;
-    sp.height = 768;
-    sp.stars = 700;
-    sp.seed = 78;
-    const SimResult sim = simulateField(sp);
+    const SimResult sim = trustField(78);
     const Frame frame = frameFromSimulation(sim);
     const ReferenceCatalog right = referenceOf(sim);
     PipelineConfig config;
