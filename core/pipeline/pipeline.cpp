@@ -17,6 +17,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/crossmatch.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/robust_stats.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -35,20 +36,6 @@ const char* stageName(Stage s) {
 
 namespace {
 
-// The median of v and its standard error, sqrt(pi/2) sigma / sqrt(n) with sigma = 1.4826 MAD.
-std::pair<double, double> medianWithError(std::vector<double> v) {
-    auto median = [](std::vector<double>& x) {
-        std::sort(x.begin(), x.end());
-        const std::size_t m = x.size();
-        return m % 2 ? x[m / 2] : 0.5 * (x[m / 2 - 1] + x[m / 2]);
-    };
-    const double med = median(v);
-    for (double& x : v)
-        x = std::fabs(x - med);
-    const double mad = median(v);
-    return {med, std::sqrt(std::numbers::pi / 2.0) * 1.4826 * mad / std::sqrt(static_cast<double>(v.size()))};
-}
-
 // The local curve of growth: kept(r, f) is the fraction of a star's light that an aperture of radius r
 // keeps after the local sky, itself raised by the wing light in the annulus [a1, a2], is subtracted, for
 // the PSF model's profile at FWHM f (circular); relative to the reference radius R unless the correction
@@ -58,35 +45,77 @@ struct LocalCurve {
     PsfModelKind kind = PsfModelKind::Gaussian;
     double beta = 0.0, a1 = 0.0, a2 = 0.0, R = 0.0, fRef = 0.0;
     bool toTotal = false;
-    double kept(double r, double f) const {
-        auto one = [&](double x) {
-            auto ee = [&](double y) { return encircledEnergy(kind, f, beta, y); };
-            const double wing = a2 > a1 ? (ee(a2) - ee(a1)) / (a2 * a2 - a1 * a1) : 0.0;
-            return ee(x) - x * x * wing;
-        };
-        return toTotal ? one(r) : one(r) / one(R);
+    // the profile at FWHM f: the annulus' wing light per pixel and the reference radius' kept light
+    struct At {
+        double f = 0.0, wing = 0.0, norm = 1.0;
+    };
+    double ee(double f, double r) const { return encircledEnergy(kind, f, beta, r); }
+    At at(double f) const {
+        At p{f, a2 > a1 ? (ee(f, a2) - ee(f, a1)) / (a2 * a2 - a1 * a1) : 0.0, 1.0};
+        if (!toTotal) p.norm = ee(f, R) - R * R * p.wing;
+        return p;
     }
+    double kept(double r, const At& p) const { return (ee(p.f, r) - r * r * p.wing) / p.norm; }
+    double kept(double r, double f) const { return kept(r, at(f)); }
 };
 
-std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult& psf) {
+// The median model FWHM of the sources `stars` (0: none has one): the FWHM a measured curve refers to.
+template <class Index> double medianFwhmOf(const PsfResult& psf, const std::vector<Index>& stars) {
+    std::vector<double> f;
+    for (const auto i : stars)
+        if (static_cast<std::size_t>(i) < psf.fwhm.size() && psf.fwhm[i] > 0.0) f.push_back(psf.fwhm[i]);
+    if (f.empty()) return 0.0;
+    std::sort(f.begin(), f.end());
+    return f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
+}
+
+// The local curve's profile: the PSF model's Moffat beta, else a Gaussian.
+LocalCurve profileOf(const PsfResult& psf) {
     LocalCurve c;
-    c.fRef = psf.medianFwhm;
-    if (ap.apCorrSource == "stars" && !ap.apCorrStarIndex.empty()) {
-        std::vector<double> f;
-        for (const auto i : ap.apCorrStarIndex)
-            if (static_cast<std::size_t>(i) < psf.fwhm.size() && psf.fwhm[i] > 0.0) f.push_back(psf.fwhm[i]);
-        if (f.empty()) return std::nullopt;
-        std::sort(f.begin(), f.end());
-        c.fRef = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
-    }
     const bool moffat = psf.model == PsfModelKind::Moffat && psf.medianBeta > 1.0;
     c.kind = moffat ? PsfModelKind::Moffat : PsfModelKind::Gaussian;
     c.beta = moffat ? psf.medianBeta : 0.0;
+    return c;
+}
+
+std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult& psf) {
+    LocalCurve c = profileOf(psf);
+    c.fRef = psf.medianFwhm;
+    if (ap.apCorrSource == "stars" && !ap.apCorrStarIndex.empty()) {
+        c.fRef = medianFwhmOf(psf, ap.apCorrStarIndex);
+        if (!(c.fRef > 0.0)) return std::nullopt;
+    }
     c.a1 = ap.skyAnnulusInner, c.a2 = ap.skyAnnulusOuter;
     c.R = ap.apCorrRefRadius;
     c.toTotal = ap.refApertureFraction < 1.0;
     if (!(c.fRef > 0.0) || !(c.R > 0.0) || psf.fwhm.size() != ap.fluxOpt.size()) return std::nullopt;
     return c;
+}
+
+// ApertureParams::cogStarScale: kept(r; fRef) / kept(r; the star's FWHM), relative to the reference
+// radius, fRef the stars' median FWHM (1 where a star has no FWHM).
+std::vector<double> cogStarScale(const PsfResult& psf, const std::vector<std::size_t>& stars,
+                                 const std::vector<double>& radii, double R, double a1, double a2) {
+    const std::size_t nr = radii.size();
+    std::vector<double> out(stars.size() * nr, 1.0);
+    LocalCurve c = profileOf(psf);
+    c.fRef = medianFwhmOf(psf, stars);
+    c.a1 = a1, c.a2 = a2, c.R = R;
+    if (!(c.fRef > 0.0) || !(R > 0.0)) return out;
+    const LocalCurve::At ref = c.at(c.fRef);
+    std::vector<double> keptRef(nr);
+    for (std::size_t g = 0; g < nr; ++g)
+        keptRef[g] = c.kept(radii[g], ref);
+    for (std::size_t s = 0; s < stars.size(); ++s) {
+        const double f = stars[s] < psf.fwhm.size() ? psf.fwhm[stars[s]] : 0.0;
+        if (!(f > 0.0)) continue;
+        const LocalCurve::At star = c.at(f);
+        for (std::size_t g = 0; g < nr; ++g) {
+            const double v = keptRef[g] / c.kept(radii[g], star);
+            if (v > 0.5 && v < 2.0) out[s * nr + g] = v;
+        }
+    }
+    return out;
 }
 
 // The optimal apertures were corrected with one curve of growth, the field's. Where the PSF model is
@@ -96,12 +125,13 @@ void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
     const std::optional<LocalCurve> c = localCurveOf(ap, psf);
     if (!c) return;
     const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(ap.fluxOpt.size());
+    const LocalCurve::At ref = c->at(c->fRef);
 #pragma omp parallel for schedule(static) if (n >= 4096)
     for (std::ptrdiff_t ii = 0; ii < n; ++ii) {
         const std::size_t i = static_cast<std::size_t>(ii);
         const double f = psf.fwhm[i], r = i < ap.radiusOpt.size() ? ap.radiusOpt[i] : std::nan("");
         if (!(f > 0.0) || !std::isfinite(r) || !(r > 0.0)) continue;
-        const double scale = c->kept(r, c->fRef) / c->kept(r, f);
+        const double scale = c->kept(r, ref) / c->kept(r, c->at(f));
         if (!(scale > 0.5 && scale < 2.0)) continue;
         ap.fluxOpt[i] *= scale;
         ap.fluxOptErr[i] *= scale;
@@ -113,53 +143,67 @@ void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
 // median of the curve stars' flux ratios, each first brought to fRef by the local curve (a varying PSF's
 // spread is corrected for, so it is not counted as error), and the measured curve's difference from the
 // PSF model's where that is significant; for a model curve, its apCorrMagErr.
-double apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf, const std::vector<double>& magInstErr,
-                               const CrossmatchResult& matches, double minSnr) {
-    if (ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return 0.0;
+struct SharedApCorrError {
+    double err = 0.0;       // what every calibrated magnitude shares (mag)
+    double curveSe = NAN;   // the measured curve's standard error at radius r (NaN: a model curve)
+    double modelDiff = NAN; // |measured curve - PSF model's curve| at r (NaN: not computed)
+    double radius = NAN;
+};
+
+SharedApCorrError apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf,
+                                          const std::vector<double>& magInstErr, const CrossmatchResult& matches,
+                                          double minSnr, double modelErr) {
+    SharedApCorrError out;
+    if (ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return out;
     std::vector<double> radii;
     for (std::size_t i = 0; i < ap.radiusOpt.size() && i < matches.refIndex.size() && i < magInstErr.size(); ++i)
         if (matches.refIndex[i] >= 0 && std::isfinite(ap.radiusOpt[i]) && magInstErr[i] > 0.0 &&
             1.0857 / magInstErr[i] >= minSnr)
             radii.push_back(ap.radiusOpt[i]);
-    if (radii.empty()) return 0.0;
+    if (radii.empty()) return out;
     std::nth_element(radii.begin(), radii.begin() + radii.size() / 2, radii.end());
     const double r = radii[radii.size() / 2];
     std::size_t k = 0;
     for (std::size_t q = 1; q < ap.radii.size(); ++q)
         if (std::fabs(ap.radii[q] - r) < std::fabs(ap.radii[k] - r)) k = q;
+    out.radius = ap.radii[k];
     const std::optional<LocalCurve> c = localCurveOf(ap, psf);
     if (ap.apCorrSource == "stars" && c && k < ap.apCorrStarRatio.size() &&
         ap.apCorrStarRatio[k].size() == ap.apCorrStarIndex.size() && ap.apCorrStarIndex.size() >= 2) {
         std::vector<double> ratio;
+        LocalCurve rel = *c;
+        rel.toTotal = false;
         for (std::size_t q = 0; q < ap.apCorrStarIndex.size(); ++q) {
             const double f = psf.fwhm[static_cast<std::size_t>(ap.apCorrStarIndex[q])];
             const double v = ap.apCorrStarRatio[k][q];
             if (!(f > 0.0) || !std::isfinite(v)) continue;
             // the ratio to the reference radius, brought from the star's FWHM to fRef
-            LocalCurve rel = *c;
-            rel.toTotal = false;
             ratio.push_back(v * rel.kept(ap.radii[k], c->fRef) / rel.kept(ap.radii[k], f));
         }
-        if (ratio.size() < 2) return 0.0;
-        const auto [med, se] = medianWithError(std::move(ratio));
-        if (!(med > 0.0)) return 0.0;
+        if (ratio.size() < 2) return out;
+        const auto [med, se] = medianWithError(ratio);
+        if (!(med > 0.0)) return out;
         const double seMag = 2.5 / std::numbers::ln10 * se / med;
+        out.err = out.curveSe = seMag;
         // The measured curve against the PSF model's (its pixels, brought to fRef): a difference beyond
-        // 3 standard errors means one of them is wrong (neighbours' light in the stars' apertures, too few
-        // stars, or a model that misses the wings), and it is not known which: it is added as an error.
+        // 3 sigma of both (the curve's standard error, the model's modelErr) means one of them is wrong
+        // (neighbours' light in the stars' apertures, too few stars, or a model that misses the wings),
+        // and it is not known which: it is added as an error. Below that the measured curve stands: a
+        // model good to modelErr is no evidence against it.
         const double rk = ap.radii[k], a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter, R = ap.apCorrRefRadius;
         const std::vector<double> g = psf.apertureFractions({rk, R, a1, a2});
-        if (g.size() != 4 || !(g[1] > 0.0) || !std::isfinite(g[0])) return seMag;
+        if (g.size() != 4 || !(g[1] > 0.0) || !std::isfinite(g[0])) return out;
         const double wing = a2 > a1 ? (g[3] - g[2]) / (a2 * a2 - a1 * a1) : 0.0;
-        LocalCurve rel = *c;
-        rel.toTotal = false;
         const double model = (g[0] - rk * rk * wing) / (g[1] - R * R * wing) * rel.kept(rk, c->fRef) /
                              rel.kept(rk, psf.medianFwhm);
-        const double diff = model > 0.0 && std::isfinite(model) ? std::fabs(2.5 * std::log10(med / model)) : 0.0;
-        return diff > 3.0 * seMag ? std::hypot(seMag, diff) : seMag;
+        if (!(model > 0.0) || !std::isfinite(model)) return out;
+        out.modelDiff = std::fabs(2.5 * std::log10(med / model));
+        if (out.modelDiff > 3.0 * std::hypot(seMag, modelErr)) out.err = std::hypot(seMag, out.modelDiff);
+        return out;
     }
     const double err = ap.apCorrMagErr[k];
-    return err > 0.0 && std::isfinite(err) ? err : 0.0;
+    out.err = err > 0.0 && std::isfinite(err) ? err : 0.0;
+    return out;
 }
 
 // PSF-fit fluxes are tied to the aperture's total flux, as DAOPHOT's aperture correction of PSF magnitudes
@@ -184,7 +228,7 @@ PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>&
     }
     const std::size_t m = ratio.size();
     if (m < 5) return t;
-    const auto [med, se] = medianWithError(std::move(ratio));
+    const auto [med, se] = medianWithError(ratio);
     t.ok = med > 0.0 && std::isfinite(med);
     t.factor = med;
     t.errMag = 2.5 / std::numbers::ln10 * se / med;
@@ -202,10 +246,16 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
     if (src != "auto" && src != "aperture" && src != "psf")
         throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
     ZeroPointResult ap, psf;
-    const double apShared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr);
+    const SharedApCorrError shared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr,
+                                                             config.aperture.apCorrModelErr);
+    const double apShared = shared.err;
     if (src != "psf") {
         ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx, apShared);
         ap.magSource = "aperture";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; curve of growth at r = %.2f px: standard error %.4f mag, vs PSF model %.4f",
+                      shared.radius, shared.curveSe, shared.modelDiff);
+        if (std::isfinite(shared.curveSe)) ap.message += buf;
     }
     const std::size_t n = r.magInst.size();
     std::vector<double> mPsf(n, std::nan("")), ePsf(n, std::nan(""));
@@ -303,6 +353,11 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
     if (cogPsf)
         apParams.psfApertureFractions = [cogPsf](const std::vector<double>& radii) {
             return cogPsf->apertureFractions(radii);
+        };
+    if (r.psf.hasModel() && r.psf.fwhm.size() == det.sources.size())
+        apParams.cogStarScale = [&psf = r.psf](const std::vector<std::size_t>& stars, const std::vector<double>& radii,
+                                               double R, double a1, double a2) {
+            return cogStarScale(psf, stars, radii, R, a1, a2);
         };
     r.aperture = measureApertures(image, mask, r.background, det.segmentation, det.sources, r.fwhm,
                                   frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);

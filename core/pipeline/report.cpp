@@ -70,6 +70,7 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"scatter", num(r.zeropoint.scatter)}, {"limiting_mag", num(r.zeropoint.limitingMag)},
           {"zp_err_formal", num(r.zeropoint.zpErrFormal)}, {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},
           {"zp_err_shared", num(r.zeropoint.zpErrShared)}, {"mag_source", r.zeropoint.magSource},
+          {"message", r.zeropoint.message},
           {"zp_gradient",
            {{"x", num(r.zeropoint.gradientX)}, {"y", num(r.zeropoint.gradientY)},
             {"x_err", num(r.zeropoint.gradientXErr)}, {"y_err", num(r.zeropoint.gradientYErr)},

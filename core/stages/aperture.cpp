@@ -23,6 +23,7 @@
 #include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/robust_stats.hpp"
 
 namespace gpuphot {
 
@@ -254,24 +255,6 @@ double fluxVariance(const ApertureSums& s, double gain, double skyMeanVar) {
     double v = s.varSky + s.area * s.area * skyMeanVar;
     if (gain > 0.0) v += std::max(0.0, s.poisson) / gain;
     return v;
-}
-
-// The median (the mean of the two middle values for an even count) of finite values: the values a sort
-// would put in the middle, found by selection.
-double robustMedian(std::vector<double> v) {
-    if (v.empty()) return kNaN;
-    const std::size_t n = v.size(), m = n / 2;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end());
-    if (n % 2) return v[m];
-    const double below = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m));
-    return 0.5 * (below + v[m]);
-}
-
-double madSigma(const std::vector<double>& v, double median) {
-    std::vector<double> d(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i)
-        d[i] = std::abs(v[i] - median);
-    return 1.482602218505602 * robustMedian(std::move(d));
 }
 
 // Linear interpolation in an ascending table.
@@ -1051,6 +1034,18 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 }
             });
             clock.lap("p2.COG");
+            // the fractions brought to one FWHM (a varying PSF), at the grid radii and the fixed radii
+            std::vector<double> scaleRadii = res.cogRadius;
+            scaleRadii.insert(scaleRadii.end(), res.radii.begin(), res.radii.end());
+            const std::size_t nScale = scaleRadii.size();
+            std::vector<double> scale;
+            if (p.cogStarScale)
+                scale = p.cogStarScale(stars, scaleRadii, refRadius, p.useLocalSky ? rin : 0.0,
+                                       p.useLocalSky ? rout : 0.0);
+            if (scale.size() != stars.size() * nScale) scale.assign(stars.size() * nScale, 1.0);
+            for (std::size_t s = 0; s < stars.size(); ++s)
+                for (std::size_t g = 0; g < nGrid; ++g)
+                    frac[s][g] *= scale[s * nScale + g];
             res.cogFraction.resize(nGrid);
             const std::ptrdiff_t ng = static_cast<std::ptrdiff_t>(nGrid);
 #pragma omp parallel num_threads(threads) if (nGrid * stars.size() >= 4096)
@@ -1070,10 +1065,9 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     for (std::size_t s = 0; s < stars.size(); ++s)
                         col[s] = res.flux[k][stars[s]] / fluxRef[stars[s]];
                     res.apCorrStarRatio.push_back(col);
-                    const double ratio = robustMedian(col);
-                    // standard error of a median: sqrt(pi/2) sigma / sqrt(n), sigma from the MAD
-                    const double err = std::sqrt(std::numbers::pi / 2.0) * madSigma(col, ratio) /
-                                       std::sqrt(static_cast<double>(stars.size()));
+                    for (std::size_t s = 0; s < stars.size(); ++s)
+                        col[s] *= scale[s * nScale + nGrid + k];
+                    const auto [ratio, err] = medianWithError(col);
                     res.apCorrRatio.push_back(ratio);
                     res.apCorrMag.push_back(2.5 * std::log10(ratio));
                     res.apCorrMagErr.push_back(2.5 / std::numbers::ln10 * err / ratio);

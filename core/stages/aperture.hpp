@@ -108,6 +108,15 @@ struct ApertureParams {
     // for Moffat-like stars, ~0.3 mag at 2 px for FWHM 3 px, beta 3).
     std::function<std::vector<double>(const std::vector<double>&)> psfApertureFractions;
     std::string psfApertureFractionsSource = "psf_model"; // ApertureResult::apCorrSource when it is used
+    // Where the PSF varies over the field (not serialised; set by the pipeline from the PSF model): the
+    // factors that bring each curve-of-growth star's fractions flux(r) / flux(reference radius) to one
+    // FWHM, the median of those stars' FWHMs; result[s * radii.size() + g] for stars[s] at radii[g] (px),
+    // given the reference radius and the sky annulus (px; 0, 0 when the map is the sky). The curve is
+    // then the median of the brought fractions, an average over all stars rather than the one star at the
+    // median FWHM; unset, or a result of another size: the fractions as measured.
+    std::function<std::vector<double>(const std::vector<std::size_t>& stars, const std::vector<double>& radii,
+                                      double refRadius, double annulusInner, double annulusOuter)>
+        cogStarScale;
 };
 
 void to_json(nlohmann::json& j, const ApertureParams& p);
@@ -133,7 +142,7 @@ struct ApertureResult {
 
     // Aperture correction per fixed radius: mag_total = mag_aper + apCorrMag[r] (apCorrMag <= 0 normally)
     std::vector<double> apCorrMag, apCorrMagErr;
-    std::vector<double> apCorrRatio;            // median flux(r) / flux(reference radius)
+    std::vector<double> apCorrRatio;            // median flux(r) / flux(reference radius) (cogStarScale'd)
     double apCorrRefRadius = 0.0;               // px
     double skyAnnulusInner = 0.0, skyAnnulusOuter = 0.0; // px, resolved (0 when the map is the sky)
     // Fraction of a star's total flux that the reference aperture measures (encircled energy minus the
@@ -147,7 +156,8 @@ struct ApertureResult {
     std::string apCorrSource;
     std::vector<std::int32_t> apCorrStarIndex;  // indices of the stars used, ascending
     std::vector<std::vector<double>> apCorrStarRatio; // [radius][k]: flux(r) / flux(reference radius) of
-                                                      // star apCorrStarIndex[k] (a measured curve only)
+                                                      // star apCorrStarIndex[k] as measured (not brought
+                                                      // by cogStarScale; a measured curve only)
     std::vector<double> cogRadius, cogFraction; // curve of growth used by the optimal aperture (px, 0..1)
 
     std::vector<std::uint32_t> flags; // SourceFlags: OR over all apertures of the source

@@ -4,6 +4,7 @@
 #   ctest_accuracy.sh GPUPHOT densities   2048^2 fields from one star per 3000 to one per 300 px^2, FWHM
 #                                         varying 30 % across the field and elliptical
 #   ctest_accuracy.sh GPUPHOT pulls       20 fields: the zero point's pulls (ZP - true) / zp_err
+#   ctest_accuracy.sh GPUPHOT pulls_varying   the same on 20 fields whose FWHM varies 30 % (elliptical)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export GPUPHOT=$1
@@ -32,5 +33,11 @@ pulls)
     /usr/bin/python3 "$here/summarize.py" "$work/pulls.jsonl"
     check "$work/pulls.jsonl" --zp 0.003 --pulls
     ;;
-*) echo "usage: $0 GPUPHOT densities|pulls" >&2; exit 2 ;;
+pulls_varying)
+    bash "$here/run_series.sh" "$work" "$work/pulls.jsonl" "$(seq 201 220)" \
+        "--size 2048x2048 --density 3000 --fwhm 3.0 --fwhm-grad-x 0.15 --ell 0.1" >/dev/null
+    /usr/bin/python3 "$here/summarize.py" "$work/pulls.jsonl"
+    check "$work/pulls.jsonl" --zp 0.003 --iso 0.003 --pulls
+    ;;
+*) echo "usage: $0 GPUPHOT densities|pulls|pulls_varying" >&2; exit 2 ;;
 esac

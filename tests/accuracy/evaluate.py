@@ -142,6 +142,8 @@ def evaluate(field, out, stem="FRAME", quiet=False, n_ee=150):
                 "pull": ((zp - zp_true) / zperr) if zp is not None and zperr else None,
                 "n_calibrators": cal.get("calibrators"), "candidates": cal.get("candidates"),
                 "scatter": cal.get("scatter"), "colour_term": cal.get("colour_term"),
+                "zp_err_formal": cal.get("zp_err_formal"), "zp_err_bootstrap": cal.get("zp_err_bootstrap"),
+                "zp_err_shared": cal.get("zp_err_shared"), "zp_message": cal.get("message"),
                 "apcorr_source": rep["aperture"]["apcorr_source"], "apcorr_stars": rep["aperture"]["apcorr_stars"],
                 "reference_fraction": rep["aperture"]["reference_fraction"], "fwhm_fit": rep.get("fwhm")})
 

@@ -1140,3 +1140,66 @@ TEST(ApertureCorrection, CurveStarsAreIsolatedFromDetectedNeighbours) {
                                   f.gain, f.readNoise, p, ctx),
                  InvalidInput);
 }
+
+// ApertureParams::cogStarScale: the curve of growth is the median of the curve stars' fractions after
+// each star's factor (a varying PSF brought to one FWHM), at the grid radii and at the fixed radii; the
+// per-star ratios stay as measured, and a result of the wrong size is ignored.
+TEST(ApertureCorrection, CogStarScaleBringsEachCurveStarBeforeTheMedian) {
+    const StarField f(12, 12, 36, 47, 300.0, 2e5);
+    ApertureParams p = fieldParams();
+    p.apCorrMaxStars = 40;
+    RunContext ctx;
+    auto run = [&] {
+        return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), f.sources, f.fwhm(),
+                                f.gain, f.readNoise, p, ctx);
+    };
+    const ApertureResult plain = run();
+    ASSERT_EQ(plain.apCorrSource, "stars");
+    ASSERT_GE(plain.apCorrStars, 20);
+    std::vector<std::size_t> seenStars;
+    std::vector<double> seenRadii;
+    double seenR = 0.0, seenA1 = 0.0, seenA2 = 0.0;
+    auto factor = [](std::size_t s, std::size_t g) { return 1.0 + 0.001 * static_cast<double>(s) + 1e-4 * g; };
+    p.cogStarScale = [&](const std::vector<std::size_t>& stars, const std::vector<double>& radii, double R,
+                         double a1, double a2) {
+        seenStars = stars, seenRadii = radii, seenR = R, seenA1 = a1, seenA2 = a2;
+        std::vector<double> out(stars.size() * radii.size());
+        for (std::size_t s = 0; s < stars.size(); ++s)
+            for (std::size_t g = 0; g < radii.size(); ++g)
+                out[s * radii.size() + g] = factor(s, g);
+        return out;
+    };
+    const ApertureResult scaled = run();
+    ASSERT_EQ(scaled.apCorrStarIndex, plain.apCorrStarIndex);
+    ASSERT_EQ(seenStars.size(), scaled.apCorrStarIndex.size());
+    for (std::size_t s = 0; s < seenStars.size(); ++s)
+        EXPECT_EQ(seenStars[s], static_cast<std::size_t>(scaled.apCorrStarIndex[s]));
+    const std::size_t nGrid = scaled.cogRadius.size();
+    ASSERT_EQ(seenRadii.size(), nGrid + scaled.radii.size());
+    EXPECT_EQ(seenR, scaled.apCorrRefRadius);
+    EXPECT_EQ(seenA1, scaled.skyAnnulusInner);
+    EXPECT_EQ(seenA2, scaled.skyAnnulusOuter);
+    EXPECT_GT(seenA2, seenA1);
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        const std::size_t m = v.size();
+        return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    };
+    for (std::size_t k = 0; k < scaled.radii.size(); ++k) {
+        EXPECT_EQ(scaled.apCorrStarRatio[k], plain.apCorrStarRatio[k]) << "the per-star ratios stay as measured";
+        std::vector<double> v = scaled.apCorrStarRatio[k];
+        for (std::size_t s = 0; s < v.size(); ++s)
+            v[s] *= factor(s, nGrid + k);
+        EXPECT_NEAR(scaled.apCorrRatio[k], median(v), 1e-12) << k;
+        EXPECT_GT(scaled.apCorrRatio[k], plain.apCorrRatio[k]) << k;
+    }
+    ASSERT_EQ(scaled.cogFraction.size(), plain.cogFraction.size());
+    for (std::size_t g = 0; g + 1 < nGrid; ++g) // (the last grid radius is the reference: 1 before scaling)
+        EXPECT_GT(scaled.cogFraction[g], plain.cogFraction[g]) << g;
+    p.cogStarScale = [](const std::vector<std::size_t>&, const std::vector<double>&, double, double, double) {
+        return std::vector<double>(3, 2.0);
+    };
+    const ApertureResult ignored = run();
+    EXPECT_EQ(ignored.cogFraction, plain.cogFraction);
+    EXPECT_EQ(ignored.apCorrRatio, plain.apCorrRatio);
+}

@@ -401,7 +401,7 @@ TEST(ZeroPoint, EndToEndOnSimulatedField) {
 // colour term forced into the fit, the zero point is the value at colour 0: ȳ - ct c̄, an extrapolation
 // 0.7 mag (2.3 colour sigmas) beyond the calibrators' mean colour, whose error is sqrt(1 + c̄²/σ_c²) = 2.5
 // times that of the mean and which inherits ct's noise times c̄. The significance test drops the
-// insignificant colour term and the zero point is the weighted mean: within the 0.002 bar.
+// insignificant colour term and the zero point is the weighted mean: within the 0.003 bar.
 TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
     SimParams sp;
     sp.width = 1024;
@@ -466,7 +466,9 @@ TEST(ZeroPoint, SmallFieldInsignificantColourTermIsDropped) {
     EXPECT_EQ(z.colourTerm, 0.0);
     EXPECT_NE(z.message.find("not significant"), std::string::npos) << z.message;
     EXPECT_EQ(z.zp, plain.zp);
-    EXPECT_NEAR(z.zp, zpTrue, 0.002);
+    // docs/ACCURACY.md's bars are 0.003 up to one star per 1,000 px^2 and 0.01 at one per 300; this field
+    // has one per 700. The formal error alone (no curve-of-growth term in this direct call) is 0.0015.
+    EXPECT_NEAR(z.zp, zpTrue, 0.003);
     EXPECT_LT(std::fabs(z.zp - zpTrue), 3.0 * z.zpErr + 0.0005);
 }
 
