@@ -24,12 +24,18 @@ namespace gpuphot {
 
 const char* stageName(Stage s) {
     switch (s) {
-    case Stage::Background: return "background";
-    case Stage::Detection: return "detection";
-    case Stage::Psf: return "psf";
-    case Stage::Aperture: return "aperture";
-    case Stage::Calibration: return "calibration";
-    case Stage::Done: return "done";
+    case Stage::Background:
+        return "background";
+    case Stage::Detection:
+        return "detection";
+    case Stage::Psf:
+        return "psf";
+    case Stage::Aperture:
+        return "aperture";
+    case Stage::Calibration:
+        return "calibration";
+    case Stage::Done:
+        return "done";
     }
     return "?";
 }
@@ -151,12 +157,13 @@ struct SharedApCorrError {
 };
 
 SharedApCorrError apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf,
-                                          const std::vector<double>& magInstErr, const CrossmatchResult& matches,
-                                          double minSnr, double modelErr) {
+                                          const std::vector<double>& magInstErr,
+                                          const CrossmatchResult& matches, double minSnr, double modelErr) {
     SharedApCorrError out;
     if (ap.radii.empty() || ap.apCorrMagErr.size() != ap.radii.size()) return out;
     std::vector<double> radii;
-    for (std::size_t i = 0; i < ap.radiusOpt.size() && i < matches.refIndex.size() && i < magInstErr.size(); ++i)
+    for (std::size_t i = 0; i < ap.radiusOpt.size() && i < matches.refIndex.size() && i < magInstErr.size();
+         ++i)
         if (matches.refIndex[i] >= 0 && std::isfinite(ap.radiusOpt[i]) && magInstErr[i] > 0.0 &&
             1.0857 / magInstErr[i] >= minSnr)
             radii.push_back(ap.radiusOpt[i]);
@@ -190,7 +197,8 @@ SharedApCorrError apertureCorrectionError(const ApertureResult& ap, const PsfRes
         // (neighbours' light in the stars' apertures, too few stars, or a model that misses the wings),
         // and it is not known which: it is added as an error. Below that the measured curve stands: a
         // model good to modelErr is no evidence against it.
-        const double rk = ap.radii[k], a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter, R = ap.apCorrRefRadius;
+        const double rk = ap.radii[k], a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter,
+                     R = ap.apCorrRefRadius;
         const std::vector<double> g = psf.apertureFractions({rk, R, a1, a2});
         if (g.size() != 4 || !(g[1] > 0.0) || !std::isfinite(g[0])) return out;
         const double wing = a2 > a1 ? (g[3] - g[2]) / (a2 * a2 - a1 * a1) : 0.0;
@@ -215,7 +223,8 @@ struct PsfToTotal {
     int stars = 0;
 };
 
-PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>& flags, std::uint32_t exclude) {
+PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>& flags,
+                      std::uint32_t exclude) {
     PsfToTotal t;
     const ApertureResult& ap = r.aperture;
     const std::size_t n = ap.fluxOpt.size();
@@ -246,14 +255,15 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
     if (src != "auto" && src != "aperture" && src != "psf")
         throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
     ZeroPointResult ap, psf;
-    const SharedApCorrError shared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch, zpp.minSnr,
-                                                             config.aperture.apCorrModelErr);
+    const SharedApCorrError shared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch,
+                                                             zpp.minSnr, config.aperture.apCorrModelErr);
     const double apShared = shared.err;
     if (src != "psf") {
         ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx, apShared);
         ap.magSource = "aperture";
         char buf[160];
-        std::snprintf(buf, sizeof buf, "; curve of growth at r = %.2f px: standard error %.4f mag, vs PSF model %.4f",
+        std::snprintf(buf, sizeof buf,
+                      "; curve of growth at r = %.2f px: standard error %.4f mag, vs PSF model %.4f",
                       shared.radius, shared.curveSe, shared.modelDiff);
         if (std::isfinite(shared.curveSe)) ap.message += buf;
     }
@@ -265,22 +275,26 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
             mPsf[i] = instrumentalMag(r.psf.fluxPsf[i] * scale.factor);
             ePsf[i] = magError(r.psf.fluxPsf[i], r.psf.fluxPsfErr[i]);
         }
-        psf = fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, std::hypot(apShared, scale.errMag));
+        psf =
+            fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, std::hypot(apShared, scale.errMag));
         psf.magSource = "psf";
         char buf[128];
-        std::snprintf(buf, sizeof buf, "; PSF fluxes scaled by %.5f +- %.5f mag to the aperture's total (%d stars)",
+        std::snprintf(buf, sizeof buf,
+                      "; PSF fluxes scaled by %.5f +- %.5f mag to the aperture's total (%d stars)",
                       scale.factor, scale.errMag, scale.stars);
         psf.message += buf;
     } else if (src == "psf") {
         psf.magSource = "psf";
-        psf.message = "no PSF-fit fluxes to calibrate (no PSF model, psfPhotometry off, or fewer than 5 bright "
-                      "stars to tie them to the aperture's total)";
+        psf.message =
+            "no PSF-fit fluxes to calibrate (no PSF model, psfPhotometry off, or fewer than 5 bright "
+            "stars to tie them to the aperture's total)";
     }
     const bool usePsf = src == "psf" || (src == "auto" && psf.ok && (!ap.ok || psf.zpErr < ap.zpErr));
     ZeroPointResult& kept = usePsf ? psf : ap;
     if (src == "auto" && ap.ok && psf.ok) {
         char buf[128];
-        std::snprintf(buf, sizeof buf, "; magSource auto: aperture zpErr %.4f, psf zpErr %.4f", ap.zpErr, psf.zpErr);
+        std::snprintf(buf, sizeof buf, "; magSource auto: aperture zpErr %.4f, psf zpErr %.4f", ap.zpErr,
+                      psf.zpErr);
         kept.message += buf;
     }
     if (usePsf) {
@@ -315,14 +329,16 @@ Image<std::int32_t> dilatedObjectMask(const ImageViewT<std::int32_t>& seg, int d
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
             int v = 0;
-            for (int dx = std::max(0, x - dilate); dx <= std::min(w - 1, x + dilate) && !v; ++dx) v = seg(dx, y) != 0;
+            for (int dx = std::max(0, x - dilate); dx <= std::min(w - 1, x + dilate) && !v; ++dx)
+                v = seg(dx, y) != 0;
             rows(x, y) = v;
         }
 #pragma omp parallel for schedule(static)
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x) {
             int v = 0;
-            for (int dy = std::max(0, y - dilate); dy <= std::min(h - 1, y + dilate) && !v; ++dy) v = rows(x, dy);
+            for (int dy = std::max(0, y - dilate); dy <= std::min(h - 1, y + dilate) && !v; ++dy)
+                v = rows(x, dy);
             out(x, y) = v;
         }
     return out;
@@ -355,10 +371,9 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
             return cogPsf->apertureFractions(radii);
         };
     if (r.psf.hasModel() && r.psf.fwhm.size() == det.sources.size())
-        apParams.cogStarScale = [&psf = r.psf](const std::vector<std::size_t>& stars, const std::vector<double>& radii,
-                                               double R, double a1, double a2) {
-            return cogStarScale(psf, stars, radii, R, a1, a2);
-        };
+        apParams.cogStarScale =
+            [&psf = r.psf](const std::vector<std::size_t>& stars, const std::vector<double>& radii, double R,
+                           double a1, double a2) { return cogStarScale(psf, stars, radii, R, a1, a2); };
     r.aperture = measureApertures(image, mask, r.background, det.segmentation, det.sources, r.fwhm,
                                   frame.instrument.gain, frame.instrument.readNoise, apParams, ctx);
     if (config.apertureToTotal && cogPsf && r.aperture.apCorrRefRadius > 0.0 &&
@@ -453,7 +468,8 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
             r.fwhm = config.defaultFwhm;
             r.fwhmSource = "default";
             if (r.detection.sources.size() > 0)
-                r.warnings.push_back("no PSF model (too few suitable stars): apertures scaled with the default FWHM");
+                r.warnings.push_back(
+                    "no PSF model (too few suitable stars): apertures scaled with the default FWHM");
         }
         r.completed = Stage::Aperture;
     }
@@ -497,9 +513,10 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
         }
         if (reference) {
             if (!wcs) {
-                r.calibrationProblem = "the frame has no usable WCS (" +
-                                       (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
-                                       "): no crossmatch, no zero point";
+                r.calibrationProblem =
+                    "the frame has no usable WCS (" +
+                    (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
+                    "): no crossmatch, no zero point";
             } else {
                 r.calibrationRan = true;
                 // The catalog cut once to the frame's cone (with the final WCS: header, refined or blind), so
@@ -536,7 +553,8 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                 }
                 if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
             }
-            if (!r.calibrationProblem.empty()) r.warnings.push_back("calibration failed: " + r.calibrationProblem);
+            if (!r.calibrationProblem.empty())
+                r.warnings.push_back("calibration failed: " + r.calibrationProblem);
         }
         r.completed = Stage::Done;
     }
@@ -731,7 +749,8 @@ std::string firstPhotometryDifference(const PipelineResult& ra, const PipelineRe
 Stage firstAffectedStage(const PipelineConfig& a, const PipelineConfig& b) {
     const nlohmann::json ja = a, jb = b;
     if (ja.at("keywords") != jb.at("keywords") || ja.at("instrument") != jb.at("instrument") ||
-        ja.at("background") != jb.at("background") || ja.at("backgroundSecondPass") != jb.at("backgroundSecondPass") ||
+        ja.at("background") != jb.at("background") ||
+        ja.at("backgroundSecondPass") != jb.at("backgroundSecondPass") ||
         ja.at("secondPassDilate") != jb.at("secondPassDilate"))
         return Stage::Background;
     if (ja.at("detection") != jb.at("detection")) return Stage::Detection;

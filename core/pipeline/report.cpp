@@ -8,7 +8,9 @@
 
 namespace gpuphot {
 namespace {
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json num(double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 } // namespace
 
 nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const PipelineConfig& config,
@@ -37,13 +39,24 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
     json report{
         {"software", "gpuphot " GPUPHOT_VERSION},
         {"frame",
-         {{"path", frame.path}, {"hdu", frame.hdu}, {"extname", frame.extname}, {"width", frame.width()},
-          {"height", frame.height()}, {"bitpix", frame.bitpix}, {"has_wcs", frame.wcs != nullptr},
+         {{"path", frame.path},
+          {"hdu", frame.hdu},
+          {"extname", frame.extname},
+          {"width", frame.width()},
+          {"height", frame.height()},
+          {"bitpix", frame.bitpix},
+          {"has_wcs", frame.wcs != nullptr},
           {"wcs_problem", frame.wcsProblem}}},
         {"instrument",
-         {{"gain", in.gain}, {"gain_source", in.gainSource}, {"read_noise", in.readNoise},
-          {"saturation", num(in.saturation)}, {"exptime", num(in.exptime)}, {"mjd_mid", num(in.mjdMid)},
-          {"airmass", num(in.airmass)}, {"filter", in.filter}, {"object", in.object}}},
+         {{"gain", in.gain},
+          {"gain_source", in.gainSource},
+          {"read_noise", in.readNoise},
+          {"saturation", num(in.saturation)},
+          {"exptime", num(in.exptime)},
+          {"mjd_mid", num(in.mjdMid)},
+          {"airmass", num(in.airmass)},
+          {"filter", in.filter},
+          {"object", in.object}}},
         {"backend", backendName(ctx.backend)},
         {"threads", ctx.threadCount()},
         {"tuning", ctx.tuning.toJson()},
@@ -52,46 +65,76 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
         {"total_seconds", total},
         {"peak_host_bytes", peakResidentBytes()},
         {"counts",
-         {{"sources", r.detection.sources.size()}, {"before_deblend", r.detection.nBeforeDeblend},
-          {"after_deblend", r.detection.nDeblended}, {"cleaned", r.detection.nCleaned}, {"psf_stars", r.psf.nStars}}},
+         {{"sources", r.detection.sources.size()},
+          {"before_deblend", r.detection.nBeforeDeblend},
+          {"after_deblend", r.detection.nDeblended},
+          {"cleaned", r.detection.nCleaned},
+          {"psf_stars", r.psf.nStars}}},
         {"background",
-         {{"level", r.background.globalLevel}, {"rms", r.background.globalRms}, {"bad_meshes", r.background.badMeshes}}},
+         {{"level", r.background.globalLevel},
+          {"rms", r.background.globalRms},
+          {"bad_meshes", r.background.badMeshes}}},
         {"fwhm", num(r.fwhm)},
         {"fwhm_source", r.fwhmSource},
         {"ellipticity", num(r.psf.medianEllipticity)},
         {"aperture",
-         {{"radii", r.aperture.radii}, {"apcorr_mag", r.aperture.apCorrMag}, {"apcorr_stars", r.aperture.apCorrStars},
+         {{"radii", r.aperture.radii},
+          {"apcorr_mag", r.aperture.apCorrMag},
+          {"apcorr_stars", r.aperture.apCorrStars},
           {"apcorr_source", r.aperture.apCorrSource},
-          {"reference_radius", r.aperture.apCorrRefRadius}, {"reference_fraction", r.aperture.refApertureFraction}}},
+          {"reference_radius", r.aperture.apCorrRefRadius},
+          {"reference_fraction", r.aperture.refApertureFraction}}},
         {"calibration",
-         {{"ran", r.calibrationRan}, {"problem", r.calibrationProblem},
-          {"matched", r.crossmatch.nMatched}, {"reference_in_frame", r.crossmatch.nRefInFrame},
-          {"calibrators", r.zeropoint.nUsed}, {"candidates", r.zeropoint.nCandidates},
-          {"scatter", num(r.zeropoint.scatter)}, {"limiting_mag", num(r.zeropoint.limitingMag)},
-          {"zp_err_formal", num(r.zeropoint.zpErrFormal)}, {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},
-          {"zp_err_shared", num(r.zeropoint.zpErrShared)}, {"mag_source", r.zeropoint.magSource},
+         {{"ran", r.calibrationRan},
+          {"problem", r.calibrationProblem},
+          {"matched", r.crossmatch.nMatched},
+          {"reference_in_frame", r.crossmatch.nRefInFrame},
+          {"calibrators", r.zeropoint.nUsed},
+          {"candidates", r.zeropoint.nCandidates},
+          {"scatter", num(r.zeropoint.scatter)},
+          {"limiting_mag", num(r.zeropoint.limitingMag)},
+          {"zp_err_formal", num(r.zeropoint.zpErrFormal)},
+          {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},
+          {"zp_err_shared", num(r.zeropoint.zpErrShared)},
+          {"mag_source", r.zeropoint.magSource},
           {"message", r.zeropoint.message},
           {"zp_gradient",
-           {{"x", num(r.zeropoint.gradientX)}, {"y", num(r.zeropoint.gradientY)},
-            {"x_err", num(r.zeropoint.gradientXErr)}, {"y_err", num(r.zeropoint.gradientYErr)},
+           {{"x", num(r.zeropoint.gradientX)},
+            {"y", num(r.zeropoint.gradientY)},
+            {"x_err", num(r.zeropoint.gradientXErr)},
+            {"y_err", num(r.zeropoint.gradientYErr)},
             {"unit", "mag per 1000 px"}}},
-          {"zp_map", {{"nx", r.zeropoint.mapNx}, {"ny", r.zeropoint.mapNy}, {"residual", [&] {
-                          nlohmann::json a = nlohmann::json::array();
-                          for (double v : r.zeropoint.map) a.push_back(num(v));
-                          return a;
-                      }()}}},
-          {"matched", r.crossmatch.nMatched}, {"chance_matches", num(r.crossmatch.chanceMatches)},
-          {"colour_term", r.zeropoint.colourTermFitted ? num(r.zeropoint.colourTerm) : nlohmann::json(nullptr)}}},
+          {"zp_map",
+           {{"nx", r.zeropoint.mapNx},
+            {"ny", r.zeropoint.mapNy},
+            {"residual",
+             [&] {
+                 nlohmann::json a = nlohmann::json::array();
+                 for (double v : r.zeropoint.map)
+                     a.push_back(num(v));
+                 return a;
+             }()}}},
+          {"matched", r.crossmatch.nMatched},
+          {"chance_matches", num(r.crossmatch.chanceMatches)},
+          {"colour_term",
+           r.zeropoint.colourTermFitted ? num(r.zeropoint.colourTerm) : nlohmann::json(nullptr)}}},
         {"zp", r.zeropoint.ok ? num(r.zeropoint.zp) : nlohmann::json(nullptr)},
         {"zp_err", r.zeropoint.ok ? num(r.zeropoint.zpErr) : nlohmann::json(nullptr)},
-        {"zp_per_second", r.zeropoint.ok && in.exptime > 0 ? num(r.zeropoint.zp + 2.5 * std::log10(in.exptime))
-                                                            : nlohmann::json(nullptr)},
+        {"zp_per_second", r.zeropoint.ok && in.exptime > 0
+                              ? num(r.zeropoint.zp + 2.5 * std::log10(in.exptime))
+                              : nlohmann::json(nullptr)},
         {"astrometry",
-         {{"ran", r.astrometry.ok || !r.astrometry.message.empty()}, {"ok", r.astrometry.ok},
-          {"method", r.astrometry.method}, {"message", r.astrometry.message}, {"sip_order", r.astrometry.sipOrder},
-          {"matched", r.astrometry.nMatched}, {"used", r.astrometry.nUsed}, {"seconds", r.astrometry.solveSeconds}}},
+         {{"ran", r.astrometry.ok || !r.astrometry.message.empty()},
+          {"ok", r.astrometry.ok},
+          {"method", r.astrometry.method},
+          {"message", r.astrometry.message},
+          {"sip_order", r.astrometry.sipOrder},
+          {"matched", r.astrometry.nMatched},
+          {"used", r.astrometry.nUsed},
+          {"seconds", r.astrometry.solveSeconds}}},
         {"astrometric_rms_arcsec", r.astrometry.ok ? num(r.astrometry.rmsArcsec) : nlohmann::json(nullptr)},
-        {"warnings", [&] {
+        {"warnings",
+         [&] {
              std::vector<std::string> w = r.warnings;
              w.insert(w.end(), gpuNotes.begin(), gpuNotes.end());
              return w;

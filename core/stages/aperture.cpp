@@ -331,7 +331,7 @@ void checkPositive(double v, const char* what) {
 
 namespace {
 
-constexpr int kRings = 10;      // NeighbourLight's rings: 0.5 FWHM wide, out to 5 FWHM
+constexpr int kRings = 10;       // NeighbourLight's rings: 0.5 FWHM wide, out to 5 FWHM
 constexpr int kMinIsolated = 20; // fewer isolated curve-of-growth candidates: the isolation test is not made
 
 // The PSF model's curve of growth at r1, ref, rin, rout, then at the ring edges k * 0.5 FWHM (k = 0 ..
@@ -362,9 +362,10 @@ double modelConcentration(const std::vector<double>& m, double r1, double ref, d
 // The light of detected neighbours inside a source's reference aperture of radius `ref` (ADU): each
 // neighbour's total flux (the larger of its isophotal flux and its 1-FWHM aperture's over the PSF's
 // fraction there: a faint star's isophote holds only part of its light) times the share of a star of the
-// field's PSF, centred at its distance, that falls within the aperture. The PSF is the model's curve of growth (psfApertureFractions) taken as rings
-// of 0.5 FWHM out to 5 FWHM, else a Gaussian of the field FWHM; a ring of radius rho centred at distance d
-// has acos((ref^2 - d^2 - rho^2) / (2 d rho)) / pi of its length inside. Tabulated over d every 0.25 px.
+// field's PSF, centred at its distance, that falls within the aperture. The PSF is the model's curve of
+// growth (psfApertureFractions) taken as rings of 0.5 FWHM out to 5 FWHM, else a Gaussian of the field FWHM;
+// a ring of radius rho centred at distance d has acos((ref^2 - d^2 - rho^2) / (2 d rho)) / pi of its length
+// inside. Tabulated over d every 0.25 px.
 class NeighbourLight {
 public:
     // model: modelFractions (its ring edges are used), or empty for a Gaussian of the field FWHM
@@ -386,7 +387,8 @@ public:
             double in = 0.0;
             for (std::size_t k = 0; k + 1 < edges.size(); ++k) {
                 const double rho = 0.5 * (edges[k] + edges[k + 1]), w = ee[k + 1] - ee[k];
-                const double c = d > 0.0 ? (ref * ref - d * d - rho * rho) / (2.0 * d * rho) : (rho <= ref ? 1.0 : -1.0);
+                const double c =
+                    d > 0.0 ? (ref * ref - d * d - rho * rho) / (2.0 * d * rho) : (rho <= ref ? 1.0 : -1.0);
                 in += w * (c >= 1.0 ? 1.0 : c <= -1.0 ? 0.0 : std::acos(c) / std::numbers::pi);
             }
             m_table.push_back(in);
@@ -408,7 +410,8 @@ public:
         m_x0 = x0, m_y0 = y0;
         // cells of at least the reach, and not many more cells than sources (far-flung centres)
         const double cells = 4.0 * static_cast<double>(s.size()) + 16.0;
-        m_cell = std::max({m_reach, std::sqrt((x1 - x0) * (y1 - y0) / cells), (x1 - x0) / cells, (y1 - y0) / cells});
+        m_cell = std::max(
+            {m_reach, std::sqrt((x1 - x0) * (y1 - y0) / cells), (x1 - x0) / cells, (y1 - y0) / cells});
         m_nx = static_cast<int>((x1 - x0) / m_cell) + 1;
         m_ny = static_cast<int>((y1 - y0) / m_cell) + 1;
         m_start.assign(static_cast<std::size_t>(m_nx) * m_ny + 1, 0);
@@ -424,7 +427,8 @@ public:
 
     double operator()(std::size_t i) const {
         if (m_nx == 0 || cellOf(i) < 0) return 0.0;
-        const int cx = static_cast<int>((m_s.x[i] - m_x0) / m_cell), cy = static_cast<int>((m_s.y[i] - m_y0) / m_cell);
+        const int cx = static_cast<int>((m_s.x[i] - m_x0) / m_cell),
+                  cy = static_cast<int>((m_s.y[i] - m_y0) / m_cell);
         double sum = 0.0;
         for (int y = std::max(0, cy - 1); y <= std::min(m_ny - 1, cy + 1); ++y)
             for (int x = std::max(0, cx - 1); x <= std::min(m_nx - 1, cx + 1); ++x) {
@@ -445,7 +449,8 @@ public:
 private:
     long cellOf(std::size_t i) const {
         if (i >= m_s.fluxIso.size() || !std::isfinite(m_s.x[i]) || !std::isfinite(m_s.y[i])) return -1;
-        return static_cast<long>((m_s.y[i] - m_y0) / m_cell) * m_nx + static_cast<long>((m_s.x[i] - m_x0) / m_cell);
+        return static_cast<long>((m_s.y[i] - m_y0) / m_cell) * m_nx +
+               static_cast<long>((m_s.x[i] - m_x0) / m_cell);
     }
     const Sources& m_s;
     double m_reach, m_cell = 0.0, m_step = 0.25, m_x0 = 0.0, m_y0 = 0.0;
@@ -463,8 +468,9 @@ private:
 // model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
 // brightest apCorrMaxStars are clipped about their median concentration. With fewer than kMinIsolated
 // (or apCorrMinStars) isolated candidates (a small field) all candidates go on. Ascending indices.
-std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre, const std::vector<double>& flux1,
-                                            const std::vector<double>& err1, const std::vector<double>& fluxRef,
+std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
+                                            const std::vector<double>& flux1, const std::vector<double>& err1,
+                                            const std::vector<double>& fluxRef,
                                             const std::vector<double>& errRef,
                                             const std::vector<std::uint32_t>& flagsRef, std::uint32_t reject,
                                             double r1, double ref, double rin, double rout,
@@ -479,9 +485,11 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
     if (p.apCorrIsolation > 0.0 && !cand.empty()) {
         const NeighbourLight light(sources, flux1, fwhm, ref, fractions);
         auto isolated = cand;
-        std::erase_if(isolated, [&](const auto& c) { return light(c.second) > p.apCorrIsolation * fluxRef[c.second]; });
+        std::erase_if(isolated,
+                      [&](const auto& c) { return light(c.second) > p.apCorrIsolation * fluxRef[c.second]; });
         // a handful of isolated stars would leave the concentration test nothing to reject with
-        if (static_cast<int>(isolated.size()) >= std::max(kMinIsolated, p.apCorrMinStars)) cand = std::move(isolated);
+        if (static_cast<int>(isolated.size()) >= std::max(kMinIsolated, p.apCorrMinStars))
+            cand = std::move(isolated);
     }
     std::sort(cand.begin(), cand.end());
     const double model = modelConcentration(fractions, r1, ref, rin, rout);
@@ -507,7 +515,8 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
         const double med = robustMedian(conc);
         const double sig = conc.empty() ? 0.0 : madSigma(conc, med);
         for (std::size_t k = 0; k < cand.size(); ++k)
-            if (!(sig > 0.0) || std::abs(conc[k] - med) <= p.apCorrClip * sig) stars.push_back(cand[k].second);
+            if (!(sig > 0.0) || std::abs(conc[k] - med) <= p.apCorrClip * sig)
+                stars.push_back(cand[k].second);
     }
     std::sort(stars.begin(), stars.end());
     return stars;

@@ -320,7 +320,8 @@ void validate(const ZeroPointParams& p) {
     if (!(p.matchSigma >= 0.0) || !std::isfinite(p.matchSigma))
         throw InvalidInput("zeropoint: matchSigma must be >= 0");
     if (p.bootstrap < 0) throw InvalidInput("zeropoint: bootstrap must be >= 0");
-    if (!(p.maxZpErr >= 0.0) || std::isnan(p.maxZpErr)) throw InvalidInput("zeropoint: maxZpErr must be >= 0");
+    if (!(p.maxZpErr >= 0.0) || std::isnan(p.maxZpErr))
+        throw InvalidInput("zeropoint: maxZpErr must be >= 0");
     if (p.magSource != "auto" && p.magSource != "aperture" && p.magSource != "psf")
         throw InvalidInput("zeropoint: magSource '" + p.magSource + "' (expected auto, aperture or psf)");
 }
@@ -353,7 +354,8 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
     const std::size_t n = w.size();
     if (rounds < 2 || n < 2) return kNaN;
     std::vector<double> zp(static_cast<std::size_t>(rounds));
-#pragma omp parallel for num_threads(threads) schedule(static) if (n * static_cast<std::size_t>(rounds) >= 200000)
+#pragma omp parallel for num_threads(threads)                                                                \
+    schedule(static) if (n * static_cast <std::size_t>(rounds) >= 200000)
     for (int r = 0; r < rounds; ++r) {
         // a hashed start per round: the rounds' streams begin far apart in SplitMix64's one cycle
         SplitMix64 start{(seed ^ 0xB0075724Aull) + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1)};
@@ -600,15 +602,18 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
 
     res.zp = f.model.zp;
     res.zpErrFormal = f.model.zpErr;
-    res.zpErrBootstrap = bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed, ctx.threadCount());
-    res.zpErr = std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
+    res.zpErrBootstrap =
+        bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed, ctx.threadCount());
+    res.zpErr =
+        std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
     res.zpErrShared = sharedMagErr;
     res.zpErr = std::hypot(res.zpErr, sharedMagErr);
     if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
         char why[200];
-        std::snprintf(why, sizeof why,
-                      "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g",
-                      res.zp, res.zpErr, nKeep, sharedMagErr, params.maxZpErr);
+        std::snprintf(
+            why, sizeof why,
+            "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g",
+            res.zp, res.zpErr, nKeep, sharedMagErr, params.maxZpErr);
         const ZeroPointResult failed = fail(why);
         res = failed;
         res.zp = kNaN;
@@ -646,8 +651,8 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     return res;
 }
 
-void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y, int width,
-                     int height, int cells) {
+void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y,
+                     int width, int height, int cells) {
     if (!zp.ok || width <= 0 || height <= 0 || cells < 1) return;
     std::vector<double> px, py, pr;
     for (std::size_t k = 0; k < zp.sourceIndex.size() && k < zp.used.size() && k < zp.residual.size(); ++k) {

@@ -35,7 +35,8 @@ inline double madSigma(const std::vector<double>& v, double median) {
 inline std::pair<double, double> medianWithError(const std::vector<double>& v) {
     const double med = robustMedian(v);
     if (v.empty()) return {med, std::numeric_limits<double>::quiet_NaN()};
-    return {med, std::sqrt(std::numbers::pi / 2.0) * madSigma(v, med) / std::sqrt(static_cast<double>(v.size()))};
+    return {med,
+            std::sqrt(std::numbers::pi / 2.0) * madSigma(v, med) / std::sqrt(static_cast<double>(v.size()))};
 }
 
 } // namespace gpuphot

@@ -707,10 +707,10 @@ TEST(ApertureStars, SourceOrderDoesNotChangeResultsBitwise) {
         r.theta.insert(r.theta.begin(), 5, 0.0);
         r.flags.insert(r.flags.begin(), 5, 0u);
         r.segmentId.insert(r.segmentId.begin(), 5, 0);
-        const ApertureResult a = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), s,
-                                                  f.fwhm(), f.gain, f.readNoise, p, ctx);
-        const ApertureResult b = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), r,
-                                                  f.fwhm(), f.gain, f.readNoise, p, ctx);
+        const ApertureResult a = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(),
+                                                  s, f.fwhm(), f.gain, f.readNoise, p, ctx);
+        const ApertureResult b = measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(),
+                                                  r, f.fwhm(), f.gain, f.readNoise, p, ctx);
         auto same = [&](const std::vector<double>& x, const std::vector<double>& y) {
             bool ok = x.size() == n && y.size() == n;
             for (std::size_t k = 0; ok && k < n; ++k)
@@ -734,10 +734,11 @@ TEST(ApertureStars, SourceOrderDoesNotChangeResultsBitwise) {
     }
 }
 
-// Pass 3's search (detail::optimalGridIndex with optimalVariance, shared by the host loop and the CUDA kernel):
-// for a Gaussian star with sky noise only, S/N ~ (1 - exp(-x)) / sqrt(x), x = r^2 / (2 sigma^2), peaks at
-// x = 1.2564 (r = 1.5852 sigma); with a Poisson term from a bright star the optimum moves outwards. Grid radii
-// with fraction <= 0 or variance <= 0 are skipped, ties keep the first, and no qualifying radius gives the last.
+// Pass 3's search (detail::optimalGridIndex with optimalVariance, shared by the host loop and the CUDA
+// kernel): for a Gaussian star with sky noise only, S/N ~ (1 - exp(-x)) / sqrt(x), x = r^2 / (2 sigma^2),
+// peaks at x = 1.2564 (r = 1.5852 sigma); with a Poisson term from a bright star the optimum moves outwards.
+// Grid radii with fraction <= 0 or variance <= 0 are skipped, ties keep the first, and no qualifying radius
+// gives the last.
 TEST(ApertureOptimal, GridIndexFindsTheBestSignalToNoise) {
     const double sigma = 2.0;
     const std::size_t ng = 400;
@@ -810,8 +811,8 @@ TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
         return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
     };
-    for (const auto& [threads, batch] : std::vector<std::pair<int, const char*>>{{3, "100000"}, {1, "100000"},
-                                                                                {3, "1000"}, {3, nullptr}}) {
+    for (const auto& [threads, batch] :
+         std::vector<std::pair<int, const char*>>{{3, "100000"}, {1, "100000"}, {3, "1000"}, {3, nullptr}}) {
         SCOPED_TRACE(std::to_string(threads) + " threads, batch " + (batch ? batch : "default"));
         const ApertureResult r = measure(threads, batch);
         for (std::size_t k = 0; k < ref.radii.size(); ++k) {
@@ -933,9 +934,9 @@ TEST(ApertureSky, CheckpointedRunningSumsMatchPrefixArraysBitwise) {
     std::normal_distribution<double> sky(100.0, 7.0);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     std::size_t checkedMean = 0;
-    for (const std::size_t n : {std::size_t{20}, std::size_t{31}, std::size_t{32}, std::size_t{33},
-                                std::size_t{63}, std::size_t{64}, std::size_t{65}, std::size_t{511},
-                                std::size_t{512}, std::size_t{1000}}) {
+    for (const std::size_t n :
+         {std::size_t{20}, std::size_t{31}, std::size_t{32}, std::size_t{33}, std::size_t{63},
+          std::size_t{64}, std::size_t{65}, std::size_t{511}, std::size_t{512}, std::size_t{1000}}) {
         std::vector<float> v(n);
         for (std::size_t i = 0; i < n; ++i) // a Gaussian sky with a tail of star light
             v[i] = static_cast<float>(u(rng) < 0.1 ? sky(rng) + 200.0 * u(rng) : sky(rng));
@@ -1150,8 +1151,8 @@ TEST(ApertureCorrection, CogStarScaleBringsEachCurveStarBeforeTheMedian) {
     p.apCorrMaxStars = 40;
     RunContext ctx;
     auto run = [&] {
-        return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), f.sources, f.fwhm(),
-                                f.gain, f.readNoise, p, ctx);
+        return measureApertures(f.data.view(), MaskView{}, BackgroundResult{}, f.seg.view(), f.sources,
+                                f.fwhm(), f.gain, f.readNoise, p, ctx);
     };
     const ApertureResult plain = run();
     ASSERT_EQ(plain.apCorrSource, "stars");
@@ -1159,7 +1160,9 @@ TEST(ApertureCorrection, CogStarScaleBringsEachCurveStarBeforeTheMedian) {
     std::vector<std::size_t> seenStars;
     std::vector<double> seenRadii;
     double seenR = 0.0, seenA1 = 0.0, seenA2 = 0.0;
-    auto factor = [](std::size_t s, std::size_t g) { return 1.0 + 0.001 * static_cast<double>(s) + 1e-4 * g; };
+    auto factor = [](std::size_t s, std::size_t g) {
+        return 1.0 + 0.001 * static_cast<double>(s) + 1e-4 * g;
+    };
     p.cogStarScale = [&](const std::vector<std::size_t>& stars, const std::vector<double>& radii, double R,
                          double a1, double a2) {
         seenStars = stars, seenRadii = radii, seenR = R, seenA1 = a1, seenA2 = a2;
@@ -1186,7 +1189,8 @@ TEST(ApertureCorrection, CogStarScaleBringsEachCurveStarBeforeTheMedian) {
         return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
     };
     for (std::size_t k = 0; k < scaled.radii.size(); ++k) {
-        EXPECT_EQ(scaled.apCorrStarRatio[k], plain.apCorrStarRatio[k]) << "the per-star ratios stay as measured";
+        EXPECT_EQ(scaled.apCorrStarRatio[k], plain.apCorrStarRatio[k])
+            << "the per-star ratios stay as measured";
         std::vector<double> v = scaled.apCorrStarRatio[k];
         for (std::size_t s = 0; s < v.size(); ++s)
             v[s] *= factor(s, nGrid + k);

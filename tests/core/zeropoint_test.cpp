@@ -479,17 +479,20 @@ TEST(ZeroPoint, SharedErrorIsAddedInQuadratureAndCanRefuse) {
     RunContext ctx;
     const ZeroPointParams p;
     const ZeroPointResult alone = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx);
-    const ZeroPointResult shared = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.004);
+    const ZeroPointResult shared =
+        fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.004);
     ASSERT_TRUE(alone.ok && shared.ok);
     EXPECT_EQ(alone.zpErrShared, 0.0);
     EXPECT_EQ(shared.zpErrShared, 0.004);
     EXPECT_EQ(shared.zp, alone.zp);
     EXPECT_NEAR(shared.zpErr, std::hypot(alone.zpErr, 0.004), 1e-12);
-    const ZeroPointResult refused = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.2);
+    const ZeroPointResult refused =
+        fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.2);
     EXPECT_FALSE(refused.ok);
     EXPECT_TRUE(std::isnan(refused.zp));
     EXPECT_NE(refused.message.find("shared error 0.2000"), std::string::npos) << refused.message;
-    EXPECT_THROW(fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, -1.0), InvalidInput);
+    EXPECT_THROW(fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, -1.0),
+                 InvalidInput);
     ZeroPointParams bad;
     bad.magSource = "kron";
     EXPECT_THROW(fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, bad, ctx), InvalidInput);
