@@ -35,6 +35,7 @@
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/sextractor_config.hpp"
 #include "core/pipeline/pointing.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -435,6 +436,11 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
     addCommonOptions(sub, o.common);
     addPrepareOptions(sub, o.prepare);
     sub.add_option("--hdu", o.hdu, "HDU by 0-based number or EXTNAME (default: first image with data)");
+    sub.add_option("--sex", o.sex,
+                   "SExtractor configuration file (.sex): its detection, background and photometry keys, "
+                   "SExtractor's defaults for the others; upper-case -KEY value pairs override it "
+                   "(docs/SEXTRACTOR.md)");
+    sub.add_option("--sex-set", o.sexSettings, "")->group(""); // -KEY value, rewritten by main as KEY=value
     sub.add_option("--formats", o.formats, "Extra catalog formats: ecsv,csv,reg")->delimiter(',');
     sub.add_option("--maps", o.maps, "Maps to write: bkg,rms,seg,psf,resid")->delimiter(',');
     sub.add_option("--gain", o.gain, "Gain in e-/ADU (overrides the header)");
@@ -473,6 +479,16 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
 
 ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
     PipelineConfig config = loadConfig(o.common);
+    if (!o.sex.empty() || !o.sexSettings.empty()) {
+        SextractorSettings sex = o.sex.empty() ? SextractorSettings{} : readSextractorSettings(o.sex);
+        for (const std::string& kv : o.sexSettings) {
+            const auto eq = kv.find('=');
+            addSextractorOverride(sex, kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+        }
+        const SextractorMapping m = applySextractorSettings(sex, config);
+        const std::string w = m.warning();
+        if (!w.empty() && o.common.verbosity > 0) std::fprintf(stderr, "gpuphot: warning: %s\n", w.c_str());
+    }
     if (o.gain) config.instrument.gain = o.gain;
     if (o.readNoise) config.instrument.readNoise = o.readNoise;
     if (o.saturation) config.instrument.saturation = o.saturation;

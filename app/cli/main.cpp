@@ -1,16 +1,49 @@
 // gpuphot: photometry and astrometry of CCD/sCMOS frames from the command line.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "app/cli/commands.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
 
+namespace {
 
+// SExtractor's command-line overrides, `-KEY value` with KEY upper case (they cannot collide with gpuphot's
+// lower-case options), become `--sex-set KEY=value` for the reduce options.
+std::vector<std::string> rewriteSextractorOverrides(int argc, char** argv) {
+    std::vector<std::string> out;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        const bool key = i > 0 && a.size() > 2 && a[0] == '-' &&
+                         std::isupper(static_cast<unsigned char>(a[1])) &&
+                         std::all_of(a.begin() + 1, a.end(), [](char c) {
+                             return std::isupper(static_cast<unsigned char>(c)) ||
+                                    std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                         });
+        if (key && i + 1 < argc) {
+            out.push_back("--sex-set");
+            out.push_back(a.substr(1) + "=" + argv[++i]);
+        } else {
+            out.push_back(a);
+        }
+    }
+    return out;
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
+    std::vector<std::string> args = rewriteSextractorOverrides(argc, argv);
+    std::vector<char*> argp;
+    for (std::string& a : args)
+        argp.push_back(a.data());
+    argc = static_cast<int>(argp.size());
+    argv = argp.data();
     using namespace gpuphot;
 #ifdef GPUPHOT_WITH_CUDA
     cuda::linkKernels(); // keeps the CUDA backend's registration in the static link
@@ -19,17 +52,10 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "gpuphot " GPUPHOT_VERSION);
     app.require_subcommand(1);
     const std::vector<cli::Command> commands = {
-        cli::registerSimulate(app),
-        cli::registerInfo(app),
-        cli::registerReduce(app),
-        cli::registerBench(app),
-        cli::registerSubmit(app),
-        cli::registerStatus(app),
-        cli::registerWatch(app),
-        cli::registerWorker(app),
-        cli::registerEnqueue(app),
-        cli::registerResults(app),
-        cli::registerMaster(app),
+        cli::registerSimulate(app), cli::registerInfo(app),   cli::registerReduce(app),
+        cli::registerBench(app),    cli::registerSubmit(app), cli::registerStatus(app),
+        cli::registerWatch(app),    cli::registerWorker(app), cli::registerEnqueue(app),
+        cli::registerResults(app),  cli::registerMaster(app),
     };
     try {
         app.parse(argc, argv);
