@@ -45,8 +45,7 @@ namespace {
 // The local curve of growth: kept(r, f) is the fraction of a star's light that an aperture of radius r
 // keeps after the local sky, itself raised by the wing light in the annulus [a1, a2], is subtracted, for
 // the PSF model's profile at FWHM f (circular); relative to the reference radius R unless the correction
-// goes to the total. fRef: the model's FWHM at the curve's stars (their median; the model's median for a
-// model curve).
+// goes to the total. fRef: the FWHM the field's curve refers to (the PSF model's median).
 struct LocalCurve {
     PsfModelKind kind = PsfModelKind::Gaussian;
     double beta = 0.0, a1 = 0.0, a2 = 0.0, R = 0.0, fRef = 0.0;
@@ -65,16 +64,6 @@ struct LocalCurve {
     double kept(double r, double f) const { return kept(r, at(f)); }
 };
 
-// The median model FWHM of the sources `stars` (0: none has one): the FWHM a measured curve refers to.
-template <class Index> double medianFwhmOf(const PsfResult& psf, const std::vector<Index>& stars) {
-    std::vector<double> f;
-    for (const auto i : stars)
-        if (static_cast<std::size_t>(i) < psf.fwhm.size() && psf.fwhm[i] > 0.0) f.push_back(psf.fwhm[i]);
-    if (f.empty()) return 0.0;
-    std::sort(f.begin(), f.end());
-    return f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
-}
-
 // The local curve's profile: the PSF model's Moffat beta, else a Gaussian.
 LocalCurve profileOf(const PsfResult& psf) {
     LocalCurve c;
@@ -84,13 +73,11 @@ LocalCurve profileOf(const PsfResult& psf) {
     return c;
 }
 
+// fRef is the PSF model's median FWHM: a measured curve was brought there star by star (cogStarScale), and
+// a model curve is the model's at that FWHM.
 std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult& psf) {
     LocalCurve c = profileOf(psf);
     c.fRef = psf.medianFwhm;
-    if (ap.apCorrSource == "stars" && !ap.apCorrStarIndex.empty()) {
-        c.fRef = medianFwhmOf(psf, ap.apCorrStarIndex);
-        if (!(c.fRef > 0.0)) return std::nullopt;
-    }
     c.a1 = ap.skyAnnulusInner, c.a2 = ap.skyAnnulusOuter;
     c.R = ap.apCorrRefRadius;
     c.toTotal = ap.refApertureFraction < 1.0;
@@ -99,13 +86,15 @@ std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult
 }
 
 // ApertureParams::cogStarScale: kept(r; fRef) / kept(r; the star's FWHM), relative to the reference
-// radius, fRef the stars' median FWHM (1 where a star has no FWHM).
+// radius, fRef the PSF model's median FWHM (1 where a star has no FWHM). Not the curve stars' own median:
+// they are the brightest by S/N in a 1-FWHM aperture, which favours where the PSF is sharp, and the fixed
+// apertures' single correction must hold for the field's median star.
 std::vector<double> cogStarScale(const PsfResult& psf, const std::vector<std::size_t>& stars,
                                  const std::vector<double>& radii, double R, double a1, double a2) {
     const std::size_t nr = radii.size();
     std::vector<double> out(stars.size() * nr, 1.0);
     LocalCurve c = profileOf(psf);
-    c.fRef = medianFwhmOf(psf, stars);
+    c.fRef = psf.medianFwhm;
     c.a1 = a1, c.a2 = a2, c.R = R;
     if (!(c.fRef > 0.0) || !(R > 0.0)) return out;
     const LocalCurve::At ref = c.at(c.fRef);

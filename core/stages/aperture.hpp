@@ -110,7 +110,7 @@ struct ApertureParams {
     std::string psfApertureFractionsSource = "psf_model"; // ApertureResult::apCorrSource when it is used
     // Where the PSF varies over the field (not serialised; set by the pipeline from the PSF model): the
     // factors that bring each curve-of-growth star's fractions flux(r) / flux(reference radius) to one
-    // FWHM, the median of those stars' FWHMs; result[s * radii.size() + g] for stars[s] at radii[g] (px),
+    // FWHM, the model's median; result[s * radii.size() + g] for stars[s] at radii[g] (px),
     // given the reference radius and the sky annulus (px; 0, 0 when the map is the sky). The curve is
     // then the median of the brought fractions, an average over all stars rather than the one star at the
     // median FWHM; unset, or a result of another size: the fractions as measured.
