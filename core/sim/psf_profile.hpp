@@ -13,21 +13,21 @@ enum class ProfileKind : std::uint8_t { Moffat, Gaussian, Sersic };
 
 struct Profile {
     ProfileKind kind = ProfileKind::Gaussian;
-    double xc = 0.0, yc = 0.0;   // centre, 0-based pixel coordinates (pixel centres at integers)
+    double xc = 0.0, yc = 0.0;       // centre, 0-based pixel coordinates (pixel centres at integers)
     double invSa = 1.0, invSb = 1.0; // 1/scale along the major and minor axes (1/px)
     double cosT = 1.0, sinT = 0.0;   // major-axis direction
-    double beta = 3.0;           // Moffat beta; Sersic: 1/(2n)
-    int betaInt = -1;            // Moffat: floor(beta) when 2 beta is an integer (fast path), else -1
-    bool betaHalf = false;       // Moffat fast path: beta = betaInt + 1/2
-    double bn = 0.0;             // Sersic b_n
-    double soft2 = 0.0;          // Sersic: softening added to rho^2
-    double rhoMax2 = 1.0;        // truncation in rho^2
-    double edge = 0.0;           // g at the truncation radius
-    double amplitude = 0.0;      // flux / integral of (g - edge)
-    double radius = 1.0;         // px: bounding radius of the rendered stamp (centre to farthest point)
-    double coreRadius = 0.0;     // px: pixels whose centres lie within are subdivided ...
-    int coreSub = 1;             // ... into coreSub x coreSub cells of 4x4 Gauss-Legendre points
-    double midRadius = 0.0;      // px: 3x3 points within, 2x2 beyond
+    double beta = 3.0;               // Moffat beta; Sersic: 1/(2n)
+    int betaInt = -1;                // Moffat: floor(beta) when 2 beta is an integer (fast path), else -1
+    bool betaHalf = false;           // Moffat fast path: beta = betaInt + 1/2
+    double bn = 0.0;                 // Sersic b_n
+    double soft2 = 0.0;              // Sersic: softening added to rho^2
+    double rhoMax2 = 1.0;            // truncation in rho^2
+    double edge = 0.0;               // g at the truncation radius
+    double amplitude = 0.0;          // flux / integral of (g - edge)
+    double radius = 1.0;             // px: bounding radius of the rendered stamp (centre to farthest point)
+    double coreRadius = 0.0;         // px: pixels whose centres lie within are subdivided ...
+    int coreSub = 1;                 // ... into coreSub x coreSub cells of 4x4 Gauss-Legendre points
+    double midRadius = 0.0;          // px: 3x3 points within, 2x2 beyond
 
     // Surface brightness (ADU/px^2) at offset (dx, dy) from the centre.
     double value(double dx, double dy) const;
@@ -38,7 +38,8 @@ struct Profile {
 // A star of total flux `flux` (ADU) at (x, y) (0-based): FWHM geometric mean of the major and minor
 // axes (px), ellipticity 1 - b/a, major axis at angleDeg counter-clockwise from +x. The profile is cut
 // where its surface brightness falls to `threshold` (ADU/px^2), but not inside 2.5 major FWHM, nor
-// beyond maxRadius px.
+// where the cut would fold more than 1e-4 of the flux into the profile (so that faint and bright
+// stars share one shape), nor beyond maxRadius px.
 Profile makeStar(ProfileKind kind, double x, double y, double flux, double fwhm, double ellipticity,
                  double angleDeg, double beta, double threshold, double maxRadius);
 

@@ -42,7 +42,8 @@ bool sameImage(const Image<float>& a, const Image<float>& b) {
 
 double imageSum(const Image<float>& im) {
     double s = 0.0;
-    for (std::size_t i = 0; i < im.pixelCount(); ++i) s += im.data()[i];
+    for (std::size_t i = 0; i < im.pixelCount(); ++i)
+        s += im.data()[i];
     return s;
 }
 
@@ -60,20 +61,24 @@ void checkStampFlux(SimParams p, bool galaxy) {
         const double theta = r.truth.doubles("theta")[0];
         double radius;
         if (galaxy) {
-            radius = sim::makeGalaxy(x, y, flux, r.truth.doubles("r_eff")[0], r.truth.doubles("sersic_n")[0], e,
-                                     theta, sim::gaussianSigma(fwhm), p.renderThreshold, p.maxStampRadius).radius;
+            radius = sim::makeGalaxy(x, y, flux, r.truth.doubles("r_eff")[0], r.truth.doubles("sersic_n")[0],
+                                     e, theta, sim::gaussianSigma(fwhm), p.renderThreshold, p.maxStampRadius)
+                         .radius;
         } else {
             const auto kind = p.psf == "moffat" ? sim::ProfileKind::Moffat : sim::ProfileKind::Gaussian;
             radius = sim::makeStar(kind, x, y, flux, fwhm, e, theta, p.moffatBeta, p.renderThreshold,
-                                   p.maxStampRadius).radius;
+                                   p.maxStampRadius)
+                         .radius;
         }
-        if (x - radius < 1 || y - radius < 1 || x + radius > p.width - 2 || y + radius > p.height - 2) continue;
+        if (x - radius < 1 || y - radius < 1 || x + radius > p.width - 2 || y + radius > p.height - 2)
+            continue;
         EXPECT_GT(x - std::floor(x), 0.0);
         EXPECT_NEAR(imageSum(r.image) / flux, 1.0, 1e-3) << "seed " << seed << " at " << x << "," << y;
         // The magnitudes follow the docs/ARCHITECTURE.md convention.
         EXPECT_NEAR(r.truth.doubles("mag_inst")[0], -2.5 * std::log10(flux), 1e-9);
-        EXPECT_NEAR(r.truth.doubles("mag")[0],
-                    r.truth.doubles("mag_inst")[0] + p.zeroPoint + p.colourTerm * r.truth.doubles("colour")[0], 1e-9);
+        EXPECT_NEAR(
+            r.truth.doubles("mag")[0],
+            r.truth.doubles("mag_inst")[0] + p.zeroPoint + p.colourTerm * r.truth.doubles("colour")[0], 1e-9);
         ++checked;
     }
     EXPECT_GE(checked, 3) << "too few sources fell inside the frame";
@@ -115,8 +120,29 @@ Moments measure(const Image<float>& im, double x0, double y0, double rad) {
 
 } // namespace
 
+// The fraction of a star's light within a few pixels must not depend on its flux: the cut at the
+// surface-brightness threshold lies closer in for faint stars, and what it removes is folded back into
+// the profile; an aperture correction measured on bright stars would then make faint ones too bright.
+TEST(SimProfile, ShapeDoesNotDependOnFlux) {
+    const SimParams p;
+    for (auto kind : {sim::ProfileKind::Moffat, sim::ProfileKind::Gaussian}) {
+        std::vector<double> within;
+        for (double flux : {1000.0, 3000.0, 3e5}) {
+            const sim::Profile pr = sim::makeStar(kind, 0.3, -0.2, flux, 3.0, 0.05, 30.0, p.moffatBeta,
+                                                  p.renderThreshold, p.maxStampRadius);
+            double in = 0.0;
+            for (int y = -4; y <= 4; ++y)
+                for (int x = -4; x <= 4; ++x)
+                    if (x * x + y * y <= 9) in += pr.pixel(x, y);
+            within.push_back(in / flux);
+        }
+        EXPECT_NEAR(within[0], within[2], 1e-4) << "kind " << int(kind);
+        EXPECT_NEAR(within[1], within[2], 1e-4) << "kind " << int(kind);
+    }
+}
+
 TEST(Simulator, StampFluxEqualsTruthMoffat) {
-    SimParams p = quietParams(80, 80);
+    SimParams p = quietParams(200, 200);
     p.stars = 1;
     p.magBright = 15.0;
     p.magFaint = 15.5;
@@ -236,9 +262,10 @@ TEST(Simulator, WcsTruthMatchesWcslibReadingTheHeader) {
     double ra0, dec0, ra1, dec1;
     r.trueWcs.pixelToWorld(149.5, 99.5, ra0, dec0);
     r.trueWcs.pixelToWorld(149.5, 100.5, ra1, dec1); // +y: position angle 37 deg east of north
-    const double pa = std::atan2(std::sin((ra1 - ra0) * kDeg) * std::cos(dec1 * kDeg),
-                                 std::cos(dec0 * kDeg) * std::sin(dec1 * kDeg) -
-                                     std::sin(dec0 * kDeg) * std::cos(dec1 * kDeg) * std::cos((ra1 - ra0) * kDeg));
+    const double pa =
+        std::atan2(std::sin((ra1 - ra0) * kDeg) * std::cos(dec1 * kDeg),
+                   std::cos(dec0 * kDeg) * std::sin(dec1 * kDeg) -
+                       std::sin(dec0 * kDeg) * std::cos(dec1 * kDeg) * std::cos((ra1 - ra0) * kDeg));
     EXPECT_NEAR(pa / kDeg, 37.0, 0.05);
     double maxShift = 0.0;
     for (double u : {-150.0, 0.0, 150.0})
@@ -282,7 +309,8 @@ TEST(Simulator, FwhmAndEllipticityVaryAsConfigured) {
         // Pixel integration adds 1/12 px^2 to each variance.
         const double sxx = m.xx - 1.0 / 12, syy = m.yy - 1.0 / 12, sxy = m.xy;
         const double tr = sxx + syy, det = sxx * syy - sxy * sxy;
-        const double l1 = 0.5 * tr + std::sqrt(0.25 * tr * tr - det), l2 = 0.5 * tr - std::sqrt(0.25 * tr * tr - det);
+        const double l1 = 0.5 * tr + std::sqrt(0.25 * tr * tr - det),
+                     l2 = 0.5 * tr - std::sqrt(0.25 * tr * tr - det);
         const double fwhmMeasured = 2.0 * std::sqrt(2.0 * std::log(2.0)) * std::pow(l1 * l2, 0.25);
         EXPECT_NEAR(fwhmMeasured / fwhm, 1.0, 0.01) << "star at " << xi << "," << yi;
         EXPECT_NEAR(1.0 - std::sqrt(l2 / l1), e, 0.01);
@@ -302,7 +330,8 @@ TEST(Simulator, NoiseStatisticsMatchSkyGainAndReadNoise) {
     struct Case {
         double sky, gain, readNoise, bias;
     };
-    for (const Case c : {Case{500.0, 2.0, 5.0, 100.0}, Case{3.0, 1.0, 0.0, 0.0}, Case{20000.0, 0.8, 10.0, 50.0}}) {
+    for (const Case c :
+         {Case{500.0, 2.0, 5.0, 100.0}, Case{3.0, 1.0, 0.0, 0.0}, Case{20000.0, 0.8, 10.0, 50.0}}) {
         SimParams p;
         p.width = 256;
         p.height = 256;
@@ -315,7 +344,8 @@ TEST(Simulator, NoiseStatisticsMatchSkyGainAndReadNoise) {
         const SimResult r = simulateField(p);
         const std::size_t n = r.image.pixelCount();
         double sum = 0, sum2 = 0, lag = 0;
-        for (std::size_t i = 0; i < n; ++i) sum += r.image.data()[i];
+        for (std::size_t i = 0; i < n; ++i)
+            sum += r.image.data()[i];
         const double mean = sum / n;
         for (std::size_t i = 0; i < n; ++i) {
             const double d = r.image.data()[i] - mean;
@@ -349,7 +379,8 @@ TEST(Simulator, SaturationClipsAndFlags) {
     }
     EXPECT_EQ(maxV, 20000.0f);
     EXPECT_GT(atSat, 0);
-    const auto mag = r.truth.doubles("mag"), sat = r.truth.doubles("saturated"), flux = r.truth.doubles("flux");
+    const auto mag = r.truth.doubles("mag"), sat = r.truth.doubles("saturated"),
+               flux = r.truth.doubles("flux");
     const auto fwhm = r.truth.doubles("fwhm");
     for (std::size_t i = 0; i < mag.size(); ++i) {
         // Peak of a Moffat beta 3 star ~ flux * 0.55 / fwhm^2: far above or far below the level.
@@ -374,15 +405,18 @@ TEST(Simulator, WrongHeaderWcsMovesByTheRequestedAmount) {
     p.wcsScaleError = 0.01;
     const SimResult r = simulateField(p);
     const Header& h = r.header;
-    const double sep = angularSeparationDeg(*h.getDouble("CRVAL1"), *h.getDouble("CRVAL2"), r.trueWcs.crval[0],
-                                            r.trueWcs.crval[1]);
+    const double sep = angularSeparationDeg(*h.getDouble("CRVAL1"), *h.getDouble("CRVAL2"),
+                                            r.trueWcs.crval[0], r.trueWcs.crval[1]);
     EXPECT_NEAR(sep * 60.0, 7.5, 1e-6);
     // Rotation and scale of the header CD relative to the truth (both columns).
-    const double cd[2][2] = {{*h.getDouble("CD1_1"), *h.getDouble("CD1_2")}, {*h.getDouble("CD2_1"), *h.getDouble("CD2_2")}};
+    const double cd[2][2] = {{*h.getDouble("CD1_1"), *h.getDouble("CD1_2")},
+                             {*h.getDouble("CD2_1"), *h.getDouble("CD2_2")}};
     for (int j = 0; j < 2; ++j) {
-        const double at = std::atan2(r.trueWcs.cd[0][j], r.trueWcs.cd[1][j]), ah = std::atan2(cd[0][j], cd[1][j]);
+        const double at = std::atan2(r.trueWcs.cd[0][j], r.trueWcs.cd[1][j]),
+                     ah = std::atan2(cd[0][j], cd[1][j]);
         EXPECT_NEAR(std::remainder(ah - at, 2 * std::numbers::pi) / kDeg, 2.0, 1e-9);
-        EXPECT_NEAR(std::hypot(cd[0][j], cd[1][j]) / std::hypot(r.trueWcs.cd[0][j], r.trueWcs.cd[1][j]), 1.01, 1e-12);
+        EXPECT_NEAR(std::hypot(cd[0][j], cd[1][j]) / std::hypot(r.trueWcs.cd[0][j], r.trueWcs.cd[1][j]), 1.01,
+                    1e-12);
     }
     // The truth keeps the true WCS.
     EXPECT_DOUBLE_EQ(r.trueWcs.crval[0], p.ra);
@@ -415,7 +449,8 @@ TEST(Simulator, ReferenceCatalogLimitMarginAndNoise) {
     const auto tmag = r.truth.doubles("mag"), tra = r.truth.doubles("ra"), tdec = r.truth.doubles("dec");
     const auto pmra = ref.doubles("pmra"), pmdec = ref.doubles("pmdec"), refId = r.truth.doubles("ref_id");
     std::size_t inFrameBright = 0;
-    for (double m : tmag) inFrameBright += m < 18.0;
+    for (double m : tmag)
+        inFrameBright += m < 18.0;
     std::size_t linked = 0, outside = 0;
     double chi2 = 0.0;
     const double dt = (2000.0 + (60000.0 + 30.0 / 86400 - 51544.5) / 365.25) - 2016.0;
@@ -430,14 +465,16 @@ TEST(Simulator, ReferenceCatalogLimitMarginAndNoise) {
             EXPECT_EQ(refId[t], static_cast<double>(k + 1));
             chi2 += (rmag[k] - tmag[t]) * (rmag[k] - tmag[t]) / (rerr[k] * rerr[k]);
             // Positions at the reference epoch: moved back by the proper motion.
-            const double dra = (rra[k] - tra[t]) * std::cos(tdec[t] * kDeg) * 3.6e6, ddec = (rdec[k] - tdec[t]) * 3.6e6;
+            const double dra = (rra[k] - tra[t]) * std::cos(tdec[t] * kDeg) * 3.6e6,
+                         ddec = (rdec[k] - tdec[t]) * 3.6e6;
             EXPECT_NEAR(dra, -pmra[k] * dt, 0.05);
             EXPECT_NEAR(ddec, -pmdec[k] * dt, 0.05);
         } else {
             ++outside;
             double x, y;
             const bool on = r.trueWcs.worldToPixel(rra[k], rdec[k], x, y);
-            EXPECT_FALSE(on && x >= -0.5 && x < 399.5 && y >= -0.5 && y < 399.5) << "distractor inside the frame";
+            EXPECT_FALSE(on && x >= -0.5 && x < 399.5 && y >= -0.5 && y < 399.5)
+                << "distractor inside the frame";
             EXPECT_LE(angularSeparationDeg(rra[k], rdec[k], p.ra, p.dec), radius + 1e-9);
         }
     }
@@ -448,7 +485,8 @@ TEST(Simulator, ReferenceCatalogLimitMarginAndNoise) {
     const double capDeg2 = 2 * std::numbers::pi * (1 - std::cos(radius * kDeg)) / (kDeg * kDeg);
     const double expected = inFrameBright / frameDeg2 * (capDeg2 - frameDeg2);
     EXPECT_NEAR(static_cast<double>(outside), expected, 5.0 * std::sqrt(expected) + 5.0);
-    for (std::size_t k = 1; k < rmag.size(); ++k) EXPECT_LE(rmag[k - 1], rmag[k]) << "sorted by magnitude";
+    for (std::size_t k = 1; k < rmag.size(); ++k)
+        EXPECT_LE(rmag[k - 1], rmag[k]) << "sorted by magnitude";
 }
 
 TEST(Simulator, ParamsJsonRoundTripAndUnknownKey) {
