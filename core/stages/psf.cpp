@@ -8,9 +8,9 @@
 #include <limits>
 #include <numbers>
 #include <numeric>
+#include <omp.h>
 #include <optional>
 #include <string>
-#include <omp.h>
 
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
@@ -106,6 +106,32 @@ SpatialPoly fitPoly(int order, const std::vector<double>& u, const std::vector<d
     }
     p.rms = n > 0 ? std::sqrt(ss / n) : 0.0;
     return p;
+}
+
+// Upper 1 % point of chi-square with d degrees of freedom (Wilson-Hilferty; within 2 % for d >= 1).
+double chiSquare99(int d) {
+    const double k = 2.0 / (9.0 * d), c = 1.0 - k + 2.3263 * std::sqrt(k);
+    return d * c * c * c;
+}
+
+// The polynomial of the lowest order up to `maxOrder` whose fit is not significantly worse (1 %) than
+// the next higher order's, the noise from the highest order's residuals. A quantity that does not vary
+// over the field gets a constant: the higher terms would only fit the stars' noise, largest where the
+// fit extrapolates (the corners), and every use of the model's local value would inherit it.
+SpatialPoly fitPolySignificant(int maxOrder, const std::vector<double>& u, const std::vector<double>& v,
+                               const std::vector<double>& val) {
+    SpatialPoly best = fitPoly(maxOrder, u, v, val);
+    const int n = static_cast<int>(val.size());
+    const double dofMax = n - termCount(maxOrder);
+    if (maxOrder == 0 || dofMax < 1.0 || !(best.rms > 0.0)) return best;
+    const double var = best.rms * best.rms * n / dofMax;
+    for (int o = maxOrder - 1; o >= 0; --o) {
+        SpatialPoly lower = fitPoly(o, u, v, val);
+        const double dChi2 = n * (lower.rms * lower.rms - best.rms * best.rms) / var;
+        if (dChi2 > chiSquare99(termCount(best.order) - termCount(o))) break;
+        best = std::move(lower);
+    }
+    return best;
 }
 
 double normCoord(double p, int size) {
@@ -229,7 +255,8 @@ std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radi
     // one offset per task, its sums kept apart and added in the serial order after: bitwise one thread's
     const std::size_t nr = radii.size();
     std::vector<double> partial(static_cast<std::size_t>(kOff * kOff) * nr, 0.0);
-#pragma omp parallel for schedule(static) num_threads(std::min(kOff * kOff, omp_get_max_threads())) if (rMax > 4.0)
+#pragma omp parallel for schedule(static)                                                                    \
+    num_threads(std::min(kOff* kOff, omp_get_max_threads())) if (rMax > 4.0)
     for (int o = 0; o < kOff * kOff; ++o) {
         const int oy = o / kOff, ox = o % kOff;
         ProfileParams pr = prof;
@@ -239,7 +266,8 @@ std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radi
         pr.y0 = cy;
         for (int py = -half; py <= half; ++py)
             for (int px = -half; px <= half; ++px)
-                pix[static_cast<std::size_t>(py + half) * side + (px + half)] = profileValue(pr, kind, px, py, 5);
+                pix[static_cast<std::size_t>(py + half) * side + (px + half)] =
+                    profileValue(pr, kind, px, py, 5);
         for (std::size_t k = 0; k < nr; ++k) {
             const double r = radii[k];
             if (!(r >= 0.0) || !std::isfinite(r)) continue;
@@ -711,6 +739,14 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     used.clear();
     for (std::size_t k = 0; k < pool.size(); ++k)
         if (keep[k]) used.push_back(pool[k]);
+    // The stars clipped, the FWHM is fitted again at the lowest order the kept stars support (the
+    // clipping itself ran at the full order, so that a real variation is not clipped away as outliers).
+    if (used.size() >= 3) {
+        std::vector<double> u, v, fw;
+        for (std::size_t k = 0; k < pool.size(); ++k)
+            if (keep[k]) u.push_back(pu[k]), v.push_back(pv[k]), fw.push_back(pf[k]);
+        res.fwhmPoly = fitPolySignificant(res.fwhmPoly.order, u, v, fw);
+    }
 
     if (!used.empty()) {
         std::vector<double> fw, el, be;

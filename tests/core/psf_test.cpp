@@ -292,13 +292,32 @@ TEST(PsfField, VaryingFwhmRecoveredEverywhere) {
 }
 
 TEST(PsfField, LowerOrderWhenFewStars) {
-    // 9 stars cannot carry 6 terms at 3 stars per term: order falls to 1 (3 terms).
-    const auto stars = gridStars(300, 300, 100, 40, 1e5, 2e5, 21, [](double, double) { return TruthPsf{}; });
+    // 9 stars cannot carry 6 terms at 3 stars per term: order falls to 1 (3 terms), which the FWHM's
+    // linear variation (10 % over the field) needs.
+    auto linear = [](double x, double) {
+        TruthPsf p;
+        p.fwhmA = p.fwhmB = 2.85 + 0.3 * x / 299.0;
+        return p;
+    };
+    const auto stars = gridStars(300, 300, 100, 40, 1e5, 2e5, 21, linear);
     const Field f = makeField(300, 300, stars, 100.0, 3.0, 2.0, true, 0.05, 22);
     const PsfResult r = runPsf(f, PsfParams{});
     ASSERT_EQ(r.nStars, 9);
     EXPECT_EQ(r.fwhmPoly.order, 1);
     EXPECT_NEAR(r.fwhmAt(150, 150), 3.0, 0.03);
+}
+
+// A PSF that does not vary gets a constant model: the polynomial's higher terms would fit the stars'
+// noise only, most where the fit extrapolates (the corners), and the curve of growth brought to the
+// model's median FWHM star by star would inherit that noise as a bias.
+TEST(PsfField, ConstantPsfGivesConstantModel) {
+    const auto stars = gridStars(512, 512, 36, 20, 3e4, 3e5, 11, [](double, double) { return TruthPsf{}; });
+    const Field f = makeField(512, 512, stars, 200.0, 5.0, 2.0, true, 0.05, 12);
+    const PsfResult r = runPsf(f, PsfParams{});
+    ASSERT_GE(r.nStars, 150);
+    EXPECT_EQ(r.fwhmPoly.order, 0);
+    EXPECT_EQ(r.fwhmAt(0, 0), r.fwhmAt(511, 511));
+    EXPECT_NEAR(r.fwhmAt(0, 0), 3.0, 0.01);
 }
 
 TEST(PsfField, OneVersusTwoThreadsBitwiseIdentical) {
