@@ -231,7 +231,8 @@ std::vector<ParamSpec> buildSchema() {
     v.push_back(optional("zeropoint.magFaint", zp, "Calibrator mag faint", "mag", "Reference magnitude range of calibrators (faint end)", -5, 40, 0.1, 2, "none", "inf"));
     v.push_back(dbl("zeropoint.minSnr", zp, "Calibrator min. S/N", "", "S/N of the instrumental magnitude", 0, 1e5, 1, 1));
     v.push_back(flags("zeropoint.excludeFlags", zp, "Exclude flags", "Calibrators must have none of these flag bits." + kFlagList));
-    v.push_back(dbl("zeropoint.isolationArcsec", zp, "Isolation", "arcsec", "> 0: drop calibrators with a brighter reference star this close", 0, 3600, 0.5, 2));
+    v.push_back(dbl("zeropoint.isolationFwhm", zp, "Isolation (FWHM)", "FWHM", "Drop calibrators with a brighter reference star within this many FWHM (0: off, unless the radius is given in arcsec)", 0, 100, 0.5, 2));
+    v.push_back(dbl("zeropoint.isolationArcsec", zp, "Isolation (arcsec)", "arcsec", "> 0: the isolation radius in arcsec, instead of in FWHM", 0, 3600, 0.5, 2));
     v.push_back(dbl("zeropoint.isolationDeltaMag", zp, "Isolation Δmag", "mag", "Neighbours brighter than own mag + this count", 0, 20, 0.1, 2));
     v.push_back(choice("zeropoint.method", zp, "Method", "Zero-point estimator", {{"clipped mean", "clipped-mean"}, {"RANSAC", "ransac"}}));
     v.push_back(dbl("zeropoint.clipSigma", zp, "Clip σ", "", "", 0.5, 20, 0.1, 2));

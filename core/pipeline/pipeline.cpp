@@ -113,8 +113,8 @@ std::vector<double> cogStarScale(const PsfResult& psf, const std::vector<std::si
     return out;
 }
 
-// The optimal apertures were corrected with one curve of growth, the field's. Where the PSF model is
-// broader or sharper than at the curve's stars, the aperture keeps less or more of the light: each
+// The optimal apertures were corrected with one curve of growth, the field's at fRef. Where the PSF model
+// is broader or sharper than fRef, the aperture keeps less or more of the light: each
 // source's flux is scaled by kept(r; fRef) / kept(r; its FWHM), r its radius.
 void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
     const std::optional<LocalCurve> c = localCurveOf(ap, psf);
@@ -133,11 +133,7 @@ void applyLocalCurveOfGrowth(ApertureResult& ap, const PsfResult& psf) {
     }
 }
 
-// The error all calibrated aperture magnitudes share, the curve of growth's (mag): at the fixed radius
-// nearest the median optimal radius of the matched sources of S/N >= minSnr, the standard error of the
-// median of the curve stars' flux ratios, each first brought to fRef by the local curve (a varying PSF's
-// spread is corrected for, so it is not counted as error), and the measured curve's difference from the
-// PSF model's where that is significant; for a model curve, its apCorrMagErr.
+// What apertureCorrectionError finds.
 struct SharedApCorrError {
     double err = 0.0;       // what every calibrated magnitude shares (mag)
     double curveSe = NAN;   // the measured curve's standard error at radius r (NaN: a model curve)
@@ -145,6 +141,11 @@ struct SharedApCorrError {
     double radius = NAN;
 };
 
+// The error all calibrated aperture magnitudes share, the curve of growth's (mag): at the fixed radius
+// nearest the median optimal radius of the matched sources of S/N >= minSnr, the standard error of the
+// median of the curve stars' flux ratios, each first brought to fRef by the local curve (a varying PSF's
+// spread is corrected for, so it is not counted as error), and the measured curve's difference from the
+// PSF model's where that is significant; for a model curve, its apCorrMagErr.
 SharedApCorrError apertureCorrectionError(const ApertureResult& ap, const PsfResult& psf,
                                           const std::vector<double>& magInstErr,
                                           const CrossmatchResult& matches, double minSnr, double modelErr) {
@@ -191,8 +192,7 @@ SharedApCorrError apertureCorrectionError(const ApertureResult& ap, const PsfRes
         const std::vector<double> g = psf.apertureFractions({rk, R, a1, a2});
         if (g.size() != 4 || !(g[1] > 0.0) || !std::isfinite(g[0])) return out;
         const double wing = a2 > a1 ? (g[3] - g[2]) / (a2 * a2 - a1 * a1) : 0.0;
-        const double model = (g[0] - rk * rk * wing) / (g[1] - R * R * wing) * rel.kept(rk, c->fRef) /
-                             rel.kept(rk, psf.medianFwhm);
+        const double model = (g[0] - rk * rk * wing) / (g[1] - R * R * wing); // at medianFwhm = fRef
         if (!(model > 0.0) || !std::isfinite(model)) return out;
         out.modelDiff = std::fabs(2.5 * std::log10(med / model));
         if (out.modelDiff > 3.0 * std::hypot(seMag, modelErr)) out.err = std::hypot(seMag, out.modelDiff);
@@ -238,8 +238,9 @@ PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>&
 // the optimal aperture's and the PSF fit's are calibrated and the one of the smaller zpErr is kept. The
 // kept source's magnitudes are left in r.magInst / r.magInstErr (the catalog's mag_cal is made of them).
 void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, const ReferenceCatalog& ref,
-                    const PipelineConfig& config, RunContext& ctx) {
-    const ZeroPointParams& zpp = config.zeropoint;
+                    const PipelineConfig& config, double isolationArcsec, RunContext& ctx) {
+    ZeroPointParams zpp = config.zeropoint;
+    zpp.isolationArcsec = isolationArcsec;
     const std::string& src = zpp.magSource;
     if (src != "auto" && src != "aperture" && src != "psf")
         throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
@@ -291,6 +292,16 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
         r.magInstErr = std::move(ePsf);
     }
     r.zeropoint = std::move(kept);
+}
+
+// The calibrators' isolation radius (arcsec): isolationArcsec when set, else isolationFwhm times the
+// field's FWHM (px) at the WCS's scale (0 where either is unknown).
+double calibratorIsolationArcsec(const ZeroPointParams& p, double fwhmPx, double pxScaleArcsec) {
+    if (p.isolationArcsec > 0.0) return p.isolationArcsec;
+    if (!(p.isolationFwhm > 0.0) || !(fwhmPx > 0.0) || !(pxScaleArcsec > 0.0) ||
+        !std::isfinite(pxScaleArcsec))
+        return 0.0;
+    return p.isolationFwhm * fwhmPx * pxScaleArcsec;
 }
 
 // Stage inputs that come from the frame rather than from the user's parameters.
@@ -514,9 +525,10 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                 std::vector<std::int32_t> cutRows;
                 const double pxScale =
                     wcs->pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
+                const double isolation = calibratorIsolationArcsec(config.zeropoint, r.fwhm, pxScale);
                 const double cutMargin = 1.5 * (2.0 * config.crossmatch.marginPx + 20.0) *
                                              (std::isfinite(pxScale) ? pxScale : 0.0) +
-                                         config.zeropoint.isolationArcsec + config.crossmatch.radiusArcsec;
+                                         isolation + config.crossmatch.radiusArcsec;
                 ReferenceCatalog refCut;
                 const bool cut = std::isfinite(pxScale) && pxScale > 0.0;
                 if (cut)
@@ -532,7 +544,7 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                 std::vector<std::uint32_t> flags(n);
                 for (std::size_t i = 0; i < n; ++i)
                     flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
-                fitCalibration(r, flags, refUse, config, ctx);
+                fitCalibration(r, flags, refUse, config, isolation, ctx);
                 if (r.zeropoint.ok) fitZeroPointMap(r.zeropoint, s.x, s.y, frame.width(), frame.height());
                 if (cut) {
                     for (std::int32_t& row : r.crossmatch.refIndex)

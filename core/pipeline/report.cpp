@@ -92,6 +92,7 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"calibrators", r.zeropoint.nUsed},
           {"candidates", r.zeropoint.nCandidates},
           {"scatter", num(r.zeropoint.scatter)},
+          {"isolation_arcsec", r.zeropoint.isolationArcsec},
           {"limiting_mag", num(r.zeropoint.limitingMag)},
           {"zp_err_formal", num(r.zeropoint.zpErrFormal)},
           {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},

@@ -317,6 +317,8 @@ void validate(const ZeroPointParams& p) {
         throw InvalidInput("zeropoint: minSnr, magBright and magFaint must not be NaN");
     if (p.isolationArcsec < 0.0 || !std::isfinite(p.isolationArcsec))
         throw InvalidInput("zeropoint: isolationArcsec must be >= 0");
+    if (!(p.isolationFwhm >= 0.0) || !std::isfinite(p.isolationFwhm))
+        throw InvalidInput("zeropoint: isolationFwhm must be >= 0");
     if (!(p.matchSigma >= 0.0) || !std::isfinite(p.matchSigma))
         throw InvalidInput("zeropoint: matchSigma must be >= 0");
     if (p.bootstrap < 0) throw InvalidInput("zeropoint: bootstrap must be >= 0");
@@ -389,6 +391,7 @@ void to_json(nlohmann::json& j, const ZeroPointParams& p) {
                        {"minSnr", p.minSnr},
                        {"excludeFlags", p.excludeFlags},
                        {"isolationArcsec", p.isolationArcsec},
+                       {"isolationFwhm", p.isolationFwhm},
                        {"isolationDeltaMag", p.isolationDeltaMag},
                        {"method", p.method},
                        {"clipSigma", p.clipSigma},
@@ -412,6 +415,7 @@ void from_json(const nlohmann::json& j, ZeroPointParams& p) {
     p.minSnr = j.value("minSnr", d.minSnr);
     p.excludeFlags = j.value("excludeFlags", d.excludeFlags);
     p.isolationArcsec = j.value("isolationArcsec", d.isolationArcsec);
+    p.isolationFwhm = j.value("isolationFwhm", d.isolationFwhm);
     p.isolationDeltaMag = j.value("isolationDeltaMag", d.isolationDeltaMag);
     p.method = j.value("method", d.method);
     p.clipSigma = j.value("clipSigma", d.clipSigma);
@@ -508,6 +512,7 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         res.sourceIndex.push_back(static_cast<std::int32_t>(i));
         rows.push_back(r);
     }
+    if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
     if (params.isolationArcsec > 0.0 && !rows.empty()) {
         const std::vector<char> crowded =
             crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag);

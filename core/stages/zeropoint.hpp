@@ -55,8 +55,13 @@ struct ZeroPointParams {
     std::uint32_t excludeFlags = FlagSaturated | FlagBlended | FlagEdge | FlagBadPixels |
                                  FlagApertureIncomplete | FlagApertureMasked | FlagCrowded |
                                  FlagDeblendOverflow | FlagSkyFailed;
-    double isolationArcsec = 0.0;        // > 0: drop calibrators with another reference star this close...
-    double isolationDeltaMag = 3.0;      // ...that is brighter than own mag + this (fainter ones are ignored)
+    // Calibrators with another reference star this close that is brighter than own mag +
+    // isolationDeltaMag are dropped: an unresolved companion adds its light to the calibrator's aperture
+    // (one star per 300 px^2 of the project's simulator: +0.002 mag, pulls of 2-3, without the test).
+    double isolationArcsec = 0.0;   // > 0: the radius (arcsec); 0: isolationFwhm decides
+    double isolationFwhm = 2.0;     // with isolationArcsec 0: the radius in the field's FWHM, resolved by
+                                    // the pipeline from the PSF model and the WCS (0: no isolation test)
+    double isolationDeltaMag = 3.0; // mag: fainter neighbours are ignored
     std::string method = "clipped-mean"; // or "ransac"
     double clipSigma = 3.0;
     int maxIterations = 10;
@@ -95,11 +100,12 @@ struct ZeroPointResult {
     bool colourTermFitted = false;
     double zpErrFormal = std::numeric_limits<double>::quiet_NaN();    // the weighted fit's own error
     double zpErrBootstrap = std::numeric_limits<double>::quiet_NaN(); // spread over resampled calibrators
-    double chanceMatches = std::numeric_limits<double>::quiet_NaN(); // the matches expected by chance
+    double chanceMatches = std::numeric_limits<double>::quiet_NaN();  // the matches expected by chance
     // The error every calibrator shares (the curve of growth's, or the PSF model's normalisation): it does
     // not average down, so zpErr = max(formal, bootstrap) (+) this, in quadrature.
     double zpErrShared = 0.0;
-    std::string magSource; // "aperture" or "psf": the instrumental magnitudes calibrated (set by the pipeline)
+    std::string
+        magSource; // "aperture" or "psf": the instrumental magnitudes calibrated (set by the pipeline)
     // The calibrators' residuals over the frame (fitZeroPointMap): a plane's slopes in mag per 1000 px
     // (positive: the zero point grows along +x / +y) with their errors, and the median residual in a
     // mapNx x mapNy grid of equal cells (row-major from the bottom-left; NaN with < 5 calibrators in a cell).
@@ -107,6 +113,7 @@ struct ZeroPointResult {
     double gradientXErr = gradientX, gradientYErr = gradientX;
     int mapNx = 0, mapNy = 0;
     std::vector<double> map;
+    double isolationArcsec = 0.0;          // the isolation radius applied (0: none)
     int nUsed = 0;                         // calibrators in the final fit
     int nCandidates = 0;                   // calibrators that passed the cuts
     std::vector<std::int32_t> sourceIndex; // per candidate: source index (ascending)
@@ -132,8 +139,8 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
 // The gradient and map of an ok zero point's used calibrators' residuals; x, y: per source (px, 0-based),
 // indexed by zp.sourceIndex. The plane is fitted with at least 20 calibrators, the map (cells x cells)
 // with at least 25 per cell on average. Leaves zp as it is otherwise.
-void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y, int width,
-                     int height, int cells = 4);
+void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y,
+                     int width, int height, int cells = 4);
 
 // The limiting-magnitude estimator on its own (instrumental; see above). NaN when not determinable.
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,

@@ -5,11 +5,12 @@
 //   - PANOPTES, header WCS refined: fitted WCS within 2 px of the header's (astrometry.net's, which is
 //     itself ~1.4 px RMS off Tycho-2), a better fit to the Tycho-2 stars than the header's (< 0.3 px
 //     RMS, less than half the header's), a zero point from >= 100 Tycho-2 stars with a
-//     scatter below 0.3 mag (raw RGGB mosaic vs VT: the colour mix differs star by star).
+//     scatter below 0.3 mag (raw RGGB mosaic vs VT: the colour mix differs star by star), refused when
+//     asked for a precision (maxZpErr) it does not reach.
 //   - PANOPTES with the header WCS ignored (no WCS, no RA/DEC keywords, scale searched 5-20"/px): solved
 //     blind, within 2 px of the header's solution and within 0.05 px of the refined one.
 //   - DECam + Gaia G (relaxed minimums: the cutout has ~10 stars): refined WCS (pure TAN) within 1 px of
-//     the header's TPV, sub-pixel RMS, a zero point from >= 3 stars.
+//     the header's TPV, sub-pixel RMS, a zero point from the 2 isolated stars (a third is a blend).
 // Skips when the data directory is absent.
 #include <gtest/gtest.h>
 
@@ -60,18 +61,21 @@ void print(const char* what, const PipelineResult& r, const Frame& f) {
     const auto& a = r.astrometry;
     const auto& z = r.zeropoint;
     double diff = NAN;
-    if (a.ok && f.wcs) diff = wcsDifferencePx(tanSipFromWcs(*f.wcs, f.width(), f.height()), a.wcs, f.width(), f.height());
-    std::printf("%s: %zu sources; astrometry %s (%s) SIP %d, %d/%d used, RMS %.3f\" (%.3f px), vs header %.3f px, "
-                "search %.2f s; matched %zu (%zu ref on frame); zp %.4f +- %.4f, scatter %.4f, %d/%d used\n",
-                what, r.detection.sources.size(), a.ok ? "ok" : a.message.c_str(), a.method.c_str(), a.sipOrder,
-                a.nUsed, a.nMatched, a.rmsArcsec, a.rmsPx, diff, a.solveSeconds, r.crossmatch.nMatched,
-                r.crossmatch.nRefInFrame, z.zp, z.zpErr, z.scatter, z.nUsed, z.nCandidates);
+    if (a.ok && f.wcs)
+        diff = wcsDifferencePx(tanSipFromWcs(*f.wcs, f.width(), f.height()), a.wcs, f.width(), f.height());
+    std::printf(
+        "%s: %zu sources; astrometry %s (%s) SIP %d, %d/%d used, RMS %.3f\" (%.3f px), vs header %.3f px, "
+        "search %.2f s; matched %zu (%zu ref on frame); zp %.4f +- %.4f, scatter %.4f, %d/%d used\n",
+        what, r.detection.sources.size(), a.ok ? "ok" : a.message.c_str(), a.method.c_str(), a.sipOrder,
+        a.nUsed, a.nMatched, a.rmsArcsec, a.rmsPx, diff, a.solveSeconds, r.crossmatch.nMatched,
+        r.crossmatch.nRefInFrame, z.zp, z.zpErr, z.scatter, z.nUsed, z.nCandidates);
 }
 
 } // namespace
 
 TEST(RealCalibration, PanoptesTycho2RefinedHeader) {
-    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) FAIL() << "test data missing (tests/data/real)";
+    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"}))
+        FAIL() << "test data missing (tests/data/real)";
     const Frame frame = readFrame(realData("panoptes_solved.fits.fz"));
     ASSERT_TRUE(frame.wcs);
     const ReferenceCatalog ref = readReferenceCatalog(realData("tycho2_panoptes_field.fits"));
@@ -87,31 +91,34 @@ TEST(RealCalibration, PanoptesTycho2RefinedHeader) {
     EXPECT_LT(wcsDifferencePx(header, r.astrometry.wcs, frame.width(), frame.height()), 2.0);
     const double headerRms = matchRmsPx(r, ref, *frame.wcs);
     const double oursRms = matchRmsPx(r, ref, Wcs::fromTanSip(r.astrometry.wcs));
-    std::printf("matches used: RMS through the header WCS %.3f px, through ours %.3f px\n", headerRms, oursRms);
+    std::printf("matches used: RMS through the header WCS %.3f px, through ours %.3f px\n", headerRms,
+                oursRms);
     EXPECT_NEAR(oursRms, r.astrometry.rmsPx, 0.05);
     EXPECT_LT(oursRms, 0.3);
     EXPECT_LT(oursRms, 0.5 * headerRms);
     EXPECT_GE(r.astrometry.nUsed, 200);
     // The raw Bayer mosaic's curve of growth (7 isolated bright stars) and the PSF model's disagree by
-    // ~0.15 mag (a CFA star's profile depends on its colour): that difference is part of zp_err, which the
-    // default precision bar (0.1) then refuses, saying why.
-    ASSERT_FALSE(r.zeropoint.ok);
-    EXPECT_GT(r.zeropoint.zpErrShared, 0.1);
-    EXPECT_NE(r.calibrationProblem.find("maxZpErr"), std::string::npos) << r.calibrationProblem;
-    PipelineConfig coarse;
-    coarse.zeropoint.maxZpErr = 0.3;
-    const PipelineResult c = runPipeline(frame, coarse, ctx, &ref);
-    print("PANOPTES coarse", c, frame);
-    ASSERT_TRUE(c.zeropoint.ok) << c.zeropoint.message;
-    EXPECT_GE(c.zeropoint.nUsed, 100);
-    EXPECT_LT(c.zeropoint.scatter, 0.3);
-    EXPECT_NEAR(c.zeropoint.zpErr,
-                std::hypot(std::max(c.zeropoint.zpErrFormal, c.zeropoint.zpErrBootstrap), c.zeropoint.zpErrShared),
-                1e-12);
+    // ~0.05 mag (a CFA star's profile depends on its colour): that difference is part of zp_err.
+    ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
+    EXPECT_GE(r.zeropoint.nUsed, 100);
+    EXPECT_LT(r.zeropoint.scatter, 0.3);
+    EXPECT_GT(r.zeropoint.zpErrShared, 0.02);
+    EXPECT_NEAR(
+        r.zeropoint.zpErr,
+        std::hypot(std::max(r.zeropoint.zpErrFormal, r.zeropoint.zpErrBootstrap), r.zeropoint.zpErrShared),
+        1e-12);
+    // Asked for a precision the frame does not give, calibration refuses, saying why.
+    PipelineConfig strict;
+    strict.zeropoint.maxZpErr = 0.02;
+    const PipelineResult c = runPipeline(frame, strict, ctx, &ref);
+    print("PANOPTES strict", c, frame);
+    ASSERT_FALSE(c.zeropoint.ok);
+    EXPECT_NE(c.calibrationProblem.find("maxZpErr"), std::string::npos) << c.calibrationProblem;
 }
 
 TEST(RealCalibration, PanoptesTycho2IgnoringHeaderWcs) {
-    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"})) FAIL() << "test data missing (tests/data/real)";
+    if (!haveAll({"panoptes_solved.fits.fz", "tycho2_panoptes_field.fits"}))
+        FAIL() << "test data missing (tests/data/real)";
     const Frame withWcs = readFrame(realData("panoptes_solved.fits.fz"));
     ASSERT_TRUE(withWcs.wcs);
     Frame frame = withWcs;
@@ -149,9 +156,9 @@ TEST(RealCalibration, DecamGaia) {
     PipelineConfig cfg;
     cfg.astrometry.verifyMinMatches = 5;
     cfg.astrometry.minSipOrder = 0;
-    cfg.zeropoint.minStars = 3;
+    cfg.zeropoint.minStars = 2;
     cfg.zeropoint.minSnr = 10.0;
-    cfg.zeropoint.maxZpErr = 0.5; // three calibrators (DECam r against Gaia G): a coarse zero point is asked
+    cfg.zeropoint.maxZpErr = 0.5; // two calibrators (DECam r against Gaia G): a coarse zero point is asked
     RunContext ctx;
     const PipelineResult r = runPipeline(frame, cfg, ctx, &ref);
     print("DECam refined", r, frame);
@@ -160,8 +167,17 @@ TEST(RealCalibration, DecamGaia) {
     EXPECT_LT(wcsDifferencePx(header, r.astrometry.wcs, frame.width(), frame.height()), 1.0);
     EXPECT_LT(r.astrometry.rmsPx, 0.5);
     ASSERT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
-    EXPECT_GE(r.zeropoint.nUsed, 3);
+    // Of the three candidates, the G = 20.6 star has a G = 21.0 Gaia star 0.75" away, unresolved here (FWHM
+    // 1.1"): the isolation test drops it (it calibrates 0.35 mag too bright).
+    EXPECT_EQ(r.zeropoint.nUsed, 2);
+    EXPECT_GT(r.zeropoint.isolationArcsec, 1.0);
     EXPECT_GE(r.zeropoint.zpErr, r.zeropoint.zpErrFormal);
+    PipelineConfig noIsolation = cfg;
+    noIsolation.zeropoint.isolationFwhm = 0.0;
+    const PipelineResult blend = runPipeline(frame, noIsolation, ctx, &ref);
+    ASSERT_TRUE(blend.zeropoint.ok) << blend.zeropoint.message;
+    EXPECT_EQ(blend.zeropoint.nUsed, 3);
+    EXPECT_GT(blend.zeropoint.scatter, r.zeropoint.scatter);
     // The default precision bar refuses a zero point that uncertain: no calibration, the reason said.
     cfg.zeropoint.maxZpErr = ZeroPointParams{}.maxZpErr;
     const PipelineResult strict = runPipeline(frame, cfg, ctx, &ref);
