@@ -459,15 +459,6 @@ private:
     std::vector<std::size_t> m_start, m_index;
 };
 
-// The stars whose curve of growth corrects the apertures: unflagged, S/N >= apCorrMinSnr in the reference
-// aperture, isolated (neighbours' light in the reference aperture at most apCorrIsolation of the star's),
-// and single. A blend of two stars closer than the deblending resolves is the brightest object
-// of a crowded field and is less concentrated than one star, so with a PSF model each candidate's
-// concentration must agree with the model's within apCorrClip times its own noise (plus 1 % for the
-// model): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
-// model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
-// brightest apCorrMaxStars are clipped about their median concentration. With fewer than kMinIsolated
-// (or apCorrMinStars) isolated candidates (a small field) all candidates go on. Ascending indices.
 // S/N by which curve-of-growth stars are ranked: of z = f1 + k (fRef - f1), k chosen so that
 // z's noise is uncorrelated with the concentration f1 / fRef. Ranking by fRef's S/N would prefer, among
 // stars of one brightness, those whose wing noise came out high, and bias the measured fractions low
@@ -480,6 +471,15 @@ double concentrationNeutralSnr(double f1, double e1, double fRef, double eRef) {
     return vz > 0.0 ? z / std::sqrt(vz) : 0.0;
 }
 
+// The stars whose curve of growth corrects the apertures: unflagged, S/N >= apCorrMinSnr in the reference
+// aperture, isolated (neighbours' light in the reference aperture at most apCorrIsolation of the star's),
+// and single. A blend of two stars closer than the deblending resolves is the brightest object
+// of a crowded field and is less concentrated than one star, so with a PSF model each candidate's
+// concentration must agree with the model's within apCorrClip times its own noise (plus 1 % for the
+// model): that test runs over the whole pool before the brightest apCorrMaxStars are kept. Without a
+// model, or when fewer than apCorrMinStars agree with it (a model that does not fit the stars), the
+// brightest apCorrMaxStars are clipped about their median concentration. With fewer than kMinIsolated
+// (or apCorrMinStars) isolated candidates (a small field) all candidates go on. Ascending indices.
 std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
                                             const std::vector<double>& flux1, const std::vector<double>& err1,
                                             const std::vector<double>& fluxRef,
