@@ -430,6 +430,21 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
     ::sigaction(SIGPIPE, &oldPipe, nullptr);
 }
 
+// The SExtractor catalog of --sex (its CATALOG_NAME, CATALOG_TYPE and parameters; --param wins over
+// PARAMETERS_NAME) and the parameters of --formats ldac.
+void applySextractorOutputs(const ReduceCliOptions& o, bool sexGiven, const SextractorMapping& m,
+                            OutputOptions& out) {
+    out.sextractor = m.catalog;
+    out.sextractor.prefixStem = o.sexPerFrameNames;
+    out.sextractorCatalog = sexGiven && m.writesCatalog;
+    if (!o.param.empty()) {
+        out.sextractor.params = readSextractorParams(o.param);
+        if (out.sextractor.params.empty()) throw InvalidInput("--param " + o.param + " names no parameter");
+        out.sextractorCatalog = sexGiven && out.sextractor.type != "NONE";
+    }
+    if (!o.param.empty() || out.sextractorCatalog) out.ldacParams = out.sextractor.params;
+}
+
 } // namespace
 
 void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
@@ -441,7 +456,16 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
                    "SExtractor's defaults for the others; upper-case -KEY value pairs override it "
                    "(docs/SEXTRACTOR.md)");
     sub.add_option("--sex-set", o.sexSettings, "")->group(""); // -KEY value, rewritten by main as KEY=value
-    sub.add_option("--formats", o.formats, "Extra catalog formats: ecsv,csv,reg")->delimiter(',');
+    sub.add_option(
+        "--param", o.param,
+        "SExtractor parameter file (.param): the columns of the SExtractor catalog of --sex and of "
+        "STEM.ldac (overrides PARAMETERS_NAME)");
+    sub.add_flag("--sex-per-frame-names", o.sexPerFrameNames, "")
+        ->group(""); // set by reduce for several frames
+    sub.add_option(
+           "--formats", o.formats,
+           "Extra catalog formats: ecsv,csv,reg,ldac (ldac: STEM.ldac, FITS_LDAC for SCAMP and PSFEx)")
+        ->delimiter(',');
     sub.add_option("--maps", o.maps, "Maps to write: bkg,rms,seg,psf,resid")->delimiter(',');
     sub.add_option("--gain", o.gain, "Gain in e-/ADU (overrides the header)");
     sub.add_option("--rdnoise", o.readNoise, "Read noise in e- (overrides the header)");
@@ -479,14 +503,17 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
 
 ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
     PipelineConfig config = loadConfig(o.common);
-    if (!o.sex.empty() || !o.sexSettings.empty()) {
+    const bool sexGiven = !o.sex.empty() || !o.sexSettings.empty();
+    SextractorMapping sexMap;
+    if (sexGiven) {
         SextractorSettings sex = o.sex.empty() ? SextractorSettings{} : readSextractorSettings(o.sex);
         for (const std::string& kv : o.sexSettings) {
             const auto eq = kv.find('=');
             addSextractorOverride(sex, kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
         }
-        const SextractorMapping m = applySextractorSettings(sex, config);
-        const std::string w = m.warning();
+        if (!o.param.empty()) addSextractorOverride(sex, "PARAMETERS_NAME", o.param); // --param wins
+        sexMap = applySextractorSettings(sex, config);
+        const std::string w = sexMap.warning();
         if (!w.empty() && o.common.verbosity > 0) std::fprintf(stderr, "gpuphot: warning: %s\n", w.c_str());
     }
     if (o.gain) config.instrument.gain = o.gain;
@@ -510,6 +537,7 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
     ro.output.formats = splitList(o.formats);
     ro.output.maps = splitList(o.maps);
     ro.output.writeSolved = o.writeSolved;
+    applySextractorOutputs(o, sexGiven, sexMap, ro.output);
     ro.ignoreHeaderWcs = o.ignoreHeaderWcs;
     validateOutputOptions(ro.output);
     applyPrepareOptions(o.prepare, ro);

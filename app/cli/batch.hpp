@@ -40,6 +40,8 @@ struct ReduceCliOptions {
     PrepareCliOptions prepare; // --bias --dark --flat --bpm ... (frame preparation)
     std::string sex;                      // --sex FILE: a SExtractor configuration (docs/SEXTRACTOR.md)
     std::vector<std::string> sexSettings; // KEY=value: SExtractor's -KEY value overrides (main rewrites them)
+    std::string param;                    // --param FILE: SExtractor output parameters (PARAMETERS_NAME)
+    bool sexPerFrameNames = false;        // several frames: each SExtractor catalog is STEM.CATALOG_NAME
     int prefetch = 1;          // --prefetch N: frames read ahead of the one in its stages (0: one at a time)
     int concurrent = 1;        // --concurrent K: frames in their stages at once, each with its own RunContext
 };

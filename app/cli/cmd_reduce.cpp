@@ -36,6 +36,10 @@ int run(ReduceCli& o) {
     b.childArgs = reproduceArgs(*o.sub, {"-j", "--jsonl", "--list", "--force", "--batch-child", "--dump-config", "-v",
                                          "-q"});
     b.threadsGiven = o.sub->count("--threads") > 0;
+    if (frames.size() > 1 && !o.options.sexPerFrameNames) { // one CATALOG_NAME cannot hold several frames
+        o.options.sexPerFrameNames = true;
+        b.childArgs.push_back("--sex-per-frame-names");
+    }
     return runBatch(frames, o.options, b);
 }
 

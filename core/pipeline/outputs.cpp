@@ -26,12 +26,20 @@ namespace gpuphot {
 namespace fs = std::filesystem;
 
 void validateOutputOptions(const OutputOptions& o) {
-    static const std::set<std::string> formats{"ecsv", "csv", "reg", "fits"};
+    static const std::set<std::string> formats{"ecsv", "csv", "reg", "fits", "ldac"};
     static const std::set<std::string> maps{"bkg", "rms", "seg", "psf", "resid"};
     for (const auto& f : o.formats)
-        if (!formats.count(f)) throw InvalidInput("unknown output format '" + f + "' (expected ecsv, csv, reg)");
+        if (!formats.count(f))
+            throw InvalidInput("unknown output format '" + f + "' (expected ecsv, csv, reg, ldac)");
     for (const auto& m : o.maps)
         if (!maps.count(m)) throw InvalidInput("unknown map '" + m + "' (expected bkg, rms, seg, psf, resid)");
+    if (o.sextractorCatalog) checkSextractorCatalog(o.sextractor);
+    if (std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end() && !o.ldacParams.empty()) {
+        SextractorCatalogOptions ldac = o.sextractor;
+        ldac.type = "FITS_LDAC";
+        ldac.params = o.ldacParams;
+        checkSextractorCatalog(ldac);
+    }
     // A missing output directory is made (with its parents); a path that is something else is an error.
     std::error_code ec;
     if (fs::is_directory(o.outdir, ec)) return;
@@ -39,6 +47,21 @@ void validateOutputOptions(const OutputOptions& o) {
     fs::create_directories(o.outdir, ec);
     if (ec || !fs::is_directory(o.outdir))
         throw IoError("output directory " + o.outdir + " cannot be created: " + ec.message());
+}
+
+std::vector<SextractorParam> defaultLdacParams(int apertures) {
+    std::vector<SextractorParam> p;
+    for (const char* n : {"NUMBER", "X_IMAGE", "Y_IMAGE", "XWIN_IMAGE", "YWIN_IMAGE", "ERRAWIN_IMAGE",
+                          "ERRBWIN_IMAGE", "ERRTHETAWIN_IMAGE", "ALPHA_J2000", "DELTA_J2000", "FLUX_AUTO",
+                          "FLUXERR_AUTO", "MAG_AUTO", "MAGERR_AUTO"})
+        p.push_back({n, {}});
+    if (apertures > 0)
+        for (const char* n : {"FLUX_APER", "FLUXERR_APER", "MAG_APER", "MAGERR_APER"})
+            p.push_back({n, {static_cast<long>(apertures)}});
+    for (const char* n :
+         {"FLUX_RADIUS", "FWHM_IMAGE", "A_IMAGE", "B_IMAGE", "THETA_IMAGE", "ELONGATION", "SNR_WIN", "FLAGS"})
+        p.push_back({n, {}});
+    return p;
 }
 
 std::string frameStem(const std::string& path) {
@@ -192,7 +215,13 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         std::string p;
         if (f == "ecsv") writeEcsv(p = path(".cat.ecsv"), catalog);
         else if (f == "csv") writeCsv(p = path(".cat.csv"), catalog);
-        else if (f == "reg") {
+        else if (f == "ldac") {
+            SextractorCatalogOptions ldac = o.sextractor;
+            ldac.type = "FITS_LDAC";
+            ldac.params = o.ldacParams.empty() ? defaultLdacParams(static_cast<int>(r.aperture.radii.size()))
+                                               : o.ldacParams;
+            writeSextractorCatalog(p = path(".ldac"), frame, r, catalog, ldac);
+        } else if (f == "reg") {
             RegionStyle style;
             style.aCol = "a";
             style.bCol = "b";
@@ -203,6 +232,13 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         } else
             continue;
         outputs[f] = p;
+        written.push_back(p);
+    }
+    if (o.sextractorCatalog) {
+        const std::string p =
+            (dir / (o.sextractor.prefixStem ? stem + "." + o.sextractor.name : o.sextractor.name)).string();
+        writeSextractorCatalog(p, frame, r, catalog, o.sextractor);
+        outputs["sextractor"] = p;
         written.push_back(p);
     }
     const std::string rep = path(".report.json");

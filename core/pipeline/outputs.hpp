@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/pipeline/sextractor_catalog.hpp"
+
 namespace gpuphot {
 
 struct Frame;
@@ -18,15 +20,23 @@ class Header;
 
 struct OutputOptions {
     std::string outdir = ".";
-    std::vector<std::string> formats; // any of: ecsv, csv, reg
+    std::vector<std::string> formats; // any of: ecsv, csv, reg, ldac (STEM.ldac, FITS_LDAC of ldacParams)
     std::vector<std::string> maps;    // any of: bkg, rms, seg, psf, resid
     // STEM.solved.fits: a copy of the frame file with the fitted WCS in the image HDU's header, written
     // only when the astrometric fit was verified (PipelineResult::fittedWcs set).
     bool writeSolved = false;
+    // The SExtractor catalog of --sex (CATALOG_NAME in outdir, or STEM.CATALOG_NAME with prefixStem).
+    bool sextractorCatalog = false;
+    SextractorCatalogOptions sextractor;
+    // The parameters of STEM.ldac (format "ldac"); empty: defaultLdacParams.
+    std::vector<SextractorParam> ldacParams;
 };
 
-// Throws InvalidInput for an unknown format or map name. Makes a missing output directory (IoError when
-// it cannot, or when the path is not a directory).
+// What STEM.ldac holds without --param: the columns SCAMP reads, and PSFEx's but VIGNET.
+std::vector<SextractorParam> defaultLdacParams(int apertures);
+
+// Throws InvalidInput for an unknown format or map name, or a SExtractor catalog that cannot be written.
+// Makes a missing output directory (IoError when it cannot, or when the path is not a directory).
 void validateOutputOptions(const OutputOptions& options);
 // "dir/frame.fits.fz" -> "frame" (strips .fits/.fit/.fts/.fz/.gz and a CFITSIO [..] suffix).
 std::string frameStem(const std::string& path);

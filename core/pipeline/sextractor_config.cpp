@@ -35,13 +35,32 @@ bool isKey(const std::string& k) {
 // SExtractor 2.25's defaults of the keys that map onto our stages: what it does when a .sex leaves them out.
 const std::vector<std::pair<std::string, std::string>>& sextractorDefaults() {
     static const std::vector<std::pair<std::string, std::string>> d{
-        {"DETECT_TYPE", "CCD"},         {"DETECT_MINAREA", "5"},      {"THRESH_TYPE", "RELATIVE"},
-        {"DETECT_THRESH", "1.5"},       {"ANALYSIS_THRESH", "1.5"},   {"FILTER", "Y"},
-        {"DEBLEND_NTHRESH", "32"},      {"DEBLEND_MINCONT", "0.005"}, {"CLEAN", "Y"},
-        {"CLEAN_PARAM", "1.0"},         {"WEIGHT_TYPE", "NONE"},      {"PHOT_APERTURES", "5"},
-        {"PHOT_AUTOPARAMS", "2.5,3.5"}, {"SATUR_KEY", "SATURATE"},    {"GAIN_KEY", "GAIN"},
-        {"BACK_TYPE", "AUTO"},          {"BACK_SIZE", "64"},          {"BACK_FILTERSIZE", "3"},
-        {"BACK_FILTTHRESH", "0.0"},     {"BACKPHOTO_TYPE", "GLOBAL"}, {"PIXEL_SCALE", "1.0"},
+        {"DETECT_TYPE", "CCD"},
+        {"DETECT_MINAREA", "5"},
+        {"THRESH_TYPE", "RELATIVE"},
+        {"DETECT_THRESH", "1.5"},
+        {"ANALYSIS_THRESH", "1.5"},
+        {"FILTER", "Y"},
+        {"DEBLEND_NTHRESH", "32"},
+        {"DEBLEND_MINCONT", "0.005"},
+        {"CLEAN", "Y"},
+        {"CLEAN_PARAM", "1.0"},
+        {"WEIGHT_TYPE", "NONE"},
+        {"PHOT_APERTURES", "5"},
+        {"PHOT_AUTOPARAMS", "2.5,3.5"},
+        {"SATUR_KEY", "SATURATE"},
+        {"GAIN_KEY", "GAIN"},
+        {"BACK_TYPE", "AUTO"},
+        {"BACK_SIZE", "64"},
+        {"BACK_FILTERSIZE", "3"},
+        {"BACK_FILTTHRESH", "0.0"},
+        {"BACKPHOTO_TYPE", "GLOBAL"},
+        {"PIXEL_SCALE", "1.0"},
+        {"CATALOG_NAME", "test.cat"},
+        {"CATALOG_TYPE", "ASCII_HEAD"},
+        {"PARAMETERS_NAME", "default.param"},
+        {"MAG_ZEROPOINT", "0.0"},
+        {"PHOT_FLUXFRAC", "0.5"},
     };
     return d;
 }
@@ -58,14 +77,14 @@ ConvFilter defaultConv() {
 // them matter is named: "" any value is inert).
 const std::map<std::string, std::string>& inertKeys() {
     static const std::map<std::string, std::string> k{
-        {"MEMORY_OBJSTACK", ""}, {"MEMORY_PIXSTACK", ""}, {"MEMORY_BUFSIZE", ""},  {"VERBOSE_TYPE", ""},
-        {"NTHREADS", ""},        {"HEADER_SUFFIX", ""},   {"XML_NAME", ""},        {"XSL_URL", ""},
-        {"STARNNW_NAME", ""},    {"SEEING_FWHM", ""},     {"MAG_GAMMA", ""},       {"PHOT_PETROPARAMS", ""},
-        {"PHOT_FLUXFRAC", ""},   {"FLAG_IMAGE", ""},      {"FLAG_TYPE", ""},       {"ASSOC_NAME", ""},
-        {"ASSOC_DATA", ""},      {"ASSOC_PARAMS", ""},    {"ASSOC_RADIUS", ""},    {"ASSOC_TYPE", ""},
-        {"ASSOCSELEC_TYPE", ""}, {"CHECKIMAGE_NAME", ""}, {"BACK_VALUE", ""},      {"DGEO_IMAGE", ""},
-        {"WEIGHT_IMAGE", ""},    {"WEIGHT_GAIN", ""},     {"RESCALE_WEIGHTS", ""}, {"WEIGHT_THRESH", ""},
-        {"INTERP_TYPE", ""},     {"INTERP_MAXXLAG", ""},  {"INTERP_MAXYLAG", ""},  {"FITS_UNSIGNED", ""},
+        {"MEMORY_OBJSTACK", ""}, {"MEMORY_PIXSTACK", ""}, {"MEMORY_BUFSIZE", ""}, {"VERBOSE_TYPE", ""},
+        {"NTHREADS", ""},        {"HEADER_SUFFIX", ""},   {"XML_NAME", ""},       {"XSL_URL", ""},
+        {"STARNNW_NAME", ""},    {"SEEING_FWHM", ""},     {"MAG_GAMMA", ""},      {"PHOT_PETROPARAMS", ""},
+        {"FLAG_IMAGE", ""},      {"FLAG_TYPE", ""},       {"ASSOC_NAME", ""},     {"ASSOC_DATA", ""},
+        {"ASSOC_PARAMS", ""},    {"ASSOC_RADIUS", ""},    {"ASSOC_TYPE", ""},     {"ASSOCSELEC_TYPE", ""},
+        {"CHECKIMAGE_NAME", ""}, {"BACK_VALUE", ""},      {"DGEO_IMAGE", ""},     {"WEIGHT_IMAGE", ""},
+        {"WEIGHT_GAIN", ""},     {"RESCALE_WEIGHTS", ""}, {"WEIGHT_THRESH", ""},  {"INTERP_TYPE", ""},
+        {"INTERP_MAXXLAG", ""},  {"INTERP_MAXYLAG", ""},  {"FITS_UNSIGNED", ""},
     };
     return k;
 }
@@ -226,6 +245,47 @@ std::string resolveBeside(const std::string& name, const std::string& sexPath) {
     return fs::exists(beside) ? beside.string() : name;
 }
 
+// CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME, MAG_ZEROPOINT, PHOT_FLUXFRAC -> m.catalog. A
+// PARAMETERS_NAME the file names must be readable; SExtractor's default.param, when the file names none,
+// is looked for beside it and the SExtractor catalog left out (with a difference) when it is not there.
+void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, std::set<std::string>& done,
+                      SextractorMapping& m) {
+    for (const char* k :
+         {"CATALOG_NAME", "CATALOG_TYPE", "PARAMETERS_NAME", "MAG_ZEROPOINT", "PHOT_FLUXFRAC"})
+        done.insert(k);
+    SextractorCatalogOptions& cat = m.catalog;
+    cat.name = trim(v["CATALOG_NAME"]);
+    cat.type = r.upper(trim(v["CATALOG_TYPE"]));
+    cat.magZeropoint = r.number("MAG_ZEROPOINT", v["MAG_ZEROPOINT"]);
+    cat.fluxFrac.clear();
+    for (const std::string& f : r.list("PHOT_FLUXFRAC", v["PHOT_FLUXFRAC"])) {
+        cat.fluxFrac.push_back(r.number("PHOT_FLUXFRAC", f));
+        if (!(cat.fluxFrac.back() > 0.0 && cat.fluxFrac.back() < 1.0))
+            throw InvalidInput(r.where("PHOT_FLUXFRAC") + ": fractions between 0 and 1");
+    }
+    m.writesCatalog = cat.type != "NONE";
+    if (!m.writesCatalog) return;
+    const bool named = std::any_of(r.s.entries.begin(), r.s.entries.end(),
+                                   [](const auto& e) { return e.first == "PARAMETERS_NAME"; });
+    const std::string param = resolveBeside(trim(v["PARAMETERS_NAME"]), r.s.path);
+    if (!named && !std::filesystem::exists(param)) {
+        m.writesCatalog = false;
+        m.differences.push_back(
+            "PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
+            " (SExtractor's default) is not beside the configuration: no SExtractor catalog "
+            "written (give --param FILE)");
+        return;
+    }
+    cat.params = readSextractorParams(param);
+    if (cat.params.empty()) {
+        m.writesCatalog = false;
+        m.differences.push_back("PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
+                                " names no parameter: no SExtractor catalog written");
+        return;
+    }
+    checkSextractorCatalog(cat);
+}
+
 } // namespace
 
 SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineConfig& c) {
@@ -374,8 +434,6 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     if (v.count("GAIN"))
         m.differences.push_back("GAIN " + get("GAIN") + ": SExtractor's value where the header lacks " +
                                 v["GAIN_KEY"] + "; gpuphot then takes gain 1 (give --gain)");
-    if (v.count("MAG_ZEROPOINT") && r.number("MAG_ZEROPOINT", get("MAG_ZEROPOINT")) != 0.0)
-        unsupported("MAG_ZEROPOINT");
     get("PIXEL_SCALE"); // (used by DETECT_THRESH in mag/arcsec^2)
 
     // background
@@ -393,11 +451,7 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     applied("BACK_FILTERSIZE", "background.filterSize, filterHeight");
     applied("BACK_FILTTHRESH", "background.filterThreshold (and background.sextractorSpline = true)");
 
-    // catalog
-    // (recorded; the catalogs are still named and typed by -o and --formats)
-    if (v.count("CATALOG_NAME")) m.catalogName = v["CATALOG_NAME"];
-    if (v.count("CATALOG_TYPE")) m.catalogType = r.upper(v["CATALOG_TYPE"]);
-    if (v.count("PARAMETERS_NAME")) unsupported("PARAMETERS_NAME");
+    applyCatalogKeys(r, v, done, m);
     if (v.count("CHECKIMAGE_TYPE") && r.upper(get("CHECKIMAGE_TYPE")) != "NONE")
         unsupported("CHECKIMAGE_TYPE");
     if (v.count("WRITE_XML") && r.yesNo("WRITE_XML", get("WRITE_XML"))) unsupported("WRITE_XML");

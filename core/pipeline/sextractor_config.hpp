@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/pipeline/sextractor_catalog.hpp"
+
 namespace gpuphot {
 
 struct PipelineConfig;
@@ -39,7 +41,11 @@ struct SextractorMapping {
     std::vector<std::string> applied;     // "KEY value -> our.key = ..." for each key that was mapped
     std::vector<std::string> unsupported; // "KEY value" for each key that changes nothing here
     std::vector<std::string> differences; // where the mapping is not SExtractor's semantics exactly
-    std::string catalogName, catalogType; // CATALOG_NAME, CATALOG_TYPE ("" when absent)
+    // The SExtractor catalog: CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME's parameters, MAG_ZEROPOINT,
+    // PHOT_FLUXFRAC. writesCatalog is false for CATALOG_TYPE NONE and when SExtractor's default.param
+    // (the file names no PARAMETERS_NAME) is not beside the file.
+    SextractorCatalogOptions catalog;
+    bool writesCatalog = false;
     // The one warning a front end prints: the unsupported keys and the differences ("" when none).
     std::string warning() const;
 };

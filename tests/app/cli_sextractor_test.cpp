@@ -70,3 +70,60 @@ TEST(CliSextractor, ReducesAFrame) {
     const nlohmann::json rep = nlohmann::json::parse(slurp(out / "s.report.json"));
     EXPECT_EQ(rep["aperture"]["radii"], nlohmann::json::array({3.0, 5.0}));
 }
+
+// The SExtractor catalog: CATALOG_NAME inside -o, CATALOG_TYPE, --param over PARAMETERS_NAME; with several
+// frames each catalog is STEM.CATALOG_NAME; --formats ldac writes STEM.ldac.
+TEST(CliSextractor, WritesSextractorCatalogs) {
+    const SexFiles f;
+    TempDir out("gpuphot_cli_sex_cat");
+    for (const char* n : {"a", "b"})
+        ASSERT_EQ(
+            runCli("simulate --size 256x256 --stars 40 --seed 3 -o " + out.str() + " --name " + n + " -q")
+                .exitCode,
+            0);
+    std::ofstream(f.dir / "my.param") << "NUMBER\nXWIN_IMAGE\nFLUX_APER(2)\nFLAGS\n";
+    const std::string one = out / "one";
+    const CliResult r = runCli("reduce " + (out / "a.fits") + " --sex " + f.sex + " --param " +
+                               (f.dir / "my.param") + " -CATALOG_NAME night.cat -o " + one + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const std::string text = slurp(fs::path(one) / "night.cat");
+    EXPECT_EQ(text.rfind("#   1 NUMBER", 0), 0u)
+        << "ASCII_HEAD, SExtractor's default type: " << text.substr(0, 200);
+    EXPECT_NE(text.find("#   5 FLAGS"), std::string::npos);
+    const nlohmann::json rep = nlohmann::json::parse(slurp(fs::path(one) / "a.report.json"));
+    EXPECT_EQ(rep["outputs"]["sextractor"], (fs::path(one) / "night.cat").string());
+
+    const std::string two = out / "two";
+    const CliResult both =
+        runCli("reduce " + (out / "a.fits") + " " + (out / "b.fits") + " --sex " + f.sex + " --param " +
+               (f.dir / "my.param") + " -CATALOG_TYPE FITS_LDAC -CATALOG_NAME c.ldac " +
+               "--formats ldac -o " + two + " -q");
+    ASSERT_EQ(both.exitCode, 0) << both.err;
+    for (const char* n : {"a.c.ldac", "b.c.ldac", "a.ldac", "b.ldac"}) {
+        const std::string bytes = slurp(fs::path(two) / n);
+        EXPECT_NE(bytes.find("LDAC_IMHEAD"), std::string::npos) << n;
+        EXPECT_NE(bytes.find("LDAC_OBJECTS"), std::string::npos) << n;
+    }
+    EXPECT_FALSE(fs::exists(fs::path(two) / "c.ldac")) << "one name cannot hold two frames";
+
+    std::ofstream(f.dir / "class.param") << "NUMBER\nCLASS_STAR\n";
+    const CliResult refused = runCli("reduce " + (out / "a.fits") + " --sex " + f.sex + " --param " +
+                                     (f.dir / "class.param") + " -o " + (out / "three") + " -q");
+    EXPECT_EQ(refused.exitCode, 2);
+    EXPECT_NE(refused.err.find("CLASS_STAR"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(fs::path(out / "three") / "a.report.json")) << "refused before anything ran";
+}
+
+TEST(CliSextractor, LdacWithoutSexHasScampsColumns) {
+    TempDir out("gpuphot_cli_ldac");
+    ASSERT_EQ(runCli("simulate --size 256x256 --stars 40 --seed 3 -o " + out.str() + " --name s -q").exitCode,
+              0);
+    const CliResult r =
+        runCli("reduce " + (out / "s.fits") + " --formats ldac --no-tycho2 -o " + out.str() + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const std::string bytes = slurp(out / "s.ldac");
+    for (const char* c : {"XWIN_IMAGE", "ERRAWIN_IMAGE", "ERRTHETAWIN_IMAGE", "FLUX_AUTO", "FLUXERR_AUTO",
+                          "FLAGS", "FLUX_RADIUS", "MAG_APER"})
+        EXPECT_NE(bytes.find(c), std::string::npos) << c;
+    EXPECT_EQ(bytes.find("VIGNET"), std::string::npos) << "VIGNET only when a .param asks for it";
+}

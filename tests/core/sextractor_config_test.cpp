@@ -83,8 +83,10 @@ TEST(SextractorConfig, KeysMapOntoTheStages) {
     EXPECT_EQ(c.background.filterHeight, 0);
     EXPECT_DOUBLE_EQ(c.background.filterThreshold, 0.5);
     EXPECT_TRUE(c.background.sextractorSpline);
-    EXPECT_EQ(m.catalogName, "night.ldac");
-    EXPECT_EQ(m.catalogType, "FITS_LDAC");
+    EXPECT_EQ(m.catalog.name, "night.ldac");
+    EXPECT_EQ(m.catalog.type, "FITS_LDAC");
+    EXPECT_FALSE(m.writesCatalog) << "SExtractor's default.param is not beside the file";
+    EXPECT_TRUE(listed(m.differences, "PARAMETERS_NAME default.param")) << m.warning();
     EXPECT_FALSE(listed(m.differences, "WEIGHT_TYPE")) << "BACKGROUND is what the detection does";
     EXPECT_FALSE(listed(m.differences, "ANALYSIS_THRESH"));
     EXPECT_TRUE(listed(m.applied, "DETECT_MINAREA 2 -> detection.minArea = 2"));
@@ -110,17 +112,25 @@ TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
     SextractorSettings s =
         readSextractorSettings(write(dir, "t.sex",
                                      "DETECT_THRESH 1.5\nBACK_TYPE MANUAL\nBACK_VALUE 100\n"
-                                     "PARAMETERS_NAME my.param\nSOME_FUTURE_KEY 3\n"
+                                     "PARAMETERS_NAME my.param\nSOME_FUTURE_KEY 3\nMAG_ZEROPOINT 25\n"
                                      "MEMORY_PIXSTACK 300000\nFILTER N\n"));
     addSextractorOverride(s, "DETECT_THRESH", "4");
     addSextractorOverride(s, "DETECT_MINAREA", " 9 ");
+    addSextractorOverride(s, "CATALOG_TYPE", "FITS_LDAC");
+    write(dir, "my.param", "NUMBER\n# a comment\nFLUX_APER(1)\n\nVIGNET(25,25)\n");
     EXPECT_THROW(addSextractorOverride(s, "detect_thresh", "4"), InvalidInput);
     PipelineConfig c;
     const SextractorMapping m = applySextractorSettings(s, c);
     EXPECT_DOUBLE_EQ(c.detection.threshold, 4.0);
     EXPECT_EQ(c.detection.minArea, 9);
     EXPECT_FALSE(c.detection.filter);
-    for (const char* k : {"BACK_TYPE MANUAL", "PARAMETERS_NAME my.param", "SOME_FUTURE_KEY 3"})
+    EXPECT_TRUE(m.writesCatalog);
+    EXPECT_EQ(m.catalog.type, "FITS_LDAC");
+    EXPECT_EQ(m.catalog.name, "test.cat") << "SExtractor's default CATALOG_NAME";
+    EXPECT_DOUBLE_EQ(m.catalog.magZeropoint, 25.0);
+    ASSERT_EQ(m.catalog.params.size(), 3u) << "PARAMETERS_NAME found beside the file";
+    EXPECT_EQ(m.catalog.params[2].text(), "VIGNET(25,25)");
+    for (const char* k : {"BACK_TYPE MANUAL", "SOME_FUTURE_KEY 3"})
         EXPECT_EQ(std::count(m.unsupported.begin(), m.unsupported.end(), std::string(k)), 1) << k << "\n"
                                                                                              << m.warning();
     EXPECT_FALSE(listed(m.unsupported, "MEMORY_PIXSTACK")) << "no effect on the results: not a warning";
@@ -165,6 +175,18 @@ TEST(SextractorConfig, BadInputIsRefusedNamingKeyAndFile) {
     write(dir, "nohead.conv", "1 2 1\n2 4 2\n1 2 1\n");
     EXPECT_NE(refusal("FILTER_NAME nohead.conv\n").find("CONV NORM"), std::string::npos);
     EXPECT_THROW(readSextractorSettings((dir / "absent.sex")), InvalidInput);
+    EXPECT_NE(refusal("PARAMETERS_NAME absent.param\n").find("absent.param"), std::string::npos);
+    write(dir, "class.param", "NUMBER\nCLASS_STAR\nMU_MAX\nVIGNET\n");
+    const std::string cls = refusal("PARAMETERS_NAME class.param\n");
+    EXPECT_NE(cls.find("CLASS_STAR: gpuphot has no star/galaxy classifier"), std::string::npos) << cls;
+    EXPECT_NE(cls.find("MU_MAX: not available"), std::string::npos) << cls;
+    EXPECT_NE(cls.find("VIGNET: needs a size"), std::string::npos) << cls;
+    write(dir, "bad.param", "NUMBER\nFLUX_APER(3\n");
+    EXPECT_NE(refusal("PARAMETERS_NAME bad.param\n").find("bad.param:2"), std::string::npos);
+    write(dir, "ok.param", "NUMBER\n");
+    EXPECT_NE(refusal("PARAMETERS_NAME ok.param\nCATALOG_TYPE FITS_1.0\n").find("CATALOG_TYPE FITS_1.0"),
+              std::string::npos);
+    EXPECT_NE(refusal("PHOT_FLUXFRAC 0.5,1.5\n").find("PHOT_FLUXFRAC"), std::string::npos);
 }
 
 // Debian's source-extractor ships its default configuration and filters: they read without error and
@@ -178,7 +200,8 @@ TEST(SextractorConfig, DebiansDefaultFilesRead) {
     EXPECT_EQ(c.detection.minArea, 3)
         << "Debian's default.sex (2.12.4's) says 3; SExtractor's built-in default is 5";
     EXPECT_EQ(c.detection.filterKernelWidth, 3);
-    EXPECT_TRUE(listed(m.unsupported, "PARAMETERS_NAME")) << m.warning();
+    EXPECT_FALSE(m.writesCatalog) << "Debian's default.param has every parameter commented out";
+    EXPECT_TRUE(listed(m.differences, "PARAMETERS_NAME default.param names no parameter")) << m.warning();
     for (const char* f : {"gauss_4.0_7x7.conv", "tophat_3.0_3x3.conv", "mexhat_2.0_7x7.conv"}) {
         const ConvFilter k = readConvFilter((share / f).string());
         EXPECT_EQ(k.width * k.height, static_cast<int>(k.kernel.size())) << f;

@@ -1,0 +1,626 @@
+#include "core/pipeline/sextractor_catalog.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/catalog/table.hpp"
+#include "core/io/atomic_file.hpp"
+#include "core/io/fits_ldac.hpp"
+#include "core/model/flags.hpp"
+#include "core/model/frame.hpp"
+#include "core/pipeline/outputs.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
+
+namespace gpuphot {
+namespace {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr float kVignetBlank = -1e30f; // SExtractor's value for VIGNET pixels off the frame or masked
+constexpr double kMagBad = 99.0;       // SExtractor's magnitude (and error) of a non-positive flux
+
+std::string trim(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t\r");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// What one parameter needs to be computed.
+struct Inputs {
+    const Frame& frame;
+    const PipelineResult& r;
+    const Table& cat;
+    const SextractorCatalogOptions& o;
+    std::size_t n;
+
+    std::vector<double> col(const std::string& name) const {
+        return cat.find(name) ? cat.doubles(name) : std::vector<double>(n, kNan);
+    }
+    int apertures() const {
+        int k = 0;
+        while (cat.find("flux_aper_" + std::to_string(k + 1)))
+            ++k;
+        return k;
+    }
+};
+
+using Fill = std::function<void(const Inputs&, LdacColumn&)>;
+
+// How a parameter takes a size: none, a vector length (FLUX_APER(n)) or a 2-d size (VIGNET(w,h)).
+enum class Shape { Scalar, Vector, Image };
+
+struct Builder {
+    char type;
+    const char* unit;
+    const char* comment;
+    Shape shape;
+    Fill fill;
+};
+
+void putValues(LdacColumn& c, const std::vector<double>& v) {
+    if (c.type == 'D')
+        c.d = v;
+    else if (c.type == 'E')
+        c.e.assign(v.begin(), v.end());
+    else if (c.type == 'J')
+        for (double x : v)
+            c.j.push_back(std::isfinite(x) ? static_cast<std::int32_t>(std::lround(x)) : 0);
+    else
+        for (double x : v)
+            c.i.push_back(std::isfinite(x) ? static_cast<std::int16_t>(std::lround(x)) : 0);
+}
+
+Fill copyOf(std::string name) {
+    return [name](const Inputs& in, LdacColumn& c) { putValues(c, in.col(name)); };
+}
+
+std::vector<double> magnitudes(const std::vector<double>& flux, double zp) {
+    std::vector<double> m(flux.size());
+    for (std::size_t i = 0; i < flux.size(); ++i)
+        m[i] = flux[i] > 0 && std::isfinite(flux[i]) ? zp - 2.5 * std::log10(flux[i]) : kMagBad;
+    return m;
+}
+
+std::vector<double> magErrors(const std::vector<double>& flux, const std::vector<double>& err) {
+    std::vector<double> m(flux.size());
+    for (std::size_t i = 0; i < flux.size(); ++i)
+        m[i] = flux[i] > 0 && std::isfinite(flux[i]) && std::isfinite(err[i])
+                   ? 2.5 / std::log(10.0) * err[i] / flux[i]
+                   : kMagBad;
+    return m;
+}
+
+// Vector parameters of the apertures: FLUX_APER(n) holds apertures 1..n; without a size, aperture 1.
+Fill apertures(std::function<std::vector<double>(const Inputs&, int k)> perAperture) {
+    return [perAperture](const Inputs& in, LdacColumn& c) {
+        const long n = c.dims.empty() ? 1 : c.dims[0];
+        if (n > in.apertures())
+            throw InvalidInput("SExtractor parameter " + c.name + "(" + std::to_string(n) + ") asks for " +
+                               std::to_string(n) + " apertures; PHOT_APERTURES (or --aper) gives " +
+                               std::to_string(in.apertures()));
+        std::vector<std::vector<double>> v;
+        for (int k = 1; k <= n; ++k)
+            v.push_back(perAperture(in, k));
+        std::vector<double> flat(in.n * static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < in.n; ++i)
+            for (long k = 0; k < n; ++k)
+                flat[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(k)] = v[k][i];
+        putValues(c, flat);
+    };
+}
+
+std::string aper(const char* what, int k) {
+    return std::string(what) + "_aper_" + std::to_string(k);
+}
+
+// Sky coordinates of catalog columns (1-based pixels) through the fitted WCS, else the header's.
+Fill world(const char* xName, const char* yName, bool dec) {
+    return [=](const Inputs& in, LdacColumn& c) {
+        const Wcs* wcs = in.r.fittedWcs ? in.r.fittedWcs.get() : in.frame.wcs.get();
+        std::vector<double> x = in.col(xName), y = in.col(yName), ra(in.n, kNan), de(in.n, kNan);
+        for (std::size_t i = 0; i < in.n; ++i) {
+            x[i] -= 1.0;
+            y[i] -= 1.0;
+        }
+        if (wcs) wcs->pixelToWorld(x, y, ra, de);
+        putValues(c, dec ? de : ra);
+    };
+}
+
+// Position error ellipse from the independent x and y errors (gpuphot measures no covariance).
+Fill errorEllipse(int which) {
+    return [which](const Inputs& in, LdacColumn& c) {
+        const std::vector<double> ex = in.col("x_err"), ey = in.col("y_err");
+        std::vector<double> v(in.n);
+        for (std::size_t i = 0; i < in.n; ++i) {
+            if (which == 0)
+                v[i] = std::max(ex[i], ey[i]);
+            else if (which == 1)
+                v[i] = std::min(ex[i], ey[i]);
+            else
+                v[i] = ex[i] >= ey[i] ? 0.0 : 90.0;
+        }
+        putValues(c, v);
+    };
+}
+
+// SExtractor's FLAGS bits 1, 2, 4, 8, 16 are gpuphot's bits 0..4; its 64 is gpuphot's deblend overflow.
+std::vector<double> sextractorFlags(const Inputs& in) {
+    const std::vector<double> f = in.col("flags");
+    std::vector<double> out(in.n);
+    for (std::size_t i = 0; i < in.n; ++i) {
+        const auto bits = static_cast<std::uint32_t>(std::isfinite(f[i]) ? f[i] : 0.0);
+        out[i] = (bits & 31u) | ((bits & FlagDeblendOverflow) ? 64u : 0u);
+    }
+    return out;
+}
+
+// Radius of the circle around the windowed centroid holding `frac` of FLUX_AUTO: background-subtracted
+// pixels cut in 3 x 3 sub-pixels, binned by distance out to the Kron ellipse's major axis.
+double fluxRadius(const Inputs& in, double cx, double cy, double rmax, double total, double frac) {
+    if (!(total > 0) || !std::isfinite(cx) || !std::isfinite(cy)) return kNan;
+    constexpr int kBins = 200, kSub = 3;
+    const double dr = rmax / kBins;
+    std::vector<double> bin(kBins + 1, 0.0);
+    const Frame& f = in.frame;
+    const int x0 = std::max(0, static_cast<int>(std::floor(cx - rmax))),
+              x1 = std::min(f.width() - 1, static_cast<int>(std::ceil(cx + rmax)));
+    const int y0 = std::max(0, static_cast<int>(std::floor(cy - rmax))),
+              y1 = std::min(f.height() - 1, static_cast<int>(std::ceil(cy + rmax)));
+    for (int y = y0; y <= y1; ++y)
+        for (int x = x0; x <= x1; ++x) {
+            const double v = f.pixels(x, y) - in.r.background.levelAt(x, y);
+            if (!std::isfinite(v) || f.mask(x, y) != 0) continue;
+            for (int sy = 0; sy < kSub; ++sy)
+                for (int sx = 0; sx < kSub; ++sx) {
+                    const double px = x - 0.5 + (sx + 0.5) / kSub - cx, py = y - 0.5 + (sy + 0.5) / kSub - cy;
+                    const double d = std::hypot(px, py);
+                    if (d < rmax) bin[static_cast<std::size_t>(d / dr)] += v / (kSub * kSub);
+                }
+        }
+    double cum = 0.0;
+    for (int k = 0; k < kBins; ++k) {
+        const double next = cum + bin[static_cast<std::size_t>(k)];
+        if (next >= frac * total && bin[static_cast<std::size_t>(k)] > 0)
+            return dr * (k + (frac * total - cum) / bin[static_cast<std::size_t>(k)]);
+        cum = next;
+    }
+    return rmax;
+}
+
+std::vector<double> fluxRadii(const Inputs& in, double frac) {
+    const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), kron = in.col("kron_radius"),
+                              total = in.col("flux_auto");
+    std::vector<double> out(in.n);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < in.n; ++i) {
+        double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
+        if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
+        out[i] = fluxRadius(in, x[i] - 1.0, y[i] - 1.0, rmax, total[i], frac);
+    }
+    return out;
+}
+
+void fillFluxRadius(const Inputs& in, LdacColumn& c) {
+    const long n = c.dims.empty() ? 1 : c.dims[0];
+    if (n > static_cast<long>(in.o.fluxFrac.size()))
+        throw InvalidInput("SExtractor parameter FLUX_RADIUS(" + std::to_string(n) + ") asks for " +
+                           std::to_string(n) + " fractions; PHOT_FLUXFRAC gives " +
+                           std::to_string(in.o.fluxFrac.size()));
+    std::vector<double> flat(in.n * static_cast<std::size_t>(n));
+    for (long k = 0; k < n; ++k) {
+        const std::vector<double> r = fluxRadii(in, in.o.fluxFrac[static_cast<std::size_t>(k)]);
+        for (std::size_t i = 0; i < in.n; ++i)
+            flat[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(k)] = r[i];
+    }
+    putValues(c, flat);
+}
+
+// FWHM_IMAGE: 2 sqrt(A / pi), A the area above half the highest pixel, measured on the bilinear
+// interpolation of the background-subtracted pixels (4 x 4 samples per pixel) out to 3 A_IMAGE and
+// counted only while it stays connected to the peak (a ring with no sample above half stops it).
+double halfMaxFwhm(const Inputs& in, double cx, double cy, double peak, double rmax) {
+    if (!(peak > 0) || !std::isfinite(cx) || !std::isfinite(cy)) return kNan;
+    const Frame& f = in.frame;
+    auto sub = [&](int x, int y) {
+        x = std::clamp(x, 0, f.width() - 1);
+        y = std::clamp(y, 0, f.height() - 1);
+        const double v = f.pixels(x, y) - in.r.background.levelAt(x, y);
+        return std::isfinite(v) ? v : 0.0;
+    };
+    constexpr int kSub = 4;
+    const int rings = static_cast<int>(std::ceil(rmax * kSub));
+    std::vector<int> above(static_cast<std::size_t>(rings) + 1, 0);
+    for (int j = -rings; j <= rings; ++j)
+        for (int i = -rings; i <= rings; ++i) {
+            const double px = cx + (i + 0.5) / kSub, py = cy + (j + 0.5) / kSub;
+            const int ring = static_cast<int>(std::hypot(i + 0.5, j + 0.5));
+            if (ring > rings) continue;
+            const int x0 = static_cast<int>(std::floor(px)), y0 = static_cast<int>(std::floor(py));
+            const double tx = px - x0, ty = py - y0;
+            const double v = (1 - ty) * ((1 - tx) * sub(x0, y0) + tx * sub(x0 + 1, y0)) +
+                             ty * ((1 - tx) * sub(x0, y0 + 1) + tx * sub(x0 + 1, y0 + 1));
+            if (v >= 0.5 * peak) ++above[static_cast<std::size_t>(ring)];
+        }
+    double area = 0.0;
+    for (int k = 0; k <= rings && above[static_cast<std::size_t>(k)] > 0; ++k)
+        area += above[static_cast<std::size_t>(k)];
+    area /= kSub * kSub;
+    return 2.0 * std::sqrt(area / M_PI);
+}
+
+void fillFwhm(const Inputs& in, LdacColumn& c) {
+    const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), peak = in.col("peak");
+    std::vector<double> out(in.n);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < in.n; ++i)
+        out[i] = halfMaxFwhm(in, x[i] - 1.0, y[i] - 1.0, peak[i],
+                             std::max(3.0, 3.0 * (std::isfinite(a[i]) ? a[i] : 1.0)));
+    putValues(c, out);
+}
+
+// VIGNET(w,h): background-subtracted pixels around the pixel nearest the isophotal barycentre;
+// off-frame, masked and NaN pixels are -1e30, as SExtractor writes them.
+void fillVignet(const Inputs& in, LdacColumn& c) {
+    const long w = c.dims[0], h = c.dims[1];
+    const std::vector<double> x = in.col("x_iso"), y = in.col("y_iso");
+    const Frame& f = in.frame;
+    c.e.assign(in.n * static_cast<std::size_t>(w * h), kVignetBlank);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < in.n; ++i) {
+        if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
+        const long cx = std::lround(x[i] - 1.0), cy = std::lround(y[i] - 1.0);
+        float* out = c.e.data() + i * static_cast<std::size_t>(w * h);
+        for (long v = 0; v < h; ++v)
+            for (long u = 0; u < w; ++u) {
+                const long px = cx - w / 2 + u, py = cy - h / 2 + v;
+                if (px < 0 || py < 0 || px >= f.width() || py >= f.height()) continue;
+                const int ix = static_cast<int>(px), iy = static_cast<int>(py);
+                const float val = f.pixels(ix, iy) - in.r.background.levelAt(ix, iy);
+                if (std::isfinite(val) && f.mask(ix, iy) == 0) out[v * w + u] = val;
+            }
+    }
+}
+
+const std::map<std::string, Builder>& builders() {
+    using S = Shape;
+    static const std::map<std::string, Builder> b = [] {
+        std::map<std::string, Builder> m;
+        m["NUMBER"] = {'J', "", "Running object number", S::Scalar, copyOf("id")};
+        m["X_IMAGE"] = {'D', "pixel", "Object position along x", S::Scalar, copyOf("x_iso")};
+        m["Y_IMAGE"] = {'D', "pixel", "Object position along y", S::Scalar, copyOf("y_iso")};
+        m["XWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along x", S::Scalar, copyOf("x")};
+        m["YWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along y", S::Scalar, copyOf("y")};
+        m["ERRAWIN_IMAGE"] = {'E', "pixel", "RMS windowed pos error along major axis", S::Scalar,
+                              errorEllipse(0)};
+        m["ERRBWIN_IMAGE"] = {'E', "pixel", "RMS windowed pos error along minor axis", S::Scalar,
+                              errorEllipse(1)};
+        m["ERRTHETAWIN_IMAGE"] = {'E', "deg", "Windowed error ellipse pos angle (CCW/x)", S::Scalar,
+                                  errorEllipse(2)};
+        m["ERRA_IMAGE"] = {'E', "pixel", "RMS position error along major axis", S::Scalar, errorEllipse(0)};
+        m["ERRB_IMAGE"] = {'E', "pixel", "RMS position error along minor axis", S::Scalar, errorEllipse(1)};
+        m["ERRTHETA_IMAGE"] = {'E', "deg", "Error ellipse position angle (CCW/x)", S::Scalar,
+                               errorEllipse(2)};
+        m["ALPHA_J2000"] = {'D', "deg", "Right ascension of barycenter (J2000)", S::Scalar,
+                            world("x_iso", "y_iso", false)};
+        m["DELTA_J2000"] = {'D', "deg", "Declination of barycenter (J2000)", S::Scalar,
+                            world("x_iso", "y_iso", true)};
+        m["X_WORLD"] = {'D', "deg", "Barycenter position along world x axis", S::Scalar,
+                        world("x_iso", "y_iso", false)};
+        m["Y_WORLD"] = {'D', "deg", "Barycenter position along world y axis", S::Scalar,
+                        world("x_iso", "y_iso", true)};
+        m["ALPHAWIN_J2000"] = {'D', "deg", "Windowed right ascension (J2000)", S::Scalar,
+                               world("x", "y", false)};
+        m["DELTAWIN_J2000"] = {'D', "deg", "Windowed declination (J2000)", S::Scalar, world("x", "y", true)};
+        m["FLUX_AUTO"] = {'E', "count", "Flux within a Kron-like elliptical aperture", S::Scalar,
+                          copyOf("flux_auto")};
+        m["FLUXERR_AUTO"] = {'E', "count", "RMS error for AUTO flux", S::Scalar, copyOf("fluxerr_auto")};
+        m["MAG_AUTO"] = {'E', "mag", "Kron-like elliptical aperture magnitude", S::Scalar,
+                         [](const Inputs& in, LdacColumn& c) {
+                             putValues(c, magnitudes(in.col("flux_auto"), in.o.magZeropoint));
+                         }};
+        m["MAGERR_AUTO"] = {'E', "mag", "RMS error for AUTO magnitude", S::Scalar,
+                            [](const Inputs& in, LdacColumn& c) {
+                                putValues(c, magErrors(in.col("flux_auto"), in.col("fluxerr_auto")));
+                            }};
+        m["KRON_RADIUS"] = {'E', "", "Kron apertures in units of A or B", S::Scalar, copyOf("kron_radius")};
+        m["FLUX_APER"] = {'E', "count", "Flux vector within fixed circular aperture(s)", S::Vector,
+                          apertures([](const Inputs& in, int k) { return in.col(aper("flux", k)); })};
+        m["FLUXERR_APER"] = {'E', "count", "RMS error vector for aperture flux(es)", S::Vector,
+                             apertures([](const Inputs& in, int k) { return in.col(aper("fluxerr", k)); })};
+        m["MAG_APER"] = {'E', "mag", "Fixed aperture magnitude vector", S::Vector,
+                         apertures([](const Inputs& in, int k) {
+                             return magnitudes(in.col(aper("flux", k)), in.o.magZeropoint);
+                         })};
+        m["MAGERR_APER"] = {'E', "mag", "RMS error vector for fixed aperture mag.", S::Vector,
+                            apertures([](const Inputs& in, int k) {
+                                return magErrors(in.col(aper("flux", k)), in.col(aper("fluxerr", k)));
+                            })};
+        m["FLUX_ISO"] = {'E', "count", "Isophotal flux", S::Scalar, copyOf("flux_iso")};
+        m["ISOAREA_IMAGE"] = {'J', "pixel**2", "Isophotal area above Analysis threshold", S::Scalar,
+                              copyOf("area_iso")};
+        m["FLUX_MAX"] = {'E', "count", "Peak flux above background", S::Scalar, copyOf("peak")};
+        m["FLUX_PSF"] = {'E', "count", "Flux from PSF-fitting", S::Scalar, copyOf("flux_psf")};
+        m["FLUXERR_PSF"] = {'E', "count", "RMS flux error for PSF-fitting", S::Scalar, copyOf("fluxerr_psf")};
+        m["MAG_PSF"] = {'E', "mag", "Magnitude from PSF-fitting", S::Scalar,
+                        [](const Inputs& in, LdacColumn& c) {
+                            putValues(c, magnitudes(in.col("flux_psf"), in.o.magZeropoint));
+                        }};
+        m["MAGERR_PSF"] = {'E', "mag", "RMS magnitude error from PSF-fitting", S::Scalar,
+                           [](const Inputs& in, LdacColumn& c) {
+                               putValues(c, magErrors(in.col("flux_psf"), in.col("fluxerr_psf")));
+                           }};
+        m["SNR_WIN"] = {'E', "", "Signal-to-noise ratio in a Gaussian window", S::Scalar,
+                        [](const Inputs& in, LdacColumn& c) {
+                            const std::vector<double> f = in.col("flux_auto"), e = in.col("fluxerr_auto");
+                            std::vector<double> s(in.n);
+                            for (std::size_t i = 0; i < in.n; ++i)
+                                s[i] = e[i] > 0 ? f[i] / e[i] : 0.0;
+                            putValues(c, s);
+                        }};
+        m["BACKGROUND"] = {
+            'E', "count", "Background at centroid position", S::Scalar, [](const Inputs& in, LdacColumn& c) {
+                const std::vector<double> x = in.col("x_iso"), y = in.col("y_iso");
+                std::vector<double> v(in.n, kNan);
+                for (std::size_t i = 0; i < in.n; ++i) {
+                    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
+                    const int ix =
+                        std::clamp(static_cast<int>(std::lround(x[i] - 1)), 0, in.frame.width() - 1);
+                    const int iy =
+                        std::clamp(static_cast<int>(std::lround(y[i] - 1)), 0, in.frame.height() - 1);
+                    v[i] = in.r.background.levelAt(ix, iy);
+                }
+                putValues(c, v);
+            }};
+        m["A_IMAGE"] = {'E', "pixel", "Profile RMS along major axis", S::Scalar, copyOf("a")};
+        m["B_IMAGE"] = {'E', "pixel", "Profile RMS along minor axis", S::Scalar, copyOf("b")};
+        m["THETA_IMAGE"] = {'E', "deg", "Position angle (CCW/x)", S::Scalar,
+                            [](const Inputs& in, LdacColumn& c) {
+                                std::vector<double> t = in.col("theta");
+                                for (double& v : t)
+                                    v = std::remainder(v, 180.0); // (-90, 90]
+                                putValues(c, t);
+                            }};
+        m["ELONGATION"] = {'E', "", "A_IMAGE/B_IMAGE", S::Scalar, [](const Inputs& in, LdacColumn& c) {
+                               const std::vector<double> a = in.col("a"), b = in.col("b");
+                               std::vector<double> v(in.n);
+                               for (std::size_t i = 0; i < in.n; ++i)
+                                   v[i] = b[i] > 0 ? a[i] / b[i] : kNan;
+                               putValues(c, v);
+                           }};
+        m["ELLIPTICITY"] = {'E', "", "1 - B_IMAGE/A_IMAGE", S::Scalar, [](const Inputs& in, LdacColumn& c) {
+                                const std::vector<double> a = in.col("a"), b = in.col("b");
+                                std::vector<double> v(in.n);
+                                for (std::size_t i = 0; i < in.n; ++i)
+                                    v[i] = a[i] > 0 ? 1.0 - b[i] / a[i] : kNan;
+                                putValues(c, v);
+                            }};
+        m["FLUX_RADIUS"] = {'E', "pixel", "Fraction-of-light radii", S::Vector, fillFluxRadius};
+        m["FWHM_IMAGE"] = {'E', "pixel", "FWHM assuming a gaussian core", S::Scalar, fillFwhm};
+        m["FLAGS"] = {'I', "", "Extraction flags", S::Scalar,
+                      [](const Inputs& in, LdacColumn& c) { putValues(c, sextractorFlags(in)); }};
+        m["VIGNET"] = {'E', "count", "Pixel data around detection", S::Image, fillVignet};
+        return m;
+    }();
+    return b;
+}
+
+const std::map<std::string, std::string>& refusedParams() {
+    static const std::map<std::string, std::string> r{
+        {"CLASS_STAR", "gpuphot has no star/galaxy classifier (SExtractor's neural network)"},
+    };
+    return r;
+}
+
+// The extraction keywords SExtractor adds to LDAC_IMHEAD, as far as gpuphot has their values: PSFEx reads
+// SEXBKDEV (the background RMS), SCAMP FITSFILE; the others describe the run.
+void addExtractionCards(Header& h, const Frame& frame, const PipelineResult& r) {
+    if (!frame.path.empty()) h.set("FITSFILE", frame.path, "File name of the analysed image");
+    h.set("FITSEXT", frame.hdu, "FITS Extension number");
+    h.set("SEXVERS", "gpuphot " GPUPHOT_VERSION, "Extraction software");
+    h.set("SEXBKGND", r.background.globalLevel, "Median background level (ADU)");
+    h.set("SEXBKDEV", r.background.globalRms, "Median background RMS (ADU)");
+    h.set("SEXNFIN", static_cast<long long>(r.detection.sources.size()), "Final number of extracted sources");
+    h.set("SEXGAIN", frame.instrument.gain, "Gain used (e-/ADU)");
+    if (std::isfinite(frame.instrument.saturation))
+        h.set("SEXSATLV", frame.instrument.saturation, "Saturation level used for flagging (ADU)");
+    for (std::size_t k = 0; k < r.aperture.radii.size(); ++k)
+        h.set("SEXAPED" + std::to_string(k + 1), 2.0 * r.aperture.radii[k],
+              "Fixed photometric aperture (pixels)");
+}
+
+// Image header for LDAC_IMHEAD: the frame's cards under a primary image's structural cards, its WCS
+// replaced by the verified fitted one when there is one.
+Header imageHeader(const Frame& frame, const PipelineResult& r) {
+    static const char* structural[] = {"SIMPLE",  "XTENSION", "BITPIX", "NAXIS",  "NAXIS1", "NAXIS2",
+                                       "NAXIS3",  "EXTEND",   "PCOUNT", "GCOUNT", "END",    "CHECKSUM",
+                                       "DATASUM", "EXTNAME",  "BSCALE", "BZERO",  "BLANK"};
+    Header h;
+    h.set("SIMPLE", true, "conforms to FITS standard");
+    h.set("BITPIX", frame.bitpix, "bits per data value");
+    h.set("NAXIS", 2, "number of data axes");
+    h.set("NAXIS1", frame.width(), "length of data axis 1");
+    h.set("NAXIS2", frame.height(), "length of data axis 2");
+    for (const HeaderCard& c : frame.header.cards()) {
+        if (std::any_of(std::begin(structural), std::end(structural),
+                        [&](const char* s) { return c.key == s; }))
+            continue;
+        if (c.key.rfind("ZNAXIS", 0) == 0 || c.key.rfind("ZTILE", 0) == 0) continue;
+        if (r.fittedWcs && isPrimaryWcsKeyword(c.key)) continue;
+        if (c.key == "COMMENT")
+            h.addComment(c.comment);
+        else if (c.key == "HISTORY")
+            h.addHistory(c.comment);
+        else
+            h.setRaw(c.key, c.value, c.comment);
+    }
+    if (r.fittedWcs) h.update(r.fittedWcs->toHeader());
+    addExtractionCards(h, frame, r);
+    return h;
+}
+
+std::string asciiValue(const LdacColumn& c, std::size_t k) {
+    char buf[64];
+    if (c.type == 'D')
+        std::snprintf(buf, sizeof buf, "%.10g", c.d[k]);
+    else if (c.type == 'E')
+        std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(c.e[k]));
+    else if (c.type == 'J')
+        std::snprintf(buf, sizeof buf, "%d", c.j[k]);
+    else
+        std::snprintf(buf, sizeof buf, "%d", static_cast<int>(c.i[k]));
+    return buf;
+}
+
+// ASCII_HEAD: "#   n NAME  comment  [unit]" per parameter (a vector's elements numbered n, n+1, ...,
+// named once), then one line per object; ASCII: the lines only.
+std::string asciiCatalog(const std::vector<LdacColumn>& cols, std::size_t rows, bool head) {
+    std::string s;
+    if (head) {
+        long index = 1;
+        char buf[256];
+        for (const LdacColumn& c : cols) {
+            std::snprintf(buf, sizeof buf, "# %3ld %-22s %-58s%s%s%s\n", index, c.name.c_str(),
+                          c.comment.c_str(), c.unit.empty() ? "" : " [", c.unit.c_str(),
+                          c.unit.empty() ? "" : "]");
+            s += buf;
+            index += c.repeat();
+        }
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+        std::string line;
+        for (const LdacColumn& c : cols) {
+            const std::size_t rep = static_cast<std::size_t>(c.repeat());
+            for (std::size_t k = 0; k < rep; ++k)
+                line += (line.empty() ? "" : " ") + asciiValue(c, i * rep + k);
+        }
+        s += line + "\n";
+    }
+    return s;
+}
+
+} // namespace
+
+std::string SextractorParam::text() const {
+    std::string s = name;
+    for (std::size_t k = 0; k < dims.size(); ++k)
+        s += (k ? "," : "(") + std::to_string(dims[k]);
+    return dims.empty() ? s : s + ")";
+}
+
+std::vector<SextractorParam> parseSextractorParams(const std::string& text, const std::string& origin) {
+    std::vector<SextractorParam> out;
+    std::istringstream in(text);
+    std::string line;
+    for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+        if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+        line = trim(line);
+        if (line.empty()) continue;
+        auto bad = [&](const std::string& why) {
+            return InvalidInput(origin + ":" + std::to_string(lineNo) + ": '" + line + "': " + why);
+        };
+        SextractorParam p;
+        const auto open = line.find('(');
+        p.name = trim(line.substr(0, open));
+        if (p.name.empty() || !std::all_of(p.name.begin(), p.name.end(), [](char ch) {
+                return std::isupper(static_cast<unsigned char>(ch)) ||
+                       std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
+            }))
+            throw bad("a parameter is an upper-case name, optionally with (n) or (w,h)");
+        if (open != std::string::npos) {
+            const auto close = line.find(')', open);
+            if (close == std::string::npos || !trim(line.substr(close + 1)).empty())
+                throw bad("unbalanced parentheses");
+            std::stringstream sizes(line.substr(open + 1, close - open - 1));
+            for (std::string part; std::getline(sizes, part, ',');) {
+                char* end = nullptr;
+                const std::string t = trim(part);
+                const long v = std::strtol(t.c_str(), &end, 10);
+                if (t.empty() || *end != '\0' || v <= 0 || v > 4096) throw bad("sizes are positive integers");
+                p.dims.push_back(v);
+            }
+            if (p.dims.empty() || p.dims.size() > 2) throw bad("one or two sizes in parentheses");
+        }
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+std::vector<SextractorParam> readSextractorParams(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw InvalidInput("cannot read SExtractor parameter file " + path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return parseSextractorParams(ss.str(), path);
+}
+
+const std::vector<std::string>& supportedSextractorParams() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const auto& [k, b] : builders())
+            v.push_back(k);
+        return v;
+    }();
+    return names;
+}
+
+void checkSextractorCatalog(const SextractorCatalogOptions& o) {
+    std::string problems;
+    auto add = [&](const std::string& p) { problems += "\n  " + p; };
+    if (o.type != "FITS_LDAC" && o.type != "ASCII_HEAD" && o.type != "ASCII")
+        add("CATALOG_TYPE " + o.type + ": gpuphot writes FITS_LDAC, ASCII_HEAD and ASCII");
+    if (o.name.empty() || o.name.find('/') != std::string::npos)
+        add("CATALOG_NAME '" + o.name + "': a file name (the catalog goes into -o's directory)");
+    for (const SextractorParam& p : o.params) {
+        const auto b = builders().find(p.name);
+        if (b == builders().end()) {
+            const auto r = refusedParams().find(p.name);
+            add(p.text() + ": " +
+                (r != refusedParams().end() ? r->second : std::string("not available in gpuphot")));
+            continue;
+        }
+        const Shape s = b->second.shape;
+        if (s == Shape::Scalar && !p.dims.empty()) add(p.text() + ": takes no size");
+        if (s == Shape::Vector && p.dims.size() > 1) add(p.text() + ": takes one size");
+        if (s == Shape::Image && p.dims.size() != 2) add(p.text() + ": needs a size (w,h)");
+    }
+    if (!problems.empty()) throw InvalidInput("SExtractor catalog cannot be written as asked:" + problems);
+}
+
+std::vector<LdacColumn> sextractorColumns(const Frame& frame, const PipelineResult& r, const Table& catalog,
+                                          const SextractorCatalogOptions& o) {
+    checkSextractorCatalog(o);
+    const Inputs in{frame, r, catalog, o, catalog.rows()};
+    std::vector<LdacColumn> cols;
+    for (const SextractorParam& p : o.params) {
+        const Builder& b = builders().at(p.name);
+        LdacColumn c;
+        c.name = p.name;
+        c.unit = b.unit;
+        c.comment = b.comment;
+        c.type = b.type;
+        c.dims = p.dims;
+        if (b.shape == Shape::Vector && c.dims.size() == 1 && c.dims[0] == 1) c.dims.clear();
+        b.fill(in, c);
+        cols.push_back(std::move(c));
+    }
+    return cols;
+}
+
+void writeSextractorCatalog(const std::string& path, const Frame& frame, const PipelineResult& r,
+                            const Table& catalog, const SextractorCatalogOptions& o) {
+    const std::vector<LdacColumn> cols = sextractorColumns(frame, r, catalog, o);
+    if (o.type == "FITS_LDAC")
+        writeFitsLdac(path, imageHeader(frame, r), cols, catalog.rows());
+    else
+        writeTextFileAtomic(path, asciiCatalog(cols, catalog.rows(), o.type == "ASCII_HEAD"));
+}
+
+} // namespace gpuphot
