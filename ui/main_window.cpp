@@ -351,6 +351,11 @@ void MainWindow::buildMenus() {
         QString err;
         if (!m_params->loadProfile(p, &err)) showError(err); // on success configChanged schedules the run
     });
+    file->addAction(tr("Import SE&xtractor configuration..."), this, [this] {
+        const QString p = QFileDialog::getOpenFileName(this, tr("Import SExtractor configuration"), QString(),
+                                                       tr("SExtractor configuration (*.sex);;All files (*)"));
+        if (!p.isEmpty()) importSextractor(p);
+    });
     file->addAction(tr("Copy the CLI &command"), this, [this] { copyCliCommand(); });
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
@@ -682,6 +687,17 @@ bool MainWindow::saveViewPng(const QString& path) {
         return false;
     }
     return true;
+}
+
+bool MainWindow::importSextractor(const QString& path) {
+    QString warning, error;
+    if (!m_params->importSextractor(path, &warning, &error)) {
+        showError(error);
+        return false;
+    }
+    m_log->append(LogLevel::Info, tr("SExtractor configuration imported: %1").arg(path));
+    if (!warning.isEmpty()) m_log->append(LogLevel::Warning, warning);
+    return true; // configChanged schedules the run
 }
 
 void MainWindow::copyCliCommand() {

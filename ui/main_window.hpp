@@ -55,6 +55,9 @@ public:
     // opens it with its reference catalog.
     void openDemo();
     void followFolder(const QString& dir); // "" stops
+    // File -> Import SExtractor configuration: its keys onto the parameters (ParamDock::importSextractor),
+    // what it cannot reproduce in the log as a warning; errors in the log and the status bar.
+    bool importSextractor(const QString& path);
 
     viewers::ImageView* imageView() const { return m_view; }
     ParamDock* paramDock() const { return m_params; }

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "core/io/atomic_file.hpp"
+#include "core/pipeline/sextractor_config.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot::ui {
@@ -380,6 +381,20 @@ bool ParamDock::saveProfile(const QString& path, QString* error) const {
 bool ParamDock::loadProfile(const QString& path, QString* error) {
     try {
         const PipelineConfig c = loadPipelineConfig(path.toStdString());
+        setConfig(c);
+        emit configChanged(m_config);
+        return true;
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return false;
+    }
+}
+
+bool ParamDock::importSextractor(const QString& path, QString* warning, QString* error) {
+    try {
+        PipelineConfig c = m_config;
+        const SextractorMapping m = applySextractorSettings(readSextractorSettings(path.toStdString()), c);
+        if (warning) *warning = QString::fromStdString(m.warning());
         setConfig(c);
         emit configChanged(m_config);
         return true;

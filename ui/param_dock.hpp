@@ -36,6 +36,11 @@ public:
     // and emits configChanged. Both return false with the message in *error on failure.
     bool saveProfile(const QString& path, QString* error = nullptr) const;
     bool loadProfile(const QString& path, QString* error = nullptr);
+    // A SExtractor configuration (.sex) applied onto the current settings as `reduce --sex` applies it
+    // (docs/SEXTRACTOR.md): shows the result and emits configChanged. *warning receives the keys it does
+    // not support and the semantics it does not reproduce ("" when none). False with *error on failure,
+    // the settings unchanged.
+    bool importSextractor(const QString& path, QString* warning = nullptr, QString* error = nullptr);
 
     // The `gpuphot reduce` command that reproduces the current settings on `framePath`:
     //   gpuphot reduce FRAME [--hdu HDU] [--threshold T] [--minarea N] [--aper R1,R2,..] [--gain G]

@@ -237,3 +237,30 @@ TEST(ParamDock, CliCommandReproducesTheConfiguration) {
     const nlohmann::json dumped = nlohmann::json::parse(proc.readAllStandardOutput().toStdString());
     EXPECT_EQ(dumped, js(dock.config())) << nlohmann::json::diff(dumped, js(dock.config())).dump();
 }
+
+TEST(ParamDock, ImportsASextractorConfiguration) {
+    app();
+    test::TempDir dir("param_dock_sex");
+    std::ofstream(dir / "t.sex") << "DETECT_MINAREA 7\nDETECT_THRESH 2.5\nFILTER N\nPHOT_APERTURES 8\n"
+                                    "BACK_SIZE 96\nODD_KEY 1\n";
+    ParamDock dock;
+    QSignalSpy changed(&dock, &ParamDock::configChanged);
+    QString warning, error;
+    ASSERT_TRUE(dock.importSextractor(QString::fromStdString(dir / "t.sex"), &warning, &error))
+        << error.toStdString();
+    EXPECT_EQ(changed.count(), 1);
+    EXPECT_EQ(dock.config().detection.minArea, 7);
+    EXPECT_DOUBLE_EQ(dock.config().detection.threshold, 2.5);
+    EXPECT_FALSE(dock.config().detection.filter);
+    EXPECT_EQ(dock.config().aperture.radii, std::vector<double>{4.0}) << "a diameter becomes a radius";
+    EXPECT_EQ(dock.config().background.meshSize, 96);
+    EXPECT_EQ(editor<QSpinBox>(dock, "detection.minArea")->value(), 7) << "the form shows it";
+    EXPECT_TRUE(warning.contains("ODD_KEY")) << warning.toStdString();
+
+    std::ofstream(dir / "bad.sex") << "DETECT_MINAREA many\n";
+    const nlohmann::json before = js(dock.config());
+    EXPECT_FALSE(dock.importSextractor(QString::fromStdString(dir / "bad.sex"), &warning, &error));
+    EXPECT_TRUE(error.contains("DETECT_MINAREA")) << error.toStdString();
+    EXPECT_EQ(js(dock.config()), before) << "a failed import leaves the settings as they were";
+    EXPECT_EQ(changed.count(), 1);
+}
