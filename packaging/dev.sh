@@ -28,7 +28,7 @@ PACKAGES=(
   qt6-base-dev libqt6opengl6-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
   # tests: GoogleTest, a display for GUI tests, and the peers used as independent references
   libgtest-dev libgmock-dev xvfb xauth libgl1-mesa-dri libcfitsio-bin
-  libsep-dev source-extractor python3-astropy python3-numpy python3-sep python3-photutils
+  libsep-dev source-extractor scamp psfex python3-astropy python3-numpy python3-sep python3-photutils
   python3-astroscrappy
   # Tycho-2 (Debian's astrometry.net indexes 07 and 08): the Tycho-2 reader and `reduce` without --ref
   astrometry-data-tycho2-07-littleendian astrometry-data-tycho2-08-littleendian
