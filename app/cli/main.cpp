@@ -10,6 +10,7 @@
 #include "app/cli/commands.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/text.hpp"
 
 namespace {
 
@@ -19,12 +20,8 @@ std::vector<std::string> rewriteSextractorOverrides(int argc, char** argv) {
     std::vector<std::string> out;
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
-        const bool key = i > 0 && a.size() > 2 && a[0] == '-' &&
-                         std::isupper(static_cast<unsigned char>(a[1])) &&
-                         std::all_of(a.begin() + 1, a.end(), [](char c) {
-                             return std::isupper(static_cast<unsigned char>(c)) ||
-                                    std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-                         });
+        const bool key =
+            i > 0 && a.size() > 2 && a[0] == '-' && gpuphot::isUpperCaseName(std::string_view(a).substr(1));
         if (key && i + 1 < argc) {
             out.push_back("--sex-set");
             out.push_back(a.substr(1) + "=" + argv[++i]);

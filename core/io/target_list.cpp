@@ -9,16 +9,13 @@
 #include "core/io/fits_table.hpp"
 #include "core/io/text_catalog.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/text.hpp"
 
 namespace gpuphot {
 namespace {
 
 std::string_view trim(std::string_view s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
-        s.remove_prefix(1);
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-        s.remove_suffix(1);
-    return s;
+    return trimView(s);
 }
 
 const Column* firstColumn(const Table& t, std::initializer_list<const char*> names) {

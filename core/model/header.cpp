@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/util/text.hpp"
+
 namespace gpuphot {
 namespace {
 
@@ -17,9 +19,7 @@ std::string upperKey(std::string_view key) {
 }
 
 std::string_view trim(std::string_view s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-    return s;
+    return trimView(s);
 }
 
 bool isCommentary(std::string_view key) { return key == "COMMENT" || key == "HISTORY" || key.empty(); }

@@ -73,13 +73,18 @@ LocalCurve profileOf(const PsfResult& psf) {
     return c;
 }
 
+// The PSF model's curve for reference radius R and sky annulus [a1, a2], fRef its median FWHM.
+LocalCurve curveFor(const PsfResult& psf, double R, double a1, double a2) {
+    LocalCurve c = profileOf(psf);
+    c.fRef = psf.medianFwhm;
+    c.a1 = a1, c.a2 = a2, c.R = R;
+    return c;
+}
+
 // fRef is the PSF model's median FWHM: a measured curve was brought there star by star (cogStarScale), and
 // a model curve is the model's at that FWHM.
 std::optional<LocalCurve> localCurveOf(const ApertureResult& ap, const PsfResult& psf) {
-    LocalCurve c = profileOf(psf);
-    c.fRef = psf.medianFwhm;
-    c.a1 = ap.skyAnnulusInner, c.a2 = ap.skyAnnulusOuter;
-    c.R = ap.apCorrRefRadius;
+    LocalCurve c = curveFor(psf, ap.apCorrRefRadius, ap.skyAnnulusInner, ap.skyAnnulusOuter);
     c.toTotal = ap.refApertureFraction < 1.0;
     if (!(c.fRef > 0.0) || !(c.R > 0.0) || psf.fwhm.size() != ap.fluxOpt.size()) return std::nullopt;
     return c;
@@ -93,9 +98,7 @@ std::vector<double> cogStarScale(const PsfResult& psf, const std::vector<std::si
                                  const std::vector<double>& radii, double R, double a1, double a2) {
     const std::size_t nr = radii.size();
     std::vector<double> out(stars.size() * nr, 1.0);
-    LocalCurve c = profileOf(psf);
-    c.fRef = psf.medianFwhm;
-    c.a1 = a1, c.a2 = a2, c.R = R;
+    const LocalCurve c = curveFor(psf, R, a1, a2);
     if (!(c.fRef > 0.0) || !(R > 0.0)) return out;
     const LocalCurve::At ref = c.at(c.fRef);
     std::vector<double> keptRef(nr);

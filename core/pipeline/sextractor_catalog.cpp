@@ -17,6 +17,7 @@
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/text.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -27,9 +28,7 @@ constexpr float kVignetBlank = -1e30f; // SExtractor's value for VIGNET pixels o
 constexpr double kMagBad = 99.0;       // SExtractor's magnitude (and error) of a non-positive flux
 
 std::string trim(const std::string& s) {
-    const auto b = s.find_first_not_of(" \t\r");
-    if (b == std::string::npos) return {};
-    return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+    return trimmed(s);
 }
 
 // What one parameter needs to be computed.
@@ -529,10 +528,7 @@ std::vector<SextractorParam> parseSextractorParams(const std::string& text, cons
         SextractorParam p;
         const auto open = line.find('(');
         p.name = trim(line.substr(0, open));
-        if (p.name.empty() || !std::all_of(p.name.begin(), p.name.end(), [](char ch) {
-                return std::isupper(static_cast<unsigned char>(ch)) ||
-                       std::isdigit(static_cast<unsigned char>(ch)) || ch == '_';
-            }))
+        if (!isUpperCaseName(p.name))
             throw bad("a parameter is an upper-case name, optionally with (n) or (w,h)");
         if (open != std::string::npos) {
             const auto close = line.find(')', open);

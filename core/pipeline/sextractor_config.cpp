@@ -12,24 +12,17 @@
 
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/text.hpp"
 
 namespace gpuphot {
 
 namespace {
 
 std::string trim(const std::string& s) {
-    const auto a = s.find_first_not_of(" \t\r");
-    if (a == std::string::npos) return "";
-    const auto b = s.find_last_not_of(" \t\r");
-    return s.substr(a, b - a + 1);
+    return trimmed(s);
 }
-
 bool isKey(const std::string& k) {
-    if (k.empty() || !std::isupper(static_cast<unsigned char>(k[0]))) return false;
-    return std::all_of(k.begin(), k.end(), [](char c) {
-        return std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-               c == '_';
-    });
+    return isUpperCaseName(k);
 }
 
 // SExtractor 2.25's defaults of the keys that map onto our stages: what it does when a .sex leaves them out.
@@ -245,9 +238,9 @@ std::string resolveBeside(const std::string& name, const std::string& sexPath) {
     return fs::exists(beside) ? beside.string() : name;
 }
 
-// CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME, MAG_ZEROPOINT, PHOT_FLUXFRAC -> m.catalog. A
-// PARAMETERS_NAME the file names must be readable; SExtractor's default.param, when the file names none,
-// is looked for beside it and the SExtractor catalog left out (with a difference) when it is not there.
+// CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME, MAG_ZEROPOINT, PHOT_FLUXFRAC -> m.catalog. PARAMETERS_NAME
+// is looked for as given, then beside the file; when it is not there (a .sex is often passed on without
+// its default.param) the SExtractor catalog is left out, said in a difference, and the reduction goes on.
 void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, std::set<std::string>& done,
                       SextractorMapping& m) {
     for (const char* k :
@@ -265,15 +258,12 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
     }
     m.writesCatalog = cat.type != "NONE";
     if (!m.writesCatalog) return;
-    const bool named = std::any_of(r.s.entries.begin(), r.s.entries.end(),
-                                   [](const auto& e) { return e.first == "PARAMETERS_NAME"; });
     const std::string param = resolveBeside(trim(v["PARAMETERS_NAME"]), r.s.path);
-    if (!named && !std::filesystem::exists(param)) {
+    if (!std::filesystem::exists(param)) {
         m.writesCatalog = false;
-        m.differences.push_back(
-            "PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
-            " (SExtractor's default) is not beside the configuration: no SExtractor catalog "
-            "written (give --param FILE)");
+        m.differences.push_back("PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
+                                ": not found (as given or beside the configuration): no SExtractor catalog "
+                                "written (give --param FILE)");
         return;
     }
     cat.params = readSextractorParams(param);

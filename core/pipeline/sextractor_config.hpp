@@ -42,8 +42,8 @@ struct SextractorMapping {
     std::vector<std::string> unsupported; // "KEY value" for each key that changes nothing here
     std::vector<std::string> differences; // where the mapping is not SExtractor's semantics exactly
     // The SExtractor catalog: CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME's parameters, MAG_ZEROPOINT,
-    // PHOT_FLUXFRAC. writesCatalog is false for CATALOG_TYPE NONE and when SExtractor's default.param
-    // (the file names no PARAMETERS_NAME) is not beside the file.
+    // PHOT_FLUXFRAC. writesCatalog is false for CATALOG_TYPE NONE, for a PARAMETERS_NAME that is not
+    // found (as given or beside the file) and for one that lists no parameter.
     SextractorCatalogOptions catalog;
     bool writesCatalog = false;
     // The one warning a front end prints: the unsupported keys and the differences ("" when none).

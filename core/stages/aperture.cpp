@@ -464,8 +464,19 @@ private:
 // stars of one brightness, those whose wing noise came out high, and bias the measured fractions low
 // (by 0.2-0.3 % at 1 FWHM on sky-limited fields); ranking by f1's would bias them high. The core f1 and
 // the wing fRef - f1 have independent noise (e1^2 and eRef^2 - e1^2).
+// Variances of a star's core flux(r1) (e1^2) and of its wing flux(ref) - flux(r1) (eRef^2 - e1^2): the two
+// have independent noise.
+struct CoreWingVariance {
+    double core, wing;
+};
+CoreWingVariance coreWingVariance(double e1, double eRef) {
+    const double v1 = e1 * e1;
+    return {v1, std::max(0.0, eRef * eRef - v1)};
+}
+
 double concentrationNeutralSnr(double f1, double e1, double fRef, double eRef) {
-    const double v1 = e1 * e1, vw = std::max(0.0, eRef * eRef - v1), w = fRef - f1;
+    const auto [v1, vw] = coreWingVariance(e1, eRef);
+    const double w = fRef - f1;
     const double k = (f1 > 0.0 && vw > 0.0 && w > 0.0) ? std::min(1.0, w * v1 / (f1 * vw)) : 0.0;
     const double z = f1 + k * w, vz = v1 + k * k * vw;
     return vz > 0.0 ? z / std::sqrt(vz) : 0.0;
@@ -510,9 +521,8 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
     if (std::isfinite(model)) {
         for (const auto& [negSnr, i] : cand) {
             if (stars.size() >= maxStars) break;
-            // flux(ref) = flux(r1) + wing; their errors: e1 and sqrt(eRef^2 - e1^2), independent
-            const double f1 = flux1[i], fr = fluxRef[i], fw = fr - f1;
-            const double v1 = err1[i] * err1[i], vw = std::max(0.0, errRef[i] * errRef[i] - v1);
+            const double f1 = flux1[i], fr = fluxRef[i], fw = fr - f1; // flux(ref) = flux(r1) + wing
+            const auto [v1, vw] = coreWingVariance(err1[i], errRef[i]);
             const double sigma = std::sqrt((fw * fw * v1 + f1 * f1 * vw) / (fr * fr * fr * fr) +
                                            (0.01 * model) * (0.01 * model));
             if (std::abs(f1 / fr - model) <= p.apCorrClip * sigma) stars.push_back(i);

@@ -112,6 +112,10 @@ TEST(CliSextractor, WritesSextractorCatalogs) {
     EXPECT_EQ(refused.exitCode, 2);
     EXPECT_NE(refused.err.find("CLASS_STAR"), std::string::npos) << refused.err;
     EXPECT_FALSE(fs::exists(fs::path(out / "three") / "a.report.json")) << "refused before anything ran";
+    const CliResult noParam = runCli("reduce " + (out / "a.fits") + " --sex " + f.sex + " --param " +
+                                     (f.dir / "absent.param") + " -o " + (out / "four") + " -q");
+    EXPECT_EQ(noParam.exitCode, 2);
+    EXPECT_NE(noParam.err.find("absent.param"), std::string::npos) << noParam.err;
 }
 
 TEST(CliSextractor, LdacWithoutSexHasScampsColumns) {

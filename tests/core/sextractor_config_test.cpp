@@ -86,6 +86,10 @@ TEST(SextractorConfig, KeysMapOntoTheStages) {
     EXPECT_EQ(m.catalog.name, "night.ldac");
     EXPECT_EQ(m.catalog.type, "FITS_LDAC");
     EXPECT_FALSE(m.writesCatalog) << "SExtractor's default.param is not beside the file";
+    PipelineConfig c2;
+    const SextractorMapping absent = applyText(dir, "PARAMETERS_NAME absent.param\n", c2);
+    EXPECT_FALSE(absent.writesCatalog);
+    EXPECT_TRUE(listed(absent.differences, "PARAMETERS_NAME absent.param: not found")) << absent.warning();
     EXPECT_TRUE(listed(m.differences, "PARAMETERS_NAME default.param")) << m.warning();
     EXPECT_FALSE(listed(m.differences, "WEIGHT_TYPE")) << "BACKGROUND is what the detection does";
     EXPECT_FALSE(listed(m.differences, "ANALYSIS_THRESH"));
@@ -175,7 +179,6 @@ TEST(SextractorConfig, BadInputIsRefusedNamingKeyAndFile) {
     write(dir, "nohead.conv", "1 2 1\n2 4 2\n1 2 1\n");
     EXPECT_NE(refusal("FILTER_NAME nohead.conv\n").find("CONV NORM"), std::string::npos);
     EXPECT_THROW(readSextractorSettings((dir / "absent.sex")), InvalidInput);
-    EXPECT_NE(refusal("PARAMETERS_NAME absent.param\n").find("absent.param"), std::string::npos);
     write(dir, "class.param", "NUMBER\nCLASS_STAR\nMU_MAX\nVIGNET\n");
     const std::string cls = refusal("PARAMETERS_NAME class.param\n");
     EXPECT_NE(cls.find("CLASS_STAR: gpuphot has no star/galaxy classifier"), std::string::npos) << cls;
