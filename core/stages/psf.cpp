@@ -693,8 +693,11 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         p2.push_back(s.shape.e2);
     }
     std::vector<char> keep(pool.size(), 1);
+    // The kept stars' coordinates and shapes: every exit of the loop leaves them those of `keep`.
+    std::vector<double> u, v, fw, e1, e2;
     for (int iter = 0; !pool.empty(); ++iter) {
-        std::vector<double> u, v, fw, e1, e2;
+        for (auto* w : {&u, &v, &fw, &e1, &e2})
+            w->clear();
         for (std::size_t k = 0; k < pool.size(); ++k)
             if (keep[k]) {
                 u.push_back(pu[k]);
@@ -741,12 +744,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         if (keep[k]) used.push_back(pool[k]);
     // The stars clipped, the FWHM is fitted again at the lowest order the kept stars support (the
     // clipping itself ran at the full order, so that a real variation is not clipped away as outliers).
-    if (used.size() >= 3) {
-        std::vector<double> u, v, fw;
-        for (std::size_t k = 0; k < pool.size(); ++k)
-            if (keep[k]) u.push_back(pu[k]), v.push_back(pv[k]), fw.push_back(pf[k]);
-        res.fwhmPoly = fitPolySignificant(res.fwhmPoly.order, u, v, fw);
-    }
+    if (used.size() >= 3) res.fwhmPoly = fitPolySignificant(res.fwhmPoly.order, u, v, fw);
 
     if (!used.empty()) {
         std::vector<double> fw, el, be;
