@@ -378,10 +378,9 @@ bool ParamDock::saveProfile(const QString& path, QString* error) const {
     }
 }
 
-bool ParamDock::loadProfile(const QString& path, QString* error) {
+bool ParamDock::adopt(const std::function<PipelineConfig()>& make, QString* error) {
     try {
-        const PipelineConfig c = loadPipelineConfig(path.toStdString());
-        setConfig(c);
+        setConfig(make());
         emit configChanged(m_config);
         return true;
     } catch (const std::exception& e) {
@@ -390,18 +389,20 @@ bool ParamDock::loadProfile(const QString& path, QString* error) {
     }
 }
 
+bool ParamDock::loadProfile(const QString& path, QString* error) {
+    return adopt([&] { return loadPipelineConfig(path.toStdString()); }, error);
+}
+
 bool ParamDock::importSextractor(const QString& path, QString* warning, QString* error) {
-    try {
-        PipelineConfig c = m_config;
-        const SextractorMapping m = applySextractorSettings(readSextractorSettings(path.toStdString()), c);
-        if (warning) *warning = QString::fromStdString(m.warning());
-        setConfig(c);
-        emit configChanged(m_config);
-        return true;
-    } catch (const std::exception& e) {
-        if (error) *error = QString::fromStdString(e.what());
-        return false;
-    }
+    return adopt(
+        [&] {
+            PipelineConfig c = m_config;
+            const SextractorMapping m =
+                applySextractorSettings(readSextractorSettings(path.toStdString()), c);
+            if (warning) *warning = QString::fromStdString(m.warning());
+            return c;
+        },
+        error);
 }
 
 QString ParamDock::cliCommand(const QString& framePath, const QString& referencePath, const QString& hdu,

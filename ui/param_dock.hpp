@@ -8,6 +8,7 @@
 #include <QDockWidget>
 #include <QString>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -63,6 +64,10 @@ signals:
     void profileError(const QString& message); // from the dock's own Load/Save buttons
 
 private:
+    // Shows the configuration `make` returns and emits configChanged; false with *error when it throws,
+    // the settings unchanged (loadProfile, importSextractor).
+    bool adopt(const std::function<PipelineConfig()>& make, QString* error);
+
     struct Editor {
         ParamSpec spec; // from the schema, or a generic one made from the JSON value's type
         QWidget* widget = nullptr;

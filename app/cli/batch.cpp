@@ -437,7 +437,7 @@ void applySextractorOutputs(const ReduceCliOptions& o, bool sexGiven, const Sext
     out.sextractor = m.catalog;
     out.sextractor.prefixStem = o.sexPerFrameNames;
     out.sextractorCatalog = sexGiven && m.writesCatalog;
-    if (!o.param.empty()) {
+    if (!o.param.empty() && out.sextractor.params.empty()) { // not read with the configuration
         out.sextractor.params = readSextractorParams(o.param);
         if (out.sextractor.params.empty()) throw InvalidInput("--param " + o.param + " names no parameter");
         out.sextractorCatalog = sexGiven && out.sextractor.type != "NONE";

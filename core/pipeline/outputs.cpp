@@ -34,12 +34,8 @@ void validateOutputOptions(const OutputOptions& o) {
     for (const auto& m : o.maps)
         if (!maps.count(m)) throw InvalidInput("unknown map '" + m + "' (expected bkg, rms, seg, psf, resid)");
     if (o.sextractorCatalog) checkSextractorCatalog(o.sextractor);
-    if (std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end() && !o.ldacParams.empty()) {
-        SextractorCatalogOptions ldac = o.sextractor;
-        ldac.type = "FITS_LDAC";
-        ldac.params = o.ldacParams;
-        checkSextractorCatalog(ldac);
-    }
+    if (std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end() && !o.ldacParams.empty())
+        checkSextractorCatalog(ldacOptions(o, 0));
     // A missing output directory is made (with its parents); a path that is something else is an error.
     std::error_code ec;
     if (fs::is_directory(o.outdir, ec)) return;
@@ -47,6 +43,13 @@ void validateOutputOptions(const OutputOptions& o) {
     fs::create_directories(o.outdir, ec);
     if (ec || !fs::is_directory(o.outdir))
         throw IoError("output directory " + o.outdir + " cannot be created: " + ec.message());
+}
+
+SextractorCatalogOptions ldacOptions(const OutputOptions& o, int apertures) {
+    SextractorCatalogOptions ldac = o.sextractor;
+    ldac.type = "FITS_LDAC";
+    ldac.params = o.ldacParams.empty() ? defaultLdacParams(apertures) : o.ldacParams;
+    return ldac;
 }
 
 std::vector<SextractorParam> defaultLdacParams(int apertures) {
@@ -215,13 +218,10 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         std::string p;
         if (f == "ecsv") writeEcsv(p = path(".cat.ecsv"), catalog);
         else if (f == "csv") writeCsv(p = path(".cat.csv"), catalog);
-        else if (f == "ldac") {
-            SextractorCatalogOptions ldac = o.sextractor;
-            ldac.type = "FITS_LDAC";
-            ldac.params = o.ldacParams.empty() ? defaultLdacParams(static_cast<int>(r.aperture.radii.size()))
-                                               : o.ldacParams;
-            writeSextractorCatalog(p = path(".ldac"), frame, r, catalog, ldac);
-        } else if (f == "reg") {
+        else if (f == "ldac")
+            writeSextractorCatalog(p = path(".ldac"), frame, r, catalog,
+                                   ldacOptions(o, static_cast<int>(r.aperture.radii.size())));
+        else if (f == "reg") {
             RegionStyle style;
             style.aCol = "a";
             style.bCol = "b";

@@ -34,6 +34,8 @@ struct OutputOptions {
 
 // What STEM.ldac holds without --param: the columns SCAMP reads, and PSFEx's but VIGNET.
 std::vector<SextractorParam> defaultLdacParams(int apertures);
+// STEM.ldac's catalog options: the SExtractor ones typed FITS_LDAC, with ldacParams or the defaults.
+SextractorCatalogOptions ldacOptions(const OutputOptions& options, int apertures);
 
 // Throws InvalidInput for an unknown format or map name, or a SExtractor catalog that cannot be written.
 // Makes a missing output directory (IoError when it cannot, or when the path is not a directory).

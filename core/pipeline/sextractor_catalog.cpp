@@ -14,6 +14,7 @@
 #include "core/io/fits_ldac.hpp"
 #include "core/model/flags.hpp"
 #include "core/model/frame.hpp"
+#include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/util/errors.hpp"
@@ -26,10 +27,6 @@ namespace {
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr float kVignetBlank = -1e30f; // SExtractor's value for VIGNET pixels off the frame or masked
 constexpr double kMagBad = 99.0;       // SExtractor's magnitude (and error) of a non-positive flux
-
-std::string trim(const std::string& s) {
-    return trimmed(s);
-}
 
 // What one parameter needs to be computed.
 struct Inputs {
@@ -48,6 +45,8 @@ struct Inputs {
             ++k;
         return k;
     }
+    // The pixel minus the background (NaN stays NaN; masked pixels are not checked).
+    double skySubtracted(int x, int y) const { return frame.pixels(x, y) - r.background.levelAt(x, y); }
 };
 
 using Fill = std::function<void(const Inputs&, LdacColumn&)>;
@@ -80,19 +79,23 @@ Fill copyOf(std::string name) {
     return [name](const Inputs& in, LdacColumn& c) { putValues(c, in.col(name)); };
 }
 
+// The catalog's instrumental magnitudes (catalog_builder) plus MAG_ZEROPOINT, and their errors, with
+// SExtractor's 99 where they are undefined (a flux <= 0).
 std::vector<double> magnitudes(const std::vector<double>& flux, double zp) {
     std::vector<double> m(flux.size());
-    for (std::size_t i = 0; i < flux.size(); ++i)
-        m[i] = flux[i] > 0 && std::isfinite(flux[i]) ? zp - 2.5 * std::log10(flux[i]) : kMagBad;
+    for (std::size_t i = 0; i < flux.size(); ++i) {
+        const double mag = instrumentalMag(flux[i]);
+        m[i] = std::isnan(mag) ? kMagBad : zp + mag;
+    }
     return m;
 }
 
 std::vector<double> magErrors(const std::vector<double>& flux, const std::vector<double>& err) {
     std::vector<double> m(flux.size());
-    for (std::size_t i = 0; i < flux.size(); ++i)
-        m[i] = flux[i] > 0 && std::isfinite(flux[i]) && std::isfinite(err[i])
-                   ? 2.5 / std::log(10.0) * err[i] / flux[i]
-                   : kMagBad;
+    for (std::size_t i = 0; i < flux.size(); ++i) {
+        const double e = magError(flux[i], err[i]);
+        m[i] = std::isnan(e) ? kMagBad : e;
+    }
     return m;
 }
 
@@ -161,10 +164,15 @@ std::vector<double> sextractorFlags(const Inputs& in) {
     return out;
 }
 
-// Radius of the circle around the windowed centroid holding `frac` of FLUX_AUTO: background-subtracted
-// pixels cut in 3 x 3 sub-pixels, binned by distance out to the Kron ellipse's major axis.
-double fluxRadius(const Inputs& in, double cx, double cy, double rmax, double total, double frac) {
-    if (!(total > 0) || !std::isfinite(cx) || !std::isfinite(cy)) return kNan;
+// Radii of the circles around the windowed centroid holding the fractions `fracs` of FLUX_AUTO (written
+// to out[0..fracs.size()), NaN when FLUX_AUTO <= 0): one circular growth curve of the background-
+// subtracted pixels, cut in 3 x 3 sub-pixels and binned by distance out to rmax.
+void fluxRadius(const Inputs& in, double cx, double cy, double rmax, double total,
+                const std::vector<double>& fracs, double* out) {
+    if (!(total > 0) || !std::isfinite(cx) || !std::isfinite(cy)) {
+        std::fill(out, out + fracs.size(), kNan);
+        return;
+    }
     constexpr int kBins = 200, kSub = 3;
     const double dr = rmax / kBins;
     std::vector<double> bin(kBins + 1, 0.0);
@@ -175,7 +183,7 @@ double fluxRadius(const Inputs& in, double cx, double cy, double rmax, double to
               y1 = std::min(f.height() - 1, static_cast<int>(std::ceil(cy + rmax)));
     for (int y = y0; y <= y1; ++y)
         for (int x = x0; x <= x1; ++x) {
-            const double v = f.pixels(x, y) - in.r.background.levelAt(x, y);
+            const double v = in.skySubtracted(x, y);
             if (!std::isfinite(v) || f.mask(x, y) != 0) continue;
             for (int sy = 0; sy < kSub; ++sy)
                 for (int sx = 0; sx < kSub; ++sx) {
@@ -184,40 +192,38 @@ double fluxRadius(const Inputs& in, double cx, double cy, double rmax, double to
                     if (d < rmax) bin[static_cast<std::size_t>(d / dr)] += v / (kSub * kSub);
                 }
         }
-    double cum = 0.0;
-    for (int k = 0; k < kBins; ++k) {
-        const double next = cum + bin[static_cast<std::size_t>(k)];
-        if (next >= frac * total && bin[static_cast<std::size_t>(k)] > 0)
-            return dr * (k + (frac * total - cum) / bin[static_cast<std::size_t>(k)]);
-        cum = next;
+    for (std::size_t q = 0; q < fracs.size(); ++q) {
+        const double want = fracs[q] * total;
+        out[q] = rmax;
+        double cum = 0.0;
+        for (int k = 0; k < kBins; ++k) {
+            const double b = bin[static_cast<std::size_t>(k)], next = cum + b;
+            if (next >= want && b > 0) {
+                out[q] = dr * (k + (want - cum) / b);
+                break;
+            }
+            cum = next;
+        }
     }
-    return rmax;
 }
 
-std::vector<double> fluxRadii(const Inputs& in, double frac) {
-    const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), kron = in.col("kron_radius"),
-                              total = in.col("flux_auto");
-    std::vector<double> out(in.n);
-#pragma omp parallel for schedule(dynamic, 64)
-    for (std::size_t i = 0; i < in.n; ++i) {
-        double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
-        if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
-        out[i] = fluxRadius(in, x[i] - 1.0, y[i] - 1.0, rmax, total[i], frac);
-    }
-    return out;
-}
-
+// FLUX_RADIUS(n): the first n PHOT_FLUXFRAC fractions, out to the Kron ellipse's major axis (3 px at least).
 void fillFluxRadius(const Inputs& in, LdacColumn& c) {
     const long n = c.dims.empty() ? 1 : c.dims[0];
     if (n > static_cast<long>(in.o.fluxFrac.size()))
         throw InvalidInput("SExtractor parameter FLUX_RADIUS(" + std::to_string(n) + ") asks for " +
                            std::to_string(n) + " fractions; PHOT_FLUXFRAC gives " +
                            std::to_string(in.o.fluxFrac.size()));
+    const std::vector<double> fracs(in.o.fluxFrac.begin(), in.o.fluxFrac.begin() + n);
+    const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), kron = in.col("kron_radius"),
+                              total = in.col("flux_auto");
     std::vector<double> flat(in.n * static_cast<std::size_t>(n));
-    for (long k = 0; k < n; ++k) {
-        const std::vector<double> r = fluxRadii(in, in.o.fluxFrac[static_cast<std::size_t>(k)]);
-        for (std::size_t i = 0; i < in.n; ++i)
-            flat[i * static_cast<std::size_t>(n) + static_cast<std::size_t>(k)] = r[i];
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < in.n; ++i) {
+        double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
+        if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
+        fluxRadius(in, x[i] - 1.0, y[i] - 1.0, rmax, total[i], fracs,
+                   flat.data() + i * static_cast<std::size_t>(n));
     }
     putValues(c, flat);
 }
@@ -231,7 +237,7 @@ double halfMaxFwhm(const Inputs& in, double cx, double cy, double peak, double r
     auto sub = [&](int x, int y) {
         x = std::clamp(x, 0, f.width() - 1);
         y = std::clamp(y, 0, f.height() - 1);
-        const double v = f.pixels(x, y) - in.r.background.levelAt(x, y);
+        const double v = in.skySubtracted(x, y);
         return std::isfinite(v) ? v : 0.0;
     };
     constexpr int kSub = 4;
@@ -282,7 +288,7 @@ void fillVignet(const Inputs& in, LdacColumn& c) {
                 const long px = cx - w / 2 + u, py = cy - h / 2 + v;
                 if (px < 0 || py < 0 || px >= f.width() || py >= f.height()) continue;
                 const int ix = static_cast<int>(px), iy = static_cast<int>(py);
-                const float val = f.pixels(ix, iy) - in.r.background.levelAt(ix, iy);
+                const float val = static_cast<float>(in.skySubtracted(ix, iy));
                 if (std::isfinite(val) && f.mask(ix, iy) == 0) out[v * w + u] = val;
             }
     }
@@ -520,24 +526,24 @@ std::vector<SextractorParam> parseSextractorParams(const std::string& text, cons
     std::string line;
     for (int lineNo = 1; std::getline(in, line); ++lineNo) {
         if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-        line = trim(line);
+        line = trimmed(line);
         if (line.empty()) continue;
         auto bad = [&](const std::string& why) {
             return InvalidInput(origin + ":" + std::to_string(lineNo) + ": '" + line + "': " + why);
         };
         SextractorParam p;
         const auto open = line.find('(');
-        p.name = trim(line.substr(0, open));
+        p.name = trimmed(line.substr(0, open));
         if (!isUpperCaseName(p.name))
             throw bad("a parameter is an upper-case name, optionally with (n) or (w,h)");
         if (open != std::string::npos) {
             const auto close = line.find(')', open);
-            if (close == std::string::npos || !trim(line.substr(close + 1)).empty())
+            if (close == std::string::npos || !trimView(line.substr(close + 1)).empty())
                 throw bad("unbalanced parentheses");
             std::stringstream sizes(line.substr(open + 1, close - open - 1));
             for (std::string part; std::getline(sizes, part, ',');) {
                 char* end = nullptr;
-                const std::string t = trim(part);
+                const std::string t = trimmed(part);
                 const long v = std::strtol(t.c_str(), &end, 10);
                 if (t.empty() || *end != '\0' || v <= 0 || v > 4096) throw bad("sizes are positive integers");
                 p.dims.push_back(v);

@@ -18,13 +18,6 @@ namespace gpuphot {
 
 namespace {
 
-std::string trim(const std::string& s) {
-    return trimmed(s);
-}
-bool isKey(const std::string& k) {
-    return isUpperCaseName(k);
-}
-
 // SExtractor 2.25's defaults of the keys that map onto our stages: what it does when a .sex leaves them out.
 const std::vector<std::pair<std::string, std::string>>& sextractorDefaults() {
     static const std::vector<std::pair<std::string, std::string>> d{
@@ -151,11 +144,11 @@ SextractorSettings readSextractorSettings(const std::string& path) {
     while (std::getline(in, line)) {
         ++n;
         const auto hash = line.find('#');
-        const std::string t = trim(hash == std::string::npos ? line : line.substr(0, hash));
+        const std::string t = trimmed(hash == std::string::npos ? line : line.substr(0, hash));
         if (t.empty()) continue;
         const auto sp = t.find_first_of(" \t");
-        const std::string key = t.substr(0, sp), value = sp == std::string::npos ? "" : trim(t.substr(sp));
-        if (!isKey(key))
+        const std::string key = t.substr(0, sp), value = sp == std::string::npos ? "" : trimmed(t.substr(sp));
+        if (!isUpperCaseName(key))
             throw InvalidInput(path + " line " + std::to_string(n) + ": '" + key +
                                "' is not a SExtractor key");
         s.entries.emplace_back(key, value);
@@ -164,9 +157,9 @@ SextractorSettings readSextractorSettings(const std::string& path) {
 }
 
 void addSextractorOverride(SextractorSettings& s, const std::string& key, const std::string& value) {
-    if (!isKey(key))
+    if (!isUpperCaseName(key))
         throw InvalidInput("-" + key + ": SExtractor keys are upper case (e.g. -DETECT_THRESH 3)");
-    s.entries.emplace_back(key, trim(value));
+    s.entries.emplace_back(key, trimmed(value));
 }
 
 ConvFilter readConvFilter(const std::string& path) {
@@ -177,7 +170,7 @@ ConvFilter readConvFilter(const std::string& path) {
     bool header = false;
     while (std::getline(in, line)) {
         const auto hash = line.find('#');
-        const std::string t = trim(hash == std::string::npos ? line : line.substr(0, hash));
+        const std::string t = trimmed(hash == std::string::npos ? line : line.substr(0, hash));
         if (t.empty()) continue;
         if (!header) {
             if (t == "CONV NORM")
@@ -247,8 +240,8 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
          {"CATALOG_NAME", "CATALOG_TYPE", "PARAMETERS_NAME", "MAG_ZEROPOINT", "PHOT_FLUXFRAC"})
         done.insert(k);
     SextractorCatalogOptions& cat = m.catalog;
-    cat.name = trim(v["CATALOG_NAME"]);
-    cat.type = r.upper(trim(v["CATALOG_TYPE"]));
+    cat.name = trimmed(v["CATALOG_NAME"]);
+    cat.type = r.upper(trimmed(v["CATALOG_TYPE"]));
     cat.magZeropoint = r.number("MAG_ZEROPOINT", v["MAG_ZEROPOINT"]);
     cat.fluxFrac.clear();
     for (const std::string& f : r.list("PHOT_FLUXFRAC", v["PHOT_FLUXFRAC"])) {
@@ -258,7 +251,7 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
     }
     m.writesCatalog = cat.type != "NONE";
     if (!m.writesCatalog) return;
-    const std::string param = resolveBeside(trim(v["PARAMETERS_NAME"]), r.s.path);
+    const std::string param = resolveBeside(trimmed(v["PARAMETERS_NAME"]), r.s.path);
     if (!std::filesystem::exists(param)) {
         m.writesCatalog = false;
         m.differences.push_back("PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
@@ -356,7 +349,7 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     }
     applied("DETECT_THRESH",
             "detection.threshold = " + num(d.threshold) + (d.thresholdIsAbsolute ? " ADU" : " sigma"));
-    if (v.count("FILTER_THRESH") && !trim(get("FILTER_THRESH")).empty()) unsupported("FILTER_THRESH");
+    if (v.count("FILTER_THRESH") && !trimmed(get("FILTER_THRESH")).empty()) unsupported("FILTER_THRESH");
     d.deblendLevels = r.integer("DEBLEND_NTHRESH", get("DEBLEND_NTHRESH"));
     d.deblendContrast = r.number("DEBLEND_MINCONT", get("DEBLEND_MINCONT"));
     d.clean = r.yesNo("CLEAN", get("CLEAN"));
