@@ -23,7 +23,7 @@ PACKAGES=(
   # build
   cmake ninja-build g++ ccache pkg-config
   # core
-  libcfitsio-dev zlib1g-dev wcslib-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libnanoflann-dev
+  libcfitsio-dev zlib1g-dev wcslib-dev liberfa-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libnanoflann-dev
   # GUI
   qt6-base-dev libqt6opengl6-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
   # tests: GoogleTest, a display for GUI tests, and the peers used as independent references

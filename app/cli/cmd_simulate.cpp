@@ -14,6 +14,7 @@
 
 #include "app/cli/commands.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/sim/sim_series.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
 
@@ -38,6 +39,8 @@ struct SimulateOptions {
     std::vector<std::string> sets;
     bool raw = false;   // --raw: raw-detector preset and NAME.bias_NN/dark_NN/flat_NN.fits
     int rawCount = 5;
+    int series = 0;                  // --series N: a night of N exposures (NAME_NNNN.fits, NAME.series.json)
+    std::vector<std::string> seriesSets;
 };
 
 // --raw preset (before --config and --set, so both override it): a camera with a bias pattern, an
@@ -88,6 +91,33 @@ void applySet(const std::string& kv, nlohmann::json& j) {
     j[key] = v.is_discarded() ? nlohmann::json(value) : v;
 }
 
+// --series N: the field p observed N times (core/sim/sim_series.hpp); --series-set changes the night.
+int runSeries(const SimulateOptions& o, const SimParams& p) {
+    nlohmann::json k = SimSeriesParams{};
+    k["frames"] = o.series;
+    for (const auto& s : o.seriesSets) applySet(s, k);
+    const SimSeriesParams sp = k.get<SimSeriesParams>();
+    RunContext ctx;
+    ctx.backend = Backend::Cpu;
+    ctx.threads = o.common.threads;
+    const bool tty = o.common.verbosity >= 1 && stderrIsTty();
+    const auto t0 = std::chrono::steady_clock::now();
+    const SimSeriesTruth t = writeSimulatedSeries(p, sp, o.common.outdir, o.name, o.bitpix, &ctx, [&](int done, int n) {
+        if (tty) std::fprintf(stderr, "\rsimulate series: %d / %d exposures", done, n);
+        if (tty && done == n) std::fprintf(stderr, "\n");
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.common.verbosity >= 1) {
+        const std::string base = (o.common.outdir.empty() ? std::string(".") : o.common.outdir) + "/" + o.name;
+        std::printf("wrote %d exposures %s_0001.fits ... and %s.series.json in %.1f s\n", sp.frames, base.c_str(),
+                    base.c_str(), secs);
+        for (const auto& v : t.variables)
+            std::printf("variable %s: truth id %lld at RA %.6f Dec %.6f, mag %.3f\n", v.kind.c_str(),
+                        static_cast<long long>(v.id), v.ra, v.dec, v.mag);
+    }
+    return 0;
+}
+
 int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>& given) {
     auto isGiven = [&](const char* name) {
         for (const CLI::Option* opt : given)
@@ -125,6 +155,8 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
         std::printf("%s\n", nlohmann::json(p).dump(2).c_str());
         return 0;
     }
+
+    if (o.series > 0) return runSeries(o, p);
 
     RunContext ctx;
     ctx.backend = Backend::Cpu; // the simulator runs on the CPU
@@ -214,6 +246,14 @@ Command registerSimulate(CLI::App& app) {
     sub->add_option("--raw-count", o->rawCount, "Calibration frames of each kind with --raw")
         ->check(CLI::Range(1, 999))
         ->capture_default_str();
+    sub->add_option("--series", o->series,
+                    "A night of N exposures of the field: NAME_0001.fits ... with truths and NAME.series.json "
+                    "(jitter, airmass, clouds, seeing, scintillation, a transit and a sinusoidal variable)")
+        ->check(CLI::Range(1, 100000));
+    sub->add_option("--series-set", o->seriesSets,
+                    "Set a series parameter KEY=VALUE (cadence, airmassStart, airmassEnd, extinction, transparency, "
+                    "seeing, jitter, telescopeDiameter, transitDepth, transitDuration, transitMid, transitSnr, "
+                    "sineAmplitude, sinePeriod, sineSnr), repeatable");
     sub->add_flag("--dump-config", o->dumpConfig, "Print the resolved parameters as JSON and exit");
     return {sub, [o, given] { return runSimulate(*o, given); }};
 }

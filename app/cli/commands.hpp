@@ -51,5 +51,6 @@ Command registerWorker(CLI::App& app);  // cmd_worker.cpp: Redis-fed long-lived 
 Command registerEnqueue(CLI::App& app); // cmd_worker.cpp
 Command registerResults(CLI::App& app); // cmd_worker.cpp
 Command registerMaster(CLI::App& app);  // cmd_master.cpp: master bias/dark/flat
+Command registerSeries(CLI::App& app);  // cmd_series.cpp: light curves over a night
 
 } // namespace gpuphot::cli

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
         cli::registerSimulate(app), cli::registerInfo(app),   cli::registerReduce(app),
         cli::registerBench(app),    cli::registerSubmit(app), cli::registerStatus(app),
         cli::registerWatch(app),    cli::registerWorker(app), cli::registerEnqueue(app),
-        cli::registerResults(app),  cli::registerMaster(app),
+        cli::registerResults(app),  cli::registerMaster(app), cli::registerSeries(app),
     };
     try {
         app.parse(argc, argv);

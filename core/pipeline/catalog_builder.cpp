@@ -171,6 +171,10 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     h.set("AIRMASS", frame.instrument.airmass, "airmass (header, else from its altitude)");
     if (!frame.instrument.filter.empty()) h.set("FILTER", frame.instrument.filter);
     if (!frame.instrument.object.empty()) h.set("OBJECT", frame.instrument.object);
+    // The observatory, for barycentric times of light curves (gpuphot series): copied as the frame has it.
+    for (const char* key : {"SITELAT", "SITELONG", "SITEELEV", "LAT-OBS", "LONG-OBS", "ALT-OBS", "OBSGEO-X",
+                            "OBSGEO-Y", "OBSGEO-Z"})
+        if (const auto* card = frame.header.find(key)) h.setRaw(key, card->value, card->comment);
     if (!frame.path.empty()) h.set("SRCFILE", frame.path, "reduced frame");
     h.set("SRCHDU", frame.hdu, "HDU of the frame (0-based)");
     h.set("SWVERSN", "gpuphot " GPUPHOT_VERSION, "software version");

@@ -18,6 +18,7 @@ template <class P, class F> void visitFields(P& p, F&& f) {
     f("height", p.height);
     f("stars", p.stars);
     f("seed", p.seed);
+    f("fieldSeed", p.fieldSeed);
     f("magBright", p.magBright);
     f("magFaint", p.magFaint);
     f("lfSlope", p.lfSlope);
@@ -102,6 +103,13 @@ template <class P, class F> void visitFields(P& p, F&& f) {
     f("properMotions", p.properMotions);
     f("pmSigma", p.pmSigma);
     f("refEpoch", p.refEpoch);
+    f("offsetX", p.offsetX);
+    f("offsetY", p.offsetY);
+    f("scintillation", p.scintillation);
+    f("writeSite", p.writeSite);
+    f("siteLatitude", p.siteLatitude);
+    f("siteLongitude", p.siteLongitude);
+    f("siteElevation", p.siteElevation);
 }
 
 void require(bool ok, const std::string& what) {
@@ -158,6 +166,10 @@ void validate(const SimParams& p) {
     require(p.refMargin >= 0 && p.refMargin <= 30, "refMargin must be in [0, 30] deg");
     require(p.refMagErrFloor >= 0 && p.refMagErrAtLimit >= 0 && p.refPosErr >= 0 && p.pmSigma >= 0,
             "reference errors must be >= 0");
+    require(std::isfinite(p.offsetX) && std::isfinite(p.offsetY), "offsetX and offsetY must be finite");
+    require(p.scintillation >= 0 && p.scintillation < 0.5, "scintillation must be in [0, 0.5)");
+    require(p.siteLatitude >= -90 && p.siteLatitude <= 90 && std::fabs(p.siteLongitude) <= 360 &&
+                std::isfinite(p.siteElevation), "site latitude must be in [-90, 90] deg, longitude in [-360, 360]");
 }
 
 void to_json(nlohmann::json& j, const SimParams& p) {

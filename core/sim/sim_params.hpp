@@ -4,6 +4,7 @@
 // under its member name, and `simulate --dump-config` prints them all.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -15,6 +16,8 @@ struct SimParams {
     int height = 2048;           // px
     int stars = 3000;            // stars on the frame (hundreds to 150,000+)
     std::uint64_t seed = 42;     // everything random derives from it (bitwise reproducible)
+    std::uint64_t fieldSeed = 0; // seed of the sky (stars, galaxies, SIP terms, reference); 0: `seed`. Keep
+                                 // it and vary `seed` for frames of one field in a time series.
 
     // --- luminosity function and photometric truth -----------------------------------------------
     double magBright = 11.0;     // mag (calibrated): brightest star
@@ -127,7 +130,25 @@ struct SimParams {
     bool properMotions = false;  // pmra/pmdec columns; the reference is at refEpoch, the frame at its date
     double pmSigma = 5.0;        // mas/yr per coordinate
     double refEpoch = 2016.0;    // Julian year of the reference positions
+    // --- time series: one exposure of a series (gpuphot simulate --series; all off by default) ------
+    double offsetX = 0.0;        // px: the field moved on the detector (pointing jitter), the WCS with it
+    double offsetY = 0.0;        // px
+    double scintillation = 0.0;  // fractional RMS of a multiplicative flux noise per star (scintillation)
+    bool writeSite = false;      // write SITELAT, SITELONG (east positive) and SITEELEV
+    double siteLatitude = -30.24;  // deg
+    double siteLongitude = -70.74; // deg, east positive
+    double siteElevation = 2200.0; // m
 };
+
+// Magnitude changes of chosen sources in one exposure (variables in a simulated series): the source with
+// truth id ids[k] is rendered dmag[k] fainter.
+struct SimVariation {
+    std::vector<std::int64_t> ids;
+    std::vector<double> dmag;
+};
+
+// The seed of the sky: fieldSeed, else seed.
+inline std::uint64_t fieldSeedOf(const SimParams& p) { return p.fieldSeed != 0 ? p.fieldSeed : p.seed; }
 
 // Throws InvalidInput naming the first unusable field.
 void validate(const SimParams& p);

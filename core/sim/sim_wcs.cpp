@@ -48,8 +48,8 @@ double simSkyAt(const SimParams& p, double x, double y) {
 
 TanSip makeTrueWcs(const SimParams& p) {
     TanSip w;
-    w.crpix[0] = 0.5 * (p.width + 1);   // the frame centre, 1-based
-    w.crpix[1] = 0.5 * (p.height + 1);
+    w.crpix[0] = 0.5 * (p.width + 1) + p.offsetX; // the field centre, 1-based (the frame's unless jittered)
+    w.crpix[1] = 0.5 * (p.height + 1) + p.offsetY;
     w.crval[0] = p.ra;
     w.crval[1] = p.dec;
     // +y points to position angle `rotation` (east of north); +x to PA rotation - 90 (east left) or + 90.
@@ -64,7 +64,7 @@ TanSip makeTrueWcs(const SimParams& p) {
     // Random low-order terms plus, at order 3, a radial (pincushion) term; scaled so that the largest
     // displacement on the frame's border equals sipStrength px.
     w.setSipOrder(p.sipOrder);
-    sim::SimRng rng(p.seed, 11);
+    sim::SimRng rng(fieldSeedOf(p), 11);
     const double hx = 0.5 * p.width, hy = 0.5 * p.height, l = std::hypot(hx, hy);
     for (int i = 0; i <= 2; ++i) {
         w.coeffA(i, 2 - i) = rng.normal() / (l * l);

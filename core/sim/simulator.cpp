@@ -29,7 +29,7 @@ enum Stream : std::uint64_t {
     kStreamPos = 1, kStreamMag, kStreamColour, kStreamPm, kStreamClusters, kStreamGalaxies, kStreamNoise,
     kStreamCosmics, kStreamHot, kStreamColumns, kStreamSip /* = 11, used in sim_wcs.cpp */, kStreamRefNoise,
     kStreamDistractors, kStreamDead, kStreamBiasRow, kStreamBiasColumn, kStreamPrnu, kStreamDarkHot,
-    kStreamOverscan
+    kStreamOverscan, kStreamScintillation
 };
 
 std::uint64_t detectorSeedOf(const SimParams& p) { return p.detectorSeed != 0 ? p.detectorSeed : p.seed; }
@@ -137,10 +137,13 @@ double lfFractionBrighter(double limit, double m0, double m1, double slope) {
 
 double toFlux(double magInst) { return std::pow(10.0, -0.4 * magInst); }
 
-std::vector<Source> drawSources(const SimParams& p) {
+// The sources, drawn from the field seed in field coordinates, then moved by the pointing offset; a
+// variation dims chosen sources and scintillation scales every flux by its own draw of this exposure.
+std::vector<Source> drawSources(const SimParams& p, const SimVariation* variation) {
     const double W = p.width, H = p.height;
-    sim::SimRng pos(p.seed, kStreamPos), mag(p.seed, kStreamMag), col(p.seed, kStreamColour),
-        pm(p.seed, kStreamPm), clus(p.seed, kStreamClusters), gal(p.seed, kStreamGalaxies);
+    const std::uint64_t fs = fieldSeedOf(p);
+    sim::SimRng pos(fs, kStreamPos), mag(fs, kStreamMag), col(fs, kStreamColour), pm(fs, kStreamPm),
+        clus(fs, kStreamClusters), gal(fs, kStreamGalaxies);
     auto inFrame = [&](double x, double y) { return x >= -0.5 && x < W - 0.5 && y >= -0.5 && y < H - 0.5; };
 
     std::vector<double> cx(p.clusters), cy(p.clusters);
@@ -195,9 +198,21 @@ std::vector<Source> drawSources(const SimParams& p) {
         s.angle = gal.uniform(0.0, 180.0);
         out.push_back(s);
     }
-    for (auto& s : out) {
-        s.magInst = s.mag - p.zeroPoint - p.colourTerm * s.colour;
+    // The catalogue magnitude (mag) stays the star's mean; the exposure's flux carries the variation.
+    std::vector<double> dmag(out.size(), 0.0);
+    if (variation)
+        for (std::size_t k = 0; k < variation->ids.size() && k < variation->dmag.size(); ++k) {
+            const std::int64_t id = variation->ids[k];
+            if (id >= 1 && static_cast<std::size_t>(id) <= out.size()) dmag[id - 1] += variation->dmag[k];
+        }
+    sim::SimRng scint(p.seed, kStreamScintillation);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        Source& s = out[i];
+        s.x += p.offsetX;
+        s.y += p.offsetY;
+        s.magInst = s.mag + dmag[i] - p.zeroPoint - p.colourTerm * s.colour;
         s.flux = toFlux(s.magInst);
+        if (p.scintillation > 0.0) s.flux *= std::max(0.0, 1.0 + p.scintillation * scint.normal());
         const SimPsf psf = simPsfAt(p, s.x, s.y);
         s.fwhm = psf.fwhm;
         if (!s.galaxy) {
@@ -379,7 +394,7 @@ double epochYear(double mjd) { return 2000.0 + (mjd - 51544.5) / 365.25; }
 
 Table buildReference(const SimParams& p, const TanSip& wcs, const std::vector<Source>& src,
                      std::vector<std::int64_t>& truthRefId) {
-    sim::SimRng noise(p.seed, kStreamRefNoise), dis(p.seed, kStreamDistractors);
+    sim::SimRng noise(fieldSeedOf(p), kStreamRefNoise), dis(fieldSeedOf(p), kStreamDistractors);
     const double dt = epochYear(p.mjd + 0.5 * p.exptime / 86400.0) - p.refEpoch; // years, frame - reference
     const double scaleDeg = p.pixelScale / 3600.0;
     const double halfDiag = 0.5 * std::hypot(p.width, p.height) * scaleDeg * 1.02 + 2.0 * p.sipStrength * scaleDeg;
@@ -565,7 +580,7 @@ template <class Value> Image<float> detectorMap(const SimParams& pIn, const Valu
 
 } // namespace
 
-SimResult simulateField(const SimParams& pIn, RunContext* ctxIn) {
+SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariation* variation) {
     validate(pIn);
     const SimParams p = effectiveParams(pIn);
     RunContext local;
@@ -576,7 +591,7 @@ SimResult simulateField(const SimParams& pIn, RunContext* ctxIn) {
     r.params = p;
     r.trueWcs = makeTrueWcs(p);
     r.headerWcs = makeHeaderWcs(p, r.trueWcs);
-    const std::vector<Source> src = drawSources(p);
+    const std::vector<Source> src = drawSources(p, variation);
     ctx.checkCancelled();
 
     const sim::ProfileKind kind = p.psf == "moffat" ? sim::ProfileKind::Moffat : sim::ProfileKind::Gaussian;
@@ -695,6 +710,11 @@ SimResult simulateField(const SimParams& pIn, RunContext* ctxIn) {
     h.set("DATE-OBS", mjdToIso(p.mjd), "UTC start of exposure");
     h.set("MJD-OBS", p.mjd, "[d] MJD at the start of exposure");
     h.set("AIRMASS", p.airmass, "airmass");
+    if (p.writeSite) {
+        h.set("SITELAT", p.siteLatitude, "[deg] observatory latitude");
+        h.set("SITELONG", p.siteLongitude, "[deg] observatory longitude, east positive");
+        h.set("SITEELEV", p.siteElevation, "[m] observatory elevation");
+    }
     h.set("GAIN", p.gain, "[e-/ADU] gain");
     h.set("RDNOISE", p.readNoise, "[e-] read noise");
     if (p.saturation > 0.0) h.set("SATURATE", p.saturation, "[ADU] saturation level");

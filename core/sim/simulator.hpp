@@ -40,7 +40,8 @@ struct SimResult {
     TanSip headerWcs;             // what the header says (equal to trueWcs unless made wrong on purpose)
 };
 
-SimResult simulateField(const SimParams& params, RunContext* ctx = nullptr);
+// `variation` (optional) dims chosen sources in this exposure (series variables).
+SimResult simulateField(const SimParams& params, RunContext* ctx = nullptr, const SimVariation* variation = nullptr);
 
 // Writes DIR/NAME.fits (bitpix 16: unsigned 16-bit via BZERO, or -32: float), DIR/NAME.truth.fits and
 // DIR/NAME.ref.fits, each atomically. Creates DIR when missing. Throws IoError or InvalidInput.

@@ -1,0 +1,202 @@
+// gpuphot series: light curves of targets from a night of reduced catalogs (core/series/series.hpp).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/cli/commands.hpp"
+#include "core/io/target_list.hpp"
+#include "core/series/series.hpp"
+#include "core/series/series_output.hpp"
+#include "core/util/errors.hpp"
+
+namespace gpuphot::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SeriesOptions {
+    CommonOptions common;
+    std::vector<std::string> inputs;
+    std::string targets;
+    std::string site;
+    std::string formats = "ecsv,csv,fits,aij,aavso";
+    std::string obscode = "NONE";
+    bool fresh = false;
+    SeriesParams params;
+};
+
+// Catalog paths: files as given; a directory stands for its *.cat.fits, in name order.
+std::vector<std::string> expandInputs(const std::vector<std::string>& inputs) {
+    std::vector<std::string> out;
+    for (const auto& in : inputs) {
+        std::error_code ec;
+        if (!fs::is_directory(in, ec)) { // absolute: series.json must find it from any directory
+            out.push_back(fs::absolute(in).lexically_normal().string());
+            continue;
+        }
+        std::vector<std::string> found;
+        for (const auto& e : fs::directory_iterator(in, ec)) {
+            const std::string name = e.path().filename().string();
+            if (name.size() > 9 && name.compare(name.size() - 9, 9, ".cat.fits") == 0)
+                found.push_back(fs::absolute(e.path()).lexically_normal().string());
+        }
+        if (found.empty()) throw InvalidInput(in + ": a directory without catalogs (*.cat.fits)");
+        std::sort(found.begin(), found.end());
+        out.insert(out.end(), found.begin(), found.end());
+    }
+    return out;
+}
+
+ObservingSite parseSite(const std::string& s) {
+    ObservingSite site;
+    char extra = 0;
+    if (std::sscanf(s.c_str(), "%lf,%lf,%lf%c", &site.latitude, &site.longitude, &site.elevation, &extra) !=
+            3 ||
+        std::fabs(site.latitude) > 90.0 || std::fabs(site.longitude) > 360.0)
+        throw InvalidInput("--site '" + s + "': expected LAT,LON,ELEV (degrees, east positive; metres)");
+    site.source = "--site";
+    return site;
+}
+
+std::set<std::string> parseFormats(const std::string& s) {
+    static const std::set<std::string> known{"ecsv", "csv", "fits", "aij", "aavso"};
+    std::set<std::string> out;
+    std::stringstream in(s);
+    for (std::string f; std::getline(in, f, ',');) {
+        if (!known.count(f))
+            throw InvalidInput("--formats: unknown format '" + f + "' (ecsv, csv, fits, aij, aavso)");
+        out.insert(f);
+    }
+    return out;
+}
+
+// Appends to the series recorded in DIR when it can (same parameters and targets), else builds it
+// from every catalog recorded there and those given.
+SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const std::vector<std::string>& given,
+                      std::size_t& fresh) {
+    std::optional<SeriesState> state = o.fresh ? std::nullopt : loadSeriesState(out.dir);
+    std::vector<std::string> catalogs;
+    if (state)
+        for (const auto& f : state->frames)
+            catalogs.push_back(f.path);
+    else if (!o.fresh)
+        catalogs = seriesCatalogsIn(out.dir);
+    const std::size_t before = catalogs.size();
+    for (const auto& c : given) // a catalog seen before is not counted twice
+        if (std::find(catalogs.begin(), catalogs.end(), c) == catalogs.end()) catalogs.push_back(c);
+    fresh = catalogs.size() - before;
+    if (catalogs.empty()) throw InvalidInput("series: no catalogs given");
+    const TargetList targets = readTargetList(o.targets);
+    const bool tty = o.common.verbosity >= 1 && stderrIsTty();
+    const auto progress = [&](std::size_t done, std::size_t n) {
+        if (tty && (done == n || done % 25 == 0))
+            std::fprintf(stderr, "\rseries: read %zu / %zu catalogs", done, n);
+        if (tty && done == n) std::fprintf(stderr, "\n");
+    };
+    if (state) {
+        if (auto r = appendSeries(*state, given, targets, o.params, progress)) return std::move(*r);
+        if (o.common.verbosity >= 1)
+            std::printf(
+                "series: parameters, targets or all-stars mode changed: rebuilding from %zu catalogs\n",
+                catalogs.size());
+    }
+    return buildSeries(catalogs, targets, o.params, progress);
+}
+
+int runSeries(SeriesOptions& o) {
+    if (!o.site.empty()) o.params.site = parseSite(o.site);
+    SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode};
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t fresh = 0;
+    const SeriesResult r = runBuild(o, out, expandInputs(o.inputs), fresh);
+    std::vector<std::string> written = writeSeriesOutputs(r, out);
+    saveSeriesState(r.state, out.dir);
+    written.push_back((std::filesystem::path(out.dir) / "series.state").string());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    std::size_t used = 0, curves = 0;
+    for (const auto& f : r.frames) {
+        used += f.used ? 1 : 0;
+        if (!f.used)
+            std::fprintf(stderr, "gpuphot: warning: %s left out: %s\n", f.path.c_str(), f.problem.c_str());
+    }
+    for (const auto& w : r.warnings)
+        std::fprintf(stderr, "gpuphot: warning: %s\n", w.c_str());
+    for (const auto& lc : r.curves)
+        curves += lc.problem.empty() ? 1 : 0;
+    if (o.common.verbosity >= 1) {
+        std::printf(
+            "series: %zu frames (%zu new, %zu used), %zu sources, %zu of %zu targets with light curves, "
+            "%.2f s\n",
+            r.frames.size(), fresh, used, r.sources.size(), curves, r.curves.size(), secs);
+        for (const auto& lc : r.curves) {
+            if (!lc.problem.empty()) continue;
+            int n = 0;
+            for (const auto& e : lc.ensemble)
+                n += e.dropped ? 0 : 1;
+            std::printf("  %-20s %zu points, %d comparison stars, RMS %.5f (median error %.5f)\n",
+                        lc.name.c_str(), lc.frame.size(), n, lc.rms, lc.medianErr);
+        }
+        std::printf("wrote %zu files into %s\n", written.size(), out.dir.c_str());
+    }
+    return used == r.frames.size() && curves == r.curves.size() ? 0 : 1;
+}
+
+} // namespace
+
+Command registerSeries(CLI::App& app) {
+    auto o = std::make_shared<SeriesOptions>();
+    auto* sub =
+        app.add_subcommand("series", "Light curves of targets over a night of reduced catalogs (.cat.fits)");
+    sub->footer(
+        "A later call with the same -o appends its catalogs to the series recorded in DIR/series.state\n"
+        "(--fresh starts anew). Files: NAME.lc.{ecsv,csv,fits}, NAME.aij.tbl, NAME.aavso.txt, series.json,\n"
+        "series.state; with --all-stars also series.stars.fits and series.curves.fits.");
+    addCommonOptions(*sub, o->common);
+    SeriesParams& p = o->params;
+    sub->add_option("inputs", o->inputs, "Catalogs (gpuphot reduce's .cat.fits), or directories holding them")
+        ->required();
+    sub->add_option("--targets", o->targets,
+                    "Targets: FITS, ECSV or CSV with ra, dec and a name (as reduce --targets)")
+        ->required();
+    sub->add_option("--flux", p.flux, "Catalog flux: opt, aper_K, psf or auto")->capture_default_str();
+    sub->add_option("--match-radius", p.matchRadius, "Cross-identification radius (arcsec)")
+        ->capture_default_str();
+    sub->add_option("--filter", p.filter, "Keep frames of this FILTER (default: the first frame's)");
+    sub->add_option("--ensemble-size", p.ensembleSize, "Comparison stars per target")->capture_default_str();
+    sub->add_option("--min-ensemble", p.minEnsemble, "Fewest comparison stars for a light curve")
+        ->capture_default_str();
+    sub->add_option("--max-mag-diff", p.maxMagDiff, "Comparison stars within this of the target (mag)")
+        ->capture_default_str();
+    sub->add_option("--isolation", p.isolation, "No brighter-than-1/10 neighbour closer than this (arcsec)")
+        ->capture_default_str();
+    sub->add_option("--min-coverage", p.minCoverage,
+                    "Comparison stars measured in this fraction of the frames")
+        ->capture_default_str();
+    sub->add_option("--vet-ratio", p.vetRatio,
+                    "Drop comparisons scattering this many times the ensemble's median")
+        ->capture_default_str();
+    sub->add_option("--telescope-diameter", p.telescopeDiameter,
+                    "Aperture (m) for the scintillation error (0: none)")
+        ->capture_default_str();
+    sub->add_option("--site", o->site,
+                    "Observatory LAT,LON,ELEV (deg, east positive; m) when headers lack it");
+    sub->add_option("--pin", p.pinned, "Always use this target-list star as a comparison (repeatable)");
+    sub->add_option("--exclude", p.excluded, "Never use this target-list star as a comparison (repeatable)");
+    sub->add_option("--formats", o->formats, "Outputs: ecsv,csv,fits,aij,aavso")->capture_default_str();
+    sub->add_option("--obscode", o->obscode, "AAVSO observer code")->capture_default_str();
+    sub->add_flag("--all-stars", p.allStars,
+                  "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
+    sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");
+    return {sub, [o] { return runSeries(*o); }};
+}
+
+} // namespace gpuphot::cli

@@ -1,0 +1,795 @@
+// `series`: reading the catalogs, cross-identification, choosing the ensembles, the state an append
+// continues from, and the curves (the ensemble arithmetic is in series_ensemble.cpp).
+#include "core/series/series.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <unordered_map>
+
+#include <fitsio.h>
+
+#include "core/io/fits_table.hpp"
+#include "core/model/flags.hpp"
+#include "core/series/series_internal.hpp"
+#include "core/sim/sim_series.hpp"
+#include "core/util/errors.hpp"
+#include "core/util/robust_stats.hpp"
+
+namespace gpuphot {
+
+// A measurement with one of these flags does not enter an ensemble.
+constexpr std::uint32_t kBadForComparison = FlagSaturated | FlagEdge | FlagApertureIncomplete |
+                                            FlagBadPixels | FlagApertureMasked | FlagSkyFailed |
+                                            FlagDeblendOverflow | FlagCrowded | FlagBlended;
+
+bool SeriesMeasurement::comparable() const {
+    return good() && (static_cast<std::uint32_t>(flags) & kBadForComparison) == 0;
+}
+
+namespace {
+
+using namespace series_detail;
+
+struct Detections { // one catalog's rows
+    std::vector<double> ra, dec;
+    std::vector<Meas> m;
+};
+
+// Gnomonic projection about (ra0, dec0), in arcsec.
+struct Tangent {
+    double ra0 = 0, sd0 = 0, cd0 = 1;
+    Tangent() = default;
+    Tangent(double ra, double dec) : ra0(ra), sd0(std::sin(dec * kDeg)), cd0(std::cos(dec * kDeg)) {}
+    void project(double ra, double dec, double& xi, double& eta) const {
+        const double sd = std::sin(dec * kDeg), cd = std::cos(dec * kDeg), da = (ra - ra0) * kDeg;
+        const double c = sd0 * sd + cd0 * cd * std::cos(da);
+        xi = cd * std::sin(da) / c / kArcsec;
+        eta = (cd0 * sd - sd0 * cd * std::cos(da)) / c / kArcsec;
+    }
+};
+
+std::pair<std::string, std::string> fluxColumns(const std::string& flux) {
+    if (flux == "opt" || flux == "psf" || flux == "auto") return {"flux_" + flux, "fluxerr_" + flux};
+    if (flux.rfind("aper_", 0) == 0 && flux.size() > 5 &&
+        std::all_of(flux.begin() + 5, flux.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return {"flux_" + flux, "fluxerr_" + flux};
+    throw InvalidInput("series: flux '" + flux + "' is not opt, psf, auto or aper_K");
+}
+
+// Reads one catalog: its frame's facts and its detections. Problems that leave the frame out are
+// returned in frame.problem (the series goes on).
+Detections readCatalog(const std::string& path, const SeriesParams& p, SeriesFrame& frame) {
+    Detections d;
+    frame.path = path;
+    const auto [fluxCol, errCol] = fluxColumns(p.flux);
+    Table t;
+    try {
+        t = readFitsTable(path, {}, [&](const std::vector<std::string>& have) {
+            std::vector<std::string> want;
+            for (const char* c : {"ra", "dec", "x", "y", "sky", "flags", "mag_cal"})
+                if (std::find(have.begin(), have.end(), c) != have.end()) want.push_back(c);
+            for (const std::string& c : {fluxCol, errCol})
+                if (std::find(have.begin(), have.end(), c) != have.end()) want.push_back(c);
+            return want;
+        });
+    } catch (const Error& e) {
+        frame.problem = std::string("unreadable: ") + e.what();
+        return d;
+    }
+    const Header& h = t.meta;
+    frame.mjdMid = h.getDouble("MJD-MID").value_or(kNan);
+    frame.exptime = h.getDouble("EXPTIME").value_or(kNan);
+    frame.airmass = h.getDouble("AIRMASS").value_or(kNan);
+    frame.fwhm = h.getDouble("FWHM").value_or(kNan);
+    frame.zeroPoint = h.getDouble("ZP").value_or(kNan);
+    frame.filter = h.getString("FILTER").value_or("");
+    frame.object = h.getString("OBJECT").value_or("");
+    try {
+        frame.site = siteFromHeader(h);
+    } catch (const InvalidInput& e) {
+        frame.problem = e.what();
+        return d;
+    }
+    const std::string wcs = h.getString("WCSSRC").value_or("none");
+    if (!t.find("ra") || !t.find("dec") || wcs == "none")
+        frame.problem = "no WCS: positions on the sky unknown";
+    else if (!std::isfinite(frame.mjdMid))
+        frame.problem = "no MJD-MID: the time of the exposure is unknown";
+    else if (!t.find(fluxCol) || !t.find(errCol))
+        frame.problem = "no column " + fluxCol + " / " + errCol;
+    if (!frame.problem.empty()) return d;
+
+    d.ra = t.doubles("ra");
+    d.dec = t.doubles("dec");
+    const auto flux = t.doubles(fluxCol), err = t.doubles(errCol);
+    const auto col = [&](const char* name) {
+        return t.find(name) ? t.doubles(name) : std::vector<double>(t.rows(), kNan);
+    };
+    const auto x = col("x"), y = col("y"), sky = col("sky"), magCal = col("mag_cal"), flags = col("flags");
+    d.m.resize(t.rows());
+    for (std::size_t i = 0; i < t.rows(); ++i)
+        d.m[i] = {static_cast<float>(flux[i]),
+                  static_cast<float>(err[i]),
+                  static_cast<float>(x[i]),
+                  static_cast<float>(y[i]),
+                  static_cast<float>(sky[i]),
+                  static_cast<float>(magCal[i]),
+                  std::isfinite(flags[i]) ? static_cast<std::int32_t>(flags[i]) : 0};
+    frame.detections = t.rows();
+    return d;
+}
+
+// The source list on the sky, with a grid of matchRadius cells for the nearest-source search.
+class SourceList {
+public:
+    SourceList(const Tangent& tp, double radius) : m_tp(tp), m_r(radius) {}
+    // The list a state recorded.
+    SourceList(const SeriesState& st, double radius) : m_tp(st.ra0, st.dec0), m_r(radius) {
+        m_xi = st.xiSum;
+        m_eta = st.etaSum;
+        m_n = st.matched;
+        for (std::size_t s = 0; s < m_xi.size(); ++s)
+            m_grid[key(m_xi[s] / m_n[s], m_eta[s] / m_n[s])].push_back(s);
+    }
+    void save(SeriesState& st) const {
+        st.ra0 = m_tp.ra0;
+        st.dec0 = std::asin(m_tp.sd0) / kDeg;
+        st.xiSum = m_xi;
+        st.etaSum = m_eta;
+        st.matched = m_n;
+    }
+    // Tangent-plane position (arcsec) of source s.
+    double xi(std::size_t s) const { return m_xi[s] / m_n[s]; }
+    double eta(std::size_t s) const { return m_eta[s] / m_n[s]; }
+    std::size_t size() const { return m_xi.size(); }
+
+    // Matches one frame's detections one-to-one (the nearest source within the radius; a source claimed
+    // twice keeps the nearer detection). Returns, per detection, the source or -1 (unmatched) or -2 (lost).
+    std::vector<long> match(const Detections& d) const {
+        std::vector<long> out(d.ra.size(), -1);
+        std::unordered_map<long, std::pair<std::size_t, double>> claim;
+        for (std::size_t i = 0; i < d.ra.size(); ++i) {
+            if (!std::isfinite(d.ra[i]) || !std::isfinite(d.dec[i])) {
+                out[i] = -2;
+                continue;
+            }
+            double xi, eta;
+            m_tp.project(d.ra[i], d.dec[i], xi, eta);
+            long best = -1;
+            double bestD = m_r;
+            forNeighbours(xi, eta, [&](std::size_t s) {
+                const double dd = std::hypot(m_xi[s] / m_n[s] - xi, m_eta[s] / m_n[s] - eta);
+                if (dd < bestD) {
+                    bestD = dd;
+                    best = static_cast<long>(s);
+                }
+            });
+            if (best < 0) continue;
+            auto [it, fresh] = claim.try_emplace(best, i, bestD);
+            if (fresh)
+                out[i] = best;
+            else if (bestD < it->second.second) {
+                out[it->second.first] = -2;
+                it->second = {i, bestD};
+                out[i] = best;
+            } else
+                out[i] = -2;
+        }
+        return out;
+    }
+    std::size_t add(double ra, double dec) {
+        double xi, eta;
+        m_tp.project(ra, dec, xi, eta);
+        m_xi.push_back(0.0);
+        m_eta.push_back(0.0);
+        m_n.push_back(0);
+        m_grid[key(xi, eta)].push_back(m_xi.size() - 1);
+        update(m_xi.size() - 1, ra, dec);
+        return m_xi.size() - 1;
+    }
+    void update(std::size_t s, double ra, double dec) { // running mean of the matched positions
+        double xi, eta;
+        m_tp.project(ra, dec, xi, eta);
+        m_xi[s] += xi;
+        m_eta[s] += eta;
+        ++m_n[s];
+    }
+    // Mean position (deg) of source s.
+    void position(std::size_t s, double& ra, double& dec) const {
+        const double xi = m_xi[s] / m_n[s] * kArcsec, eta = m_eta[s] / m_n[s] * kArcsec;
+        const double d = std::atan2(m_tp.sd0 + eta * m_tp.cd0, std::hypot(xi, m_tp.cd0 - eta * m_tp.sd0));
+        const double a = m_tp.ra0 * kDeg + std::atan2(xi, m_tp.cd0 - eta * m_tp.sd0);
+        ra = std::fmod(a / kDeg + 360.0, 360.0);
+        dec = d / kDeg;
+    }
+    // The sources within `radius` arcsec of (ra, dec).
+    std::vector<std::size_t> within(double ra, double dec, double radius) const {
+        double xi, eta;
+        m_tp.project(ra, dec, xi, eta);
+        std::vector<std::size_t> out;
+        const int reach = static_cast<int>(std::ceil(radius / m_r));
+        for (int dy = -reach; dy <= reach; ++dy)
+            for (int dx = -reach; dx <= reach; ++dx) {
+                auto it = m_grid.find(key(xi + dx * m_r, eta + dy * m_r));
+                if (it == m_grid.end()) continue;
+                for (std::size_t s : it->second)
+                    if (std::hypot(m_xi[s] / m_n[s] - xi, m_eta[s] / m_n[s] - eta) < radius) out.push_back(s);
+            }
+        return out;
+    }
+
+private:
+    long long key(double xi, double eta) const {
+        const long long ix = static_cast<long long>(std::floor(xi / m_r)),
+                        iy = static_cast<long long>(std::floor(eta / m_r));
+        return ix * 4000003LL + iy;
+    }
+    template <class F> void forNeighbours(double xi, double eta, F&& f) const {
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx) {
+                auto it = m_grid.find(key(xi + dx * m_r, eta + dy * m_r));
+                if (it != m_grid.end())
+                    for (std::size_t s : it->second)
+                        f(s);
+            }
+    }
+    Tangent m_tp;
+    double m_r;
+    std::vector<double> m_xi, m_eta;
+    std::vector<int> m_n;
+    std::unordered_map<long long, std::vector<std::size_t>> m_grid;
+};
+
+double angularDistance(double ra1, double dec1, double ra2, double dec2) { // arcsec
+    const double s = std::sin(0.5 * (dec2 - dec1) * kDeg), t = std::sin(0.5 * (ra2 - ra1) * kDeg);
+    return 2.0 * std::asin(std::sqrt(s * s + std::cos(dec1 * kDeg) * std::cos(dec2 * kDeg) * t * t)) /
+           kArcsec;
+}
+
+// Reads the catalogs, in parallel where CFITSIO is reentrant.
+std::vector<Detections> readAll(const std::vector<std::string>& catalogs, const SeriesParams& p,
+                                std::vector<SeriesFrame>& frames, const SeriesProgress& progress) {
+    std::vector<Detections> dets(catalogs.size());
+    frames.assign(catalogs.size(), SeriesFrame{});
+    std::size_t done = 0;
+    const int threads = fits_is_reentrant() ? 2 : 1;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+    for (std::size_t i = 0; i < catalogs.size(); ++i) {
+        dets[i] = readCatalog(catalogs[i], p, frames[i]);
+#pragma omp critical(series_progress)
+        if (progress) progress(++done, catalogs.size());
+    }
+    return dets;
+}
+
+std::vector<std::size_t> timeOrder(const std::vector<SeriesFrame>& frames) {
+    std::vector<std::size_t> order(frames.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+        const double tx = frames[x].mjdMid, ty = frames[y].mjdMid;
+        return std::isfinite(tx) && (!std::isfinite(ty) || tx < ty);
+    });
+    return order;
+}
+
+// Matches frame f into the list (adding its new sources) unless it is of another filter or field; then
+// returns, per source, the detection matched to it (-1: none). Empty when the frame is left out.
+std::vector<long> crossIdentify(SourceList& list, const Detections& d, SeriesFrame& f, std::string& filter,
+                                bool first, const SeriesParams& p) {
+    if (filter.empty()) filter = f.filter;
+    if (f.filter != filter) {
+        f.problem = "filter '" + f.filter + "', not the series' '" + filter + "'";
+        return {};
+    }
+    const std::vector<long> m = list.match(d);
+    f.matched = static_cast<std::size_t>(std::count_if(m.begin(), m.end(), [](long v) { return v >= 0; }));
+    if (!first && f.detections > 0 && double(f.matched) < p.minFieldMatch * double(f.detections)) {
+        f.problem = "another field: " + std::to_string(f.matched) + " of " + std::to_string(f.detections) +
+                    " detections match the series' sources";
+        return {};
+    }
+    std::vector<long> detOf(list.size(), -1);
+    for (std::size_t k = 0; k < m.size(); ++k) {
+        long s = m[k];
+        if (s == -2) continue;
+        if (s == -1)
+            s = static_cast<long>(list.add(d.ra[k], d.dec[k]));
+        else
+            list.update(static_cast<std::size_t>(s), d.ra[k], d.dec[k]);
+        if (static_cast<std::size_t>(s) >= detOf.size()) detOf.resize(static_cast<std::size_t>(s) + 1, -1);
+        detOf[static_cast<std::size_t>(s)] = static_cast<long>(k);
+    }
+    f.used = true;
+    return detOf;
+}
+
+ObserverEphemeris observerOf(const SeriesFrame& f, const SeriesParams& p) {
+    const ObservingSite* site = p.site ? &*p.site : f.site ? &*f.site : nullptr;
+    return observerAt(f.mjdMid, site);
+}
+
+double scintillationOf(const SeriesFrame& f, const SeriesParams& p) {
+    const ObservingSite* site = p.site ? &*p.site : f.site ? &*f.site : nullptr;
+    const double s = youngScintillation(p.telescopeDiameter, std::isfinite(f.airmass) ? f.airmass : 1.0,
+                                        site ? site->elevation : 0.0, f.exptime);
+    return std::isfinite(s) ? s : 0.0;
+}
+
+// The whole series in memory: meas[u][s] for used frame u (time order) and source s.
+struct Assembly {
+    std::vector<SeriesFrame> frames; // time order
+    std::vector<std::size_t> used;
+    std::vector<std::vector<Meas>> meas;
+    std::unique_ptr<SourceList> list;
+    std::string filter;
+    const Meas& at(std::size_t u, std::size_t s) const {
+        static const Meas missing{};
+        return s < meas[u].size() ? meas[u][s] : missing;
+    }
+    std::vector<Meas> column(std::size_t s) const {
+        std::vector<Meas> c(meas.size());
+        for (std::size_t u = 0; u < meas.size(); ++u)
+            c[u] = at(u, s);
+        return c;
+    }
+};
+
+Assembly assemble(const std::vector<std::string>& catalogs, const SeriesParams& p,
+                  const SeriesProgress& progress) {
+    Assembly a;
+    std::vector<SeriesFrame> frames;
+    std::vector<Detections> dets = readAll(catalogs, p, frames, progress);
+    a.filter = p.filter;
+    for (std::size_t i : timeOrder(frames)) {
+        SeriesFrame& f = frames[i];
+        const Detections& d = dets[i];
+        if (f.problem.empty()) {
+            if (!a.list) {
+                std::vector<double> ra(d.ra), dec(d.dec);
+                a.list =
+                    std::make_unique<SourceList>(Tangent(robustMedian(ra), robustMedian(dec)), p.matchRadius);
+            }
+            const std::vector<long> detOf = crossIdentify(*a.list, d, f, a.filter, a.meas.empty(), p);
+            if (f.used) {
+                std::vector<Meas> row(detOf.size());
+                for (std::size_t s = 0; s < detOf.size(); ++s)
+                    if (detOf[s] >= 0) row[s] = d.m[static_cast<std::size_t>(detOf[s])];
+                a.used.push_back(a.frames.size());
+                a.meas.push_back(std::move(row));
+            }
+        }
+        a.frames.push_back(std::move(f));
+        dets[i] = Detections{};
+    }
+    return a;
+}
+
+std::vector<SeriesSource> sourceStats(const Assembly& a, SeriesState& st) {
+    const std::size_t ns = a.list->size();
+    std::vector<SeriesSource> out(ns);
+    std::vector<std::vector<double>> flux(ns), mag(ns);
+    for (const auto& row : a.meas)
+        for (std::size_t s = 0; s < row.size(); ++s) {
+            if (!row[s].good()) continue;
+            flux[s].push_back(row[s].flux);
+            if (std::isfinite(row[s].magCal)) mag[s].push_back(row[s].magCal);
+        }
+    for (std::size_t s = 0; s < ns; ++s) {
+        a.list->position(s, out[s].ra, out[s].dec);
+        out[s].frames = static_cast<int>(flux[s].size());
+        out[s].medianFlux = robustMedian(flux[s]);
+        out[s].medianMagCal = robustMedian(mag[s]);
+        st.medianFlux.push_back(out[s].medianFlux);
+        st.medianMagCal.push_back(out[s].medianMagCal);
+    }
+    return out;
+}
+
+long sourceNear(const SourceList& list, const std::vector<SeriesSource>& src, double ra, double dec,
+                double r) {
+    long best = -1;
+    double bestD = r;
+    for (std::size_t s : list.within(ra, dec, r)) {
+        const double d = angularDistance(ra, dec, src[s].ra, src[s].dec);
+        if (d < bestD) {
+            bestD = d;
+            best = static_cast<long>(s);
+        }
+    }
+    return best;
+}
+
+// Which sources may be comparison stars: measured in minCoverage of the frames, isolated, not a
+// target, not excluded, and not variable against the field (prevet).
+struct Pool {
+    std::vector<char> eligible;
+    std::vector<Normalised> norm; // per source, filled for the eligible ones
+    std::vector<double> magnitude;
+    std::size_t variables = 0;
+};
+
+Pool comparisonPool(const Assembly& a, const std::vector<SeriesSource>& src, const std::vector<char>& banned,
+                    const std::vector<double>& scint, const SeriesParams& p) {
+    const std::size_t ns = src.size(), nu = a.meas.size();
+    Pool pool{std::vector<char>(ns, 0), std::vector<Normalised>(ns), std::vector<double>(ns, kNan), 0};
+    std::vector<int> good(ns, 0);
+    for (const auto& row : a.meas)
+        for (std::size_t s = 0; s < row.size(); ++s)
+            good[s] += row[s].comparable() ? 1 : 0;
+    for (std::size_t s = 0; s < ns; ++s) {
+        pool.magnitude[s] = -2.5 * std::log10(src[s].medianFlux);
+        pool.eligible[s] = !banned[s] && double(good[s]) >= p.minCoverage * double(nu) ? 1 : 0;
+    }
+    if (p.isolation > 0.0)
+        for (std::size_t s = 0; s < ns; ++s) {
+            if (!pool.eligible[s]) continue;
+            for (std::size_t o : a.list->within(src[s].ra, src[s].dec, p.isolation))
+                if (o != s && src[o].medianFlux > 0.1 * src[s].medianFlux) pool.eligible[s] = 0;
+        }
+#pragma omp parallel for schedule(dynamic, 64) num_threads(2)
+    for (std::size_t s = 0; s < ns; ++s)
+        if (pool.eligible[s]) pool.norm[s] = normalise(a.column(s));
+    pool.variables = prevet(pool.norm, pool.magnitude, pool.eligible, scint, p);
+    return pool;
+}
+
+// The ensemble's candidates for target source t: pinned stars, then the nearest eligible stars within
+// maxMagDiff; when too few, the nearest in magnitude make up the number.
+std::vector<EnsembleStar> candidates(const Pool& pool, const SourceList& list, std::size_t t,
+                                     const std::vector<long>& pinned, const SeriesParams& p) {
+    std::vector<EnsembleStar> ens;
+    for (long s : pinned)
+        if (s >= 0 && static_cast<std::size_t>(s) != t)
+            ens.push_back({static_cast<std::size_t>(s), 0, 0, 0, false, "pinned"});
+    const double tMag = pool.magnitude[t], tx = list.xi(t), ty = list.eta(t);
+    struct Cand {
+        double key;
+        std::size_t s;
+    };
+    std::vector<Cand> near, far;
+    for (std::size_t s = 0; s < pool.eligible.size(); ++s) {
+        if (s == t || !pool.eligible[s]) continue;
+        const double dmag = std::fabs(pool.magnitude[s] - tMag);
+        if (dmag <= p.maxMagDiff)
+            near.push_back({std::hypot(list.xi(s) - tx, list.eta(s) - ty), s});
+        else
+            far.push_back({dmag, s});
+    }
+    const auto take = [&](std::vector<Cand>& group, const char* why) {
+        const std::size_t room =
+            static_cast<std::size_t>(p.ensembleSize) - std::min(ens.size(), std::size_t(p.ensembleSize));
+        const std::size_t n = std::min(room + pinned.size(), group.size());
+        std::partial_sort(
+            group.begin(), group.begin() + static_cast<long>(n), group.end(),
+            [](const Cand& x, const Cand& y) { return x.key < y.key || (x.key == y.key && x.s < y.s); });
+        for (std::size_t k = 0; k < n && ens.size() < static_cast<std::size_t>(p.ensembleSize); ++k)
+            if (std::none_of(ens.begin(), ens.end(),
+                             [&](const EnsembleStar& e) { return e.source == group[k].s; }))
+                ens.push_back({group[k].s, 0, 0, 0, false, why});
+    };
+    take(near, "");
+    take(far, "beyond maxMagDiff");
+    return ens;
+}
+
+// The target's curve from its columns in the state.
+LightCurve curveFromState(const SeriesState& st, std::size_t k, const TargetList& targets,
+                          const std::vector<SeriesSource>& sources, const std::vector<double>& scint,
+                          const SeriesParams& p) {
+    LightCurve lc;
+    lc.name = targets.name[k];
+    lc.ra = targets.ra[k];
+    lc.dec = targets.dec[k];
+    const SeriesState::Target& tg = st.targets[k];
+    if (tg.sources.empty()) {
+        lc.problem = "not detected in any frame of the series (off the field?)";
+        return lc;
+    }
+    lc.source = static_cast<long>(tg.sources[0]);
+    const std::size_t nu = st.used.size(), nk = tg.sources.size();
+    if (nk - 1 < static_cast<std::size_t>(p.minEnsemble)) {
+        lc.problem = "only " + std::to_string(nk - 1) + " suitable comparison stars";
+        return lc;
+    }
+    std::vector<Normalised> norm(nk - 1);
+    std::vector<const Normalised*> ptr;
+    std::vector<Meas> col(nu);
+    for (std::size_t j = 1; j < nk; ++j) {
+        for (std::size_t u = 0; u < nu; ++u)
+            col[u] = tg.meas[u][j];
+        norm[j - 1] = normalise(col);
+        ptr.push_back(&norm[j - 1]);
+        lc.ensemble.push_back({tg.sources[j], 0, 0, 0, false, tg.notes[j]});
+    }
+    vet(ptr, lc.ensemble, scint, p);
+    const EnsembleFlux ens = combine(ptr, lc.ensemble, scint);
+    for (std::size_t u = 0; u < nu; ++u)
+        col[u] = tg.meas[u][0];
+    const Relative rel = relativeFlux(col, ens, scint);
+    const double magCal = sources[lc.source].medianMagCal;
+    for (std::size_t u = 0; u < nu; ++u) {
+        const Meas& m = col[u];
+        const SeriesFrame& f = st.frames[st.used[u]];
+        const ObservationTimes tm = towards(st.observers[u], lc.ra, lc.dec);
+        lc.frame.push_back(st.used[u]);
+        lc.jdUtc.push_back(tm.jdUtc);
+        lc.bjdTdb.push_back(tm.bjdTdb);
+        lc.hjdUtc.push_back(tm.hjdUtc);
+        lc.airmass.push_back(f.airmass);
+        lc.exptime.push_back(f.exptime);
+        lc.fwhm.push_back(f.fwhm);
+        lc.flux.push_back(m.flux);
+        lc.fluxErr.push_back(m.err);
+        lc.x.push_back(m.x);
+        lc.y.push_back(m.y);
+        lc.sky.push_back(m.sky);
+        lc.flags.push_back(m.flags);
+        lc.detected.push_back(m.good() ? 1 : 0);
+        lc.nComparison.push_back(ens.n[u]);
+        lc.ensembleFlux.push_back(ens.flux[u]);
+        lc.ensembleErr.push_back(ens.err[u]);
+        const double r = rel.ratio[u], e = rel.err[u];
+        lc.relFlux.push_back(r);
+        lc.relFluxErr.push_back(e);
+        lc.diffMag.push_back(-2.5 * std::log10(r));
+        lc.diffMagErr.push_back(1.0857362047581294 * e / r);
+        lc.mag.push_back(magCal + lc.diffMag.back());
+        lc.magErr.push_back(lc.diffMagErr.back());
+    }
+    lc.rms = rel.rms;
+    lc.medianErr = rel.medianErr;
+    return lc;
+}
+
+std::vector<SeriesSource> sourcesOf(const SeriesState& st, const SourceList& list) {
+    std::vector<SeriesSource> out(st.xiSum.size());
+    for (std::size_t s = 0; s < out.size(); ++s) {
+        list.position(s, out[s].ra, out[s].dec);
+        out[s].frames = st.matched[s];
+        out[s].medianFlux = s < st.medianFlux.size() ? st.medianFlux[s] : kNan;
+        out[s].medianMagCal = s < st.medianMagCal.size() ? st.medianMagCal[s] : kNan;
+    }
+    return out;
+}
+
+// The result's curves, frames and warnings from a state.
+void finish(SeriesResult& r, const TargetList& targets, const SeriesParams& p) {
+    const SeriesState& st = r.state;
+    r.frames = st.frames;
+    r.used = st.used;
+    r.observers = st.observers;
+    r.filter = st.filter;
+    std::vector<double> scint;
+    bool noSite = false;
+    for (std::size_t i : st.used) {
+        scint.push_back(scintillationOf(st.frames[i], p));
+        noSite = noSite || !(p.site || st.frames[i].site);
+    }
+    if (noSite)
+        r.warnings.push_back(
+            "no observatory (SITELAT/SITELONG, OBSGEO-* or --site) for some frames: their BJD is "
+            "geocentric (up to 21 ms off)");
+    r.curves.clear();
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+        r.curves.push_back(curveFromState(st, k, targets, r.sources, scint, p));
+        if (!r.curves.back().problem.empty())
+            r.warnings.push_back("target " + r.curves.back().name + ": " + r.curves.back().problem);
+    }
+}
+
+// Every eligible-or-not well-covered source's curve against its own ensemble (params.allStars).
+std::vector<StarCurve> allStarCurves(const Assembly& a, const Pool& pool,
+                                     const std::vector<SeriesSource>& src, const std::vector<long>& pinned,
+                                     const std::vector<double>& scint, const SeriesParams& p) {
+    const std::size_t ns = src.size(), nu = a.meas.size();
+    std::vector<std::size_t> stars;
+    for (std::size_t s = 0; s < ns; ++s)
+        if (double(src[s].frames) >= p.minCoverage * double(nu)) stars.push_back(s);
+    std::vector<StarCurve> out(stars.size());
+#pragma omp parallel for schedule(dynamic, 16) num_threads(2)
+    for (std::size_t i = 0; i < stars.size(); ++i) {
+        StarCurve& sc = out[i];
+        sc.source = stars[i];
+        std::vector<EnsembleStar> ens = candidates(pool, *a.list, sc.source, pinned, p);
+        std::vector<Normalised> own; // pinned stars outside the pool
+        own.reserve(ens.size());
+        std::vector<const Normalised*> ptr;
+        for (const auto& e : ens)
+            ptr.push_back(pool.norm[e.source].c.empty() ? &own.emplace_back(normalise(a.column(e.source)))
+                                                        : &pool.norm[e.source]);
+        if (ens.size() < static_cast<std::size_t>(p.minEnsemble)) continue;
+        vet(ptr, ens, scint, p);
+        const Relative rel = relativeFlux(a.column(sc.source), combine(ptr, ens, scint), scint);
+        for (const auto& e : ens)
+            sc.comparisons += e.dropped ? 0 : 1;
+        sc.points = rel.points;
+        sc.rms = rel.rms;
+        sc.medianErr = rel.medianErr;
+        sc.chi2 = rel.chi2;
+        sc.relFlux.assign(rel.ratio.begin(), rel.ratio.end());
+        sc.relFluxErr.assign(rel.err.begin(), rel.err.end());
+    }
+    return out;
+}
+
+} // namespace
+
+void validate(const SeriesParams& p) {
+    auto require = [](bool ok, const std::string& what) {
+        if (!ok) throw InvalidInput("series: " + what);
+    };
+    (void)fluxColumns(p.flux);
+    require(p.matchRadius > 0.0 && p.matchRadius <= 60.0, "matchRadius must be in (0, 60] arcsec");
+    require(p.minFieldMatch >= 0.0 && p.minFieldMatch <= 1.0, "minFieldMatch must be in [0, 1]");
+    require(p.minCoverage > 0.0 && p.minCoverage <= 1.0, "minCoverage must be in (0, 1]");
+    require(p.isolation >= 0.0 && p.maxMagDiff > 0.0, "isolation must be >= 0 and maxMagDiff > 0");
+    require(p.ensembleSize >= 1 && p.minEnsemble >= 1 && p.minEnsemble <= p.ensembleSize,
+            "ensembleSize and minEnsemble must be >= 1 with minEnsemble <= ensembleSize");
+    require(p.vetRatio > 1.0 && p.clipSigma > 1.0 && p.vetIterations >= 0,
+            "vetRatio and clipSigma must be > 1, vetIterations >= 0");
+    require(p.telescopeDiameter >= 0.0, "telescopeDiameter must be >= 0 m");
+}
+
+nlohmann::json toJson(const SeriesParams& p) {
+    nlohmann::json j = {{"flux", p.flux},
+                        {"matchRadius", p.matchRadius},
+                        {"minFieldMatch", p.minFieldMatch},
+                        {"filter", p.filter},
+                        {"minCoverage", p.minCoverage},
+                        {"isolation", p.isolation},
+                        {"maxMagDiff", p.maxMagDiff},
+                        {"ensembleSize", p.ensembleSize},
+                        {"minEnsemble", p.minEnsemble},
+                        {"vetRatio", p.vetRatio},
+                        {"telescopeDiameter", p.telescopeDiameter},
+                        {"pinned", p.pinned},
+                        {"excluded", p.excluded},
+                        {"allStars", p.allStars},
+                        {"vetIterations", p.vetIterations},
+                        {"clipSigma", p.clipSigma}};
+    j["site"] =
+        p.site ? nlohmann::json{p.site->latitude, p.site->longitude, p.site->elevation} : nlohmann::json();
+    return j;
+}
+
+std::string seriesFingerprint(const TargetList& targets, const SeriesParams& params) {
+    nlohmann::json j = {
+        {"params", toJson(params)}, {"names", targets.name}, {"ra", targets.ra}, {"dec", targets.dec}};
+    return j.dump();
+}
+
+SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetList& targets,
+                         const SeriesParams& params, const SeriesProgress& progress) {
+    validate(params);
+    SeriesResult r;
+    r.params = params;
+    Assembly a = assemble(catalogs, params, progress);
+    if (a.meas.empty()) {
+        std::string why = "series: no usable catalog among " + std::to_string(catalogs.size());
+        for (const auto& f : a.frames)
+            why += "\n  " + f.path + ": " + f.problem;
+        throw InvalidInput(why);
+    }
+    SeriesState& st = r.state;
+    st.fingerprint = seriesFingerprint(targets, params);
+    st.filter = a.filter;
+    st.frames = a.frames;
+    st.used = a.used;
+    r.sources = sourceStats(a, st);
+    a.list->save(st);
+    std::vector<double> scint;
+    for (std::size_t i : a.used) {
+        st.observers.push_back(observerOf(a.frames[i], params));
+        scint.push_back(scintillationOf(a.frames[i], params));
+    }
+
+    // Targets, pinned and excluded stars as sources; targets and excluded stars are never comparisons.
+    const std::size_t ns = r.sources.size();
+    std::vector<long> tSource(targets.size());
+    std::vector<char> banned(ns, 0);
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+        tSource[k] = sourceNear(*a.list, r.sources, targets.ra[k], targets.dec[k], params.matchRadius);
+        if (tSource[k] >= 0) banned[static_cast<std::size_t>(tSource[k])] = 1;
+    }
+    auto resolve = [&](const std::vector<std::string>& names, char mark) {
+        std::vector<long> out;
+        for (const auto& n : names) {
+            const auto it = std::find(targets.name.begin(), targets.name.end(), n);
+            const long s =
+                it == targets.name.end() ? -1 : tSource[static_cast<std::size_t>(it - targets.name.begin())];
+            if (s < 0)
+                r.warnings.push_back("comparison star '" + n + "' is not a detected target-list entry");
+            else
+                banned[static_cast<std::size_t>(s)] = mark;
+            out.push_back(s);
+        }
+        return out;
+    };
+    const std::vector<long> pinned = resolve(params.pinned, 0); // a pinned star is a comparison, not a target
+    resolve(params.excluded, 1);
+    const Pool pool = comparisonPool(a, r.sources, banned, scint, params);
+
+    st.targets.resize(targets.size());
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+        if (tSource[k] < 0) continue;
+        const std::size_t t = static_cast<std::size_t>(tSource[k]);
+        SeriesState::Target& tg = st.targets[k];
+        tg.sources = {t};
+        tg.notes = {"target"};
+        for (const auto& e : candidates(pool, *a.list, t, pinned, params)) {
+            tg.sources.push_back(e.source);
+            tg.notes.push_back(e.why);
+        }
+        tg.meas.resize(a.meas.size());
+        for (std::size_t u = 0; u < a.meas.size(); ++u)
+            for (std::size_t s : tg.sources)
+                tg.meas[u].push_back(a.at(u, s));
+    }
+    finish(r, targets, params);
+    if (params.allStars) r.stars = allStarCurves(a, pool, r.sources, pinned, scint, params);
+    return r;
+}
+
+std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
+                                         const TargetList& targets, const SeriesParams& params,
+                                         const SeriesProgress& progress) {
+    validate(params);
+    if (params.allStars || state.fingerprint != seriesFingerprint(targets, params) ||
+        state.targets.size() != targets.size() || state.used.empty())
+        return std::nullopt;
+    std::vector<std::string> fresh;
+    for (const auto& c : catalogs)
+        if (std::none_of(state.frames.begin(), state.frames.end(),
+                         [&](const SeriesFrame& f) { return f.path == c; }))
+            fresh.push_back(c);
+
+    SeriesState st = state;
+    SourceList list(st, params.matchRadius);
+    std::vector<SeriesFrame> frames;
+    std::vector<Detections> dets = readAll(fresh, params, frames, progress);
+    for (std::size_t i : timeOrder(frames)) {
+        SeriesFrame& f = frames[i];
+        std::vector<long> detOf;
+        if (f.problem.empty()) detOf = crossIdentify(list, dets[i], f, st.filter, false, params);
+        // Insert in time order (after frames of the same time).
+        std::size_t at = 0;
+        while (at < st.frames.size() && std::isfinite(st.frames[at].mjdMid) &&
+               !(std::isfinite(f.mjdMid) && f.mjdMid < st.frames[at].mjdMid))
+            ++at;
+        const auto pos = st.frames.begin() + static_cast<long>(at);
+        for (auto& u : st.used)
+            u += u >= at ? 1 : 0;
+        st.frames.insert(pos, std::move(f));
+        if (!st.frames[at].used) continue;
+        const auto upos = std::upper_bound(st.used.begin(), st.used.end(), at);
+        const std::size_t uat = static_cast<std::size_t>(upos - st.used.begin());
+        st.used.insert(upos, at);
+        st.observers.insert(st.observers.begin() + static_cast<long>(uat), observerOf(st.frames[at], params));
+        for (auto& tg : st.targets) {
+            std::vector<Meas> row;
+            for (std::size_t s : tg.sources)
+                row.push_back(s < detOf.size() && detOf[s] >= 0
+                                  ? dets[i].m[static_cast<std::size_t>(detOf[s])]
+                                  : Meas{});
+            tg.meas.insert(tg.meas.begin() + static_cast<long>(uat), std::move(row));
+        }
+    }
+    // A target without a source that the new frames detected: its ensemble needs every source's history.
+    for (std::size_t k = 0; k < targets.size(); ++k)
+        if (st.targets[k].sources.empty() &&
+            !list.within(targets.ra[k], targets.dec[k], params.matchRadius).empty())
+            return std::nullopt;
+    list.save(st);
+    SeriesResult r;
+    r.params = params;
+    r.appended = true;
+    r.state = std::move(st);
+    r.sources = sourcesOf(r.state, list);
+    finish(r, targets, params);
+    state = r.state;
+    return r;
+}
+
+} // namespace gpuphot
