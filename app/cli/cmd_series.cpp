@@ -176,6 +176,12 @@ Command registerSeries(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--max-mag-diff", p.maxMagDiff, "Comparison stars within this of the target (mag)")
         ->capture_default_str();
+    sub->add_option("--ref", p.reference,
+                    "Reference catalog with colours: comparisons of the target's colour first");
+    sub->add_option("--ref-columns", p.referenceColumns,
+                    "Its columns, as reduce --ref-columns (color=A-B, ...)");
+    sub->add_option("--max-colour-diff", p.maxColourDiff, "With --ref: comparisons within this colour (mag)")
+        ->capture_default_str();
     sub->add_option("--isolation", p.isolation, "No brighter-than-1/10 neighbour closer than this (arcsec)")
         ->capture_default_str();
     sub->add_option("--min-coverage", p.minCoverage,

@@ -3,6 +3,7 @@
 #include "core/series/series.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -10,6 +11,7 @@
 
 #include <fitsio.h>
 
+#include "core/catalog/reference_catalog.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/model/flags.hpp"
 #include "core/series/series_internal.hpp"
@@ -32,10 +34,60 @@ namespace {
 
 using namespace series_detail;
 
+// Forced photometry of the targets in one frame (reduce --targets: STEM.targets.fits), for the frames
+// where a target was not detected.
+struct Forced {
+    std::vector<double> ra, dec;
+    std::vector<Meas> m;
+    // The measurement at the target given at (ra, dec) (the list's position, to 0.01"), or none.
+    Meas at(double r, double d) const {
+        for (std::size_t i = 0; i < ra.size(); ++i)
+            if (std::fabs(dec[i] - d) < 3e-6 && std::fabs(ra[i] - r) * std::cos(d * kDeg) < 3e-6) return m[i];
+        return Meas{};
+    }
+};
+
 struct Detections { // one catalog's rows
     std::vector<double> ra, dec;
     std::vector<Meas> m;
+    Forced forced;
 };
+
+constexpr std::int32_t kForcedFlag = 1 << 27; // a target's measurement from STEM.targets.fits
+
+// STEM.targets.fits beside the catalog, when the series' flux is an aperture (the forced photometry
+// has the catalog's apertures only); empty when there is none or it cannot be read.
+Forced readForced(const std::string& catalog, const std::string& fluxCol, const std::string& errCol) {
+    Forced f;
+    const std::string suffix = ".cat.fits";
+    if (fluxCol.rfind("flux_aper_", 0) != 0 || catalog.size() <= suffix.size() ||
+        catalog.compare(catalog.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return f;
+    const std::string path = catalog.substr(0, catalog.size() - suffix.size()) + ".targets.fits";
+    if (FILE* probe = std::fopen(path.c_str(), "rb"))
+        std::fclose(probe);
+    else
+        return f;
+    try {
+        const Table t = readFitsTable(path);
+        if (!t.find(fluxCol) || !t.find(errCol) || !t.find("ra") || !t.find("dec")) return f;
+        const auto flux = t.doubles(fluxCol), err = t.doubles(errCol), x = t.doubles("x"), y = t.doubles("y");
+        const auto sky = t.find("sky") ? t.doubles("sky") : std::vector<double>(t.rows(), kNan);
+        const auto flags = t.find("flags") ? t.doubles("flags") : std::vector<double>(t.rows(), 0.0);
+        f.ra = t.doubles("ra");
+        f.dec = t.doubles("dec");
+        for (std::size_t i = 0; i < t.rows(); ++i) {
+            const auto fl = static_cast<std::int32_t>(std::isfinite(flags[i]) ? flags[i] : 0.0);
+            const bool off = fl & (1 << 24);
+            f.m.push_back({off ? NAN : static_cast<float>(flux[i]), off ? NAN : static_cast<float>(err[i]),
+                           static_cast<float>(x[i]), static_cast<float>(y[i]), static_cast<float>(sky[i]),
+                           NAN, (fl & 0xffffff) | kForcedFlag});
+        }
+    } catch (const Error&) {
+        return Forced{};
+    }
+    return f;
+}
 
 // Gnomonic projection about (ra0, dec0), in arcsec.
 struct Tangent {
@@ -118,6 +170,7 @@ Detections readCatalog(const std::string& path, const SeriesParams& p, SeriesFra
                   static_cast<float>(magCal[i]),
                   std::isfinite(flags[i]) ? static_cast<std::int32_t>(flags[i]) : 0};
     frame.detections = t.rows();
+    d.forced = readForced(path, fluxCol, errCol);
     return d;
 }
 
@@ -322,6 +375,7 @@ struct Assembly {
     std::vector<SeriesFrame> frames; // time order
     std::vector<std::size_t> used;
     std::vector<std::vector<Meas>> meas;
+    std::vector<Forced> forced; // per used frame
     std::unique_ptr<SourceList> list;
     std::string filter;
     const Meas& at(std::size_t u, std::size_t s) const {
@@ -336,13 +390,78 @@ struct Assembly {
     }
 };
 
+// Unit vector of the median detection position of each usable frame of the series' filter; returns the
+// frame nearest their mean (the first in time order among equals), -1 when none is usable.
+long seedFrame(const std::vector<SeriesFrame>& frames, const std::vector<Detections>& dets,
+               const std::vector<std::size_t>& order, const std::string& filter) {
+    std::string want = filter;
+    std::vector<std::array<double, 3>> centre(frames.size());
+    std::array<double, 3> mean{0, 0, 0};
+    std::vector<std::size_t> usable;
+    for (std::size_t i : order) {
+        if (!frames[i].problem.empty() || dets[i].ra.empty()) continue;
+        if (want.empty()) want = frames[i].filter;
+        if (frames[i].filter != want) continue;
+        std::vector<double> ra(dets[i].ra), dec(dets[i].dec);
+        const double r = robustMedian(ra) * kDeg, d = robustMedian(dec) * kDeg;
+        centre[i] = {std::cos(d) * std::cos(r), std::cos(d) * std::sin(r), std::sin(d)};
+        for (int k = 0; k < 3; ++k)
+            mean[k] += centre[i][k];
+        usable.push_back(i);
+    }
+    long best = -1;
+    double bestDot = -2.0;
+    for (std::size_t i : usable) {
+        const double dot = centre[i][0] * mean[0] + centre[i][1] * mean[1] + centre[i][2] * mean[2];
+        if (dot > bestDot * (1.0 + 1e-12) + 1e-300) {
+            bestDot = dot;
+            best = static_cast<long>(i);
+        }
+    }
+    return best;
+}
+
+// Puts the frames in time order (the seed frame was processed first), keeping `used` consistent.
+void sortByTime(Assembly& a) {
+    const std::vector<std::size_t> order = timeOrder(a.frames);
+    std::vector<std::size_t> rank(order.size());
+    for (std::size_t k = 0; k < order.size(); ++k)
+        rank[order[k]] = k;
+    std::vector<SeriesFrame> frames;
+    for (std::size_t i : order)
+        frames.push_back(std::move(a.frames[i]));
+    a.frames = std::move(frames);
+    std::vector<std::size_t> uorder(a.used.size());
+    std::iota(uorder.begin(), uorder.end(), 0);
+    std::sort(uorder.begin(), uorder.end(),
+              [&](std::size_t x, std::size_t y) { return rank[a.used[x]] < rank[a.used[y]]; });
+    std::vector<std::size_t> used;
+    std::vector<std::vector<Meas>> meas;
+    std::vector<Forced> forced;
+    for (std::size_t k : uorder) {
+        used.push_back(rank[a.used[k]]);
+        meas.push_back(std::move(a.meas[k]));
+        forced.push_back(std::move(a.forced[k]));
+    }
+    a.used = std::move(used);
+    a.meas = std::move(meas);
+    a.forced = std::move(forced);
+}
+
 Assembly assemble(const std::vector<std::string>& catalogs, const SeriesParams& p,
                   const SeriesProgress& progress) {
     Assembly a;
     std::vector<SeriesFrame> frames;
     std::vector<Detections> dets = readAll(catalogs, p, frames, progress);
     a.filter = p.filter;
-    for (std::size_t i : timeOrder(frames)) {
+    // The series' field is the one most frames point at: the frame nearest the mean pointing starts the
+    // source list, so that a stray frame is the one left out even when it comes first.
+    std::vector<std::size_t> order = timeOrder(frames);
+    if (const long seed = seedFrame(frames, dets, order, p.filter); seed >= 0) {
+        order.erase(std::find(order.begin(), order.end(), static_cast<std::size_t>(seed)));
+        order.insert(order.begin(), static_cast<std::size_t>(seed));
+    }
+    for (std::size_t i : order) {
         SeriesFrame& f = frames[i];
         const Detections& d = dets[i];
         if (f.problem.empty()) {
@@ -358,11 +477,13 @@ Assembly assemble(const std::vector<std::string>& catalogs, const SeriesParams& 
                     if (detOf[s] >= 0) row[s] = d.m[static_cast<std::size_t>(detOf[s])];
                 a.used.push_back(a.frames.size());
                 a.meas.push_back(std::move(row));
+                a.forced.push_back(std::move(dets[i].forced));
             }
         }
         a.frames.push_back(std::move(f));
         dets[i] = Detections{};
     }
+    sortByTime(a);
     return a;
 }
 
@@ -387,6 +508,26 @@ std::vector<SeriesSource> sourceStats(const Assembly& a, SeriesState& st) {
     return out;
 }
 
+// Colours of the sources from the reference catalog: the nearest reference star within the match
+// radius of each. Returns the sources that got one.
+std::size_t assignColours(const SeriesParams& p, const SourceList& list, std::vector<SeriesSource>& src) {
+    if (p.reference.empty()) return 0;
+    const ReferenceCatalog ref = readReferenceCatalog(p.reference, parseRefColumnMap(p.referenceColumns));
+    std::vector<double> best(src.size(), INFINITY);
+    std::size_t n = 0;
+    for (std::size_t r = 0; r < ref.size(); ++r) {
+        if (!std::isfinite(ref.color[r])) continue;
+        for (std::size_t s : list.within(ref.ra[r], ref.dec[r], p.matchRadius)) {
+            const double d = angularDistance(ref.ra[r], ref.dec[r], src[s].ra, src[s].dec);
+            if (d >= best[s]) continue;
+            n += std::isfinite(src[s].colour) ? 0 : 1;
+            best[s] = d;
+            src[s].colour = ref.color[r];
+        }
+    }
+    return n;
+}
+
 long sourceNear(const SourceList& list, const std::vector<SeriesSource>& src, double ra, double dec,
                 double r) {
     long best = -1;
@@ -406,14 +547,17 @@ long sourceNear(const SourceList& list, const std::vector<SeriesSource>& src, do
 struct Pool {
     std::vector<char> eligible;
     std::vector<Normalised> norm; // per source, filled for the eligible ones
-    std::vector<double> magnitude;
+    std::vector<double> magnitude, colour;
     std::size_t variables = 0;
 };
 
 Pool comparisonPool(const Assembly& a, const std::vector<SeriesSource>& src, const std::vector<char>& banned,
                     const std::vector<double>& scint, const SeriesParams& p) {
     const std::size_t ns = src.size(), nu = a.meas.size();
-    Pool pool{std::vector<char>(ns, 0), std::vector<Normalised>(ns), std::vector<double>(ns, kNan), 0};
+    Pool pool{std::vector<char>(ns, 0), std::vector<Normalised>(ns), std::vector<double>(ns, kNan),
+              std::vector<double>(ns, kNan), 0};
+    for (std::size_t s = 0; s < ns; ++s)
+        pool.colour[s] = src[s].colour;
     std::vector<int> good(ns, 0);
     for (const auto& row : a.meas)
         for (std::size_t s = 0; s < row.size(); ++s)
@@ -436,14 +580,15 @@ Pool comparisonPool(const Assembly& a, const std::vector<SeriesSource>& src, con
 }
 
 // The ensemble's candidates for target source t: pinned stars, then the nearest eligible stars within
-// maxMagDiff; when too few, the nearest in magnitude make up the number.
+// maxMagDiff (and maxColourDiff of its colour when known); when too few, the nearest in magnitude and
+// colour make up the number.
 std::vector<EnsembleStar> candidates(const Pool& pool, const SourceList& list, std::size_t t,
                                      const std::vector<long>& pinned, const SeriesParams& p) {
     std::vector<EnsembleStar> ens;
     for (long s : pinned)
         if (s >= 0 && static_cast<std::size_t>(s) != t)
             ens.push_back({static_cast<std::size_t>(s), 0, 0, 0, false, "pinned"});
-    const double tMag = pool.magnitude[t], tx = list.xi(t), ty = list.eta(t);
+    const double tMag = pool.magnitude[t], tColour = pool.colour[t], tx = list.xi(t), ty = list.eta(t);
     struct Cand {
         double key;
         std::size_t s;
@@ -452,10 +597,14 @@ std::vector<EnsembleStar> candidates(const Pool& pool, const SourceList& list, s
     for (std::size_t s = 0; s < pool.eligible.size(); ++s) {
         if (s == t || !pool.eligible[s]) continue;
         const double dmag = std::fabs(pool.magnitude[s] - tMag);
-        if (dmag <= p.maxMagDiff)
+        // With the target's colour known, a comparison of unknown colour counts as 1 mag off.
+        const double dcol = std::isfinite(tColour)
+                                ? std::isfinite(pool.colour[s]) ? std::fabs(pool.colour[s] - tColour) : 1.0
+                                : 0.0;
+        if (dmag <= p.maxMagDiff && dcol <= p.maxColourDiff)
             near.push_back({std::hypot(list.xi(s) - tx, list.eta(s) - ty), s});
         else
-            far.push_back({dmag, s});
+            far.push_back({dmag + dcol, s});
     }
     const auto take = [&](std::vector<Cand>& group, const char* why) {
         const std::size_t room =
@@ -470,7 +619,7 @@ std::vector<EnsembleStar> candidates(const Pool& pool, const SourceList& list, s
                 ens.push_back({group[k].s, 0, 0, 0, false, why});
     };
     take(near, "");
-    take(far, "beyond maxMagDiff");
+    take(far, "beyond maxMagDiff or maxColourDiff");
     return ens;
 }
 
@@ -526,7 +675,7 @@ LightCurve curveFromState(const SeriesState& st, std::size_t k, const TargetList
         lc.y.push_back(m.y);
         lc.sky.push_back(m.sky);
         lc.flags.push_back(m.flags);
-        lc.detected.push_back(m.good() ? 1 : 0);
+        lc.detected.push_back(m.good() && !(m.flags & kForcedFlag) ? 1 : 0);
         lc.nComparison.push_back(ens.n[u]);
         lc.ensembleFlux.push_back(ens.flux[u]);
         lc.ensembleErr.push_back(ens.err[u]);
@@ -624,7 +773,8 @@ void validate(const SeriesParams& p) {
     require(p.matchRadius > 0.0 && p.matchRadius <= 60.0, "matchRadius must be in (0, 60] arcsec");
     require(p.minFieldMatch >= 0.0 && p.minFieldMatch <= 1.0, "minFieldMatch must be in [0, 1]");
     require(p.minCoverage > 0.0 && p.minCoverage <= 1.0, "minCoverage must be in (0, 1]");
-    require(p.isolation >= 0.0 && p.maxMagDiff > 0.0, "isolation must be >= 0 and maxMagDiff > 0");
+    require(p.isolation >= 0.0 && p.maxMagDiff > 0.0 && p.maxColourDiff > 0.0,
+            "isolation must be >= 0, maxMagDiff and maxColourDiff > 0");
     require(p.ensembleSize >= 1 && p.minEnsemble >= 1 && p.minEnsemble <= p.ensembleSize,
             "ensembleSize and minEnsemble must be >= 1 with minEnsemble <= ensembleSize");
     require(p.vetRatio > 1.0 && p.clipSigma > 1.0 && p.vetIterations >= 0,
@@ -640,6 +790,9 @@ nlohmann::json toJson(const SeriesParams& p) {
                         {"minCoverage", p.minCoverage},
                         {"isolation", p.isolation},
                         {"maxMagDiff", p.maxMagDiff},
+                        {"reference", p.reference},
+                        {"referenceColumns", p.referenceColumns},
+                        {"maxColourDiff", p.maxColourDiff},
                         {"ensembleSize", p.ensembleSize},
                         {"minEnsemble", p.minEnsemble},
                         {"vetRatio", p.vetRatio},
@@ -679,6 +832,12 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
     st.used = a.used;
     r.sources = sourceStats(a, st);
     a.list->save(st);
+    if (!params.reference.empty()) {
+        const std::size_t n = assignColours(params, *a.list, r.sources);
+        if (n == 0)
+            r.warnings.push_back("reference " + params.reference +
+                                 ": no colour for any source (a color column? --ref-columns color=A-B)");
+    }
     std::vector<double> scint;
     for (std::size_t i : a.used) {
         st.observers.push_back(observerOf(a.frames[i], params));
@@ -723,9 +882,11 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
             tg.notes.push_back(e.why);
         }
         tg.meas.resize(a.meas.size());
-        for (std::size_t u = 0; u < a.meas.size(); ++u)
+        for (std::size_t u = 0; u < a.meas.size(); ++u) {
             for (std::size_t s : tg.sources)
                 tg.meas[u].push_back(a.at(u, s));
+            if (!tg.meas[u][0].good()) tg.meas[u][0] = a.forced[u].at(targets.ra[k], targets.dec[k]);
+        }
     }
     finish(r, targets, params);
     if (params.allStars) r.stars = allStarCurves(a, pool, r.sources, pinned, scint, params);
@@ -773,6 +934,8 @@ std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<s
                 row.push_back(s < detOf.size() && detOf[s] >= 0
                                   ? dets[i].m[static_cast<std::size_t>(detOf[s])]
                                   : Meas{});
+            const std::size_t k = static_cast<std::size_t>(&tg - st.targets.data());
+            if (!row.empty() && !row[0].good()) row[0] = dets[i].forced.at(targets.ra[k], targets.dec[k]);
             tg.meas.insert(tg.meas.begin() + static_cast<long>(uat), std::move(row));
         }
     }

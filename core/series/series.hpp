@@ -31,6 +31,10 @@ struct SeriesParams {
     double minCoverage = 0.9;       // a comparison star is measured (unflagged) in at least this fraction
     double isolation = 8.0;         // arcsec: no listed source brighter than 1/10 of a comparison this close
     double maxMagDiff = 2.0;        // mag: comparison stars within this of the target (relaxed when too few)
+    std::string reference;          // reference catalog with a colour (FITS/CSV/ECSV; "": no colours)
+    std::string referenceColumns;   // its columns as for reduce --ref-columns ("color=BP-RP", ...)
+    double maxColourDiff = 0.5;     // mag: with colours, comparison stars within this of the target's
+                                    // colour first (relaxed when too few)
     int ensembleSize = 12;          // comparison stars per target: the nearest suitable ones
     int minEnsemble = 3;            // fewer suitable comparison stars: no light curve, reported
     double vetRatio = 1.6;          // a comparison whose differential scatter over its expected noise exceeds
@@ -74,6 +78,7 @@ struct SeriesSource {
     int frames = 0;             // frames it was detected in
     double medianFlux = 0.0;    // over those frames
     double medianMagCal = 0.0;  // NaN when no frame was calibrated
+    double colour = NAN;        // from SeriesParams::reference (NaN: none)
 };
 
 // One comparison star of a target's ensemble.

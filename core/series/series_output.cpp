@@ -182,8 +182,10 @@ Table lightCurveTable(const SeriesResult& s, const LightCurve& lc) {
     t.add("y", lc.y, "pix", "target y (FITS 1-based)");
     t.add("sky", lc.sky, "adu", "local sky per pixel at the target");
     t.add("fwhm", lc.fwhm, "pix", "median FWHM of the exposure");
-    t.add("flags", lc.flags, "", "the target's catalog flags (docs/FLAGS.md)");
-    t.add("detected", lc.detected, "", "1: the target was detected and measured in the exposure");
+    t.add("flags", lc.flags, "",
+          "the target's catalog flags (docs/FLAGS.md); 2^27: forced photometry (STEM.targets.fits)");
+    t.add("detected", lc.detected, "",
+          "1: the target was detected in the exposure; 0: forced photometry or none");
     t.meta.set("OBJECT", lc.name, "target");
     t.meta.set("RA", lc.ra, "[deg] target right ascension (ICRS)");
     t.meta.set("DEC", lc.dec, "[deg] target declination (ICRS)");
@@ -227,6 +229,8 @@ nlohmann::json seriesReport(const SeriesResult& s) {
     for (const auto& lc : s.curves) {
         nlohmann::json t = {{"name", lc.name}, {"ra", lc.ra}, {"dec", lc.dec}, {"source", lc.source}};
         if (!lc.problem.empty()) t["problem"] = lc.problem;
+        if (lc.source >= 0 && std::isfinite(s.sources[lc.source].colour))
+            t["colour"] = s.sources[lc.source].colour;
         t["rms"] = std::isfinite(lc.rms) ? nlohmann::json(lc.rms) : nlohmann::json();
         t["median_err"] = std::isfinite(lc.medianErr) ? nlohmann::json(lc.medianErr) : nlohmann::json();
         t["ensemble"] = nlohmann::json::array();
@@ -237,6 +241,7 @@ nlohmann::json seriesReport(const SeriesResult& s) {
                                 {"dec", src.dec},
                                 {"weight", e.weight},
                                 {"dropped", e.dropped}};
+            c["colour"] = std::isfinite(src.colour) ? nlohmann::json(src.colour) : nlohmann::json();
             c["scatter"] = std::isfinite(e.scatter) ? nlohmann::json(e.scatter) : nlohmann::json();
             c["expected"] = std::isfinite(e.expected) ? nlohmann::json(e.expected) : nlohmann::json();
             if (!e.why.empty()) c["note"] = e.why;

@@ -57,15 +57,17 @@ struct Smooth {
     }
 };
 
-// The truth row (0-based) of the star whose S/N per exposure is nearest `snr` among the isolated,
-// unsaturated stars well inside the frame; -1 when none. `taken` rows are skipped.
-long pickStar(const SimResult& r, const SimSeriesParams& s, double snr, const std::vector<long>& taken) {
+// The truth row (0-based) of the star whose S/N per exposure (in an aperture of 1.25 FWHM) is nearest
+// `snr` among the isolated, unsaturated stars well inside the frame, and that S/N; -1 when none.
+// `taken` rows are skipped.
+std::pair<long, double> pickStar(const SimResult& r, const SimSeriesParams& s, double snr,
+                                 const std::vector<long>& taken) {
     const SimParams& p = r.params;
     const auto x = r.truth.doubles("x"), y = r.truth.doubles("y"), flux = r.truth.doubles("flux"),
                fwhm = r.truth.doubles("fwhm"), gal = r.truth.doubles("is_galaxy");
     const double margin = 15.0 + 4.0 * s.jitter + 4.0 * p.fwhm;
     long best = -1;
-    double bestDist = INFINITY;
+    double bestDist = INFINITY, bestSnr = 0.0;
     for (std::size_t i = 0; i < x.size(); ++i) {
         if (gal[i] != 0.0 || std::find(taken.begin(), taken.end(), static_cast<long>(i)) != taken.end())
             continue;
@@ -83,9 +85,10 @@ long pickStar(const SimResult& r, const SimSeriesParams& s, double snr, const st
         if (isolated) {
             best = static_cast<long>(i);
             bestDist = d;
+            bestSnr = flux[i] / std::sqrt(var);
         }
     }
-    return best;
+    return {best, bestSnr};
 }
 
 nlohmann::json truthJson(const SimSeriesTruth& t) {
@@ -221,14 +224,16 @@ SimSeriesTruth writeSimulatedSeries(const SimParams& field, const SimSeriesParam
         p.scintillation = f.scintillation;
         SimResult r = simulateField(p, ctx);
         if (i == 0) { // the variables are chosen on the first exposure
-            const long tr = series.transitDepth > 0.0 ? pickStar(r, series, series.transitSnr, rows) : -1;
-            if (tr >= 0) rows.push_back(tr);
-            const long sn = series.sineAmplitude > 0.0 ? pickStar(r, series, series.sineSnr, rows) : -1;
-            if (sn >= 0) rows.push_back(sn);
+            const auto tr = series.transitDepth > 0.0 ? pickStar(r, series, series.transitSnr, rows)
+                                                      : std::pair<long, double>{-1, 0.0};
+            if (tr.first >= 0) rows.push_back(tr.first);
+            const auto sn = series.sineAmplitude > 0.0 ? pickStar(r, series, series.sineSnr, rows)
+                                                       : std::pair<long, double>{-1, 0.0};
+            if (sn.first >= 0) rows.push_back(sn.first);
             const auto ra = r.truth.doubles("ra"), dec = r.truth.doubles("dec"), mag = r.truth.doubles("mag");
-            for (long row : rows)
-                t.variables.push_back({row + 1, row == tr ? "transit" : "sine", ra[row], dec[row], mag[row],
-                                       row == tr ? series.transitSnr : series.sineSnr});
+            for (long row : rows) // snr: the star's own at the first exposure
+                t.variables.push_back({row + 1, row == tr.first ? "transit" : "sine", ra[row], dec[row],
+                                       mag[row], row == tr.first ? tr.second : sn.second});
         }
         SimVariation var;
         for (const auto& v : t.variables) {

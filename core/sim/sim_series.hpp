@@ -54,7 +54,8 @@ struct SimSeriesFrame {
 struct SimSeriesVariable {
     std::int64_t id = 0; // truth id (row of every exposure's truth table)
     std::string kind;    // "transit" or "sine"
-    double ra = 0.0, dec = 0.0, mag = 0.0, snr = 0.0;
+    double ra = 0.0, dec = 0.0, mag = 0.0;
+    double snr = 0.0; // its S/N per exposure in an aperture of 1.25 FWHM (first exposure)
 };
 
 struct SimSeriesTruth {

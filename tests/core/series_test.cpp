@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <random>
 #include <sstream>
 
@@ -102,6 +103,9 @@ struct Night {
                          kVariable = 28; // grid indices (neighbours: the variable is a candidate)
 
     static double dip(int f) { return f >= 25 && f < 40 ? 0.02 : 0.0; }
+    // Frames where the target is not in the catalog but in STEM.targets.fits (forced photometry).
+    static bool undetected(int f) { return f >= 30 && f < 34; }
+    bool hideTarget = false;
     static double sine(int f) { return 0.05 * std::sin(2.0 * 3.14159265358979 * f / 20.0); }
     static void position(int k, double& ra, double& dec) {
         dec = kDec + (k / kSide - kSide / 2) * kStep;
@@ -130,11 +134,36 @@ struct Night {
             magCal.push_back(-2.5 * std::log10(f0) + 25.0);
             flags.push_back(0);
         }
+        char name[32];
+        std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
+        if (hideTarget &&
+            undetected(f)) { // the target below the detection limit: only reduce --targets measured it
+            Table forced;
+            double r, d;
+            position(kTarget, r, d);
+            forced.add("name", std::vector<std::string>{"planet"});
+            forced.add("ra", std::vector<double>{r}, "deg");
+            forced.add("dec", std::vector<double>{d}, "deg");
+            forced.add("x", std::vector<double>{x[kTarget]}, "pix");
+            forced.add("y", std::vector<double>{y[kTarget]}, "pix");
+            forced.add("flux_aper_2", std::vector<double>{flux[kTarget]}, "adu");
+            forced.add("fluxerr_aper_2", std::vector<double>{err[kTarget]}, "adu");
+            forced.add("sky", std::vector<double>{300.0}, "adu");
+            forced.add("flags", std::vector<std::int32_t>{0});
+            std::snprintf(name, sizeof name, "f%03d.targets.fits", f);
+            writeFitsTable(dir / name, forced);
+            std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
+            for (auto* v : {&ra, &dec, &flux, &err, &x, &y, &sky, &magCal})
+                v->erase(v->begin() + kTarget);
+            flags.erase(flags.begin() + kTarget);
+        }
         Table t;
         t.add("ra", ra, "deg");
         t.add("dec", dec, "deg");
         t.add("x", x, "pix");
         t.add("y", y, "pix");
+        t.add("flux_aper_2", flux, "adu");
+        t.add("fluxerr_aper_2", err, "adu");
         t.add("flux_opt", flux, "adu");
         t.add("fluxerr_opt", err, "adu");
         t.add("sky", sky, "adu");
@@ -148,13 +177,11 @@ struct Night {
         t.meta.set("FWHM", 3.0);
         t.meta.set("SITELAT", -30.24);
         t.meta.set("SITELONG", -70.74);
-        char name[32];
-        std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
         writeFitsTable(dir / name, t);
         return dir / name;
     }
 
-    Night() {
+    explicit Night(bool hide = false) : hideTarget(hide) {
         for (int f = 0; f < kFrames; ++f)
             catalogs.push_back(write(f, "V", "fitted (tycho2)", 0.0));
         catalogs.push_back(write(kFrames, "R", "fitted", 0.0));     // another filter
@@ -340,6 +367,66 @@ TEST(Series, EveryStarsCurveShowsWhichAreVariable) {
     writeSeriesOutputs(r, o);
     EXPECT_EQ(readFitsTable(o.dir + "/series.stars.fits").rows(), r.stars.size());
     EXPECT_EQ(readFitsTable(o.dir + "/series.curves.fits").rows(), r.stars.size() * Night::kFrames);
+}
+
+TEST(Series, ForcedPhotometryWhereTheTargetWasNotDetected) {
+    Night night(true);
+    SeriesParams p;
+    p.flux = "aper_2"; // forced photometry has the catalog's apertures only
+    const SeriesResult r = buildSeries(night.catalogs, night.targets(), p);
+    const LightCurve& lc = r.curves[0];
+    ASSERT_TRUE(lc.problem.empty()) << lc.problem;
+    int forced = 0;
+    for (int f = 0; f < Night::kFrames; ++f) {
+        EXPECT_EQ(lc.detected[f], Night::undetected(f) ? 0 : 1) << f;
+        EXPECT_TRUE(std::isfinite(lc.relFlux[f])) << f;
+        if (Night::undetected(f)) {
+            ++forced;
+            EXPECT_NEAR(lc.relFlux[f], 0.98, 0.015) << "in the dip";
+        }
+    }
+    EXPECT_EQ(forced, 4);
+    // With opt photometry (not in the targets table) those frames have no point.
+    const SeriesResult o = buildSeries(night.catalogs, night.targets(), SeriesParams{});
+    for (int f = 30; f < 34; ++f)
+        EXPECT_FALSE(std::isfinite(o.curves[0].relFlux[f])) << f;
+}
+
+TEST(Series, ComparisonsOfTheTargetsColourFirst) {
+    Night night;
+    // A reference with colours: 0.3 for even grid rows, 1.2 for odd ones (the target's row is odd).
+    std::ofstream ref(night.dir / "ref.csv");
+    ref << "ra,dec,mag,bp_rp\n";
+    for (int k = 0; k < Night::kSide * Night::kSide; ++k) {
+        double r, d;
+        Night::position(k, r, d);
+        ref << std::setprecision(12) << r << ',' << d << ",15," << ((k / Night::kSide) % 2 ? 1.2 : 0.3)
+            << '\n';
+    }
+    ref.close();
+    SeriesParams p;
+    p.reference = night.dir / "ref.csv";
+    p.referenceColumns = "color=bp_rp";
+    const SeriesResult r = buildSeries(night.catalogs, night.targets(), p);
+    const LightCurve& lc = r.curves[0];
+    ASSERT_TRUE(lc.problem.empty());
+    EXPECT_DOUBLE_EQ(r.sources[lc.source].colour, 1.2);
+    ASSERT_EQ(lc.ensemble.size(), std::size_t(p.ensembleSize));
+    for (const auto& e : lc.ensemble)
+        EXPECT_DOUBLE_EQ(r.sources[e.source].colour, 1.2) << e.source;
+    // Without colours the nearest stars of both rows are taken.
+    const SeriesResult plain = buildSeries(night.catalogs, night.targets(), SeriesParams{});
+    int other = 0;
+    for (const auto& e : plain.curves[0].ensemble) {
+        double rr, dd;
+        for (int k = 0; k < Night::kSide * Night::kSide; ++k) {
+            Night::position(k, rr, dd);
+            if (std::fabs(plain.sources[e.source].dec - dd) < 1e-4 &&
+                std::fabs(plain.sources[e.source].ra - rr) < 1e-4)
+                other += (k / Night::kSide) % 2 ? 0 : 1;
+        }
+    }
+    EXPECT_GT(other, 0);
 }
 
 TEST(Series, RefusesBadParametersAndAllUnusableInput) {

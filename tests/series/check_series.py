@@ -39,7 +39,7 @@ def cmd_targets(simdir, name, out):
     stars = (t["is_galaxy"] == 0) & (t["saturated"] == 0)
     x, y, flux = t["x"], t["y"], t["flux"]
     ok = []
-    # Isolated (no source brighter than a tenth within 10 px), away from the edges, S/N ~ 100-1000.
+    # Isolated (no source brighter than a tenth within 10 px) and away from the edges.
     w, h = truth["field"]["width"], truth["field"]["height"]
     for i in np.argsort(-flux):
         if not stars[i] or t["id"][i] in var_ids:
@@ -50,8 +50,8 @@ def cmd_targets(simdir, name, out):
         if np.any((d > 0) & (d < 10) & (flux > 0.1 * flux[i])):
             continue
         ok.append(i)
-    # Constant stars spread over the brightness range of the usable ones.
-    pick = [ok[k] for k in np.linspace(len(ok) // 10, len(ok) * 6 // 10, 8).astype(int)] if len(ok) >= 10 else ok
+    # Constant stars: the brightest usable ones (the field's S/N ~ 50-1000 stars), up to eight.
+    pick = ok[:8]
     with open(out, "w") as f:
         f.write("name,ra,dec\n")
         for v in transit:
@@ -140,11 +140,11 @@ def cmd_check(simdir, name, outdir, radius, bars):
         good = np.isfinite(rel) & np.isfinite(err)
         if t["name"] == "transit":
             dur = series["transitDuration"] / 24.0
-            mid, depth = fit_transit(mjd[good], rel[good], err[good], dur, truth["transitMidMjd"])
+            mid, depth = fit_transit(mjd[good], rel[good], err[good], dur, truth["transit_mid_mjd"])
             result["transit"] = {
                 "depth": depth, "depth_true": series["transitDepth"],
                 "depth_error_fraction": depth / series["transitDepth"] - 1.0,
-                "mid_error_min": (mid - truth["transitMidMjd"]) * 1440.0,
+                "mid_error_min": (mid - truth["transit_mid_mjd"]) * 1440.0,
                 "comparisons": sum(1 for c in t["ensemble"] if not c["dropped"]),
                 "median_err": t["median_err"]}
             continue

@@ -8,16 +8,16 @@
 #   series_e2e.sh GPUPHOT [FRAMES] [WxH] [STARS] [WORKDIR]
 #
 # Defaults: the acceptance series of docs/ACCURACY.md: 300 frames at 60 s cadence, airmass 1.0-2.0,
-# 10 % transparency, 2 px jitter, a 1 % 2 h transit on a S/N 500 star, 640x640 with 500 stars.
+# 10 % transparency, 2 px jitter, a 1 % 2 h transit on a S/N 500 star, 1024x1024 with 1500 stars.
 set -euo pipefail
-gpuphot=$1 frames=${2:-300} size=${3:-640x640} stars=${4:-500}
+gpuphot=$1 frames=${2:-300} size=${3:-1024x1024} stars=${4:-1500}
 work=${5:-$(mktemp -d /tmp/gpuphot-series-e2e.XXXXXX)}
 here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3
 [[ -x $py ]] && $py -c "import astropy, numpy" 2>/dev/null || { echo "skipped: needs python3-astropy"; exit 77; }
 [[ -n ${5:-} ]] || trap 'rm -rf "$work"' EXIT
-radius=3
-aper=2 # --aper 2,3,4,6: the 3 px aperture
+radius=4
+aper=3 # --aper 2,3,4,6: the 4 px aperture (1.3 FWHM)
 sim=$work/sim red=$work/red out=$work/out
 
 echo "== simulate $frames frames"
