@@ -80,9 +80,27 @@ std::set<std::string> parseFormats(const std::string& s) {
 
 // Appends to the series recorded in DIR when it can (same parameters and targets), else builds it
 // from every catalog recorded there and those given.
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Seconds spent per phase, printed with -v.
+struct Phases {
+    double state = 0, series = 0, files = 0;
+};
+
 SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const std::vector<std::string>& given,
-                      std::size_t& fresh) {
+                      std::size_t& fresh, Phases& phases) {
+    auto t = Clock::now();
     std::optional<SeriesState> state = o.fresh ? std::nullopt : loadSeriesState(out.dir);
+    phases.state = since(t);
+    t = Clock::now();
+    struct Stop {
+        Clock::time_point t;
+        double& into;
+        ~Stop() { into = since(t); }
+    } stop{t, phases.series};
     std::vector<std::string> catalogs;
     if (state)
         for (const auto& f : state->frames)
@@ -113,14 +131,15 @@ SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const st
 
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
-    SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode};
-    const auto t0 = std::chrono::steady_clock::now();
+    SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode, true};
+    const auto t0 = Clock::now();
     std::size_t fresh = 0;
-    const SeriesResult r = runBuild(o, out, expandInputs(o.inputs), fresh);
-    std::vector<std::string> written = writeSeriesOutputs(r, out);
-    saveSeriesState(r.state, out.dir);
-    written.push_back((std::filesystem::path(out.dir) / "series.state").string());
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Phases phases;
+    const SeriesResult r = runBuild(o, out, expandInputs(o.inputs), fresh, phases);
+    const auto tf = Clock::now();
+    const std::vector<std::string> written = writeSeriesOutputs(r, out);
+    phases.files = since(tf);
+    const double secs = since(t0);
 
     std::size_t used = 0, curves = 0;
     for (const auto& f : r.frames) {
@@ -135,8 +154,9 @@ int runSeries(SeriesOptions& o) {
     if (o.common.verbosity >= 1) {
         std::printf(
             "series: %zu frames (%zu new, %zu used), %zu sources, %zu of %zu targets with light curves, "
-            "%.2f s\n",
-            r.frames.size(), fresh, used, r.sources.size(), curves, r.curves.size(), secs);
+            "%.3f s (state %.3f, %s %.3f, files %.3f)\n",
+            r.frames.size(), fresh, used, r.sources.size(), curves, r.curves.size(), secs, phases.state,
+            r.appended ? "append" : "build", phases.series, phases.files);
         for (const auto& lc : r.curves) {
             if (!lc.problem.empty()) continue;
             int n = 0;

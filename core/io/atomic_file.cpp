@@ -39,7 +39,8 @@ struct TempNameParts {
 // Parses ".<name>.<host>.<pid>.<8 hex>.tmp" from the end (the final name may itself contain dots).
 bool parseTempName(const std::string& n, TempNameParts* parts) {
     const std::string suffix = ".tmp";
-    if (n.size() < 2 + suffix.size() || n[0] != '.' || n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (n.size() < 2 + suffix.size() || n[0] != '.' ||
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0)
         return false;
     std::string rest = n.substr(0, n.size() - suffix.size());
     auto takeField = [&rest](std::string& field) {
@@ -86,7 +87,9 @@ void cleanOnce(const fs::path& dir) {
 
 } // namespace
 
-bool isAtomicTemporaryName(const std::string& fileName) { return parseTempName(fileName, nullptr); }
+bool isAtomicTemporaryName(const std::string& fileName) {
+    return parseTempName(fileName, nullptr);
+}
 
 std::size_t removeStaleTemporaries(const std::string& dir) {
     std::size_t removed = 0;
@@ -113,7 +116,8 @@ AtomicOutput::AtomicOutput(std::string finalPath) : m_final(std::move(finalPath)
     m_temp = (p.parent_path() / ("." + p.filename().string() + "." + hostTag() + suffix)).string();
     std::error_code ec;
     if (!p.parent_path().empty() && !fs::is_directory(p.parent_path(), ec))
-        throw IoError("cannot write " + m_final + ": directory " + p.parent_path().string() + " does not exist");
+        throw IoError("cannot write " + m_final + ": directory " + p.parent_path().string() +
+                      " does not exist");
     cleanOnce(p.parent_path());
 }
 
@@ -121,7 +125,66 @@ AtomicOutput::~AtomicOutput() {
     if (!m_committed) ::unlink(m_temp.c_str());
 }
 
+namespace {
+thread_local AtomicBatch* t_batch = nullptr;
+}
+
+AtomicBatch::Join::Join(AtomicBatch& batch) : m_previous(t_batch) {
+    t_batch = &batch;
+}
+
+AtomicBatch::Join::~Join() {
+    t_batch = m_previous;
+}
+
+void AtomicBatch::add(std::string temp, std::string final) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_files.emplace_back(std::move(temp), std::move(final));
+}
+
+AtomicBatch::~AtomicBatch() {
+    for (const auto& f : m_files)
+        ::unlink(f.first.c_str());
+}
+
+void AtomicBatch::durable(const std::string& final) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_durable.insert(final);
+}
+
+void AtomicBatch::finish() {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    std::set<std::string> dirs;
+    for (const auto& [temp, final] : m_files) {
+        dirs.insert(fs::path(final).parent_path().string());
+        if (!m_durable.count(final)) continue;
+        const int fd = ::open(temp.c_str(), O_RDONLY);
+        if (fd < 0) throw IoError("cannot write " + final + ": temporary file " + temp + " missing");
+        ::fsync(fd);
+        ::close(fd);
+    }
+    for (std::size_t k = 0; k < m_files.size(); ++k)
+        if (::rename(m_files[k].first.c_str(), m_files[k].second.c_str()) != 0) {
+            const std::string what =
+                "cannot write " + m_files[k].second + ": rename failed: " + std::strerror(errno);
+            m_files.erase(m_files.begin(), m_files.begin() + static_cast<long>(k));
+            throw IoError(what);
+        }
+    m_files.clear();
+    if (!m_durable.empty())
+        for (const auto& d : dirs) // the renames themselves
+            if (const int fd = ::open(d.empty() ? "." : d.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+                ::fsync(fd);
+                ::close(fd);
+            }
+}
+
 void AtomicOutput::commit() {
+    if (t_batch) {
+        t_batch->add(m_temp, m_final);
+        m_committed = true;
+        return;
+    }
     const int fd = ::open(m_temp.c_str(), O_RDONLY);
     if (fd < 0) throw IoError("cannot write " + m_final + ": temporary file " + m_temp + " missing");
     ::fsync(fd);

@@ -7,7 +7,11 @@
 // power cut cannot, so the first AtomicOutput a process creates in a directory removes that directory's
 // stale temporaries: those of this host whose process no longer exists (docs/RELIABILITY.md).
 #include <cstddef>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gpuphot {
 
@@ -18,7 +22,7 @@ public:
     AtomicOutput(const AtomicOutput&) = delete;
     AtomicOutput& operator=(const AtomicOutput&) = delete;
 
-    const std::string& tempPath() const { return m_temp; }   // write here (it does not exist yet)
+    const std::string& tempPath() const { return m_temp; } // write here (it does not exist yet)
     const std::string& finalPath() const { return m_final; }
     void commit(); // fsyncs and renames; throws IoError naming the file
 
@@ -26,6 +30,41 @@ private:
     std::string m_final;
     std::string m_temp;
     bool m_committed = false;
+};
+
+// Many files committed together: AtomicOutputs committed on a thread that has joined the batch are
+// renamed by finish(), in the order they were committed, after the files marked durable() are flushed
+// to disk (fsync). Files not marked are renamed without a flush: a killed process still leaves no
+// partial file under a final name, but after a power cut such a file may be empty until it is written
+// again. For outputs derived from others (a series' light curves, rewritten by every call) this saves
+// one flush per file.
+class AtomicBatch {
+public:
+    AtomicBatch() = default;
+    ~AtomicBatch(); // removes the temporaries of a batch that was not finished
+    AtomicBatch(const AtomicBatch&) = delete;
+    AtomicBatch& operator=(const AtomicBatch&) = delete;
+
+    // While a Join lives, this thread's commits go to the batch.
+    class Join {
+    public:
+        explicit Join(AtomicBatch& batch);
+        ~Join();
+        Join(const Join&) = delete;
+        Join& operator=(const Join&) = delete;
+
+    private:
+        AtomicBatch* m_previous;
+    };
+
+    void add(std::string temp, std::string final); // called by AtomicOutput::commit
+    void durable(const std::string& final);        // flush this one before the renames
+    void finish();                                 // throws IoError naming the file
+
+private:
+    std::mutex m_mutex;
+    std::vector<std::pair<std::string, std::string>> m_files; // temporary, final
+    std::set<std::string> m_durable;
 };
 
 // Writes `text` to `path` atomically.

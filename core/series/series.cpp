@@ -307,7 +307,7 @@ std::vector<Detections> readAll(const std::vector<std::string>& catalogs, const 
     std::vector<Detections> dets(catalogs.size());
     frames.assign(catalogs.size(), SeriesFrame{});
     std::size_t done = 0;
-    const int threads = fits_is_reentrant() ? 2 : 1;
+    const int threads = fits_is_reentrant() && catalogs.size() > 1 ? 2 : 1;
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
     for (std::size_t i = 0; i < catalogs.size(); ++i) {
         dets[i] = readCatalog(catalogs[i], p, frames[i]);

@@ -1,10 +1,19 @@
 #include "core/series/series_output.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
+#include <type_traits>
+
+#include <fitsio.h>
 
 #include "core/io/atomic_file.hpp"
 #include "core/io/fits_table.hpp"
@@ -19,8 +28,8 @@ namespace fs = std::filesystem;
 std::string fmt(double v, int digits) {
     if (!std::isfinite(v)) return "nan";
     char b[64];
-    std::snprintf(b, sizeof b, "%.*f", digits, v);
-    return b;
+    const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits);
+    return std::string(b, r.ptr);
 }
 
 // AAVSO filter codes for the common names (docs: AAVSO extended file format).
@@ -257,26 +266,61 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw IoError(dir.string() + ": cannot create the output directory: " + ec.message());
-    std::vector<std::string> written;
-    auto out = [&](const std::string& stem, const char* ext) {
-        return written.emplace_back((dir / (stem + ext)).string());
+    // One job per file; the files are independent, so they are written two at a time.
+    struct Job {
+        std::string path;
+        std::function<void(const std::string&)> write;
     };
+    std::vector<Job> jobs;
+    std::set<std::string> stems;
     for (const auto& lc : s.curves) {
         if (!lc.problem.empty()) continue;
-        const std::string stem = curveStem(lc.name);
-        const Table t = lightCurveTable(s, lc);
-        if (o.formats.count("ecsv")) writeEcsv(out(stem, ".lc.ecsv"), t);
-        if (o.formats.count("csv")) writeCsv(out(stem, ".lc.csv"), t);
-        if (o.formats.count("fits")) writeFitsTable(out(stem, ".lc.fits"), t);
-        if (o.formats.count("aij")) writeTextFileAtomic(out(stem, ".aij.tbl"), aijTable(s, lc));
-        if (o.formats.count("aavso"))
-            writeTextFileAtomic(out(stem, ".aavso.txt"), aavsoReport(s, lc, o.obscode));
+        std::string stem = curveStem(lc.name);
+        for (int k = 2; !stems.insert(stem).second; ++k)
+            stem = curveStem(lc.name) + "_" + std::to_string(k);
+        const auto table = std::make_shared<Table>(lightCurveTable(s, lc));
+        const auto add = [&](const char* format, const char* ext, std::function<void(const std::string&)> w) {
+            if (o.formats.count(format)) jobs.push_back({(dir / (stem + ext)).string(), std::move(w)});
+        };
+        add("ecsv", ".lc.ecsv", [table](const std::string& p) { writeEcsv(p, *table); });
+        add("csv", ".lc.csv", [table](const std::string& p) { writeCsv(p, *table); });
+        add("fits", ".lc.fits", [table](const std::string& p) { writeFitsTable(p, *table); });
+        add("aij", ".aij.tbl", [&s, &lc](const std::string& p) { writeTextFileAtomic(p, aijTable(s, lc)); });
+        add("aavso", ".aavso.txt",
+            [&s, &lc, &o](const std::string& p) { writeTextFileAtomic(p, aavsoReport(s, lc, o.obscode)); });
     }
     if (s.params.allStars) {
-        writeFitsTable(out("series", ".stars.fits"), starsTable(s));
-        writeFitsTable(out("series", ".curves.fits"), curvesTable(s));
+        jobs.push_back({(dir / "series.stars.fits").string(),
+                        [&s](const std::string& p) { writeFitsTable(p, starsTable(s)); }});
+        jobs.push_back({(dir / "series.curves.fits").string(),
+                        [&s](const std::string& p) { writeFitsTable(p, curvesTable(s)); }});
     }
-    writeTextFileAtomic(out("series", ".json"), seriesReport(s).dump(1) + "\n");
+    jobs.push_back({(dir / "series.json").string(),
+                    [&s](const std::string& p) { writeTextFileAtomic(p, seriesReport(s).dump(1) + "\n"); }});
+    if (o.state)
+        jobs.push_back({(dir / "series.state").string(),
+                        [&s, &dir](const std::string&) { saveSeriesState(s.state, dir.string()); }});
+    // Renamed in job order, the state last; only the state is flushed to disk first: the other files
+    // derive from it and the catalogs, and every call rewrites them.
+    AtomicBatch batch;
+    if (o.state) batch.durable((dir / "series.state").string());
+    std::exception_ptr failure;
+    const int threads = fits_is_reentrant() ? 2 : 1;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+        try {
+            AtomicBatch::Join join(batch);
+            jobs[k].write(jobs[k].path);
+        } catch (...) {
+#pragma omp critical(series_output_failure)
+            if (!failure) failure = std::current_exception();
+        }
+    }
+    if (failure) std::rethrow_exception(failure);
+    batch.finish();
+    std::vector<std::string> written;
+    for (const auto& j : jobs)
+        written.push_back(j.path);
     return written;
 }
 
@@ -297,69 +341,100 @@ std::vector<std::string> seriesCatalogsIn(const std::string& dir) {
 namespace gpuphot {
 namespace {
 
-constexpr int kStateVersion = 1;
+constexpr int kStateVersion = 2;
 
-nlohmann::json frameJson(const SeriesFrame& f) {
-    nlohmann::json j = {{"path", f.path},       {"mjd", f.mjdMid},    {"exptime", f.exptime},
-                        {"airmass", f.airmass}, {"fwhm", f.fwhm},     {"zp", f.zeroPoint},
-                        {"filter", f.filter},   {"object", f.object}, {"det", f.detections},
-                        {"matched", f.matched}, {"used", f.used},     {"problem", f.problem}};
-    if (f.site) j["site"] = {f.site->latitude, f.site->longitude, f.site->elevation, f.site->source};
-    return j;
+// Arrays as CBOR byte strings of their native (little-endian) values: an append reads them with one
+// copy each instead of parsing a number per element.
+template <class T> nlohmann::json blob(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::vector<std::uint8_t> bytes(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+    return nlohmann::json::binary(std::move(bytes));
 }
 
-// NaN goes into CBOR as a float and comes back; JSON null (from a NaN dumped as text) reads as NaN.
-double num(const nlohmann::json& j) {
-    return j.is_number() ? j.get<double>() : std::nan("");
-}
-
-SeriesFrame frameFrom(const nlohmann::json& j) {
-    SeriesFrame f;
-    f.path = j.at("path").get<std::string>();
-    f.mjdMid = num(j.at("mjd"));
-    f.exptime = num(j.at("exptime"));
-    f.airmass = num(j.at("airmass"));
-    f.fwhm = num(j.at("fwhm"));
-    f.zeroPoint = num(j.at("zp"));
-    f.filter = j.at("filter").get<std::string>();
-    f.object = j.at("object").get<std::string>();
-    f.detections = j.at("det").get<std::size_t>();
-    f.matched = j.at("matched").get<std::size_t>();
-    f.used = j.at("used").get<bool>();
-    f.problem = j.at("problem").get<std::string>();
-    if (j.contains("site")) {
-        const auto& s = j["site"];
-        f.site = ObservingSite{num(s.at(0)), num(s.at(1)), num(s.at(2)), s.at(3).get<std::string>()};
-    }
-    return f;
-}
-
-// Measurements as one flat float array (flux, err, x, y, sky, magCal, flags) per target.
-std::vector<float> packMeas(const std::vector<std::vector<SeriesMeasurement>>& meas) {
-    std::vector<float> v;
-    for (const auto& row : meas)
-        for (const auto& m : row)
-            v.insert(v.end(), {m.flux, m.err, m.x, m.y, m.sky, m.magCal, static_cast<float>(m.flags)});
+template <class T> std::vector<T> unblob(const nlohmann::json& j, const std::string& what) {
+    const auto& bytes = j.get_binary();
+    if (bytes.size() % sizeof(T) != 0) throw InvalidInput(what + ": a truncated array");
+    std::vector<T> v(bytes.size() / sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
     return v;
 }
+
+// The frames as columns: numbers as byte strings, texts as arrays (an append reads a thousand frames
+// without building a thousand objects).
+nlohmann::json framesJson(const std::vector<SeriesFrame>& frames) {
+    std::vector<double> num;
+    std::vector<std::uint64_t> count;
+    std::vector<std::string> text;
+    for (const auto& f : frames) {
+        const ObservingSite site = f.site.value_or(ObservingSite{NAN, NAN, NAN, ""});
+        num.insert(num.end(), {f.mjdMid, f.exptime, f.airmass, f.fwhm, f.zeroPoint, site.latitude,
+                               site.longitude, site.elevation});
+        count.insert(count.end(), {f.detections, f.matched, f.used ? 1u : 0u, f.site ? 1u : 0u});
+        text.insert(text.end(), {f.path, f.filter, f.object, f.problem, site.source});
+    }
+    return {{"n", frames.size()}, {"num", blob(num)}, {"count", blob(count)}, {"text", text}};
+}
+
+std::vector<SeriesFrame> framesFrom(const nlohmann::json& j, const std::string& what) {
+    const std::size_t n = j.at("n").get<std::size_t>();
+    const auto num = unblob<double>(j.at("num"), what);
+    const auto count = unblob<std::uint64_t>(j.at("count"), what);
+    const auto text = j.at("text").get<std::vector<std::string>>();
+    if (num.size() != 8 * n || count.size() != 4 * n || text.size() != 5 * n)
+        throw InvalidInput(what + ": frames do not fit (run with --fresh)");
+    std::vector<SeriesFrame> out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        SeriesFrame& f = out[i];
+        const double* v = &num[8 * i];
+        const std::uint64_t* c = &count[4 * i];
+        const std::string* t = &text[5 * i];
+        f.mjdMid = v[0];
+        f.exptime = v[1];
+        f.airmass = v[2];
+        f.fwhm = v[3];
+        f.zeroPoint = v[4];
+        if (c[3]) f.site = ObservingSite{v[5], v[6], v[7], t[4]};
+        f.detections = c[0];
+        f.matched = c[1];
+        f.used = c[2] != 0;
+        f.path = t[0];
+        f.filter = t[1];
+        f.object = t[2];
+        f.problem = t[3];
+    }
+    return out;
+}
+
+static_assert(sizeof(SeriesMeasurement) == 28 && std::is_trivially_copyable_v<SeriesMeasurement>);
+static_assert(sizeof(ObserverEphemeris) == 10 * sizeof(double));
 
 } // namespace
 
 void saveSeriesState(const SeriesState& st, const std::string& dir) {
-    nlohmann::json j = {{"version", kStateVersion}, {"fingerprint", st.fingerprint},
-                        {"filter", st.filter},      {"ra0", st.ra0},
-                        {"dec0", st.dec0},          {"xi", st.xiSum},
-                        {"eta", st.etaSum},         {"matched", st.matched},
-                        {"flux", st.medianFlux},    {"magcal", st.medianMagCal},
-                        {"used", st.used}};
-    for (const auto& f : st.frames)
-        j["frames"].push_back(frameJson(f));
-    for (const auto& o : st.observers)
-        j["observers"].push_back({o.utc1, o.utc2, o.tdb1, o.tdb2, o.bary[0], o.bary[1], o.bary[2], o.helio[0],
-                                  o.helio[1], o.helio[2]});
+    std::vector<std::uint64_t> used(st.used.begin(), st.used.end());
+    nlohmann::json j = {{"version", kStateVersion},
+                        {"endian", "little"},
+                        {"fingerprint", st.fingerprint},
+                        {"filter", st.filter},
+                        {"ra0", st.ra0},
+                        {"dec0", st.dec0},
+                        {"xi", blob(st.xiSum)},
+                        {"eta", blob(st.etaSum)},
+                        {"matched", blob(st.matched)},
+                        {"flux", blob(st.medianFlux)},
+                        {"magcal", blob(st.medianMagCal)},
+                        {"used", blob(used)},
+                        {"observers", blob(st.observers)}};
+    j["frames"] = framesJson(st.frames);
     j["targets"] = nlohmann::json::array();
-    for (const auto& t : st.targets)
-        j["targets"].push_back({{"sources", t.sources}, {"notes", t.notes}, {"meas", packMeas(t.meas)}});
+    for (const auto& t : st.targets) {
+        std::vector<std::uint64_t> sources(t.sources.begin(), t.sources.end());
+        std::vector<SeriesMeasurement> flat;
+        for (const auto& row : t.meas)
+            flat.insert(flat.end(), row.begin(), row.end());
+        j["targets"].push_back({{"sources", blob(sources)}, {"notes", t.notes}, {"meas", blob(flat)}});
+    }
     const std::vector<std::uint8_t> bytes = nlohmann::json::to_cbor(j);
     const fs::path p = fs::path(dir.empty() ? "." : dir) / "series.state";
     writeTextFileAtomic(p.string(), std::string(bytes.begin(), bytes.end()));
@@ -369,8 +444,11 @@ std::optional<SeriesState> loadSeriesState(const std::string& dir) {
     const fs::path p = fs::path(dir.empty() ? "." : dir) / "series.state";
     std::ifstream in(p, std::ios::binary);
     if (!in) return std::nullopt;
-    const std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                          std::istreambuf_iterator<char>());
+    in.seekg(0, std::ios::end);
+    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!in) throw IoError(p.string() + ": cannot read the series state");
     try {
         const nlohmann::json j = nlohmann::json::from_cbor(bytes);
         if (j.at("version").get<int>() != kStateVersion)
@@ -380,49 +458,35 @@ std::optional<SeriesState> loadSeriesState(const std::string& dir) {
         st.filter = j.at("filter").get<std::string>();
         st.ra0 = j.at("ra0").get<double>();
         st.dec0 = j.at("dec0").get<double>();
-        st.xiSum = j.at("xi").get<std::vector<double>>();
-        st.etaSum = j.at("eta").get<std::vector<double>>();
-        st.matched = j.at("matched").get<std::vector<int>>();
-        for (const auto& v : j.at("flux"))
-            st.medianFlux.push_back(num(v));
-        for (const auto& v : j.at("magcal"))
-            st.medianMagCal.push_back(num(v));
-        st.used = j.at("used").get<std::vector<std::size_t>>();
-        for (const auto& f : j.at("frames"))
-            st.frames.push_back(frameFrom(f));
-        for (const auto& o : j.at("observers")) {
-            ObserverEphemeris e;
-            e.utc1 = o.at(0);
-            e.utc2 = o.at(1);
-            e.tdb1 = o.at(2);
-            e.tdb2 = o.at(3);
-            for (int k = 0; k < 3; ++k) {
-                e.bary[k] = o.at(4 + k);
-                e.helio[k] = o.at(7 + k);
-            }
-            st.observers.push_back(e);
-        }
+        if (j.at("endian").get<std::string>() != "little")
+            throw InvalidInput(p.string() + ": another byte order");
+        const std::string what = p.string();
+        st.xiSum = unblob<double>(j.at("xi"), what);
+        st.etaSum = unblob<double>(j.at("eta"), what);
+        st.matched = unblob<int>(j.at("matched"), what);
+        st.medianFlux = unblob<double>(j.at("flux"), what);
+        st.medianMagCal = unblob<double>(j.at("magcal"), what);
+        for (std::uint64_t u : unblob<std::uint64_t>(j.at("used"), what))
+            st.used.push_back(u);
+        st.observers = unblob<ObserverEphemeris>(j.at("observers"), what);
+        st.frames = framesFrom(j.at("frames"), what);
         for (const auto& t : j.at("targets")) {
             SeriesState::Target tg;
-            tg.sources = t.at("sources").get<std::vector<std::size_t>>();
+            for (std::uint64_t s : unblob<std::uint64_t>(t.at("sources"), what))
+                tg.sources.push_back(s);
             tg.notes = t.at("notes").get<std::vector<std::string>>();
-            const auto& m = t.at("meas");
+            const auto flat = unblob<SeriesMeasurement>(t.at("meas"), what);
             const std::size_t nk = tg.sources.size();
-            if (m.size() != nk * 7 * st.used.size())
-                throw InvalidInput(p.string() + ": measurements do not fit");
-            tg.meas.assign(st.used.size(), std::vector<SeriesMeasurement>(nk));
-            std::size_t i = 0;
-            for (auto& row : tg.meas)
-                for (auto& x : row) {
-                    float v[7];
-                    for (float& f : v)
-                        f = static_cast<float>(num(m[i++]));
-                    x = {v[0], v[1], v[2], v[3], v[4], v[5], static_cast<std::int32_t>(v[6])};
-                }
+            if (flat.size() != nk * st.used.size() || tg.notes.size() != nk)
+                throw InvalidInput(what + ": measurements do not fit (run with --fresh)");
+            for (std::size_t u = 0; u < st.used.size(); ++u)
+                tg.meas.emplace_back(flat.begin() + static_cast<long>(u * nk),
+                                     flat.begin() + static_cast<long>((u + 1) * nk));
             st.targets.push_back(std::move(tg));
         }
         const std::size_t ns = st.xiSum.size();
-        if (st.etaSum.size() != ns || st.matched.size() != ns || st.observers.size() != st.used.size())
+        if (st.etaSum.size() != ns || st.matched.size() != ns || st.medianFlux.size() != ns ||
+            st.medianMagCal.size() != ns || st.observers.size() != st.used.size())
             throw InvalidInput(p.string() + ": inconsistent series state (run with --fresh)");
         for (std::size_t u : st.used)
             if (u >= st.frames.size())

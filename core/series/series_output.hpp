@@ -23,6 +23,7 @@ struct SeriesOutputOptions {
     std::string dir; // created when missing
     std::set<std::string> formats{"ecsv", "csv", "fits", "aij", "aavso"};
     std::string obscode = "NONE"; // AAVSO observer code
+    bool state = true;            // also DIR/series.state (the last file renamed)
 };
 
 Table lightCurveTable(const SeriesResult& series, const LightCurve& curve);

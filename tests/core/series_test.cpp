@@ -40,6 +40,9 @@ TEST(Barycentric, MatchesAstropyWithinAMillisecond) {
         spread = std::max(spread, std::fabs(t.barycentricDelay));
     }
     RecordProperty("worst_bjd_ms", std::to_string(worstB * 1e3));
+    std::printf(
+        "[accuracy] BJD_TDB - astropy: worst %.4f ms; HJD_UTC %.4f ms; JD_TDB %.4f ms (%zu triples)\n",
+        worstB * 1e3, worstH * 1e3, worstT * 1e3, ref.rows());
     EXPECT_LT(worstB, 1e-3) << "BJD_TDB differs from astropy by " << worstB * 1e3 << " ms";
     EXPECT_LT(worstH, 1e-3) << "HJD_UTC differs from astropy by " << worstH * 1e3 << " ms";
     EXPECT_LT(worstT, 1e-4);
@@ -261,7 +264,8 @@ TEST(Series, WritesItsFilesAndRemembersItsCatalogs) {
     SeriesOutputOptions o;
     o.dir = out / "new/dir";
     const auto files = writeSeriesOutputs(r, o);
-    EXPECT_EQ(files.size(), 6u); // five of "planet" (none of "nowhere") and series.json
+    EXPECT_EQ(files.size(), 7u); // five of "planet" (none of "nowhere"), series.json and series.state
+    EXPECT_TRUE(loadSeriesState(o.dir).has_value());
     const Table t = readFitsTable(o.dir + "/planet.lc.fits");
     EXPECT_EQ(t.rows(), std::size_t(Night::kFrames));
     EXPECT_NE(t.find("bjd_tdb"), nullptr);
