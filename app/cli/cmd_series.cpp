@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
+#include "core/pipeline/outputs.hpp"
 #include "core/io/target_list.hpp"
 #include "core/series/series.hpp"
 #include "core/series/series_output.hpp"
@@ -30,29 +32,85 @@ struct SeriesOptions {
     std::string formats = "ecsv,csv,fits,aij,aavso";
     std::string obscode = "NONE";
     bool fresh = false;
+    std::vector<double> radii; // --aper: for frames reduced first
+    bool noTycho2 = false;
     SeriesParams params;
 };
 
-// Catalog paths: files as given; a directory stands for its *.cat.fits, in name order.
-std::vector<std::string> expandInputs(const std::vector<std::string>& inputs) {
-    std::vector<std::string> out;
+bool isCatalogName(const std::string& name) {
+    return name.size() > 9 && name.compare(name.size() - 9, 9, ".cat.fits") == 0;
+}
+
+// The inputs split into catalogs (.cat.fits) and frames to reduce first (any other file; the frames of a
+// directory without catalogs). Paths absolute: series.state must find them from any directory.
+struct Inputs {
+    std::vector<std::string> catalogs, frames;
+};
+
+Inputs expandInputs(const std::vector<std::string>& inputs) {
+    Inputs out;
+    const auto absolute = [](const fs::path& p) { return fs::absolute(p).lexically_normal().string(); };
     for (const auto& in : inputs) {
         std::error_code ec;
-        if (!fs::is_directory(in, ec)) { // absolute: series.json must find it from any directory
-            out.push_back(fs::absolute(in).lexically_normal().string());
+        if (!fs::is_directory(in, ec)) {
+            (isCatalogName(fs::path(in).filename().string()) ? out.catalogs : out.frames).push_back(absolute(in));
             continue;
         }
         std::vector<std::string> found;
-        for (const auto& e : fs::directory_iterator(in, ec)) {
-            const std::string name = e.path().filename().string();
-            if (name.size() > 9 && name.compare(name.size() - 9, 9, ".cat.fits") == 0)
-                found.push_back(fs::absolute(e.path()).lexically_normal().string());
-        }
-        if (found.empty()) throw InvalidInput(in + ": a directory without catalogs (*.cat.fits)");
+        for (const auto& e : fs::directory_iterator(in, ec))
+            if (isCatalogName(e.path().filename().string())) found.push_back(absolute(e.path()));
         std::sort(found.begin(), found.end());
-        out.insert(out.end(), found.begin(), found.end());
+        if (!found.empty()) out.catalogs.insert(out.catalogs.end(), found.begin(), found.end());
+        else
+            for (const auto& f : expandFrameInputs({in})) out.frames.push_back(absolute(f));
     }
     return out;
+}
+
+// Frames given instead of catalogs: reduced first (one warm pipeline, the batch runner's progress and
+// skip rule) into DIR/catalogs, with the series' reference catalog, targets (forced photometry) and
+// apertures. Returns the catalogs of the frames that were reduced.
+std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, const SeriesOptions& o) {
+    ReduceCliOptions r;
+    r.common = o.common;
+    r.common.outdir = (fs::path(o.common.outdir) / "catalogs").string();
+    r.reference = o.params.reference;
+    r.refColumns = o.params.referenceColumns;
+    r.targets = o.targets;
+    r.radii = o.radii;
+    r.noTycho2 = o.noTycho2;
+    BatchOptions b; // in this process, or one child per GPU with these reduce options
+    b.jsonl = (fs::path(r.common.outdir) / "gpuphot.jsonl").string();
+    b.threadsGiven = o.common.threads > 0;
+    b.childArgs = {"-o", r.common.outdir, "--backend", r.common.backend};
+    const auto arg = [&](const char* name, const std::string& v) {
+        if (!v.empty()) b.childArgs.insert(b.childArgs.end(), {name, v});
+    };
+    arg("--ref", r.reference);
+    arg("--ref-columns", r.refColumns);
+    arg("--targets", r.targets);
+    arg("--config", r.common.config);
+    arg("--gpu-mem-limit", r.common.gpuMemLimit);
+    if (o.common.threads > 0) arg("--threads", std::to_string(o.common.threads));
+    if (r.noTycho2) b.childArgs.push_back("--no-tycho2");
+    if (!r.radii.empty()) {
+        std::string radii;
+        for (double v : r.radii) radii += (radii.empty() ? "" : ",") + std::to_string(v);
+        arg("--aper", radii);
+    }
+    std::error_code ec;
+    fs::create_directories(r.common.outdir, ec);
+    if (ec) throw IoError(r.common.outdir + ": cannot create the directory: " + ec.message());
+    const int rc = runBatch(frames, r, b);
+    std::vector<std::string> catalogs;
+    for (const auto& f : frames) {
+        const fs::path c = fs::path(r.common.outdir) / (frameStem(f) + ".cat.fits");
+        if (fs::exists(c, ec)) catalogs.push_back(fs::absolute(c).lexically_normal().string());
+        else std::fprintf(stderr, "gpuphot: warning: %s was not reduced: it is not in the series\n", f.c_str());
+    }
+    if (rc != 0 && o.common.verbosity >= 1)
+        std::fprintf(stderr, "gpuphot: warning: reducing the frames exited with status %d\n", rc);
+    return catalogs;
 }
 
 ObservingSite parseSite(const std::string& s) {
@@ -135,7 +193,12 @@ int runSeries(SeriesOptions& o) {
     const auto t0 = Clock::now();
     std::size_t fresh = 0;
     Phases phases;
-    const SeriesResult r = runBuild(o, out, expandInputs(o.inputs), fresh, phases);
+    Inputs in = expandInputs(o.inputs);
+    if (!in.frames.empty()) {
+        const std::vector<std::string> reduced = reduceFrames(in.frames, o);
+        in.catalogs.insert(in.catalogs.end(), reduced.begin(), reduced.end());
+    }
+    const SeriesResult r = runBuild(o, out, in.catalogs, fresh, phases);
     const auto tf = Clock::now();
     const std::vector<std::string> written = writeSeriesOutputs(r, out);
     phases.files = since(tf);
@@ -182,7 +245,9 @@ Command registerSeries(CLI::App& app) {
         "series.state; with --all-stars also series.stars.fits and series.curves.fits.");
     addCommonOptions(*sub, o->common);
     SeriesParams& p = o->params;
-    sub->add_option("inputs", o->inputs, "Catalogs (gpuphot reduce's .cat.fits), or directories holding them")
+    sub->add_option("inputs", o->inputs,
+                    "Catalogs (gpuphot reduce's .cat.fits), frames (reduced first into DIR/catalogs), or "
+                    "directories of either")
         ->required();
     sub->add_option("--targets", o->targets,
                     "Targets: FITS, ECSV or CSV with ra, dec and a name (as reduce --targets)")
@@ -219,6 +284,9 @@ Command registerSeries(CLI::App& app) {
     sub->add_option("--exclude", p.excluded, "Never use this target-list star as a comparison (repeatable)");
     sub->add_option("--formats", o->formats, "Outputs: ecsv,csv,fits,aij,aavso")->capture_default_str();
     sub->add_option("--obscode", o->obscode, "AAVSO observer code")->capture_default_str();
+    sub->add_option("--aper", o->radii, "Frames given instead of catalogs: aperture radii for their reduction (px)")
+        ->delimiter(',');
+    sub->add_flag("--no-tycho2", o->noTycho2, "Frames given instead of catalogs: no Tycho-2 fallback without --ref");
     sub->add_flag("--all-stars", p.allStars,
                   "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
     sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");

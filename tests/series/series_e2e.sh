@@ -70,3 +70,20 @@ assert "not detected" in off.get("problem", ""), off
 print("bad input reported: another field, another filter, no WCS, a target off the field")
 EOF
 $py "$here/check_series.py" check "$sim" night "$out" "$radius" --bars | tee "$work/figures.json"
+
+echo "== series on raw frames (reduced first into DIR/catalogs), then one more appended"
+raw=$work/raw
+"$gpuphot" series "${fits[@]:0:6}" --ref "$sim/night_0001.ref.fits" --targets "$work/targets.csv" -o "$raw" \
+    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q || true
+"$gpuphot" series "${fits[6]}" --ref "$sim/night_0001.ref.fits" --targets "$work/targets.csv" -o "$raw" \
+    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q || true
+$py - "$raw" <<'EOF2'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(d + "/series.json"))
+assert r["appended"] and r["frames_used"] == 7, (r["appended"], r["frames_used"])
+cats = sorted(f for f in os.listdir(d + "/catalogs") if f.endswith(".cat.fits"))
+assert len(cats) == 7 and os.path.exists(d + "/catalogs/night_0001.targets.fits"), cats
+assert os.path.exists(d + "/transit.lc.ecsv")
+print("raw frames: reduced into catalogs/ (with forced photometry), series built and appended")
+EOF2
