@@ -115,7 +115,8 @@ std::pair<std::string, std::string> fluxColumns(const std::string& flux) {
 Detections readCatalog(const std::string& path, const SeriesParams& p, SeriesFrame& frame) {
     Detections d;
     frame.path = path;
-    const auto [fluxCol, errCol] = fluxColumns(p.flux);
+    const auto columns = fluxColumns(p.flux);
+    const std::string fluxCol = columns.first, errCol = columns.second;
     Table t;
     try {
         t = readFitsTable(path, {}, [&](const std::vector<std::string>& have) {
