@@ -18,6 +18,7 @@
 #include "core/sim/sim_series.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/robust_stats.hpp"
+#include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot {
 
@@ -91,9 +92,12 @@ Forced readForced(const std::string& catalog, const std::string& fluxCol, const 
 
 // Gnomonic projection about (ra0, dec0), in arcsec.
 struct Tangent {
-    double ra0 = 0, sd0 = 0, cd0 = 1;
+    // The projection (in arcsec) with the tangent point's sine and cosine kept: the matching's hot loop;
+    // the inverse is core/wcs's tanDeproject.
+    double ra0 = 0, dec0 = 0, sd0 = 0, cd0 = 1;
     Tangent() = default;
-    Tangent(double ra, double dec) : ra0(ra), sd0(std::sin(dec * kDeg)), cd0(std::cos(dec * kDeg)) {}
+    Tangent(double ra, double dec)
+        : ra0(ra), dec0(dec), sd0(std::sin(dec * kDeg)), cd0(std::cos(dec * kDeg)) {}
     void project(double ra, double dec, double& xi, double& eta) const {
         const double sd = std::sin(dec * kDeg), cd = std::cos(dec * kDeg), da = (ra - ra0) * kDeg;
         const double c = sd0 * sd + cd0 * cd * std::cos(da);
@@ -189,7 +193,7 @@ public:
     }
     void save(SeriesState& st) const {
         st.ra0 = m_tp.ra0;
-        st.dec0 = std::asin(m_tp.sd0) / kDeg;
+        st.dec0 = m_tp.dec0;
         st.xiSum = m_xi;
         st.etaSum = m_eta;
         st.matched = m_n;
@@ -252,11 +256,7 @@ public:
     }
     // Mean position (deg) of source s.
     void position(std::size_t s, double& ra, double& dec) const {
-        const double xi = m_xi[s] / m_n[s] * kArcsec, eta = m_eta[s] / m_n[s] * kArcsec;
-        const double d = std::atan2(m_tp.sd0 + eta * m_tp.cd0, std::hypot(xi, m_tp.cd0 - eta * m_tp.sd0));
-        const double a = m_tp.ra0 * kDeg + std::atan2(xi, m_tp.cd0 - eta * m_tp.sd0);
-        ra = std::fmod(a / kDeg + 360.0, 360.0);
-        dec = d / kDeg;
+        tanDeproject(m_tp.ra0, m_tp.dec0, m_xi[s] / m_n[s] / 3600.0, m_eta[s] / m_n[s] / 3600.0, ra, dec);
     }
     // The sources within `radius` arcsec of (ra, dec).
     std::vector<std::size_t> within(double ra, double dec, double radius) const {
@@ -297,9 +297,7 @@ private:
 };
 
 double angularDistance(double ra1, double dec1, double ra2, double dec2) { // arcsec
-    const double s = std::sin(0.5 * (dec2 - dec1) * kDeg), t = std::sin(0.5 * (ra2 - ra1) * kDeg);
-    return 2.0 * std::asin(std::sqrt(s * s + std::cos(dec1 * kDeg) * std::cos(dec2 * kDeg) * t * t)) /
-           kArcsec;
+    return angularSeparationDeg(ra1, dec1, ra2, dec2) * 3600.0;
 }
 
 // Reads the catalogs, in parallel where CFITSIO is reentrant.
