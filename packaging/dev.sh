@@ -24,6 +24,8 @@ PACKAGES=(
   cmake ninja-build g++ ccache pkg-config
   # core
   libcfitsio-dev zlib1g-dev wcslib-dev liberfa-dev libeigen3-dev nlohmann-json3-dev libcli11-dev libnanoflann-dev
+  # results store: SQLite embedded, PostgreSQL client; a real server with Q3C in the tests
+  libsqlite3-dev libpq-dev postgresql-15 postgresql-15-q3c
   # GUI
   qt6-base-dev libqt6opengl6-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
   # tests: GoogleTest, a display for GUI tests, and the peers used as independent references

@@ -28,13 +28,17 @@
 #include <QTime>
 #include <QVBoxLayout>
 #include <cmath>
+#include <filesystem>
 
 #include "core/catalog/table.hpp"
+#include "core/db/db_writer.hpp"
+#include "core/db/results_store.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/io/text_catalog.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/device_registry.hpp"
+#include "core/pipeline/report.hpp"
 #include "core/sim/sim_params.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
@@ -321,6 +325,17 @@ void MainWindow::buildMenus() {
         const QString p = QFileDialog::getSaveFileName(this, tr("Export catalog"), QString(),
                                                        tr("FITS table (*.fits);;ECSV (*.ecsv);;CSV (*.csv)"));
         if (!p.isEmpty()) exportCatalog(p);
+    });
+    file->addAction(tr("Save to &database..."), this, [this] {
+        QSettings settings;
+        const QString last = settings.value(QStringLiteral("database/url")).toString();
+        bool ok = false;
+        const QString url = QInputDialog::getText(
+            this, tr("Save to database"), tr("SQLite file, or postgresql://USER@HOST/DB:"), QLineEdit::Normal,
+            last.isEmpty() && m_frame ? QString::fromStdString(defaultDatabasePath()) : last, &ok);
+        if (!ok || url.isEmpty()) return;
+        settings.setValue(QStringLiteral("database/url"), url);
+        saveToDatabase(url);
     });
     file->addAction(tr("Export DS9 &regions..."), this, [this] {
         const QString p =
@@ -645,6 +660,38 @@ bool MainWindow::exportCatalog(const QString& path) {
         m_log->append(LogLevel::Info, tr("catalog written: %1 (%2 rows)").arg(path).arg(t.rows()));
         return true;
     } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+        return false;
+    }
+}
+
+std::string MainWindow::defaultDatabasePath() const {
+    return (std::filesystem::path(m_snapshot && m_snapshot->frame ? m_snapshot->frame->path : std::string("."))
+                .parent_path() /
+            "gpuphot.sqlite")
+        .string();
+}
+
+// The frame, its report and its catalog into the results store (core/db), as `reduce --db` stores them.
+bool MainWindow::saveToDatabase(const QString& url) {
+    if (!m_snapshot || !m_frame || m_snapshot->provisional) {
+        showError(tr("nothing to save yet: open a frame and let it reduce"));
+        return false;
+    }
+    try {
+        QApplication::setOverrideCursor(Qt::WaitCursor);
+        const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
+                                     m_snapshot->reference.get());
+        RunContext ctx;
+        ctx.records = m_snapshot->timings;
+        const nlohmann::json report = buildReport(*m_snapshot->frame, m_snapshot->result, m_snapshot->config, ctx);
+        auto store = openResultsStore(url.toStdString());
+        storeReducedFrame(*store, {}, {}, false, &report, &t);
+        QApplication::restoreOverrideCursor();
+        m_log->append(LogLevel::Info, tr("saved to %1: %2 sources").arg(url).arg(t.rows()));
+        return true;
+    } catch (const std::exception& e) {
+        QApplication::restoreOverrideCursor();
         showError(QString::fromStdString(e.what()));
         return false;
     }

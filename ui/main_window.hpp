@@ -67,6 +67,8 @@ public:
     QString cursorReadout() const; // the status bar's readout text
     // Exports (also in the File menu). Return false and show the error on failure.
     bool exportCatalog(const QString& path);    // .fits / .ecsv / .csv by extension
+    // File > Save to database: the frame's results into a SQLite file or postgresql:// URL (core/db).
+    bool saveToDatabase(const QString& url);
     bool exportRegions(const QString& path);
     bool exportWcs(const QString& path);
     bool saveViewPng(const QString& path);       // the view with its overlays
@@ -93,6 +95,7 @@ protected:
     void closeEvent(QCloseEvent* e) override;
 
 private:
+    std::string defaultDatabasePath() const; // gpuphot.sqlite beside the frame
     void buildMenus();
     void buildDocks();
     void showError(const QString& message);

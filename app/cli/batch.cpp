@@ -1,5 +1,6 @@
 // Many frames: shared reduce options, input expansion, one warm pipeline, and the local batch runner.
 #include "app/cli/batch.hpp"
+#include "app/cli/db_cli.hpp"
 #include "app/cli/test_hooks.hpp"
 
 #include <CLI/CLI.hpp>
@@ -313,7 +314,8 @@ std::vector<std::string> visibleGpus() {
 void runChildren(const std::vector<std::string>& frames, const std::vector<std::size_t>& todo, int jobs,
                  std::size_t window,
                  const std::vector<std::string>& gpus, std::vector<std::string> args,
-                 std::vector<nlohmann::json>& results, Progress& progress, const std::string& jsonl) {
+                 std::vector<nlohmann::json>& results, Progress& progress, const std::string& jsonl,
+                 StatusDatabase& db) {
     const std::string exe = selfExe();
     struct sigaction ignore {}, oldPipe{};
     ignore.sa_handler = SIG_IGN;
@@ -328,6 +330,7 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
     auto record = [&](std::size_t index, nlohmann::json line) {
         results[index] = std::move(line);
         if (!jsonl.empty()) appendJsonLine(jsonl, results[index]);
+        db.add(results[index]);
         progress.frameDone(results[index]);
         ++finished;
     };
@@ -1013,6 +1016,7 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
     if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size()) gpus.resize(jobs);
 
     std::vector<nlohmann::json> results(frames.size());
+    StatusDatabase db(b.db, o.common.verbosity); // --db: frames stored beside the reduction of the next
     Progress progress(frames.size(), tty && frames.size() > 1, o.common.verbosity);
     progress.start();
     if (inProcess) {
@@ -1032,6 +1036,7 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
                 results[i] = std::move(line);
                 if (tty && frames.size() == 1) std::fprintf(stderr, "\r%40s\r", "");
                 if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
+                db.add(results[i]);
                 progress.frameDone(results[i]);
             },
             frames.size() == 1 ? 1 : o.concurrent);
@@ -1052,6 +1057,7 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
             if (!force && outputsComplete(frames[i], ro.output)) {
                 results[i] = frameStatusSkipped(frames[i], reportPath(frames[i], ro.output));
                 if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
+                db.add(results[i]);
                 progress.frameDone(results[i]);
             } else {
                 todo.push_back(i);
@@ -1066,12 +1072,13 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
         // Frames a child holds: those it reads ahead and has in its stages, one for its writer.
         const bool pipelined = o.prefetch > 0 || o.concurrent > 1;
         const std::size_t window = pipelined ? static_cast<std::size_t>(o.prefetch + o.concurrent) + 1 : 1;
-        if (!todo.empty()) runChildren(frames, todo, jobs, window, gpus, args, results, progress, jsonl);
+        if (!todo.empty()) runChildren(frames, todo, jobs, window, gpus, args, results, progress, jsonl, db);
     }
     progress.finish();
     if (frames.size() > 1 && o.common.verbosity > 0) printSummaryTable(stdout, results, progress.elapsed());
-    if (frames.size() == 1 && results[0].value("status", "") == "failed") return results[0].value("exit_code", 1);
-    return batchExitStatus(results);
+    if (frames.size() == 1 && results[0].value("status", "") == "failed")
+        return db.finish(results[0].value("exit_code", 1));
+    return db.finish(batchExitStatus(results));
 }
 
 int runBatchChild(const ReduceCliOptions& o) {

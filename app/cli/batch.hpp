@@ -148,6 +148,7 @@ struct BatchOptions {
     std::string jsonl;         // --jsonl FILE ("" : OUTDIR/gpuphot.jsonl when more than one frame)
     std::vector<std::string> childArgs; // the reduce options for the children (reproduceArgs)
     bool threadsGiven = false; // --threads was given (else each CPU child gets cores / N)
+    std::string db;            // --db URL: each reduced frame also stored there (app/cli/db_cli.hpp)
 };
 
 // Reduces `frames` (in-process with one frame or when one worker suffices, else with N child processes),

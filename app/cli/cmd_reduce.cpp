@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/batch.hpp"
+#include "app/cli/db_cli.hpp"
 #include "app/cli/commands.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
@@ -33,7 +34,7 @@ int run(ReduceCli& o) {
     const std::vector<std::string> frames = expandFrameInputs(o.frames, o.list);
     if (frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ..., @LIST, DIR)");
     BatchOptions b = o.batch;
-    b.childArgs = reproduceArgs(*o.sub, {"-j", "--jsonl", "--list", "--force", "--batch-child", "--dump-config", "-v",
+    b.childArgs = reproduceArgs(*o.sub, {"-j", "--jsonl", "--db", "--list", "--force", "--batch-child", "--dump-config", "-v",
                                          "-q"});
     b.threadsGiven = o.sub->count("--threads") > 0;
     if (frames.size() > 1 && !o.options.sexPerFrameNames) { // one CATALOG_NAME cannot hold several frames
@@ -61,6 +62,7 @@ Command registerReduce(CLI::App& app) {
     sub->add_option("--jsonl", o->batch.jsonl,
                     "Append one JSON status line per frame to this file (default with several frames: "
                     "OUTDIR/gpuphot.jsonl)");
+    addDbOption(*sub, o->batch.db);
     sub->add_flag("--force", o->batch.force, "Reduce frames again even when their outputs are complete and newer");
     sub->add_flag("--batch-child", o->batchChild, "")->group(""); // internal: a worker of `reduce -j N`
     sub->add_flag("--dump-config", o->dumpConfig, "Print the effective configuration as JSON and exit");

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/batch.hpp"
+#include "app/cli/db_cli.hpp"
 #include "app/cli/commands.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/reduce.hpp"
@@ -42,6 +43,7 @@ struct WatchCli {
     double timeout = 0.0;
     std::string jsonl;
     bool force = false;
+    std::string db; // --db URL
 };
 
 // Files reduce writes into OUTDIR: never taken for new frames when OUTDIR is the watched directory.
@@ -74,7 +76,7 @@ public:
     // Frames go through a FramePipeline (--prefetch, --concurrent): a settled frame is read while the one
     // before is in its stages; lines come back on the pipeline's writer thread and are finished on this one.
     Watcher(const WatchCli& o, FrameReducer& reducer, std::string jsonl)
-        : m_o(o), m_jsonl(std::move(jsonl)),
+        : m_o(o), m_jsonl(std::move(jsonl)), m_db(o.db, o.options.common.verbosity),
           m_pipeline(
               reducer, o.options.prefetch,
               [this](std::size_t ticket, nlohmann::json line) {
@@ -129,7 +131,7 @@ public:
             std::fprintf(stderr, "gpuphot: watch ended: %zu frames: %zu ok, %zu skipped, %zu failed\n", m_lines.size(),
                          ok, skipped, failed);
         }
-        return batchExitStatus(m_lines);
+        return m_db.finish(batchExitStatus(m_lines));
     }
 
 private:
@@ -238,6 +240,7 @@ private:
         m_done[key] = v;
         m_lines.push_back(line);
         appendJsonLine(m_jsonl, line);
+        m_db.add(line);
         const std::string text = describeStatus(line);
         if (line.value("status", "") == "failed")
             std::fprintf(stderr, "gpuphot: error: %s\n", text.c_str());
@@ -257,6 +260,7 @@ private:
     std::mutex m_doneMutex;
     std::vector<std::pair<std::size_t, nlohmann::json>> m_finished; // delivered, not yet finished
     std::map<std::size_t, std::pair<std::string, Version>> m_inFlight; // ticket -> frame
+    StatusDatabase m_db; // --db: its writer thread stores each finished frame
     FramePipeline m_pipeline; // last: its threads end before the members above go
     std::map<std::string, Candidate> m_candidates;
     std::map<std::string, Version> m_done;
@@ -298,6 +302,7 @@ Command registerWatch(CLI::App& app) {
     sub->add_option("--timeout", o->timeout, "Exit after this many seconds (after the current frame)");
     sub->add_option("--jsonl", o->jsonl, "Append one JSON status line per frame here (default: OUTDIR/gpuphot.jsonl)");
     sub->add_flag("--force", o->force, "Reduce frames again even when their outputs are complete and newer");
+    addDbOption(*sub, o->db);
     return {sub, [o] { return run(*o); }};
 }
 

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli/db_cli.hpp"
+#include "core/db/db_writer.hpp"
 #include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
 #include "app/cli/redis_client.hpp"
@@ -187,6 +189,7 @@ struct WorkerCli {
     double exitWhenIdle = -1;
     int prefetch = 1;
     int concurrent = 1; // --concurrent K: jobs in their stages at once, each with its own RunContext
+    std::string db;     // --db URL: each reduced frame stored there before its job is acknowledged
 };
 
 struct Job {
@@ -224,6 +227,7 @@ private:
     void submit(const Job& job);
     FrameTask makeTask(const Job& job);
     void finished(std::size_t ticket, nlohmann::json result);
+    void storeInDatabase(nlohmann::json& result, bool onlyIfMissing);
     void deadLetter(const Job& job);
     bool publish(RedisClient& redis, const Job& job, const std::string& stream, const nlohmann::json& result,
                  const std::string& status);
@@ -243,6 +247,8 @@ private:
     std::map<std::size_t, Job> m_jobs; // pipeline ticket -> job in flight
     std::atomic<long long> m_done{0};
     std::size_t m_nextTicket = 0;
+    std::unique_ptr<ResultsStore> m_store; // --db: the pipeline writer thread's connection
+    int m_dbExitCode = 0;                  // the first database failure's exit status
     std::unique_ptr<FramePipeline> m_pipeline; // last: its threads end before the members above go
 };
 
@@ -453,6 +459,7 @@ void Worker::finished(std::size_t ticket, nlohmann::json result) {
     result["worker"] = m_o.name;
     result["job"] = job.id;
     result["attempt"] = job.attempt;
+    if (!m_o.db.empty() && (status == "ok" || status == "skipped")) storeInDatabase(result, status == "skipped");
     const bool published = publish(*m_publisher, job, m_o.streams.results(), result, status);
     {
         std::lock_guard lock(m_jobsMutex);
@@ -471,6 +478,24 @@ void Worker::finished(std::size_t ticket, nlohmann::json result) {
             std::printf("%s %s: %s, %zu sources, %.2f s\n", job.id.c_str(), frame.c_str(), status.c_str(),
                         result.value("sources", std::size_t{0}), result.value("seconds", 0.0));
         std::fflush(stdout);
+    }
+}
+
+// --db: the frame goes into the database before its job is acknowledged, so a worker killed inside the
+// write leaves the job pending; it is claimed again and the retry replaces the frame (never half of it).
+// A failure is recorded in the result (database_error) and in the worker's exit status.
+void Worker::storeInDatabase(nlohmann::json& result, bool onlyIfMissing) {
+    try {
+        if (!m_store) m_store = openResultsStore(m_o.db, cliStoreOptions());
+        const bool wrote = storeReducedFrame(*m_store, result.value("report", std::string{}), {}, onlyIfMissing);
+        result["database"] = wrote ? "stored" : "already stored";
+    } catch (const std::exception& e) {
+        const auto* dbe = dynamic_cast<const DatabaseError*>(&e);
+        if (dbe) m_store.reset(); // reconnect for the next frame
+        result["database_error"] = e.what();
+        const int code = dbe ? databaseExitCode(dbe->kind()) : databaseExitCode(DatabaseError::Kind::Other);
+        if (m_dbExitCode == 0) m_dbExitCode = code;
+        std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());
     }
 }
 
@@ -535,7 +560,7 @@ int Worker::run() {
                     g_stop.load() ? " (signal)" : "");
         std::fflush(stdout);
     }
-    return 0;
+    return m_dbExitCode;
 }
 
 // --gpu N: the Nth visible device (of CUDA_VISIBLE_DEVICES when set), before CUDA is first touched.
@@ -657,6 +682,7 @@ Command registerWorker(CLI::App& app) {
                     "Deliveries of a job before it goes to the dead-letter stream")
         ->capture_default_str();
     sub->add_option("--max-frames", o->maxFrames, "Exit after this many frames (0: no limit)");
+    addDbOption(*sub, o->db);
     sub->add_option("--prefetch", o->prefetch,
                     "Jobs read ahead while one is in its stages, the previous one's outputs written meanwhile "
                     "(0: one job at a time)")

@@ -52,5 +52,6 @@ Command registerEnqueue(CLI::App& app); // cmd_worker.cpp
 Command registerResults(CLI::App& app); // cmd_worker.cpp
 Command registerMaster(CLI::App& app);  // cmd_master.cpp: master bias/dark/flat
 Command registerSeries(CLI::App& app);  // cmd_series.cpp: light curves over a night
+Command registerQuery(CLI::App& app);   // cmd_query.cpp: the results database read back
 
 } // namespace gpuphot::cli

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/cli/commands.hpp"
+#include "core/db/results_store.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/text.hpp"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
         cli::registerBench(app),    cli::registerSubmit(app), cli::registerStatus(app),
         cli::registerWatch(app),    cli::registerWorker(app), cli::registerEnqueue(app),
         cli::registerResults(app),  cli::registerMaster(app), cli::registerSeries(app),
+        cli::registerQuery(app),
     };
     try {
         app.parse(argc, argv);
@@ -62,6 +64,9 @@ int main(int argc, char** argv) {
     try {
         for (const auto& c : commands)
             if (c.sub->parsed()) return c.run();
+    } catch (const DatabaseError& e) {
+        std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());
+        return databaseExitCode(e.kind());
     } catch (const InvalidInput& e) {
         std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
         return 2;

@@ -12,6 +12,8 @@ struct CliTestHooks {
     std::string crashFrame;          // GPUPHOT_TEST_CRASH_FRAME: a worker aborts on a frame path containing it
     std::string batchChildAbortOn;   // GPUPHOT_TEST_BATCH_CHILD_ABORT_ON: likewise for a `reduce -j` child
     std::size_t cudaFailAfterAllocs = 0; // GPUPHOT_TEST_CUDA_FAIL_ALLOC: RunContext::testHooks
+    long dbKillAfterRows = 0;        // GPUPHOT_TEST_DB_KILL_AFTER_ROWS: SIGKILL inside a frame's database write
+    long dbMaxPageCount = 0;         // GPUPHOT_TEST_DB_MAX_PAGES: a SQLite store "full" at that many pages
 };
 
 const CliTestHooks& cliTestHooks();

@@ -21,6 +21,8 @@ const CliTestHooks& cliTestHooks() {
         h.batchChildAbortOn = text("GPUPHOT_TEST_BATCH_CHILD_ABORT_ON");
         const long long n = std::atoll(text("GPUPHOT_TEST_CUDA_FAIL_ALLOC").c_str());
         h.cudaFailAfterAllocs = n > 0 ? static_cast<std::size_t>(n) : 0;
+        h.dbKillAfterRows = std::atol(text("GPUPHOT_TEST_DB_KILL_AFTER_ROWS").c_str());
+        h.dbMaxPageCount = std::atol(text("GPUPHOT_TEST_DB_MAX_PAGES").c_str());
         return h;
     }();
     return hooks;

@@ -18,6 +18,7 @@
 
 #include "core/io/fits_table.hpp"
 #include "core/sim/simulator.hpp"
+#include "core/db/results_store.hpp"
 #include "tests/test_support.hpp"
 #include "ui/catalog_model.hpp"
 #include "ui/main_window.hpp"
@@ -108,6 +109,17 @@ TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
     ASSERT_TRUE(w.exportCatalog(cat));
     EXPECT_EQ(gpuphot::readFitsTable(cat.toStdString()).rows(), n);
     EXPECT_TRUE(w.exportRegions(QString::fromStdString((out.path / "x.reg").string())));
+    // File > Save to database: the frame and every catalog row; saved again, replaced.
+    const std::string dbPath = (out.path / "db/night.sqlite").string();
+    ASSERT_TRUE(w.saveToDatabase(QString::fromStdString(dbPath)));
+    ASSERT_TRUE(w.saveToDatabase(QString::fromStdString(dbPath)));
+    {
+        auto store = gpuphot::openResultsStore(dbPath);
+        const gpuphot::Table frames = store->frames({});
+        ASSERT_EQ(frames.rows(), 1u);
+        EXPECT_EQ(static_cast<std::size_t>(frames.at("sources").as<std::int64_t>()[0]), n);
+        EXPECT_EQ(store->cone(0.0, 0.0, 648000.0).rows(), n);
+    }
     EXPECT_EQ(w.exportWcs(QString::fromStdString((out.path / "x.wcs").string())),
               static_cast<bool>(snap->result.fittedWcs));
 

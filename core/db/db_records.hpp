@@ -1,0 +1,74 @@
+#pragma once
+// What both back ends store, taken out of a FrameRecord once: the frame row's fields and the sources'
+// columns as flat arrays (core/db internal; docs/DATABASE.md has the schema).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/db/results_store.hpp"
+
+namespace gpuphot::db {
+
+// Declination zones of the sources' index: zone = floor((dec + 90) / kZoneHeightDeg). A cone search
+// scans the index (zone, ra) over the zones and right-ascension ranges that cover the circle.
+inline constexpr double kZoneHeightDeg = 1.0 / 120.0; // 30 arcsec
+std::int64_t zoneOf(double decDeg);
+
+struct RaRange {
+    std::int64_t zone;
+    double raMin, raMax; // degrees, raMin <= raMax, within [0, 360]
+};
+// The (zone, ra range) boxes whose union covers the circle of radiusDeg around (ra, dec).
+std::vector<RaRange> coneBoxes(double raDeg, double decDeg, double radiusDeg);
+double separationArcsec(double ra1, double dec1, double ra2, double dec2);
+
+struct FrameFields {
+    std::string path;
+    int hdu = 0;
+    std::string checksum, filter, object, software, status;
+    double mjd, exptime, airmass, fwhm, ellipticity, sky, skyRms, zp, zpErr, astrometricRms, seconds;
+    std::int64_t width = 0, height = 0, sources = 0, calibrators = 0;
+    std::string apertureRadii; // JSON array text
+    std::string timings;       // JSON object text: stage -> seconds
+    std::string config;        // JSON text of the configuration
+    std::string configHash;    // 16 hex digits (FNV-1a 64 of `config`)
+    std::string written;       // UTC ISO 8601 time of the write
+};
+// Throws InvalidInput when the report lacks frame.path.
+FrameFields frameFields(const FrameRecord& record);
+
+// The sources' columns; missing catalog columns are NaN (or -1 for ref_id, 0 for flags).
+struct SourceColumns {
+    std::size_t rows = 0;
+    int apertures = 0;
+    std::vector<std::int64_t> id, zone, flags, refId;
+    std::vector<double> ra, dec, x, y, fluxAuto, fluxErrAuto, fluxPsf, fluxErrPsf, magCal, magErrCal, fwhm;
+    // aper[row * 2 * apertures + 2k] = flux_aper_{k+1}, [.. + 2k + 1] = fluxerr_aper_{k+1}
+    std::vector<double> aper;
+    // Row order sorted by (zone, ra): the index is written in key order.
+    std::vector<std::uint32_t> order;
+};
+// Throws InvalidInput when the catalog is missing or lacks ra/dec.
+SourceColumns sourceColumns(const Table& catalog);
+
+// The empty result table of cone() with `apertures` flux_aper_k/fluxerr_aper_k columns; appendConeRow
+// adds one row.
+Table coneTable(int apertures);
+struct ConeRow {
+    std::int64_t frameId = 0, hdu = 0, id = 0, flags = 0, refId = -1;
+    std::string path, filter;
+    double mjd, ra, dec, x, y, sep, fluxAuto, fluxErrAuto, fluxPsf, fluxErrPsf, magCal, magErrCal;
+    const double* aper = nullptr; // 2 * naper values (flux, err interleaved)
+    int naper = 0;
+};
+void appendConeRow(Table& table, const ConeRow& row);
+// Sorts the cone table by (mjd, frame_id, sep).
+Table sortCone(const Table& table);
+
+// The frames() result table's empty columns.
+Table framesTable();
+
+std::string fnv1a64Hex(const std::string& text);
+std::string utcNowIso();
+
+} // namespace gpuphot::db

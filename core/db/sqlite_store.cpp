@@ -1,0 +1,348 @@
+// The SQLite back end: one file, WAL journal (readers never block the writer; a killed writer's open
+// transaction is simply not in the file), one transaction per frame with prepared statements.
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "core/db/backends.hpp"
+#include "core/db/db_records.hpp"
+
+namespace gpuphot::db {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Schema v1 (docs/DATABASE.md). Sources are clustered by (frame_id, id), so replacing a frame deletes one
+// contiguous range; the (zone, ra) index serves cone searches.
+const char* const kSchemaV1 = R"SQL(
+CREATE TABLE configs(hash TEXT PRIMARY KEY, config TEXT NOT NULL);
+CREATE TABLE frames(
+  id INTEGER PRIMARY KEY, path TEXT NOT NULL, hdu INTEGER NOT NULL, checksum TEXT,
+  mjd REAL, filter TEXT, object TEXT, exptime REAL, airmass REAL, width INTEGER, height INTEGER,
+  fwhm REAL, ellipticity REAL, sky REAL, sky_rms REAL, zp REAL, zp_err REAL, astrometric_rms REAL,
+  sources INTEGER, calibrators INTEGER, aperture_radii TEXT, software TEXT,
+  config_hash TEXT REFERENCES configs(hash), seconds REAL, timings TEXT, status TEXT, written TEXT,
+  UNIQUE(path, hdu));
+CREATE INDEX frames_mjd ON frames(mjd);
+CREATE TABLE sources(
+  frame_id INTEGER NOT NULL, id INTEGER NOT NULL, zone INTEGER NOT NULL, ra REAL, dec REAL, x REAL, y REAL,
+  flux_auto REAL, fluxerr_auto REAL, flux_psf REAL, fluxerr_psf REAL, mag_cal REAL, magerr_cal REAL,
+  fwhm REAL, flags INTEGER, ref_id INTEGER, aper BLOB,
+  PRIMARY KEY(frame_id, id)) WITHOUT ROWID;
+CREATE INDEX sources_zone ON sources(zone, ra);
+CREATE TABLE series_objects(id INTEGER PRIMARY KEY, name TEXT, ra REAL, dec REAL, kind TEXT);
+CREATE TABLE series_points(
+  object_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, bjd_tdb REAL, rel_flux REAL, rel_flux_err REAL,
+  mag REAL, mag_err REAL, PRIMARY KEY(object_id, frame_id)) WITHOUT ROWID;
+)SQL";
+
+DatabaseError::Kind kindOf(int code) {
+    switch (code & 0xff) {
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY: return DatabaseError::Kind::Unreachable;
+    case SQLITE_FULL: return DatabaseError::Kind::Full;
+    default: return DatabaseError::Kind::Other;
+    }
+}
+
+class Statement {
+public:
+    Statement(sqlite3* db, const char* sql, const std::string& where) : m_db(db) {
+        if (sqlite3_prepare_v2(db, sql, -1, &m_stmt, nullptr) != SQLITE_OK)
+            throw DatabaseError(kindOf(sqlite3_errcode(db)), where + ": " + sqlite3_errmsg(db));
+    }
+    ~Statement() { sqlite3_finalize(m_stmt); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& bind(int i, double v) {
+        if (std::isfinite(v)) sqlite3_bind_double(m_stmt, i, v);
+        else sqlite3_bind_null(m_stmt, i); // NaN: SQL NULL
+        return *this;
+    }
+    Statement& bind(int i, std::int64_t v) {
+        sqlite3_bind_int64(m_stmt, i, v);
+        return *this;
+    }
+    Statement& bind(int i, const std::string& v) {
+        sqlite3_bind_text(m_stmt, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+        return *this;
+    }
+    Statement& bindBlob(int i, const void* p, std::size_t n) {
+        sqlite3_bind_blob(m_stmt, i, p, static_cast<int>(n), SQLITE_STATIC);
+        return *this;
+    }
+    // One step: true when a row is ready, false when done. Throws DatabaseError.
+    bool step(const std::string& where) {
+        const int rc = sqlite3_step(m_stmt);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        throw DatabaseError(kindOf(rc), where + ": " + sqlite3_errmsg(m_db));
+    }
+    void reset() {
+        sqlite3_reset(m_stmt);
+        sqlite3_clear_bindings(m_stmt);
+    }
+    double real(int c) const {
+        return sqlite3_column_type(m_stmt, c) == SQLITE_NULL ? kNaN : sqlite3_column_double(m_stmt, c);
+    }
+    std::int64_t integer(int c) const { return sqlite3_column_int64(m_stmt, c); }
+    std::string str(int c) const {
+        const auto* p = sqlite3_column_text(m_stmt, c);
+        return p ? reinterpret_cast<const char*>(p) : "";
+    }
+    const void* blob(int c, int& bytes) const {
+        bytes = sqlite3_column_bytes(m_stmt, c);
+        return sqlite3_column_blob(m_stmt, c);
+    }
+
+private:
+    sqlite3* m_db;
+    sqlite3_stmt* m_stmt = nullptr;
+};
+
+class SqliteStore final : public ResultsStore {
+public:
+    SqliteStore(const std::string& path, const StoreOptions& options) : m_path(path), m_options(options) {
+        open();
+        migrate();
+    }
+    ~SqliteStore() override { sqlite3_close_v2(m_db); }
+
+    std::string backend() const override { return "sqlite"; }
+    int schemaVersion() const override { return m_version; }
+    std::int64_t putFrame(const FrameRecord& record) override;
+    std::optional<std::string> frameChecksum(const std::string& path, int hdu) override;
+    Table frames(const FrameQuery& query) override;
+    Table cone(double raDeg, double decDeg, double radiusArcsec) override;
+    std::string frameConfig(std::int64_t frameId) override;
+
+private:
+    void open();
+    void migrate();
+    void exec(const char* sql, const std::string& where);
+    std::string where(const std::string& what) const { return m_path + ": " + what; }
+    std::int64_t insertFrame(const FrameFields& f);
+    void insertSources(std::int64_t frameId, const SourceColumns& s);
+
+    std::string m_path;
+    StoreOptions m_options;
+    sqlite3* m_db = nullptr;
+    int m_version = 0;
+};
+
+void SqliteStore::exec(const char* sql, const std::string& what) {
+    char* msg = nullptr;
+    const int rc = sqlite3_exec(m_db, sql, nullptr, nullptr, &msg);
+    if (rc != SQLITE_OK) {
+        const std::string text = msg ? msg : sqlite3_errstr(rc);
+        sqlite3_free(msg);
+        throw DatabaseError(kindOf(rc), where(what) + ": " + text);
+    }
+}
+
+void SqliteStore::open() {
+    namespace fs = std::filesystem;
+    const fs::path parent = fs::path(m_path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::exists(parent, ec)) fs::create_directories(parent, ec);
+    if (ec) throw DatabaseError(DatabaseError::Kind::Unreachable, "cannot make " + parent.string() + ": " + ec.message());
+    const int rc = sqlite3_open_v2(m_path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    if (rc != SQLITE_OK) {
+        const std::string msg = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
+        throw DatabaseError(kindOf(rc), where("cannot open the database: " + msg));
+    }
+    sqlite3_extended_result_codes(m_db, 0);
+    sqlite3_busy_timeout(m_db, static_cast<int>(m_options.busyTimeoutSeconds * 1000));
+    // Not a database (e.g. a FITS file given by mistake) fails here with "file is not a database".
+    exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; "
+         "PRAGMA temp_store=MEMORY;",
+         "cannot open the database");
+    if (m_options.test.maxPageCount > 0) {
+        const std::string sql = "PRAGMA max_page_count=" + std::to_string(m_options.test.maxPageCount);
+        exec(sql.c_str(), "max_page_count");
+    }
+}
+
+void SqliteStore::migrate() {
+    exec("BEGIN IMMEDIATE", "schema");
+    try {
+        exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)", "schema");
+        Statement q(m_db, "SELECT value FROM meta WHERE key = 'schema_version'", where("schema"));
+        const int found = q.step(where("schema")) ? std::stoi(q.str(0)) : 0;
+        if (found > kResultsSchemaVersion)
+            throw DatabaseError(DatabaseError::Kind::SchemaTooNew,
+                                where("written by a newer gpuphot: schema version " + std::to_string(found) +
+                                      ", this build reads up to " + std::to_string(kResultsSchemaVersion)));
+        if (found < 1) {
+            exec(kSchemaV1, "schema v1");
+            exec("INSERT OR REPLACE INTO meta VALUES('schema_version', '1')", "schema v1");
+        }
+        // Later versions: `if (found < 2) { ALTER ...; schema_version = 2 }`, each in this transaction.
+        exec("COMMIT", "schema");
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+    m_version = kResultsSchemaVersion;
+}
+
+std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
+    Statement cfg(m_db, "INSERT OR IGNORE INTO configs VALUES(?1, ?2)", where("configs"));
+    cfg.bind(1, f.configHash).bind(2, f.config).step(where("configs"));
+    Statement old(m_db, "SELECT id FROM frames WHERE path = ?1 AND hdu = ?2", where("frames"));
+    old.bind(1, f.path).bind(2, std::int64_t{f.hdu});
+    if (old.step(where("frames"))) {
+        const std::int64_t id = old.integer(0);
+        Statement del(m_db, "DELETE FROM sources WHERE frame_id = ?1", where("sources"));
+        del.bind(1, id).step(where("replacing the frame's sources"));
+        Statement delPoints(m_db, "DELETE FROM series_points WHERE frame_id = ?1", where("series_points"));
+        delPoints.bind(1, id).step(where("replacing the frame's light-curve points"));
+        Statement delFrame(m_db, "DELETE FROM frames WHERE id = ?1", where("frames"));
+        delFrame.bind(1, id).step(where("replacing the frame"));
+    }
+    Statement ins(m_db,
+                  "INSERT INTO frames(path, hdu, checksum, mjd, filter, object, exptime, airmass, width, height, "
+                  "fwhm, ellipticity, sky, sky_rms, zp, zp_err, astrometric_rms, sources, calibrators, "
+                  "aperture_radii, software, config_hash, seconds, timings, status, written) VALUES(?1, ?2, ?3, "
+                  "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, "
+                  "?24, ?25, ?26)",
+                  where("frames"));
+    ins.bind(1, f.path).bind(2, std::int64_t{f.hdu}).bind(3, f.checksum).bind(4, f.mjd).bind(5, f.filter);
+    ins.bind(6, f.object).bind(7, f.exptime).bind(8, f.airmass).bind(9, f.width).bind(10, f.height);
+    ins.bind(11, f.fwhm).bind(12, f.ellipticity).bind(13, f.sky).bind(14, f.skyRms).bind(15, f.zp);
+    ins.bind(16, f.zpErr).bind(17, f.astrometricRms).bind(18, f.sources).bind(19, f.calibrators);
+    ins.bind(20, f.apertureRadii).bind(21, f.software).bind(22, f.configHash).bind(23, f.seconds);
+    ins.bind(24, f.timings).bind(25, f.status).bind(26, f.written);
+    ins.step(where("writing the frame"));
+    return sqlite3_last_insert_rowid(m_db);
+}
+
+void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
+    Statement ins(m_db,
+                  "INSERT INTO sources VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+                  "?16, ?17)",
+                  where("sources"));
+    const std::size_t aperBytes = sizeof(double) * 2 * s.apertures;
+    long sent = 0;
+    for (std::uint32_t i : s.order) {
+        ins.bind(1, frameId).bind(2, s.id[i]).bind(3, s.zone[i]).bind(4, s.ra[i]).bind(5, s.dec[i]);
+        ins.bind(6, s.x[i]).bind(7, s.y[i]).bind(8, s.fluxAuto[i]).bind(9, s.fluxErrAuto[i]);
+        ins.bind(10, s.fluxPsf[i]).bind(11, s.fluxErrPsf[i]).bind(12, s.magCal[i]).bind(13, s.magErrCal[i]);
+        ins.bind(14, s.fwhm[i]).bind(15, s.flags[i]).bind(16, s.refId[i]);
+        ins.bindBlob(17, s.aper.data() + i * 2 * s.apertures, aperBytes);
+        ins.step(where("writing the frame's sources"));
+        ins.reset();
+        if (m_options.test.killAfterRows > 0 && ++sent == m_options.test.killAfterRows) ::kill(::getpid(), SIGKILL);
+    }
+}
+
+std::int64_t SqliteStore::putFrame(const FrameRecord& record) {
+    if (!record.catalog) throw InvalidInput("results store: a frame without its catalog");
+    const FrameFields f = frameFields(record);
+    const SourceColumns s = sourceColumns(*record.catalog);
+    exec("BEGIN IMMEDIATE", "writing " + f.path);
+    try {
+        const std::int64_t id = insertFrame(f);
+        insertSources(id, s);
+        exec("COMMIT", "writing " + f.path);
+        return id;
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+std::optional<std::string> SqliteStore::frameChecksum(const std::string& path, int hdu) {
+    Statement q(m_db, "SELECT checksum FROM frames WHERE path = ?1 AND hdu = ?2", where("frames"));
+    q.bind(1, path).bind(2, std::int64_t{hdu});
+    if (!q.step(where("frames"))) return std::nullopt;
+    return q.str(0);
+}
+
+Table SqliteStore::frames(const FrameQuery& query) {
+    Statement q(m_db,
+                "SELECT id, path, hdu, checksum, mjd, filter, exptime, airmass, fwhm, sky, zp, zp_err, "
+                "astrometric_rms, sources, calibrators, software, config_hash, seconds, status, written FROM frames "
+                "WHERE (?1 IS NULL OR mjd >= ?1) AND (?2 IS NULL OR mjd <= ?2) AND (?3 = '' OR filter = ?3) "
+                "AND (?4 = '' OR path LIKE ?4) ORDER BY mjd IS NULL, mjd, path, hdu",
+                where("frames"));
+    q.bind(1, query.mjdMin.value_or(kNaN)).bind(2, query.mjdMax.value_or(kNaN));
+    q.bind(3, query.filter).bind(4, query.pathLike);
+    Table t = framesTable();
+    auto& c = t.columns();
+    while (q.step(where("frames"))) {
+        for (int i = 0; i < static_cast<int>(c.size()); ++i)
+            std::visit(
+                [&](auto& v) {
+                    using T = typename std::decay_t<decltype(v)>::value_type;
+                    if constexpr (std::is_same_v<T, std::string>) v.push_back(q.str(i));
+                    else if constexpr (std::is_same_v<T, double>) v.push_back(q.real(i));
+                    else if constexpr (std::is_same_v<T, std::int64_t>) v.push_back(q.integer(i));
+                },
+                c[i].data);
+    }
+    return t;
+}
+
+Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
+    Statement q(m_db,
+                "SELECT s.frame_id, f.path, f.hdu, f.mjd, f.filter, s.id, s.ra, s.dec, s.x, s.y, s.flux_auto, "
+                "s.fluxerr_auto, s.flux_psf, s.fluxerr_psf, s.mag_cal, s.magerr_cal, s.flags, s.ref_id, s.aper "
+                "FROM sources s JOIN frames f ON f.id = s.frame_id WHERE s.zone = ?1 AND s.ra BETWEEN ?2 AND ?3",
+                where("cone"));
+    struct Hit {
+        ConeRow row;
+        std::vector<double> aper;
+    };
+    std::vector<Hit> hits;
+    int naper = 0;
+    for (const RaRange& box : coneBoxes(raDeg, decDeg, radiusArcsec / 3600.0)) {
+        q.bind(1, box.zone).bind(2, box.raMin).bind(3, box.raMax);
+        while (q.step(where("cone"))) {
+            const double sep = separationArcsec(raDeg, decDeg, q.real(6), q.real(7));
+            if (!(sep <= radiusArcsec)) continue;
+            Hit h;
+            ConeRow& r = h.row;
+            r.frameId = q.integer(0), r.path = q.str(1), r.hdu = q.integer(2), r.mjd = q.real(3);
+            r.filter = q.str(4), r.id = q.integer(5), r.ra = q.real(6), r.dec = q.real(7), r.x = q.real(8);
+            r.y = q.real(9), r.sep = sep, r.fluxAuto = q.real(10), r.fluxErrAuto = q.real(11);
+            r.fluxPsf = q.real(12), r.fluxErrPsf = q.real(13), r.magCal = q.real(14), r.magErrCal = q.real(15);
+            r.flags = q.integer(16), r.refId = q.integer(17);
+            int bytes = 0;
+            const auto* p = static_cast<const double*>(q.blob(18, bytes));
+            h.aper.assign(p, p + bytes / sizeof(double));
+            r.naper = static_cast<int>(h.aper.size() / 2);
+            naper = std::max(naper, r.naper);
+            hits.push_back(std::move(h));
+        }
+        q.reset();
+    }
+    Table t = coneTable(naper);
+    for (Hit& h : hits) {
+        h.row.aper = h.aper.data();
+        appendConeRow(t, h.row);
+    }
+    return sortCone(t);
+}
+
+std::string SqliteStore::frameConfig(std::int64_t frameId) {
+    Statement q(m_db, "SELECT c.config FROM frames f JOIN configs c ON c.hash = f.config_hash WHERE f.id = ?1",
+                where("configs"));
+    q.bind(1, frameId);
+    return q.step(where("configs")) ? q.str(0) : std::string{};
+}
+
+} // namespace
+
+std::unique_ptr<ResultsStore> openSqliteStore(const std::string& path, const StoreOptions& options) {
+    return std::make_unique<SqliteStore>(path, options);
+}
+
+} // namespace gpuphot::db
