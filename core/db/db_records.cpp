@@ -186,11 +186,25 @@ SourceColumns sourceColumns(const Table& t) {
         // A source without a sky position (no WCS) is stored with NaN ra/dec in zone -1: never in a cone.
         s.zone[i] = std::isfinite(s.ra[i]) && std::isfinite(s.dec[i]) ? zoneOf(s.dec[i]) : -1;
     }
-    s.order.resize(s.rows);
-    std::iota(s.order.begin(), s.order.end(), 0u);
-    std::sort(s.order.begin(), s.order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    std::vector<std::uint32_t> order(s.rows);
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
         return s.zone[a] != s.zone[b] ? s.zone[a] < s.zone[b] : s.ra[a] < s.ra[b];
     });
+    // The arrays themselves reordered, one at a time: the writers then read them front to back.
+    auto permute = [&](auto& v, std::size_t stride) {
+        auto copy = v;
+        for (std::size_t i = 0; i < s.rows; ++i)
+            std::copy_n(copy.begin() + order[i] * stride, stride, v.begin() + i * stride);
+    };
+    for (auto* v : {&s.id, &s.zone, &s.flags, &s.refId})
+        permute(*v, 1);
+    for (auto* v : {&s.ra, &s.dec, &s.x, &s.y, &s.fluxAuto, &s.fluxErrAuto, &s.fluxPsf, &s.fluxErrPsf, &s.magCal,
+                    &s.magErrCal, &s.fwhm})
+        permute(*v, 1);
+    permute(s.aper, static_cast<std::size_t>(2 * s.apertures));
+    s.order.resize(s.rows);
+    std::iota(s.order.begin(), s.order.end(), 0u);
     return s;
 }
 

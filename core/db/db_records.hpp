@@ -45,7 +45,8 @@ struct SourceColumns {
     std::vector<double> ra, dec, x, y, fluxAuto, fluxErrAuto, fluxPsf, fluxErrPsf, magCal, magErrCal, fwhm;
     // aper[row * 2 * apertures + 2k] = flux_aper_{k+1}, [.. + 2k + 1] = fluxerr_aper_{k+1}
     std::vector<double> aper;
-    // Row order sorted by (zone, ra): the index is written in key order.
+    // The rows are sorted by (zone, ra), so that the cone index is written in key order; `order` is the
+    // order to write them in (the identity).
     std::vector<std::uint32_t> order;
 };
 // Throws InvalidInput when the catalog is missing or lacks ra/dec.

@@ -17,8 +17,9 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Schema v1 (docs/DATABASE.md). Sources are clustered by (frame_id, id), so replacing a frame deletes one
-// contiguous range; the (zone, ra) index serves cone searches.
+// Schema v1 (docs/DATABASE.md). Sources are appended in rowid order, a frame's rows one contiguous rowid
+// range (frames.first_source .. last_source), so replacing a frame deletes a range; the (zone, ra) index,
+// written in key order per frame, serves cone searches.
 const char* const kSchemaV1 = R"SQL(
 CREATE TABLE configs(hash TEXT PRIMARY KEY, config TEXT NOT NULL);
 CREATE TABLE frames(
@@ -27,13 +28,13 @@ CREATE TABLE frames(
   fwhm REAL, ellipticity REAL, sky REAL, sky_rms REAL, zp REAL, zp_err REAL, astrometric_rms REAL,
   sources INTEGER, calibrators INTEGER, aperture_radii TEXT, software TEXT,
   config_hash TEXT REFERENCES configs(hash), seconds REAL, timings TEXT, status TEXT, written TEXT,
+  first_source INTEGER, last_source INTEGER,
   UNIQUE(path, hdu));
 CREATE INDEX frames_mjd ON frames(mjd);
 CREATE TABLE sources(
   frame_id INTEGER NOT NULL, id INTEGER NOT NULL, zone INTEGER NOT NULL, ra REAL, dec REAL, x REAL, y REAL,
   flux_auto REAL, fluxerr_auto REAL, flux_psf REAL, fluxerr_psf REAL, mag_cal REAL, magerr_cal REAL,
-  fwhm REAL, flags INTEGER, ref_id INTEGER, aper BLOB,
-  PRIMARY KEY(frame_id, id)) WITHOUT ROWID;
+  fwhm REAL, flags INTEGER, ref_id INTEGER, aper BLOB);
 CREATE INDEX sources_zone ON sources(zone, ra);
 CREATE TABLE series_objects(id INTEGER PRIMARY KEY, name TEXT, ra REAL, dec REAL, kind TEXT);
 CREATE TABLE series_points(
@@ -85,10 +86,7 @@ public:
         if (rc == SQLITE_DONE) return false;
         throw DatabaseError(kindOf(rc), where + ": " + sqlite3_errmsg(m_db));
     }
-    void reset() {
-        sqlite3_reset(m_stmt);
-        sqlite3_clear_bindings(m_stmt);
-    }
+    void reset() { sqlite3_reset(m_stmt); } // the bindings stay: every use binds all its parameters
     double real(int c) const {
         return sqlite3_column_type(m_stmt, c) == SQLITE_NULL ? kNaN : sqlite3_column_double(m_stmt, c);
     }
@@ -161,7 +159,8 @@ void SqliteStore::open() {
     sqlite3_extended_result_codes(m_db, 0);
     sqlite3_busy_timeout(m_db, static_cast<int>(m_options.busyTimeoutSeconds * 1000));
     // Not a database (e.g. a FITS file given by mistake) fails here with "file is not a database".
-    exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; "
+    // 16 KiB pages (a new file only; before WAL): a third less time per frame than 4 KiB.
+    exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; "
          "PRAGMA temp_store=MEMORY;",
          "cannot open the database");
     if (m_options.test.maxPageCount > 0) {
@@ -196,12 +195,13 @@ void SqliteStore::migrate() {
 std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
     Statement cfg(m_db, "INSERT OR IGNORE INTO configs VALUES(?1, ?2)", where("configs"));
     cfg.bind(1, f.configHash).bind(2, f.config).step(where("configs"));
-    Statement old(m_db, "SELECT id FROM frames WHERE path = ?1 AND hdu = ?2", where("frames"));
+    Statement old(m_db, "SELECT id, first_source, last_source FROM frames WHERE path = ?1 AND hdu = ?2",
+                  where("frames"));
     old.bind(1, f.path).bind(2, std::int64_t{f.hdu});
     if (old.step(where("frames"))) {
         const std::int64_t id = old.integer(0);
-        Statement del(m_db, "DELETE FROM sources WHERE frame_id = ?1", where("sources"));
-        del.bind(1, id).step(where("replacing the frame's sources"));
+        Statement del(m_db, "DELETE FROM sources WHERE rowid BETWEEN ?1 AND ?2", where("sources"));
+        del.bind(1, old.integer(1)).bind(2, old.integer(2)).step(where("replacing the frame's sources"));
         Statement delPoints(m_db, "DELETE FROM series_points WHERE frame_id = ?1", where("series_points"));
         delPoints.bind(1, id).step(where("replacing the frame's light-curve points"));
         Statement delFrame(m_db, "DELETE FROM frames WHERE id = ?1", where("frames"));
@@ -224,6 +224,7 @@ std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
     return sqlite3_last_insert_rowid(m_db);
 }
 
+// Appends the sources and records their rowid range in the frame's row.
 void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
     Statement ins(m_db,
                   "INSERT INTO sources VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
@@ -231,6 +232,7 @@ void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
                   where("sources"));
     const std::size_t aperBytes = sizeof(double) * 2 * s.apertures;
     long sent = 0;
+    std::int64_t first = 0;
     for (std::uint32_t i : s.order) {
         ins.bind(1, frameId).bind(2, s.id[i]).bind(3, s.zone[i]).bind(4, s.ra[i]).bind(5, s.dec[i]);
         ins.bind(6, s.x[i]).bind(7, s.y[i]).bind(8, s.fluxAuto[i]).bind(9, s.fluxErrAuto[i]);
@@ -239,8 +241,13 @@ void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
         ins.bindBlob(17, s.aper.data() + i * 2 * s.apertures, aperBytes);
         ins.step(where("writing the frame's sources"));
         ins.reset();
-        if (m_options.test.killAfterRows > 0 && ++sent == m_options.test.killAfterRows) ::kill(::getpid(), SIGKILL);
+        if (sent++ == 0) first = sqlite3_last_insert_rowid(m_db);
+        if (sent == m_options.test.killAfterRows) ::kill(::getpid(), SIGKILL);
     }
+    Statement range(m_db, "UPDATE frames SET first_source = ?1, last_source = ?2 WHERE id = ?3", where("frames"));
+    const std::int64_t last = s.rows ? static_cast<std::int64_t>(sqlite3_last_insert_rowid(m_db)) : -1;
+    range.bind(1, s.rows ? first : std::int64_t{0}).bind(2, last);
+    range.bind(3, frameId).step(where("writing the frame"));
 }
 
 std::int64_t SqliteStore::putFrame(const FrameRecord& record) {

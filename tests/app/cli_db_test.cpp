@@ -139,10 +139,13 @@ TEST(CliDb, FullDatabaseAndKilledWriterLeaveNoPartialFrame) {
     CliResult r = runCli("reduce " + (frameDir() / "f1.fits") + " -o " + out.str() + " -q --db " + db);
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const std::size_t before = queryJson(db, "cone 0 0 648000").size(); // every stored source
-    r = runCli("reduce " + (frameDir() / "f2.fits") + " -o " + out.str() + " -q --db " + db,
-               "GPUPHOT_NO_TYCHO2=1 GPUPHOT_TEST_DB_MAX_PAGES=8", GPUPHOT_CLI_TESTHOOKS);
+    // A frame of some 2,000 sources needs pages the store cannot have (the limit is at its present size).
+    r = runCli("simulate --size 1024x1024 --stars 2500 --seed 5 -q -o " + (out / "big") + " --name big");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    r = runCli("reduce " + (out / "big/big.fits") + " -o " + out.str() + " -q --db " + db,
+               "GPUPHOT_NO_TYCHO2=1 GPUPHOT_TEST_DB_MAX_PAGES=2", GPUPHOT_CLI_TESTHOOKS);
     EXPECT_EQ(r.exitCode, 8) << r.err;
-    EXPECT_TRUE(fs::exists(out / "f2.cat.fits"));
+    EXPECT_TRUE(fs::exists(out / "big.cat.fits"));
     EXPECT_EQ(queryJson(db, "frames").size(), 1u);
     EXPECT_EQ(queryJson(db, "cone 0 0 648000").size(), before);
     // Killed half-way through the sources of f3: f3 is not in the database; the retry (f3's outputs are

@@ -98,6 +98,7 @@ std::set<std::int64_t> coneIds(const Table& cone) {
 void resetPostgres(const std::string& url) {
     PGconn* c = PQconnectdb(url.c_str());
     ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    PQclear(PQexec(c, "SET client_min_messages = warning"));
     PGresult* r = PQexec(c, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;");
     EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(c);
     PQclear(r);
@@ -237,7 +238,8 @@ TEST_P(ResultsStoreTest, WriterThreadStoresFramesAndSkipsStoredOnes) {
     EXPECT_EQ(open()->frames({}).rows(), 6u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, ResultsStoreTest, ::testing::Values("sqlite", "postgresql"));
+INSTANTIATE_TEST_SUITE_P(Backends, ResultsStoreTest, ::testing::Values("sqlite", "postgresql"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // --- SQLite's own failure modes ------------------------------------------------------------------------
 

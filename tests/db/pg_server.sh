@@ -13,7 +13,10 @@
 # is given to it (every directory above DIR must be searchable by it: chmod 755 a mktemp -d parent).
 # DIR should be short: the socket path DIR/.s.PGSQL.PORT must fit in 107 bytes.
 
+# PG_SERVER_OPTIONS: more postgres options; by default no fsync (a test needs no durability); set it to
+# "" for a durable server (e.g. to time putFrame as on a production server).
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+PG_SERVER_OPTIONS=${PG_SERVER_OPTIONS--c fsync=off -c synchronous_commit=off -c full_page_writes=off}
 PG_Q3C=${PG_Q3C:-/usr/lib/postgresql/15/lib/q3c.so}
 _pg_data=
 _pg_as=()
@@ -48,12 +51,12 @@ _pg_initdb() {
 
 # pg_ctl start on a free port (a few tries: another process may take the port between pick and bind).
 _pg_listen() {
-    local dir=$1 port try
-    for try in 1 2 3 4 5; do
+    local dir=$1 port
+    for _ in 1 2 3 4 5; do
         port=$(_pg_free_port)
         if "${_pg_as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -s \
-            -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-                -c full_page_writes=off -c max_connections=50" start >/dev/null 2>&1; then
+            -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=50 $PG_SERVER_OPTIONS" \
+            start >/dev/null 2>&1; then
             PG_PORT=$port
             return 0
         fi
@@ -75,12 +78,17 @@ pg_start() {
         return 77
     fi
     mkdir -p "$dir" && dir=$(cd "$dir" && pwd -P) || return 1
+    if [ $((${#dir} + 18)) -gt 107 ]; then
+        echo "pg_start: $dir is too long for the server's Unix socket path (at most 89 bytes)" >&2
+        return 1
+    fi
     _pg_as=()
     if [ "$(id -u)" = 0 ]; then
         _pg_as=(runuser -u postgres --)
         chown postgres: "$dir" || return 1
         if ! runuser -u postgres -- test -w "$dir"; then
-            echo "pg_start: user postgres cannot write $dir (is a directory above it not searchable?)" >&2
+            echo "pg_start: user postgres cannot write $dir (a directory above it is not searchable:" \
+                "chmod 755 it, e.g. a mktemp -d directory)" >&2
             return 1
         fi
     fi

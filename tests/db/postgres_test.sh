@@ -23,11 +23,11 @@ cleanup() {
 }
 trap cleanup EXIT
 pg_start "$work/pg"; rc=$?; [ $rc = 0 ] || exit $rc
-psql_() { "$PG_BIN/psql" -X -q -t -A -h "$PG_SOCKET_DIR" -p "$PG_PORT" -U gpuphot -d gpuphot -c "$1"; }
+psql_() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -t -A -h "$PG_SOCKET_DIR" -p "$PG_PORT" -U gpuphot -d gpuphot -c "$1"; }
 fail() { echo "FAIL: $*"; exit 1; }
 expect_exit() { # expect_exit CODE command...
     local want=$1; shift
-    "$@" >"$work/out" 2>"$work/err"; local got=$?
+    "$@" >"$work/stdout" 2>"$work/err"; local got=$?
     [ "$got" = "$want" ] || { cat "$work/err"; fail "exit $got, want $want: $*"; }
 }
 export GPUPHOT_NO_TYCHO2=1
@@ -71,11 +71,11 @@ psql_ "UPDATE gpuphot_meta SET value = '99' WHERE key = 'schema_version'" >/dev/
 expect_exit 7 "$bin" reduce "$work/frames/f1.fits" -o "$work/e3" -q --db "$PG_URL"
 grep -q "newer" "$work/err" || fail "newer schema: message does not say so"
 psql_ "UPDATE gpuphot_meta SET value = '1' WHERE key = 'schema_version'" >/dev/null
-# A full disk: the sources table moved to a tablespace on a 3 MB tmpfs (needs mount, as root); a large
+# A full disk: the sources table moved to a tablespace on a 1 MB tmpfs (needs mount, as root); a large
 # frame then cannot be stored, the earlier frames stay, and none of it is in the database.
 full_mount=$work/small
 mkdir -p "$full_mount"
-if mount -t tmpfs -o size=3m tmpfs "$full_mount" 2>/dev/null; then
+if mount -t tmpfs -o size=1m tmpfs "$full_mount" 2>/dev/null; then
     chown postgres: "$full_mount" 2>/dev/null || true
     psql_ "CREATE TABLESPACE small LOCATION '$full_mount'" >/dev/null || fail "CREATE TABLESPACE"
     psql_ "ALTER TABLE sources SET TABLESPACE small; ALTER INDEX sources_q3c SET TABLESPACE small;" >/dev/null
@@ -87,6 +87,13 @@ if mount -t tmpfs -o size=3m tmpfs "$full_mount" 2>/dev/null; then
     [ "$(psql_ "SELECT count(*) FROM frames WHERE path LIKE '%big.fits'")" = 0 ] || fail "the full frame's row is there"
     psql_ "ALTER TABLE sources SET TABLESPACE pg_default; ALTER INDEX sources_q3c SET TABLESPACE pg_default;" >/dev/null
     psql_ "DROP TABLESPACE small" >/dev/null
+    # SQLite on the same small disk: a real ENOSPC, exit 8, and the file holds no part of the frame.
+    rm -rf "${full_mount:?}"/*
+    expect_exit 0 "$bin" reduce "$work/frames/f1.fits" -o "$work/e5" -q --db "$full_mount/night.sqlite"
+    expect_exit 8 "$bin" reduce "$work/sim/big.fits" -o "$work/e5" -q --db "$full_mount/night.sqlite"
+    [ -f "$work/e5/big.cat.fits" ] || fail "the catalog was not written with a full SQLite disk"
+    n=$("$bin" query --db "$full_mount/night.sqlite" --format csv frames | tail -n +2 | wc -l)
+    [ "$n" = 1 ] || fail "full SQLite disk: $n frames stored, want 1"
     umount "$full_mount"; full_mount=
 else
     echo "note: no tmpfs mount here (not root?): the full-disk case is covered by the SQLite tests only"
