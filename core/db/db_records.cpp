@@ -54,6 +54,27 @@ int countApertures(const Table& t) {
     return k;
 }
 
+// SourceColumns' centre and radius.
+void footprint(SourceColumns& s) {
+    double x = 0, y = 0, z = 0;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < s.rows; ++i) {
+        if (s.zone[i] < 0) continue;
+        const double a = s.ra[i] * M_PI / 180, d = s.dec[i] * M_PI / 180;
+        x += std::cos(d) * std::cos(a), y += std::cos(d) * std::sin(a), z += std::sin(d);
+        ++n;
+    }
+    s.centreRa = s.centreDec = s.radiusDeg = kNaN;
+    if (n == 0) return;
+    const double norm = std::sqrt(x * x + y * y + z * z);
+    s.centreDec = norm > 0 ? std::asin(std::clamp(z / norm, -1.0, 1.0)) * 180 / M_PI : 0.0;
+    s.centreRa = std::fmod(std::atan2(y, x) * 180 / M_PI + 360.0, 360.0);
+    double r = 0;
+    for (std::size_t i = 0; i < s.rows; ++i)
+        if (s.zone[i] >= 0) r = std::max(r, angularSeparationDeg(s.centreRa, s.centreDec, s.ra[i], s.dec[i]));
+    s.radiusDeg = norm > 0 ? r * (1 + 1e-9) + 1e-9 : 180.0; // sources all round the sky: everywhere
+}
+
 } // namespace
 
 std::int64_t zoneOf(double decDeg) {
@@ -188,8 +209,12 @@ SourceColumns sourceColumns(const Table& t) {
     }
     std::vector<std::uint32_t> order(s.rows);
     std::iota(order.begin(), order.end(), 0u);
+    // The stores' key order: (zone, RA, id), a source off the sky (zone -1) at RA 0.
+    auto raKey = [&](std::uint32_t i) { return s.zone[i] >= 0 ? s.ra[i] : 0.0; };
     std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-        return s.zone[a] != s.zone[b] ? s.zone[a] < s.zone[b] : s.ra[a] < s.ra[b];
+        if (s.zone[a] != s.zone[b]) return s.zone[a] < s.zone[b];
+        if (raKey(a) != raKey(b)) return raKey(a) < raKey(b);
+        return s.id[a] < s.id[b];
     });
     // The arrays themselves reordered, one at a time: the writers then read them front to back.
     auto permute = [&](auto& v, std::size_t stride) {
@@ -205,6 +230,7 @@ SourceColumns sourceColumns(const Table& t) {
     permute(s.aper, static_cast<std::size_t>(2 * s.apertures));
     s.order.resize(s.rows);
     std::iota(s.order.begin(), s.order.end(), 0u);
+    footprint(s);
     return s;
 }
 

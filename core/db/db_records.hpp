@@ -48,6 +48,9 @@ struct SourceColumns {
     // The rows are sorted by (zone, ra), so that the cone index is written in key order; `order` is the
     // order to write them in (the identity).
     std::vector<std::uint32_t> order;
+    // The footprint: the mean direction of the sources with a sky position and the largest separation of
+    // one from it (degrees; NaN without any).
+    double centreRa, centreDec, radiusDeg;
 };
 // Throws InvalidInput when the catalog is missing or lacks ra/dec.
 SourceColumns sourceColumns(const Table& catalog);

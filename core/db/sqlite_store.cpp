@@ -10,6 +10,7 @@
 
 #include "core/db/backends.hpp"
 #include "core/db/db_records.hpp"
+#include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot::db {
 
@@ -17,9 +18,11 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Schema v1 (docs/DATABASE.md). Sources are appended in rowid order, a frame's rows one contiguous rowid
-// range (frames.first_source .. last_source), so replacing a frame deletes a range; the (zone, ra) index,
-// written in key order per frame, serves cone searches.
+// Schema v1 (docs/DATABASE.md). Sources are one B-tree clustered by (frame, declination zone, RA, id):
+// a frame's rows are written in key order after every earlier frame's (frame ids only grow), so a write
+// appends whatever the store holds, and replacing a frame deletes one key range. A cone search takes the
+// frames whose footprint (centre and radius in the frame row) reaches the circle and seeks, in each, the
+// (zone, RA) ranges that cover it.
 const char* const kSchemaV1 = R"SQL(
 CREATE TABLE configs(hash TEXT PRIMARY KEY, config TEXT NOT NULL);
 CREATE TABLE frames(
@@ -28,14 +31,14 @@ CREATE TABLE frames(
   fwhm REAL, ellipticity REAL, sky REAL, sky_rms REAL, zp REAL, zp_err REAL, astrometric_rms REAL,
   sources INTEGER, calibrators INTEGER, aperture_radii TEXT, software TEXT,
   config_hash TEXT REFERENCES configs(hash), seconds REAL, timings TEXT, status TEXT, written TEXT,
-  first_source INTEGER, last_source INTEGER,
+  centre_ra REAL, centre_dec REAL, radius_deg REAL,
   UNIQUE(path, hdu));
 CREATE INDEX frames_mjd ON frames(mjd);
 CREATE TABLE sources(
-  frame_id INTEGER NOT NULL, id INTEGER NOT NULL, zone INTEGER NOT NULL, ra REAL, dec REAL, x REAL, y REAL,
-  flux_auto REAL, fluxerr_auto REAL, flux_psf REAL, fluxerr_psf REAL, mag_cal REAL, magerr_cal REAL,
-  fwhm REAL, flags INTEGER, ref_id INTEGER, aper BLOB);
-CREATE INDEX sources_zone ON sources(zone, ra);
+  frame_id INTEGER NOT NULL, zone INTEGER NOT NULL, ra REAL NOT NULL, id INTEGER NOT NULL, dec REAL,
+  x REAL, y REAL, flux_auto REAL, fluxerr_auto REAL, flux_psf REAL, fluxerr_psf REAL, mag_cal REAL,
+  magerr_cal REAL, fwhm REAL, flags INTEGER, ref_id INTEGER, aper BLOB,
+  PRIMARY KEY(frame_id, zone, ra, id)) WITHOUT ROWID;
 CREATE TABLE series_objects(id INTEGER PRIMARY KEY, name TEXT, ra REAL, dec REAL, kind TEXT);
 CREATE TABLE series_points(
   object_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, bjd_tdb REAL, rel_flux REAL, rel_flux_err REAL,
@@ -128,6 +131,7 @@ private:
     std::string where(const std::string& what) const { return m_path + ": " + what; }
     std::int64_t insertFrame(const FrameFields& f);
     void insertSources(std::int64_t frameId, const SourceColumns& s);
+    std::vector<ConeRow> coneFrames(double raDeg, double decDeg, double radiusDeg);
 
     std::string m_path;
     StoreOptions m_options;
@@ -160,7 +164,7 @@ void SqliteStore::open() {
     sqlite3_busy_timeout(m_db, static_cast<int>(m_options.busyTimeoutSeconds * 1000));
     // Not a database (e.g. a FITS file given by mistake) fails here with "file is not a database".
     // 16 KiB pages (a new file only; before WAL): a third less time per frame than 4 KiB.
-    exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; "
+    exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA mmap_size=17179869184; "
          "PRAGMA temp_store=MEMORY;",
          "cannot open the database");
     if (m_options.test.maxPageCount > 0) {
@@ -195,13 +199,12 @@ void SqliteStore::migrate() {
 std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
     Statement cfg(m_db, "INSERT OR IGNORE INTO configs VALUES(?1, ?2)", where("configs"));
     cfg.bind(1, f.configHash).bind(2, f.config).step(where("configs"));
-    Statement old(m_db, "SELECT id, first_source, last_source FROM frames WHERE path = ?1 AND hdu = ?2",
-                  where("frames"));
+    Statement old(m_db, "SELECT id FROM frames WHERE path = ?1 AND hdu = ?2", where("frames"));
     old.bind(1, f.path).bind(2, std::int64_t{f.hdu});
     if (old.step(where("frames"))) {
         const std::int64_t id = old.integer(0);
-        Statement del(m_db, "DELETE FROM sources WHERE rowid BETWEEN ?1 AND ?2", where("sources"));
-        del.bind(1, old.integer(1)).bind(2, old.integer(2)).step(where("replacing the frame's sources"));
+        Statement del(m_db, "DELETE FROM sources WHERE frame_id = ?1", where("sources"));
+        del.bind(1, id).step(where("replacing the frame's sources"));
         Statement delPoints(m_db, "DELETE FROM series_points WHERE frame_id = ?1", where("series_points"));
         delPoints.bind(1, id).step(where("replacing the frame's light-curve points"));
         Statement delFrame(m_db, "DELETE FROM frames WHERE id = ?1", where("frames"));
@@ -224,7 +227,8 @@ std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
     return sqlite3_last_insert_rowid(m_db);
 }
 
-// Appends the sources and records their rowid range in the frame's row.
+// Appends the sources in key order, and the frame's footprint to its row. A source without a sky
+// position is stored in zone -1 at RA 0 (the key needs a value; read back as NaN).
 void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
     Statement ins(m_db,
                   "INSERT INTO sources VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
@@ -232,22 +236,21 @@ void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
                   where("sources"));
     const std::size_t aperBytes = sizeof(double) * 2 * s.apertures;
     long sent = 0;
-    std::int64_t first = 0;
     for (std::uint32_t i : s.order) {
-        ins.bind(1, frameId).bind(2, s.id[i]).bind(3, s.zone[i]).bind(4, s.ra[i]).bind(5, s.dec[i]);
-        ins.bind(6, s.x[i]).bind(7, s.y[i]).bind(8, s.fluxAuto[i]).bind(9, s.fluxErrAuto[i]);
+        const bool onSky = s.zone[i] >= 0;
+        ins.bind(1, frameId).bind(2, s.zone[i]).bind(3, onSky ? s.ra[i] : 0.0).bind(4, s.id[i]);
+        ins.bind(5, s.dec[i]).bind(6, s.x[i]).bind(7, s.y[i]).bind(8, s.fluxAuto[i]).bind(9, s.fluxErrAuto[i]);
         ins.bind(10, s.fluxPsf[i]).bind(11, s.fluxErrPsf[i]).bind(12, s.magCal[i]).bind(13, s.magErrCal[i]);
         ins.bind(14, s.fwhm[i]).bind(15, s.flags[i]).bind(16, s.refId[i]);
         ins.bindBlob(17, s.aper.data() + i * 2 * s.apertures, aperBytes);
         ins.step(where("writing the frame's sources"));
         ins.reset();
-        if (sent++ == 0) first = sqlite3_last_insert_rowid(m_db);
-        if (sent == m_options.test.killAfterRows) ::kill(::getpid(), SIGKILL);
+        if (++sent == m_options.test.killAfterRows) ::kill(::getpid(), SIGKILL);
     }
-    Statement range(m_db, "UPDATE frames SET first_source = ?1, last_source = ?2 WHERE id = ?3", where("frames"));
-    const std::int64_t last = s.rows ? static_cast<std::int64_t>(sqlite3_last_insert_rowid(m_db)) : -1;
-    range.bind(1, s.rows ? first : std::int64_t{0}).bind(2, last);
-    range.bind(3, frameId).step(where("writing the frame"));
+    Statement foot(m_db, "UPDATE frames SET centre_ra = ?1, centre_dec = ?2, radius_deg = ?3 WHERE id = ?4",
+                   where("frames"));
+    foot.bind(1, s.centreRa).bind(2, s.centreDec).bind(3, s.radiusDeg).bind(4, frameId);
+    foot.step(where("writing the frame"));
 }
 
 std::int64_t SqliteStore::putFrame(const FrameRecord& record) {
@@ -298,11 +301,27 @@ Table SqliteStore::frames(const FrameQuery& query) {
     return t;
 }
 
+// The frames whose footprint reaches the circle (a scan of the frame rows), then in each the key ranges
+// of coneBoxes; the exact separation decides.
+std::vector<ConeRow> SqliteStore::coneFrames(double raDeg, double decDeg, double radiusDeg) {
+    Statement q(m_db, "SELECT id, path, hdu, mjd, filter, centre_ra, centre_dec, radius_deg FROM frames "
+                      "WHERE radius_deg IS NOT NULL",
+                where("cone"));
+    std::vector<ConeRow> frames;
+    while (q.step(where("cone"))) {
+        const double reach = q.real(7) + radiusDeg;
+        if (reach < 180.0 && angularSeparationDeg(raDeg, decDeg, q.real(5), q.real(6)) > reach) continue;
+        ConeRow f;
+        f.frameId = q.integer(0), f.path = q.str(1), f.hdu = q.integer(2), f.mjd = q.real(3), f.filter = q.str(4);
+        frames.push_back(std::move(f));
+    }
+    return frames;
+}
+
 Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
     Statement q(m_db,
-                "SELECT s.frame_id, f.path, f.hdu, f.mjd, f.filter, s.id, s.ra, s.dec, s.x, s.y, s.flux_auto, "
-                "s.fluxerr_auto, s.flux_psf, s.fluxerr_psf, s.mag_cal, s.magerr_cal, s.flags, s.ref_id, s.aper "
-                "FROM sources s JOIN frames f ON f.id = s.frame_id WHERE s.zone = ?1 AND s.ra BETWEEN ?2 AND ?3",
+                "SELECT id, ra, dec, x, y, flux_auto, fluxerr_auto, flux_psf, fluxerr_psf, mag_cal, magerr_cal, "
+                "flags, ref_id, aper FROM sources WHERE frame_id = ?1 AND zone = ?2 AND ra BETWEEN ?3 AND ?4",
                 where("cone"));
     struct Hit {
         ConeRow row;
@@ -310,27 +329,29 @@ Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
     };
     std::vector<Hit> hits;
     int naper = 0;
-    for (const RaRange& box : coneBoxes(raDeg, decDeg, radiusArcsec / 3600.0)) {
-        q.bind(1, box.zone).bind(2, box.raMin).bind(3, box.raMax);
-        while (q.step(where("cone"))) {
-            const double sep = separationArcsec(raDeg, decDeg, q.real(6), q.real(7));
-            if (!(sep <= radiusArcsec)) continue;
-            Hit h;
-            ConeRow& r = h.row;
-            r.frameId = q.integer(0), r.path = q.str(1), r.hdu = q.integer(2), r.mjd = q.real(3);
-            r.filter = q.str(4), r.id = q.integer(5), r.ra = q.real(6), r.dec = q.real(7), r.x = q.real(8);
-            r.y = q.real(9), r.sep = sep, r.fluxAuto = q.real(10), r.fluxErrAuto = q.real(11);
-            r.fluxPsf = q.real(12), r.fluxErrPsf = q.real(13), r.magCal = q.real(14), r.magErrCal = q.real(15);
-            r.flags = q.integer(16), r.refId = q.integer(17);
-            int bytes = 0;
-            const auto* p = static_cast<const double*>(q.blob(18, bytes));
-            h.aper.assign(p, p + bytes / sizeof(double));
-            r.naper = static_cast<int>(h.aper.size() / 2);
-            naper = std::max(naper, r.naper);
-            hits.push_back(std::move(h));
+    const std::vector<RaRange> boxes = coneBoxes(raDeg, decDeg, radiusArcsec / 3600.0);
+    for (const ConeRow& frame : coneFrames(raDeg, decDeg, radiusArcsec / 3600.0))
+        for (const RaRange& box : boxes) {
+            q.bind(1, frame.frameId).bind(2, box.zone).bind(3, box.raMin).bind(4, box.raMax);
+            while (q.step(where("cone"))) {
+                const double sep = separationArcsec(raDeg, decDeg, q.real(1), q.real(2));
+                if (!(sep <= radiusArcsec)) continue;
+                Hit h;
+                ConeRow& r = h.row;
+                r = frame;
+                r.id = q.integer(0), r.ra = q.real(1), r.dec = q.real(2), r.x = q.real(3), r.y = q.real(4);
+                r.sep = sep, r.fluxAuto = q.real(5), r.fluxErrAuto = q.real(6), r.fluxPsf = q.real(7);
+                r.fluxErrPsf = q.real(8), r.magCal = q.real(9), r.magErrCal = q.real(10), r.flags = q.integer(11);
+                r.refId = q.integer(12);
+                int bytes = 0;
+                const auto* p = static_cast<const double*>(q.blob(13, bytes));
+                h.aper.assign(p, p + bytes / sizeof(double));
+                r.naper = static_cast<int>(h.aper.size() / 2);
+                naper = std::max(naper, r.naper);
+                hits.push_back(std::move(h));
+            }
+            q.reset();
         }
-        q.reset();
-    }
     Table t = coneTable(naper);
     for (Hit& h : hits) {
         h.row.aper = h.aper.data();
