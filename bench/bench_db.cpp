@@ -57,7 +57,8 @@ Table catalog(std::size_t n, double ra0, double dec0, unsigned seed) {
         t.add("flux_aper_" + std::to_string(k), fk), t.add("fluxerr_aper_" + std::to_string(k), ek);
     }
     t.add("flux_auto", f), t.add("fluxerr_auto", fe), t.add("flux_psf", f), t.add("fluxerr_psf", fe);
-    t.add("mag_cal", m), t.add("magerr_cal", me), t.add("fwhm", fw), t.add("flags", flags), t.add("ref_id", ref);
+    t.add("mag_cal", m), t.add("magerr_cal", me), t.add("fwhm", fw), t.add("flags", flags),
+        t.add("ref_id", ref);
     return t;
 }
 
@@ -74,13 +75,20 @@ int main(int argc, char** argv) {
     double radius = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i], v = argv[i + 1];
-        if (a == "--db") url = v;
-        else if (a == "--sources") sources = std::stoul(v);
-        else if (a == "--frames") frames = std::stoul(v);
-        else if (a == "--fields") fields = std::max<std::size_t>(1, std::stoul(v));
-        else if (a == "--radius") radius = std::stod(v);
-        else if (a == "--cones") cones = std::stoul(v);
-        else if (a == "--json") jsonOut = v;
+        if (a == "--db")
+            url = v;
+        else if (a == "--sources")
+            sources = std::stoul(v);
+        else if (a == "--frames")
+            frames = std::stoul(v);
+        else if (a == "--fields")
+            fields = std::max<std::size_t>(1, std::stoul(v));
+        else if (a == "--radius")
+            radius = std::stod(v);
+        else if (a == "--cones")
+            cones = std::stoul(v);
+        else if (a == "--json")
+            jsonOut = v;
     }
     if (url.empty()) {
         std::fprintf(stderr, "usage: bench_db --db URL [--sources N] [--frames N] [--fields F] ...\n");

@@ -20,9 +20,9 @@ namespace {
 
 struct QueryCli {
     std::string db, format = "table", output, mjdMin, mjdMax, filter, path;
-    std::string ra, dec;
+    std::string ra, dec, name;
     double radius = 10.0;
-    CLI::App *frames = nullptr, *cone = nullptr, *lightcurve = nullptr;
+    CLI::App *frames = nullptr, *cone = nullptr, *lightcurve = nullptr, *series = nullptr;
 };
 
 // Degrees, or sexagesimal (RA in hours "hh:mm:ss", Dec in degrees "+dd:mm:ss").
@@ -46,8 +46,10 @@ std::string cell(const Column& c, std::size_t i) {
     const double v = c.asDouble(i);
     if (std::isnan(v)) return "-";
     char buf[32];
-    if (std::holds_alternative<std::vector<std::int64_t>>(c.data)) std::snprintf(buf, sizeof buf, "%.0f", v);
-    else std::snprintf(buf, sizeof buf, "%.10g", v);
+    if (std::holds_alternative<std::vector<std::int64_t>>(c.data))
+        std::snprintf(buf, sizeof buf, "%.0f", v);
+    else
+        std::snprintf(buf, sizeof buf, "%.10g", v);
     return buf;
 }
 
@@ -83,10 +85,14 @@ nlohmann::json jsonRows(const Table& t) {
     for (std::size_t i = 0; i < t.rows(); ++i) {
         nlohmann::json row = nlohmann::json::object();
         for (const Column& c : t.columns()) {
-            if (const auto* s = std::get_if<std::vector<std::string>>(&c.data)) row[c.name] = (*s)[i];
-            else if (std::holds_alternative<std::vector<std::int64_t>>(c.data)) row[c.name] = c.as<std::int64_t>()[i];
-            else if (std::isfinite(c.asDouble(i))) row[c.name] = c.asDouble(i);
-            else row[c.name] = nullptr;
+            if (const auto* s = std::get_if<std::vector<std::string>>(&c.data))
+                row[c.name] = (*s)[i];
+            else if (std::holds_alternative<std::vector<std::int64_t>>(c.data))
+                row[c.name] = c.as<std::int64_t>()[i];
+            else if (std::isfinite(c.asDouble(i)))
+                row[c.name] = c.asDouble(i);
+            else
+                row[c.name] = nullptr;
         }
         rows.push_back(std::move(row));
     }
@@ -106,8 +112,10 @@ void emit(const Table& t, const QueryCli& o) {
         } else if (target.has_parent_path()) {
             fs::create_directories(target.parent_path());
         }
-        if (o.format == "csv") writeCsv(target.string(), t);
-        else writeEcsv(target.string(), t);
+        if (o.format == "csv")
+            writeCsv(target.string(), t);
+        else
+            writeEcsv(target.string(), t);
         if (tmpDir) {
             std::ifstream in(target);
             std::cout << in.rdbuf();
@@ -150,6 +158,8 @@ int runQuery(const QueryCli& o) {
         q.filter = o.filter;
         q.pathLike = o.path;
         t = store->frames(q);
+    } else if (o.series->parsed()) {
+        t = store->seriesCurve(o.name);
     } else {
         if (!(o.radius > 0)) throw InvalidInput("query: the radius must be > 0 arcsec");
         const double ra = parseAngle(o.ra, true), dec = parseAngle(o.dec, false);
@@ -164,7 +174,8 @@ int runQuery(const QueryCli& o) {
 
 Command registerQuery(CLI::App& app) {
     auto o = std::make_shared<QueryCli>();
-    CLI::App* sub = app.add_subcommand("query", "Read the results database: frames, cone, lightcurve");
+    CLI::App* sub =
+        app.add_subcommand("query", "Read the results database: frames, cone, lightcurve, series");
     sub->add_option("--db", o->db, "The database (a SQLite file, or postgresql://USER@HOST/DB)")->required();
     sub->add_option("--format", o->format, "table | csv | ecsv | json")->capture_default_str();
     sub->add_option("-o,--output", o->output, "Write here instead of standard output");
@@ -182,6 +193,8 @@ Command registerQuery(CLI::App& app) {
     o->lightcurve->add_option("ra", o->ra, "RA: degrees or hh:mm:ss")->required();
     o->lightcurve->add_option("dec", o->dec, "Dec: degrees or +dd:mm:ss")->required();
     o->lightcurve->add_option("--radius", o->radius, "Match radius in arcsec")->default_val(1.5);
+    o->series = sub->add_subcommand("series", "The light curve `gpuphot series --db` stored for a target");
+    o->series->add_option("name", o->name, "The target's name (as in the targets file)")->required();
     return {sub, [o] { return runQuery(*o); }};
 }
 

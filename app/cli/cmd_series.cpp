@@ -13,6 +13,9 @@
 
 #include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
+#include "app/cli/db_cli.hpp"
+#include "core/db/db_writer.hpp"
+#include "core/db/results_store.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/io/target_list.hpp"
 #include "core/series/series.hpp"
@@ -34,6 +37,7 @@ struct SeriesOptions {
     bool fresh = false;
     std::vector<double> radii; // --aper: for frames reduced first
     bool noTycho2 = false;
+    std::string db; // --db: the frames reduced first and the light curves into the results store
     SeriesParams params;
 };
 
@@ -80,6 +84,7 @@ std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, co
     r.radii = o.radii;
     r.noTycho2 = o.noTycho2;
     BatchOptions b; // in this process, or one child per GPU with these reduce options
+    b.db = o.db;
     b.jsonl = (fs::path(r.common.outdir) / "gpuphot.jsonl").string();
     b.threadsGiven = o.common.threads > 0;
     b.childArgs = {"-o", r.common.outdir, "--backend", r.common.backend};
@@ -187,6 +192,44 @@ SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const st
     return buildSeries(catalogs, targets, o.params, progress);
 }
 
+// --db: the targets' light curves into the results store, each point tied to its frame's row (the frame
+// must be stored: reduced with --db, or given as a frame to this command). Returns the database error's
+// exit code, or 0.
+int storeSeries(const SeriesResult& r, const SeriesOptions& o) {
+    std::vector<std::optional<std::pair<std::string, int>>> frameOf(r.frames.size());
+    for (std::size_t i = 0; i < r.frames.size(); ++i)
+        frameOf[i] = frameOfCatalog(r.frames[i].path);
+    std::vector<SeriesObjectRecord> objects;
+    for (const LightCurve& lc : r.curves) {
+        if (!lc.problem.empty()) continue;
+        SeriesObjectRecord obj;
+        obj.name = lc.name, obj.ra = lc.ra, obj.dec = lc.dec;
+        for (std::size_t k = 0; k < lc.frame.size(); ++k) {
+            const auto& f = frameOf[lc.frame[k]];
+            if (!f) continue;
+            SeriesPointRecord p;
+            p.framePath = f->first, p.hdu = f->second, p.bjdTdb = lc.bjdTdb[k];
+            p.relFlux = lc.relFlux[k], p.relFluxErr = lc.relFluxErr[k], p.mag = lc.mag[k], p.magErr = lc.magErr[k];
+            obj.points.push_back(p);
+        }
+        objects.push_back(std::move(obj));
+    }
+    try {
+        const SeriesWriteResult w = openResultsStore(o.db, cliStoreOptions())->putSeries(objects);
+        if (o.common.verbosity >= 1 || w.pointsWithoutFrame > 0)
+            std::fprintf(stderr, "database %s: %zu light curves, %zu points stored%s\n", o.db.c_str(), w.objects,
+                         w.points,
+                         w.pointsWithoutFrame ? (", " + std::to_string(w.pointsWithoutFrame) +
+                                                 " points of frames not in the database left out (reduce them with --db)")
+                                                    .c_str()
+                                              : "");
+        return 0;
+    } catch (const DatabaseError& e) {
+        std::fprintf(stderr, "gpuphot: database error: %s (the series files are written)\n", e.what());
+        return databaseExitCode(e.kind());
+    }
+}
+
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
     SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode, true};
@@ -230,6 +273,8 @@ int runSeries(SeriesOptions& o) {
         }
         std::printf("wrote %zu files into %s\n", written.size(), out.dir.c_str());
     }
+    const int dbStatus = o.db.empty() ? 0 : storeSeries(r, o);
+    if (dbStatus != 0) return dbStatus;
     return used == r.frames.size() && curves == r.curves.size() ? 0 : 1;
 }
 
@@ -289,6 +334,7 @@ Command registerSeries(CLI::App& app) {
     sub->add_flag("--no-tycho2", o->noTycho2, "Frames given instead of catalogs: no Tycho-2 fallback without --ref");
     sub->add_flag("--all-stars", p.allStars,
                   "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
+    addDbOption(*sub, o->db);
     sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");
     return {sub, [o] { return runSeries(*o); }};
 }

@@ -41,17 +41,20 @@ void StatusDatabase::add(const nlohmann::json& line) {
     const std::string status = line.value("status", "");
     const std::string report = line.value("report", "");
     if (report.empty()) return;
-    if (status == "ok") m_writer->submitFiles(report, {});
-    else if (status == "skipped") m_writer->submitFiles(report, {}, true);
+    if (status == "ok")
+        m_writer->submitFiles(report, {});
+    else if (status == "skipped")
+        m_writer->submitFiles(report, {}, true);
 }
 
 int StatusDatabase::finish(int status) {
     if (!m_writer) return status;
     const DatabaseWriterResult r = m_writer->finish();
     if (m_verbosity > 0 || !r.notStored.empty())
-        std::fprintf(stderr, "database %s: %zu frames stored%s%s\n", m_writer->url().c_str(), r.stored,
-                     r.alreadyStored ? (", " + std::to_string(r.alreadyStored) + " already there").c_str() : "",
-                     r.notStored.empty() ? "" : (", " + std::to_string(r.notStored.size()) + " NOT stored").c_str());
+        std::fprintf(
+            stderr, "database %s: %zu frames stored%s%s\n", m_writer->url().c_str(), r.stored,
+            r.alreadyStored ? (", " + std::to_string(r.alreadyStored) + " already there").c_str() : "",
+            r.notStored.empty() ? "" : (", " + std::to_string(r.notStored.size()) + " NOT stored").c_str());
     if (!r.firstError) return status;
     return databaseExitCode(r.firstError->kind());
 }

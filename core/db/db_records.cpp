@@ -146,7 +146,8 @@ FrameFields frameFields(const FrameRecord& record) {
     f.exptime = number(in, "exptime");
     f.airmass = number(in, "airmass");
     f.width = static_cast<std::int64_t>(std::isfinite(number(frame, "width")) ? number(frame, "width") : 0);
-    f.height = static_cast<std::int64_t>(std::isfinite(number(frame, "height")) ? number(frame, "height") : 0);
+    f.height =
+        static_cast<std::int64_t>(std::isfinite(number(frame, "height")) ? number(frame, "height") : 0);
     f.fwhm = number(r, "fwhm");
     f.ellipticity = number(r, "ellipticity");
     f.sky = number(section(r, "background"), "level");
@@ -174,7 +175,8 @@ FrameFields frameFields(const FrameRecord& record) {
 }
 
 SourceColumns sourceColumns(const Table& t) {
-    if (!t.find("ra") || !t.find("dec")) throw InvalidInput("results store: the catalog has no ra/dec columns");
+    if (!t.find("ra") || !t.find("dec"))
+        throw InvalidInput("results store: the catalog has no ra/dec columns");
     SourceColumns s;
     s.rows = t.rows();
     s.apertures = countApertures(t);
@@ -224,8 +226,8 @@ SourceColumns sourceColumns(const Table& t) {
     };
     for (auto* v : {&s.id, &s.zone, &s.flags, &s.refId})
         permute(*v, 1);
-    for (auto* v : {&s.ra, &s.dec, &s.x, &s.y, &s.fluxAuto, &s.fluxErrAuto, &s.fluxPsf, &s.fluxErrPsf, &s.magCal,
-                    &s.magErrCal, &s.fwhm})
+    for (auto* v : {&s.ra, &s.dec, &s.x, &s.y, &s.fluxAuto, &s.fluxErrAuto, &s.fluxPsf, &s.fluxErrPsf,
+                    &s.magCal, &s.magErrCal, &s.fwhm})
         permute(*v, 1);
     permute(s.aper, static_cast<std::size_t>(2 * s.apertures));
     s.order.resize(s.rows);
@@ -318,6 +320,44 @@ Table sortCone(const Table& t) {
             },
             col.data);
     return out;
+}
+
+Table seriesTable() {
+    Table t;
+    t.name = "SERIES";
+    t.add("object", std::vector<std::string>{}, "", "series object");
+    t.add("kind", std::vector<std::string>{}, "", "target | star");
+    t.add("ra", std::vector<double>{}, "deg", "the object's right ascension");
+    t.add("dec", std::vector<double>{}, "deg", "the object's declination");
+    t.add("frame_id", std::vector<std::int64_t>{}, "", "frame id in the store");
+    t.add("path", std::vector<std::string>{}, "", "frame file");
+    t.add("hdu", std::vector<std::int64_t>{}, "", "HDU (0-based)");
+    t.add("mjd", std::vector<double>{}, "d", "mid-exposure MJD");
+    t.add("filter", std::vector<std::string>{}, "", "FILTER");
+    t.add("bjd_tdb", std::vector<double>{}, "d", "barycentric Julian date (TDB)");
+    t.add("rel_flux", std::vector<double>{}, "", "flux relative to the comparison ensemble");
+    t.add("rel_flux_err", std::vector<double>{}, "", "its error");
+    t.add("mag", std::vector<double>{}, "mag", "calibrated magnitude");
+    t.add("mag_err", std::vector<double>{}, "mag", "its error");
+    return t;
+}
+
+void appendSeriesRow(Table& t, const SeriesRow& r) {
+    auto& c = t.columns();
+    c[0].as<std::string>().push_back(r.object);
+    c[1].as<std::string>().push_back(r.kind);
+    c[2].as<double>().push_back(r.ra);
+    c[3].as<double>().push_back(r.dec);
+    c[4].as<std::int64_t>().push_back(r.frameId);
+    c[5].as<std::string>().push_back(r.path);
+    c[6].as<std::int64_t>().push_back(r.hdu);
+    c[7].as<double>().push_back(r.mjd);
+    c[8].as<std::string>().push_back(r.filter);
+    c[9].as<double>().push_back(r.bjdTdb);
+    c[10].as<double>().push_back(r.relFlux);
+    c[11].as<double>().push_back(r.relFluxErr);
+    c[12].as<double>().push_back(r.mag);
+    c[13].as<double>().push_back(r.magErr);
 }
 
 Table framesTable() {

@@ -69,6 +69,15 @@ void appendConeRow(Table& table, const ConeRow& row);
 // Sorts the cone table by (mjd, frame_id, sep).
 Table sortCone(const Table& table);
 
+// The seriesCurve() result table, and one row of it.
+Table seriesTable();
+struct SeriesRow {
+    std::string object, kind, path, filter;
+    double ra, dec, mjd, bjdTdb, relFlux, relFluxErr, mag, magErr;
+    std::int64_t frameId = 0, hdu = 0;
+};
+void appendSeriesRow(Table& table, const SeriesRow& row);
+
 // The frames() result table's empty columns.
 Table framesTable();
 

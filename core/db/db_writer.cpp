@@ -11,9 +11,9 @@ namespace {
 
 // The catalog columns the store keeps (db_records.cpp sourceColumns); the others are not read.
 std::vector<std::string> storedColumns(const std::vector<std::string>& available) {
-    static const char* const fixed[] = {"id",           "ra",       "dec",        "x",    "y",     "flux_auto",
-                                        "fluxerr_auto", "flux_psf", "fluxerr_psf", "mag_cal", "magerr_cal",
-                                        "fwhm",         "flags",    "ref_id"};
+    static const char* const fixed[] = {"id",         "ra",           "dec",      "x",           "y",
+                                        "flux_auto",  "fluxerr_auto", "flux_psf", "fluxerr_psf", "mag_cal",
+                                        "magerr_cal", "fwhm",         "flags",    "ref_id"};
     std::vector<std::string> out;
     for (const std::string& name : available) {
         bool keep = name.rfind("flux_aper_", 0) == 0 || name.rfind("fluxerr_aper_", 0) == 0;
@@ -62,7 +62,8 @@ void DatabaseWriter::enqueue(Job job) {
     m_cv.notify_all();
 }
 
-void DatabaseWriter::submitFiles(const std::string& reportPath, const std::string& catalogPath, bool onlyIfMissing) {
+void DatabaseWriter::submitFiles(const std::string& reportPath, const std::string& catalogPath,
+                                 bool onlyIfMissing) {
     Job job;
     job.reportPath = reportPath;
     job.catalogPath = catalogPath;
@@ -100,9 +101,28 @@ void DatabaseWriter::run() {
     }
 }
 
+std::optional<std::pair<std::string, int>> frameOfCatalog(const std::string& catalogPath) {
+    std::string report = catalogPath;
+    const std::string suffix = ".cat.fits";
+    if (report.size() <= suffix.size() ||
+        report.compare(report.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return std::nullopt;
+    report.replace(report.size() - suffix.size(), suffix.size(), ".report.json");
+    try {
+        const nlohmann::json j = readReport(report);
+        std::string frame = framePathOf(j);
+        if (frame.empty()) return std::nullopt;
+        if (std::filesystem::is_regular_file(frame))
+            frame = std::filesystem::absolute(frame).lexically_normal().string();
+        return std::pair{frame, j.value("frame", nlohmann::json::object()).value("hdu", 0)};
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
 
 bool storeReducedFrame(ResultsStore& store, const std::string& reportPath, std::string catalogPath,
-                       bool onlyIfMissing, const nlohmann::json* reportInMemory, const Table* catalogInMemory) {
+                       bool onlyIfMissing, const nlohmann::json* reportInMemory,
+                       const Table* catalogInMemory) {
     nlohmann::json report = reportInMemory ? *reportInMemory : readReport(reportPath);
     std::string frame = framePathOf(report);
     if (frame.empty()) throw InvalidInput((reportPath.empty() ? "report" : reportPath) + ": no frame.path");
@@ -133,11 +153,14 @@ bool storeReducedFrame(ResultsStore& store, const std::string& reportPath, std::
 void DatabaseWriter::write(Job& job) {
     std::string frame = job.reportPath;
     try {
-        if (!job.reportPath.empty()) frame = job.reportPath;
-        else frame = framePathOf(job.report);
+        if (!job.reportPath.empty())
+            frame = job.reportPath;
+        else
+            frame = framePathOf(job.report);
         if (!m_store) m_store = openResultsStore(m_url, m_options);
-        const bool wrote = storeReducedFrame(*m_store, job.reportPath, job.catalogPath, job.onlyIfMissing,
-                                             job.reportPath.empty() ? &job.report : nullptr, job.catalog.get());
+        const bool wrote =
+            storeReducedFrame(*m_store, job.reportPath, job.catalogPath, job.onlyIfMissing,
+                              job.reportPath.empty() ? &job.report : nullptr, job.catalog.get());
         std::lock_guard lock(m_mutex);
         ++(wrote ? m_result.stored : m_result.alreadyStored);
     } catch (const std::exception& e) {

@@ -26,6 +26,10 @@ bool storeReducedFrame(ResultsStore& store, const std::string& reportPath, std::
                        bool onlyIfMissing = false, const nlohmann::json* reportInMemory = nullptr,
                        const Table* catalogInMemory = nullptr);
 
+// The frame (absolute path as storeReducedFrame stores it, HDU) that a catalog STEM.cat.fits was made
+// from, from the STEM.report.json beside it; nullopt without a readable report.
+std::optional<std::pair<std::string, int>> frameOfCatalog(const std::string& catalogPath);
+
 struct DatabaseWriterResult {
     std::size_t stored = 0, alreadyStored = 0;
     std::vector<std::string> notStored;      // frame paths
@@ -36,7 +40,8 @@ class DatabaseWriter {
 public:
     // `onError` (optional) is called on the writer thread with each frame's failure.
     using OnError = std::function<void(const std::string& frame, const DatabaseError& error)>;
-    DatabaseWriter(std::string url, StoreOptions options = {}, OnError onError = {}, std::size_t queueLimit = 4);
+    DatabaseWriter(std::string url, StoreOptions options = {}, OnError onError = {},
+                   std::size_t queueLimit = 4);
     ~DatabaseWriter(); // finish()es
     DatabaseWriter(const DatabaseWriter&) = delete;
     DatabaseWriter& operator=(const DatabaseWriter&) = delete;
@@ -45,7 +50,8 @@ public:
     // report's outputs.catalog). With
     // `onlyIfMissing` (a frame skipped because its outputs are complete) it is written only when the store
     // does not have (path, hdu) yet. Blocks while queueLimit frames wait.
-    void submitFiles(const std::string& reportPath, const std::string& catalogPath, bool onlyIfMissing = false);
+    void submitFiles(const std::string& reportPath, const std::string& catalogPath,
+                     bool onlyIfMissing = false);
     // A reduced frame in memory (the report as written, with its outputs section, and the catalog).
     void submit(nlohmann::json report, std::shared_ptr<const Table> catalog);
     // Waits until every submitted frame is written or has failed, and returns the totals.

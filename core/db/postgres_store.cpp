@@ -265,8 +265,11 @@ public:
     Table frames(const FrameQuery& query) override;
     Table cone(double raDeg, double decDeg, double radiusArcsec) override;
     std::string frameConfig(std::int64_t frameId) override;
+    SeriesWriteResult putSeries(const std::vector<SeriesObjectRecord>& objects) override;
+    Table seriesCurve(const std::string& name) override;
 
 private:
+    std::int64_t seriesObjectId(const SeriesObjectRecord& object);
     void connect(const std::string& conninfo);
     void ensureConnected();
     void configureSession();
@@ -647,6 +650,75 @@ std::string PostgresStore::frameConfig(std::int64_t frameId) {
         exec("SELECT c.config FROM frames f JOIN configs c ON c.hash = f.config_hash WHERE f.id = $1::bigint",
              "configs", p);
     return PQntuples(r.get()) ? Row{r.get(), 0}.str(0) : std::string{};
+}
+
+// The object of that name and kind (its position updated), else a new one.
+std::int64_t PostgresStore::seriesObjectId(const SeriesObjectRecord& o) {
+    Params p;
+    p.add(o.name).add(o.kind).add(o.ra).add(o.dec);
+    Result r =
+        exec("UPDATE series_objects SET ra = $3::float8, dec = $4::float8 WHERE name = $1 AND kind = $2 "
+             "RETURNING id",
+             "series objects", p);
+    if (PQntuples(r.get()) > 0) return Row{r.get(), 0}.integer(0);
+    r = exec(
+        "INSERT INTO series_objects(name, kind, ra, dec) VALUES($1, $2, $3::float8, $4::float8) RETURNING id",
+        "series objects", p);
+    return Row{r.get(), 0}.integer(0);
+}
+
+SeriesWriteResult PostgresStore::putSeries(const std::vector<SeriesObjectRecord>& objects) {
+    ensureConnected();
+    SeriesWriteResult result;
+    exec("BEGIN", "writing series");
+    try {
+        exec("SELECT pg_advisory_xact_lock(hashtext('gpuphot series'))", "writing series");
+        for (const SeriesObjectRecord& o : objects) {
+            const std::int64_t object = seriesObjectId(o);
+            ++result.objects;
+            for (const SeriesPointRecord& pt : o.points) {
+                Params p;
+                p.add(object).add(pt.framePath).add(pt.hdu).add(pt.bjdTdb).add(pt.relFlux).add(pt.relFluxErr);
+                p.add(pt.mag).add(pt.magErr);
+                Result r = exec("INSERT INTO series_points SELECT $1::bigint, f.id, $4::float8, $5::float8, "
+                                "$6::float8, $7::float8, $8::float8 FROM frames f WHERE f.path = $2 AND "
+                                "f.hdu = $3::integer ON CONFLICT (object_id, frame_id) DO UPDATE SET "
+                                "bjd_tdb = EXCLUDED.bjd_tdb, rel_flux = EXCLUDED.rel_flux, rel_flux_err = "
+                                "EXCLUDED.rel_flux_err, mag = EXCLUDED.mag, mag_err = EXCLUDED.mag_err",
+                                "writing series points", p);
+                const bool stored = std::string(PQcmdTuples(r.get())) != "0";
+                ++(stored ? result.points : result.pointsWithoutFrame);
+            }
+        }
+        exec("COMMIT", "writing series");
+    } catch (...) {
+        rollback();
+        throw;
+    }
+    return result;
+}
+
+Table PostgresStore::seriesCurve(const std::string& name) {
+    ensureConnected();
+    Params p;
+    p.add(name);
+    Result r =
+        exec("SELECT o.name, o.kind, o.ra, o.dec, f.id, f.path, f.hdu, f.mjd, f.filter, pt.bjd_tdb, "
+             "pt.rel_flux, pt.rel_flux_err, pt.mag, pt.mag_err FROM series_objects o JOIN series_points pt "
+             "ON pt.object_id = o.id JOIN frames f ON f.id = pt.frame_id WHERE o.name = $1 "
+             "ORDER BY o.kind, o.id, pt.bjd_tdb, f.id",
+             "series", p);
+    Table t = seriesTable();
+    for (int i = 0; i < PQntuples(r.get()); ++i) {
+        const Row q{r.get(), i};
+        SeriesRow row;
+        row.object = q.str(0), row.kind = q.str(1), row.ra = q.real(2), row.dec = q.real(3);
+        row.frameId = q.integer(4), row.path = q.str(5), row.hdu = q.integer(6), row.mjd = q.real(7);
+        row.filter = q.str(8), row.bjdTdb = q.real(9), row.relFlux = q.real(10), row.relFluxErr = q.real(11);
+        row.mag = q.real(12), row.magErr = q.real(13);
+        appendSeriesRow(t, row);
+    }
+    return t;
 }
 
 } // namespace

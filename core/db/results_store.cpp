@@ -13,11 +13,16 @@ namespace gpuphot {
 
 int databaseExitCode(DatabaseError::Kind kind) {
     switch (kind) {
-    case DatabaseError::Kind::Unreachable: return 5;
-    case DatabaseError::Kind::Authentication: return 6;
-    case DatabaseError::Kind::SchemaTooNew: return 7;
-    case DatabaseError::Kind::Full: return 8;
-    case DatabaseError::Kind::Other: break;
+    case DatabaseError::Kind::Unreachable:
+        return 5;
+    case DatabaseError::Kind::Authentication:
+        return 6;
+    case DatabaseError::Kind::SchemaTooNew:
+        return 7;
+    case DatabaseError::Kind::Full:
+        return 8;
+    case DatabaseError::Kind::Other:
+        break;
     }
     return 9;
 }

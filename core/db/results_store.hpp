@@ -8,6 +8,7 @@
 // again replaces its row and its sources in one transaction, so a reader (or a run killed at any point)
 // sees the frame before or after, never half of it. Qt-free; every writer (reduce, watch, worker, the
 // workbench) goes through DatabaseWriter (db_writer.hpp) or putFrame directly.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -62,6 +63,24 @@ struct FrameQuery {
     std::string pathLike;                 // SQL LIKE pattern on the frame path ("": any)
 };
 
+// The light curves of the time-series work (`gpuphot series --db`): an object and its points, each
+// point tied to a stored frame by the frame file's path (absolute, as putFrame stores it) and HDU.
+struct SeriesPointRecord {
+    std::string framePath;
+    int hdu = 0;
+    double bjdTdb = NAN, relFlux = NAN, relFluxErr = NAN, mag = NAN, magErr = NAN;
+};
+struct SeriesObjectRecord {
+    std::string name;
+    std::string kind = "target";
+    double ra = NAN, dec = NAN; // degrees
+    std::vector<SeriesPointRecord> points;
+};
+struct SeriesWriteResult {
+    std::size_t objects = 0, points = 0;
+    std::size_t pointsWithoutFrame = 0; // their frame is not in the store: not written
+};
+
 // The store. Not thread-safe: one thread at a time per object (DatabaseWriter owns one on its thread).
 class ResultsStore {
 public:
@@ -85,12 +104,20 @@ public:
     virtual Table cone(double raDeg, double decDeg, double radiusArcsec) = 0;
     // The stored configuration (JSON text) of a frame id; empty when unknown.
     virtual std::string frameConfig(std::int64_t frameId) = 0;
+
+    // Writes series objects and their points in one transaction. An object is the stored one of the same
+    // name and kind (its position updated), else a new one; a point replaces the object's point of the
+    // same frame. Throws DatabaseError; on error nothing of the call is stored.
+    virtual SeriesWriteResult putSeries(const std::vector<SeriesObjectRecord>& objects) = 0;
+    // The stored points of the series objects named `name`, by BJD: object, kind, ra, dec, frame_id, path,
+    // hdu, mjd, filter, bjd_tdb, rel_flux, rel_flux_err, mag, mag_err.
+    virtual Table seriesCurve(const std::string& name) = 0;
 };
 
 // Fault injection for the store's own tests (the CLI sets it only in gpuphot-testhooks).
 struct StoreTestHooks {
-    long killAfterRows = 0;   // > 0: SIGKILL this process after that many source rows of a frame are sent
-    long maxPageCount = 0;    // > 0 (SQLite): PRAGMA max_page_count, so that the file "fills up"
+    long killAfterRows = 0; // > 0: SIGKILL this process after that many source rows of a frame are sent
+    long maxPageCount = 0;  // > 0 (SQLite): PRAGMA max_page_count, so that the file "fills up"
 };
 struct StoreOptions {
     double busyTimeoutSeconds = 60; // SQLite: wait this long for another writer's lock

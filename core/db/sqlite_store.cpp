@@ -49,9 +49,12 @@ DatabaseError::Kind kindOf(int code) {
     switch (code & 0xff) {
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
-    case SQLITE_READONLY: return DatabaseError::Kind::Unreachable;
-    case SQLITE_FULL: return DatabaseError::Kind::Full;
-    default: return DatabaseError::Kind::Other;
+    case SQLITE_READONLY:
+        return DatabaseError::Kind::Unreachable;
+    case SQLITE_FULL:
+        return DatabaseError::Kind::Full;
+    default:
+        return DatabaseError::Kind::Other;
     }
 }
 
@@ -66,8 +69,10 @@ public:
     Statement& operator=(const Statement&) = delete;
 
     Statement& bind(int i, double v) {
-        if (std::isfinite(v)) sqlite3_bind_double(m_stmt, i, v);
-        else sqlite3_bind_null(m_stmt, i); // NaN: SQL NULL
+        if (std::isfinite(v))
+            sqlite3_bind_double(m_stmt, i, v);
+        else
+            sqlite3_bind_null(m_stmt, i); // NaN: SQL NULL
         return *this;
     }
     Statement& bind(int i, std::int64_t v) {
@@ -123,6 +128,8 @@ public:
     Table frames(const FrameQuery& query) override;
     Table cone(double raDeg, double decDeg, double radiusArcsec) override;
     std::string frameConfig(std::int64_t frameId) override;
+    SeriesWriteResult putSeries(const std::vector<SeriesObjectRecord>& objects) override;
+    Table seriesCurve(const std::string& name) override;
 
 private:
     void open();
@@ -132,6 +139,7 @@ private:
     std::int64_t insertFrame(const FrameFields& f);
     void insertSources(std::int64_t frameId, const SourceColumns& s);
     std::vector<ConeRow> coneFrames(double raDeg, double decDeg, double radiusDeg);
+    std::int64_t seriesObjectId(const SeriesObjectRecord& object);
 
     std::string m_path;
     StoreOptions m_options;
@@ -154,8 +162,11 @@ void SqliteStore::open() {
     const fs::path parent = fs::path(m_path).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::exists(parent, ec)) fs::create_directories(parent, ec);
-    if (ec) throw DatabaseError(DatabaseError::Kind::Unreachable, "cannot make " + parent.string() + ": " + ec.message());
-    const int rc = sqlite3_open_v2(m_path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    if (ec)
+        throw DatabaseError(DatabaseError::Kind::Unreachable,
+                            "cannot make " + parent.string() + ": " + ec.message());
+    const int rc =
+        sqlite3_open_v2(m_path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
     if (rc != SQLITE_OK) {
         const std::string msg = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
         throw DatabaseError(kindOf(rc), where("cannot open the database: " + msg));
@@ -164,7 +175,8 @@ void SqliteStore::open() {
     sqlite3_busy_timeout(m_db, static_cast<int>(m_options.busyTimeoutSeconds * 1000));
     // Not a database (e.g. a FITS file given by mistake) fails here with "file is not a database".
     // 16 KiB pages (a new file only; before WAL): a third less time per frame than 4 KiB.
-    exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA mmap_size=17179869184; "
+    exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA "
+         "cache_size=-65536; PRAGMA mmap_size=17179869184; "
          "PRAGMA temp_store=MEMORY;",
          "cannot open the database");
     if (m_options.test.maxPageCount > 0) {
@@ -210,13 +222,14 @@ std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
         Statement delFrame(m_db, "DELETE FROM frames WHERE id = ?1", where("frames"));
         delFrame.bind(1, id).step(where("replacing the frame"));
     }
-    Statement ins(m_db,
-                  "INSERT INTO frames(path, hdu, checksum, mjd, filter, object, exptime, airmass, width, height, "
-                  "fwhm, ellipticity, sky, sky_rms, zp, zp_err, astrometric_rms, sources, calibrators, "
-                  "aperture_radii, software, config_hash, seconds, timings, status, written) VALUES(?1, ?2, ?3, "
-                  "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, "
-                  "?24, ?25, ?26)",
-                  where("frames"));
+    Statement ins(
+        m_db,
+        "INSERT INTO frames(path, hdu, checksum, mjd, filter, object, exptime, airmass, width, height, "
+        "fwhm, ellipticity, sky, sky_rms, zp, zp_err, astrometric_rms, sources, calibrators, "
+        "aperture_radii, software, config_hash, seconds, timings, status, written) VALUES(?1, ?2, ?3, "
+        "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, "
+        "?24, ?25, ?26)",
+        where("frames"));
     ins.bind(1, f.path).bind(2, std::int64_t{f.hdu}).bind(3, f.checksum).bind(4, f.mjd).bind(5, f.filter);
     ins.bind(6, f.object).bind(7, f.exptime).bind(8, f.airmass).bind(9, f.width).bind(10, f.height);
     ins.bind(11, f.fwhm).bind(12, f.ellipticity).bind(13, f.sky).bind(14, f.skyRms).bind(15, f.zp);
@@ -230,16 +243,21 @@ std::int64_t SqliteStore::insertFrame(const FrameFields& f) {
 // Appends the sources in key order, and the frame's footprint to its row. A source without a sky
 // position is stored in zone -1 at RA 0 (the key needs a value; read back as NaN).
 void SqliteStore::insertSources(std::int64_t frameId, const SourceColumns& s) {
-    Statement ins(m_db,
-                  "INSERT INTO sources VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17)",
-                  where("sources"));
+    Statement ins(
+        m_db,
+        "INSERT INTO sources VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+        "?16, ?17)",
+        where("sources"));
     const std::size_t aperBytes = sizeof(double) * 2 * s.apertures;
     long sent = 0;
     for (std::uint32_t i : s.order) {
         const bool onSky = s.zone[i] >= 0;
         ins.bind(1, frameId).bind(2, s.zone[i]).bind(3, onSky ? s.ra[i] : 0.0).bind(4, s.id[i]);
-        ins.bind(5, s.dec[i]).bind(6, s.x[i]).bind(7, s.y[i]).bind(8, s.fluxAuto[i]).bind(9, s.fluxErrAuto[i]);
+        ins.bind(5, s.dec[i])
+            .bind(6, s.x[i])
+            .bind(7, s.y[i])
+            .bind(8, s.fluxAuto[i])
+            .bind(9, s.fluxErrAuto[i]);
         ins.bind(10, s.fluxPsf[i]).bind(11, s.fluxErrPsf[i]).bind(12, s.magCal[i]).bind(13, s.magErrCal[i]);
         ins.bind(14, s.fwhm[i]).bind(15, s.flags[i]).bind(16, s.refId[i]);
         ins.bindBlob(17, s.aper.data() + i * 2 * s.apertures, aperBytes);
@@ -277,12 +295,13 @@ std::optional<std::string> SqliteStore::frameChecksum(const std::string& path, i
 }
 
 Table SqliteStore::frames(const FrameQuery& query) {
-    Statement q(m_db,
-                "SELECT id, path, hdu, checksum, mjd, filter, exptime, airmass, fwhm, sky, zp, zp_err, "
-                "astrometric_rms, sources, calibrators, software, config_hash, seconds, status, written FROM frames "
-                "WHERE (?1 IS NULL OR mjd >= ?1) AND (?2 IS NULL OR mjd <= ?2) AND (?3 = '' OR filter = ?3) "
-                "AND (?4 = '' OR path LIKE ?4) ORDER BY mjd IS NULL, mjd, path, hdu",
-                where("frames"));
+    Statement q(
+        m_db,
+        "SELECT id, path, hdu, checksum, mjd, filter, exptime, airmass, fwhm, sky, zp, zp_err, "
+        "astrometric_rms, sources, calibrators, software, config_hash, seconds, status, written FROM frames "
+        "WHERE (?1 IS NULL OR mjd >= ?1) AND (?2 IS NULL OR mjd <= ?2) AND (?3 = '' OR filter = ?3) "
+        "AND (?4 = '' OR path LIKE ?4) ORDER BY mjd IS NULL, mjd, path, hdu",
+        where("frames"));
     q.bind(1, query.mjdMin.value_or(kNaN)).bind(2, query.mjdMax.value_or(kNaN));
     q.bind(3, query.filter).bind(4, query.pathLike);
     Table t = framesTable();
@@ -292,9 +311,12 @@ Table SqliteStore::frames(const FrameQuery& query) {
             std::visit(
                 [&](auto& v) {
                     using T = typename std::decay_t<decltype(v)>::value_type;
-                    if constexpr (std::is_same_v<T, std::string>) v.push_back(q.str(i));
-                    else if constexpr (std::is_same_v<T, double>) v.push_back(q.real(i));
-                    else if constexpr (std::is_same_v<T, std::int64_t>) v.push_back(q.integer(i));
+                    if constexpr (std::is_same_v<T, std::string>)
+                        v.push_back(q.str(i));
+                    else if constexpr (std::is_same_v<T, double>)
+                        v.push_back(q.real(i));
+                    else if constexpr (std::is_same_v<T, std::int64_t>)
+                        v.push_back(q.integer(i));
                 },
                 c[i].data);
     }
@@ -304,25 +326,28 @@ Table SqliteStore::frames(const FrameQuery& query) {
 // The frames whose footprint reaches the circle (a scan of the frame rows), then in each the key ranges
 // of coneBoxes; the exact separation decides.
 std::vector<ConeRow> SqliteStore::coneFrames(double raDeg, double decDeg, double radiusDeg) {
-    Statement q(m_db, "SELECT id, path, hdu, mjd, filter, centre_ra, centre_dec, radius_deg FROM frames "
-                      "WHERE radius_deg IS NOT NULL",
+    Statement q(m_db,
+                "SELECT id, path, hdu, mjd, filter, centre_ra, centre_dec, radius_deg FROM frames "
+                "WHERE radius_deg IS NOT NULL",
                 where("cone"));
     std::vector<ConeRow> frames;
     while (q.step(where("cone"))) {
         const double reach = q.real(7) + radiusDeg;
         if (reach < 180.0 && angularSeparationDeg(raDeg, decDeg, q.real(5), q.real(6)) > reach) continue;
         ConeRow f;
-        f.frameId = q.integer(0), f.path = q.str(1), f.hdu = q.integer(2), f.mjd = q.real(3), f.filter = q.str(4);
+        f.frameId = q.integer(0), f.path = q.str(1), f.hdu = q.integer(2), f.mjd = q.real(3),
+        f.filter = q.str(4);
         frames.push_back(std::move(f));
     }
     return frames;
 }
 
 Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
-    Statement q(m_db,
-                "SELECT id, ra, dec, x, y, flux_auto, fluxerr_auto, flux_psf, fluxerr_psf, mag_cal, magerr_cal, "
-                "flags, ref_id, aper FROM sources WHERE frame_id = ?1 AND zone = ?2 AND ra BETWEEN ?3 AND ?4",
-                where("cone"));
+    Statement q(
+        m_db,
+        "SELECT id, ra, dec, x, y, flux_auto, fluxerr_auto, flux_psf, fluxerr_psf, mag_cal, magerr_cal, "
+        "flags, ref_id, aper FROM sources WHERE frame_id = ?1 AND zone = ?2 AND ra BETWEEN ?3 AND ?4",
+        where("cone"));
     struct Hit {
         ConeRow row;
         std::vector<double> aper;
@@ -341,7 +366,8 @@ Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
                 r = frame;
                 r.id = q.integer(0), r.ra = q.real(1), r.dec = q.real(2), r.x = q.real(3), r.y = q.real(4);
                 r.sep = sep, r.fluxAuto = q.real(5), r.fluxErrAuto = q.real(6), r.fluxPsf = q.real(7);
-                r.fluxErrPsf = q.real(8), r.magCal = q.real(9), r.magErrCal = q.real(10), r.flags = q.integer(11);
+                r.fluxErrPsf = q.real(8), r.magCal = q.real(9), r.magErrCal = q.real(10),
+                r.flags = q.integer(11);
                 r.refId = q.integer(12);
                 int bytes = 0;
                 const auto* p = static_cast<const double*>(q.blob(13, bytes));
@@ -361,10 +387,85 @@ Table SqliteStore::cone(double raDeg, double decDeg, double radiusArcsec) {
 }
 
 std::string SqliteStore::frameConfig(std::int64_t frameId) {
-    Statement q(m_db, "SELECT c.config FROM frames f JOIN configs c ON c.hash = f.config_hash WHERE f.id = ?1",
+    Statement q(m_db,
+                "SELECT c.config FROM frames f JOIN configs c ON c.hash = f.config_hash WHERE f.id = ?1",
                 where("configs"));
     q.bind(1, frameId);
     return q.step(where("configs")) ? q.str(0) : std::string{};
+}
+
+// The object of that name and kind (its position updated), else a new one.
+std::int64_t SqliteStore::seriesObjectId(const SeriesObjectRecord& o) {
+    Statement find(m_db, "SELECT id FROM series_objects WHERE name = ?1 AND kind = ?2",
+                   where("series_objects"));
+    find.bind(1, o.name).bind(2, o.kind);
+    if (find.step(where("series_objects"))) {
+        const std::int64_t id = find.integer(0);
+        Statement up(m_db, "UPDATE series_objects SET ra = ?1, dec = ?2 WHERE id = ?3",
+                     where("series_objects"));
+        up.bind(1, o.ra).bind(2, o.dec).bind(3, id).step(where("series_objects"));
+        return id;
+    }
+    Statement ins(m_db, "INSERT INTO series_objects(name, ra, dec, kind) VALUES(?1, ?2, ?3, ?4)",
+                  where("series_objects"));
+    ins.bind(1, o.name).bind(2, o.ra).bind(3, o.dec).bind(4, o.kind).step(where("series_objects"));
+    return sqlite3_last_insert_rowid(m_db);
+}
+
+SeriesWriteResult SqliteStore::putSeries(const std::vector<SeriesObjectRecord>& objects) {
+    SeriesWriteResult result;
+    exec("BEGIN IMMEDIATE", "writing series");
+    try {
+        Statement frame(m_db, "SELECT id FROM frames WHERE path = ?1 AND hdu = ?2", where("frames"));
+        Statement put(m_db, "INSERT OR REPLACE INTO series_points VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                      where("series_points"));
+        for (const SeriesObjectRecord& o : objects) {
+            const std::int64_t object = seriesObjectId(o);
+            ++result.objects;
+            for (const SeriesPointRecord& p : o.points) {
+                frame.bind(1, p.framePath).bind(2, std::int64_t{p.hdu});
+                const bool stored = frame.step(where("frames"));
+                const std::int64_t frameId = stored ? frame.integer(0) : 0;
+                frame.reset();
+                if (!stored) {
+                    ++result.pointsWithoutFrame;
+                    continue;
+                }
+                put.bind(1, object)
+                    .bind(2, frameId)
+                    .bind(3, p.bjdTdb)
+                    .bind(4, p.relFlux)
+                    .bind(5, p.relFluxErr);
+                put.bind(6, p.mag).bind(7, p.magErr).step(where("writing series points"));
+                put.reset();
+                ++result.points;
+            }
+        }
+        exec("COMMIT", "writing series");
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+    return result;
+}
+
+Table SqliteStore::seriesCurve(const std::string& name) {
+    Statement q(
+        m_db,
+        "SELECT o.name, o.kind, o.ra, o.dec, f.id, f.path, f.hdu, f.mjd, f.filter, p.bjd_tdb, p.rel_flux, "
+        "p.rel_flux_err, p.mag, p.mag_err FROM series_objects o JOIN series_points p ON p.object_id = o.id "
+        "JOIN frames f ON f.id = p.frame_id WHERE o.name = ?1 ORDER BY o.kind, o.id, p.bjd_tdb, f.id",
+        where("series"));
+    q.bind(1, name);
+    Table t = seriesTable();
+    while (q.step(where("series"))) {
+        SeriesRow r;
+        r.object = q.str(0), r.kind = q.str(1), r.ra = q.real(2), r.dec = q.real(3), r.frameId = q.integer(4);
+        r.path = q.str(5), r.hdu = q.integer(6), r.mjd = q.real(7), r.filter = q.str(8), r.bjdTdb = q.real(9);
+        r.relFlux = q.real(10), r.relFluxErr = q.real(11), r.mag = q.real(12), r.magErr = q.real(13);
+        appendSeriesRow(t, r);
+    }
+    return t;
 }
 
 } // namespace

@@ -113,7 +113,9 @@ TEST(CliDb, DatabaseFailuresHaveTheirExitCodesAndTheFilesAreStillWritten) {
     {
         sqlite3* h = nullptr;
         ASSERT_EQ(sqlite3_open(newer.c_str(), &h), SQLITE_OK);
-        sqlite3_exec(h, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES('schema_version','9')",
+        sqlite3_exec(h,
+                     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta "
+                     "VALUES('schema_version','9')",
                      nullptr, nullptr, nullptr);
         sqlite3_close(h);
     }

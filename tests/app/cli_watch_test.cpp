@@ -130,11 +130,16 @@ TEST(CliWatch, OnceReducesPresentFramesThenSkipsThemAndSigtermStopsCleanly) {
         std::ofstream f(watch / "notes.txt");
         f << "not a frame\n";
     }
-    CliResult r = runCli("watch " + watch.str() + " -o " + out.str() + " --settle 0.1 --once -q");
+    const std::string db = out / "night.sqlite";
+    CliResult r = runCli("watch " + watch.str() + " -o " + out.str() + " --settle 0.1 --once -q --db " + db);
     ASSERT_EQ(r.exitCode, 0) << r.err;
     auto lines = readJsonLines(out / "gpuphot.jsonl");
     ASSERT_EQ(lines.size(), 1u) << "only files matching --pattern '*.fits'";
     EXPECT_EQ(lines[0]["status"], "ok");
+    // --db: the frame is in the database too.
+    r = runCli("query --db " + db + " --format csv frames");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.out.find("w1.fits"), std::string::npos) << r.out;
     // Same skip rule as reduce: outputs complete and newer than the frame.
     r = runCli("watch " + watch.str() + " -o " + out.str() + " --settle 0.1 --once -q");
     ASSERT_EQ(r.exitCode, 0) << r.err;

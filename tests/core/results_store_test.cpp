@@ -8,10 +8,10 @@
 
 #include <cmath>
 #include <csignal>
-#include <fstream>
-#include <set>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include "core/db/db_records.hpp"
 #include "core/db/db_writer.hpp"
@@ -71,7 +71,8 @@ nlohmann::json makeReport(const std::string& path, double mjd, std::size_t sourc
             {"config", {{"detection", {{"threshold", 1.5}}}}}};
 }
 
-std::int64_t put(ResultsStore& store, const std::string& path, double mjd, const Table& cat, double zp = 25.0) {
+std::int64_t put(ResultsStore& store, const std::string& path, double mjd, const Table& cat,
+                 double zp = 25.0) {
     FrameRecord r;
     r.report = makeReport(path, mjd, cat.rows(), zp);
     r.catalog = &cat;
@@ -110,7 +111,8 @@ protected:
     void SetUp() override {
         if (GetParam() == "postgresql") {
             const char* url = std::getenv("GPUPHOT_TEST_PG_URL");
-            if (!url || !*url) GTEST_SKIP() << "GPUPHOT_TEST_PG_URL not set (tests/db/postgres_test.sh sets it)";
+            if (!url || !*url)
+                GTEST_SKIP() << "GPUPHOT_TEST_PG_URL not set (tests/db/postgres_test.sh sets it)";
             m_url = url;
             resetPostgres(m_url);
         } else {
@@ -169,12 +171,14 @@ TEST_P(ResultsStoreTest, ConeMatchesBruteForceAcrossRaZeroAndNearThePole) {
     struct Field {
         double ra, dec, size;
     };
-    for (const Field f : {Field{0.01, 5.0, 0.3}, Field{359.99, -30.0, 0.3}, Field{45.0, 89.9, 0.15}, Field{200.0, -89.95, 0.08}}) {
+    for (const Field f : {Field{0.01, 5.0, 0.3}, Field{359.99, -30.0, 0.3}, Field{45.0, 89.9, 0.15},
+                          Field{200.0, -89.95, 0.08}}) {
         const Table cat = makeCatalog(4000, f.ra, f.dec, f.size, static_cast<unsigned>(f.dec * 10 + 100));
         put(*store, "/data/f" + std::to_string(f.dec) + ".fits", 60000.0, cat);
         for (double radius : {10.0, 60.0, 300.0}) {
             const auto want = bruteCone(cat, f.ra, f.dec, radius);
-            EXPECT_EQ(coneIds(store->cone(f.ra, f.dec, radius)), want) << f.ra << " " << f.dec << " r " << radius;
+            EXPECT_EQ(coneIds(store->cone(f.ra, f.dec, radius)), want)
+                << f.ra << " " << f.dec << " r " << radius;
         }
     }
 }
@@ -238,6 +242,40 @@ TEST_P(ResultsStoreTest, WriterThreadStoresFramesAndSkipsStoredOnes) {
     EXPECT_EQ(open()->frames({}).rows(), 6u);
 }
 
+TEST_P(ResultsStoreTest, SeriesPointsTieToStoredFramesAndAreReplaced) {
+    auto store = open();
+    const Table cat = makeCatalog(50, 30.0, 5.0, 0.05, 11);
+    put(*store, "/n/a.fits", 60000.10, cat);
+    put(*store, "/n/b.fits", 60000.20, cat);
+    SeriesObjectRecord o;
+    o.name = "WASP-1";
+    o.ra = 30.0, o.dec = 5.0;
+    for (const auto& [path, bjd] :
+         {std::pair{"/n/b.fits", 2460000.7}, {"/n/a.fits", 2460000.6}, {"/n/x.fits", 2460000.8}}) {
+        SeriesPointRecord p;
+        p.framePath = path, p.bjdTdb = bjd, p.relFlux = 1.0, p.relFluxErr = 0.01, p.mag = 12.0;
+        o.points.push_back(p);
+    }
+    SeriesWriteResult w = store->putSeries({o});
+    EXPECT_EQ(w.objects, 1u);
+    EXPECT_EQ(w.points, 2u);
+    EXPECT_EQ(w.pointsWithoutFrame, 1u); // /n/x.fits is not stored
+    for (auto& p : o.points)
+        p.relFlux = 0.99;
+    w = store->putSeries({o});
+    EXPECT_EQ(w.points, 2u);
+    const Table t = store->seriesCurve("WASP-1");
+    ASSERT_EQ(t.rows(), 2u); // replaced, not added
+    EXPECT_DOUBLE_EQ(t.at("bjd_tdb").as<double>()[0], 2460000.6);
+    EXPECT_EQ(t.at("path").as<std::string>()[0], "/n/a.fits");
+    EXPECT_DOUBLE_EQ(t.at("rel_flux").as<double>()[1], 0.99);
+    EXPECT_TRUE(std::isnan(t.at("mag_err").as<double>()[0]));
+    EXPECT_EQ(store->seriesCurve("WASP-2").rows(), 0u);
+    // A frame reduced again loses its points (they were measured on the old catalog).
+    put(*store, "/n/a.fits", 60000.10, cat);
+    EXPECT_EQ(store->seriesCurve("WASP-1").rows(), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ResultsStoreTest, ::testing::Values("sqlite", "postgresql"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
@@ -259,7 +297,8 @@ TEST(ResultsStoreSqlite, NewerSchemaIsRefused) {
     openResultsStore(path);
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", nullptr, nullptr, nullptr),
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '99' WHERE key = 'schema_version'", nullptr, nullptr,
+                           nullptr),
               SQLITE_OK);
     sqlite3_close(db);
     EXPECT_EQ(kindOfOpen(path), DatabaseError::Kind::SchemaTooNew);

@@ -74,9 +74,12 @@ $py "$here/check_series.py" check "$sim" night "$out" "$radius" --bars | tee "$w
 echo "== series on raw frames (reduced first into DIR/catalogs), then one more appended"
 raw=$work/raw
 "$gpuphot" series "${fits[@]:0:6}" --ref "$sim/night_0001.ref.fits" --targets "$work/targets.csv" -o "$raw" \
-    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q || true
+    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q --db "$raw/night.sqlite" || true
 "$gpuphot" series "${fits[6]}" --ref "$sim/night_0001.ref.fits" --targets "$work/targets.csv" -o "$raw" \
-    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q || true
+    --aper 2,3,4,6 --no-tycho2 --flux "aper_$aper" -q --db "$raw/night.sqlite" || true
+# --db: the seven frames and the transit's seven points (replaced, not added, by the append's rewrite).
+"$gpuphot" query --db "$raw/night.sqlite" --format json frames >"$work/db_frames.json"
+"$gpuphot" query --db "$raw/night.sqlite" --format json series transit >"$work/db_transit.json"
 $py - "$raw" <<'EOF2'
 import json, os, sys
 d = sys.argv[1]
@@ -85,5 +88,12 @@ assert r["appended"] and r["frames_used"] == 7, (r["appended"], r["frames_used"]
 cats = sorted(f for f in os.listdir(d + "/catalogs") if f.endswith(".cat.fits"))
 assert len(cats) == 7 and os.path.exists(d + "/catalogs/night_0001.targets.fits"), cats
 assert os.path.exists(d + "/transit.lc.ecsv")
-print("raw frames: reduced into catalogs/ (with forced photometry), series built and appended")
+w = os.path.dirname(d)
+frames = json.load(open(w + "/db_frames.json"))
+transit = json.load(open(w + "/db_transit.json"))
+assert len(frames) == 7, len(frames)
+assert len(transit) == 7 and all(p["rel_flux"] is not None for p in transit), transit
+assert [p["bjd_tdb"] for p in transit] == sorted(p["bjd_tdb"] for p in transit)
+print("raw frames: reduced into catalogs/ (with forced photometry), series built and appended; "
+      "frames and the transit's points in the database")
 EOF2
