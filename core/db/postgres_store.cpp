@@ -254,8 +254,13 @@ class PostgresStore final : public ResultsStore {
 public:
     PostgresStore(const std::string& url, const StoreOptions& options)
         : m_name(redactedUrl(url)), m_options(options) {
-        connect(url.rfind("pg:", 0) == 0 ? url.substr(3) : url);
-        migrate();
+        try {
+            connect(url.rfind("pg:", 0) == 0 ? url.substr(3) : url);
+            migrate();
+        } catch (...) { // no destructor runs for a constructor that throws
+            PQfinish(m_conn);
+            throw;
+        }
     }
     ~PostgresStore() override { PQfinish(m_conn); }
     PostgresStore(const PostgresStore&) = delete;

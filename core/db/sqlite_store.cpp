@@ -116,8 +116,13 @@ private:
 class SqliteStore final : public ResultsStore {
 public:
     SqliteStore(const std::string& path, const StoreOptions& options) : m_path(path), m_options(options) {
-        open();
-        migrate();
+        try {
+            open();
+            migrate();
+        } catch (...) { // no destructor runs for a constructor that throws
+            sqlite3_close_v2(m_db);
+            throw;
+        }
     }
     ~SqliteStore() override { sqlite3_close_v2(m_db); }
 
