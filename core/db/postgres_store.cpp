@@ -17,7 +17,6 @@
 
 #include "core/db/backends.hpp"
 #include "core/db/db_records.hpp"
-#include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot::db {
 
@@ -30,11 +29,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // opening a fresh database at once must not all create the tables.
 constexpr const char* kSchemaLockKey = "7453586508947092480";
 
-// Schema v1 (docs/DATABASE.md): the SQLite store's tables, with an index on (frame, Q3C pixel) in place of
-// SQLite's clustering by (frame, zone, RA), and the apertures' fluxes as arrays in place of its blob.
-// Deleting a frame deletes its sources through a trigger, not a foreign key: a key's check of every inserted
-// row would cost 0.5 s of a 134,000-source frame's 1 s (putFrame writes the frame row first, in the same
-// transaction).
+// Schema v1 (docs/DATABASE.md): the SQLite store's tables, with Q3C's index on (ra, dec) in place of
+// SQLite's (zone, ra) and the apertures' fluxes as arrays in place of its blob. Deleting a frame deletes
+// its sources through a trigger, not a foreign key: a key's check of every inserted row would cost 0.5 s
+// of a 134,000-source frame's 1 s (putFrame writes the frame row first, in the same transaction).
 const char* const kSchemaV1 = R"SQL(
 CREATE TABLE configs(hash text PRIMARY KEY, config text NOT NULL);
 CREATE TABLE frames(
@@ -44,8 +42,7 @@ CREATE TABLE frames(
   sky_rms double precision, zp double precision, zp_err double precision, astrometric_rms double precision,
   sources bigint, calibrators bigint, aperture_radii text, software text,
   config_hash text REFERENCES configs(hash), seconds double precision, timings text, status text,
-  written text, centre_ra double precision, centre_dec double precision, radius_deg double precision,
-  UNIQUE(path, hdu));
+  written text, UNIQUE(path, hdu));
 CREATE INDEX frames_mjd ON frames(mjd);
 CREATE TABLE sources(
   frame_id bigint NOT NULL, id bigint NOT NULL,
@@ -55,7 +52,7 @@ CREATE TABLE sources(
   fwhm double precision, flags bigint, ref_id bigint,
   flux_aper double precision[], fluxerr_aper double precision[],
   PRIMARY KEY(frame_id, id));
-CREATE INDEX sources_q3c ON sources(frame_id, q3c_ang2ipix(ra, dec));
+CREATE INDEX sources_q3c ON sources(q3c_ang2ipix(ra, dec));
 CREATE FUNCTION gpuphot_delete_sources() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   -- the sources table next to this frames table, whatever the deleting session's search_path
@@ -278,7 +275,6 @@ public:
 
 private:
     std::int64_t seriesObjectId(const SeriesObjectRecord& object);
-    std::string coneFrames(double raDeg, double decDeg, double radiusDeg);
     void connect(const std::string& conninfo);
     void ensureConnected();
     void configureSession();
@@ -548,11 +544,6 @@ std::int64_t PostgresStore::putFrame(const FrameRecord& record) {
         exec("SELECT pg_advisory_xact_lock(hashtext($1), $2::integer)", what, key);
         const std::int64_t id = insertFrame(f, what);
         copySources(id, s, what + " (sources)");
-        Params foot;
-        foot.add(s.centreRa).add(s.centreDec).add(s.radiusDeg).add(id);
-        exec("UPDATE frames SET centre_ra = $1::float8, centre_dec = $2::float8, radius_deg = $3::float8 "
-             "WHERE id = $4::bigint",
-             what, foot);
         exec("COMMIT", what);
         return id;
     } catch (...) {
@@ -623,33 +614,16 @@ ConeRow coneRow(const Row& q, double sep, std::vector<double>& aper) {
 
 // Q3C finds the candidates (on a radius a hair wider); the separation test is the SQLite store's, so both
 // back ends agree on sources at the edge.
-// The ids ("{1,2,..}") of the frames whose footprint (centre, radius) reaches the circle. The sources'
-// index is clustered by frame, so that a frame's write appends to it whatever the store holds.
-std::string PostgresStore::coneFrames(double raDeg, double decDeg, double radiusDeg) {
-    Result r =
-        exec("SELECT id, centre_ra, centre_dec, radius_deg FROM frames WHERE radius_deg IS NOT NULL", "cone");
-    std::string ids = "{";
-    for (int i = 0; i < PQntuples(r.get()); ++i) {
-        const Row q{r.get(), i};
-        const double reach = q.real(3) + radiusDeg;
-        if (reach < 180.0 && angularSeparationDeg(raDeg, decDeg, q.real(1), q.real(2)) > reach) continue;
-        ids += (ids.size() > 1 ? "," : "") + std::to_string(q.integer(0));
-    }
-    return ids + "}";
-}
-
 Table PostgresStore::cone(double raDeg, double decDeg, double radiusArcsec) {
     if (!std::isfinite(raDeg) || !std::isfinite(decDeg) || !(radiusArcsec >= 0)) return coneTable(0);
     ensureConnected();
-    const std::string frames = coneFrames(raDeg, decDeg, radiusArcsec / 3600.0);
-    if (frames == "{}") return coneTable(0);
     Params p;
-    p.add(raDeg).add(decDeg).add(radiusArcsec / 3600.0 * (1 + 1e-9) + 1e-12).add(frames);
+    p.add(raDeg).add(decDeg).add(radiusArcsec / 3600.0 * (1 + 1e-9) + 1e-12);
     Result r =
-        // The sources first, through the (frame, Q3C pixel) index, then their frames: joined in one query,
-        // a planner with stale statistics (a store just filled) walks every frame's sources instead.
-        exec("WITH s AS MATERIALIZED (SELECT * FROM sources WHERE frame_id = ANY($4::bigint[]) "
-             "AND q3c_radial_query(ra, dec, $1::float8, $2::float8, $3::float8)) "
+        // The sources first, through the Q3C index, then their frames: joined in one query, a planner
+        // with stale statistics (a store just filled) walks every frame's sources instead (2 s, not 2 ms).
+        exec("WITH s AS MATERIALIZED (SELECT * FROM sources "
+             "WHERE q3c_radial_query(ra, dec, $1::float8, $2::float8, $3::float8)) "
              "SELECT s.frame_id, f.path, f.hdu, f.mjd, f.filter, s.id, s.ra, s.dec, s.x, s.y, s.flux_auto, "
              "s.fluxerr_auto, s.flux_psf, s.fluxerr_psf, s.mag_cal, s.magerr_cal, s.flags, s.ref_id, "
              "s.flux_aper, s.fluxerr_aper FROM s JOIN frames f ON f.id = s.frame_id",
