@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/util/text.hpp"
 #include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot::db {
@@ -117,15 +118,6 @@ std::string fnv1a64Hex(const std::string& s) {
     }
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
-}
-
-std::string utcNowIso() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;
 }
 

@@ -77,11 +77,22 @@ struct SeriesRow {
     std::int64_t frameId = 0, hdu = 0;
 };
 void appendSeriesRow(Table& table, const SeriesRow& row);
+// The columns both stores' seriesCurve query selects, in this order (kSeriesCurveColumns), read from a
+// result row with real(c) / integer(c) / str(c).
+inline constexpr const char* kSeriesCurveColumns = "o.name, o.kind, o.ra, o.dec, f.id, f.path, f.hdu, f.mjd, "
+                                                   "f.filter, p.bjd_tdb, p.rel_flux, p.rel_flux_err, "
+                                                   "p.mag, p.mag_err";
+template <class Row> SeriesRow seriesRowOf(const Row& q) {
+    SeriesRow r;
+    r.object = q.str(0), r.kind = q.str(1), r.ra = q.real(2), r.dec = q.real(3), r.frameId = q.integer(4);
+    r.path = q.str(5), r.hdu = q.integer(6), r.mjd = q.real(7), r.filter = q.str(8), r.bjdTdb = q.real(9);
+    r.relFlux = q.real(10), r.relFluxErr = q.real(11), r.mag = q.real(12), r.magErr = q.real(13);
+    return r;
+}
 
 // The frames() result table's empty columns.
 Table framesTable();
 
 std::string fnv1a64Hex(const std::string& text);
-std::string utcNowIso();
 
 } // namespace gpuphot::db

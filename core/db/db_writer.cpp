@@ -34,6 +34,14 @@ nlohmann::json readReport(const std::string& path) {
     }
 }
 
+// A frame as the store records it: by absolute path when the file is there, so that one frame is one row
+// whichever directory the run started in.
+std::string storedPath(const std::string& frame) {
+    return std::filesystem::is_regular_file(frame)
+               ? std::filesystem::absolute(frame).lexically_normal().string()
+               : frame;
+}
+
 std::string framePathOf(const nlohmann::json& report) {
     const auto& frame = report.value("frame", nlohmann::json::object());
     return frame.value("path", std::string{});
@@ -110,11 +118,9 @@ std::optional<std::pair<std::string, int>> frameOfCatalog(const std::string& cat
     report.replace(report.size() - suffix.size(), suffix.size(), ".report.json");
     try {
         const nlohmann::json j = readReport(report);
-        std::string frame = framePathOf(j);
+        const std::string frame = framePathOf(j);
         if (frame.empty()) return std::nullopt;
-        if (std::filesystem::is_regular_file(frame))
-            frame = std::filesystem::absolute(frame).lexically_normal().string();
-        return std::pair{frame, j.value("frame", nlohmann::json::object()).value("hdu", 0)};
+        return std::pair{storedPath(frame), j.value("frame", nlohmann::json::object()).value("hdu", 0)};
     } catch (const Error&) {
         return std::nullopt;
     }
@@ -124,11 +130,10 @@ bool storeReducedFrame(ResultsStore& store, const std::string& reportPath, std::
                        bool onlyIfMissing, const nlohmann::json* reportInMemory,
                        const Table* catalogInMemory) {
     nlohmann::json report = reportInMemory ? *reportInMemory : readReport(reportPath);
-    std::string frame = framePathOf(report);
-    if (frame.empty()) throw InvalidInput((reportPath.empty() ? "report" : reportPath) + ": no frame.path");
-    // Stored by absolute path: one frame is one row whichever directory the run started in.
-    const bool onDisk = std::filesystem::is_regular_file(frame);
-    if (onDisk) frame = std::filesystem::absolute(frame).lexically_normal().string();
+    if (framePathOf(report).empty())
+        throw InvalidInput((reportPath.empty() ? "report" : reportPath) + ": no frame.path");
+    const bool onDisk = std::filesystem::is_regular_file(framePathOf(report));
+    const std::string frame = storedPath(framePathOf(report));
     const int hdu = report.value("frame", nlohmann::json::object()).value("hdu", 0);
     if (onlyIfMissing && store.frameChecksum(frame, hdu)) return false;
     std::shared_ptr<Table> read;
@@ -151,12 +156,8 @@ bool storeReducedFrame(ResultsStore& store, const std::string& reportPath, std::
 // One frame: open the store when needed, write. Every failure is recorded against the frame; a
 // DatabaseError closes the store so that the next frame reconnects.
 void DatabaseWriter::write(Job& job) {
-    std::string frame = job.reportPath;
+    const std::string frame = job.reportPath.empty() ? framePathOf(job.report) : job.reportPath;
     try {
-        if (!job.reportPath.empty())
-            frame = job.reportPath;
-        else
-            frame = framePathOf(job.report);
         if (!m_store) m_store = openResultsStore(m_url, m_options);
         const bool wrote =
             storeReducedFrame(*m_store, job.reportPath, job.catalogPath, job.onlyIfMissing,

@@ -707,22 +707,14 @@ Table PostgresStore::seriesCurve(const std::string& name) {
     ensureConnected();
     Params p;
     p.add(name);
-    Result r =
-        exec("SELECT o.name, o.kind, o.ra, o.dec, f.id, f.path, f.hdu, f.mjd, f.filter, pt.bjd_tdb, "
-             "pt.rel_flux, pt.rel_flux_err, pt.mag, pt.mag_err FROM series_objects o JOIN series_points pt "
-             "ON pt.object_id = o.id JOIN frames f ON f.id = pt.frame_id WHERE o.name = $1 "
-             "ORDER BY o.kind, o.id, pt.bjd_tdb, f.id",
-             "series", p);
+    const std::string sql =
+        std::string("SELECT ") + kSeriesCurveColumns +
+        " FROM series_objects o JOIN series_points p ON p.object_id = o.id JOIN frames f ON "
+        "f.id = p.frame_id WHERE o.name = $1 ORDER BY o.kind, o.id, p.bjd_tdb, f.id";
+    Result r = exec(sql.c_str(), "series", p);
     Table t = seriesTable();
-    for (int i = 0; i < PQntuples(r.get()); ++i) {
-        const Row q{r.get(), i};
-        SeriesRow row;
-        row.object = q.str(0), row.kind = q.str(1), row.ra = q.real(2), row.dec = q.real(3);
-        row.frameId = q.integer(4), row.path = q.str(5), row.hdu = q.integer(6), row.mjd = q.real(7);
-        row.filter = q.str(8), row.bjdTdb = q.real(9), row.relFlux = q.real(10), row.relFluxErr = q.real(11);
-        row.mag = q.real(12), row.magErr = q.real(13);
-        appendSeriesRow(t, row);
-    }
+    for (int i = 0; i < PQntuples(r.get()); ++i)
+        appendSeriesRow(t, seriesRowOf(Row{r.get(), i}));
     return t;
 }
 

@@ -455,21 +455,15 @@ SeriesWriteResult SqliteStore::putSeries(const std::vector<SeriesObjectRecord>& 
 }
 
 Table SqliteStore::seriesCurve(const std::string& name) {
-    Statement q(
-        m_db,
-        "SELECT o.name, o.kind, o.ra, o.dec, f.id, f.path, f.hdu, f.mjd, f.filter, p.bjd_tdb, p.rel_flux, "
-        "p.rel_flux_err, p.mag, p.mag_err FROM series_objects o JOIN series_points p ON p.object_id = o.id "
-        "JOIN frames f ON f.id = p.frame_id WHERE o.name = ?1 ORDER BY o.kind, o.id, p.bjd_tdb, f.id",
-        where("series"));
+    const std::string sql =
+        std::string("SELECT ") + kSeriesCurveColumns +
+        " FROM series_objects o JOIN series_points p ON p.object_id = o.id JOIN frames f ON "
+        "f.id = p.frame_id WHERE o.name = ?1 ORDER BY o.kind, o.id, p.bjd_tdb, f.id";
+    Statement q(m_db, sql.c_str(), where("series"));
     q.bind(1, name);
     Table t = seriesTable();
-    while (q.step(where("series"))) {
-        SeriesRow r;
-        r.object = q.str(0), r.kind = q.str(1), r.ra = q.real(2), r.dec = q.real(3), r.frameId = q.integer(4);
-        r.path = q.str(5), r.hdu = q.integer(6), r.mjd = q.real(7), r.filter = q.str(8), r.bjdTdb = q.real(9);
-        r.relFlux = q.real(10), r.relFluxErr = q.real(11), r.mag = q.real(12), r.magErr = q.real(13);
-        appendSeriesRow(t, r);
-    }
+    while (q.step(where("series")))
+        appendSeriesRow(t, seriesRowOf(q));
     return t;
 }
 

@@ -13,6 +13,7 @@
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/text.hpp"
 
 namespace gpuphot {
 namespace {
@@ -23,18 +24,9 @@ std::string hostName() {
     return buf;
 }
 
-std::string utcNow() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 nlohmann::json base(const std::string& frame, const char* status, int exitCode) {
     return {{"frame", frame}, {"status", status},  {"exit_code", exitCode},
-            {"host", hostName()}, {"pid", static_cast<long>(getpid())}, {"time", utcNow()}};
+            {"host", hostName()}, {"pid", static_cast<long>(getpid())}, {"time", utcNowIso()}};
 }
 
 nlohmann::json field(const nlohmann::json& j, const char* key) {

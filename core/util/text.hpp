@@ -1,12 +1,23 @@
 #pragma once
-// Small text helpers shared by the readers of text formats (FITS cards, .sex and .param files, target
-// lists).
+// Small text helpers: for the readers of text formats (FITS cards, .sex and .param files, target
+// lists), and the UTC time stamps of status lines and stored frames.
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <string>
 #include <string_view>
 
 namespace gpuphot {
+
+// The current time in UTC as ISO 8601 to the second ("2026-12-03T16:27:20Z").
+inline std::string utcNowIso() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
 
 // `s` without leading and trailing white space (std::isspace).
 inline std::string_view trimView(std::string_view s) {
