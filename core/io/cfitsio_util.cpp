@@ -1,7 +1,9 @@
 #include "core/io/cfitsio_util.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -187,6 +189,75 @@ std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::s
             return std::string("its GZIP data is corrupt (zlib: ") +
                    (z.msg ? std::string(z.msg) : "error " + std::to_string(err)) + ")";
     }
+}
+
+std::string riceTileProblem(const unsigned char* data, std::size_t bytes, long long pixels, int bytePix,
+                            int blockSize) {
+    if (pixels <= 0) return {};
+    if (blockSize <= 0) return "its Rice BLOCKSIZE " + std::to_string(blockSize) + " is not positive";
+    // CFITSIO's constants for each pixel size: FS bits, the FS that marks direct coding, bits per pixel.
+    const int fsBits = bytePix == 1 ? 3 : bytePix == 2 ? 4 : 5;
+    const int fsMax = bytePix == 1 ? 6 : bytePix == 2 ? 14 : 25;
+    const int directBits = 1 << fsBits;
+    const std::size_t head = bytePix == 1 ? 1 : bytePix == 2 ? 2 : 4; // the first pixel, uncoded
+    auto truncated = [&] {
+        return "its Rice data ends before the tile's " + std::to_string(pixels) +
+               " pixels are decoded (truncated or corrupt tile)";
+    };
+    if (bytes < head + 1) return truncated();
+    std::size_t pos = head;
+    std::uint32_t b = data[pos++]; // the decoder's bit buffer and how many of its bits are unread
+    int nbits = 8;
+    bool ok = true;
+    auto next = [&]() -> std::uint32_t {
+        if (pos >= bytes) {
+            ok = false;
+            return 0;
+        }
+        return data[pos++];
+    };
+    auto low = [](int n) { return (std::uint32_t{1} << n) - 1; }; // n <= 7 wherever it is used
+    for (long long i = 0; i < pixels && ok;) {
+        nbits -= fsBits;
+        while (nbits < 0 && ok) {
+            b = (b << 8) | next();
+            nbits += 8;
+        }
+        const int fs = static_cast<int>(b >> nbits) - 1;
+        b &= low(nbits);
+        const long long end = std::min(i + blockSize, pixels);
+        if (fs < 0) { // a block of equal pixels: no bits
+            i = end;
+        } else if (fs == fsMax) { // directly coded differences
+            for (; i < end && ok; ++i) {
+                int k = directBits - nbits;
+                for (k -= 8; k >= 0 && ok; k -= 8)
+                    b = next();
+                if (nbits > 0)
+                    b = next() & low(nbits);
+                else
+                    b = 0;
+            }
+        } else { // Rice codes: a unary run of zeros, a one, then fs bits
+            for (; i < end && ok; ++i) {
+                while (b == 0 && ok) {
+                    nbits += 8;
+                    b = next();
+                }
+                if (!ok) break;
+                const int nzero = nbits - std::bit_width(b);
+                nbits -= nzero + 1;
+                b ^= std::uint32_t{1} << nbits;
+                nbits -= fs;
+                while (nbits < 0 && ok) {
+                    b = (b << 8) | next();
+                    nbits += 8;
+                }
+                b &= low(nbits);
+            }
+        }
+    }
+    return ok ? std::string{} : truncated();
 }
 
 } // namespace gpuphot

@@ -36,4 +36,13 @@ void checkHeadersCfitsioCanParse(const std::string& path);
 // `maxOut` bytes (a tile's pixels); bytes after the end of the stream are ignored, as CFITSIO does.
 std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::size_t maxOut);
 
+// Why CFITSIO must not decode these bytes as one RICE_1 tile of `pixels` pixels (empty: it may).
+// CFITSIO 4.2.0 (fits_rdecomp, _short, _byte) checks the end of the compressed bytes only after each
+// block of `blockSize` pixels, and a run of zero bytes makes it read on without any bound: a fuzzed
+// 8 kB frame crashed it (found by tests/fuzz/fuzz_fits_reader). This walks the stream exactly as
+// CFITSIO's decoder does, without writing pixels, and requires every byte it reads to lie within
+// `bytes`. `bytePix` (1, 2 or 4; CFITSIO decodes anything else as 4) is the ZVAL of BYTEPIX.
+std::string riceTileProblem(const unsigned char* data, std::size_t bytes, long long pixels, int bytePix,
+                            int blockSize);
+
 } // namespace gpuphot

@@ -314,6 +314,119 @@ long long readKeyLL(fitsfile* f, const char* key, long long fallback) {
     return v;
 }
 
+// The pixels of tile `index` (0-based, in the order of the tile table's rows): tiles at the far edge of
+// an axis are cut by the image.
+long long pixelsOfTile(const std::vector<long long>& axes, const std::vector<long long>& tileSize,
+                       long long index) {
+    long long pixels = 1;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+        const long long across = (axes[i] + tileSize[i] - 1) / tileSize[i];
+        const long long at = index % across;
+        index /= across;
+        pixels *= std::min(tileSize[i], axes[i] - at * tileSize[i]);
+    }
+    return pixels;
+}
+
+// A RICE_1 image's parameters as CFITSIO 4.2.0 reads them: ZVAL1 is the block size and ZVAL2 the bytes
+// per pixel, whatever ZNAME1/ZNAME2 say; a missing or non-int value takes the default, and a block size
+// below 16 with more than 8 bytes per pixel is taken as the two written the wrong way round.
+struct RiceParams {
+    int blockSize = 32;
+    int bytePix = 4;
+};
+
+RiceParams readRiceParams(fitsfile* f) {
+    auto intKey = [&](const char* key, int fallback) {
+        const long long v = readKeyLL(f, key, LLONG_MIN);
+        return v < INT_MIN || v > INT_MAX ? fallback : static_cast<int>(v);
+    };
+    RiceParams p{intKey("ZVAL1", 32), intKey("ZVAL2", 4)};
+    if (p.blockSize < 16 && p.bytePix > 8) std::swap(p.blockSize, p.bytePix);
+    return p;
+}
+
+// Checks every tile of a tile-compressed image before CFITSIO decodes any, since CFITSIO 4.2.0 trusts
+// them (each finding by tests/fuzz/fuzz_fits_reader):
+// - every variable-length descriptor (element count, heap offset) must lie inside the heap: CFITSIO
+//   allocates the compressed tile's buffer from the count before reading it (a 9 kB file asked for 1.9 GB);
+// - GZIP tiles (ZCMPTYPE GZIP_1/GZIP_2, or GZIP_COMPRESSED_DATA, which holds the tiles that could not be
+//   quantized under any ZCMPTYPE) must inflate to a complete stream within the tile's pixel bytes
+//   (gzipTileProblem);
+// - RICE_1 tiles must decode within their bytes (riceTileProblem), walked in parallel: the walk costs
+//   about as much as CFITSIO's decoding.
+void checkTileStreams(fitsfile* f, const std::string& where, long long rows, long long heap,
+                      const std::vector<long long>& axes, const std::vector<long long>& tileSize,
+                      long long tilePixels) {
+    const std::string codec = readKeyString(f, "ZCMPTYPE");
+    const bool gzipImage = codec.rfind("GZIP_", 0) == 0;
+    const bool riceImage = codec == "RICE_1" || codec == "RICE_ONE";
+    auto refuse = [&](long long row, const std::string& column, const std::string& why) {
+        throw InvalidInput(where + ": malformed tile-compressed image (tile " + std::to_string(row) +
+                           " of column " + column + ": " + why + ")");
+    };
+    struct RiceTile {
+        long long row = 0, pixels = 0;
+        std::size_t start = 0, bytes = 0;
+    };
+    std::vector<RiceTile> riceTiles;
+    std::vector<unsigned char> riceBytes, tileBytes;
+    int ncols = 0, status = 0;
+    fits_get_num_cols(f, &ncols, &status);
+    for (int c = 1; c <= ncols && !status; ++c) {
+        int typecode = 0;
+        long long repeat = 0, width = 0;
+        fits_get_coltypell(f, c, &typecode, &repeat, &width, &status);
+        if (status || typecode >= 0) continue; // fixed-size column
+        const long long elem = std::max(1LL, width);
+        const std::string name = readKeyString(f, ("TTYPE" + std::to_string(c)).c_str());
+        const bool gzipColumn = -typecode == TBYTE &&
+                                (name == "GZIP_COMPRESSED_DATA" || (gzipImage && name == "COMPRESSED_DATA"));
+        const bool riceColumn =
+            riceImage && name == "COMPRESSED_DATA" && (-typecode == TBYTE || -typecode == TSBYTE);
+        for (long long r = 1; r <= rows && !status; ++r) {
+            long long count = 0, offset = 0;
+            fits_read_descriptll(f, c, r, &count, &offset, &status);
+            const long long bytes = -typecode == TBIT ? (count + 7) / 8 : count;
+            if (!status && (count < 0 || offset < 0 || offset > heap || bytes > (heap - offset) / elem))
+                throw InvalidInput(where + ": malformed tile-compressed image (tile " + std::to_string(r) +
+                                   " of column " + std::to_string(c) + " points outside the heap)");
+            if (status || !(gzipColumn || riceColumn) || count == 0) continue;
+            std::vector<unsigned char>& into = riceColumn ? riceBytes : tileBytes;
+            const std::size_t start = riceColumn ? riceBytes.size() : 0;
+            into.resize(start + static_cast<std::size_t>(count));
+            int anyNull = 0;
+            fits_read_col(f, TBYTE, c, r, 1, count, nullptr, into.data() + start, &anyNull, &status);
+            if (status) break;
+            if (riceColumn) {
+                riceTiles.push_back({r, pixelsOfTile(axes, tileSize, r - 1), start, into.size() - start});
+                continue;
+            }
+            const std::string why =
+                gzipTileProblem(tileBytes.data(), tileBytes.size(), static_cast<std::size_t>(tilePixels) * 8);
+            if (!why.empty()) refuse(r, name, why);
+        }
+    }
+    if (status) throw InvalidInput(where + ": malformed tile-compressed image: " + cfitsioText(status));
+    if (riceTiles.empty()) return;
+    const RiceParams rice = readRiceParams(f);
+    long long firstBad = LLONG_MAX;
+    std::string why;
+#pragma omp parallel for schedule(dynamic, 32)
+    for (std::size_t i = 0; i < riceTiles.size(); ++i) {
+        const RiceTile& t = riceTiles[i];
+        std::string problem =
+            riceTileProblem(riceBytes.data() + t.start, t.bytes, t.pixels, rice.bytePix, rice.blockSize);
+        if (problem.empty()) continue;
+#pragma omp critical(gpuphot_rice_check)
+        if (t.row < firstBad) {
+            firstBad = t.row;
+            why = std::move(problem);
+        }
+    }
+    if (firstBad != LLONG_MAX) refuse(firstBad, "COMPRESSED_DATA", why);
+}
+
 // Checks the image's size against the data the file actually holds before anything is allocated.
 void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vector<long long>& axes,
                    int rawBitpix, bool compressed) {
@@ -331,12 +444,14 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
         if (rowBytes < 0 || rows < 0 || heap < 0)
             throw InvalidInput(where + ": malformed tile-compressed image (bad NAXIS1/NAXIS2/PCOUNT)");
         long long tiles = 1, tilePixels = 1;
+        std::vector<long long> tileSize;
         for (std::size_t i = 0; i < axes.size(); ++i) {
             const std::string key = "ZTILE" + std::to_string(i + 1);
             const long long t = readKeyLL(f, key.c_str(), i == 0 ? axes[0] : 1);
             if (t <= 0) throw InvalidInput(where + ": malformed tile-compressed image (" + key + " <= 0)");
             tiles *= (axes[i] + t - 1) / t;
             tilePixels *= std::min(t, axes[i]); // axes were bounded by the caller
+            tileSize.push_back(t);
         }
         if (tiles != rows)
             throw InvalidInput(where + ": inconsistent tile-compressed image: its size (" +
@@ -347,48 +462,7 @@ void checkDataSize(fitsfile* f, const std::string& path, int hdu, const std::vec
             throw InvalidInput(where + ": absurd tile table size");
         need = dataStart + rowBytes * rows + heap;
         if (need <= fileSize) {
-            // Every tile's descriptor (element count, heap offset) must lie inside the heap: CFITSIO
-            // allocates the compressed tile's buffer from the count before reading it (a 9 kB file asked
-            // for 1.9 GB; found by tests/fuzz/fuzz_fits_reader).
-            // GZIP tiles (ZCMPTYPE GZIP_1/GZIP_2, or GZIP_COMPRESSED_DATA, which holds the tiles that
-            // could not be quantized under any ZCMPTYPE) must inflate to a complete stream within the
-            // tile's pixel bytes before CFITSIO inflates them (see gzipTileProblem).
-            const bool gzipImage = readKeyString(f, "ZCMPTYPE").rfind("GZIP_", 0) == 0;
-            std::vector<unsigned char> tileBytes;
-            int ncols = 0;
-            fits_get_num_cols(f, &ncols, &status);
-            for (int c = 1; c <= ncols && !status; ++c) {
-                int typecode = 0;
-                long long repeat = 0, width = 0;
-                fits_get_coltypell(f, c, &typecode, &repeat, &width, &status);
-                if (status || typecode >= 0) continue; // fixed-size column
-                const long long elem = std::max(1LL, width);
-                const std::string name = readKeyString(f, ("TTYPE" + std::to_string(c)).c_str());
-                const bool gzipColumn = -typecode == TBYTE && (name == "GZIP_COMPRESSED_DATA" ||
-                                                               (gzipImage && name == "COMPRESSED_DATA"));
-                for (long long r = 1; r <= rows && !status; ++r) {
-                    long long count = 0, offset = 0;
-                    fits_read_descriptll(f, c, r, &count, &offset, &status);
-                    const long long bytes = -typecode == TBIT ? (count + 7) / 8 : count;
-                    if (!status &&
-                        (count < 0 || offset < 0 || offset > heap || bytes > (heap - offset) / elem))
-                        throw InvalidInput(where + ": malformed tile-compressed image (tile " +
-                                           std::to_string(r) + " of column " + std::to_string(c) +
-                                           " points outside the heap)");
-                    if (status || !gzipColumn || count == 0) continue;
-                    tileBytes.resize(static_cast<std::size_t>(count));
-                    int anyNull = 0;
-                    fits_read_col(f, TBYTE, c, r, 1, count, nullptr, tileBytes.data(), &anyNull, &status);
-                    if (status) break;
-                    const std::string why = gzipTileProblem(tileBytes.data(), tileBytes.size(),
-                                                            static_cast<std::size_t>(tilePixels) * 8);
-                    if (!why.empty())
-                        throw InvalidInput(where + ": malformed tile-compressed image (tile " +
-                                           std::to_string(r) + " of column " + name + ": " + why + ")");
-                }
-            }
-            if (status)
-                throw InvalidInput(where + ": malformed tile-compressed image: " + cfitsioText(status));
+            checkTileStreams(f, where, rows, heap, axes, tileSize, tilePixels);
         }
     } else {
         long long n = 1;

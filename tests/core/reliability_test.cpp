@@ -8,6 +8,7 @@
 #include <fitsio.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -723,6 +724,182 @@ TEST(Reliability, FuzzFitsReaderTruncatedGzipTileIsRefusedBeforeCfitsioInflatesI
     msg = errorOf([&] { (void)readFrame(path.string()); });
     EXPECT_NE(msg.find("gzip.fits"), std::string::npos) << msg;
     EXPECT_NE(msg.find("tile 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+}
+
+// CFITSIO's Rice codec (exported by libcfitsio, declared in fitsio2.h without C linkage).
+extern "C" {
+int fits_rcomp(int a[], int nx, unsigned char* c, int clen, int nblock);
+int fits_rcomp_short(short a[], int nx, unsigned char* c, int clen, int nblock);
+int fits_rcomp_byte(signed char a[], int nx, unsigned char* c, int clen, int nblock);
+int fits_rdecomp(unsigned char* c, int clen, unsigned int array[], int nx, int nblock);
+int fits_rdecomp_short(unsigned char* c, int clen, unsigned short array[], int nx, int nblock);
+int fits_rdecomp_byte(unsigned char* c, int clen, unsigned char array[], int nx, int nblock);
+}
+
+namespace {
+
+// CFITSIO's own Rice encoder for `bytePix`-byte pixels (the same one that writes RICE_1 tiles).
+std::vector<unsigned char> riceEncoded(const std::vector<int>& px, int bytePix, int blockSize) {
+    std::vector<unsigned char> out(px.size() * 8 + 64);
+    const int n = static_cast<int>(px.size()), cap = static_cast<int>(out.size());
+    int used = -1;
+    if (bytePix == 1) {
+        std::vector<signed char> a(px.begin(), px.end());
+        used = fits_rcomp_byte(a.data(), n, out.data(), cap, blockSize);
+    } else if (bytePix == 2) {
+        std::vector<short> a(px.begin(), px.end());
+        used = fits_rcomp_short(a.data(), n, out.data(), cap, blockSize);
+    } else {
+        std::vector<int> a = px;
+        used = fits_rcomp(a.data(), n, out.data(), cap, blockSize);
+    }
+    EXPECT_GT(used, 0);
+    out.resize(static_cast<std::size_t>(std::max(used, 0)));
+    return out;
+}
+
+// CFITSIO's decoder on a copy padded with zeros (so that it cannot crash): 0 when it decoded.
+int riceDecodedByCfitsio(std::vector<unsigned char> bytes, int pixels, int bytePix, int blockSize) {
+    const int clen = static_cast<int>(bytes.size());
+    bytes.resize(bytes.size() + 4096, 0);
+    std::vector<unsigned int> out(static_cast<std::size_t>(pixels) + 1);
+    if (bytePix == 1)
+        return fits_rdecomp_byte(bytes.data(), clen, reinterpret_cast<unsigned char*>(out.data()), pixels,
+                                 blockSize);
+    if (bytePix == 2)
+        return fits_rdecomp_short(bytes.data(), clen, reinterpret_cast<unsigned short*>(out.data()), pixels,
+                                  blockSize);
+    return fits_rdecomp(bytes.data(), clen, out.data(), pixels, blockSize);
+}
+
+std::string riceProblem(const std::vector<unsigned char>& bytes, long long pixels, int bytePix,
+                        int blockSize) {
+    return riceTileProblem(bytes.data(), bytes.size(), pixels, bytePix, blockSize);
+}
+
+} // namespace
+
+TEST(Reliability, RiceTileCheckAcceptsCompleteStreamsOnly) {
+    // Smooth pixels (Rice codes), flat runs (no bits) and noise (direct coding) in one tile, for every
+    // pixel size and two block sizes; every shortened stream must be refused, the whole one accepted.
+    std::vector<int> px;
+    for (int i = 0; i < 300; ++i)
+        px.push_back(i < 100 ? 40 + i % 5 : i < 180 ? 7 : (i * 2654435761u >> 25) - 60);
+    for (int bytePix : {1, 2, 4})
+        for (int block : {16, 32}) {
+            SCOPED_TRACE("bytepix " + std::to_string(bytePix) + ", block " + std::to_string(block));
+            const auto enc = riceEncoded(px, bytePix, block);
+            ASSERT_GT(enc.size(), 20u);
+            EXPECT_EQ(riceProblem(enc, 300, bytePix, block), "");
+            for (std::size_t keep = 0; keep < enc.size(); ++keep) {
+                const std::vector<unsigned char> cut(enc.begin(), enc.begin() + keep);
+                EXPECT_NE(riceProblem(cut, 300, bytePix, block).find("truncated"), std::string::npos)
+                    << keep << " of " << enc.size() << " bytes";
+            }
+            EXPECT_NE(riceProblem(enc, 301, bytePix, block), "") << "one pixel more than was coded";
+            EXPECT_EQ(riceProblem(enc, 0, bytePix, block), "");
+        }
+    EXPECT_NE(riceProblem({1, 2, 3, 4, 5}, 10, 4, 0).find("BLOCKSIZE"), std::string::npos);
+    // The fuzzer's pattern: a long run of zero bytes sends CFITSIO's decoder reading without bound.
+    std::vector<unsigned char> zeros(64, 0);
+    zeros[4] = 0x10; // FS of the first block: a Rice-coded block
+    EXPECT_NE(riceProblem(zeros, 16, 4, 32), "");
+}
+
+TEST(Reliability, RiceTileCheckAgreesWithCfitsioOnDamagedStreams) {
+    // Random damage to valid tiles: whatever the check lets through, CFITSIO decodes without error.
+    std::vector<int> px;
+    for (int i = 0; i < 200; ++i)
+        px.push_back(1000 + (i * 37) % 23 - (i % 50 == 0 ? 900 : 0));
+    std::uint32_t seed = 12345;
+    auto rnd = [&] { return seed = seed * 1664525u + 1013904223u; };
+    int accepted = 0, refused = 0;
+    for (int bytePix : {1, 2, 4}) {
+        const auto enc = riceEncoded(px, bytePix, 32);
+        for (int trial = 0; trial < 400; ++trial) {
+            auto bad = enc;
+            for (int k = 0; k < 1 + static_cast<int>(rnd() % 3); ++k)
+                bad[rnd() % bad.size()] = static_cast<unsigned char>(rnd() >> 24);
+            if (rnd() % 2) bad.resize(rnd() % bad.size());
+            if (riceProblem(bad, 200, bytePix, 32).empty()) {
+                ++accepted;
+                EXPECT_EQ(riceDecodedByCfitsio(bad, 200, bytePix, 32), 0) << "bytepix " << bytePix;
+            } else {
+                ++refused;
+            }
+        }
+    }
+    EXPECT_GT(accepted, 50);
+    EXPECT_GT(refused, 50);
+}
+
+TEST(Reliability, FuzzFitsReaderRiceTileThatRunsOffItsBytesIsRefusedBeforeCfitsioDecodesIt) {
+    // fuzz_fits_reader (CI gate): tile 9 of a RICE_1 image holds zero bytes where CFITSIO 4.2.0's
+    // decoder looks for the end of a unary code; it read past the heap until it crashed.
+    const std::string repro = kRegressions + "/fits_reader/rice_tile_zero_run_segv.fits";
+    ASSERT_TRUE(fs::exists(repro));
+    std::string msg = errorOf([&] { (void)readFrame(repro); });
+    EXPECT_NE(msg.find("rice_tile_zero_run_segv.fits"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tile 9"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Rice data ends"), std::string::npos) << msg;
+
+    // Valid Rice frames of every pixel size, with tiles cut by the image's edges, read unchanged.
+    test::TempDir dir("gpuphot_reliab");
+    for (int bitpix : {BYTE_IMG, SHORT_IMG, LONG_IMG}) {
+        SCOPED_TRACE("BITPIX " + std::to_string(bitpix));
+        const fs::path path = dir / ("rice" + std::to_string(bitpix) + ".fits");
+        int status = 0;
+        fitsfile* f = nullptr;
+        fits_create_file(&f, ("!" + path.string() + "[compress R 5,5]").c_str(), &status);
+        long axes[2] = {16, 12};
+        fits_create_img(f, bitpix, 2, axes, &status);
+        std::vector<int> px(16 * 12);
+        for (std::size_t i = 0; i < px.size(); ++i)
+            px[i] = static_cast<int>((i * 2654435761u >> 26) % 60 + (i % 16 > 8 ? 3 : 40));
+        // CFITSIO writes compressed images only from arrays of their own type.
+        std::vector<unsigned char> px8(px.begin(), px.end());
+        std::vector<short> px16(px.begin(), px.end());
+        if (bitpix == BYTE_IMG)
+            fits_write_img(f, TBYTE, 1, static_cast<long>(px.size()), px8.data(), &status);
+        else if (bitpix == SHORT_IMG)
+            fits_write_img(f, TSHORT, 1, static_cast<long>(px.size()), px16.data(), &status);
+        else
+            fits_write_img(f, TINT, 1, static_cast<long>(px.size()), px.data(), &status);
+        fits_close_file(f, &status);
+        ASSERT_EQ(status, 0);
+        const Frame ok = readFrame(path.string());
+        ASSERT_EQ(ok.pixels.width(), 16);
+        for (int i = 0; i < 16 * 12; ++i)
+            ASSERT_EQ(ok.pixels(i % 16, i / 16), static_cast<float>(px[i])) << "pixel " << i;
+    }
+
+    // Shorten tile 2's stream of a valid RICE_1 file by 3 bytes: refused, naming the tile.
+    const fs::path path = dir / "rice.fits";
+    writeCfitsio(path.string(), "[compress R 16,1]");
+    long long dataStart = 0, rowBytes = 0;
+    {
+        int status = 0, type = 0;
+        fitsfile* f = nullptr;
+        fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+        fits_movabs_hdu(f, 2, &type, &status);
+        fits_read_key(f, TLONGLONG, "NAXIS1", &rowBytes, nullptr, &status);
+        long long head = 0, end = 0;
+        fits_get_hduaddrll(f, &head, &dataStart, &end, &status);
+        fits_close_file(f, &status);
+        ASSERT_EQ(status, 0);
+    }
+    std::string bytes = slurp(path);
+    const std::size_t desc = static_cast<std::size_t>(dataStart + rowBytes); // row 2, first column
+    unsigned count = 0;
+    for (int k = 0; k < 4; ++k)
+        count = (count << 8) | static_cast<unsigned char>(bytes[desc + k]);
+    ASSERT_GT(count, 5u);
+    for (int k = 0; k < 4; ++k)
+        bytes[desc + k] = static_cast<char>(((count - 3) >> (24 - 8 * k)) & 0xff);
+    spit(path, bytes);
+    msg = errorOf([&] { (void)readFrame(path.string()); });
+    EXPECT_NE(msg.find("tile 2"), std::string::npos) << msg;
     EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
 
