@@ -208,56 +208,45 @@ std::string riceTileProblem(const unsigned char* data, std::size_t bytes, long l
     std::size_t pos = head;
     std::uint32_t b = data[pos++]; // the decoder's bit buffer and how many of its bits are unread
     int nbits = 8;
-    bool ok = true;
-    auto next = [&]() -> std::uint32_t {
-        if (pos >= bytes) {
-            ok = false;
-            return 0;
+    // Tops the buffer up to at least `need` unread bits, as the decoder does: false past the end.
+    auto fill = [&](int need) {
+        for (nbits -= need; nbits < 0; nbits += 8) {
+            if (pos >= bytes) return false;
+            b = (b << 8) | data[pos++];
         }
-        return data[pos++];
+        return true;
     };
-    auto low = [](int n) { return (std::uint32_t{1} << n) - 1; }; // n <= 7 wherever it is used
-    for (long long i = 0; i < pixels && ok;) {
-        nbits -= fsBits;
-        while (nbits < 0 && ok) {
-            b = (b << 8) | next();
-            nbits += 8;
-        }
+    auto low = [](int n) { return (std::uint32_t{1} << n) - 1; }; // 0 <= n <= 7 wherever it is used
+    for (long long i = 0; i < pixels;) {
+        if (!fill(fsBits)) return truncated();
         const int fs = static_cast<int>(b >> nbits) - 1;
         b &= low(nbits);
         const long long end = std::min(i + blockSize, pixels);
         if (fs < 0) { // a block of equal pixels: no bits
             i = end;
-        } else if (fs == fsMax) { // directly coded differences
-            for (; i < end && ok; ++i) {
-                int k = directBits - nbits;
-                for (k -= 8; k >= 0 && ok; k -= 8)
-                    b = next();
-                if (nbits > 0)
-                    b = next() & low(nbits);
-                else
-                    b = 0;
+        } else if (fs == fsMax) { // directly coded differences: whole bytes, then the low nbits
+            for (; i < end; ++i) {
+                const std::size_t whole = static_cast<std::size_t>((directBits - nbits) / 8);
+                const std::size_t more = whole + (nbits > 0 ? 1 : 0);
+                if (bytes - pos < more) return truncated();
+                pos += more;
+                b = nbits > 0 ? data[pos - 1] & low(nbits) : 0;
             }
         } else { // Rice codes: a unary run of zeros, a one, then fs bits
-            for (; i < end && ok; ++i) {
-                while (b == 0 && ok) {
+            for (; i < end; ++i) {
+                while (b == 0) {
+                    if (pos >= bytes) return truncated();
                     nbits += 8;
-                    b = next();
+                    b = data[pos++];
                 }
-                if (!ok) break;
-                const int nzero = nbits - std::bit_width(b);
-                nbits -= nzero + 1;
+                nbits = std::bit_width(b) - 1; // the leading one's position; the zeros above it are read
                 b ^= std::uint32_t{1} << nbits;
-                nbits -= fs;
-                while (nbits < 0 && ok) {
-                    b = (b << 8) | next();
-                    nbits += 8;
-                }
+                if (!fill(fs)) return truncated();
                 b &= low(nbits);
             }
         }
     }
-    return ok ? std::string{} : truncated();
+    return {};
 }
 
 } // namespace gpuphot
