@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
                               {"put_median_s", percentile(put, 0.5)},
                               {"put_max_s", percentile(put, 1.0)},
                               {"put_last_s", put.back()},
+                              {"put_s", put},
                               {"cone_radius_arcsec", radius},
                               {"cone_median_ms", 1e3 * percentile(coneTimes, 0.5)},
                               {"cone_p95_ms", 1e3 * percentile(coneTimes, 0.95)},

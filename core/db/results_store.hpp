@@ -41,7 +41,7 @@ private:
 int databaseExitCode(DatabaseError::Kind kind); // 5..9, as above
 
 // The schema version this build writes (migrations from every earlier one are applied on open).
-inline constexpr int kResultsSchemaVersion = 1;
+inline constexpr int kResultsSchemaVersion = 2;
 
 // One reduced frame as the store takes it: the report (STEM.report.json, reduceFrame's summary.report,
 // with its "outputs" section when written) and the catalog table (STEM.cat.fits's columns).

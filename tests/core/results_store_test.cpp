@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/db/db_records.hpp"
 #include "core/db/db_writer.hpp"
@@ -303,6 +305,27 @@ TEST(ResultsStoreSqlite, NewerSchemaIsRefused) {
     sqlite3_close(db);
     EXPECT_EQ(kindOfOpen(path), DatabaseError::Kind::SchemaTooNew);
     EXPECT_EQ(databaseExitCode(DatabaseError::Kind::SchemaTooNew), 7);
+}
+
+TEST(ResultsStoreSqlite, CheckpointsKeepTheWalToAboutOneFrame) {
+    // The store checkpoints on a thread of its own after each frame: the WAL file is reused from its
+    // start, not grown by every frame (SQLite's own checkpoint is held back to 256 MB of WAL).
+    test::TempDir dir("gpuphot_store");
+    const std::string path = dir.file("night.sqlite");
+    auto store = openResultsStore(path);
+    const Table cat = makeCatalog(20000, 150.0, 2.0, 0.5, 3);
+    put(*store, "/data/f0.fits", 60000.0, cat);
+    const auto oneFrame = std::filesystem::file_size(path + "-wal");
+    ASSERT_GT(oneFrame, 2u << 20) << "a frame of 20,000 sources is a few MB of WAL";
+    for (int k = 1; k <= 8; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300)); // room for the checkpoint
+        put(*store, "/data/f" + std::to_string(k) + ".fits", 60000.0 + k, cat);
+    }
+    EXPECT_LT(std::filesystem::file_size(path + "-wal"), 3 * oneFrame);
+    EXPECT_EQ(store->frames({}).rows(), 9u);
+    store.reset(); // the last connection to close checkpoints everything and removes the WAL
+    EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+    EXPECT_EQ(openResultsStore(path)->frames({}).rows(), 9u);
 }
 
 TEST(ResultsStoreSqlite, UnopenableAndNotADatabase) {

@@ -70,7 +70,16 @@ expect_exit 5 "$bin" reduce "$work/frames/f1.fits" -o "$work/e2" -q --db "postgr
 psql_ "UPDATE gpuphot_meta SET value = '99' WHERE key = 'schema_version'" >/dev/null
 expect_exit 7 "$bin" reduce "$work/frames/f1.fits" -o "$work/e3" -q --db "$PG_URL"
 grep -q "newer" "$work/err" || fail "newer schema: message does not say so"
-psql_ "UPDATE gpuphot_meta SET value = '1' WHERE key = 'schema_version'" >/dev/null
+echo "== migration: a schema 1 database (sources keyed by (frame_id, id)) opens as schema 2"
+psql_ "DROP INDEX sources_frame; ALTER TABLE sources ADD PRIMARY KEY (frame_id, id);
+       UPDATE gpuphot_meta SET value = '1' WHERE key = 'schema_version'" >/dev/null || fail "making schema 1"
+rows_v1=$(psql_ "SELECT count(*) FROM sources")
+expect_exit 0 "$bin" query --db "$PG_URL" frames
+[ "$(psql_ "SELECT value FROM gpuphot_meta WHERE key = 'schema_version'")" = 2 ] || fail "not migrated to 2"
+[ "$(psql_ "SELECT count(*) FROM pg_constraint WHERE conname = 'sources_pkey'")" = 0 ] || fail "v2 keeps the key"
+[ "$(psql_ "SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'sources_frame'")" = brin ] ||
+    fail "v2 has no BRIN index on frame_id"
+[ "$(psql_ "SELECT count(*) FROM sources")" = "$rows_v1" ] || fail "the migration lost sources"
 # A full disk: the sources table moved to a tablespace on a 1 MB tmpfs (needs mount, as root); a large
 # frame then cannot be stored, the earlier frames stay, and none of it is in the database.
 full_mount=$work/small
@@ -78,14 +87,16 @@ mkdir -p "$full_mount"
 if mount -t tmpfs -o size=1m tmpfs "$full_mount" 2>/dev/null; then
     chown postgres: "$full_mount" 2>/dev/null || true
     psql_ "CREATE TABLESPACE small LOCATION '$full_mount'" >/dev/null || fail "CREATE TABLESPACE"
-    psql_ "ALTER TABLE sources SET TABLESPACE small; ALTER INDEX sources_q3c SET TABLESPACE small;" >/dev/null
+    psql_ "ALTER TABLE sources SET TABLESPACE small; ALTER INDEX sources_q3c SET TABLESPACE small;
+           ALTER INDEX sources_frame SET TABLESPACE small;" >/dev/null
     "$bin" simulate --size 2048x2048 --stars 30000 --seed 9 -q -o "$work/sim" --name big || fail simulate big
     before=$(psql_ "SELECT count(*) FROM sources")
     expect_exit 8 "$bin" reduce "$work/sim/big.fits" -o "$work/e4" -q --db "$PG_URL"
     [ -f "$work/e4/big.cat.fits" ] || fail "the catalog was not written with a full database"
     [ "$(psql_ 'SELECT count(*) FROM sources')" = "$before" ] || fail "a part of the frame is in the full database"
     [ "$(psql_ "SELECT count(*) FROM frames WHERE path LIKE '%big.fits'")" = 0 ] || fail "the full frame's row is there"
-    psql_ "ALTER TABLE sources SET TABLESPACE pg_default; ALTER INDEX sources_q3c SET TABLESPACE pg_default;" >/dev/null
+    psql_ "ALTER TABLE sources SET TABLESPACE pg_default; ALTER INDEX sources_q3c SET TABLESPACE pg_default;
+           ALTER INDEX sources_frame SET TABLESPACE pg_default;" >/dev/null
     psql_ "DROP TABLESPACE small" >/dev/null
     # SQLite on the same small disk: a real ENOSPC, exit 8, and the file holds no part of the frame.
     rm -rf "${full_mount:?}"/*
