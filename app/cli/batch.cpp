@@ -24,6 +24,7 @@
 #include <mutex>
 #include <poll.h>
 #include <sstream>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -244,9 +245,14 @@ void spawnChild(Child& c, const std::string& exe, const std::vector<std::string>
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) throw IoError(std::string("batch: fork: ") + std::strerror(errno));
     if (pid == 0) {
+        // A child dies with the batch: SIGKILL when the thread that forked it ends (runChildren runs on
+        // the parent's main thread), and at once when the parent died before this line. Otherwise an
+        // orphan goes on reducing the frames it holds while a re-run reduces them again.
+        if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) _exit(127);
         ::dup2(toChild[0], STDIN_FILENO);
         ::dup2(fromChild[1], STDOUT_FILENO);
         if (!c.gpu.empty()) ::setenv("CUDA_VISIBLE_DEVICES", c.gpu.c_str(), 1);

@@ -209,3 +209,107 @@ TEST(CliKill, StaleTemporariesOfDeadProcessesAreRemovedOthersAreKept) {
     EXPECT_TRUE(fs::exists(dir / userFile));
     EXPECT_EQ(removeStaleTemporaries(dir.str()), 0u);
 }
+
+namespace {
+
+// The pids of live `--batch-child` processes whose command line names `outdir` (orphans included: they
+// are re-parented, so they are found by what they were started with).
+std::vector<pid_t> batchChildrenOf(const std::string& outdir) {
+    std::vector<pid_t> out;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream in(e.path() / "cmdline", std::ios::binary);
+        std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::ifstream st(e.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+        const auto paren = stat.rfind(')');
+        const bool zombie = paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+        if (!zombie && cmd.find("--batch-child") != std::string::npos && cmd.find(outdir) != std::string::npos)
+            out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return out;
+}
+
+std::set<std::string> finalNames(const fs::path& dir) {
+    std::set<std::string> out;
+    if (!fs::exists(dir)) return out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().filename().string()[0] != '.') out.insert(e.path().filename().string());
+    return out;
+}
+
+pid_t spawnBatch(const fs::path& in, const fs::path& out, const std::string& jsonl) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        const int devnull = ::open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            ::dup2(devnull, 1);
+            ::dup2(devnull, 2);
+        }
+        ::setenv("GPUPHOT_NO_TYCHO2", "1", 1);
+        ::execl(GPUPHOT_CLI, GPUPHOT_CLI, "reduce", in.c_str(), "-o", out.c_str(), "-j", "2", "--threads", "1",
+                "--jsonl", jsonl.c_str(), "-q", static_cast<char*>(nullptr));
+        ::_exit(127);
+    }
+    return pid;
+}
+
+} // namespace
+
+// docs/RELIABILITY.md: the children of `reduce -j 2` die with their parent. After a SIGKILL of the parent
+// at a random moment no child is alive 1 s later, no output appears afterwards, and a re-run completes
+// with every frame once in its status lines. GPUPHOT_KILL_TRIALS sets the number of kills (CI: 3; the
+// long checks: 20).
+TEST(CliKill, BatchChildrenDieWithTheirParent) {
+    TempDir dir("gpuphot_orphans");
+    ASSERT_EQ(runCli("simulate --size 1024x1024 --stars 600 --seed 4 -q -o " + dir.str() + " --name b").exitCode, 0);
+    const fs::path in = dir.path / "in";
+    fs::create_directories(in);
+    constexpr int kFrames = 8;
+    for (int i = 0; i < kFrames; ++i)
+        fs::copy_file(dir.path / "b.fits", in / ("f" + std::to_string(i) + ".fits"));
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(waitExit(spawnBatch(in, dir.path / "ref", (dir.path / "ref.jsonl").string())), 0);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    const char* env = std::getenv("GPUPHOT_KILL_TRIALS");
+    const int trials = env && *env ? std::atoi(env) : 3;
+    std::mt19937 rng(20261203);
+    std::uniform_real_distribution<double> when(0.25 * seconds, 0.75 * seconds);
+    int orphansSeen = 0;
+    for (int t = 0; t < trials; ++t) {
+        SCOPED_TRACE("trial " + std::to_string(t));
+        const fs::path out = dir.path / ("out" + std::to_string(t));
+        const pid_t parent = spawnBatch(in, out, (dir.path / "killed.jsonl").string());
+        std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
+        ASSERT_EQ(::kill(parent, SIGKILL), 0);
+        EXPECT_EQ(waitExit(parent), -SIGKILL);
+        const auto atKill = finalNames(out);
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        const auto alive = batchChildrenOf(out.string());
+        orphansSeen += static_cast<int>(alive.size());
+        EXPECT_TRUE(alive.empty()) << alive.size() << " children outlived their parent by 1 s";
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        EXPECT_EQ(finalNames(out), atKill) << "outputs appeared after the parent was killed";
+        for (pid_t p : alive) ::kill(p, SIGKILL); // do not let a failure spread to the next trial
+
+        const fs::path rerun = dir.path / ("rerun" + std::to_string(t) + ".jsonl");
+        ASSERT_EQ(waitExit(spawnBatch(in, out, rerun.string())), 0);
+        std::map<std::string, int> seen;
+        std::ifstream lines(rerun);
+        for (std::string line; std::getline(lines, line);) {
+            const auto j = nlohmann::json::parse(line);
+            const std::string status = j.value("status", "");
+            EXPECT_TRUE(status == "ok" || status == "skipped") << line;
+            ++seen[fs::path(j.value("frame", "")).filename().string()];
+        }
+        EXPECT_EQ(seen.size(), static_cast<std::size_t>(kFrames));
+        for (const auto& [frame, n] : seen)
+            EXPECT_EQ(n, 1) << frame << " has " << n << " status lines in the re-run";
+        for (int i = 0; i < kFrames; ++i)
+            EXPECT_TRUE(fs::exists(out / ("f" + std::to_string(i) + ".report.json"))) << "frame " << i;
+    }
+    std::printf("[ orphans ] undisturbed -j 2 run %.2f s; %d trials; children alive 1 s after the kill: %d\n",
+                seconds, trials, orphansSeen);
+}
