@@ -37,11 +37,12 @@
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
-#include "core/pipeline/sextractor_config.hpp"
 #include "core/pipeline/pointing.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/pipeline/sextractor_config.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/memory.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot::cli {
@@ -134,6 +135,8 @@ std::vector<std::string> directoryFrames(const std::string& dir) {
 int exitCodeFor(const std::exception& e) {
     if (dynamic_cast<const InvalidInput*>(&e)) return 2;
     if (dynamic_cast<const IoError*>(&e)) return 3;
+    if (dynamic_cast<const OutOfMemory*>(&e) || dynamic_cast<const std::bad_alloc*>(&e))
+        return kExitOutOfMemory;
     return 1;
 }
 
@@ -620,13 +623,22 @@ struct FrameReducer::Work {
 };
 
 namespace {
-// Runs one phase; any error but Cancelled becomes the frame's "failed" line.
-template <class F> void runPhase(FrameReducer::Work& w, F&& phase) {
+// Runs one phase; any error but Cancelled becomes the frame's "failed" line. An allocation failure names
+// the phase, or the stage it happened in, and frees the frame's data before the message is made.
+template <class F> void runPhase(FrameReducer::Work& w, const char* phase, F&& body) {
     if (w.line) return;
+    takeFailedStage();
     try {
-        phase();
+        body();
     } catch (const Cancelled&) {
         throw;
+    } catch (const std::bad_alloc& e) {
+        w.loaded.reset();
+        w.computed.reset();
+        std::string step = takeFailedStage();
+        if (step.empty()) step = phase;
+        w.line = frameStatusFailed(w.task.frame, outOfMemory(e, step + " of " + w.task.frame).what(),
+                                   kExitOutOfMemory);
     } catch (const std::exception& e) {
         w.line = frameStatusFailed(w.task.frame, e.what(), exitCodeFor(e));
         w.loaded.reset();
@@ -640,7 +652,7 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
     auto w = std::make_unique<Work>();
     w->task = std::move(task);
     w->line = std::move(w->task.line);
-    runPhase(*w, [&] {
+    runPhase(*w, "reading", [&] {
         const std::string& frame = w->task.frame;
         w->options = w->task.options ? *w->task.options : s.options;
         if (!w->task.force && outputsComplete(frame, w->options.output)) {
@@ -662,14 +674,14 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
 void FrameReducer::compute(Work& w) { compute(w, m_state->ctx); }
 
 void FrameReducer::compute(Work& w, RunContext& ctx) {
-    runPhase(w, [&] {
+    runPhase(w, "reduction", [&] {
         w.computed = computeFramePhase(std::move(*w.loaded), w.options, ctx);
         w.loaded.reset();
     });
 }
 
 nlohmann::json FrameReducer::write(Work& w) {
-    runPhase(w, [&] {
+    runPhase(w, "writing the outputs", [&] {
         const ReduceSummary summary = writeFramePhase(std::move(*w.computed), w.options);
         w.computed.reset();
         w.line = frameStatusOk(summary);
@@ -713,6 +725,7 @@ struct FramePipeline::Impl {
     std::size_t nextHandOff = 0;   // ticket of the next frame for the writer (frames go to it in order)
     std::size_t computersLeft = 0; // compute threads that have not seen the end of input
     bool closing = false, readerDone = false, computeDone = false, stopped = false, finished = false;
+    bool dropWaiting = false; // finishStarted(): frames not yet in their stages are dropped
     std::exception_ptr error;
     std::vector<RunContext> contexts; // of compute threads 1..K-1 (thread 0 uses the reducer's)
     std::thread reader, writer;
@@ -750,6 +763,11 @@ struct FramePipeline::Impl {
                 return;
             }
             std::lock_guard lock(mu);
+            if (dropWaiting) {
+                --ahead;
+                cv.notify_all();
+                continue;
+            }
             toCompute.push_back(std::move(item));
             cv.notify_all();
         }
@@ -757,6 +775,12 @@ struct FramePipeline::Impl {
     // One of the K compute threads. Frames are taken in ticket order, so the frame the writer needs next
     // is always held by some compute thread: handing on in order cannot deadlock.
     void computeLoop(RunContext& ctx) {
+        try {
+            startThreadTeam(ctx.threadCount()); // this thread's OpenMP team, while memory allows
+        } catch (...) {
+            fail(std::current_exception());
+            return;
+        }
         for (;;) {
             Item item;
             {
@@ -889,6 +913,19 @@ void FramePipeline::finish() {
         m->join();
     }
     if (m->error) std::rethrow_exception(m->error);
+}
+
+void FramePipeline::finishStarted() {
+    if (m->threaded) {
+        std::lock_guard lock(m->mu);
+        // Frames in toRead and toCompute have higher tickets than any frame in its stages (the stages take
+        // frames in ticket order), so the frames handed on to the writer stay a gapless run.
+        m->dropWaiting = true;
+        m->ahead -= m->toRead.size() + m->toCompute.size();
+        m->toRead.clear();
+        m->toCompute.clear();
+    }
+    finish();
 }
 
 std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args, const std::string& listFile) {

@@ -129,6 +129,10 @@ public:
     bool failed() const;          // a phase threw Cancelled (or the callback threw): finish() rethrows it
     // Waits until every submitted frame's line is delivered; rethrows Cancelled (or an internal error).
     void finish();
+    // A stop: the frames already in their stages, or being written, are finished and their lines
+    // delivered; the frames still waiting ahead of the stages (queued, being read or read) are dropped,
+    // and their lines never come. Rethrows as finish() does.
+    void finishStarted();
 
 private:
     struct Impl;

@@ -117,21 +117,26 @@ public:
             step();
             drain();
         }
-        m_pipeline.finish(); // frames already handed over are completed (also on a signal)
+        // A signal stops after the current frame: the frames read ahead of it are dropped, not reduced.
+        if (g_stop.load())
+            m_pipeline.finishStarted();
+        else
+            m_pipeline.finish(); // --once, --timeout: every frame handed over is completed
         drain();
         ::close(m_fd);
-        if (verbosity() > 0 && !m_lines.empty()) {
+        const std::vector<nlohmann::json> last = lastLinePerFrame();
+        if (verbosity() > 0 && !last.empty()) {
             std::size_t ok = 0, skipped = 0, failed = 0;
-            for (const auto& j : m_lines) {
+            for (const auto& j : last) {
                 const std::string s = j.value("status", "");
                 ok += s == "ok";
                 skipped += s == "skipped";
                 failed += s == "failed";
             }
-            std::fprintf(stderr, "gpuphot: watch ended: %zu frames: %zu ok, %zu skipped, %zu failed\n", m_lines.size(),
-                         ok, skipped, failed);
+            std::fprintf(stderr, "gpuphot: watch ended: %zu frames: %zu ok, %zu skipped, %zu failed\n",
+                         last.size(), ok, skipped, failed);
         }
-        return m_db.finish(batchExitStatus(m_lines));
+        return m_db.finish(batchExitStatus(last));
     }
 
 private:
@@ -250,6 +255,21 @@ private:
             for (const auto& w : line["warnings"])
                 if (w.is_string()) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", key.c_str(), w.get<std::string>().c_str());
         std::fflush(stdout);
+    }
+
+    // A frame seen twice (failed while incomplete, later reduced; or rewritten by the camera) counts by
+    // its latest line, in the order frames first finished.
+    std::vector<nlohmann::json> lastLinePerFrame() const {
+        std::vector<nlohmann::json> out;
+        std::map<std::string, std::size_t> index;
+        for (const auto& j : m_lines) {
+            const auto [it, fresh] = index.emplace(j.value("frame", ""), out.size());
+            if (fresh)
+                out.push_back(j);
+            else
+                out[it->second] = j;
+        }
+        return out;
     }
 
     int verbosity() const { return m_o.options.common.verbosity; }

@@ -13,6 +13,7 @@
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/memory.hpp"
 
 namespace gpuphot::cli {
 
@@ -71,6 +72,7 @@ RunContext makeRunContext(const CommonOptions& opts) {
     if (!opts.gpuMemLimit.empty()) ctx.gpuMemLimit = parseByteSize(opts.gpuMemLimit);
     ctx.threads = opts.threads;
     if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    startThreadTeam(ctx.threadCount()); // a clean error now rather than libgomp's exit later
     // The tuning from the environment, once per process (docs/CONFIG.md §Tuning); the report records it.
     static const BackendTuning tuning = [] {
         BackendTuning t = BackendTuning::fromEnvironment();

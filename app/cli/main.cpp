@@ -11,6 +11,7 @@
 #include "core/db/results_store.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/memory.hpp"
 #include "core/util/text.hpp"
 
 namespace {
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
     } catch (const IoError& e) {
         std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
         return 3;
+    } catch (const OutOfMemory& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+        return kExitOutOfMemory;
+    } catch (const std::bad_alloc& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", outOfMemory(e, "gpuphot").what());
+        return kExitOutOfMemory;
     } catch (const Cancelled&) {
         std::fprintf(stderr, "gpuphot: cancelled\n");
         return 130;

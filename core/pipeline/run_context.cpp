@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/util/errors.hpp"
+#include "core/util/memory.hpp"
 
 namespace gpuphot {
 
@@ -52,12 +53,21 @@ RunContext::StageTimer::StageTimer(RunContext& ctx, std::string stage)
     : m_ctx(ctx), m_stage(std::move(stage)), m_start(std::chrono::steady_clock::now()) {}
 
 RunContext::StageTimer::~StageTimer() {
-    StageRecord r;
-    r.stage = m_stage;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
-    r.peakHostBytes = peakResidentBytes();
-    if (m_ctx.deviceCheckpoint) m_ctx.deviceCheckpoint(r);
-    m_ctx.records.push_back(r);
+    if (std::uncaught_exceptions() > 0) {
+        // Left by an exception: no record (the stage did not end), but the error can name the stage
+        // (noteFailedStage keeps the innermost, the first to see it).
+        noteFailedStage(m_stage);
+        return;
+    }
+    try {
+        StageRecord r;
+        r.stage = m_stage;
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+        r.peakHostBytes = peakResidentBytes();
+        if (m_ctx.deviceCheckpoint) m_ctx.deviceCheckpoint(r);
+        m_ctx.records.push_back(r);
+    } catch (...) { // out of memory for the record: the report misses one stage's timing
+    }
 }
 
 namespace {

@@ -170,3 +170,65 @@ TEST(CliWatch, CompleteFitsCheckSeesTruncation) {
     std::ofstream(dir / "text.fits") << "SIMPLE = nonsense\n";
     EXPECT_FALSE(fitsFileComplete(dir / "text.fits"));
 }
+
+// SIGTERM while frames wait read ahead of the stages (--prefetch 2): the frame in its stages is finished,
+// the frames read ahead are not reduced (no line, no outputs).
+TEST(CliWatch, SigtermFinishesTheCurrentFrameAndDropsTheFramesReadAhead) {
+    TempDir sim("gpuphot_watch_stop_sim"), watch("gpuphot_watch_stop"), out("gpuphot_watch_stop_out");
+    // Frames slow enough (a second or more each on 2 cores) that the signal lands while the second is in
+    // its stages and the third and fourth are read ahead.
+    for (int i = 1; i <= 4; ++i) {
+        const std::string name = "s" + std::to_string(i);
+        const CliResult r = runCli("simulate --size 2048x2048 --stars 3000 --seed " + std::to_string(40 + i) +
+                                   " -o " + sim.str() + " --name " + name + " -q");
+        ASSERT_EQ(r.exitCode, 0) << r.err;
+        fs::copy_file(sim / (name + ".fits"), watch / (name + ".fits"));
+    }
+    const std::string log = out / "watch.log";
+    const pid_t pid = startCli("watch " + watch.str() + " -o " + out.str() +
+                                   " --settle 0 --prefetch 2 --threads 2 --timeout 120",
+                               log);
+    for (int i = 0; i < 1200 && readJsonLines(out / "gpuphot.jsonl").empty(); ++i)
+        sleepSeconds(0.025);
+    ::kill(pid, SIGTERM);
+    EXPECT_EQ(waitCli(pid, 60.0), 0) << readAll(log);
+    const auto lines = readJsonLines(out / "gpuphot.jsonl");
+    ASSERT_GE(lines.size(), 1u) << readAll(log);
+    EXPECT_LE(lines.size(), 2u) << "the first frame, and the one in its stages at the signal: "
+                                << readAll(log);
+    std::size_t catalogs = 0;
+    for (int i = 1; i <= 4; ++i)
+        catalogs += fs::exists(out / ("s" + std::to_string(i) + ".cat.fits"));
+    EXPECT_EQ(catalogs, lines.size()) << "no outputs of a frame that gave no line";
+    for (const auto& j : lines)
+        EXPECT_EQ(j["status"], "ok") << j.dump();
+}
+
+// A frame reported failed while incomplete and reduced once complete counts by its latest line: the
+// summary says ok and the exit status is 0.
+TEST(CliWatch, FrameThatFailedWhileIncompleteAndThenSucceededCountsAsOk) {
+    const TempDir& sim = simDir();
+    TempDir watch("gpuphot_watch_late"), out("gpuphot_watch_late_out");
+    const std::string bytes = readAll(sim / "w1.fits");
+    std::ofstream(watch / "late.fits", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+    const std::string log = out / "watch.log";
+    const pid_t pid = startCli(
+        "watch " + watch.str() + " -o " + out.str() + " --settle 0.1 --rescan 0.2 --timeout 60", log);
+    // Unchanged and invalid for max(10 x settle, 5 s): one failed line.
+    for (int i = 0; i < 400 && readJsonLines(out / "gpuphot.jsonl").empty(); ++i)
+        sleepSeconds(0.05);
+    ASSERT_EQ(readJsonLines(out / "gpuphot.jsonl").size(), 1u) << readAll(log);
+    std::ofstream(watch / "late.fits", std::ios::binary | std::ios::app)
+        .write(bytes.data() + bytes.size() / 2,
+               static_cast<std::streamsize>(bytes.size() - bytes.size() / 2));
+    for (int i = 0; i < 400 && readJsonLines(out / "gpuphot.jsonl").size() < 2; ++i)
+        sleepSeconds(0.05);
+    ::kill(pid, SIGTERM);
+    EXPECT_EQ(waitCli(pid, 30.0), 0) << readAll(log);
+    const auto lines = readJsonLines(out / "gpuphot.jsonl");
+    ASSERT_EQ(lines.size(), 2u) << readAll(log);
+    EXPECT_EQ(lines[0]["status"], "failed");
+    EXPECT_EQ(lines[1]["status"], "ok");
+    EXPECT_NE(readAll(log).find("1 frames: 1 ok, 0 skipped, 0 failed"), std::string::npos) << readAll(log);
+}

@@ -17,4 +17,9 @@ check() { # check NAME command...
 # 20 SIGKILLs of a `reduce -j 2` parent at random moments (CI: 3).
 check "batch children die with their parent (20 kills)" \
     env GPUPHOT_KILL_TRIALS=20 "$build/tests/app_tests" --gtest_filter='CliKill.BatchChildrenDieWithTheirParent'
+# reduce of an 8192² frame with every map under address-space limits from far too small to enough, with 1
+# and 2 threads (CI: a 2048² frame): each run succeeds or exits 10 saying "out of memory", never aborts.
+check "out of memory is a clean error (8192², 7 limits x 2 thread counts)" \
+    env GPUPHOT_OOM_SIDE=8192 GPUPHOT_OOM_LIMITS_MB="1024 1536 2048 3072 4096 6144 16384" \
+    "$build/tests/app_tests" --gtest_filter='CliOom.*'
 exit $status
