@@ -19,6 +19,7 @@
 #include "core/io/cfitsio_util.hpp"
 #include "core/io/fits_raw_read.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -412,18 +413,21 @@ void checkTileStreams(fitsfile* f, const std::string& where, long long rows, lon
     const RiceParams rice = readRiceParams(f);
     long long firstBad = LLONG_MAX;
     std::string why;
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 32)
-    for (std::size_t i = 0; i < riceTiles.size(); ++i) {
-        const RiceTile& t = riceTiles[i];
-        std::string problem =
-            riceTileProblem(riceBytes.data() + t.start, t.bytes, t.pixels, rice.bytePix, rice.blockSize);
-        if (problem.empty()) continue;
+    for (std::size_t i = 0; i < riceTiles.size(); ++i)
+        errors.run([&] {
+            const RiceTile& t = riceTiles[i];
+            std::string problem =
+                riceTileProblem(riceBytes.data() + t.start, t.bytes, t.pixels, rice.bytePix, rice.blockSize);
+            if (problem.empty()) return;
 #pragma omp critical(gpuphot_rice_check)
-        if (t.row < firstBad) {
-            firstBad = t.row;
-            why = std::move(problem);
-        }
-    }
+            if (t.row < firstBad) {
+                firstBad = t.row;
+                why = std::move(problem);
+            }
+        });
+    errors.rethrow();
     if (firstBad != LLONG_MAX) refuse(firstBad, "COMPRESSED_DATA", why);
 }
 

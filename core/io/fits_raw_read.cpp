@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
@@ -206,42 +207,46 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
                                                          : std::vector<unsigned char*>{};
     if (sink && sinkBuffers.size() < static_cast<std::size_t>(nt))
         throw InvalidInput(path + ": raw read: the chunk sink gave too few buffers");
+    ParallelErrors errors;
 #pragma omp parallel num_threads(nt) if (chunks > 1)
     {
         const int tid = omp_get_thread_num();
-        std::vector<unsigned char> own(sink ? 0 : perChunk * elem);
+        std::vector<unsigned char> own;
+        errors.run([&] { own.resize(sink ? 0 : perChunk * elem); });
         unsigned char* const buf = sink ? sinkBuffers[static_cast<std::size_t>(tid)] : own.data();
 #pragma omp for schedule(dynamic, 1)
-        for (long long c = 0; c < chunks; ++c) {
-            bool stop = false;
+        for (long long c = 0; c < chunks; ++c)
+            errors.run([&] {
+                bool stop = false;
 #pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            const std::size_t first = static_cast<std::size_t>(c) * perChunk;
-            const std::size_t n = std::min(perChunk, total - first);
-            const std::size_t want = n * elem;
-            std::size_t got = 0;
-            if (sink) sink->reuse(tid);
-            while (got < want) {
-                const ssize_t r = ::pread(file.fd, buf + got, want - got,
-                                          static_cast<off_t>(l.dataOffset + first * elem + got));
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0) {
+                stop = failed;
+                if (stop) return;
+                const std::size_t first = static_cast<std::size_t>(c) * perChunk;
+                const std::size_t n = std::min(perChunk, total - first);
+                const std::size_t want = n * elem;
+                std::size_t got = 0;
+                if (sink) sink->reuse(tid);
+                while (got < want) {
+                    const ssize_t r = ::pread(file.fd, buf + got, want - got,
+                                              static_cast<off_t>(l.dataOffset + first * elem + got));
+                    if (r < 0 && errno == EINTR) continue;
+                    if (r <= 0) {
 #pragma omp critical(gpuphot_raw_read)
-                    {
-                        failed = true;
-                        failedErrno = r < 0 ? errno : 0;
+                        {
+                            failed = true;
+                            failedErrno = r < 0 ? errno : 0;
+                        }
+                        break;
                     }
-                    break;
+                    got += static_cast<std::size_t>(r);
                 }
-                got += static_cast<std::size_t>(r);
-            }
-            if (got == want) {
-                if (sink) sink->chunk(tid, first, n);
-                convertRawPixels(buf, n, l, out + first);
-            }
-        }
+                if (got == want) {
+                    if (sink) sink->chunk(tid, first, n);
+                    convertRawPixels(buf, n, l, out + first);
+                }
+            });
     }
+    errors.rethrow();
     if (failed)
         throw IoError(path + ": cannot read the pixel data" +
                       (failedErrno ? std::string(": ") + std::strerror(failedErrno)

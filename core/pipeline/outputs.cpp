@@ -20,6 +20,7 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/stages/forced_photometry.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -107,11 +108,14 @@ Image<float> residualImage(const Frame& frame, const BackgroundResult& bkg, cons
     Image<float> out(w, h, Image<float>::NoInit{});
     const bool fullMap = bkg.level.width() == w && bkg.level.height() == h;
     const bool sampled = !fullMap && bkg.sampler && bkg.sampler->width() == w && bkg.sampler->height() == h;
+    ParallelErrors errors;
 #pragma omp parallel
     {
-        std::vector<float> lv(sampled ? w : 0);
+        std::vector<float> lv;
+        errors.run([&] { lv.resize(sampled ? w : 0); });
 #pragma omp for schedule(static)
         for (int y = 0; y < h; ++y) {
+            if (errors.failed()) continue;
             if (sampled) bkg.sampler->row(y, lv.data(), nullptr);
             for (int x = 0; x < w; ++x)
                 out(x, y) = frame.pixels(x, y) - (fullMap ? bkg.level(x, y)
@@ -119,6 +123,7 @@ Image<float> residualImage(const Frame& frame, const BackgroundResult& bkg, cons
                                                             : static_cast<float>(bkg.globalLevel));
         }
     }
+    errors.rethrow();
     if (psf.fluxPsf.size() != s.size() || psf.epsf.empty()) return out;
     const int r = std::max(1, psf.stampRadius);
     // Serial over sources: a fixed order of subtraction keeps the map bitwise reproducible.

@@ -18,6 +18,7 @@
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/util/text.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -218,13 +219,16 @@ void fillFluxRadius(const Inputs& in, LdacColumn& c) {
     const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), kron = in.col("kron_radius"),
                               total = in.col("flux_auto");
     std::vector<double> flat(in.n * static_cast<std::size_t>(n));
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 64)
-    for (std::size_t i = 0; i < in.n; ++i) {
-        double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
-        if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
-        fluxRadius(in, x[i] - 1.0, y[i] - 1.0, rmax, total[i], fracs,
-                   flat.data() + i * static_cast<std::size_t>(n));
-    }
+    for (std::size_t i = 0; i < in.n; ++i)
+        errors.run([&] {
+            double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
+            if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
+            fluxRadius(in, x[i] - 1.0, y[i] - 1.0, rmax, total[i], fracs,
+                       flat.data() + i * static_cast<std::size_t>(n));
+        });
+    errors.rethrow();
     putValues(c, flat);
 }
 
@@ -264,10 +268,14 @@ double halfMaxFwhm(const Inputs& in, double cx, double cy, double peak, double r
 void fillFwhm(const Inputs& in, LdacColumn& c) {
     const std::vector<double> x = in.col("x"), y = in.col("y"), a = in.col("a"), peak = in.col("peak");
     std::vector<double> out(in.n);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 64)
     for (std::size_t i = 0; i < in.n; ++i)
-        out[i] = halfMaxFwhm(in, x[i] - 1.0, y[i] - 1.0, peak[i],
-                             std::max(3.0, 3.0 * (std::isfinite(a[i]) ? a[i] : 1.0)));
+        errors.run([&] {
+            out[i] = halfMaxFwhm(in, x[i] - 1.0, y[i] - 1.0, peak[i],
+                                 std::max(3.0, 3.0 * (std::isfinite(a[i]) ? a[i] : 1.0)));
+        });
+    errors.rethrow();
     putValues(c, out);
 }
 

@@ -17,6 +17,7 @@
 #include "core/series/series_internal.hpp"
 #include "core/sim/sim_series.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/util/robust_stats.hpp"
 #include "core/wcs/tan_sip.hpp"
 
@@ -307,12 +308,15 @@ std::vector<Detections> readAll(const std::vector<std::string>& catalogs, const 
     frames.assign(catalogs.size(), SeriesFrame{});
     std::size_t done = 0;
     const int threads = fits_is_reentrant() && catalogs.size() > 1 ? 2 : 1;
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic) num_threads(threads)
-    for (std::size_t i = 0; i < catalogs.size(); ++i) {
-        dets[i] = readCatalog(catalogs[i], p, frames[i]);
+    for (std::size_t i = 0; i < catalogs.size(); ++i)
+        errors.run([&] {
+            dets[i] = readCatalog(catalogs[i], p, frames[i]);
 #pragma omp critical(series_progress)
-        if (progress) progress(++done, catalogs.size());
-    }
+            if (progress) progress(++done, catalogs.size());
+        });
+    errors.rethrow();
     return dets;
 }
 
@@ -571,9 +575,13 @@ Pool comparisonPool(const Assembly& a, const std::vector<SeriesSource>& src, con
             for (std::size_t o : a.list->within(src[s].ra, src[s].dec, p.isolation))
                 if (o != s && src[o].medianFlux > 0.1 * src[s].medianFlux) pool.eligible[s] = 0;
         }
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 64) num_threads(2)
     for (std::size_t s = 0; s < ns; ++s)
-        if (pool.eligible[s]) pool.norm[s] = normalise(a.column(s));
+        errors.run([&] {
+            if (pool.eligible[s]) pool.norm[s] = normalise(a.column(s));
+        });
+    errors.rethrow();
     pool.variables = prevet(pool.norm, pool.magnitude, pool.eligible, scint, p);
     return pool;
 }
@@ -736,29 +744,32 @@ std::vector<StarCurve> allStarCurves(const Assembly& a, const Pool& pool,
     for (std::size_t s = 0; s < ns; ++s)
         if (double(src[s].frames) >= p.minCoverage * double(nu)) stars.push_back(s);
     std::vector<StarCurve> out(stars.size());
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(2)
-    for (std::size_t i = 0; i < stars.size(); ++i) {
-        StarCurve& sc = out[i];
-        sc.source = stars[i];
-        std::vector<EnsembleStar> ens = candidates(pool, *a.list, sc.source, pinned, p);
-        std::vector<Normalised> own; // pinned stars outside the pool
-        own.reserve(ens.size());
-        std::vector<const Normalised*> ptr;
-        for (const auto& e : ens)
-            ptr.push_back(pool.norm[e.source].c.empty() ? &own.emplace_back(normalise(a.column(e.source)))
-                                                        : &pool.norm[e.source]);
-        if (ens.size() < static_cast<std::size_t>(p.minEnsemble)) continue;
-        vet(ptr, ens, scint, p);
-        const Relative rel = relativeFlux(a.column(sc.source), combine(ptr, ens, scint), scint);
-        for (const auto& e : ens)
-            sc.comparisons += e.dropped ? 0 : 1;
-        sc.points = rel.points;
-        sc.rms = rel.rms;
-        sc.medianErr = rel.medianErr;
-        sc.chi2 = rel.chi2;
-        sc.relFlux.assign(rel.ratio.begin(), rel.ratio.end());
-        sc.relFluxErr.assign(rel.err.begin(), rel.err.end());
-    }
+    for (std::size_t i = 0; i < stars.size(); ++i)
+        errors.run([&] {
+            StarCurve& sc = out[i];
+            sc.source = stars[i];
+            std::vector<EnsembleStar> ens = candidates(pool, *a.list, sc.source, pinned, p);
+            std::vector<Normalised> own; // pinned stars outside the pool
+            own.reserve(ens.size());
+            std::vector<const Normalised*> ptr;
+            for (const auto& e : ens)
+                ptr.push_back(pool.norm[e.source].c.empty() ? &own.emplace_back(normalise(a.column(e.source)))
+                                                            : &pool.norm[e.source]);
+            if (ens.size() < static_cast<std::size_t>(p.minEnsemble)) return;
+            vet(ptr, ens, scint, p);
+            const Relative rel = relativeFlux(a.column(sc.source), combine(ptr, ens, scint), scint);
+            for (const auto& e : ens)
+                sc.comparisons += e.dropped ? 0 : 1;
+            sc.points = rel.points;
+            sc.rms = rel.rms;
+            sc.medianErr = rel.medianErr;
+            sc.chi2 = rel.chi2;
+            sc.relFlux.assign(rel.ratio.begin(), rel.ratio.end());
+            sc.relFluxErr.assign(rel.err.begin(), rel.err.end());
+        });
+    errors.rethrow();
     return out;
 }
 

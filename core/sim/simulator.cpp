@@ -16,6 +16,7 @@
 #include "core/sim/psf_profile.hpp"
 #include "core/sim/sim_random.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
@@ -300,88 +301,96 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
     std::atomic<bool> cancelled{false};
     const double sat = p.saturation > 0.0 ? p.saturation : INFINITY;
     const double rnAdu = p.readNoise / p.gain;
+    ParallelErrors errors;
 #pragma omp parallel num_threads(ctx.threadCount())
     {
-        std::vector<double> acc(static_cast<std::size_t>(kBandRows) * W);
+        std::vector<double> acc;
+        errors.run([&] { acc.resize(static_cast<std::size_t>(kBandRows) * W); });
 #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < nBands; ++b) {
-            if (cancelled.load(std::memory_order_relaxed)) continue;
-            if (ctx.cancelFlag && ctx.cancelFlag->load(std::memory_order_relaxed)) {
-                cancelled = true;
-                continue;
-            }
-            const int y0 = b * kBandRows, y1 = std::min(H, y0 + kBandRows);
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (const int k : bands[b]) {
-                const auto& pr = profiles[k];
-                const double reach = pr.radius + 0.7072;
-                const int r0 = std::max(y0, static_cast<int>(std::ceil(pr.yc - reach)));
-                const int r1 = std::min(y1 - 1, static_cast<int>(std::floor(pr.yc + reach)));
-                for (int iy = r0; iy <= r1; ++iy) {
-                    const double dy = iy - pr.yc;
-                    const double hx = std::sqrt(std::max(0.0, reach * reach - dy * dy));
-                    const int x0 = std::max(0, static_cast<int>(std::ceil(pr.xc - hx)));
-                    const int x1 = std::min(W - 1, static_cast<int>(std::floor(pr.xc + hx)));
-                    double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
-                    for (int ix = x0; ix <= x1; ++ix) row[ix] += pr.pixel(ix, iy);
+        for (int b = 0; b < nBands; ++b)
+            errors.run([&] {
+                if (cancelled.load(std::memory_order_relaxed)) return;
+                if (ctx.cancelFlag && ctx.cancelFlag->load(std::memory_order_relaxed)) {
+                    cancelled = true;
+                    return;
                 }
-            }
-            auto dep = std::lower_bound(deposits.begin(), deposits.end(), static_cast<std::int64_t>(y0) * W,
-                                        [](const Deposit& d, std::int64_t v) { return d.index < v; });
-            auto dh = std::lower_bound(det.hot.begin(), det.hot.end(), static_cast<std::int64_t>(y0) * W,
-                                       [](const DarkHot& d, std::int64_t v) { return d.index < v; });
-            for (int iy = y0; iy < y1; ++iy) {
-                const double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
-                float* out = image.row(iy);
-                std::uint8_t* mrow = defects.row(iy);
-                for (int ix = 0; ix < W; ++ix) {
-                    const std::int64_t idx = static_cast<std::int64_t>(iy) * W + ix;
-                    double v = row[ix] + simSkyAt(p, ix, iy);
-                    if (det.hasFlat) v *= det.flat(ix, iy);
-                    if (det.hasDark) {
-                        double rate = p.darkCurrent; // e-/s
-                        for (; dh != det.hot.end() && dh->index == idx; ++dh) rate += dh->rate;
-                        v += rate * p.exptime / p.gain;
+                const int y0 = b * kBandRows, y1 = std::min(H, y0 + kBandRows);
+                std::fill(acc.begin(), acc.end(), 0.0);
+                for (const int k : bands[b]) {
+                    const auto& pr = profiles[k];
+                    const double reach = pr.radius + 0.7072;
+                    const int r0 = std::max(y0, static_cast<int>(std::ceil(pr.yc - reach)));
+                    const int r1 = std::min(y1 - 1, static_cast<int>(std::floor(pr.yc + reach)));
+                    for (int iy = r0; iy <= r1; ++iy) {
+                        const double dy = iy - pr.yc;
+                        const double hx = std::sqrt(std::max(0.0, reach * reach - dy * dy));
+                        const int x0 = std::max(0, static_cast<int>(std::ceil(pr.xc - hx)));
+                        const int x1 = std::min(W - 1, static_cast<int>(std::floor(pr.xc + hx)));
+                        double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
+                        for (int ix = x0; ix <= x1; ++ix)
+                            row[ix] += pr.pixel(ix, iy);
                     }
-                    if (p.noise) {
-                        sim::CounterRng rng(p.seed, kStreamNoise, static_cast<std::uint64_t>(idx));
-                        const double electrons = rng.poisson(std::max(v, 0.0) * p.gain);
-                        v = electrons / p.gain + rnAdu * rng.normal();
-                    }
-                    v += det.bias(ix, iy);
-                    for (; dep != deposits.end() && dep->index == idx; ++dep) {
-                        v += dep->adu;
-                        mrow[ix] |= dep->mask;
-                    }
-                    out[ix] = static_cast<float>(v);
                 }
-            }
-            for (const auto& c : columns) {
-                for (int iy = std::max(y0, c.y0); iy < y1; ++iy) {
-                    float& v = image.row(iy)[c.x];
-                    if (c.hot) {
-                        v = static_cast<float>(v + p.hotPixelMin);
-                    } else {
-                        double dead = det.bias(c.x, iy);
-                        if (p.noise) {
-                            sim::CounterRng rng(p.seed, kStreamDead, static_cast<std::uint64_t>(iy) * W + c.x);
-                            dead += rnAdu * rng.normal();
-                        }
-                        v = static_cast<float>(dead);
-                    }
-                    defects.row(iy)[c.x] |= MaskBad;
-                }
-            }
-            if (std::isfinite(sat))
+                auto dep =
+                    std::lower_bound(deposits.begin(), deposits.end(), static_cast<std::int64_t>(y0) * W,
+                                     [](const Deposit& d, std::int64_t v) { return d.index < v; });
+                auto dh = std::lower_bound(det.hot.begin(), det.hot.end(), static_cast<std::int64_t>(y0) * W,
+                                           [](const DarkHot& d, std::int64_t v) { return d.index < v; });
                 for (int iy = y0; iy < y1; ++iy) {
+                    const double* row = acc.data() + static_cast<std::size_t>(iy - y0) * W;
                     float* out = image.row(iy);
-                    for (int ix = 0; ix < W; ++ix)
-                        if (out[ix] > sat) out[ix] = static_cast<float>(sat);
+                    std::uint8_t* mrow = defects.row(iy);
+                    for (int ix = 0; ix < W; ++ix) {
+                        const std::int64_t idx = static_cast<std::int64_t>(iy) * W + ix;
+                        double v = row[ix] + simSkyAt(p, ix, iy);
+                        if (det.hasFlat) v *= det.flat(ix, iy);
+                        if (det.hasDark) {
+                            double rate = p.darkCurrent; // e-/s
+                            for (; dh != det.hot.end() && dh->index == idx; ++dh)
+                                rate += dh->rate;
+                            v += rate * p.exptime / p.gain;
+                        }
+                        if (p.noise) {
+                            sim::CounterRng rng(p.seed, kStreamNoise, static_cast<std::uint64_t>(idx));
+                            const double electrons = rng.poisson(std::max(v, 0.0) * p.gain);
+                            v = electrons / p.gain + rnAdu * rng.normal();
+                        }
+                        v += det.bias(ix, iy);
+                        for (; dep != deposits.end() && dep->index == idx; ++dep) {
+                            v += dep->adu;
+                            mrow[ix] |= dep->mask;
+                        }
+                        out[ix] = static_cast<float>(v);
+                    }
                 }
-            const int n = ++done;
-            ctx.report("simulate", static_cast<double>(n) / nBands);
-        }
+                for (const auto& c : columns) {
+                    for (int iy = std::max(y0, c.y0); iy < y1; ++iy) {
+                        float& v = image.row(iy)[c.x];
+                        if (c.hot) {
+                            v = static_cast<float>(v + p.hotPixelMin);
+                        } else {
+                            double dead = det.bias(c.x, iy);
+                            if (p.noise) {
+                                sim::CounterRng rng(p.seed, kStreamDead,
+                                                    static_cast<std::uint64_t>(iy) * W + c.x);
+                                dead += rnAdu * rng.normal();
+                            }
+                            v = static_cast<float>(dead);
+                        }
+                        defects.row(iy)[c.x] |= MaskBad;
+                    }
+                }
+                if (std::isfinite(sat))
+                    for (int iy = y0; iy < y1; ++iy) {
+                        float* out = image.row(iy);
+                        for (int ix = 0; ix < W; ++ix)
+                            if (out[ix] > sat) out[ix] = static_cast<float>(sat);
+                    }
+                const int n = ++done;
+                ctx.report("simulate", static_cast<double>(n) / nBands);
+            });
     }
+    errors.rethrow();
     if (cancelled) throw Cancelled();
 }
 
@@ -596,16 +605,20 @@ SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariat
 
     const sim::ProfileKind kind = p.psf == "moffat" ? sim::ProfileKind::Moffat : sim::ProfileKind::Gaussian;
     std::vector<sim::Profile> profiles(src.size());
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
-    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(src.size()); ++i) {
-        const Source& s = src[i];
-        if (s.galaxy)
-            profiles[i] = sim::makeGalaxy(s.x, s.y, s.flux, s.re, s.sersicN, s.ellipticity, s.angle,
-                                          sim::gaussianSigma(s.fwhm), p.renderThreshold, p.maxStampRadius);
-        else
-            profiles[i] = sim::makeStar(kind, s.x, s.y, s.flux, s.fwhm, s.ellipticity, s.angle, p.moffatBeta,
-                                        p.renderThreshold, p.maxStampRadius);
-    }
+    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(src.size()); ++i)
+        errors.run([&] {
+            const Source& s = src[i];
+            if (s.galaxy)
+                profiles[i] =
+                    sim::makeGalaxy(s.x, s.y, s.flux, s.re, s.sersicN, s.ellipticity, s.angle,
+                                    sim::gaussianSigma(s.fwhm), p.renderThreshold, p.maxStampRadius);
+            else
+                profiles[i] = sim::makeStar(kind, s.x, s.y, s.flux, s.fwhm, s.ellipticity, s.angle,
+                                            p.moffatBeta, p.renderThreshold, p.maxStampRadius);
+        });
+    errors.rethrow();
 
     r.image = Image<float>(p.width, p.height, Image<float>::NoInit{});
     r.defects = Image<std::uint8_t>(p.width, p.height, 0);

@@ -23,6 +23,7 @@
 #include "core/stages/aperture_overlap.hpp"
 #include "core/stages/background.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/util/robust_stats.hpp"
 
 namespace gpuphot {
@@ -206,13 +207,15 @@ public:
 private:
     template <class F> void forEach(std::size_t n, F&& body) {
         const std::ptrdiff_t m = static_cast<std::ptrdiff_t>(n);
+        ParallelErrors errors;
 #pragma omp parallel num_threads(m_threads)
         {
             Scratch sc;
 #pragma omp for schedule(dynamic, 16)
             for (std::ptrdiff_t i = 0; i < m; ++i)
-                body(static_cast<std::size_t>(i), sc);
+                errors.run([&] { body(static_cast<std::size_t>(i), sc); });
         }
+        errors.rethrow();
     }
     int m_threads = 1;
     std::size_t m_batch = 4096;
@@ -697,9 +700,11 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         fill(ownIds, std::int32_t{0});
         fill(skyPerPixel, std::uint8_t{0});
         const std::ptrdiff_t nf = static_cast<std::ptrdiff_t>(fills.size());
+        ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
         for (std::ptrdiff_t t = 0; t < nf; ++t)
-            fills[static_cast<std::size_t>(t)]();
+            errors.run([&] { fills[static_cast<std::size_t>(t)](); });
+        errors.rethrow();
     }
 
     // The segmentation's pixels are read here only for sources without segmentId: the CUDA stage may pass a
@@ -776,9 +781,11 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             [&] { resizeKept(fds, m); },     [&] { resizeKept(kronJobs, m); },
             [&] { resizeKept(kronOut, m); }, [&] { resizeKept(bflags, m); }};
         const std::ptrdiff_t ns = static_cast<std::ptrdiff_t>(sizes.size());
+        ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
         for (std::ptrdiff_t t = 0; t < ns; ++t)
-            sizes[static_cast<std::size_t>(t)]();
+            errors.run([&] { sizes[static_cast<std::size_t>(t)](); });
+        errors.rethrow();
     }
     clock.lap("p1.alloc");
 
@@ -1079,17 +1086,21 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     frac[s][g] *= scale[s * nScale + g];
             res.cogFraction.resize(nGrid);
             const std::ptrdiff_t ng = static_cast<std::ptrdiff_t>(nGrid);
+            ParallelErrors errors;
 #pragma omp parallel num_threads(threads) if (nGrid * stars.size() >= 4096)
             {
-                std::vector<double> column(stars.size());
+                std::vector<double> column;
+                errors.run([&] { column.resize(stars.size()); });
 #pragma omp for schedule(static)
-                for (std::ptrdiff_t gg = 0; gg < ng; ++gg) {
-                    const std::size_t g = static_cast<std::size_t>(gg);
-                    for (std::size_t s = 0; s < stars.size(); ++s)
-                        column[s] = frac[s][g];
-                    res.cogFraction[g] = robustMedian(column);
-                }
+                for (std::ptrdiff_t gg = 0; gg < ng; ++gg)
+                    errors.run([&] {
+                        const std::size_t g = static_cast<std::size_t>(gg);
+                        for (std::size_t s = 0; s < stars.size(); ++s)
+                            column[s] = frac[s][g];
+                        res.cogFraction[g] = robustMedian(column);
+                    });
             }
+            errors.rethrow();
             std::vector<double> col(stars.size());
             if (p.apertureCorrection) {
                 for (std::size_t k = 0; k < nFixed; ++k) {
@@ -1217,13 +1228,15 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                                                                  optIndex.data(), sums3.data(), fds3.data());
             if (!together &&
                 !engine.optimalRadii(optJobs.data(), static_cast<std::size_t>(m0), grid, optIndex.data())) {
+                ParallelErrors errors;
 #pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
                 {
-                    std::vector<double> dens(nGrid);
+                    std::vector<double> dens;
+                    errors.run([&] { dens.resize(nGrid); });
                     double* den = dens.data();
 #pragma omp for schedule(static)
                     for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                        if (!measured[c]) continue;
+                        if (!measured[c] || errors.failed()) continue;
                         const double F = optJobs[c].F, var = optJobs[c].var, nSky = optJobs[c].nSky;
                         // the predicted variance at every grid radius in a loop of its own so that it
                         // vectorises (the same numbers as optimalVariance inside the search)
@@ -1242,6 +1255,7 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                             cogF, cogNum.data(), nGrid, [den](std::size_t g) { return den[g]; }));
                     }
                 }
+                errors.rethrow();
             }
 #pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
             for (std::ptrdiff_t c = 0; c < m0; ++c) {

@@ -14,6 +14,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/astrometry_internal.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -112,23 +113,26 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
     const std::size_t nChunks = (nAll + kChunk - 1) / kChunk;
     std::vector<std::vector<std::int32_t>> chunkRows(nChunks);
     std::vector<std::vector<std::array<double, 3>>> chunkUnit(nChunks);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
-    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
-        const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(nAll, b + kChunk);
-        for (std::size_t i = b; i < e; ++i) {
-            if (!std::isfinite(ref.ra[i]) || !std::isfinite(ref.dec[i])) continue;
-            if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue;
-            const std::array<double, 3> u = astrom::unitVector(ref.ra[i], ref.dec[i]);
-            if (centre) {
-                double d2 = 0.0;
-                for (int k = 0; k < 3; ++k)
-                    d2 += (u[k] - (*centre)[k]) * (u[k] - (*centre)[k]);
-                if (!(d2 <= chord2Max)) continue;
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c)
+        errors.run([&] {
+            const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(nAll, b + kChunk);
+            for (std::size_t i = b; i < e; ++i) {
+                if (!std::isfinite(ref.ra[i]) || !std::isfinite(ref.dec[i])) continue;
+                if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue;
+                const std::array<double, 3> u = astrom::unitVector(ref.ra[i], ref.dec[i]);
+                if (centre) {
+                    double d2 = 0.0;
+                    for (int k = 0; k < 3; ++k)
+                        d2 += (u[k] - (*centre)[k]) * (u[k] - (*centre)[k]);
+                    if (!(d2 <= chord2Max)) continue;
+                }
+                chunkRows[c].push_back(static_cast<std::int32_t>(i));
+                chunkUnit[c].push_back(u);
             }
-            chunkRows[c].push_back(static_cast<std::int32_t>(i));
-            chunkUnit[c].push_back(u);
-        }
-    }
+        });
+    errors.rethrow();
     std::vector<std::int32_t> keptRows;
     std::vector<std::array<double, 3>> keptUnit;
     for (std::size_t c = 0; c < nChunks; ++c) {

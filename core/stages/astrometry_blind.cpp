@@ -21,6 +21,7 @@
 
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/astrometry_internal.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot::astrom {
 namespace {
@@ -267,9 +268,11 @@ RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyT
     for (int first = nLevels - 1; first >= 0; first -= batch) {
         const int count = std::min(batch, first + 1);
         std::vector<LevelIndex> built(count);
+        ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(count)
         for (int k = 0; k < count; ++k)
-            buildLevel(first - k, built[k]);
+            errors.run([&] { buildLevel(first - k, built[k]); });
+        errors.rethrow();
         ctx.checkCancelled();
         for (int k = 0; k < count; ++k) {
             const LevelIndex& li = built[k];

@@ -10,6 +10,7 @@
 #include "core/stages/astrometry_internal.hpp"
 #include "core/stages/crossmatch.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot::astrom {
@@ -165,11 +166,18 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     const auto kk = static_cast<std::size_t>(k);
     std::vector<double> basis(kk * n);
     std::vector<double> blockAta(nBlocks * kk * kk, 0.0);
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<double> powU(static_cast<std::size_t>(order) + 1), powV(powU.size());
+        std::vector<double> powU, powV;
+        errors.run([&] {
+            powU.resize(static_cast<std::size_t>(order) + 1);
+            powV.resize(powU.size());
+        });
+        const bool ok = !errors.failed();
 #pragma omp for schedule(static)
         for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
+            if (!ok) continue;
             const std::size_t i0 = static_cast<std::size_t>(bl) * kFitBlock, i1 = std::min(n, i0 + kFitBlock);
             double* ata = &blockAta[static_cast<std::size_t>(bl) * kk * kk];
             for (std::size_t i = i0; i < i1; ++i) {
@@ -191,6 +199,7 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
             }
         }
     }
+    errors.rethrow();
     Eigen::MatrixXd ata = Eigen::MatrixXd::Zero(k, k);
     for (std::size_t bl = 0; bl < nBlocks; ++bl)
         for (int r = 0; r < k; ++r)

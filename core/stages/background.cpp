@@ -11,6 +11,7 @@
 
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
@@ -395,11 +396,18 @@ void interpolateRows(const BackgroundResult& bkg, const BackgroundSpline& sp, in
     for (int c0 = 0; c0 < rows; c0 += chunk) {
         ctx.checkCancelled();
         const int c1 = std::min(rows, c0 + chunk);
+        ParallelErrors errors;
 #pragma omp parallel num_threads(nth)
         {
-            std::vector<float> node(nx + 1), dnode(nx + 1);
+            std::vector<float> node, dnode;
+            errors.run([&] {
+                node.resize(nx + 1);
+                dnode.resize(nx + 1);
+            });
+            const bool ok = !errors.failed();
 #pragma omp for schedule(static)
             for (int r = c0; r < c1; ++r) {
+                if (!ok) continue;
                 const int y = y0 + r;
                 const int lo = sp.rows.lo[y];
                 const double A = sp.rows.wa[y], B = sp.rows.wb[y], A3 = sp.rows.wa3[y], B3 = sp.rows.wb3[y];
@@ -431,6 +439,7 @@ void interpolateRows(const BackgroundResult& bkg, const BackgroundSpline& sp, in
                 }
             }
         }
+        errors.rethrow();
         progress(static_cast<double>(c1) / rows);
     }
 }
@@ -606,20 +615,26 @@ BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView&
         ctx.checkCancelled();
         const int j1 = std::min(ny, j0 + bandRows);
         const int first = j0 * nx, last = j1 * nx;
+        ParallelErrors errors;
 #pragma omp parallel num_threads(nth)
         {
             MeshScratch s;
-            s.values.resize(static_cast<std::size_t>(bw) * bh);
-            s.rowEnd.resize(bh);
-            s.histo.resize(kMaxLevels + 1);
+            errors.run([&] {
+                s.values.resize(static_cast<std::size_t>(bw) * bh);
+                s.rowEnd.resize(bh);
+                s.histo.resize(kMaxLevels + 1);
+            });
 #pragma omp for schedule(dynamic)
-            for (int i = first; i < last; ++i) {
-                const int mx = i % nx, my = i / nx;
-                const int x0 = mx * bw, y0 = my * bh;
-                const int w = std::min(bw, W - x0), h = std::min(bh, H - y0);
-                meshes[i] = meshStatistics(image, mask, sourceMask, x0, y0, w, h, params.minGoodFraction, s);
-            }
+            for (int i = first; i < last; ++i)
+                errors.run([&] {
+                    const int mx = i % nx, my = i / nx;
+                    const int x0 = mx * bw, y0 = my * bh;
+                    const int w = std::min(bw, W - x0), h = std::min(bh, H - y0);
+                    meshes[i] =
+                        meshStatistics(image, mask, sourceMask, x0, y0, w, h, params.minGoodFraction, s);
+                });
         }
+        errors.rethrow();
         ctx.report("background", meshShare * 0.95 * j1 / ny);
     }
 

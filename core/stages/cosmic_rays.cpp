@@ -10,6 +10,7 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
@@ -154,14 +155,18 @@ void medianTile(const ImageView& in, const MedianPlan& plan, int y, int x0, int 
 void medianInto(const ImageView& in, int k, Image<float>& out, int threads) {
     const MedianPlan& plan = medianPlan(k);
     const int w = in.width, h = in.height;
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<float> scratch(static_cast<std::size_t>(k * (kTile + k) + k * k * kTile));
+        std::vector<float> scratch;
+        errors.run([&] { scratch.resize(static_cast<std::size_t>(k * (kTile + k) + k * k * kTile)); });
+        const bool ok = !errors.failed();
 #pragma omp for schedule(dynamic, 4)
         for (int y = 0; y < h; ++y)
-            for (int x0 = 0; x0 < w; x0 += kTile)
+            for (int x0 = 0; ok && x0 < w; x0 += kTile)
                 medianTile(in, plan, y, x0, std::min(kTile, w - x0), out.row(y) + x0, scratch.data());
     }
+    errors.rethrow();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -380,22 +385,25 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
 
     if (p.clean) {
         res.cleaned = Image<float>(w, h, Image<float>::NoInit{});
+        ParallelErrors errors;
 #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int y = 0; y < h; ++y) {
-            std::vector<float> vals;
-            vals.reserve(25);
-            for (int x = 0; x < w; ++x) {
-                float v = pixels(x, y);
-                if (cr(x, y)) {
-                    vals.clear();
-                    for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
-                        for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
-                            if (!cr(xx, yy) && !bad(xx, yy)) vals.push_back(pixels(xx, yy));
-                    v = medianOf(vals, v);
+        for (int y = 0; y < h; ++y)
+            errors.run([&] {
+                std::vector<float> vals;
+                vals.reserve(25);
+                for (int x = 0; x < w; ++x) {
+                    float v = pixels(x, y);
+                    if (cr(x, y)) {
+                        vals.clear();
+                        for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
+                            for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
+                                if (!cr(xx, yy) && !bad(xx, yy)) vals.push_back(pixels(xx, yy));
+                        v = medianOf(vals, v);
+                    }
+                    res.cleaned(x, y) = v;
                 }
-                res.cleaned(x, y) = v;
-            }
-        }
+            });
+        errors.rethrow();
     }
     return res;
 }

@@ -18,6 +18,7 @@
 #include "core/model/header.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
 
@@ -56,15 +57,19 @@ template <class Fn> void transformChunked(const Wcs& wcs, std::size_t n, int thr
         if (n > 0) fn(wcs, std::size_t{0}, n);
         return;
     }
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        const Wcs local(wcs);
+        std::optional<Wcs> local;
+        errors.run([&] { local.emplace(wcs); });
 #pragma omp for schedule(static)
-        for (long long c = 0; c < chunks; ++c) {
-            const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
-            fn(local, begin, std::min(n, begin + kChunk) - begin);
-        }
+        for (long long c = 0; c < chunks; ++c)
+            errors.run([&] {
+                const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
+                fn(*local, begin, std::min(n, begin + kChunk) - begin);
+            });
     }
+    errors.rethrow();
 }
 
 } // namespace
@@ -242,23 +247,27 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
     const std::size_t nChunks = (nRef + kConeChunk - 1) / kConeChunk;
     std::vector<std::vector<std::int32_t>> chunkRows(nChunks);
     std::vector<std::vector<Vec3>> chunkUnit(nChunks);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
-    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
-        const std::size_t b = static_cast<std::size_t>(c) * kConeChunk, e = std::min(nRef, b + kConeChunk);
-        auto& rows = chunkRows[c];
-        auto& units = chunkUnit[c];
-        for (std::size_t i = b; i < e; ++i) {
-            const double m = ref.mag[i];
-            if (cutBright && !(m >= params.refMagBright)) continue;
-            if (cutFaint && !(m <= params.refMagFaint)) continue;
-            if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue; // outside by declination alone
-            const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
-            if ((u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone) {
-                rows.push_back(static_cast<std::int32_t>(i));
-                units.push_back(u);
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c)
+        errors.run([&] {
+            const std::size_t b = static_cast<std::size_t>(c) * kConeChunk,
+                              e = std::min(nRef, b + kConeChunk);
+            auto& rows = chunkRows[c];
+            auto& units = chunkUnit[c];
+            for (std::size_t i = b; i < e; ++i) {
+                const double m = ref.mag[i];
+                if (cutBright && !(m >= params.refMagBright)) continue;
+                if (cutFaint && !(m <= params.refMagFaint)) continue;
+                if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue; // outside by declination alone
+                const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
+                if ((u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone) {
+                    rows.push_back(static_cast<std::int32_t>(i));
+                    units.push_back(u);
+                }
             }
-        }
-    }
+        });
+    errors.rethrow();
     std::vector<std::int32_t> coneRows;
     std::vector<Vec3> coneUnit;
     {
@@ -506,29 +515,33 @@ void findCandidates(const std::vector<std::uint32_t>& order, const std::vector<d
     const std::size_t nChunks = (order.size() + kChunk - 1) / kChunk;
     std::vector<std::vector<detail::MatchCandidate>> found(nChunks);
     std::vector<std::uint32_t> count(nSrc, 0);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (nChunks > 1)
-    for (long long ch = 0; ch < static_cast<long long>(nChunks); ++ch) {
-        auto& out = found[ch];
-        const std::size_t b = static_cast<std::size_t>(ch) * kChunk, e = std::min(order.size(), b + kChunk);
-        for (std::size_t o = b; o < e; ++o) {
-            const std::uint32_t i = order[o];
-            const double xs = x[i], ys = y[i];
-            const detail::UnitVector& su = setup.srcUnit[i];
-            const std::size_t first = out.size();
-            search(xs, ys, reach, [&](std::uint32_t j) {
-                // the k-d tree's test: (q - p)^2 summed from 0, < radius^2
-                const double dx = xs - stars.x[j], dy = ys - stars.y[j];
-                double d2 = 0.0;
-                d2 += dx * dx;
-                d2 += dy * dy;
-                if (!(d2 < r2)) return;
-                const double sep = detail::separationArcsec(su, stars.unit[j]);
-                if (sep <= radiusArcsec) out.push_back({sep, static_cast<std::int32_t>(i), stars.row[j]});
-            });
-            detail::sortCandidates(out.data() + first, out.data() + out.size());
-            count[i] = static_cast<std::uint32_t>(out.size() - first);
-        }
-    }
+    for (long long ch = 0; ch < static_cast<long long>(nChunks); ++ch)
+        errors.run([&] {
+            auto& out = found[ch];
+            const std::size_t b = static_cast<std::size_t>(ch) * kChunk,
+                              e = std::min(order.size(), b + kChunk);
+            for (std::size_t o = b; o < e; ++o) {
+                const std::uint32_t i = order[o];
+                const double xs = x[i], ys = y[i];
+                const detail::UnitVector& su = setup.srcUnit[i];
+                const std::size_t first = out.size();
+                search(xs, ys, reach, [&](std::uint32_t j) {
+                    // the k-d tree's test: (q - p)^2 summed from 0, < radius^2
+                    const double dx = xs - stars.x[j], dy = ys - stars.y[j];
+                    double d2 = 0.0;
+                    d2 += dx * dx;
+                    d2 += dy * dy;
+                    if (!(d2 < r2)) return;
+                    const double sep = detail::separationArcsec(su, stars.unit[j]);
+                    if (sep <= radiusArcsec) out.push_back({sep, static_cast<std::int32_t>(i), stars.row[j]});
+                });
+                detail::sortCandidates(out.data() + first, out.data() + out.size());
+                count[i] = static_cast<std::uint32_t>(out.size() - first);
+            }
+        });
+    errors.rethrow();
     for (std::size_t i = 0; i < nSrc; ++i)
         offsets[i + 1] = offsets[i] + count[i];
     cands.resize(offsets[nSrc]);

@@ -15,6 +15,7 @@
 #include "core/stages/detection_internal.hpp"
 #include "core/stages/detection_window.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 
@@ -172,13 +173,19 @@ void prepare(const ImageView& image, const MaskView& mask, const BackgroundResul
     sub = Image<float>(w, h, Image<float>::NoInit{});
     state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
     const PrepareInputs in = prepareInputs(image, mask, bkg, p);
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<float> lv(in.sampler ? w : 0), rm(in.sampler ? w : 0);
+        std::vector<float> lv, rm;
+        errors.run([&] {
+            lv.resize(in.sampler ? w : 0);
+            rm.resize(in.sampler ? w : 0);
+        });
 #pragma omp for schedule(static)
         for (int y = 0; y < h; ++y)
-            prepareRow(in, y, sub.row(y), state.row(y), lv.data(), rm.data());
+            errors.run([&] { prepareRow(in, y, sub.row(y), state.row(y), lv.data(), rm.data()); });
     }
+    errors.rethrow();
 }
 
 // Appends the runs of above-threshold pixels of row y (d: detection row, r: rms row, s: state row).
@@ -233,21 +240,28 @@ std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
     constexpr int kBlock = 64;
     const int nBlocks = (im.height + kBlock - 1) / kBlock;
     std::vector<std::vector<Run>> blocks(nBlocks);
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<std::uint8_t> above(static_cast<std::size_t>(im.width) + 8);
-        std::vector<float> rmBuf(im.rms.data ? 0 : im.width);
+        std::vector<std::uint8_t> above;
+        std::vector<float> rmBuf;
+        errors.run([&] {
+            above.resize(static_cast<std::size_t>(im.width) + 8);
+            rmBuf.resize(im.rms.data ? 0 : im.width);
+        });
 #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < nBlocks; ++b) {
-            const int y1 = std::min(im.height, (b + 1) * kBlock);
-            for (int y = b * kBlock; y < y1; ++y) {
-                const float* rm = im.rms.data ? im.rms.row(y) : rmBuf.data();
-                if (!im.rms.data) im.rmsSampler->row(y, nullptr, rmBuf.data());
-                rowRuns(y, im.width, im.det.row(y), rm, im.state.row(y), im.threshold, im.absolute,
-                        above.data(), blocks[b]);
-            }
-        }
+        for (int b = 0; b < nBlocks; ++b)
+            errors.run([&] {
+                const int y1 = std::min(im.height, (b + 1) * kBlock);
+                for (int y = b * kBlock; y < y1; ++y) {
+                    const float* rm = im.rms.data ? im.rms.row(y) : rmBuf.data();
+                    if (!im.rms.data) im.rmsSampler->row(y, nullptr, rmBuf.data());
+                    rowRuns(y, im.width, im.det.row(y), rm, im.state.row(y), im.threshold, im.absolute,
+                            above.data(), blocks[b]);
+                }
+            });
     }
+    errors.rethrow();
     return concatenated(blocks);
 }
 
@@ -273,13 +287,21 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
     constexpr int kBlock = 64;
     const int nBlocks = (h + kBlock - 1) / kBlock;
     std::vector<std::vector<Run>> blocks(nBlocks);
+    ParallelErrors errors;
 #pragma omp parallel num_threads(threads)
     {
-        std::vector<float> ring(filtered ? static_cast<std::size_t>(n) * w : 0);
-        std::vector<float> halo(filtered ? w : 0);
-        std::vector<std::uint8_t> above(static_cast<std::size_t>(w) + 8);
+        std::vector<float> ring, halo;
+        std::vector<std::uint8_t> above;
         // Scratch rows for the maps when they are evaluated from the sampler.
-        std::vector<float> lvBuf(in.sampler ? w : 0), rmBuf(in.sampler ? w : 0), rmRow(in.sampler ? w : 0);
+        std::vector<float> lvBuf, rmBuf, rmRow;
+        errors.run([&] {
+            ring.resize(filtered ? static_cast<std::size_t>(n) * w : 0);
+            halo.resize(filtered ? w : 0);
+            above.resize(static_cast<std::size_t>(w) + 8);
+            lvBuf.resize(in.sampler ? w : 0);
+            rmBuf.resize(in.sampler ? w : 0);
+            rmRow.resize(in.sampler ? w : 0);
+        });
         // Horizontal pass of one row: acc = 0; acc += k[j] * src(x + j - r), j = 0..n-1, taps outside
         // the row skipped (interior pixels: one tap at a time over the row, the same order per pixel).
         auto hconv = [&](const float* src, float* dst) {
@@ -309,53 +331,57 @@ std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const B
             }
         };
 #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < nBlocks; ++b) {
-            const int y0 = b * kBlock, y1 = std::min(h, y0 + kBlock);
-            auto& out = blocks[b];
-            if (!filtered) {
+        for (int b = 0; b < nBlocks; ++b)
+            errors.run([&] {
+                const int y0 = b * kBlock, y1 = std::min(h, y0 + kBlock);
+                auto& out = blocks[b];
+                if (!filtered) {
+                    for (int y = y0; y < y1; ++y) {
+                        prepareRow(in, y, sub.row(y), state.row(y), lvBuf.data(), rmBuf.data());
+                        rowRuns(y, w, sub.row(y), in.sampler ? rmBuf.data() : bkg.rms.row(y), state.row(y),
+                                p.threshold, p.thresholdIsAbsolute, above.data(), out);
+                    }
+                    return;
+                }
+                int next = std::max(0, y0 - r); // next row to subtract and filter horizontally
                 for (int y = y0; y < y1; ++y) {
-                    prepareRow(in, y, sub.row(y), state.row(y), lvBuf.data(), rmBuf.data());
-                    rowRuns(y, w, sub.row(y), in.sampler ? rmBuf.data() : bkg.rms.row(y), state.row(y),
-                            p.threshold, p.thresholdIsAbsolute, above.data(), out);
-                }
-                continue;
-            }
-            int next = std::max(0, y0 - r); // next row to subtract and filter horizontally
-            for (int y = y0; y < y1; ++y) {
-                const int need = std::min(h - 1, y + r);
-                for (; next <= need; ++next) {
-                    const bool own = next >= y0 && next < y1;
-                    float* src = own ? sub.row(next) : halo.data();
-                    prepareRow(in, next, src, own ? state.row(next) : nullptr, lvBuf.data(), rmBuf.data());
-                    hconv(src, ring.data() + static_cast<std::size_t>(next % n) * w);
-                }
-                // Vertical pass, rows y - r .. y + r in order.
-                float* dst = filtered->row(y);
-                for (int x = 0; x < w; ++x)
-                    dst[x] = 0.0f;
-                const int j0 = std::max(0, r - y), j1 = std::min(n, h + r - y);
-                for (int j = j0; j < j1; ++j) {
-                    const float kj = k[j];
-                    const float* src = ring.data() + static_cast<std::size_t>((y + j - r) % n) * w;
-#pragma omp simd
+                    const int need = std::min(h - 1, y + r);
+                    for (; next <= need; ++next) {
+                        const bool own = next >= y0 && next < y1;
+                        float* src = own ? sub.row(next) : halo.data();
+                        prepareRow(in, next, src, own ? state.row(next) : nullptr, lvBuf.data(),
+                                   rmBuf.data());
+                        hconv(src, ring.data() + static_cast<std::size_t>(next % n) * w);
+                    }
+                    // Vertical pass, rows y - r .. y + r in order.
+                    float* dst = filtered->row(y);
                     for (int x = 0; x < w; ++x)
-                        dst[x] += kj * src[x];
+                        dst[x] = 0.0f;
+                    const int j0 = std::max(0, r - y), j1 = std::min(n, h + r - y);
+                    for (int j = j0; j < j1; ++j) {
+                        const float kj = k[j];
+                        const float* src = ring.data() + static_cast<std::size_t>((y + j - r) % n) * w;
+#pragma omp simd
+                        for (int x = 0; x < w; ++x)
+                            dst[x] += kj * src[x];
+                    }
+                    rowRuns(y, w, dst, in.sampler ? rmsRow(bkg, y, rmRow.data()) : bkg.rms.row(y),
+                            state.row(y), p.threshold, p.thresholdIsAbsolute, above.data(), out);
                 }
-                rowRuns(y, w, dst, in.sampler ? rmsRow(bkg, y, rmRow.data()) : bkg.rms.row(y), state.row(y),
-                        p.threshold, p.thresholdIsAbsolute,
-                        above.data(), out);
-            }
-        }
+            });
     }
+    errors.rethrow();
     return concatenated(blocks);
 }
 
 // body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot).
 template <class Body> void parallelEach(std::size_t n, int threads, int chunk, const Body& body) {
     const auto count = static_cast<std::int64_t>(n);
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
     for (std::int64_t i = 0; i < count; ++i)
-        body(i);
+        errors.run([&] { body(i); });
+    errors.rethrow();
 }
 
 // Progress between the steps, and the cancel check that goes with it.
@@ -607,14 +633,17 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     timer.lap("finish: segmentation fill (host)");
     Sources& s = result.sources;
     s.resize(static_cast<std::size_t>(n));
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (std::int64_t k = 0; k < n; ++k) {
-        const Object& o = objects[order[k]];
-        const detail::IsoMeasure& m = iso[order[k]];
-        const auto id = static_cast<std::int32_t>(k + 1);
-        detail::setSourceRow(s, static_cast<std::size_t>(k), m, o.flags,
-                             detail::measureWindowed(m, o.runs, id, seg, im, p));
-    }
+    for (std::int64_t k = 0; k < n; ++k)
+        errors.run([&] {
+            const Object& o = objects[order[k]];
+            const detail::IsoMeasure& m = iso[order[k]];
+            const auto id = static_cast<std::int32_t>(k + 1);
+            detail::setSourceRow(s, static_cast<std::size_t>(k), m, o.flags,
+                                 detail::measureWindowed(m, o.runs, id, seg, im, p));
+        });
+    errors.rethrow();
     result.segmentation = SegmentationMap(std::move(seg)); // host-backed
     timer.lap("finish: windowed positions + columns (host)");
     ctx.report("detection", 1.0);

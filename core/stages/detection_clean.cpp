@@ -43,6 +43,7 @@
 #include "core/model/flags.hpp"
 #include "core/stages/detection_internal.hpp"
 #include "core/stages/detection_sums.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot::detail {
 
@@ -151,23 +152,26 @@ std::vector<Run> aboveRuns(const DetectionImages& im, int threads) {
     constexpr int kBlock = 64;
     const int nBlocks = (im.height + kBlock - 1) / kBlock;
     std::vector<std::vector<Run>> blocks(nBlocks);
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int b = 0; b < nBlocks; ++b) {
-        const int y1 = std::min(im.height, (b + 1) * kBlock);
-        for (int y = b * kBlock; y < y1; ++y) {
-            int x = 0;
-            while (x < im.width) {
-                if (!im.above(x, y)) {
-                    ++x;
-                    continue;
+    for (int b = 0; b < nBlocks; ++b)
+        errors.run([&] {
+            const int y1 = std::min(im.height, (b + 1) * kBlock);
+            for (int y = b * kBlock; y < y1; ++y) {
+                int x = 0;
+                while (x < im.width) {
+                    if (!im.above(x, y)) {
+                        ++x;
+                        continue;
+                    }
+                    const int xStart = x;
+                    while (x < im.width && im.above(x, y))
+                        ++x;
+                    blocks[b].push_back({y, xStart, x - 1});
                 }
-                const int xStart = x;
-                while (x < im.width && im.above(x, y))
-                    ++x;
-                blocks[b].push_back({y, xStart, x - 1});
             }
-        }
-    }
+        });
+    errors.rethrow();
     std::vector<Run> runs;
     for (const auto& v : blocks)
         runs.insert(runs.end(), v.begin(), v.end());
@@ -235,30 +239,33 @@ std::vector<CleanObject> describeAll(const std::vector<IsoMeasure>& m, const Det
     runs = {};
 
     const auto nRegions = static_cast<std::int64_t>(regionComp.size());
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (std::int64_t g = 0; g < nRegions; ++g) {
-        const std::vector<std::int32_t>& objs = regionObjects[g];
-        const std::vector<Run>& root = regionRuns[g];
-        if (objs.size() == 1 && runsArea(root) == m[objs.front()].area) {
-            out[objs.front()] = describe(root, im, p, beta);
-            continue;
-        }
-        DeblendOutput d;
-        deblendObject(root, im, p, d);
-        std::vector<char> used(objs.size(), 0);
-        for (const std::vector<Run>& child : d.children) {
-            const Box b = boxOf(child);
-            for (std::size_t q = 0; q < objs.size(); ++q) {
-                const IsoMeasure& mi = m[objs[q]];
-                if (used[q] || mi.area != b.area || mi.xMin != b.xMin || mi.xMax != b.xMax ||
-                    mi.yMin != b.yMin || mi.yMax != b.yMax)
-                    continue;
-                used[q] = 1;
-                out[objs[q]] = describe(child, im, p, beta);
-                break;
+    for (std::int64_t g = 0; g < nRegions; ++g)
+        errors.run([&] {
+            const std::vector<std::int32_t>& objs = regionObjects[g];
+            const std::vector<Run>& root = regionRuns[g];
+            if (objs.size() == 1 && runsArea(root) == m[objs.front()].area) {
+                out[objs.front()] = describe(root, im, p, beta);
+                return;
             }
-        }
-    }
+            DeblendOutput d;
+            deblendObject(root, im, p, d);
+            std::vector<char> used(objs.size(), 0);
+            for (const std::vector<Run>& child : d.children) {
+                const Box b = boxOf(child);
+                for (std::size_t q = 0; q < objs.size(); ++q) {
+                    const IsoMeasure& mi = m[objs[q]];
+                    if (used[q] || mi.area != b.area || mi.xMin != b.xMin || mi.xMax != b.xMax ||
+                        mi.yMin != b.yMin || mi.yMax != b.yMax)
+                        continue;
+                    used[q] = 1;
+                    out[objs[q]] = describe(child, im, p, beta);
+                    break;
+                }
+            }
+        });
+    errors.rethrow();
     return out;
 }
 
@@ -328,9 +335,11 @@ std::vector<std::int32_t> cleanTargets(const std::vector<IsoMeasure>& m,
     CleanScratchImpl s;
     s.o.reserve(m.size()); // constructed below, in parallel
     CleanObject* o = s.o.data();
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int64_t i = 0; i < n; ++i)
-        new (o + i) CleanObject(describe(*footprints[i], im, p, p.cleanParam));
+        errors.run([&] { new (o + i) CleanObject(describe(*footprints[i], im, p, p.cleanParam)); });
+    errors.rethrow();
     cleanDescribed(static_cast<std::int32_t>(n), o, im.width, im.height, p, threads, s);
     return std::move(s.final);
 }
@@ -610,6 +619,7 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
     cellStart.resize(static_cast<std::size_t>(gw) * gh + 1);
     rowOffset.assign(static_cast<std::size_t>(team) * gh, 0);
     rowStart.resize(static_cast<std::size_t>(gh) + 1);
+    ParallelErrors errors;
 #pragma omp parallel num_threads(team)
     {
 #ifdef _OPENMP
@@ -627,7 +637,7 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
         }
 #pragma omp barrier
 #pragma omp single
-        {
+        errors.run([&] {
             std::int32_t at = 0;
             for (int cy = 0; cy < gh; ++cy) {
                 rowStart[cy] = at;
@@ -641,13 +651,15 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
             rowStart[gh] = at;
             byRow.resize(static_cast<std::size_t>(at));
             items.resize(static_cast<std::size_t>(at));
-        } // implicit barrier
-        for (std::int32_t i = i0; i < i1; ++i)
+        }); // implicit barrier
+        for (std::int32_t i = i0; i < i1 && !errors.failed(); ++i)
             if (cellOf[i] >= 0) byRow[mine[cellOf[i] / gw]++] = i;
 #pragma omp barrier
-        std::vector<std::int32_t> fill(static_cast<std::size_t>(gw) + 1);
+        std::vector<std::int32_t> fill;
+        errors.run([&] { fill.resize(static_cast<std::size_t>(gw) + 1); });
 #pragma omp for schedule(dynamic, 4)
         for (int cy = 0; cy < gh; ++cy) {
+            if (errors.failed()) continue;
             const std::size_t c0 = static_cast<std::size_t>(cy) * gw;
             std::fill(fill.begin(), fill.end(), 0);
             for (std::int32_t q = rowStart[cy]; q < rowStart[cy + 1]; ++q)
@@ -664,6 +676,7 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
             }
         }
     }
+    errors.rethrow();
     cellStart[static_cast<std::size_t>(gw) * gh] = rowStart[gh];
     timer.lap("CLEAN: grid");
 
@@ -674,40 +687,44 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
     for (auto& v : perThread)
         v.clear();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
-    for (std::int32_t q = 0; q < n; ++q) {
-        const CleanObject& oq = o[q];
-        if (!oq.valid) continue;
-        const double reach = 2.0 * kCleanZone * oq.a;
-        const int cx0 = cellX(oq.mx - reach), cx1 = cellX(oq.mx + reach);
-        const int cy0 = cellY(oq.my - reach), cy1 = cellY(oq.my + reach);
+    for (std::int32_t q = 0; q < n; ++q)
+        errors.run([&] {
+            const CleanObject& oq = o[q];
+            if (!oq.valid) return;
+            const double reach = 2.0 * kCleanZone * oq.a;
+            const int cx0 = cellX(oq.mx - reach), cx1 = cellX(oq.mx + reach);
+            const int cy0 = cellY(oq.my - reach), cy1 = cellY(oq.my + reach);
 #ifdef _OPENMP
-        auto& out = perThread[omp_get_thread_num()];
+            auto& out = perThread[omp_get_thread_num()];
 #else
-        auto& out = perThread[0];
+            auto& out = perThread[0];
 #endif
-        for (int cy = cy0; cy <= cy1; ++cy) {
-            // The cells cx0..cx1 of the row are consecutive in the lists.
-            const std::size_t c0 = static_cast<std::size_t>(cy) * gw;
-            for (std::int32_t k = cellStart[c0 + cx0]; k < cellStart[c0 + cx1 + 1]; ++k) {
-                const GridItem& it = items[k];
-                const std::int32_t r = it.index;
-                if (r == q || it.a > oq.a || (it.a == oq.a && r < q)) continue;
-                const double dx = oq.mx - it.mx, dy = oq.my - it.my;
-                const double rlim = oq.a + it.a;
-                if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
-                const CleanObject& orr = o[r];
-                // j: the larger filtered flux (ties: the lower index) may CLEAN i.
-                const bool qBrighter = oq.flux > orr.flux || (oq.flux == orr.flux && q < r);
-                const std::int32_t j = qBrighter ? q : r, i = qBrighter ? r : q;
-                const CleanObject& oj = o[j];
-                if (!(oj.alpha > 0.0)) continue;
-                const double val = 1.0 + oj.alpha * (oj.cxx * dx * dx + oj.cyy * dy * dy + oj.cxy * dx * dy);
-                if (!(val > 1.0) || !(val < 1e10)) continue;
-                const double wing = oj.amp * std::pow(val, -beta);
-                if (static_cast<float>(wing) > static_cast<float>(o[i].mthresh)) out.push_back({i, j, wing});
+            for (int cy = cy0; cy <= cy1; ++cy) {
+                // The cells cx0..cx1 of the row are consecutive in the lists.
+                const std::size_t c0 = static_cast<std::size_t>(cy) * gw;
+                for (std::int32_t k = cellStart[c0 + cx0]; k < cellStart[c0 + cx1 + 1]; ++k) {
+                    const GridItem& it = items[k];
+                    const std::int32_t r = it.index;
+                    if (r == q || it.a > oq.a || (it.a == oq.a && r < q)) continue;
+                    const double dx = oq.mx - it.mx, dy = oq.my - it.my;
+                    const double rlim = oq.a + it.a;
+                    if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
+                    const CleanObject& orr = o[r];
+                    // j: the larger filtered flux (ties: the lower index) may CLEAN i.
+                    const bool qBrighter = oq.flux > orr.flux || (oq.flux == orr.flux && q < r);
+                    const std::int32_t j = qBrighter ? q : r, i = qBrighter ? r : q;
+                    const CleanObject& oj = o[j];
+                    if (!(oj.alpha > 0.0)) continue;
+                    const double val =
+                        1.0 + oj.alpha * (oj.cxx * dx * dx + oj.cyy * dy * dy + oj.cxy * dx * dy);
+                    if (!(val > 1.0) || !(val < 1e10)) continue;
+                    const double wing = oj.amp * std::pow(val, -beta);
+                    if (static_cast<float>(wing) > static_cast<float>(o[i].mthresh))
+                        out.push_back({i, j, wing});
+                }
             }
-        }
-    }
+        });
+    errors.rethrow();
 
     // Decide from the brightest down (filtered flux, ties: the lower index): an object is CLEANed when a
     // brighter neighbour that is itself kept has its wing above the object's mthresh; it goes to the kept

@@ -9,6 +9,7 @@
 
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
@@ -58,11 +59,18 @@ Image<float> combineImages(const std::vector<ImageView>& images, const CombinePa
         throw InvalidInput("combine: clipSigma must be > 0 and clipIterations >= 1");
     const std::size_t n = images.size();
     Image<float> out(w, h, Image<float>::NoInit{});
+    ParallelErrors errors;
 #pragma omp parallel num_threads(ctx.threadCount())
     {
-        std::vector<float> v(n), work(n);
+        std::vector<float> v, work;
+        errors.run([&] {
+            v.resize(n);
+            work.resize(n);
+        });
+        const bool ok = !errors.failed();
 #pragma omp for schedule(static)
         for (int y = 0; y < h; ++y) {
+            if (!ok) continue;
             float* o = out.row(y);
             for (int x = 0; x < w; ++x) {
                 std::size_t k = 0;
@@ -111,6 +119,7 @@ Image<float> combineImages(const std::vector<ImageView>& images, const CombinePa
             }
         }
     }
+    errors.rethrow();
     return out;
 }
 

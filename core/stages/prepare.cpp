@@ -10,6 +10,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/masters.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -161,53 +162,66 @@ std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, doub
     // Columns holding a saturated pixel (a row-wise scan, branch-free, rows split over the threads; trails
     // only matter there).
     std::vector<std::uint8_t> hasSat(w, 0);
+    ParallelErrors errors;
 #pragma omp parallel
     {
-        std::vector<std::uint8_t> local(w, 0);
+        std::vector<std::uint8_t> local;
+        errors.run([&] { local.assign(w, 0); });
+        const bool ok = !errors.failed();
 #pragma omp for schedule(static) nowait
         for (int y = 0; y < h; ++y) {
+            if (!ok) continue;
             const std::uint8_t* m = mask.row(y);
             for (int x = 0; x < w; ++x) local[x] |= static_cast<std::uint8_t>(m[x] & MaskSaturated);
         }
 #pragma omp critical(gpuphot_bleed_columns)
-        for (int x = 0; x < w; ++x) hasSat[x] |= local[x];
+        if (ok)
+            for (int x = 0; x < w; ++x)
+                hasSat[x] |= local[x];
     }
+    errors.rethrow();
     std::vector<int> cols;
     for (int x = 0; x < w; ++x)
         if (hasSat[x]) cols.push_back(x);
     const float level = static_cast<float>(fraction * saturation);
     std::size_t added = 0;
 #pragma omp parallel for schedule(dynamic, 4) reduction(+ : added)
-    for (std::ptrdiff_t ci = 0; ci < static_cast<std::ptrdiff_t>(cols.size()); ++ci) {
-        const int x = cols[ci];
-        std::vector<std::uint8_t> sat(h, 0);
-        for (int y = 0; y < h; ++y) sat[y] = (mask(x, y) & MaskSaturated) ? 1 : 0;
-        // Runs above `level` that touch a saturated pixel.
-        std::vector<std::uint8_t> trail(sat);
-        int y = 0;
-        while (y < h) {
-            if (!(px(x, y) >= level || sat[y])) {
-                ++y;
-                continue;
+    for (std::ptrdiff_t ci = 0; ci < static_cast<std::ptrdiff_t>(cols.size()); ++ci)
+        errors.run([&] {
+            const int x = cols[ci];
+            std::vector<std::uint8_t> sat(h, 0);
+            for (int y = 0; y < h; ++y)
+                sat[y] = (mask(x, y) & MaskSaturated) ? 1 : 0;
+            // Runs above `level` that touch a saturated pixel.
+            std::vector<std::uint8_t> trail(sat);
+            int y = 0;
+            while (y < h) {
+                if (!(px(x, y) >= level || sat[y])) {
+                    ++y;
+                    continue;
+                }
+                int e = y;
+                bool touches = false;
+                while (e < h && (px(x, e) >= level || sat[e]))
+                    touches |= sat[e++] != 0;
+                if (touches)
+                    for (int k = y; k < e; ++k)
+                        trail[k] = 1;
+                y = e;
             }
-            int e = y;
-            bool touches = false;
-            while (e < h && (px(x, e) >= level || sat[e])) touches |= sat[e++] != 0;
-            if (touches)
-                for (int k = y; k < e; ++k) trail[k] = 1;
-            y = e;
-        }
-        // Grow along the column.
-        std::vector<std::uint8_t> grown(trail);
-        for (int k = 0; k < h; ++k)
-            if (trail[k])
-                for (int d = std::max(0, k - grow); d <= std::min(h - 1, k + grow); ++d) grown[d] = 1;
-        for (int k = 0; k < h; ++k)
-            if (grown[k] && !(mask(x, k) & MaskSaturated)) {
-                mask(x, k) |= MaskSaturated;
-                ++added;
-            }
-    }
+            // Grow along the column.
+            std::vector<std::uint8_t> grown(trail);
+            for (int k = 0; k < h; ++k)
+                if (trail[k])
+                    for (int d = std::max(0, k - grow); d <= std::min(h - 1, k + grow); ++d)
+                        grown[d] = 1;
+            for (int k = 0; k < h; ++k)
+                if (grown[k] && !(mask(x, k) & MaskSaturated)) {
+                    mask(x, k) |= MaskSaturated;
+                    ++added;
+                }
+        });
+    errors.rethrow();
     return added;
 }
 

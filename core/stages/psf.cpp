@@ -19,6 +19,7 @@
 #include "core/stages/psf_epsf.hpp"
 #include "core/stages/psf_flux_math.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/util/step_timer.hpp"
 
 namespace gpuphot {
@@ -255,32 +256,35 @@ std::vector<double> PsfResult::apertureFractions(const std::vector<double>& radi
     // one offset per task, its sums kept apart and added in the serial order after: bitwise one thread's
     const std::size_t nr = radii.size();
     std::vector<double> partial(static_cast<std::size_t>(kOff * kOff) * nr, 0.0);
+    ParallelErrors errors;
 #pragma omp parallel for schedule(static)                                                                    \
     num_threads(std::min(kOff* kOff, omp_get_max_threads())) if (rMax > 4.0)
-    for (int o = 0; o < kOff * kOff; ++o) {
-        const int oy = o / kOff, ox = o % kOff;
-        ProfileParams pr = prof;
-        std::vector<double> pix(static_cast<std::size_t>(side) * side);
-        const double cx = (ox + 0.5) / (2.0 * kOff), cy = (oy + 0.5) / (2.0 * kOff);
-        pr.x0 = cx;
-        pr.y0 = cy;
-        for (int py = -half; py <= half; ++py)
-            for (int px = -half; px <= half; ++px)
-                pix[static_cast<std::size_t>(py + half) * side + (px + half)] =
-                    profileValue(pr, kind, px, py, 5);
-        for (std::size_t k = 0; k < nr; ++k) {
-            const double r = radii[k];
-            if (!(r >= 0.0) || !std::isfinite(r)) continue;
-            const int rr = static_cast<int>(std::ceil(r)) + 1;
-            double f = 0.0;
-            for (int py = -rr; py <= rr; ++py)
-                for (int px = -rr; px <= rr; ++px) {
-                    const double w = circlePixelOverlap(cx, cy, r, px, py);
-                    if (w > 0.0) f += w * pix[static_cast<std::size_t>(py + half) * side + (px + half)];
-                }
-            partial[static_cast<std::size_t>(o) * nr + k] = f;
-        }
-    }
+    for (int o = 0; o < kOff * kOff; ++o)
+        errors.run([&] {
+            const int oy = o / kOff, ox = o % kOff;
+            ProfileParams pr = prof;
+            std::vector<double> pix(static_cast<std::size_t>(side) * side);
+            const double cx = (ox + 0.5) / (2.0 * kOff), cy = (oy + 0.5) / (2.0 * kOff);
+            pr.x0 = cx;
+            pr.y0 = cy;
+            for (int py = -half; py <= half; ++py)
+                for (int px = -half; px <= half; ++px)
+                    pix[static_cast<std::size_t>(py + half) * side + (px + half)] =
+                        profileValue(pr, kind, px, py, 5);
+            for (std::size_t k = 0; k < nr; ++k) {
+                const double r = radii[k];
+                if (!(r >= 0.0) || !std::isfinite(r)) continue;
+                const int rr = static_cast<int>(std::ceil(r)) + 1;
+                double f = 0.0;
+                for (int py = -rr; py <= rr; ++py)
+                    for (int px = -rr; px <= rr; ++px) {
+                        const double w = circlePixelOverlap(cx, cy, r, px, py);
+                        if (w > 0.0) f += w * pix[static_cast<std::size_t>(py + half) * side + (px + half)];
+                    }
+                partial[static_cast<std::size_t>(o) * nr + k] = f;
+            }
+        });
+    errors.rethrow();
     std::vector<double> sum(nr, 0.0);
     for (int o = 0; o < kOff * kOff; ++o)
         for (std::size_t k = 0; k < nr; ++k)
@@ -378,20 +382,23 @@ void measurePsfFluxes(PsfResult& res, const PsfFrame& frame, const Sources& sour
     const int n = static_cast<int>(sources.size());
     for (int k0 = 0; k0 < n; k0 += 16 * kChunk) {
         const int k1 = std::min(n, k0 + 16 * kChunk);
+        ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(nThreads)
-        for (int k = k0; k < k1; ++k) {
-            PsfFluxResult fr;
-            if (res.hasModel() && std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]))
-                fr = fitPsfFlux(frame, res, sources.x[k], sources.y[k],
-                                psfmath::fitRadius(params.psfFitRadius, res.fwhm[k]), params.psfFitBackground,
-                                params.maxMaskedPsfWeight);
-            if (fr.ok) {
-                res.fluxPsf[k] = fr.flux;
-                res.fluxPsfErr[k] = fr.fluxErr;
-            } else {
-                res.flags[k] |= FlagPsfFitFailed;
-            }
-        }
+        for (int k = k0; k < k1; ++k)
+            errors.run([&] {
+                PsfFluxResult fr;
+                if (res.hasModel() && std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]))
+                    fr = fitPsfFlux(frame, res, sources.x[k], sources.y[k],
+                                    psfmath::fitRadius(params.psfFitRadius, res.fwhm[k]),
+                                    params.psfFitBackground, params.maxMaskedPsfWeight);
+                if (fr.ok) {
+                    res.fluxPsf[k] = fr.flux;
+                    res.fluxPsfErr[k] = fr.fluxErr;
+                } else {
+                    res.flags[k] |= FlagPsfFitFailed;
+                }
+            });
+        errors.rethrow();
         ctx.checkCancelled();
         ctx.report("psf", 0.75 + 0.25 * k1 / std::max(n, 1));
     }
@@ -554,58 +561,61 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     for (int c0 = 0; c0 < nCand; c0 += fitChunk) {
         const int c1 = std::min(nCand, c0 + fitChunk);
         // The stamps (parallel, one slot per star).
+        ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-        for (int c = c0; c < c1; ++c) {
-            const std::size_t slot = static_cast<std::size_t>(c - c0);
-            PsfStar& st = res.stars[c];
-            const int k = cands[c].index;
-            st.index = k;
-            const double x = sources.x[k], y = sources.y[k];
-            const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
-            std::vector<FitSample>& samples = stamp[slot];
-            samples.clear();
-            samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
-            hits[slot] = nullptr;
-            toFit[slot] = 0;
-            int nMasked = 0, nAll = 0;
-            bool saturated = false;
-            double maxVal = 0.0;
-            for (int j = iy - radius; j <= iy + radius; ++j)
-                for (int i = ix - radius; i <= ix + radius; ++i) {
-                    if ((i - ix) * (i - ix) + (j - iy) * (j - iy) > radius * radius) continue;
-                    ++nAll;
-                    const std::uint8_t mb = frame.maskBits(i, j);
-                    if (mb & MaskSaturated) saturated = true;
-                    if (mb) {
-                        ++nMasked;
-                        continue;
+        for (int c = c0; c < c1; ++c)
+            errors.run([&] {
+                const std::size_t slot = static_cast<std::size_t>(c - c0);
+                PsfStar& st = res.stars[c];
+                const int k = cands[c].index;
+                st.index = k;
+                const double x = sources.x[k], y = sources.y[k];
+                const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
+                std::vector<FitSample>& samples = stamp[slot];
+                samples.clear();
+                samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
+                hits[slot] = nullptr;
+                toFit[slot] = 0;
+                int nMasked = 0, nAll = 0;
+                bool saturated = false;
+                double maxVal = 0.0;
+                for (int j = iy - radius; j <= iy + radius; ++j)
+                    for (int i = ix - radius; i <= ix + radius; ++i) {
+                        if ((i - ix) * (i - ix) + (j - iy) * (j - iy) > radius * radius) continue;
+                        ++nAll;
+                        const std::uint8_t mb = frame.maskBits(i, j);
+                        if (mb & MaskSaturated) saturated = true;
+                        if (mb) {
+                            ++nMasked;
+                            continue;
+                        }
+                        const double v = image(i, j) - frame.level(i, j);
+                        const double r = frame.rms(i, j);
+                        double var = r * r + (gain > 0.0 ? std::max(v, 0.0) / gain : 0.0);
+                        if (!(var > 0.0)) var = 1.0;
+                        samples.push_back({static_cast<double>(i), static_cast<double>(j), v, 1.0 / var});
+                        maxVal = std::max(maxVal, v);
                     }
-                    const double v = image(i, j) - frame.level(i, j);
-                    const double r = frame.rms(i, j);
-                    double var = r * r + (gain > 0.0 ? std::max(v, 0.0) / gain : 0.0);
-                    if (!(var > 0.0)) var = 1.0;
-                    samples.push_back({static_cast<double>(i), static_cast<double>(j), v, 1.0 / var});
-                    maxVal = std::max(maxVal, v);
-                }
-            st.fit.x0 = x;
-            st.fit.y0 = y;
-            if (saturated || nMasked > params.maxMaskedFraction * nAll) continue;
-            ProfileParams& start = starts[slot];
-            start = ProfileParams{};
-            start.x0 = x;
-            start.y0 = y;
-            start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
-            start.background = 0.0;
-            start.beta = params.moffatBeta;
-            double f0 = sizeOf(k);
-            if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
-            setProfileShape(start, kind, f0, 0.0, 0.0);
-            hits[slot] = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
-            if (hits[slot])
-                fits[slot] = hits[slot]->result;
-            else
-                toFit[slot] = 1;
-        }
+                st.fit.x0 = x;
+                st.fit.y0 = y;
+                if (saturated || nMasked > params.maxMaskedFraction * nAll) return;
+                ProfileParams& start = starts[slot];
+                start = ProfileParams{};
+                start.x0 = x;
+                start.y0 = y;
+                start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
+                start.background = 0.0;
+                start.beta = params.moffatBeta;
+                double f0 = sizeOf(k);
+                if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
+                setProfileShape(start, kind, f0, 0.0, 0.0);
+                hits[slot] = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
+                if (hits[slot])
+                    fits[slot] = hits[slot]->result;
+                else
+                    toFit[slot] = 1;
+            });
+        errors.rethrow();
         // The fits: the batch (the CUDA backend's, one device block per star) or the host loop; the same
         // bits either way (core/stages/psf_fit_math.hpp).
         std::vector<int> todo;
@@ -623,10 +633,12 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         } else {
             const int nTodo = static_cast<int>(todo.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-            for (int t = 0; t < nTodo; ++t) {
-                const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
-                fits[slot] = fitProfile(stamp[slot], kind, starts[slot], lm);
-            }
+            for (int t = 0; t < nTodo; ++t)
+                errors.run([&] {
+                    const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
+                    fits[slot] = fitProfile(stamp[slot], kind, starts[slot], lm);
+                });
+            errors.rethrow();
         }
         for (int c = c0; c < c1; ++c) {
             const std::size_t slot = static_cast<std::size_t>(c - c0);
@@ -831,11 +843,15 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
                 jobs[cell] = {&res.epsf[cell], &members[cell], bases[cell]};
             (*epsfBatch)(jobs, kind, radius, params.epsfOversampling, params.pixelIntegration, done);
         }
+        ParallelErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
         for (int cell = 0; cell < nCells; ++cell)
-            if (!done[cell])
-                buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
-                              params.epsfOversampling, params.pixelIntegration);
+            errors.run([&] {
+                if (!done[cell])
+                    buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
+                                  params.epsfOversampling, params.pixelIntegration);
+            });
+        errors.rethrow();
     }
     ctx.checkCancelled();
     ctx.report("psf", 0.75);
