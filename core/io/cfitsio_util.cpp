@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -244,6 +245,250 @@ std::string riceTileProblem(const unsigned char* data, std::size_t bytes, long l
                 if (!fill(fs)) return truncated();
                 b &= low(nbits);
             }
+        }
+    }
+    return {};
+}
+
+namespace {
+
+// The bit reader of CFITSIO's H-decompressor (fits_hdecompress.c: input_bit, input_nbits, input_nybble,
+// input_nnybble) over `bytes` bytes: a read at the end yields a zero byte and sets `overrun` (CFITSIO
+// would have read beyond its buffer), so that a caller need check only once per bit plane.
+struct HcompressBits {
+    const unsigned char* data;
+    std::size_t bytes, pos;
+    std::uint32_t buffer = 0; // bytes read ahead; the low `ahead` bits are not used yet
+    int ahead = 0;
+    bool overrun = false;
+
+    std::uint32_t nextByte() {
+        if (pos >= bytes) {
+            overrun = true;
+            return 0;
+        }
+        return data[pos++];
+    }
+    // The next n bits (1 <= n <= 8): a byte is read only when fewer than n bits are left, so fewer than 8
+    // are left after any read (CFITSIO's input_nnybble special-cases 8, which therefore never happens).
+    int bits(int n) {
+        if (ahead < n) {
+            buffer = (buffer << 8) | nextByte();
+            ahead += 8;
+        }
+        ahead -= n;
+        return static_cast<int>((buffer >> ahead) & ((1u << n) - 1));
+    }
+    // n nybbles: a byte for each pair, then a lone nybble by bits(4).
+    void nybbles(std::size_t n, unsigned char* out) {
+        for (std::size_t i = 0; i + 1 < n; i += 2) {
+            buffer = (buffer << 8) | nextByte();
+            out[i] = static_cast<unsigned char>((buffer >> (ahead + 4)) & 15);
+            out[i + 1] = static_cast<unsigned char>((buffer >> ahead) & 15);
+        }
+        if (n % 2) out[n - 1] = static_cast<unsigned char>(bits(4));
+    }
+    // One 4-bit quadtree code in HCOMPRESS's fixed Huffman code of 3 to 6 bits (input_huffman).
+    int huffman() {
+        static constexpr int kFourBits[] = {3, 5, 10, 12, 15}; // codes 1000 to 1100
+        static constexpr int kFiveBits[] = {6, 7, 9, 11, 13};  // codes 11010 to 11110
+        int c = bits(3);
+        if (c < 4) return 1 << c;
+        c = (c << 1) | bits(1);
+        if (c < 13) return kFourBits[c - 8];
+        c = (c << 1) | bits(1);
+        if (c < 31) return kFiveBits[c - 26];
+        return bits(1) ? 14 : 0; // 111111, 111110
+    }
+};
+
+// What the walk knows of the tile's coefficients: which are non-zero (one sign bit each follows the bit
+// planes). A bit each, so the walk needs 1/32 of the memory CFITSIO allocates for the tile next.
+struct HcompressCoefficients {
+    std::vector<bool> nonzero;
+    std::size_t count = 0;
+    void mark(std::size_t at) {
+        if (nonzero[at]) return;
+        nonzero[at] = true;
+        ++count;
+    }
+};
+
+// One quadtree-coded bit plane (qtree_decode's loop, qtree_expand, qtree_copy): a code for the whole
+// quadrant, then log2n - 1 expansions, each turning every 4-bit code into a 2 x 2 block of bits (highest
+// bit top left, rows of ny) and reading a new code for every bit that is set. Leaves the last level's
+// codes, (nqx + 1) / 2 rows of (nqy + 1) / 2, in `codes`.
+void hcompressQuadtree(HcompressBits& in, std::vector<unsigned char>& codes, int nqx, int nqy, int log2n) {
+    codes[0] = static_cast<unsigned char>(in.huffman());
+    int nx = 1, ny = 1, restX = nqx, restY = nqy;
+    for (int k = 1, c = 1 << log2n; k < log2n; ++k) {
+        c >>= 1;
+        nx <<= 1;
+        ny <<= 1;
+        if (restX <= c)
+            --nx;
+        else
+            restX -= c;
+        if (restY <= c)
+            --ny;
+        else
+            restY -= c;
+        // In place from the end, as CFITSIO does: a code's index is at most that of its bits.
+        const int ny2 = (ny + 1) / 2;
+        for (int i = nx - 1; i >= 0; --i)
+            for (int j = ny - 1; j >= 0; --j) {
+                const unsigned code = codes[static_cast<std::size_t>(i / 2) * ny2 + j / 2];
+                codes[static_cast<std::size_t>(i) * ny + j] = (code >> (3 - 2 * (i % 2) - j % 2)) & 1;
+            }
+        for (std::size_t i = static_cast<std::size_t>(nx) * ny; i-- > 0;)
+            if (codes[i]) codes[i] = static_cast<unsigned char>(in.huffman());
+    }
+}
+
+// Marks the coefficients that have this plane's bit set (qtree_bitins): each 4-bit code covers a 2 x 2
+// block of the quadrant, highest bit top left, cut at the quadrant's edges.
+void hcompressMarkPlane(const std::vector<unsigned char>& codes, int nqx, int nqy, std::size_t first,
+                        std::size_t rowLength, HcompressCoefficients& coefficients) {
+    const int nqy2 = (nqy + 1) / 2;
+    for (int bi = 0; bi < (nqx + 1) / 2; ++bi)
+        for (int bj = 0; bj < nqy2; ++bj) {
+            const unsigned code = codes[static_cast<std::size_t>(bi) * nqy2 + bj];
+            for (int d = 0; d < 4 && code != 0; ++d) {
+                const int i = 2 * bi + d / 2, j = 2 * bj + d % 2;
+                if (i < nqx && j < nqy && ((code >> (3 - d)) & 1))
+                    coefficients.mark(first + static_cast<std::size_t>(i) * rowLength + j);
+            }
+        }
+}
+
+// The bit planes of one quadrant, nqx rows of nqy coefficients from coefficient `first` of the tile
+// (rows of `rowLength`), as qtree_decode reads them: why CFITSIO must not, or empty.
+std::string hcompressQuadrant(HcompressBits& in, HcompressCoefficients& coefficients, std::size_t first,
+                              std::size_t rowLength, int nqx, int nqy, int planes,
+                              const std::string& truncated) {
+    std::vector<unsigned char> codes(static_cast<std::size_t>((nqx + 1) / 2) * ((nqy + 1) / 2));
+    const int nqmax = std::max(nqx, nqy);
+    int log2n = 0; // log2(nqmax) rounded up, as CFITSIO computes it wherever nqmax >= 1
+    while ((1LL << log2n) < nqmax)
+        ++log2n;
+    for (int bit = planes - 1; bit >= 0; --bit) {
+        const int format = in.bits(4);
+        if (format == 0) { // the plane written directly, a nybble for each 2 x 2 block
+            in.nybbles(codes.size(), codes.data());
+        } else if (format != 0xf) {
+            return "its HCOMPRESS bit plane has the unknown format code " + std::to_string(format) +
+                   " (corrupt tile)";
+        } else if (nqmax == 0) { // CFITSIO would store the first code into its empty scratch array
+            return "its HCOMPRESS data quadtree-codes a bit plane of an empty quadrant (corrupt tile)";
+        } else {
+            hcompressQuadtree(in, codes, nqx, nqy, log2n);
+        }
+        if (in.overrun) return truncated;
+        hcompressMarkPlane(codes, nqx, nqy, first, rowLength, coefficients);
+    }
+    return {};
+}
+
+std::int32_t bigEndian32(const unsigned char* p) {
+    return static_cast<std::int32_t>(std::uint32_t{p[0]} << 24 | std::uint32_t{p[1]} << 16 |
+                                     std::uint32_t{p[2]} << 8 | p[3]);
+}
+
+// The fixed part of an HCOMPRESS stream (decode in fits_hdecompress.c): why CFITSIO must not decode it,
+// or empty. CFITSIO passes its tile sizes to the decoder swapped, so the stream's first size is the rows.
+std::string hcompressHeaderProblem(const unsigned char* data, long long tileNx, long long tileNy,
+                                   int zbitpix) {
+    if (data[0] != 0xDD || data[1] != 0x99)
+        return "its HCOMPRESS data does not start with the magic bytes 0xDD 0x99 (corrupt tile)";
+    const long long rows = bigEndian32(data + 2), columns = bigEndian32(data + 6);
+    if (rows != tileNy || columns != tileNx)
+        return "its HCOMPRESS data is for a " + std::to_string(columns) + " x " + std::to_string(rows) +
+               " tile, the tile is " + std::to_string(tileNx) + " x " + std::to_string(tileNy) + " pixels";
+    if (tileNx * tileNy > INT_MAX)
+        return "its " + std::to_string(tileNx * tileNy) +
+               " pixels are more than CFITSIO's HCOMPRESS decoder can count";
+    if (const std::int32_t scale = bigEndian32(data + 10); scale < 0)
+        return "its HCOMPRESS scale " + std::to_string(scale) + " is negative (corrupt tile)";
+    const int maxPlanes = zbitpix == BYTE_IMG || zbitpix == SHORT_IMG ? 32 : 64; // the decoder's int size
+    for (int q = 0; q < 3; ++q)
+        if (data[22 + q] > maxPlanes)
+            return "its HCOMPRESS data has " + std::to_string(data[22 + q]) + " bit planes, more than the " +
+                   std::to_string(maxPlanes) + " of CFITSIO's decoder for ZBITPIX " + std::to_string(zbitpix);
+    return {};
+}
+
+} // namespace
+
+std::string hcompressTileProblem(const unsigned char* data, std::size_t bytes, long long tileNx,
+                                 long long tileNy, int zbitpix) {
+    const std::string truncated = "its HCOMPRESS data ends before the tile's " +
+                                  std::to_string(tileNx * tileNy) +
+                                  " pixels are decoded (truncated or corrupt tile)";
+    constexpr std::size_t kHeader = 2 + 3 * 4 + 8 + 3; // magic, rows, columns, scale, sum, bit planes
+    if (bytes < kHeader) return truncated;
+    if (std::string why = hcompressHeaderProblem(data, tileNx, tileNy, zbitpix); !why.empty()) return why;
+    // dodecode: four quadrants of (up to) half the rows and half the columns each, the two off-diagonal
+    // ones sharing a bit plane count; then an end code, then a sign bit for each non-zero coefficient.
+    const int nx = static_cast<int>(tileNy), ny = static_cast<int>(tileNx);
+    const int nx2 = (nx + 1) / 2, ny2 = (ny + 1) / 2;
+    const unsigned char* planes = data + 22;
+    const std::size_t row = static_cast<std::size_t>(ny), half = row * nx2;
+    struct Quadrant {
+        std::size_t first;
+        int nqx, nqy, planes;
+    };
+    const Quadrant quadrants[4] = {{0, nx2, ny2, planes[0]},
+                                   {static_cast<std::size_t>(ny2), nx2, ny / 2, planes[1]},
+                                   {half, nx / 2, ny2, planes[1]},
+                                   {half + ny2, nx / 2, ny / 2, planes[2]}};
+    HcompressBits in{data, bytes, kHeader};
+    HcompressCoefficients coefficients{std::vector<bool>(row * nx, false)};
+    for (const Quadrant& q : quadrants)
+        if (std::string why =
+                hcompressQuadrant(in, coefficients, q.first, row, q.nqx, q.nqy, q.planes, truncated);
+            !why.empty())
+            return why;
+    const int end = in.bits(4);
+    if (in.overrun) return truncated;
+    if (end != 0) return "its HCOMPRESS bit planes lack their end code (corrupt tile)";
+    // The sign bits start at the next whole byte.
+    if ((coefficients.count + 7) / 8 > bytes - in.pos) return truncated;
+    return {};
+}
+
+std::string plioTileProblem(const short* words, std::size_t count, long long pixels) {
+    if (pixels <= 0) return {};
+    if (pixels > INT_MAX)
+        return "its " + std::to_string(pixels) + " pixels are more than CFITSIO's PLIO decoder can count";
+    const long long n = static_cast<long long>(count);
+    auto outside = [&](long long word) {
+        return "its PLIO line list refers to word " + std::to_string(word) + ", outside the tile's " +
+               std::to_string(n) + " words (truncated or corrupt tile)";
+    };
+    // pl_l2pi's header (words numbered from 1): a positive word 3 is the list's length and instructions
+    // start at word 4 (the old format); else words 4 and 5 hold the length and word 2 + 1 is the first.
+    if (n < 3) return outside(3);
+    long long length = words[2], first = 4;
+    if (length <= 0) {
+        if (n < 5) return outside(5);
+        length = words[4] * 32768LL + words[3];
+        first = words[1] + 1LL;
+    }
+    if (length <= 0)
+        return "its PLIO line list length " + std::to_string(length) +
+               " is not positive (CFITSIO would leave the tile's pixels unset)";
+    long long x = 1; // the next pixel, from 1, as pl_l2pi's x1: it stops once the tile is complete
+    for (long long ip = first; ip <= length && x <= pixels; ++ip) {
+        if (ip < 1 || ip > n) return outside(ip);
+        const int word = words[ip - 1];
+        const int opcode = word / 4096, data = word & 4095; // C division: words -4095..-1 are opcode 0
+        if (opcode == 0 || opcode == 4 || opcode == 5) {    // a run of zeros or of the current value
+            x += data;
+        } else if (opcode == 6 || opcode == 7) { // one pixel of the value stepped up or down
+            ++x;
+        } else if (opcode == 1) { // a new value whose high bits are the next word, which is then skipped
+            if (ip + 1 > n) return outside(ip + 1);
+            ++ip;
         }
     }
     return {};

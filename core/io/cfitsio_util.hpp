@@ -45,4 +45,23 @@ std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::s
 std::string riceTileProblem(const unsigned char* data, std::size_t bytes, long long pixels, int bytePix,
                             int blockSize);
 
+// Why CFITSIO must not decode these bytes as one HCOMPRESS_1 tile of tileNx x tileNy pixels (tileNx along
+// NAXIS1; empty: it may). CFITSIO 4.2.0 (fits_hdecompress, fits_hdecompress64) takes the tile's size from
+// the stream itself and writes that many pixels into a buffer sized from ZTILEn, and its bit readers never
+// look at the tile's byte count (heasarc/cfitsio issue #131). This requires the magic 0xDD 0x99, a stream
+// size of exactly the tile's size, a scale >= 0 and bit plane counts the decoder can hold (32 for 8- and
+// 16-bit images, which CFITSIO decodes in 32 bits, else 64), then walks the bit planes, quadtree codes and
+// sign bits exactly as CFITSIO's decoder reads them, without writing pixels, and requires every byte it
+// reads to lie within `bytes`. `zbitpix` is the image's ZBITPIX.
+std::string hcompressTileProblem(const unsigned char* data, std::size_t bytes, long long tileNx,
+                                 long long tileNy, int zbitpix);
+
+// Why CFITSIO must not decode these 16-bit words as one PLIO_1 tile of `pixels` pixels (empty: it may).
+// CFITSIO 4.2.0 (pl_l2pi) takes the line list's length and its first instruction's index from the list's
+// own header words and never compares them with the tile's word count, so a crafted header makes it read
+// up to 2 GB past the tile's words, or up to 64 kB before them. Its output stays within the tile's pixels.
+// This walks the instructions as pl_l2pi does, without writing pixels, and requires every word it reads to
+// lie within `count`, and the length to be positive (else CFITSIO leaves the tile's pixels unset).
+std::string plioTileProblem(const short* words, std::size_t count, long long pixels);
+
 } // namespace gpuphot

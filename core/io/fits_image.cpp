@@ -329,6 +329,13 @@ long long pixelsOfTile(const std::vector<long long>& axes, const std::vector<lon
     return pixels;
 }
 
+// The extent along NAXIS1 of tile `index`: the tile's row length, cut by the image at the far edge.
+long long rowLengthOfTile(const std::vector<long long>& axes, const std::vector<long long>& tileSize,
+                          long long index) {
+    const long long across = (axes[0] + tileSize[0] - 1) / tileSize[0];
+    return std::min(tileSize[0], axes[0] - index % across * tileSize[0]);
+}
+
 // A RICE_1 image's parameters as CFITSIO 4.2.0 reads them: ZVAL1 is the block size and ZVAL2 the bytes
 // per pixel, whatever ZNAME1/ZNAME2 say; a missing or non-int value takes the default, and a block size
 // below 16 with more than 8 bytes per pixel is taken as the two written the wrong way round.
@@ -347,31 +354,105 @@ RiceParams readRiceParams(fitsfile* f) {
     return p;
 }
 
+// The codecs whose COMPRESSED_DATA tiles are walked before CFITSIO decodes them (by ZCMPTYPE, as
+// imcomp_get_compressed_image_par reads it).
+enum class TileCodec { Other, Gzip, Rice, Hcompress, Plio };
+
+TileCodec tileCodecOf(const std::string& zcmptype) {
+    if (zcmptype.rfind("GZIP_", 0) == 0) return TileCodec::Gzip;
+    if (zcmptype == "RICE_1" || zcmptype == "RICE_ONE") return TileCodec::Rice;
+    if (zcmptype == "HCOMPRESS_1") return TileCodec::Hcompress;
+    if (zcmptype == "PLIO_1") return TileCodec::Plio;
+    return TileCodec::Other;
+}
+
+// The COMPRESSED_DATA tiles of a RICE_1, HCOMPRESS_1 or PLIO_1 image, read as CFITSIO reads them before
+// decoding (fits_read_col as TBYTE, or TSHORT for PLIO_1, whatever the column's type), one after the other
+// in `bytes` or `words`.
+struct CodedTiles {
+    struct Tile {
+        long long row = 0;
+        std::size_t start = 0, count = 0;
+    };
+    TileCodec codec = TileCodec::Other;
+    std::vector<Tile> tiles;
+    std::vector<unsigned char> bytes;
+    std::vector<short> words;
+
+    void read(fitsfile* f, int column, long long row, long long count, int& status) {
+        Tile t{row, codec == TileCodec::Plio ? words.size() : bytes.size(), static_cast<std::size_t>(count)};
+        int anyNull = 0;
+        if (codec == TileCodec::Plio) {
+            words.resize(t.start + t.count);
+            fits_read_col(f, TSHORT, column, row, 1, count, nullptr, words.data() + t.start, &anyNull,
+                          &status);
+        } else {
+            bytes.resize(t.start + t.count);
+            fits_read_col(f, TBYTE, column, row, 1, count, nullptr, bytes.data() + t.start, &anyNull,
+                          &status);
+        }
+        if (!status) tiles.push_back(t);
+    }
+};
+
+// Walks every coded tile in parallel (each walk costs about as much as CFITSIO's decoding of the tile)
+// and throws InvalidInput for the first bad one.
+void checkCodedTiles(fitsfile* f, const CodedTiles& coded, const std::vector<long long>& axes,
+                     const std::vector<long long>& tileSize,
+                     const std::function<void(long long, const std::string&)>& refuse) {
+    if (coded.tiles.empty()) return;
+    const RiceParams rice = readRiceParams(f);
+    const int zbitpix = static_cast<int>(readKeyLL(f, "ZBITPIX", 0));
+    long long firstBad = LLONG_MAX;
+    std::string why;
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 8)
+    for (std::size_t i = 0; i < coded.tiles.size(); ++i)
+        errors.run([&] {
+            const CodedTiles::Tile& t = coded.tiles[i];
+            const long long pixels = pixelsOfTile(axes, tileSize, t.row - 1);
+            std::string problem;
+            if (coded.codec == TileCodec::Rice) {
+                problem = riceTileProblem(coded.bytes.data() + t.start, t.count, pixels, rice.bytePix,
+                                          rice.blockSize);
+            } else if (coded.codec == TileCodec::Hcompress) {
+                const long long nx = rowLengthOfTile(axes, tileSize, t.row - 1);
+                problem =
+                    hcompressTileProblem(coded.bytes.data() + t.start, t.count, nx, pixels / nx, zbitpix);
+            } else {
+                problem = plioTileProblem(coded.words.data() + t.start, t.count, pixels);
+            }
+            if (problem.empty()) return;
+#pragma omp critical(gpuphot_tile_check)
+            if (t.row < firstBad) {
+                firstBad = t.row;
+                why = std::move(problem);
+            }
+        });
+    errors.rethrow();
+    if (firstBad != LLONG_MAX) refuse(firstBad, why);
+}
+
 // Checks every tile of a tile-compressed image before CFITSIO decodes any, since CFITSIO 4.2.0 trusts
-// them (each finding by tests/fuzz/fuzz_fits_reader):
+// them (each finding by tests/fuzz/fuzz_fits_reader, or heasarc/cfitsio issue #131):
 // - every variable-length descriptor (element count, heap offset) must lie inside the heap: CFITSIO
 //   allocates the compressed tile's buffer from the count before reading it (a 9 kB file asked for 1.9 GB);
 // - GZIP tiles (ZCMPTYPE GZIP_1/GZIP_2, or GZIP_COMPRESSED_DATA, which holds the tiles that could not be
 //   quantized under any ZCMPTYPE) must inflate to a complete stream within the tile's pixel bytes
 //   (gzipTileProblem);
-// - RICE_1 tiles must decode within their bytes (riceTileProblem), walked in parallel: the walk costs
-//   about as much as CFITSIO's decoding.
+// - RICE_1, HCOMPRESS_1 and PLIO_1 tiles must decode within their data, and HCOMPRESS_1 tiles must be
+//   of the tile's size (riceTileProblem, hcompressTileProblem, plioTileProblem), walked in parallel.
 void checkTileStreams(fitsfile* f, const std::string& where, long long rows, long long heap,
                       const std::vector<long long>& axes, const std::vector<long long>& tileSize,
                       long long tilePixels) {
-    const std::string codec = readKeyString(f, "ZCMPTYPE");
-    const bool gzipImage = codec.rfind("GZIP_", 0) == 0;
-    const bool riceImage = codec == "RICE_1" || codec == "RICE_ONE";
+    const TileCodec codec = tileCodecOf(readKeyString(f, "ZCMPTYPE"));
     auto refuse = [&](long long row, const std::string& column, const std::string& why) {
         throw InvalidInput(where + ": malformed tile-compressed image (tile " + std::to_string(row) +
                            " of column " + column + ": " + why + ")");
     };
-    struct RiceTile {
-        long long row = 0, pixels = 0;
-        std::size_t start = 0, bytes = 0;
-    };
-    std::vector<RiceTile> riceTiles;
-    std::vector<unsigned char> riceBytes, tileBytes;
+    CodedTiles coded;
+    coded.codec = codec;
+    std::vector<unsigned char> tileBytes;
     int ncols = 0, status = 0;
     fits_get_num_cols(f, &ncols, &status);
     for (int c = 1; c <= ncols && !status; ++c) {
@@ -381,10 +462,12 @@ void checkTileStreams(fitsfile* f, const std::string& where, long long rows, lon
         if (status || typecode >= 0) continue; // fixed-size column
         const long long elem = std::max(1LL, width);
         const std::string name = readKeyString(f, ("TTYPE" + std::to_string(c)).c_str());
-        const bool gzipColumn = -typecode == TBYTE &&
-                                (name == "GZIP_COMPRESSED_DATA" || (gzipImage && name == "COMPRESSED_DATA"));
-        const bool riceColumn =
-            riceImage && name == "COMPRESSED_DATA" && (-typecode == TBYTE || -typecode == TSBYTE);
+        const bool gzipColumn =
+            -typecode == TBYTE &&
+            (name == "GZIP_COMPRESSED_DATA" || (codec == TileCodec::Gzip && name == "COMPRESSED_DATA"));
+        const bool codedColumn =
+            name == "COMPRESSED_DATA" &&
+            (codec == TileCodec::Rice || codec == TileCodec::Hcompress || codec == TileCodec::Plio);
         for (long long r = 1; r <= rows && !status; ++r) {
             long long count = 0, offset = 0;
             fits_read_descriptll(f, c, r, &count, &offset, &status);
@@ -392,43 +475,23 @@ void checkTileStreams(fitsfile* f, const std::string& where, long long rows, lon
             if (!status && (count < 0 || offset < 0 || offset > heap || bytes > (heap - offset) / elem))
                 throw InvalidInput(where + ": malformed tile-compressed image (tile " + std::to_string(r) +
                                    " of column " + std::to_string(c) + " points outside the heap)");
-            if (status || !(gzipColumn || riceColumn) || count == 0) continue;
-            std::vector<unsigned char>& into = riceColumn ? riceBytes : tileBytes;
-            const std::size_t start = riceColumn ? riceBytes.size() : 0;
-            into.resize(start + static_cast<std::size_t>(count));
-            int anyNull = 0;
-            fits_read_col(f, TBYTE, c, r, 1, count, nullptr, into.data() + start, &anyNull, &status);
-            if (status) break;
-            if (riceColumn) {
-                riceTiles.push_back({r, pixelsOfTile(axes, tileSize, r - 1), start, into.size() - start});
+            if (status || !(gzipColumn || codedColumn) || count == 0) continue;
+            if (codedColumn) {
+                coded.read(f, c, r, count, status);
                 continue;
             }
+            tileBytes.resize(static_cast<std::size_t>(count));
+            int anyNull = 0;
+            fits_read_col(f, TBYTE, c, r, 1, count, nullptr, tileBytes.data(), &anyNull, &status);
+            if (status) break;
             const std::string why =
                 gzipTileProblem(tileBytes.data(), tileBytes.size(), static_cast<std::size_t>(tilePixels) * 8);
             if (!why.empty()) refuse(r, name, why);
         }
     }
     if (status) throw InvalidInput(where + ": malformed tile-compressed image: " + cfitsioText(status));
-    if (riceTiles.empty()) return;
-    const RiceParams rice = readRiceParams(f);
-    long long firstBad = LLONG_MAX;
-    std::string why;
-    ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic, 32)
-    for (std::size_t i = 0; i < riceTiles.size(); ++i)
-        errors.run([&] {
-            const RiceTile& t = riceTiles[i];
-            std::string problem =
-                riceTileProblem(riceBytes.data() + t.start, t.bytes, t.pixels, rice.bytePix, rice.blockSize);
-            if (problem.empty()) return;
-#pragma omp critical(gpuphot_rice_check)
-            if (t.row < firstBad) {
-                firstBad = t.row;
-                why = std::move(problem);
-            }
-        });
-    errors.rethrow();
-    if (firstBad != LLONG_MAX) refuse(firstBad, "COMPRESSED_DATA", why);
+    checkCodedTiles(f, coded, axes, tileSize,
+                    [&](long long row, const std::string& why) { refuse(row, "COMPRESSED_DATA", why); });
 }
 
 // Checks the image's size against the data the file actually holds before anything is allocated.
