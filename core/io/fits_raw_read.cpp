@@ -211,8 +211,9 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
 #pragma omp parallel num_threads(nt) if (chunks > 1)
     {
         const int tid = omp_get_thread_num();
+        // A chunk's buffer, no larger than the image (a small frame does not zero 8 MiB per thread).
         std::vector<unsigned char> own;
-        errors.run([&] { own.resize(sink ? 0 : perChunk * elem); });
+        errors.run([&] { own.resize(sink ? 0 : std::min(perChunk, total) * elem); });
         unsigned char* const buf = sink ? sinkBuffers[static_cast<std::size_t>(tid)] : own.data();
 #pragma omp for schedule(dynamic, 1)
         for (long long c = 0; c < chunks; ++c)
