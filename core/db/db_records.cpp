@@ -1,6 +1,7 @@
 #include "core/db/db_records.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -376,6 +377,12 @@ Table framesTable() {
     t.add("status", std::vector<std::string>{}, "", "ok | uncalibrated");
     t.add("written", std::vector<std::string>{}, "", "UTC time of the write");
     return t;
+}
+
+int parseSchemaVersion(const std::string& text) {
+    int version = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), version);
+    return ec == std::errc{} && end == text.data() + text.size() && version >= 0 ? version : -1;
 }
 
 } // namespace gpuphot::db

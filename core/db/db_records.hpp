@@ -37,6 +37,10 @@ struct FrameFields {
 // Throws InvalidInput when the report lacks frame.path.
 FrameFields frameFields(const FrameRecord& record);
 
+// The schema version a store's meta table holds (its text, as both back ends keep it): the number, or -1
+// when the text is not a plain non-negative integer (a damaged or foreign database).
+int parseSchemaVersion(const std::string& text);
+
 // The sources' columns; missing catalog columns are NaN (or -1 for ref_id, 0 for flags).
 struct SourceColumns {
     std::size_t rows = 0;

@@ -388,9 +388,8 @@ int PostgresStore::storedVersion() {
     Result v = exec("SELECT value FROM gpuphot_meta WHERE key = 'schema_version'", "schema");
     if (PQntuples(v.get()) == 0) return 0;
     const std::string text = PQgetvalue(v.get(), 0, 0);
-    int version = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), version);
-    if (ec != std::errc{} || end != text.data() + text.size() || version < 0)
+    const int version = parseSchemaVersion(text);
+    if (version < 0)
         throw DatabaseError(Kind::Other, where("bad schema_version '" + text + "' in gpuphot_meta"));
     return version;
 }

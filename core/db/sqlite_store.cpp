@@ -262,7 +262,11 @@ void SqliteStore::migrate() {
     try {
         exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)", "schema");
         Statement q(m_db, "SELECT value FROM meta WHERE key = 'schema_version'", where("schema"));
-        const int found = q.step(where("schema")) ? std::stoi(q.str(0)) : 0;
+        const std::string text = q.step(where("schema")) ? q.str(0) : "0";
+        const int found = parseSchemaVersion(text);
+        if (found < 0)
+            throw DatabaseError(DatabaseError::Kind::Other,
+                                where("bad schema_version '" + text + "' in meta"));
         if (found > kResultsSchemaVersion)
             throw DatabaseError(DatabaseError::Kind::SchemaTooNew,
                                 where("written by a newer gpuphot: schema version " + std::to_string(found) +

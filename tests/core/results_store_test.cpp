@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
@@ -305,6 +306,36 @@ TEST(ResultsStoreSqlite, NewerSchemaIsRefused) {
     sqlite3_close(db);
     EXPECT_EQ(kindOfOpen(path), DatabaseError::Kind::SchemaTooNew);
     EXPECT_EQ(databaseExitCode(DatabaseError::Kind::SchemaTooNew), 7);
+}
+
+// fuzz_results_db: a schema version that is not a number made std::stoi throw std::invalid_argument out of
+// openResultsStore (tests/fuzz/regressions/results_db/schema_version_not_a_number.sqlite).
+TEST(ResultsStoreSqlite, DamagedSchemaVersionIsATypedError) {
+    test::TempDir dir("gpuphot_store");
+    int n = 0;
+    for (const char* bad : {"'x'", "''", "'1.5'", "'-3'", "' 2'", "NULL", "'99999999999'"}) {
+        SCOPED_TRACE(bad);
+        const std::string path = dir.file("bad" + std::to_string(n++) + ".sqlite");
+        openResultsStore(path);
+        sqlite3* db = nullptr;
+        ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+        const std::string sql =
+            std::string("UPDATE meta SET value = ") + bad + " WHERE key = 'schema_version'";
+        ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+        try {
+            openResultsStore(path);
+            ADD_FAILURE() << "opened";
+        } catch (const DatabaseError& e) {
+            EXPECT_EQ(e.kind(), DatabaseError::Kind::Other);
+            EXPECT_NE(std::string(e.what()).find("schema_version"), std::string::npos) << e.what();
+        }
+    }
+    const std::string repro =
+        std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/results_db/schema_version_not_a_number.sqlite";
+    const std::string copy = dir.file("repro.sqlite");
+    std::filesystem::copy_file(repro, copy);
+    EXPECT_THROW(openResultsStore(copy), DatabaseError);
 }
 
 TEST(ResultsStoreSqlite, CheckpointsKeepTheWalToAboutOneFrame) {
