@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include <zlib.h>
@@ -71,11 +73,11 @@ bool isPlainInteger(const std::string& word) {
 
 } // namespace
 
-void checkHeadersCfitsioCanParse(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return;
-    in.seekg(0, std::ios::end);
-    const long long size = static_cast<long long>(in.tellg());
+namespace {
+
+// The header walk of checkHeadersCfitsioCanParse over `size` bytes that read(pos, out, n) copies out
+// (false: unreadable, which ends the walk).
+template <class Read> void checkHeaderBlocks(const std::string& path, long long size, Read&& read) {
     constexpr long long kBlock = 2880;
     char block[kBlock];
     long long pos = 0;
@@ -88,10 +90,9 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
             badTile; // "ZTILEn = v" / "ZNAXISn = v" not a positive integer, checked for ZIMAGE headers
         while (!end) {
             if (pos >= size) return;
-            in.seekg(pos);
             const long long avail = std::min(kBlock, size - pos);
             std::memset(block, ' ', sizeof block);
-            if (!in.read(block, avail)) return;
+            if (!read(pos, block, avail)) return;
             if (pos == 0 && std::memcmp(block, "SIMPLE  =", 9) != 0) return; // not plain FITS
             pos += kBlock;
             for (int c = 0; c < 36 && !end; ++c) {
@@ -160,6 +161,91 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
         const long long data = bytes * gcount * (pcount + product);
         pos += (data + kBlock - 1) / kBlock * kBlock;
     }
+}
+
+bool isGzip(const unsigned char* head, std::size_t n) {
+    return n >= 2 && head[0] == 0x1f && head[1] == 0x8b;
+}
+
+// The whole gzip file at `path` inflated (every member, as gzip -d does; bytes after the last member are
+// ignored); IoError for a truncated stream (a file still being written), InvalidInput for a corrupt one. The
+// buffer grows with what the stream yields, never from the trailer's size field.
+std::vector<unsigned char> inflateGzipFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+    std::vector<unsigned char> packed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw IoError(path + ": cannot read: " + std::strerror(errno));
+    std::vector<unsigned char> out(std::max<std::size_t>(packed.size() * 4, 1 << 20));
+    z_stream z{};
+    if (inflateInit2(&z, 15 + 16) != Z_OK) throw InvalidInput(path + ": zlib could not start inflating");
+    z.next_in = packed.data();
+    std::size_t used = 0;
+    int rc = Z_OK;
+    for (;;) {
+        if (used == out.size()) out.resize(out.size() * 2);
+        z.avail_in =
+            static_cast<uInt>(std::min<std::size_t>(packed.size() - (z.next_in - packed.data()), 1u << 30));
+        z.next_out = out.data() + used;
+        z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - used, 1u << 30));
+        const uInt before = z.avail_out;
+        rc = inflate(&z, Z_NO_FLUSH);
+        used += before - z.avail_out;
+        if (rc == Z_STREAM_END) {
+            const std::size_t left = packed.size() - static_cast<std::size_t>(z.next_in - packed.data());
+            if (!isGzip(z.next_in, left)) break; // the last member
+            inflateReset(&z);
+        } else if (rc != Z_OK && !(rc == Z_BUF_ERROR && z.avail_out == 0)) {
+            break;
+        }
+    }
+    const std::string zlibText = z.msg ? z.msg : "zlib error";
+    inflateEnd(&z);
+    if (rc == Z_BUF_ERROR) throw IoError(path + ": truncated file: the gzip stream ends early");
+    if (rc != Z_STREAM_END) throw InvalidInput(path + ": corrupt gzip data (" + zlibText + ")");
+    out.resize(used);
+    return out;
+}
+
+} // namespace
+
+void checkHeadersCfitsioCanParse(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return;
+    in.seekg(0, std::ios::end);
+    const long long size = static_cast<long long>(in.tellg());
+    checkHeaderBlocks(path, size, [&](long long pos, char* block, long long n) {
+        in.seekg(pos);
+        return static_cast<bool>(in.read(block, n));
+    });
+}
+
+void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned char* data, std::size_t size) {
+    checkHeaderBlocks(path, static_cast<long long>(size), [&](long long pos, char* block, long long n) {
+        std::memcpy(block, data + pos, static_cast<std::size_t>(n));
+        return true;
+    });
+}
+
+int openFitsForReading(const std::string& path, FitsHandle& h) {
+    unsigned char head[2] = {};
+    {
+        std::ifstream in(path, std::ios::binary);
+        in.read(reinterpret_cast<char*>(head), 2);
+    }
+    int status = 0;
+    if (!isGzip(head, 2)) {
+        checkHeadersCfitsioCanParse(path);
+        fits_open_diskfile(&h.f, path.c_str(), READONLY, &status);
+    } else {
+        h.memory = inflateGzipFile(path);
+        checkHeaderBytesCfitsioCanParse(path, h.memory.data(), h.memory.size());
+        h.memoryAddress = h.memory.data();
+        h.memorySize = h.memory.size();
+        fits_open_memfile(&h.f, "inflated.fits", READONLY, &h.memoryAddress, &h.memorySize, 0, nullptr,
+                          &status);
+    }
+    if (status) h.f = nullptr;
+    return status;
 }
 
 std::string gzipTileProblem(const unsigned char* data, std::size_t bytes, std::size_t maxOut) {

@@ -67,13 +67,12 @@ void openForRead(const std::string& path, Opened& out) {
         if (n == 0) throw InvalidInput(path + ": empty file, not a FITS file");
         if (!looksCompressed(head, n) && !(n >= 9 && std::memcmp(head, "SIMPLE  =", 9) == 0))
             throw InvalidInput(path + ": not a FITS file (it does not start with a SIMPLE card)");
-        checkHeadersCfitsioCanParse(path);
     }
     int status = 0;
     if (out.extendedSyntax)
         fits_open_file(&out.h.f, openName.c_str(), READONLY, &status);
     else
-        fits_open_diskfile(&out.h.f, openName.c_str(), READONLY, &status); // no extended syntax
+        status = openFitsForReading(openName, out.h); // no extended syntax; header checks first
     if (status) {
         out.h.f = nullptr;
         const std::string why = cfitsioText(status);

@@ -354,11 +354,9 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
     if (::access(path.c_str(), R_OK) != 0)
         throw IoError("cannot read FITS table " + path + ": permission denied");
 
-    checkHeadersCfitsioCanParse(path);
     FitsHandle h;
-    int status = 0;
-    if (fits_open_diskfile(&h.f, path.c_str(), READONLY, &status)) {
-        h.f = nullptr;
+    int status = openFitsForReading(path, h);
+    if (status) {
         throw InvalidInput("cannot read " + path + " as FITS: " + cfitsioText(status));
     }
     moveToTable(h.f, path, hdu);

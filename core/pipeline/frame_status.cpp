@@ -10,6 +10,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "core/io/cfitsio_util.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/util/errors.hpp"
@@ -97,15 +98,21 @@ bool fitsFileComplete(const std::string& path, std::string* why) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(path, ec);
     if (ec) return fail("cannot read its size: " + ec.message());
-    if (size < 2880) return fail("shorter than one FITS block (" + std::to_string(size) + " bytes)");
-    fitsfile* f = nullptr;
-    int status = 0;
-    // The disk-file driver: no CFITSIO extended syntax, no decompression into memory.
+
+    // No CFITSIO extended syntax; the header checks that readFrame makes (a header that would crash CFITSIO
+    // is refused before CFITSIO moves through the HDUs here); a gzip file inflated with zlib.
     const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-    if (gz)
-        fits_open_file(&f, path.c_str(), READONLY, &status);
-    else
-        fits_open_diskfile(&f, path.c_str(), READONLY, &status);
+    if (!gz && size < 2880) return fail("shorter than one FITS block (" + std::to_string(size) + " bytes)");
+    FitsHandle h;
+    int status = 0;
+    try {
+        status = openFitsForReading(path, h);
+    } catch (const IoError& e) { // a gzip stream that ends early: still being written
+        return fail(e.what());
+    } catch (const InvalidInput&) { // complete enough to judge: the reduction reports what is wrong
+        return true;
+    }
+    fitsfile* const f = h.f;
     if (status) {
         char text[FLEN_STATUS] = {};
         fits_get_errstatus(status, text);
@@ -117,8 +124,7 @@ bool fitsFileComplete(const std::string& path, std::string* why) {
     LONGLONG headStart = 0, dataStart = 0, dataEnd = 0;
     if (!status && nhdu > 0) fits_movabs_hdu(f, nhdu, nullptr, &status);
     if (!status) fits_get_hduaddrll(f, &headStart, &dataStart, &dataEnd, &status);
-    int closeStatus = 0;
-    fits_close_file(f, &closeStatus);
+    h.close();
     if (status || nhdu < 1) {
         char text[FLEN_STATUS] = {};
         fits_get_errstatus(status, text);

@@ -26,6 +26,16 @@
 #include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot {
+// Releases every error object of w and its parts (WCSLIB overwrites them without freeing).
+static void clearTransformErrors(wcsprm* w) {
+    wcserr_clear(&w->err);
+    wcserr_clear(&w->lin.err);
+    wcserr_clear(&w->cel.err);
+    wcserr_clear(&w->cel.prj.err);
+    if (w->lin.dispre) wcserr_clear(&w->lin.dispre->err);
+    if (w->lin.disseq) wcserr_clear(&w->lin.disseq->err);
+}
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -317,11 +327,19 @@ ParseResult parseHeader(const Header& header) {
             aipsCelestial = aipsCelestial || (ct.size() > 4 && (ct.compare(ct.size() - 4, 4, "-NCP") == 0 ||
                                                                 ct.compare(ct.size() - 4, 4, "-GLS") == 0));
         }
-        if (aipsCelestial) celfix(w);
-        wcserr_clear(&w->err);
-        translateAipsSpectral(w);
+        // Before any wcsset: a celestial unit that wcsset cannot read makes it leak its error object.
         if (std::string bad = unusableCelestialUnit(w); !bad.empty())
             return broken("header " + altName + ": " + bad);
+        // celfix runs wcsset first, and a wcsset that fails loses its error objects and, when run once more,
+        // the linear transformation's arrays (found by the deep fuzz run on NCP/GLS headers): wcsset runs
+        // once here, and a header it refuses is reported at once.
+        if (aipsCelestial) {
+            if (const int status = wcsset(w); status != 0)
+                return broken("header " + altName + " is invalid: " + wcsErrorText(w, status));
+            celfix(w);
+        }
+        wcserr_clear(&w->err);
+        translateAipsSpectral(w);
         const int status = wcsset(w);
         if (status != 0) {
             if (celestialCtype || w->lng >= 0 || w->lat >= 0)
@@ -440,14 +458,6 @@ struct TransformChunk {
 // WCSLIB 7.12 reuses the error objects of a wcsprm and its parts when a point fails to transform and
 // loses the previous message each time (the fuzzer's leaks in wcsp2s/celx2s and wcss2p/disx2p): after a
 // failed call every error object is released (their messages are never used; failed points become NaN).
-static void clearTransformErrors(wcsprm* w) {
-    wcserr_clear(&w->err);
-    wcserr_clear(&w->lin.err);
-    wcserr_clear(&w->cel.err);
-    wcserr_clear(&w->cel.prj.err);
-    if (w->lin.dispre) wcserr_clear(&w->lin.dispre->err);
-    if (w->lin.disseq) wcserr_clear(&w->lin.disseq->err);
-}
 
 void Wcs::Impl::p2s(std::size_t n, const double* x, const double* y, double* ra, double* dec) const {
     wcsprm* w = wcs.get();

@@ -22,6 +22,7 @@
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/frame_checks.hpp"
+#include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
@@ -153,6 +154,55 @@ TEST(Reliability, FuzzHeaderWcsMalformedCtypeIsRefusedWithoutLeaking) {
         EXPECT_FALSE(w.has_value());
     } catch (const InvalidInput&) {
         // broken, as documented
+    }
+}
+
+// The deep fuzz run: an AIPS NCP/GLS header that WCSLIB's wcsset refuses made celfix (which runs wcsset
+// first) lose its error objects, and the second wcsset the linear transformation's arrays (LeakSanitizer;
+// tests/fuzz/regressions/header_wcs/celfix_failed_wcsset_linset_leak.hdr, gls_unit_not_an_angle_leak.hdr).
+TEST(Reliability, FuzzHeaderWcsAipsProjectionThatWcssetRefusesIsBrokenWithoutLeaking) {
+    auto header = [](const char* proj, double crval2, const char* cunit1) {
+        Header h;
+        h.set("CTYPE1", std::string("RA---") + proj);
+        h.set("CTYPE2", std::string("DEC--") + proj);
+        h.set("CUNIT1", cunit1);
+        for (auto [k, v] : {std::pair{"CRPIX1", 512.5},
+                            {"CRPIX2", 512.5},
+                            {"CRVAL1", 45.0},
+                            {"CRVAL2", crval2},
+                            {"CDELT1", -5.5e-4},
+                            {"CDELT2", 5.5e-4}})
+            h.set(k, v);
+        return h;
+    };
+    auto brokenBecause = [](const Header& h) { // a broken celestial WCS throws; none is "why" empty
+        std::string why;
+        try {
+            if (Wcs::tryFromHeader(h, &why)) return std::string("a valid WCS");
+        } catch (const InvalidInput& e) {
+            return std::string(e.what());
+        }
+        return why;
+    };
+    // NCP at the equator: wcsset refuses it ("NCP blows up on the equator").
+    EXPECT_NE(brokenBecause(header("NCP", 0.0, "deg")).find("NCP blows up"), std::string::npos);
+    EXPECT_NE(brokenBecause(header("GLS", 10.0, "d-TAB")).find("CUNIT1"), std::string::npos);
+    std::string why;
+    // Valid NCP and GLS headers are still translated (to SIN and SFL) and transform.
+    for (const char* proj : {"NCP", "GLS"}) {
+        why.clear();
+        const auto w = Wcs::tryFromHeader(header(proj, 30.0, "deg"), &why);
+        ASSERT_TRUE(w.has_value()) << proj << ": " << why;
+        const auto [ra, dec] = w->pixelToWorld(511.5, 511.5); // CRPIX (FITS pixels count from 1)
+        EXPECT_NEAR(ra, 45.0, 1e-6) << proj;
+        EXPECT_NEAR(dec, 30.0, 1e-6) << proj;
+    }
+    for (const char* file : {"celfix_failed_wcsset_linset_leak.hdr", "gls_unit_not_an_angle_leak.hdr"}) {
+        std::ifstream in(std::string(GPUPHOT_TEST_DATA) + "/../fuzz/regressions/header_wcs/" + file,
+                         std::ios::binary);
+        const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        ASSERT_GT(text.size(), 80u) << file;
+        EXPECT_NE(brokenBecause(Header::fromFitsString(text)), "a valid WCS") << file;
     }
 }
 
@@ -913,4 +963,54 @@ TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
     ASSERT_TRUE(quoted.has_value());
     EXPECT_EQ(*quoted, 1.5);
     EXPECT_EQ(parseFitsNumber("2.5D1").value_or(0.0), 25.0);
+}
+
+// fuzz_gzip_fits: CFITSIO 4.2.0 sized its buffer for a .fits.gz from the gzip trailer's size field (a 6 kB
+// file asked malloc for 1.9 GB), and a header that crashes CFITSIO crashed it behind gzip too, since the
+// header checks could not read gzip. Gzip files are now inflated with zlib and checked like plain ones.
+TEST(Reliability, FuzzGzipFitsIsInflatedByZlibAndItsHeadersChecked) {
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path plain = dir / "frame.fits";
+    writeCfitsio(plain.string(), "");
+    const std::string bytes = slurp(plain);
+
+    // A whole file, and one of two gzip members (as `cat a.gz b.gz` makes), read as the plain file.
+    const fs::path gz = dir / "frame.fits.gz", twoMembers = dir / "two.fits.gz";
+    spit(gz, gzipped(bytes));
+    spit(twoMembers, gzipped(bytes.substr(0, 5000)) + gzipped(bytes.substr(5000)));
+    for (const fs::path& p : {gz, twoMembers}) {
+        const Frame f = readFrame(p.string());
+        ASSERT_EQ(f.pixels.width(), 16) << p;
+        for (int i = 0; i < 16 * 12; ++i)
+            ASSERT_EQ(f.pixels(i % 16, i / 16), static_cast<float>(100 + i % 7)) << p << " pixel " << i;
+        EXPECT_TRUE(fitsFileComplete(p.string())) << p;
+    }
+
+    // The trailer's size field says 1.9 GB: zlib's length check refuses it before anything is allocated.
+    std::string forged = gzipped(bytes);
+    const std::uint32_t huge = 1869619301u;
+    for (int k = 0; k < 4; ++k)
+        forged[forged.size() - 4 + k] = static_cast<char>((huge >> (8 * k)) & 0xff);
+    spit(dir / "forged.fits.gz", forged);
+    std::string msg = errorOf([&] { (void)readFrame(dir / "forged.fits.gz"); });
+    EXPECT_NE(msg.find("corrupt gzip data"), std::string::npos) << msg;
+    const std::string repro = kRegressions + "/gzip_fits/trailer_size_1_9_gb.bin";
+    spit(dir / "repro.fits.gz", slurp(repro).substr(1)); // the harness's first byte picks the mode
+    EXPECT_THROW((void)readFrame(dir / "repro.fits.gz"), Error);
+
+    // Cut short: a truncated file (IoError; watch waits for the rest), not complete.
+    const std::string whole = gzipped(bytes);
+    spit(dir / "cut.fits.gz", whole.substr(0, whole.size() / 2));
+    EXPECT_THROW((void)readFrame(dir / "cut.fits.gz"), IoError);
+    std::string why;
+    EXPECT_FALSE(fitsFileComplete(dir / "cut.fits.gz", &why));
+    EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+
+    // ZTILE2 = 0 behind gzip: refused by the header checks, not CFITSIO's SIGFPE.
+    const std::string sigfpe = slurp(kRegressions + "/fits_reader/ztile_zero_sigfpe.fits");
+    spit(dir / "ztile.fits.gz", gzipped(sigfpe));
+    msg = errorOf([&] { (void)readFrame(dir / "ztile.fits.gz"); });
+    EXPECT_NE(msg.find("ZTILE"), std::string::npos) << msg;
+    EXPECT_TRUE(fitsFileComplete(dir / "ztile.fits.gz")) << "complete; the reduction reports it";
+    EXPECT_TRUE(fitsFileComplete(kRegressions + "/fits_reader/ztile_zero_sigfpe.fits"));
 }
