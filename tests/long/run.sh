@@ -22,4 +22,11 @@ check "batch children die with their parent (20 kills)" \
 check "out of memory is a clean error (8192², 7 limits x 2 thread counts)" \
     env GPUPHOT_OOM_SIDE=8192 GPUPHOT_OOM_LIMITS_MB="1024 1536 2048 3072 4096 6144 16384" \
     "$build/tests/app_tests" --gtest_filter='CliOom.*'
+# ThreadSanitizer in its own build-tsan (clang 14 + libomp; ~23 min to build from scratch, ~2 min to run on
+# 2 cores): the workbench's PipelineWorker, reduce --prefetch / --concurrent, batch -j 2 and watch, the
+# gpuphot children instrumented too (CI: none).
+check "ThreadSanitizer: worker, --prefetch, --concurrent, -j 2, watch" bash tests/long/tsan.sh
+# The container images: packaging/Dockerfile built with podman and the demo reduced in it, the Apptainer
+# definition's %post run in a Debian 12 chroot (root, network to the Debian mirror; ~20 min on 2 cores).
+check "container images built, the demo reduced in them" bash tests/long/container.sh "$build"
 exit $status

@@ -4,6 +4,7 @@
 // Truth: the simulator's cosmic-ray pixels; the Bayer super-pixel sums computed here from the raw frame.
 #include <gtest/gtest.h>
 
+#include "tests/ui/queued_spy.hpp"
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QElapsedTimer>
@@ -21,6 +22,7 @@
 
 using namespace gpuphot;
 using namespace gpuphot::ui;
+using gpuphot::test::QueuedSpy;
 
 namespace {
 
@@ -44,7 +46,7 @@ SimParams params(int cosmicRays) {
 }
 
 void setFrame(PipelineWorker* w, FramePtr f) {
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
     QMetaObject::invokeMethod(w, "setFrame", Qt::QueuedConnection, Q_ARG(gpuphot::ui::FramePtr, f));
     ASSERT_TRUE(waitFor(loaded, 1, 10000));
 }
@@ -135,8 +137,8 @@ TEST(PrepareWorker, CosmicsToggleMasksTheSimulatedHitsAndRestartsAtStageOne) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, raw);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy failed(w, &PipelineWorker::runFailed);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy failed(w, &PipelineWorker::runFailed);
 
     PipelineConfig off;
     off.fitAstrometry = false;
@@ -190,8 +192,8 @@ TEST(PrepareWorker, BayerLuminanceHalvesTheFrameIntoSuperPixelSums) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, raw);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy failed(w, &PipelineWorker::runFailed);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy failed(w, &PipelineWorker::runFailed);
 
     PipelineConfig none;
     none.fitAstrometry = false;

@@ -4,6 +4,7 @@
 // run of the same config (what `gpuphot reduce` computes). Simulated field with its reference catalog.
 #include <gtest/gtest.h>
 
+#include "tests/ui/queued_spy.hpp"
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QElapsedTimer>
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -27,6 +29,7 @@
 
 using namespace gpuphot;
 using namespace gpuphot::ui;
+using gpuphot::test::QueuedSpy;
 
 namespace {
 
@@ -94,16 +97,27 @@ TEST(PipelineWorkerProvisional, ReDetectionShowsAProvisionalResultThenTheComplet
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     w->setProvisionalResults(true);
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
-    QSignalSpy refLoaded(w, &PipelineWorker::referenceLoaded);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy prov(w, &PipelineWorker::provisionalReady);
-    std::vector<std::string> order; // the signals in their order of emission (direct: on the worker's thread)
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy refLoaded(w, &PipelineWorker::referenceLoaded);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy prov(w, &PipelineWorker::provisionalReady);
+    // The signals in their order of emission (direct: appended on the worker's thread, read on this one,
+    // hence the mutex).
+    std::mutex orderMutex;
+    std::vector<std::string> order;
     QObject::connect(
-        w, &PipelineWorker::provisionalReady, w, [&](SnapshotPtr) { order.push_back("provisional"); },
+        w, &PipelineWorker::provisionalReady, w,
+        [&](SnapshotPtr) {
+            std::lock_guard lock(orderMutex);
+            order.push_back("provisional");
+        },
         Qt::DirectConnection);
     QObject::connect(
-        w, &PipelineWorker::resultReady, w, [&](SnapshotPtr) { order.push_back("complete"); },
+        w, &PipelineWorker::resultReady, w,
+        [&](SnapshotPtr) {
+            std::lock_guard lock(orderMutex);
+            order.push_back("complete");
+        },
         Qt::DirectConnection);
     QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection,
                               Q_ARG(QString, QString::fromStdString(f.frame)), Q_ARG(QString, QString()));
@@ -125,9 +139,12 @@ TEST(PipelineWorkerProvisional, ReDetectionShowsAProvisionalResultThenTheComplet
     ASSERT_TRUE(waitFor(ready, 2, 60000));
     ASSERT_EQ(prov.count(), 1);
     QTest::qWait(20);
-    ASSERT_EQ(order.size(), 3u);
-    EXPECT_EQ(order[1], "provisional");
-    EXPECT_EQ(order[2], "complete");
+    {
+        std::lock_guard lock(orderMutex);
+        ASSERT_EQ(order.size(), 3u);
+        EXPECT_EQ(order[1], "provisional");
+        EXPECT_EQ(order[2], "complete");
+    }
     const SnapshotPtr p = at(prov, 0), s1 = at(ready, 1);
     EXPECT_TRUE(p->provisional);
     EXPECT_FALSE(s1->provisional);
@@ -202,9 +219,9 @@ TEST(PipelineWorkerProvisional, ANewerRequestDropsTheProvisionalResultOfTheOldOn
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     w->setProvisionalResults(true);
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy prov(w, &PipelineWorker::provisionalReady);
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy prov(w, &PipelineWorker::provisionalReady);
     QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection,
                               Q_ARG(QString, QString::fromStdString(f.frame)), Q_ARG(QString, QString()));
     ASSERT_TRUE(waitFor(loaded, 1, 30000));

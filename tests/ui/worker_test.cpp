@@ -2,6 +2,7 @@
 // thread, debouncing, frame loading. Simulated fields with known content; offscreen Qt.
 #include <gtest/gtest.h>
 
+#include "tests/ui/queued_spy.hpp"
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QApplication>
@@ -14,6 +15,7 @@
 #include <QTimer>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +36,7 @@
 
 using namespace gpuphot;
 using namespace gpuphot::ui;
+using gpuphot::test::QueuedSpy;
 
 namespace {
 
@@ -61,8 +64,8 @@ FramePtr smallFrame() {
     return frame;
 }
 
-// Waits until the spy has recorded `n` signals. (QSignalSpy::wait alone misses a signal that the worker's
-// thread emitted before wait() was entered: the spy's connection is direct.)
+// Waits until the spy has recorded `n` signals. (QSignalSpy::wait alone misses a signal that was recorded
+// before wait() was entered.)
 bool waitFor(QSignalSpy& spy, int n, int ms) {
     QElapsedTimer t;
     t.start();
@@ -73,7 +76,7 @@ bool waitFor(QSignalSpy& spy, int n, int ms) {
 SnapshotPtr snapshotFrom(const QSignalSpy& spy, int i) { return spy.at(i).at(0).value<SnapshotPtr>(); }
 
 void setFrame(PipelineWorker* w, FramePtr f) {
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
     QMetaObject::invokeMethod(w, "setFrame", Qt::QueuedConnection, Q_ARG(gpuphot::ui::FramePtr, f));
     ASSERT_TRUE(waitFor(loaded, 1, 10000));
 }
@@ -85,8 +88,8 @@ TEST(PipelineWorker, ThresholdAndApertureChangesReRunFromTheAffectedStage) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, smallFrame());
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy failed(w, &PipelineWorker::runFailed);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy failed(w, &PipelineWorker::runFailed);
 
     PipelineConfig low;
     low.detection.threshold = 1.5;
@@ -141,7 +144,7 @@ TEST(PipelineWorker, ReusesIdenticalPsfFitsAndPreparesTheTableOrder) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, bigFrame());
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
     w->setCatalogSort(CatalogModel::MagAper, true, 0);
     PipelineConfig a, b = a;
     b.detection.threshold = a.detection.threshold + 0.5;
@@ -193,7 +196,7 @@ TEST(PipelineWorker, ThresholdPrefetchAnswersWithTheFreshResult) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, bigFrame());
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
     w->setThresholdPrefetch(0.25);
     PipelineConfig a;
     a.detection.threshold = 2.0;
@@ -236,9 +239,9 @@ TEST(PipelineWorker, NewerRequestCancelsTheRunningOne) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, bigFrame());
-    QSignalSpy started(w, &PipelineWorker::started);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy cancelled(w, &PipelineWorker::cancelled);
+    QueuedSpy started(w, &PipelineWorker::started);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy cancelled(w, &PipelineWorker::cancelled);
 
     PipelineConfig a, b;
     b.detection.threshold = 3.0;
@@ -263,7 +266,7 @@ TEST(PipelineWorker, BackToBackRequestsEmitOnlyTheNewest) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, smallFrame());
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
     // Hold the worker thread until all five requests are made, so that they are back to back however
     // loaded the machine is (without this, a preempted test thread let run 1 finish first under CI load).
     QSemaphore gate;
@@ -289,11 +292,12 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
     setFrame(w, bigFrame());
-    QThread* runThread = nullptr;
+    // Written on the worker's thread (direct connection), read on this one: atomic.
+    std::atomic<QThread*> runThread{nullptr};
     QObject::connect(w, &PipelineWorker::started, w, [&](quint64) { runThread = QThread::currentThread(); },
                      Qt::DirectConnection);
-    QSignalSpy started(w, &PipelineWorker::started);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy started(w, &PipelineWorker::started);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
 
     // A 10 ms timer on the UI thread; its largest gap measures how long the event loop was blocked.
     QElapsedTimer clock;
@@ -313,11 +317,11 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     // Queued: the call returns long before the run (hundreds of ms) can have finished; the worker's
     // thread may already have started it (that race is fine), but never this thread.
     EXPECT_EQ(ready.count(), 0);
-    EXPECT_NE(runThread, QThread::currentThread());
+    EXPECT_NE(runThread.load(), QThread::currentThread());
     ASSERT_TRUE(waitFor(ready, 1, 60000));
     tick.stop();
-    EXPECT_EQ(runThread, host.thread()) << "the run happens on the worker's thread";
-    EXPECT_NE(runThread, QThread::currentThread());
+    EXPECT_EQ(runThread.load(), host.thread()) << "the run happens on the worker's thread";
+    EXPECT_NE(runThread.load(), QThread::currentThread());
     const auto& timings = snapshotFrom(ready, 0)->timings;
     double runS = 0;
     for (const auto& r : timings) runS += r.seconds;
@@ -334,7 +338,7 @@ TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
     RunScheduler scheduler(w);
     scheduler.setDelay(500); // long against the 20 ms between edits, even on a loaded CI machine
     QSignalSpy requested(&scheduler, &RunScheduler::requested);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
     PipelineConfig c;
     for (int i = 0; i < 6; ++i) {
         c.detection.minArea = 3 + i;
@@ -364,11 +368,11 @@ TEST(PipelineWorker, LoadsFramesAndReportsErrors) {
     writeSimulation(sim, dir.path.string(), "f", -32);
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
-    QSignalSpy failedLoad(w, &PipelineWorker::loadFailed);
-    QSignalSpy refLoaded(w, &PipelineWorker::referenceLoaded);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy runFailed(w, &PipelineWorker::runFailed);
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy failedLoad(w, &PipelineWorker::loadFailed);
+    QueuedSpy refLoaded(w, &PipelineWorker::referenceLoaded);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy runFailed(w, &PipelineWorker::runFailed);
 
     // No frame yet: the run fails with a message and the generation.
     const quint64 g0 = w->requestRun(PipelineConfig{});
@@ -424,10 +428,10 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
     writeSimulation(simulateField(p), dir.str(), "demo", 16);
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
-    QSignalSpy loaded(w, &PipelineWorker::frameLoaded);
-    QSignalSpy refLoaded(w, &PipelineWorker::referenceLoaded);
-    QSignalSpy ready(w, &PipelineWorker::resultReady);
-    QSignalSpy provisional(w, &PipelineWorker::provisionalReady);
+    QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
+    QueuedSpy refLoaded(w, &PipelineWorker::referenceLoaded);
+    QueuedSpy ready(w, &PipelineWorker::resultReady);
+    QueuedSpy provisional(w, &PipelineWorker::provisionalReady);
     w->setProvisionalResults(true); // as the workbench
     QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, QString::fromStdString(dir / "demo.fits")),
                               Q_ARG(QString, QString()));
