@@ -146,7 +146,9 @@ TEST(TileDecoderGuard, HcompressCheckAcceptsEveryStreamCfitsioWritesAndNoPrefixO
                     EXPECT_EQ(hdecompressedGuarded(s, t.nx, t.ny, wide, true), 0);
                     // The stream is only valid for its own tile size (the decoder takes it from the stream).
                     EXPECT_NE(hcompressProblem(s, t.nx + 1, t.ny, wide), "");
-                    if (t.nx != t.ny) EXPECT_NE(hcompressProblem(s, t.ny, t.nx, wide), "");
+                    if (t.nx != t.ny) {
+                        EXPECT_NE(hcompressProblem(s, t.ny, t.nx, wide), "");
+                    }
                     const std::size_t step = s.size() > 400 ? s.size() / 97 : 1;
                     for (std::size_t keep = 0; keep < s.size(); keep += step) {
                         const std::vector<unsigned char> cut(s.begin(), s.begin() + keep);
@@ -315,9 +317,10 @@ void roundTrip(const fs::path& path, int type, int bitpix, int w, int h, long ti
     const Frame fr = readFrame(path.string());
     ASSERT_EQ(fr.width(), w);
     ASSERT_EQ(fr.height(), h);
-    if (scale == 0)
+    if (scale == 0) {
         for (int i = 0; i < w * h; ++i)
             ASSERT_EQ(fr.pixels.data()[i], static_cast<float>(px[i])) << path << " pixel " << i;
+    }
 }
 
 } // namespace
