@@ -14,7 +14,7 @@
 #include <dlfcn.h>
 
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
+#include "core/stages/background/background.hpp"
 
 #if __has_include(<sep.h>)
 extern "C" {

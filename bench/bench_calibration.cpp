@@ -31,9 +31,9 @@
 #include "core/model/flags.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/astrometry.hpp"
-#include "core/stages/crossmatch.hpp"
-#include "core/stages/zeropoint.hpp"
+#include "core/stages/astrometry/astrometry.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/stages/zeropoint/zeropoint.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
 

@@ -13,7 +13,7 @@
 #include "core/model/instrument.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/cosmic_rays.hpp"
+#include "core/stages/prepare/cosmic_rays.hpp"
 
 using namespace gpuphot;
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/convolution.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection.hpp"
 
 using namespace gpuphot;
 

@@ -23,7 +23,7 @@
 
 #include "core/io/fits_image.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/prepare.hpp"
+#include "core/stages/prepare/prepare.hpp"
 #ifdef GPUPHOT_BENCH_PREPARE_CUDA
 #include "core/pipeline/device_registry.hpp"
 #include "kernels/cuda_stages_impl.hpp"

@@ -35,7 +35,7 @@ extern "C" {
 
 namespace {
 
-// bench/peers.py's settings (keep in step with it and with core/stages/*.hpp).
+// bench/peers.py's settings (keep in step with it and with core/stages/*/*.hpp).
 constexpr int kBackSize = 64;
 constexpr int kBackFilterSize = 3;
 constexpr float kDetectThresh = 1.5f;

@@ -12,7 +12,7 @@ Run with Debian's Python (/usr/bin/python3: astropy, numpy, scipy, python3-sep).
   peers.py complete TRUTH.fits CATALOG [--kind gpuphot|sep|sex] [--snr 10] [--radius 1]
       Completeness of a catalog against the truth for stars of true S/N >= snr (matched within radius px).
 
-Settings mirror gpuphot's defaults (core/stages/*.hpp): background mesh 64 px, median filter 3x3 meshes;
+Settings mirror gpuphot's defaults (core/stages/*/*.hpp): background mesh 64 px, median filter 3x3 meshes;
 detection 1.5 sigma of the local RMS, 5 px minimum area, 7x7 Gaussian filter of FWHM 3 px (the same
 numbers as gaussianKernel1d(3.0)), 32 deblending levels, contrast 0.005, cleaning with parameter 1.0;
 aperture radii 2, 3, 4, 6 px with a local sky annulus of 4..6 x FWHM.
@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-# gpuphot defaults (keep in step with core/stages/*.hpp).
+# gpuphot defaults (keep in step with core/stages/*/*.hpp).
 BACK_SIZE = 64
 BACK_FILTERSIZE = 3
 DETECT_THRESH = 1.5

@@ -1,6 +1,6 @@
 #pragma once
 // The CPU fallback of the CUDA implementations that are reached through their CPU function's dispatch
-// (the preparation steps of kernels/cosmic_rays.cu and kernels/bayer.cu): when the device has no room
+// (the preparation steps of kernels/prepare/cosmic_rays.cu and kernels/prepare/bayer.cu): when the device has no room
 // (DeviceOutOfMemory), the stage notes the "cpu" plan and calls its public function again with the
 // context's backend set to CPU for the call, i.e. the CPU implementation.
 #include <string>

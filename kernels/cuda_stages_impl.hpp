@@ -50,10 +50,10 @@ BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
 
-// PSF stage (kernels/psf.cu): cpu::buildPsfModel for the model (selection, stamps, clipping, spatial model)
-// with the stars' profile fits (one block per star, core/stages/psf_fit_math.hpp), the ePSF cells
-// (kernels/psf_epsf.cu, core/stages/psf_epsf_math.hpp) and the PSF photometry (one thread per source,
-// core/stages/psf_flux_math.hpp) on the device: all bitwise the host loops, which run instead when the device
+// PSF stage (kernels/psf/psf.cu): cpu::buildPsfModel for the model (selection, stamps, clipping, spatial model)
+// with the stars' profile fits (one block per star, core/stages/psf/psf_fit_math.hpp), the ePSF cells
+// (kernels/psf/psf_epsf.cu, core/stages/psf/psf_epsf_math.hpp) and the PSF photometry (one thread per source,
+// core/stages/psf/psf_flux_math.hpp) on the device: all bitwise the host loops, which run instead when the device
 // has no room; the whole host stage with GPUPHOT_PSF_DEVICE=0.
 PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                         const Sources& sources, double gain, const PsfParams& params, RunContext& ctx);
@@ -66,13 +66,13 @@ ApertureResult measureApertures(const ImageView& image, const MaskView& mask, co
                                 double fwhm, double gain, double readNoise, const ApertureParams& params,
                                 RunContext& ctx);
 // The same with the detection's shared map: a deferred map made on this context's device
-// (kernels/detection_finish.hpp) is read there, never downloaded (unless the sources lack segmentId, or
+// (kernels/detection/detection_finish.hpp) is read there, never downloaded (unless the sources lack segmentId, or
 // the stage runs as strips or on the CPU: then the map is materialised); another map is uploaded.
 ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                 const SegmentationMap& segmentation, const Sources& sources, double fwhm,
                                 double gain, double readNoise, const ApertureParams& params, RunContext& ctx);
 
-// Crossmatch (kernels/crossmatch.cu): the grid-hash candidate search on the device, bitwise equal to
+// Crossmatch (kernels/crossmatch/crossmatch.cu): the grid-hash candidate search on the device, bitwise equal to
 // cpu::crossmatch. crossmatch() is the registered entry: below the measured crossover (below) it calls
 // cpu::crossmatch, and it falls back to it when the device is out of memory; crossmatchGpu() always uses
 // the device (tests, benchmarks).
@@ -99,7 +99,7 @@ bool crossmatchUsesDevice(std::size_t nSources, std::size_t nRefs);
 std::size_t crossmatchLastCandidates();
 std::size_t crossmatchLastSeparationMismatches();
 
-// Frame preparation (kernels/prepare.cu): prepareFrame's per-pixel calibration on the device, masters
+// Frame preparation (kernels/prepare/prepare.cu): prepareFrame's per-pixel calibration on the device, masters
 // resident in the DeviceContext, the result kept as its frame cache (cal.keepOnDevice). Returns the pixels
 // newly set MaskBad.
 // A new DeviceContext (CUDA context, stream, pool) for RunContext::deviceState; any thread.
@@ -125,8 +125,8 @@ struct PrepareTimings {
 };
 PrepareTimings prepareLastTimings();
 
-// Frame preparation steps 6-8 (kernels/cosmic_rays.cu, kernels/bayer.cu), bitwise equal to the CPU
-// functions of core/stages/cosmic_rays.hpp and bayer.hpp, which dispatch here after checking their inputs.
+// Frame preparation steps 6-8 (kernels/prepare/cosmic_rays.cu, kernels/prepare/bayer.cu), bitwise equal to the CPU
+// functions of core/stages/prepare/cosmic_rays.hpp and bayer.hpp, which dispatch here after checking their inputs.
 CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
                                  const CosmicRayParams& params, RunContext& ctx);
 SaltPepperResult saltPepperMask(const ImageView& pixels, const MaskView& mask, const SaltPepperParams& params,

@@ -3,7 +3,7 @@
 // BackgroundParams::fullMaps = false (the pipeline's lean maps, both backends) interpolates the
 // full-resolution level and rms maps on the device and keeps them in the DeviceContext, keyed by what
 // determines them (frame size, mesh grid, spline kind), without downloading them; the host result keeps
-// the mesh grid and its exact sampler (core/stages/background.hpp). The detection and aperture kernels
+// the mesh grid and its exact sampler (core/stages/background/background.hpp). The detection and aperture kernels
 // find the maps here; when they are gone (another run, a budget that dropped them) they are interpolated
 // again from the mesh grid: the same kernel on the same grid, so the same bits as the host maps.
 #include <cstdint>

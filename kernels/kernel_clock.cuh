@@ -1,7 +1,7 @@
 #pragma once
-// Device times of the detection stage's kernels and copies (kernels/detection.cu's front,
-// kernels/detection_finish.cu's finish step) under GPUPHOT_DETECTION_TIMING, and host laps; the aperture
-// stage's phases (kernels/aperture.cu) under GPUPHOT_APERTURE_TIMING.
+// Device times of the detection stage's kernels and copies (kernels/detection/detection.cu's front,
+// kernels/detection/detection_finish.cu's finish step) under GPUPHOT_DETECTION_TIMING, and host laps; the aperture
+// stage's phases (kernels/aperture/aperture.cu) under GPUPHOT_APERTURE_TIMING.
 #include <cuda_runtime.h>
 
 #include <algorithm>

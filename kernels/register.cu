@@ -2,9 +2,9 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 
-#include "core/stages/bayer.hpp"
-#include "core/stages/cosmic_rays.hpp"
-#include "core/stages/crossmatch.hpp"
+#include "core/stages/prepare/bayer.hpp"
+#include "core/stages/prepare/cosmic_rays.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
 
 namespace gpuphot::cuda {
 

@@ -8,7 +8,7 @@
 
 #include "core/model/flags.hpp"
 #include "core/model/header.hpp"
-#include "core/stages/aperture_overlap.hpp"
+#include "core/stages/aperture/aperture_overlap.hpp"
 #include "core/wcs/wcs.hpp"
 #include "ui/snapshot.hpp"
 

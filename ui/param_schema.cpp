@@ -78,7 +78,7 @@ const std::string kFlagList = " Bits (docs/FLAGS.md): 1 crowded, 2 blended, 4 sa
 std::vector<ParamSpec> buildSchema() {
     const double inf = 1e9;
     std::vector<ParamSpec> v;
-    // --- Preparation (before stage 1; core/stages/prepare.hpp, docs/CONFIG.md "prepare") ---
+    // --- Preparation (before stage 1; core/stages/prepare/prepare.hpp, docs/CONFIG.md "prepare") ---
     const std::string pr = "prepare";
     v.push_back(boolean("prepare.overscan", pr, "Overscan", "Subtract the median of the overscan (BIASSEC) when the header has one"));
     v.push_back(choice("prepare.overscanMethod", pr, "Overscan method", "One level for the frame, or the median of each overscan row",

@@ -11,7 +11,7 @@
 #include "core/io/fits_image.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/masters.hpp"
+#include "core/stages/prepare/masters.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot::cli {

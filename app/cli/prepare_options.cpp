@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/pipeline/reduce.hpp"
-#include "core/stages/prepare.hpp"
+#include "core/stages/prepare/prepare.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot::cli {

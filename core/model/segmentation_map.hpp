@@ -6,7 +6,7 @@
 // Two kinds:
 //   - host-backed: made from an Image (the CPU detection, the CUDA strips plan);
 //   - deferred: only the size and a DeferredImageSource that can produce the pixels (the CUDA detection:
-//     the map stays in device memory, kernels/detection_finish.hpp). host() downloads it once, on first
+//     the map stays in device memory, kernels/detection/detection_finish.hpp). host() downloads it once, on first
 //     use, from any thread; a backend that can use the source directly (the CUDA aperture stage reads the
 //     device buffer) never materialises it.
 // core/ knows nothing of the source's backend: kernels/ subclasses DeferredImageSource.

@@ -18,7 +18,7 @@
 namespace gpuphot {
 
 struct BackendTuning {
-    // Aperture stage engines (core/stages/aperture.cpp, kernels/aperture.cu).
+    // Aperture stage engines (core/stages/aperture/aperture.cpp, kernels/aperture/aperture.cu).
     struct Aperture {
         std::size_t batch = 0;      // GPUPHOT_APERTURE_BATCH: sources per engine batch; 0: the engine's own
         bool heapSort = false;      // GPUPHOT_APERTURE_HEAPSORT: annulus values by a heap sort

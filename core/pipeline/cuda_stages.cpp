@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/crossmatch.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/psf.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/psf/psf.hpp"
 
 namespace gpuphot {
 namespace {

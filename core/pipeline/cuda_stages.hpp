@@ -38,7 +38,7 @@ struct SaltPepperResult;
 struct CfaLayout;
 enum class CfaOutput;
 
-// The per-pixel calibration of prepareFrame (core/stages/prepare.cpp, step 4-5), views already aligned
+// The per-pixel calibration of prepareFrame (core/stages/prepare/prepare.cpp, step 4-5), views already aligned
 // with the (trimmed) frame; empty views are not applied. Every output pixel is
 //   v = p - bias; v = float(v - darkScale * dark); v /= flat when flat is finite and > minFlat,
 // and MaskBad is set where a master mask, the bad-pixel mask or the flat guard says so.
@@ -102,7 +102,7 @@ struct CudaStageTable {
                                         const PrepareDeviceJob& job, RunContext& ctx) = nullptr;
     // Frame preparation steps 6-8, each with the signature of its CPU function, which
     // dispatches to the entry after checking its inputs: L.A.Cosmic and the salt-and-pepper prefilter
-    // (core/stages/cosmic_rays.cpp) and the CFA super-pixel image (core/stages/bayer.cpp).
+    // (core/stages/prepare/cosmic_rays.cpp) and the CFA super-pixel image (core/stages/prepare/bayer.cpp).
     CosmicRayResult (*cosmicRays)(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
                                   const CosmicRayParams& params, RunContext& ctx) = nullptr;
     SaltPepperResult (*saltPepper)(const ImageView& pixels, const MaskView& mask,

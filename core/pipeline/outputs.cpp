@@ -18,7 +18,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/pipeline.hpp"
-#include "core/stages/forced_photometry.hpp"
+#include "core/stages/aperture/forced_photometry.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/parallel.hpp"
 #include "core/wcs/wcs.hpp"

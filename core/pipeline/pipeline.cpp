@@ -15,7 +15,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/crossmatch.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/robust_stats.hpp"
 #include "core/wcs/wcs.hpp"

@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "core/pipeline/pipeline_config.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/astrometry.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/crossmatch.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/psf.hpp"
-#include "core/stages/zeropoint.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/astrometry/astrometry.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/psf/psf.hpp"
+#include "core/stages/zeropoint/zeropoint.hpp"
 
 namespace gpuphot {
 
@@ -50,7 +50,7 @@ struct PipelineResult {
     // The catalog is bitwise the same either way.
     bool keepFullMaps = false;
     // Optional, set by the caller (the workbench's worker, across runs): per-star PSF fits reused where
-    // every input is bitwise the same (core/stages/psf.hpp PsfFitCache; CPU backend). Results unchanged.
+    // every input is bitwise the same (core/stages/psf/psf.hpp PsfFitCache; CPU backend). Results unchanged.
     std::shared_ptr<PsfFitCache> psfFitCache;
 };
 

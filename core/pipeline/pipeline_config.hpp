@@ -6,14 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/instrument.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/astrometry.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/crossmatch.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/prepare.hpp"
-#include "core/stages/psf.hpp"
-#include "core/stages/zeropoint.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/astrometry/astrometry.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/prepare/prepare.hpp"
+#include "core/stages/psf/psf.hpp"
+#include "core/stages/zeropoint/zeropoint.hpp"
 
 namespace gpuphot {
 

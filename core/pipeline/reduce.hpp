@@ -16,7 +16,7 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/forced_photometry.hpp"
+#include "core/stages/aperture/forced_photometry.hpp"
 
 namespace gpuphot {
 

@@ -1,7 +1,7 @@
 #pragma once
 // exp and log as GPUPHOT_HD functions of + - * / only, so that a CPU stage and its CUDA kernel that need
 // them agree bitwise (docs/ARCHITECTURE.md, Determinism). The C library's exp/log (glibc) and CUDA's
-// libdevice round differently in the last bit; the PSF profile fits (core/stages/psf_fit_math.hpp) feed the
+// libdevice round differently in the last bit; the PSF profile fits (core/stages/psf/psf_fit_math.hpp) feed the
 // fitted FWHM into every aperture radius, so one ulp there would show in the catalog.
 //
 // Accuracy (tests/core/hd_math_test.cpp, against long double): exp within 1 ulp, log within 1.5 ulp

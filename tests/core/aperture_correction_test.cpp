@@ -17,7 +17,7 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/psf.hpp"
+#include "core/stages/psf/psf.hpp"
 #include "tests/test_support.hpp"
 
 using namespace gpuphot;

@@ -18,10 +18,10 @@
 #include "core/model/flags.hpp"
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/aperture_internal.hpp"
-#include "core/stages/aperture_overlap.hpp"
-#include "core/stages/background.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/aperture/aperture_internal.hpp"
+#include "core/stages/aperture/aperture_overlap.hpp"
+#include "core/stages/background/background.hpp"
 #include "core/util/errors.hpp"
 
 #ifdef GPUPHOT_HAVE_SEP

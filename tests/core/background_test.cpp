@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
+#include "core/stages/background/background.hpp"
 #include "core/util/errors.hpp"
 
 #ifdef GPUPHOT_HAVE_SEP

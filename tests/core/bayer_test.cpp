@@ -11,7 +11,7 @@
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/bayer.hpp"
+#include "core/stages/prepare/bayer.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"

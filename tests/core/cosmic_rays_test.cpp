@@ -14,7 +14,7 @@
 #include "core/model/instrument.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/cosmic_rays.hpp"
+#include "core/stages/prepare/cosmic_rays.hpp"
 #include "core/util/errors.hpp"
 #include "tests/test_support.hpp"
 

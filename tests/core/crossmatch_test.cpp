@@ -12,7 +12,7 @@
 #include "core/catalog/reference_catalog.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/crossmatch.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"

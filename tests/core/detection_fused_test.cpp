@@ -14,9 +14,9 @@
 
 #include "core/model/image.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/convolution.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection.hpp"
 
 namespace gpuphot {
 namespace {

@@ -1,6 +1,6 @@
 // The deblending's single-peak shortcut (detail::peakCount < 2: the region is returned whole without the
 // multi-threshold search) never changes deblendObject's result; the CUDA backend relies on the same test
-// (kernels/detection_objects.cu) to deblend only the regions with two or more peaks. Checked region by
+// (kernels/detection/detection_objects.cu) to deblend only the regions with two or more peaks. Checked region by
 // region on crowded simulated fields (Plummer clusters), with and without the matched filter, with
 // invalid (NaN, masked) pixels next to stars and a low deblending contrast.
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 #include "core/model/flags.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/detection_internal.hpp"
-#include "core/stages/detection_sums.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/detection/detection_internal.hpp"
+#include "core/stages/detection/detection_sums.hpp"
 #include "tests/core/test_fields.hpp"
 
 namespace gpuphot {

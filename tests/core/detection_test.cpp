@@ -12,9 +12,9 @@
 
 #include "core/model/flags.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/convolution.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {

@@ -1,4 +1,4 @@
-// core/stages/detection_window.hpp: the exp shared by the CPU and CUDA windowed positions against the C
+// core/stages/detection/detection_window.hpp: the exp shared by the CPU and CUDA windowed positions against the C
 // library's, the half-light radius walk and the window iteration against analytic truths.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "core/stages/detection_window.hpp"
+#include "core/stages/detection/detection_window.hpp"
 
 namespace gpuphot::detail {
 namespace {

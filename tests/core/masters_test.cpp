@@ -13,7 +13,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/masters.hpp"
+#include "core/stages/prepare/masters.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {

@@ -14,7 +14,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
+#include "core/stages/background/background.hpp"
 
 namespace gpuphot {
 namespace {

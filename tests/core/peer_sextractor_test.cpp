@@ -38,9 +38,9 @@ extern "C" {
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/convolution.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection.hpp"
 
 namespace gpuphot {
 namespace {

@@ -1,5 +1,5 @@
-// The PSF profile fit's fixed sum order (core/stages/psf_fit_math.hpp), on which the CUDA batch
-// (kernels/psf.cu, one block per star) relies to give the host's bits: fitProfile equals psffit::lmFit
+// The PSF profile fit's fixed sum order (core/stages/psf/psf_fit_math.hpp), on which the CUDA batch
+// (kernels/psf/psf.cu, one block per star) relies to give the host's bits: fitProfile equals psffit::lmFit
 // driven by this test's own evaluator, which makes every sum in full in the documented order (lanes of
 // strided samples, then the tree) and never stops early. So the host's early stop of rejected trials
 // changes no decision, and a device evaluator that follows the documented order gives the same fit.
@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "core/stages/psf_fit_math.hpp"
-#include "core/stages/psf_moffat.hpp"
+#include "core/stages/psf/psf_fit_math.hpp"
+#include "core/stages/psf/psf_moffat.hpp"
 
 using namespace gpuphot;
 

@@ -10,7 +10,7 @@
 
 #include "core/model/sources.hpp"
 #include "core/pipeline/pipeline.hpp"
-#include "core/stages/psf.hpp"
+#include "core/stages/psf/psf.hpp"
 
 namespace gpuphot {
 namespace {

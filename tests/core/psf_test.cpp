@@ -17,11 +17,11 @@
 #include "core/model/flags.hpp"
 #include "core/model/sources.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/psf.hpp"
-#include "core/stages/psf_epsf.hpp"
-#include "core/stages/psf_epsf_math.hpp"
-#include "core/stages/psf_flux_math.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/psf/psf.hpp"
+#include "core/stages/psf/psf_epsf.hpp"
+#include "core/stages/psf/psf_epsf_math.hpp"
+#include "core/stages/psf/psf_flux_math.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/hd_math.hpp"
 
@@ -651,7 +651,7 @@ TEST(PsfField, FitBatchHookGetsEveryFitAndGivesTheSameResult) {
 
 // ---------------------------------------------------------------------------------------------------
 // The ePSF batch hook (cpu::buildPsfModel's EpsfCellBatch, the CUDA backend's way in) with a host
-// emulation of the CUDA batch (kernels/psf_epsf.cu): the same shared pieces (core/stages/psf_epsf_math.hpp)
+// emulation of the CUDA batch (kernels/psf/psf_epsf.cu): the same shared pieces (core/stages/psf/psf_epsf_math.hpp)
 // in the kernels' structure: items indexed by (star, stamp pixel), scattered to their nodes in an order
 // the atomics could give (here backwards) and sorted back by index, the clipped means with the device's
 // sort, the peak as the largest positive sample's bits, the non-finite cells left to the host. Every cell

@@ -24,7 +24,7 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/astrometry.hpp"
+#include "core/stages/astrometry/astrometry.hpp"
 #include "core/wcs/wcs.hpp"
 
 using namespace gpuphot;

@@ -14,8 +14,8 @@
 #include "core/model/segmentation_map.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {

@@ -16,8 +16,8 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/crossmatch.hpp"
-#include "core/stages/zeropoint.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/stages/zeropoint/zeropoint.hpp"
 #include "core/util/errors.hpp"
 #include "tests/core/test_fields.hpp"
 

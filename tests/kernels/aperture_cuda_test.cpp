@@ -21,17 +21,17 @@
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/aperture_internal.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/aperture/aperture_internal.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
 
-namespace gpuphot::cuda { // kernels/aperture.cu's test hook
+namespace gpuphot::cuda { // kernels/aperture/aperture.cu's test hook
 void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
                      const double* cx, const double* cy, std::size_t n, double rin, double rout,
                      const detail::SkyParamsHD& p, double saturation, RunContext& ctx,

@@ -1,4 +1,4 @@
-// Frame preparation steps 6-8 on the device (kernels/cosmic_rays.cu, kernels/bayer.cu) against the CPU
+// Frame preparation steps 6-8 on the device (kernels/prepare/cosmic_rays.cu, kernels/prepare/bayer.cu) against the CPU
 // functions, bitwise: L.A.Cosmic (mask, counts per iteration, saturated-star pixels, the clean image) on
 // simulated frames with the simulator's cosmic-ray tracks and every Params case of the CPU tests, on odd
 // sizes down to 1 x 1, with input masks, non-finite pixels and strided views; the salt-and-pepper prefilter;
@@ -21,9 +21,9 @@
 #include "core/model/instrument.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/bayer.hpp"
-#include "core/stages/cosmic_rays.hpp"
-#include "core/stages/prepare.hpp"
+#include "core/stages/prepare/bayer.hpp"
+#include "core/stages/prepare/cosmic_rays.hpp"
+#include "core/stages/prepare/prepare.hpp"
 #include "core/util/errors.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"

@@ -1,4 +1,4 @@
-// GPU crossmatch (kernels/crossmatch.cu) against cpu::crossmatch: refIndex, separations, the selected
+// GPU crossmatch (kernels/crossmatch/crossmatch.cu) against cpu::crossmatch: refIndex, separations, the selected
 // reference stars and their positions bitwise equal on random, crowded, tied and simulated fields, for
 // one-to-one and nearest matching; the automatic choice by size. GPUPHOT_BENCH_XMATCH=1 adds the
 // crossover benchmark (prints CPU and GPU times, checks equality at every size; no timing assertion).
@@ -19,7 +19,7 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/crossmatch.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"

@@ -15,9 +15,9 @@
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/convolution.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 

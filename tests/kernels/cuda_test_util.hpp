@@ -19,9 +19,9 @@
 #include "core/model/image.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
 
 namespace gpuphot::cudatest {
 

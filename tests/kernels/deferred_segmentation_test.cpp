@@ -1,4 +1,4 @@
-// The CUDA detection's deferred segmentation map (kernels/detection_finish.hpp): it stays on the device
+// The CUDA detection's deferred segmentation map (kernels/detection/detection_finish.hpp): it stays on the device
 // (no download) and is bitwise the CPU stage's map when read; the aperture stage reads it there without
 // a download and gives the CPU stage's columns bitwise; it outlives its RunContext; it can be read from
 // another thread; a map dropped on another thread gives its memory back at the next stage; under a tight
@@ -14,10 +14,10 @@
 
 #include "core/model/segmentation_map.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/aperture.hpp"
-#include "core/stages/detection.hpp"
+#include "core/stages/aperture/aperture.hpp"
+#include "core/stages/detection/detection.hpp"
 #include "kernels/cuda_stages_impl.hpp"
-#include "kernels/detection_finish.hpp"
+#include "kernels/detection/detection_finish.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 

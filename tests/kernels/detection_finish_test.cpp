@@ -1,4 +1,4 @@
-// cuda::finishDetection (kernels/detection_finish.cu) against core's detail::finishDetection on the same
+// cuda::finishDetection (kernels/detection/detection_finish.cu) against core's detail::finishDetection on the same
 // objects: every Sources column bitwise and the segmentation map exactly, on sparse, crowded and masked
 // simulated fields, odd sizes, no objects and objects on the edges; the map stays on the device (a deferred
 // SegmentationMap) and is compared after its RunContext died (downloaded when the context ended).
@@ -20,12 +20,12 @@
 #include "core/model/image.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/detection_internal.hpp"
-#include "core/stages/detection_window.hpp"
-#include "kernels/detection_finish.hpp"
-#include "kernels/detection_finish_pack.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/detection/detection_internal.hpp"
+#include "core/stages/detection/detection_window.hpp"
+#include "kernels/detection/detection_finish.hpp"
+#include "kernels/detection/detection_finish_pack.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
@@ -266,7 +266,7 @@ TEST(CudaDetectionFinish, ContextReusedAcrossFrames) {
     EXPECT_EQ(counts[0], counts[2]);
 }
 
-// The host halves of the columns (kernels/detection_finish_pack.hpp): fillFinishColumns then
+// The host halves of the columns (kernels/detection/detection_finish_pack.hpp): fillFinishColumns then
 // fillFinishWindow give the rows detail::setSourceRow gives, bitwise.
 TEST(CudaDetectionFinish, ColumnsInTwoHalvesAsSetSourceRow) {
     cudatest::SplitMix64 rng(21);

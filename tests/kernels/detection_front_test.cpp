@@ -1,4 +1,4 @@
-// The CUDA detection front (kernels/detection.cu: subtraction fused with the row filter, column filter fused
+// The CUDA detection front (kernels/detection/detection.cu: subtraction fused with the row filter, column filter fused
 // with the threshold into a bit image, per-row run counts, a scan and the run extraction) against core's
 // detail::prepareDetection: the same runs (order and content), filtered image and pixel states bit for bit,
 // in each plan (whole with the images kept on the device, whole with host images, strips), on odd sizes,
@@ -17,10 +17,10 @@
 
 #include "core/model/image.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/detection_internal.hpp"
-#include "kernels/detection_front.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/detection/detection_internal.hpp"
+#include "kernels/detection/detection_front.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 

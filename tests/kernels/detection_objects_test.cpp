@@ -1,4 +1,4 @@
-// The CUDA per-object half of detection (kernels/detection_objects.cu) against core's detail::detectObjects:
+// The CUDA per-object half of detection (kernels/detection/detection_objects.cu) against core's detail::detectObjects:
 // the same objects, runs, flags and isophotal measurements bit for bit, and the same order, on sparse,
 // crowded (Plummer clusters), saturated and masked fields, with each filter path, odd sizes and a field
 // without objects; and the whole CUDA detection against the CPU one on a crowded field.
@@ -15,12 +15,12 @@
 
 #include "core/model/flags.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/detection.hpp"
-#include "core/stages/detection_internal.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/detection.hpp"
+#include "core/stages/detection/detection_internal.hpp"
 #include "kernels/cuda_stages_impl.hpp"
-#include "kernels/detection_device.cuh"
-#include "kernels/detection_objects.hpp"
+#include "kernels/detection/detection_device.cuh"
+#include "kernels/detection/detection_objects.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/core/test_fields.hpp"
 #include "tests/kernels/cuda_test_util.hpp"

@@ -1,4 +1,4 @@
-// GPU frame preparation (kernels/prepare.cu) against the CPU path of prepareFrame: pixels, mask and the
+// GPU frame preparation (kernels/prepare/prepare.cu) against the CPU path of prepareFrame: pixels, mask and the
 // counts bitwise equal with every combination of masters, flat-guard cases, non-finite values, trimmed
 // frames (masters of the raw size, strided views), overscan per frame and per row; bleed trails and
 // saturation growth along the columns (trails at the frame edges, several per column, NaNs, bleedGrow
@@ -21,7 +21,7 @@
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/prepare.hpp"
+#include "core/stages/prepare/prepare.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
 #include "tests/kernels/cuda_test_util.hpp"

@@ -1,11 +1,11 @@
-// The CUDA PSF stage (kernels/psf.cu: the stars' profile fits and the PSF photometry on the device) against
+// The CUDA PSF stage (kernels/psf/psf.cu: the stars' profile fits and the PSF photometry on the device) against
 // the CPU stage (docs/ARCHITECTURE.md, Determinism): every column of PsfResult bitwise equal on simulated
 // frames with masked pixels (the simulator's defects plus masked blocks over some sources), sources at and
 // beyond the edges and at non-finite positions, the background fitted or not, gain 0 and > 0, a fixed and the
 // automatic fit radius, full background maps, lean maps (mesh grid + sampler: the device interpolates them)
 // and global values only. The device path must really run (its fit count) and fit most sources, and fail
 // some.
-// The ePSF cells built on the device (kernels/psf_epsf.cu, cpu::buildPsfModel's EpsfCellBatch) against
+// The ePSF cells built on the device (kernels/psf/psf_epsf.cu, cpu::buildPsfModel's EpsfCellBatch) against
 // the host loop's: every field of every cell bitwise, the device's cell count checked.
 #include <gtest/gtest.h>
 
@@ -22,18 +22,18 @@
 #include "core/model/sources.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
-#include "core/stages/background.hpp"
-#include "core/stages/psf.hpp"
-#include "core/stages/psf_epsf.hpp"
-#include "core/stages/psf_flux_math.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/psf/psf.hpp"
+#include "core/stages/psf/psf_epsf.hpp"
+#include "core/stages/psf/psf_flux_math.hpp"
 #include "kernels/cuda_stages_impl.hpp"
-#include "kernels/psf_epsf.hpp"
+#include "kernels/psf/psf_epsf.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
-namespace gpuphot::cuda { // kernels/psf.cu's test hook
+namespace gpuphot::cuda { // kernels/psf/psf.cu's test hook
 std::size_t psfLastDeviceFits();
 std::size_t psfLastDeviceProfileFits();
-std::size_t psfLastDeviceEpsfCells(); // kernels/psf_epsf.cu's (declared in kernels/psf_epsf.hpp)
+std::size_t psfLastDeviceEpsfCells(); // kernels/psf/psf_epsf.cu's (declared in kernels/psf/psf_epsf.hpp)
 } // namespace gpuphot::cuda
 
 using namespace gpuphot;
@@ -286,7 +286,7 @@ TEST(PsfCuda, NoMaskDispatchAndSwitch) {
     expectSamePsf(cpuNone, gpuNone, "no PSF photometry");
 }
 
-// ---- ePSF cells on the device (kernels/psf_epsf.cu) -------------------------------------------------
+// ---- ePSF cells on the device (kernels/psf/psf_epsf.cu) -------------------------------------------------
 
 ::testing::AssertionResult sameCells(const PsfResult& c, const PsfResult& g, const std::string& what) {
     if (c.epsf.size() != g.epsf.size())
@@ -444,7 +444,7 @@ TEST(PsfCuda, EpsfNonFiniteCellLeftToHost) {
     EXPECT_LE(built, dirty.epsf.size() - held);
 }
 
-// Through the CUDA stage (kernels/psf.cu passes the device batch to cpu::buildPsfModel): the device built
+// Through the CUDA stage (kernels/psf/psf.cu passes the device batch to cpu::buildPsfModel): the device built
 // the cells, bitwise the CPU stage's.
 TEST(PsfCuda, EpsfCellsThroughCudaStage) {
     REQUIRE_DEVICE();

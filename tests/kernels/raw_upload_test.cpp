@@ -22,7 +22,7 @@
 #include "core/io/fits_raw_read.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/reduce.hpp"
-#include "core/stages/background.hpp"
+#include "core/stages/background/background.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/frame_upload.hpp"
 #include "tests/kernels/cuda_test_util.hpp"

@@ -14,7 +14,7 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/aperture_overlap.hpp"
+#include "core/stages/aperture/aperture_overlap.hpp"
 #include "core/wcs/wcs.hpp"
 #include "tests/ui/panel_fixture.hpp"
 #include "ui/panel_data.hpp"

@@ -1,4 +1,4 @@
-// PsfFitCache (core/stages/psf.hpp), the workbench's reuse of PSF star fits between runs: a run that takes
+// PsfFitCache (core/stages/psf/psf.hpp), the workbench's reuse of PSF star fits between runs: a run that takes
 // fits from the cache gives bitwise the result of a fresh run without one, for every kind of edit the
 // workbench makes (detection threshold and deblending, PSF parameters that do or do not change the fits,
 // a value set back), with a cache that evicts, and when one star's stamp pixels change under an unchanged
@@ -16,7 +16,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/stages/psf.hpp"
+#include "core/stages/psf/psf.hpp"
 
 using namespace gpuphot;
 

@@ -1,0 +1,322 @@
+// Stage 7 driver: refine the header WCS when it verifies, else solve blindly; report residuals.
+#include "core/stages/astrometry/astrometry.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numbers>
+#include <numeric>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/astrometry/astrometry_internal.hpp"
+#include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
+#include "core/wcs/wcs.hpp"
+
+namespace gpuphot {
+namespace {
+
+astrom::Detections prepareDetections(const std::vector<double>& x, const std::vector<double>& y,
+                                     const std::vector<double>& flux, int width, int height) {
+    std::vector<std::int32_t> order;
+    double minPositive = INFINITY;
+    for (double f : flux)
+        if (std::isfinite(f) && f > 0.0) minPositive = std::min(minPositive, f);
+    if (!std::isfinite(minPositive)) minPositive = 1.0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (std::isfinite(x[i]) && std::isfinite(y[i])) order.push_back(static_cast<std::int32_t>(i));
+    auto fluxOf = [&](std::int32_t i) {
+        return std::isfinite(flux[i]) && flux[i] > 0.0 ? flux[i] : 0.5 * minPositive;
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return fluxOf(a) > fluxOf(b); });
+    astrom::Detections d;
+    d.width = width;
+    d.height = height;
+    for (std::int32_t i : order) {
+        d.x.push_back(x[i]);
+        d.y.push_back(y[i]);
+        d.flux.push_back(fluxOf(i));
+        d.index.push_back(i);
+    }
+    return d;
+}
+
+// Sorts (magnitude, row) pairs given in ascending row order into (magnitude, row) order: exactly what
+// std::sort of the pairs gives (magnitudes are finite; -0 and +0 compare equal), by a stable LSD radix sort
+// on the magnitude's bits (6 passes of 11 bits; passes where every key has the same digit are skipped),
+// several times faster than a comparison sort on a million rows.
+void sortByMagnitude(std::vector<std::pair<double, std::int32_t>>& v) {
+    const std::size_t n = v.size();
+    if (n < 4096) {
+        std::sort(v.begin(), v.end());
+        return;
+    }
+    std::vector<std::uint64_t> key(n), key2(n);
+    std::vector<std::int32_t> row(n), row2(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double m = v[i].first + 0.0; // -0 -> +0
+        auto b = std::bit_cast<std::uint64_t>(m);
+        key[i] = (b >> 63) ? ~b : (b | (std::uint64_t{1} << 63)); // order-preserving map to unsigned
+        row[i] = v[i].second;
+    }
+    constexpr int kBits = 11;
+    constexpr std::size_t kBuckets = std::size_t{1} << kBits;
+    std::vector<std::size_t> count(kBuckets);
+    for (int shift = 0; shift < 64; shift += kBits) {
+        std::fill(count.begin(), count.end(), 0);
+        for (std::size_t i = 0; i < n; ++i)
+            ++count[(key[i] >> shift) & (kBuckets - 1)];
+        if (count[(key[0] >> shift) & (kBuckets - 1)] == n) continue; // one digit: the order stands
+        std::size_t sum = 0;
+        for (std::size_t& c : count) {
+            const std::size_t t = c;
+            c = sum;
+            sum += t;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t at = count[(key[i] >> shift) & (kBuckets - 1)]++;
+            key2[at] = key[i];
+            row2[at] = row[i];
+        }
+        key.swap(key2);
+        row.swap(row2);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        v[i].second = row[i];
+        v[i].first = std::bit_cast<double>((key[i] >> 63) ? (key[i] & ~(std::uint64_t{1} << 63)) : ~key[i]);
+    }
+}
+
+// The usable reference stars (finite position), brightest first (ties by row), with unit vectors. With a
+// cone (centre unit vector, chord^2 bound), only the stars inside it: the same stars in the same relative
+// order as the whole catalog's preparation, so a refinement that stays inside the cone selects the same.
+astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
+                             const std::array<double, 3>* centre = nullptr, double chord2Max = 0.0) {
+    const std::size_t nAll = ref.size();
+    const int nt = std::max(1, threads);
+    // Per fixed chunk of rows: the kept rows and their unit vectors (computed once, for the cone test and
+    // the result), concatenated in chunk order: ascending rows whatever the thread count. A row whose
+    // declination alone puts it outside the cone is dropped before any trigonometry.
+    double decLo = -INFINITY, decHi = INFINITY;
+    if (centre) {
+        const double cDec = std::asin(std::clamp((*centre)[2], -1.0, 1.0)) * 180.0 / std::numbers::pi;
+        const double radius = astrom::degFromChord(std::sqrt(chord2Max)) * (1.0 + 1e-9) + 1e-9;
+        decLo = cDec - radius;
+        decHi = cDec + radius;
+    }
+    constexpr std::size_t kChunk = 65536;
+    const std::size_t nChunks = (nAll + kChunk - 1) / kChunk;
+    std::vector<std::vector<std::int32_t>> chunkRows(nChunks);
+    std::vector<std::vector<std::array<double, 3>>> chunkUnit(nChunks);
+    ParallelErrors errors;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c)
+        errors.run([&] {
+            const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(nAll, b + kChunk);
+            for (std::size_t i = b; i < e; ++i) {
+                if (!std::isfinite(ref.ra[i]) || !std::isfinite(ref.dec[i])) continue;
+                if (ref.dec[i] < decLo || ref.dec[i] > decHi) continue;
+                const std::array<double, 3> u = astrom::unitVector(ref.ra[i], ref.dec[i]);
+                if (centre) {
+                    double d2 = 0.0;
+                    for (int k = 0; k < 3; ++k)
+                        d2 += (u[k] - (*centre)[k]) * (u[k] - (*centre)[k]);
+                    if (!(d2 <= chord2Max)) continue;
+                }
+                chunkRows[c].push_back(static_cast<std::int32_t>(i));
+                chunkUnit[c].push_back(u);
+            }
+        });
+    errors.rethrow();
+    std::vector<std::int32_t> keptRows;
+    std::vector<std::array<double, 3>> keptUnit;
+    for (std::size_t c = 0; c < nChunks; ++c) {
+        keptRows.insert(keptRows.end(), chunkRows[c].begin(), chunkRows[c].end());
+        keptUnit.insert(keptUnit.end(), chunkUnit[c].begin(), chunkUnit[c].end());
+        std::vector<std::int32_t>().swap(chunkRows[c]);
+        std::vector<std::array<double, 3>>().swap(chunkUnit[c]);
+    }
+    // Kept positions by (magnitude, position): positions ascend with rows, so this is the order of a
+    // stable sort of the rows by magnitude.
+    std::vector<std::pair<double, std::int32_t>> order(keptRows.size());
+    for (std::size_t k = 0; k < keptRows.size(); ++k) {
+        const double m = ref.mag[keptRows[k]];
+        order[k] = {std::isfinite(m) ? m : 99.0, static_cast<std::int32_t>(k)};
+    }
+    sortByMagnitude(order);
+    astrom::RefStars r;
+    const std::size_t n = order.size();
+    r.ra.resize(n);
+    r.dec.resize(n);
+    r.mag.resize(n);
+    r.xyz.resize(n);
+    r.index.resize(n);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > 16384)
+    for (long long k = 0; k < static_cast<long long>(n); ++k) {
+        const std::int32_t pos = order[k].second, i = keptRows[pos];
+        r.ra[k] = ref.ra[i];
+        r.dec[k] = ref.dec[i];
+        r.mag[k] = order[k].first;
+        r.xyz[k] = keptUnit[pos];
+        r.index[k] = i;
+    }
+    return r;
+}
+
+} // namespace
+
+AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
+                                 const std::vector<double>& flux, int width, int height,
+                                 const ReferenceCatalog& ref, const Wcs* headerWcs,
+                                 std::optional<std::pair<double, double>> pointingRaDec,
+                                 const AstrometryParams& params, RunContext& ctx) {
+    if (x.size() != y.size() || x.size() != flux.size())
+        throw InvalidInput("astrometry: x, y and flux have different lengths (" + std::to_string(x.size()) +
+                           ", " + std::to_string(y.size()) + ", " + std::to_string(flux.size()) + ")");
+    if (width <= 0 || height <= 0)
+        throw InvalidInput("astrometry: frame size " + std::to_string(width) + "x" + std::to_string(height) +
+                           " is not positive");
+    if (!(params.matchRadiusPx > 0.0) || params.maxSipOrder > 9 || !(params.scaleLow > 0.0) ||
+        !(params.scaleHigh >= params.scaleLow) || params.nBrightest < 4)
+        throw InvalidInput("astrometry: unusable parameters (matchRadiusPx > 0, maxSipOrder <= 9, "
+                           "0 < scaleLow <= scaleHigh, nBrightest >= 4)");
+    AstrometryResult res;
+    const astrom::Detections det = prepareDetections(x, y, flux, width, height);
+    if (det.size() < 6) {
+        res.message = "astrometry: too few detections (" + std::to_string(det.size()) + ")";
+        return res;
+    }
+    // The sky k-d tree over the whole catalog is needed by the blind search only (refinement cuts the
+    // catalog to the frame by one linear scan): built on demand.
+    std::unique_ptr<astrom::SkyTree> tree;
+
+    std::optional<TanSip> start;
+    std::string headerNote;
+    if (headerWcs) {
+        try {
+            start = tanSipFromWcs(*headerWcs, width, height, params.maxSipOrder);
+        } catch (const InvalidInput& e) {
+            headerNote = std::string(" (header WCS unusable: ") + e.what() + ")";
+        }
+    }
+
+    // The refinement only ever looks at stars within twice its first projection cone of the starting
+    // frame centre (RefPool in astrometry_refine.cpp): it is handed the stars of a cone 1.25 times wider
+    // than that, prepared (sorted, unit vectors) without touching the rest of a large catalog. The blind
+    // search prepares the whole catalog.
+    astrom::RefStars refs;
+    bool refsAll = false;
+    auto prepareAll = [&] {
+        if (!refsAll) refs = prepareRefs(ref, ctx.threadCount());
+        refsAll = true;
+    };
+    astrom::RefineOutcome outcome;
+    std::string refineWhy;
+    if (start && params.blind != 1) {
+        double ra0 = 0, dec0 = 0;
+        start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+        const double r = std::max(params.refineRadiusPx, std::max(params.matchRadiusPx, 0.1));
+        const double coneDeg =
+            2.5 * (0.5 * std::hypot(width, height) * 1.2 + r) * start->pixelScaleArcsec() / 3600.0;
+        if (std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0) {
+            const std::array<double, 3> c = astrom::unitVector(ra0, dec0);
+            const double ch = astrom::chordFromDeg(coneDeg);
+            refs = prepareRefs(ref, ctx.threadCount(), &c, ch * ch);
+        } else {
+            prepareAll();
+        }
+        if (refs.size() >= 6) {
+            outcome = astrom::refine(det, refs, nullptr, *start, params.refineRadiusPx, true, params,
+                                     ctx.threadCount());
+            if (outcome.ok)
+                res.method = "refined";
+            else
+                refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
+        } else {
+            refineWhy = "refining the header WCS failed: " + std::to_string(refs.size()) +
+                        " reference stars around the frame; ";
+        }
+    }
+    if (!outcome.ok && params.blind != 0) prepareAll();
+    if (!outcome.ok && params.blind != 0 && refs.size() < 6) {
+        res.message = "astrometry: too few reference stars (" + std::to_string(refs.size()) + ")";
+        return res;
+    }
+    if (!outcome.ok && params.blind != 0) {
+        astrom::BlindSearch search;
+        search.scaleLow = params.scaleLow;
+        search.scaleHigh = params.scaleHigh;
+        if (start) {
+            start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), search.centre[0], search.centre[1]);
+            search.radiusDeg = params.searchRadiusDeg;
+            const double s = start->pixelScaleArcsec();
+            search.scaleLow = s * (1.0 - params.headerScaleTolerance);
+            search.scaleHigh = s * (1.0 + params.headerScaleTolerance);
+        } else if (pointingRaDec) {
+            search.centre[0] = pointingRaDec->first;
+            search.centre[1] = pointingRaDec->second;
+            search.radiusDeg = params.searchRadiusDeg;
+        } else { // the whole reference catalog: centre on its mean direction
+            double sx = 0, sy = 0, sz = 0;
+            for (const auto& v : refs.xyz) {
+                sx += v[0];
+                sy += v[1];
+                sz += v[2];
+            }
+            const double n = std::sqrt(sx * sx + sy * sy + sz * sz);
+            if (n > 0) {
+                search.centre[0] = std::atan2(sy, sx) * 180.0 / std::numbers::pi;
+                if (search.centre[0] < 0) search.centre[0] += 360.0;
+                search.centre[1] = std::asin(std::clamp(sz / n, -1.0, 1.0)) * 180.0 / std::numbers::pi;
+            }
+            search.radiusDeg = 180.0;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!tree) tree = std::make_unique<astrom::SkyTree>(refs.xyz);
+        outcome = astrom::solveBlind(det, refs, *tree, search, params, ctx);
+        res.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (outcome.ok) res.method = "blind";
+    }
+    if (!outcome.ok) {
+        res.message = "astrometry: no solution: " + refineWhy +
+                      (params.blind != 0 ? "blind solve failed: " : "") + outcome.why + headerNote;
+        return res;
+    }
+
+    res.ok = true;
+    res.wcs = outcome.wcs;
+    res.sipOrder = outcome.sipOrder;
+    res.nMatched = static_cast<int>(outcome.matches.size());
+    res.nUsed = outcome.nUsed;
+    res.chanceMatches = outcome.chance;
+    double ss = 0.0;
+    for (std::size_t k = 0; k < outcome.matches.size(); ++k) {
+        const astrom::Match& m = outcome.matches[k];
+        double ra = 0, dec = 0;
+        res.wcs.pixelToWorld(det.x[m.det], det.y[m.det], ra, dec);
+        double dra = ra - refs.ra[m.ref];
+        if (dra > 180.0) dra -= 360.0;
+        if (dra < -180.0) dra += 360.0;
+        const double dx = dra * std::cos(refs.dec[m.ref] * std::numbers::pi / 180.0) * 3600.0;
+        const double dy = (dec - refs.dec[m.ref]) * 3600.0;
+        res.sourceIndex.push_back(det.index[m.det]);
+        res.refIndex.push_back(refs.index[m.ref]);
+        res.dxArcsec.push_back(dx);
+        res.dyArcsec.push_back(dy);
+        res.used.push_back(outcome.used[k]);
+        if (outcome.used[k]) ss += dx * dx + dy * dy;
+    }
+    res.rmsArcsec = std::sqrt(ss / std::max(1, res.nUsed));
+    res.rmsPx = res.rmsArcsec / res.wcs.pixelScaleArcsec();
+    res.message = "astrometry: " + res.method + " solution, " + std::to_string(res.nUsed) + " of " +
+                  std::to_string(res.nMatched) + " matches used, SIP order " + std::to_string(res.sipOrder);
+    ctx.report("astrometry", 1.0);
+    return res;
+}
+
+} // namespace gpuphot

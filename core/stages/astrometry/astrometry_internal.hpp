@@ -1,0 +1,125 @@
+#pragma once
+// Internals of stage 7 (astrometry): shared between astrometry.cpp (driver), astrometry_fit.cpp
+// (matching, TAN+SIP least squares, refinement) and astrometry_blind.cpp (quad matching).
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/stages/astrometry/astrometry.hpp"
+
+namespace gpuphot::astrom {
+
+// Detections in the order the solver uses them (brightest first, ties by index).
+struct Detections {
+    std::vector<double> x, y, flux;  // 0-based px
+    std::vector<std::int32_t> index; // into the caller's arrays
+    int width = 0, height = 0;
+    std::size_t size() const { return x.size(); }
+};
+
+// Reference stars of the search area, brightest first (ties by index).
+struct RefStars {
+    std::vector<double> ra, dec, mag;
+    std::vector<std::array<double, 3>> xyz; // unit vectors
+    std::vector<std::int32_t> index;        // into the ReferenceCatalog
+    std::size_t size() const { return ra.size(); }
+};
+
+std::array<double, 3> unitVector(double raDeg, double decDeg);
+// Chord length between unit vectors at an angular separation (deg), and back.
+double chordFromDeg(double deg);
+double degFromChord(double chord);
+
+// A 3-D k-d tree over unit vectors (nanoflann), for cone searches and nearest neighbours on the sky.
+class SkyTree {
+public:
+    explicit SkyTree(const std::vector<std::array<double, 3>>& points);
+    ~SkyTree();
+    SkyTree(const SkyTree&) = delete;
+    SkyTree& operator=(const SkyTree&) = delete;
+    // Indices within radiusDeg of p, sorted by distance then index.
+    std::vector<std::uint32_t> cone(const std::array<double, 3>& p, double radiusDeg) const;
+    // Nearest point: index and chord distance; index -1 when empty.
+    std::pair<std::int64_t, double> nearest(const std::array<double, 3>& p) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+struct Match {
+    std::int32_t det = -1; // into Detections
+    std::int32_t ref = -1; // into RefStars
+    double dist = 0.0;     // px
+};
+
+// Bounding box {x0, y0, x1, y1} of the first n points; false when it is not finite (no points, NaN, inf).
+bool boundingBox(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
+                 std::array<double, 4>& box);
+
+// One-to-one nearest-neighbour matching in pixel space: every detection (first nDet of them) takes its
+// nearest projected reference star (first nRef of refsOnFrame) within radius; a reference star claimed
+// by several detections keeps the closest (ties: lower detection index).
+std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const std::vector<double>& refX,
+                                 const std::vector<double>& refY, const std::vector<std::int32_t>& refIds,
+                                 std::size_t nRef, double radius, int threads = 1);
+
+// Rows per block of the fit's sums (see fitTanSip).
+constexpr std::size_t kFitBlock = 2048;
+
+// Weighted least-squares TAN+SIP fit of pixel (x, y; 0-based) -> sky (ra, dec) with the reference pixel
+// fixed at crpix (1-based); the tangent point starts at crval0 and is moved until the polynomial has no
+// constant term. order 1: pure TAN (affine CD). Returns false when the normal equations are singular.
+// The normal equations are accumulated per fixed block of kFitBlock rows (blocks on `threads` threads) and
+// the block sums added in block order: the result is bit for bit the same for any thread count.
+bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
+               const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
+               const double crval0[2], int order, TanSip& out, double* chi2 = nullptr, int threads = 1);
+
+constexpr std::size_t kRefineDetCap = 16000; // detections matched in the intermediate rounds
+constexpr std::size_t kRefineFitCap = 4000;  // matches fitted in the intermediate rounds
+constexpr std::size_t kFinalFitCap = 20000;  // matches fitted in the final round
+
+struct RefineOutcome {
+    bool ok = false;
+    TanSip wcs;
+    std::vector<Match> matches; // final matches at matchRadiusPx
+    std::vector<bool> used;
+    int nUsed = 0;
+    int sipOrder = 0;
+    double chance = 0.0; // expected chance matches at matchRadiusPx
+    std::size_t refsOnFrame = 0;
+    std::string why;
+};
+
+// A spatially stratified, deterministic subset of at most `cap` items: the frame is cut into a grid of
+// cells; within a cell items keep their order (callers pass them brightest first), and items are taken by
+// their rank within their cell (all first-of-cell items, then all second-of-cell, ...; ties by position in
+// the input). Returns positions into x/y in ascending order; all of them when x.size() <= cap.
+std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const std::vector<double>& y,
+                                          int width, int height, std::size_t cap);
+
+// Iterative refinement from a starting WCS: offset vote, affine fits with the bright stars at shrinking
+// radii, then the full TAN+SIP fit with order selection, re-matching and clipping; finally verification.
+// The intermediate TAN+SIP rounds match a stratified subset of the detections (kRefineDetCap, brightest per
+// cell) and fit a stratified subset of those matches (kRefineFitCap); the final round matches every
+// detection and fits a stratified subset of at most kFinalFitCap matches; every final match is then
+// judged ("used") by the final fit's clipping rule. Only reference stars that can lie within the match
+// radius of a detection are projected exactly (a cheap closed-form pre-selection in undistorted pixel
+// coordinates with a bound on the SIP Jacobian). The reference stars around the frame are cut from `refs`
+// once per call (through `tree` when given, else by a linear scan); projections, matching and the fits'
+// sums run on `threads` threads; the result is the same for any thread count.
+RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
+                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads = 1);
+
+// Blind search: returns the refined, verified solution (ok = false with a reason otherwise).
+struct BlindSearch {
+    double centre[2] = {0.0, 0.0};           // deg: search centre
+    double radiusDeg = 180.0;                // deg: field centre within this of `centre`
+    double scaleLow = 0.5, scaleHigh = 20.0; // arcsec/px
+};
+RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyTree& tree,
+                         const BlindSearch& search, const AstrometryParams& p, RunContext& ctx);
+
+} // namespace gpuphot::astrom

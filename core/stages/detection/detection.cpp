@@ -1,0 +1,661 @@
+#include "core/stages/detection/detection.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/flags.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/background/background.hpp"
+#include "core/stages/detection/convolution.hpp"
+#include "core/stages/detection/detection_internal.hpp"
+#include "core/stages/detection/detection_window.hpp"
+#include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
+
+namespace gpuphot {
+
+void to_json(nlohmann::json& j, const DetectionParams& p) {
+    j = nlohmann::json{{"threshold", p.threshold},
+                       {"thresholdIsAbsolute", p.thresholdIsAbsolute},
+                       {"minArea", p.minArea},
+                       {"filter", p.filter},
+                       {"filterFwhm", p.filterFwhm},
+                       {"filterKernel", p.filterKernel},
+                       {"filterKernelWidth", p.filterKernelWidth},
+                       {"deblendLevels", p.deblendLevels},
+                       {"deblendContrast", p.deblendContrast},
+                       {"deblendMaxChildren", p.deblendMaxChildren},
+                       {"clean", p.clean},
+                       {"cleanParam", p.cleanParam},
+                       {"gain", p.gain},
+                       {"windowSigmaFactor", p.windowSigmaFactor},
+                       {"windowMinSigma", p.windowMinSigma},
+                       {"windowMaxSigma", p.windowMaxSigma},
+                       {"windowMaxIterations", p.windowMaxIterations},
+                       {"windowTolerance", p.windowTolerance}};
+    // JSON has no infinity: an absent saturation level means none.
+    if (std::isfinite(p.saturationLevel)) j["saturationLevel"] = p.saturationLevel;
+}
+
+void from_json(const nlohmann::json& j, DetectionParams& p) {
+    const DetectionParams d;
+    p.threshold = j.value("threshold", d.threshold);
+    p.thresholdIsAbsolute = j.value("thresholdIsAbsolute", d.thresholdIsAbsolute);
+    p.minArea = j.value("minArea", d.minArea);
+    p.filter = j.value("filter", d.filter);
+    p.filterFwhm = j.value("filterFwhm", d.filterFwhm);
+    p.filterKernel = j.value("filterKernel", d.filterKernel);
+    p.filterKernelWidth = j.value("filterKernelWidth", d.filterKernelWidth);
+    p.deblendLevels = j.value("deblendLevels", d.deblendLevels);
+    p.deblendContrast = j.value("deblendContrast", d.deblendContrast);
+    p.deblendMaxChildren = j.value("deblendMaxChildren", d.deblendMaxChildren);
+    p.clean = j.value("clean", d.clean);
+    p.cleanParam = j.value("cleanParam", d.cleanParam);
+    p.gain = j.value("gain", d.gain);
+    p.saturationLevel = j.contains("saturationLevel") && !j.at("saturationLevel").is_null()
+                            ? j.at("saturationLevel").get<double>()
+                            : d.saturationLevel;
+    p.windowSigmaFactor = j.value("windowSigmaFactor", d.windowSigmaFactor);
+    p.windowMinSigma = j.value("windowMinSigma", d.windowMinSigma);
+    p.windowMaxSigma = j.value("windowMaxSigma", d.windowMaxSigma);
+    p.windowMaxIterations = j.value("windowMaxIterations", d.windowMaxIterations);
+    p.windowTolerance = j.value("windowTolerance", d.windowTolerance);
+}
+
+namespace {
+
+using detail::Run;
+
+void validate(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+              const DetectionParams& p) {
+    auto sizeOf = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
+    const std::string size = sizeOf(image.width, image.height);
+    if (image.empty()) throw InvalidInput("detection: the image is empty");
+    if (!bkg.hasFullMaps() && bkg.level.empty() && bkg.rms.empty() && bkg.sampler) {
+        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height)
+            throw InvalidInput("detection: background is " +
+                               sizeOf(bkg.sampler->width(), bkg.sampler->height()) + ", the image " + size);
+    } else {
+        if (bkg.level.width() != image.width || bkg.level.height() != image.height)
+            throw InvalidInput("detection: background level map is " +
+                               sizeOf(bkg.level.width(), bkg.level.height()) + ", the image " + size);
+        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height)
+            throw InvalidInput("detection: background rms map is " +
+                               sizeOf(bkg.rms.width(), bkg.rms.height()) + ", the image " + size);
+    }
+    if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
+        throw InvalidInput("detection: mask is " + sizeOf(mask.width, mask.height) + ", the image " + size);
+    if (!(p.threshold > 0.0) || !std::isfinite(p.threshold))
+        throw InvalidInput("detection: threshold must be positive (got " + std::to_string(p.threshold) + ")");
+    if (p.minArea < 1)
+        throw InvalidInput("detection: minArea must be >= 1 (got " + std::to_string(p.minArea) + ")");
+    if (p.deblendLevels < 1 || p.deblendLevels > 1024)
+        throw InvalidInput("detection: deblendLevels must be in 1..1024 (got " +
+                           std::to_string(p.deblendLevels) + ")");
+    if (!(p.deblendContrast >= 0.0) || p.deblendContrast > 1.0)
+        throw InvalidInput("detection: deblendContrast must be in [0, 1] (got " +
+                           std::to_string(p.deblendContrast) + ")");
+    if (p.deblendMaxChildren < 2) throw InvalidInput("detection: deblendMaxChildren must be >= 2");
+    if (!(p.windowMaxSigma >= 0.0) || (p.windowMaxSigma > 0.0 && p.windowMaxSigma < p.windowMinSigma))
+        throw InvalidInput("detection: windowMaxSigma must be 0 (no ceiling) or >= windowMinSigma (got " +
+                           std::to_string(p.windowMaxSigma) + ")");
+    if (p.clean && !(p.cleanParam > 0.0)) throw InvalidInput("detection: cleanParam must be positive");
+    if (!(p.gain >= 0.0)) throw InvalidInput("detection: gain must be >= 0 (0: no Poisson term)");
+    if (p.filter && !p.filterKernel.empty()) {
+        if (p.filterKernelWidth <= 0 || p.filterKernel.size() % p.filterKernelWidth != 0)
+            throw InvalidInput("detection: filterKernel size " + std::to_string(p.filterKernel.size()) +
+                               " is not a multiple of filterKernelWidth " +
+                               std::to_string(p.filterKernelWidth));
+    }
+}
+
+// Background-subtracted pixels and per-pixel state of one row.
+struct PrepareInputs {
+    const ImageView* image;
+    const MaskView* mask;
+    const BackgroundResult* bkg;
+    bool hasSat;
+    float sat;
+    const BackgroundSampler* sampler; // the maps' rows when bkg keeps no full maps (else null)
+};
+
+// Row y of the rms map: the full map's row, or the sampler's evaluated into buf (width floats).
+inline const float* rmsRow(const BackgroundResult& bkg, int y, float* buf) {
+    if (!bkg.rms.empty()) return bkg.rms.row(y);
+    bkg.sampler->row(y, nullptr, buf);
+    return buf;
+}
+
+// lvBuf, rmBuf: scratch rows (width floats) used when in.sampler is set.
+inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t* st, float* lvBuf,
+                       float* rmBuf) {
+    const int w = in.image->width;
+    const float* px = in.image->row(y);
+    const float* lv = lvBuf;
+    const float* rm = rmBuf;
+    if (in.sampler) {
+        in.sampler->row(y, lvBuf, rmBuf);
+    } else {
+        lv = in.bkg->level.row(y);
+        rm = in.bkg->rms.row(y);
+    }
+    const std::uint8_t* mk = in.mask->empty() ? nullptr : in.mask->row(y);
+    const bool hasSat = in.hasSat;
+    const float sat = in.sat;
+    for (int x = 0; x < w; ++x) {
+        const std::uint8_t mb = mk ? mk[x] : 0;
+        std::uint8_t s = 0;
+        if (!std::isfinite(px[x]) || !std::isfinite(lv[x]) || !std::isfinite(rm[x]) ||
+            (mb & (MaskNonFinite | MaskOutside)))
+            s |= detail::StateInvalid | detail::StateBad;
+        if (mb & (MaskBad | MaskCosmicRay)) s |= detail::StateBad;
+        if ((mb & MaskSaturated) || (hasSat && px[x] >= sat)) s |= detail::StateSaturated;
+        out[x] = (s & detail::StateBad) ? 0.0f : px[x] - lv[x];
+        if (st) st[x] = s;
+    }
+}
+
+PrepareInputs prepareInputs(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                            const DetectionParams& p) {
+    return {&image, &mask, &bkg, std::isfinite(p.saturationLevel), static_cast<float>(p.saturationLevel),
+            bkg.hasFullMaps() ? nullptr : bkg.sampler.get()};
+}
+
+// Background-subtracted pixels and per-pixel state.
+void prepare(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+             const DetectionParams& p, Image<float>& sub, Image<std::uint8_t>& state, int threads) {
+    const int w = image.width, h = image.height;
+    sub = Image<float>(w, h, Image<float>::NoInit{});
+    state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
+    const PrepareInputs in = prepareInputs(image, mask, bkg, p);
+    ParallelErrors errors;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> lv, rm;
+        errors.run([&] {
+            lv.resize(in.sampler ? w : 0);
+            rm.resize(in.sampler ? w : 0);
+        });
+#pragma omp for schedule(static)
+        for (int y = 0; y < h; ++y)
+            errors.run([&] { prepareRow(in, y, sub.row(y), state.row(y), lv.data(), rm.data()); });
+    }
+    errors.rethrow();
+}
+
+// Appends the runs of above-threshold pixels of row y (d: detection row, r: rms row, s: state row).
+// above: scratch of at least w + 8 bytes.
+inline void rowRuns(int y, int w, const float* d, const float* r, const std::uint8_t* s, double threshold,
+                    bool absolute, std::uint8_t* above, std::vector<Run>& out) {
+    if (absolute) {
+        for (int x = 0; x < w; ++x)
+            above[x] = static_cast<std::uint8_t>(!(s[x] & detail::StateInvalid) &
+                                                 (static_cast<double>(d[x]) > threshold));
+    } else {
+        for (int x = 0; x < w; ++x)
+            above[x] = static_cast<std::uint8_t>(
+                !(s[x] & detail::StateInvalid) &
+                (static_cast<double>(d[x]) > threshold * static_cast<double>(r[x])));
+    }
+    std::memset(above + w, 0, 8);
+    int x = 0;
+    while (x < w) {
+        // Skip eight background pixels at a time.
+        std::uint64_t word;
+        std::memcpy(&word, above + x, 8);
+        if (word == 0) {
+            x += 8;
+            continue;
+        }
+        if (!above[x]) {
+            ++x;
+            continue;
+        }
+        const int x0 = x;
+        while (x < w && above[x])
+            ++x;
+        out.push_back({y, x0, x - 1});
+    }
+}
+
+// The runs of all row blocks, block after block (raster order when each block is).
+std::vector<Run> concatenated(const std::vector<std::vector<Run>>& blocks) {
+    std::size_t total = 0;
+    for (const auto& b : blocks)
+        total += b.size();
+    std::vector<Run> runs;
+    runs.reserve(total);
+    for (const auto& b : blocks)
+        runs.insert(runs.end(), b.begin(), b.end());
+    return runs;
+}
+
+// Runs of above-threshold pixels in raster order; rows are scanned in parallel in fixed blocks.
+std::vector<Run> thresholdRuns(const detail::DetectionImages& im, int threads) {
+    constexpr int kBlock = 64;
+    const int nBlocks = (im.height + kBlock - 1) / kBlock;
+    std::vector<std::vector<Run>> blocks(nBlocks);
+    ParallelErrors errors;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<std::uint8_t> above;
+        std::vector<float> rmBuf;
+        errors.run([&] {
+            above.resize(static_cast<std::size_t>(im.width) + 8);
+            rmBuf.resize(im.rms.data ? 0 : im.width);
+        });
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nBlocks; ++b)
+            errors.run([&] {
+                const int y1 = std::min(im.height, (b + 1) * kBlock);
+                for (int y = b * kBlock; y < y1; ++y) {
+                    const float* rm = im.rms.data ? im.rms.row(y) : rmBuf.data();
+                    if (!im.rms.data) im.rmsSampler->row(y, nullptr, rmBuf.data());
+                    rowRuns(y, im.width, im.det.row(y), rm, im.state.row(y), im.threshold, im.absolute,
+                            above.data(), blocks[b]);
+                }
+            });
+    }
+    errors.rethrow();
+    return concatenated(blocks);
+}
+
+// Background subtraction, pixel states, the separable matched filter and thresholding in one pass
+// over blocks of rows: each block keeps a ring of 2r+1 horizontally filtered rows and recomputes the
+// r rows of background-subtracted pixels above and below it (the same numbers its neighbours store), so
+// no full-frame intermediate beyond sub, state and filtered is needed and every pixel is read once.
+// The operation order of every output is that of prepare + convolveSeparable + thresholdRuns.
+// filtered: null without a filter (det = sub).
+std::vector<Run> fusedPass(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                           const DetectionParams& p, const std::vector<float>& k1d, Image<float>& sub,
+                           Image<std::uint8_t>& state, Image<float>* filtered, int threads) {
+    const int w = image.width, h = image.height;
+    sub = Image<float>(w, h, Image<float>::NoInit{});
+    state = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
+    if (filtered) {
+        *filtered = Image<float>(w, h, Image<float>::NoInit{});
+    }
+    const PrepareInputs in = prepareInputs(image, mask, bkg, p);
+    const int n = static_cast<int>(k1d.size());
+    const int r = n / 2;
+    const float* k = k1d.data();
+    constexpr int kBlock = 64;
+    const int nBlocks = (h + kBlock - 1) / kBlock;
+    std::vector<std::vector<Run>> blocks(nBlocks);
+    ParallelErrors errors;
+#pragma omp parallel num_threads(threads)
+    {
+        std::vector<float> ring, halo;
+        std::vector<std::uint8_t> above;
+        // Scratch rows for the maps when they are evaluated from the sampler.
+        std::vector<float> lvBuf, rmBuf, rmRow;
+        errors.run([&] {
+            ring.resize(filtered ? static_cast<std::size_t>(n) * w : 0);
+            halo.resize(filtered ? w : 0);
+            above.resize(static_cast<std::size_t>(w) + 8);
+            lvBuf.resize(in.sampler ? w : 0);
+            rmBuf.resize(in.sampler ? w : 0);
+            rmRow.resize(in.sampler ? w : 0);
+        });
+        // Horizontal pass of one row: acc = 0; acc += k[j] * src(x + j - r), j = 0..n-1, taps outside
+        // the row skipped (interior pixels: one tap at a time over the row, the same order per pixel).
+        auto hconv = [&](const float* src, float* dst) {
+            const int xa = std::min(r, w), xb = std::max(xa, w - r);
+            for (int x = 0; x < xa; ++x) {
+                float acc = 0.0f;
+                const int j0 = std::max(0, r - x), j1 = std::min(n, w + r - x);
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * src[x + j - r];
+                dst[x] = acc;
+            }
+            for (int x = xa; x < xb; ++x)
+                dst[x] = 0.0f;
+            for (int j = 0; j < n; ++j) {
+                const float kj = k[j];
+                const float* sj = src + (j - r);
+#pragma omp simd
+                for (int x = xa; x < xb; ++x)
+                    dst[x] += kj * sj[x];
+            }
+            for (int x = xb; x < w; ++x) {
+                float acc = 0.0f;
+                const int j0 = std::max(0, r - x), j1 = std::min(n, w + r - x);
+                for (int j = j0; j < j1; ++j)
+                    acc += k[j] * src[x + j - r];
+                dst[x] = acc;
+            }
+        };
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nBlocks; ++b)
+            errors.run([&] {
+                const int y0 = b * kBlock, y1 = std::min(h, y0 + kBlock);
+                auto& out = blocks[b];
+                if (!filtered) {
+                    for (int y = y0; y < y1; ++y) {
+                        prepareRow(in, y, sub.row(y), state.row(y), lvBuf.data(), rmBuf.data());
+                        rowRuns(y, w, sub.row(y), in.sampler ? rmBuf.data() : bkg.rms.row(y), state.row(y),
+                                p.threshold, p.thresholdIsAbsolute, above.data(), out);
+                    }
+                    return;
+                }
+                int next = std::max(0, y0 - r); // next row to subtract and filter horizontally
+                for (int y = y0; y < y1; ++y) {
+                    const int need = std::min(h - 1, y + r);
+                    for (; next <= need; ++next) {
+                        const bool own = next >= y0 && next < y1;
+                        float* src = own ? sub.row(next) : halo.data();
+                        prepareRow(in, next, src, own ? state.row(next) : nullptr, lvBuf.data(),
+                                   rmBuf.data());
+                        hconv(src, ring.data() + static_cast<std::size_t>(next % n) * w);
+                    }
+                    // Vertical pass, rows y - r .. y + r in order.
+                    float* dst = filtered->row(y);
+                    for (int x = 0; x < w; ++x)
+                        dst[x] = 0.0f;
+                    const int j0 = std::max(0, r - y), j1 = std::min(n, h + r - y);
+                    for (int j = j0; j < j1; ++j) {
+                        const float kj = k[j];
+                        const float* src = ring.data() + static_cast<std::size_t>((y + j - r) % n) * w;
+#pragma omp simd
+                        for (int x = 0; x < w; ++x)
+                            dst[x] += kj * src[x];
+                    }
+                    rowRuns(y, w, dst, in.sampler ? rmsRow(bkg, y, rmRow.data()) : bkg.rms.row(y),
+                            state.row(y), p.threshold, p.thresholdIsAbsolute, above.data(), out);
+                }
+            });
+    }
+    errors.rethrow();
+    return concatenated(blocks);
+}
+
+// body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot).
+template <class Body> void parallelEach(std::size_t n, int threads, int chunk, const Body& body) {
+    const auto count = static_cast<std::int64_t>(n);
+    ParallelErrors errors;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+    for (std::int64_t i = 0; i < count; ++i)
+        errors.run([&] { body(i); });
+    errors.rethrow();
+}
+
+// Progress between the steps, and the cancel check that goes with it.
+void stepDone(const RunContext& ctx, double fraction) {
+    ctx.report("detection", fraction);
+    ctx.checkCancelled();
+}
+
+} // namespace
+
+namespace detail {
+
+void prepareDetection(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                      const DetectionParams& p, int threads, PreparedDetection& out) {
+    const int w = image.width, h = image.height;
+    Image<float>& sub = out.sub;
+    Image<std::uint8_t>& state = out.state;
+    Image<float>& filtered = out.filtered;
+    std::vector<Run>& runs = out.runs;
+    runs.clear();
+    const bool kernel2d = p.filter && !p.filterKernel.empty();
+    if (kernel2d) {
+        prepare(image, mask, bkg, p, sub, state, threads);
+        std::vector<float> k = p.filterKernel;
+        double sum = 0.0;
+        for (float v : k)
+            sum += v;
+        if (sum != 0.0)
+            for (float& v : k)
+                v = static_cast<float>(v / sum);
+        const int kw = p.filterKernelWidth;
+        convolve2d(sub.view(), k, kw, static_cast<int>(k.size()) / kw, filtered, threads);
+    } else {
+        std::vector<float> k1d;
+        if (p.filter) k1d = gaussianKernel1d(p.filterFwhm);
+        runs = fusedPass(image, mask, bkg, p, k1d, sub, state, p.filter ? &filtered : nullptr, threads);
+    }
+    detail::DetectionImages& im = out.im;
+    im = {};
+    im.width = w;
+    im.height = h;
+    im.sub = sub.view();
+    im.det = p.filter ? filtered.view() : sub.view();
+    if (!bkg.rms.empty()) im.rms = bkg.rms.view();
+    else im.rmsSampler = bkg.sampler.get();
+    im.state = state.view();
+    // The filtered image is read by deblending, measurement and cleaning only: freed before the
+    // segmentation map is made.
+    if (p.filter) im.releasableDet = &filtered;
+    im.threshold = p.threshold;
+    im.absolute = p.thresholdIsAbsolute;
+    if (kernel2d) runs = thresholdRuns(im, threads);
+}
+
+} // namespace detail
+
+DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& p, RunContext& ctx) {
+    validate(image, mask, bkg, p);
+    // 1. Background subtraction, pixel states, matched filter, thresholding.
+    detail::PreparedDetection prep;
+    detail::prepareDetection(image, mask, bkg, p, ctx.threadCount(), prep);
+    std::vector<Run> runs = std::move(prep.runs);
+    const detail::DetectionImages& im = prep.im;
+    stepDone(ctx, 0.2);
+
+    // 2. The per-object half is shared with the CUDA backend.
+    return detail::detectFromRuns(std::move(runs), im, p, ctx);
+}
+
+namespace detail {
+
+DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                              RunContext& ctx) {
+    const int threads = ctx.threadCount();
+    DetectedObjects result;
+    StepTimer timer;
+
+    // 2b. 8-connected labelling of the runs.
+    std::vector<std::vector<Run>> roots;
+    {
+        const RootRuns rr = labelRoots(runs, p.minArea);
+        runs = {};
+        roots.resize(rr.size());
+        for (std::size_t k = 0; k < rr.size(); ++k)
+            roots[k].assign(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+    }
+    result.nBeforeDeblend = roots.size();
+    timer.lap("labelling + minimum area (host)");
+    std::size_t nMultiPeak = 0;
+    if (timer.on()) {
+        for (const auto& r : roots)
+            nMultiPeak += detail::peakCount(r, im) >= 2;
+        timer.lap("peak count (diagnostic)");
+    }
+    stepDone(ctx, 0.35);
+
+    // 3. Deblending, per region in parallel; children collected in region order.
+    std::vector<detail::DeblendOutput> deblended(roots.size());
+    parallelEach(roots.size(), threads, 16,
+                 [&](std::int64_t i) { detail::deblendObject(roots[i], im, p, deblended[i]); });
+    std::vector<Object> objects;
+    for (std::size_t i = 0; i < deblended.size(); ++i) {
+        auto& d = deblended[i];
+        std::uint32_t fl = (d.split ? FlagBlended : 0u) | (d.overflow ? FlagDeblendOverflow : 0u);
+        for (auto& c : d.children)
+            objects.push_back({std::move(c), fl});
+        d = {};
+    }
+    roots = {};
+    deblended = {};
+    result.nDeblended = objects.size();
+    timer.lap("deblending (host)");
+    stepDone(ctx, 0.6);
+
+    // 4. Isophotal measurements, cleaning.
+    std::vector<detail::IsoMeasure> iso(objects.size());
+    parallelEach(objects.size(), threads, 64,
+                 [&](std::int64_t i) { iso[i] = detail::measureIsophotal(objects[i].runs, im, p); });
+    timer.lap("isophotal measurement (host)");
+    std::vector<std::int32_t> target;
+    if (p.clean) {
+        std::vector<const std::vector<Run>*> footprints(objects.size());
+        for (std::size_t i = 0; i < objects.size(); ++i)
+            footprints[i] = &objects[i].runs;
+        target = detail::cleanTargets(iso, footprints, im, p, threads);
+        timer.lap("CLEAN targets (host)");
+    }
+    applyClean(std::move(objects), std::move(iso), target, result);
+    timer.lap("CLEAN merge (host)");
+    if (timer.on()) {
+        std::size_t nRuns = 0;
+        for (const Object& o : result.objects)
+            nRuns += o.runs.size();
+        std::fprintf(stderr, "detection timing: %zu roots (%zu with >= 2 peaks), %zu objects after deblending, "
+                     "%zu kept, %zu runs\n", result.nBeforeDeblend, nMultiPeak, result.nDeblended,
+                     result.objects.size(), nRuns);
+    }
+    return result;
+}
+
+void parallelFor(std::size_t n, int threads, int chunk, const std::function<void(std::int64_t)>& body) {
+    parallelEach(n, threads, chunk, body);
+}
+
+RootRuns labelRoots(const std::vector<Run>& runs, int minArea) {
+    std::int32_t nComp = 0;
+    const std::vector<std::int32_t> label = detail::labelRuns(runs.data(), runs.size(), nComp);
+    std::vector<std::int64_t> compArea(nComp, 0);
+    std::vector<std::int64_t> compRuns(nComp, 0);
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+        compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
+        ++compRuns[label[r]];
+    }
+    // Roots in component order; the runs of each keep their raster order.
+    RootRuns out;
+    std::vector<std::int64_t> fill(nComp, -1);
+    std::int64_t total = 0;
+    for (std::int32_t c = 0; c < nComp; ++c) {
+        if (compArea[c] < minArea) continue;
+        fill[c] = total;
+        total += compRuns[c];
+        out.start.push_back(total);
+    }
+    out.runs.resize(static_cast<std::size_t>(total));
+    for (std::size_t r = 0; r < runs.size(); ++r)
+        if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+    return out;
+}
+
+void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const std::vector<std::int32_t>& target,
+                DetectedObjects& result) {
+    const auto nObj = static_cast<std::int64_t>(objects.size());
+    if (!target.empty()) {
+        std::vector<char> grown(objects.size(), 0);
+        for (std::int64_t i = 0; i < nObj; ++i) {
+            if (target[i] < 0) continue;
+            // CLEAN only merges into objects that are themselves kept.
+            detail::cleanMerge(iso[target[i]], iso[i]);
+            auto& dst = objects[target[i]].runs;
+            dst.insert(dst.end(), objects[i].runs.begin(), objects[i].runs.end());
+            objects[i].runs.clear();
+            grown[target[i]] = 1;
+            ++result.nCleaned;
+        }
+        // The kept objects compacted in place, in order (no new memory to fault in).
+        std::size_t k = 0;
+        for (std::int64_t i = 0; i < nObj; ++i) {
+            if (target[i] >= 0) continue;
+            if (grown[i])
+                std::sort(objects[i].runs.begin(), objects[i].runs.end(), [](const Run& a, const Run& b) {
+                    return a.y < b.y || (a.y == b.y && a.x0 < b.x0);
+                });
+            if (k != static_cast<std::size_t>(i)) {
+                objects[k] = std::move(objects[i]);
+                iso[k] = iso[i];
+            }
+            ++k;
+        }
+        objects.resize(k);
+        iso.resize(k);
+    }
+    result.objects = std::move(objects);
+    result.iso = std::move(iso);
+}
+
+void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
+                     DetectionResult& result) {
+    StepTimer timer; // GPUPHOT_DETECTION_TIMING: the host times of the steps below on stderr
+    const int threads = ctx.threadCount();
+    const int w = im.width, h = im.height;
+    result.nBeforeDeblend = found.nBeforeDeblend;
+    result.nDeblended = found.nDeblended;
+    result.nCleaned = found.nCleaned;
+    std::vector<Object>& objects = found.objects;
+    const std::vector<detail::IsoMeasure>& iso = found.iso;
+    if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
+    stepDone(ctx, 0.75);
+    timer.lap("finish: release det (host)");
+
+    // 5. Final order: first pixel in raster order.
+    std::vector<std::int32_t> order(objects.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = static_cast<std::int32_t>(i);
+    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+        const Run& ra = objects[a].runs.front();
+        const Run& rb = objects[b].runs.front();
+        return ra.y < rb.y || (ra.y == rb.y && ra.x0 < rb.x0);
+    });
+    timer.lap("finish: order (host)");
+
+    // 6. Segmentation map, windowed positions, the Sources columns.
+    const auto n = static_cast<std::int64_t>(order.size());
+    // Zeroed in parallel row blocks (the same zeros as Image(w, h, 0), without a serial fill).
+    Image<std::int32_t> seg(w, h, Image<std::int32_t>::NoInit{});
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int y = 0; y < h; ++y)
+        std::memset(seg.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));
+    timer.lap("finish: segmentation zero (host)");
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (std::int64_t k = 0; k < n; ++k) {
+        const auto id = static_cast<std::int32_t>(k + 1);
+        for (const Run& r : objects[order[k]].runs) {
+            std::int32_t* row = seg.row(r.y);
+            for (std::int32_t x = r.x0; x <= r.x1; ++x)
+                row[x] = id;
+        }
+    }
+    timer.lap("finish: segmentation fill (host)");
+    Sources& s = result.sources;
+    s.resize(static_cast<std::size_t>(n));
+    ParallelErrors errors;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    for (std::int64_t k = 0; k < n; ++k)
+        errors.run([&] {
+            const Object& o = objects[order[k]];
+            const detail::IsoMeasure& m = iso[order[k]];
+            const auto id = static_cast<std::int32_t>(k + 1);
+            detail::setSourceRow(s, static_cast<std::size_t>(k), m, o.flags,
+                                 detail::measureWindowed(m, o.runs, id, seg, im, p));
+        });
+    errors.rethrow();
+    result.segmentation = SegmentationMap(std::move(seg)); // host-backed
+    timer.lap("finish: windowed positions + columns (host)");
+    ctx.report("detection", 1.0);
+}
+
+DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im, const DetectionParams& p,
+                               RunContext& ctx) {
+    DetectionResult result;
+    finishDetection(detectObjects(std::move(runs), im, p, ctx), im, p, ctx, result);
+    return result;
+}
+
+} // namespace detail
+
+} // namespace gpuphot

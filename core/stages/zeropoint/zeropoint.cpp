@@ -1,0 +1,712 @@
+#include "core/stages/zeropoint/zeropoint.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <Eigen/Dense>
+#include <nanoflann.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
+#include "core/util/errors.hpp"
+#include "core/wcs/tan_sip.hpp"
+
+namespace gpuphot {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kMagPerSnr = 1.0857362047581294; // 2.5 / ln(10)
+
+double jsonNumber(const nlohmann::json& j, const char* key, double fallback) {
+    if (!j.contains(key) || j.at(key).is_null()) return fallback;
+    const auto& v = j.at(key);
+    if (v.is_string()) { // "inf" / "-inf" for the open magnitude range
+        const std::string s = v.get<std::string>();
+        if (s == "inf" || s == "+inf") return std::numeric_limits<double>::infinity();
+        if (s == "-inf") return -std::numeric_limits<double>::infinity();
+        throw InvalidInput("zeropoint: " + std::string(key) + " must be a number (got \"" + s + "\")");
+    }
+    return v.get<double>();
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return kNaN;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Calibrator data: y = ref.mag - mag_inst, var = σ², c = colour (0 when no colour term).
+struct Calib {
+    std::vector<double> y, var, c;
+    std::size_t size() const { return y.size(); }
+};
+
+struct Model {
+    double zp = kNaN, ct = 0.0, zpErr = kNaN, ctErr = kNaN;
+    bool ok = false;
+};
+
+double residualOf(const Calib& d, const Model& m, std::size_t i) {
+    return d.y[i] - (m.zp + m.ct * d.c[i]);
+}
+
+// Weighted least squares of y = zp (+ ct c) on the stars with keep[i]; weights 1/(var + sInt²), or 1 when
+// !weighted. Serial sums in index order (deterministic).
+Model fitModel(const Calib& d, const std::vector<char>& keep, bool colour, double sInt2, bool weighted) {
+    Model m;
+    const int p = colour ? 2 : 1;
+    Eigen::Matrix2d ata = Eigen::Matrix2d::Zero();
+    Eigen::Vector2d aty = Eigen::Vector2d::Zero();
+    int n = 0;
+    for (std::size_t i = 0; i < d.size(); ++i) {
+        if (!keep[i]) continue;
+        const double w = weighted ? 1.0 / (d.var[i] + sInt2) : 1.0;
+        const double c = colour ? d.c[i] : 0.0;
+        ata(0, 0) += w;
+        ata(0, 1) += w * c;
+        ata(1, 1) += w * c * c;
+        aty(0) += w * d.y[i];
+        aty(1) += w * c * d.y[i];
+        ++n;
+    }
+    if (n < p) return m;
+    ata(1, 0) = ata(0, 1);
+    if (!colour) {
+        if (!(ata(0, 0) > 0.0)) return m;
+        m.zp = aty(0) / ata(0, 0);
+        m.zpErr = std::sqrt(1.0 / ata(0, 0));
+        m.ok = true;
+        return m;
+    }
+    const Eigen::LDLT<Eigen::Matrix2d> ldlt(ata);
+    if (ldlt.info() != Eigen::Success || !(std::fabs(ata.determinant()) > 1e-12 * ata(0, 0) * ata(1, 1)))
+        return m;
+    const Eigen::Vector2d sol = ldlt.solve(aty);
+    const Eigen::Matrix2d cov = ldlt.solve(Eigen::Matrix2d::Identity());
+    m.zp = sol(0);
+    m.ct = sol(1);
+    m.zpErr = std::sqrt(std::max(0.0, cov(0, 0)));
+    m.ctErr = std::sqrt(std::max(0.0, cov(1, 1)));
+    m.ok = std::isfinite(m.zp) && std::isfinite(m.ct);
+    return m;
+}
+
+double chi2(const Calib& d, const std::vector<char>& keep, const Model& m, double sInt2) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < d.size(); ++i)
+        if (keep[i]) {
+            const double r = residualOf(d, m, i);
+            s += r * r / (d.var[i] + sInt2);
+        }
+    return s;
+}
+
+struct WeightedFit {
+    Model model;
+    double sInt = 0.0;
+    double chi2dof = kNaN; // without σ_int
+};
+
+// Weighted fit with an intrinsic-scatter term solved so that chi²/dof = 1 when it exceeds 1.
+WeightedFit fitWithIntrinsic(const Calib& d, const std::vector<char>& keep, bool colour) {
+    WeightedFit f;
+    const int p = colour ? 2 : 1;
+    int n = 0;
+    for (char k : keep)
+        n += k != 0;
+    f.model = fitModel(d, keep, colour, 0.0, true);
+    if (!f.model.ok) return f;
+    const int dof = n - p;
+    if (dof <= 0) return f;
+    f.chi2dof = chi2(d, keep, f.model, 0.0) / dof;
+    if (!(f.chi2dof > 1.0)) return f;
+    double s2 = 0.0;
+    // The kept stars' squared residuals and variances, packed once per model.
+    std::vector<double> r2, var;
+    r2.reserve(n);
+    var.reserve(n);
+    for (int round = 0; round < 4; ++round) {
+        r2.clear();
+        var.clear();
+        for (std::size_t i = 0; i < d.size(); ++i)
+            if (keep[i]) {
+                const double r = residualOf(d, f.model, i);
+                r2.push_back(r * r);
+                var.push_back(d.var[i]);
+            }
+        // chi2(s²) - dof is decreasing and convex in s²: Newton's method from s² = 0 (where it is > 0)
+        // climbs monotonically to the root without overshooting; stop once a step no longer moves s².
+        s2 = 0.0;
+        for (int it = 0; it < 200; ++it) {
+            double c = 0.0, dc = 0.0; // chi2 and -d chi2 / d s²
+            for (std::size_t i = 0; i < r2.size(); ++i) {
+                const double inv = 1.0 / (var[i] + s2);
+                c += r2[i] * inv;
+                dc += r2[i] * inv * inv;
+            }
+            if (!(c > dof) || !(dc > 0.0)) break;
+            const double next = s2 + (c - dof) / dc;
+            if (!(next > s2) || !std::isfinite(next)) break;
+            s2 = next;
+        }
+        const Model m = fitModel(d, keep, colour, s2, true);
+        if (!m.ok) break;
+        f.model = m;
+    }
+    f.sInt = std::sqrt(s2);
+    return f;
+}
+
+// SplitMix64: a tiny, fully specified generator (same sequence on every platform).
+struct SplitMix64 {
+    std::uint64_t state;
+    std::uint64_t next() {
+        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+};
+
+std::vector<char> clippedMean(const Calib& d, bool colour, const ZeroPointParams& p) {
+    const std::size_t n = d.size();
+    // Robust start: unweighted fit on all, keep |r - median| <= clipSigma sqrt((1.4826 MAD)² + σ²).
+    std::vector<char> keep(n, 1);
+    const Model m0 = fitModel(d, keep, colour, 0.0, false);
+    if (!m0.ok) return keep;
+    std::vector<double> r(n);
+    for (std::size_t i = 0; i < n; ++i)
+        r[i] = residualOf(d, m0, i);
+    const double med = median(r);
+    std::vector<double> dev(n);
+    for (std::size_t i = 0; i < n; ++i)
+        dev[i] = std::fabs(r[i] - med);
+    const double mad = 1.4826 * median(dev);
+    for (std::size_t i = 0; i < n; ++i)
+        keep[i] = dev[i] <= p.clipSigma * std::sqrt(mad * mad + d.var[i]);
+    for (int it = 0; it < p.maxIterations; ++it) {
+        const WeightedFit f = fitWithIntrinsic(d, keep, colour);
+        if (!f.model.ok) break;
+        std::vector<char> next(n);
+        for (std::size_t i = 0; i < n; ++i)
+            next[i] =
+                std::fabs(residualOf(d, f.model, i)) <= p.clipSigma * std::sqrt(d.var[i] + f.sInt * f.sInt);
+        if (next == keep) break;
+        keep.swap(next);
+    }
+    return keep;
+}
+
+std::vector<char> ransac(const Calib& d, bool colour, const ZeroPointParams& p) {
+    const std::size_t n = d.size();
+    SplitMix64 rng{p.seed};
+    const double thr = p.ransacThreshold;
+    Model best;
+    std::size_t bestCount = 0;
+    double bestCost = std::numeric_limits<double>::infinity();
+    for (int it = 0; it < p.ransacIterations; ++it) {
+        Model m;
+        const std::size_t i = rng.below(n);
+        if (!colour) {
+            m.zp = d.y[i];
+        } else {
+            std::size_t j = rng.below(n - 1);
+            if (j >= i) ++j;
+            const double dc = d.c[j] - d.c[i];
+            if (!(std::fabs(dc) > 0.05)) continue; // degenerate sample: no leverage on the slope
+            m.ct = (d.y[j] - d.y[i]) / dc;
+            m.zp = d.y[i] - m.ct * d.c[i];
+        }
+        std::size_t count = 0;
+        double cost = 0.0;
+        for (std::size_t k = 0; k < n; ++k) {
+            const double r = residualOf(d, m, k);
+            if (std::fabs(r) <= thr) ++count;
+            cost += std::min(r * r, thr * thr);
+        }
+        if (count > bestCount || (count == bestCount && cost < bestCost)) {
+            best = m;
+            bestCount = count;
+            bestCost = cost;
+            best.ok = true;
+        }
+    }
+    std::vector<char> keep(n, 0);
+    if (!best.ok) return keep;
+    Model m = best;
+    for (int round = 0; round < 2; ++round) {
+        for (std::size_t k = 0; k < n; ++k)
+            keep[k] = std::fabs(residualOf(d, m, k)) <= thr;
+        const Model refit = fitModel(d, keep, colour, 0.0, true);
+        if (!refit.ok) break;
+        m = refit;
+    }
+    for (std::size_t k = 0; k < n; ++k)
+        keep[k] = std::fabs(residualOf(d, m, k)) <= thr;
+    return keep;
+}
+
+// Struct-of-arrays point cloud for nanoflann.
+struct Cloud {
+    const std::vector<double>& x;
+    const std::vector<double>& y;
+    std::size_t kdtree_get_point_count() const { return x.size(); }
+    double kdtree_get_pt(std::size_t i, std::size_t dim) const { return dim == 0 ? x[i] : y[i]; }
+    template <class B> bool kdtree_get_bbox(B&) const { return false; }
+};
+
+// Calibrators whose reference star has a brighter neighbour (mag < own + delta) within isolationArcsec.
+std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vector<std::int32_t>& rows,
+                                     double radiusArcsec, double deltaMag) {
+    std::vector<char> crowded(rows.size(), 0);
+    if (rows.empty()) return crowded;
+    // Tangent point: the first calibrator; cone: farthest calibrator + radius.
+    const double ra0 = ref.ra[rows[0]], dec0 = ref.dec[rows[0]];
+    double cone = 0.0;
+    for (std::int32_t r : rows)
+        cone = std::max(cone, angularSeparationDeg(ra0, dec0, ref.ra[r], ref.dec[r]));
+    cone += 2.0 * radiusArcsec / 3600.0;
+    if (cone >= 80.0) return crowded; // not a single frame; skip rather than distort
+    std::vector<double> xi, eta;
+    std::vector<std::int32_t> idx;
+    for (std::size_t k = 0; k < ref.size(); ++k) {
+        if (std::fabs(ref.dec[k] - dec0) > cone) continue;
+        if (angularSeparationDeg(ra0, dec0, ref.ra[k], ref.dec[k]) > cone) continue;
+        double a, b;
+        if (!tanProject(ra0, dec0, ref.ra[k], ref.dec[k], a, b)) continue;
+        xi.push_back(a * 3600.0);
+        eta.push_back(b * 3600.0);
+        idx.push_back(static_cast<std::int32_t>(k));
+    }
+    const Cloud cloud{xi, eta};
+    using Tree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, Cloud>, Cloud, 2,
+                                                     std::uint32_t>;
+    const Tree tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(10));
+    std::vector<std::pair<std::uint32_t, double>> found;
+    for (std::size_t c = 0; c < rows.size(); ++c) {
+        double a, b;
+        if (!tanProject(ra0, dec0, ref.ra[rows[c]], ref.dec[rows[c]], a, b)) continue;
+        const double q[2] = {a * 3600.0, b * 3600.0};
+        found.clear();
+        tree.radiusSearch(q, radiusArcsec * radiusArcsec, found, nanoflann::SearchParams(32, 0.0f, false));
+        for (const auto& [k, d2] : found)
+            if (idx[k] != rows[c] && ref.mag[idx[k]] < ref.mag[rows[c]] + deltaMag) crowded[c] = 1;
+    }
+    return crowded;
+}
+
+void validate(const ZeroPointParams& p) {
+    if (p.method != "clipped-mean" && p.method != "ransac")
+        throw InvalidInput("zeropoint: method must be \"clipped-mean\" or \"ransac\" (got \"" + p.method +
+                           "\")");
+    if (!(p.clipSigma > 0.0)) throw InvalidInput("zeropoint: clipSigma must be positive");
+    if (p.maxIterations < 0) throw InvalidInput("zeropoint: maxIterations must be >= 0");
+    if (p.minStars < 1) throw InvalidInput("zeropoint: minStars must be >= 1");
+    if (p.ransacIterations < 1) throw InvalidInput("zeropoint: ransacIterations must be >= 1");
+    if (!(p.ransacThreshold > 0.0)) throw InvalidInput("zeropoint: ransacThreshold must be positive");
+    if (!(p.colourTermMinSignificance >= 0.0) || !std::isfinite(p.colourTermMinSignificance))
+        throw InvalidInput("zeropoint: colourTermMinSignificance must be >= 0");
+    if (std::isnan(p.minSnr) || std::isnan(p.magBright) || std::isnan(p.magFaint))
+        throw InvalidInput("zeropoint: minSnr, magBright and magFaint must not be NaN");
+    if (p.isolationArcsec < 0.0 || !std::isfinite(p.isolationArcsec))
+        throw InvalidInput("zeropoint: isolationArcsec must be >= 0");
+    if (!(p.isolationFwhm >= 0.0) || !std::isfinite(p.isolationFwhm))
+        throw InvalidInput("zeropoint: isolationFwhm must be >= 0");
+    if (!(p.matchSigma >= 0.0) || !std::isfinite(p.matchSigma))
+        throw InvalidInput("zeropoint: matchSigma must be >= 0");
+    if (p.bootstrap < 0) throw InvalidInput("zeropoint: bootstrap must be >= 0");
+    if (!(p.maxZpErr >= 0.0) || std::isnan(p.maxZpErr))
+        throw InvalidInput("zeropoint: maxZpErr must be >= 0");
+    if (p.magSource != "auto" && p.magSource != "aperture" && p.magSource != "psf")
+        throw InvalidInput("zeropoint: magSource '" + p.magSource + "' (expected auto, aperture or psf)");
+}
+
+// Why the crossmatch's matches are no better than chance (empty: they are): fewer than the chance count
+// plus matchSigma Poisson sigmas, the astrometric verification's test.
+std::string chanceProblem(const CrossmatchResult& m, double sigma) {
+    if (!(sigma > 0.0) || !(m.chanceMatches > 0.0)) return {};
+    const double need = m.chanceMatches + sigma * std::sqrt(m.chanceMatches);
+    if (static_cast<double>(m.nMatched) >= need) return {};
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "matches not significant: %zu matched where %.1f are expected by chance (need %.0f); "
+                  "is the reference catalog of this field?",
+                  m.nMatched, m.chanceMatches, std::ceil(need));
+    return buf;
+}
+
+// Standard deviation of the zero point over `rounds` resamples (with replacement) of the kept calibrators,
+// each fitted with the final fit's weights 1/(σ² + σ_int²) and colour term held (NaN: under 2 rounds).
+// Round r draws from its own SplitMix64 stream (seed, r), so the result does not depend on `threads`.
+double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Model& m, double sInt,
+                         int rounds, std::uint64_t seed, int threads) {
+    std::vector<double> w, wy;
+    for (std::size_t i = 0; i < d.size(); ++i)
+        if (keep[i]) {
+            w.push_back(1.0 / (d.var[i] + sInt * sInt));
+            wy.push_back(w.back() * (d.y[i] - m.ct * d.c[i]));
+        }
+    const std::size_t n = w.size();
+    if (rounds < 2 || n < 2) return kNaN;
+    std::vector<double> zp(static_cast<std::size_t>(rounds));
+#pragma omp parallel for num_threads(threads)                                                                \
+    schedule(static) if (n * static_cast <std::size_t>(rounds) >= 200000)
+    for (int r = 0; r < rounds; ++r) {
+        // a hashed start per round: the rounds' streams begin far apart in SplitMix64's one cycle
+        SplitMix64 start{(seed ^ 0xB0075724Aull) + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1)};
+        SplitMix64 rng{start.next()};
+        double sw = 0.0, swy = 0.0;
+        for (std::size_t k = 0; k < n; ++k) {
+            const std::size_t i = rng.below(n);
+            sw += w[i];
+            swy += wy[i];
+        }
+        zp[static_cast<std::size_t>(r)] = swy / sw;
+    }
+    double s = 0.0, s2 = 0.0;
+    for (double v : zp) {
+        s += v;
+        s2 += v * v;
+    }
+    const double mean = s / rounds;
+    return std::sqrt(std::max(0.0, (s2 - rounds * mean * mean) / (rounds - 1)));
+}
+
+} // namespace
+
+void to_json(nlohmann::json& j, const ZeroPointParams& p) {
+    auto num = [](double v) -> nlohmann::json {
+        if (std::isfinite(v)) return v;
+        return v > 0 ? "inf" : "-inf";
+    };
+    j = nlohmann::json{{"magBright", num(p.magBright)},
+                       {"magFaint", num(p.magFaint)},
+                       {"minSnr", p.minSnr},
+                       {"excludeFlags", p.excludeFlags},
+                       {"isolationArcsec", p.isolationArcsec},
+                       {"isolationFwhm", p.isolationFwhm},
+                       {"isolationDeltaMag", p.isolationDeltaMag},
+                       {"method", p.method},
+                       {"clipSigma", p.clipSigma},
+                       {"maxIterations", p.maxIterations},
+                       {"fitColourTerm", p.fitColourTerm},
+                       {"colourTermMinSignificance", p.colourTermMinSignificance},
+                       {"seed", p.seed},
+                       {"ransacIterations", p.ransacIterations},
+                       {"ransacThreshold", p.ransacThreshold},
+                       {"minStars", p.minStars},
+                       {"matchSigma", p.matchSigma},
+                       {"bootstrap", p.bootstrap},
+                       {"maxZpErr", p.maxZpErr},
+                       {"magSource", p.magSource}};
+}
+
+void from_json(const nlohmann::json& j, ZeroPointParams& p) {
+    const ZeroPointParams d;
+    p.magBright = jsonNumber(j, "magBright", d.magBright);
+    p.magFaint = jsonNumber(j, "magFaint", d.magFaint);
+    p.minSnr = j.value("minSnr", d.minSnr);
+    p.excludeFlags = j.value("excludeFlags", d.excludeFlags);
+    p.isolationArcsec = j.value("isolationArcsec", d.isolationArcsec);
+    p.isolationFwhm = j.value("isolationFwhm", d.isolationFwhm);
+    p.isolationDeltaMag = j.value("isolationDeltaMag", d.isolationDeltaMag);
+    p.method = j.value("method", d.method);
+    p.clipSigma = j.value("clipSigma", d.clipSigma);
+    p.maxIterations = j.value("maxIterations", d.maxIterations);
+    p.fitColourTerm = j.value("fitColourTerm", d.fitColourTerm);
+    p.colourTermMinSignificance = j.value("colourTermMinSignificance", d.colourTermMinSignificance);
+    p.seed = j.value("seed", d.seed);
+    p.ransacIterations = j.value("ransacIterations", d.ransacIterations);
+    p.ransacThreshold = j.value("ransacThreshold", d.ransacThreshold);
+    p.minStars = j.value("minStars", d.minStars);
+    p.matchSigma = j.value("matchSigma", d.matchSigma);
+    p.bootstrap = j.value("bootstrap", d.bootstrap);
+    p.maxZpErr = j.value("maxZpErr", d.maxZpErr);
+    p.magSource = j.value("magSource", d.magSource);
+}
+
+double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                             double snr) {
+    const std::size_t n = std::min(magInst.size(), magInstErr.size());
+    const double target = std::log10(kMagPerSnr / snr);
+    auto fitWindow = [&](double snrLo, double snrHi, double& out) {
+        double s0 = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const double m = magInst[i], e = magInstErr[i];
+            if (!std::isfinite(m) || !std::isfinite(e) || !(e > 0.0)) continue;
+            const double s = kMagPerSnr / e;
+            if (s < snrLo || s > snrHi) continue;
+            const double ly = std::log10(e);
+            s0 += 1;
+            sx += m;
+            sy += ly;
+            sxx += m * m;
+            sxy += m * ly;
+        }
+        if (s0 < 5) return false;
+        const double mx = sx / s0, my = sy / s0;
+        const double vxx = sxx / s0 - mx * mx, vxy = sxy / s0 - mx * my;
+        if (!(vxx > 0.0)) return false;
+        const double slope = vxy / vxx;
+        if (!(slope > 0.0)) return false;
+        out = mx + (target - my) / slope;
+        return std::isfinite(out);
+    };
+    // Count the stars in the narrow window first (a window with too few points falls back to the wide one).
+    std::size_t narrow = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double e = magInstErr[i];
+        if (std::isfinite(magInst[i]) && std::isfinite(e) && e > 0.0) {
+            const double s = kMagPerSnr / e;
+            narrow += s >= 3.0 && s <= 30.0;
+        }
+    }
+    double out = kNaN;
+    if (narrow >= 10 && fitWindow(3.0, 30.0, out)) return out;
+    if (fitWindow(2.0, 100.0, out)) return out;
+    return kNaN;
+}
+
+ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                             const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
+                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
+                             double sharedMagErr) {
+    validate(params);
+    if (!(sharedMagErr >= 0.0) || !std::isfinite(sharedMagErr))
+        throw InvalidInput("zeropoint: the shared magnitude error must be finite and >= 0");
+    const std::size_t n = matches.refIndex.size();
+    if (magInst.size() != n || magInstErr.size() != n || (!flags.empty() && flags.size() != n))
+        throw InvalidInput("zeropoint: " + std::to_string(n) + " matches but " +
+                           std::to_string(magInst.size()) + " magnitudes, " +
+                           std::to_string(magInstErr.size()) + " errors and " + std::to_string(flags.size()) +
+                           " flags");
+    ZeroPointResult res;
+    res.chanceMatches = matches.chanceMatches;
+    auto flagOf = [&](std::size_t i) { return flags.empty() ? 0u : flags[i]; };
+
+    // --- candidates ----------------------------------------------------------------------------------
+    const bool haveColour =
+        std::any_of(ref.color.begin(), ref.color.end(), [](double c) { return std::isfinite(c); });
+    bool colour = params.fitColourTerm && haveColour;
+    std::vector<std::int32_t> rows;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int32_t r = matches.refIndex[i];
+        if (r < 0) continue;
+        if (static_cast<std::size_t>(r) >= ref.size())
+            throw InvalidInput("zeropoint: reference index " + std::to_string(r) + " outside the catalog " +
+                               ref.path + " (" + std::to_string(ref.size()) + " rows)");
+        const double m = magInst[i], e = magInstErr[i], rm = ref.mag[r];
+        if (!std::isfinite(m) || !std::isfinite(e) || !(e > 0.0) || !std::isfinite(rm)) continue;
+        if (kMagPerSnr / e < params.minSnr) continue;
+        if (flagOf(i) & params.excludeFlags) continue;
+        if (rm < params.magBright || rm > params.magFaint) continue;
+        if (colour && !(r < static_cast<std::int32_t>(ref.color.size()) && std::isfinite(ref.color[r])))
+            continue;
+        res.sourceIndex.push_back(static_cast<std::int32_t>(i));
+        rows.push_back(r);
+    }
+    if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
+    if (params.isolationArcsec > 0.0 && !rows.empty()) {
+        const std::vector<char> crowded =
+            crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag);
+        std::size_t k = 0;
+        for (std::size_t c = 0; c < rows.size(); ++c)
+            if (!crowded[c]) {
+                rows[k] = rows[c];
+                res.sourceIndex[k] = res.sourceIndex[c];
+                ++k;
+            }
+        rows.resize(k);
+        res.sourceIndex.resize(k);
+    }
+    ctx.checkCancelled();
+
+    const std::size_t nc = rows.size();
+    res.nCandidates = static_cast<int>(nc);
+    std::string note;
+    if (params.fitColourTerm && !haveColour) note = "; no reference colours: colour term not fitted";
+    if (colour && static_cast<int>(nc) < std::max(params.minStars, 3)) colour = false;
+
+    Calib d;
+    d.y.resize(nc);
+    d.var.resize(nc);
+    d.c.assign(nc, 0.0);
+    for (std::size_t k = 0; k < nc; ++k) {
+        const std::size_t i = static_cast<std::size_t>(res.sourceIndex[k]);
+        const std::int32_t r = rows[k];
+        const double re = r < static_cast<std::int32_t>(ref.magErr.size()) && std::isfinite(ref.magErr[r])
+                              ? ref.magErr[r]
+                              : 0.0;
+        d.y[k] = ref.mag[r] - magInst[i];
+        d.var[k] = magInstErr[i] * magInstErr[i] + re * re;
+        if (colour) d.c[k] = ref.color[r];
+    }
+
+    // Limiting magnitude (instrumental) from all unflagged sources, else all sources.
+    {
+        std::vector<double> m, e;
+        for (std::size_t i = 0; i < n; ++i)
+            if (!(flagOf(i) & params.excludeFlags)) {
+                m.push_back(magInst[i]);
+                e.push_back(magInstErr[i]);
+            }
+        res.limitingMagInst = limitingMagnitudeInst(m, e);
+        if (!std::isfinite(res.limitingMagInst))
+            res.limitingMagInst = limitingMagnitudeInst(magInst, magInstErr);
+    }
+
+    auto fail = [&](const std::string& why) {
+        res.ok = false;
+        res.message = why + note;
+        res.residual.assign(nc, kNaN);
+        res.used.assign(nc, false);
+        return res;
+    };
+    if (const std::string why = chanceProblem(matches, params.matchSigma); !why.empty()) return fail(why);
+    if (static_cast<int>(nc) < params.minStars)
+        return fail("too few calibrators: " + std::to_string(nc) + " passed the cuts (of " +
+                    std::to_string(matches.nMatched) +
+                    " matched sources), minStars = " + std::to_string(params.minStars));
+
+    std::vector<char> keep =
+        params.method == "ransac" ? ransac(d, colour, params) : clippedMean(d, colour, params);
+    int nKeep = 0;
+    for (char k : keep)
+        nKeep += k != 0;
+    if (nKeep < params.minStars)
+        return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
+                    std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
+    WeightedFit f = fitWithIntrinsic(d, keep, colour);
+    if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
+    std::string colourNote;
+    if (colour && params.colourTermMinSignificance > 0.0 &&
+        !(std::fabs(f.model.ct) >= params.colourTermMinSignificance * f.model.ctErr)) {
+        // Not significant: the zero point alone, from the same candidates (outlier rejection redone).
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; colour term %.4f +- %.4f not significant (< %g sigma): not applied",
+                      f.model.ct, f.model.ctErr, params.colourTermMinSignificance);
+        colourNote = buf;
+        colour = false;
+        keep = params.method == "ransac" ? ransac(d, false, params) : clippedMean(d, false, params);
+        nKeep = 0;
+        for (char k : keep)
+            nKeep += k != 0;
+        if (nKeep < params.minStars)
+            return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
+                        std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
+        f = fitWithIntrinsic(d, keep, false);
+        if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
+    }
+
+    res.zp = f.model.zp;
+    res.zpErrFormal = f.model.zpErr;
+    res.zpErrBootstrap =
+        bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed, ctx.threadCount());
+    res.zpErr =
+        std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
+    res.zpErrShared = sharedMagErr;
+    res.zpErr = std::hypot(res.zpErr, sharedMagErr);
+    if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
+        char why[200];
+        std::snprintf(
+            why, sizeof why,
+            "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g",
+            res.zp, res.zpErr, nKeep, sharedMagErr, params.maxZpErr);
+        const ZeroPointResult failed = fail(why);
+        res = failed;
+        res.zp = kNaN;
+        return res;
+    }
+    res.colourTermFitted = colour;
+    res.colourTerm = colour ? f.model.ct : 0.0;
+    res.colourTermErr = colour ? f.model.ctErr : kNaN;
+    res.intrinsicScatter = f.sInt;
+    res.chi2dof = f.chi2dof;
+    res.nUsed = nKeep;
+    res.residual.resize(nc);
+    res.used.resize(nc);
+    double sw = 0.0, swr2 = 0.0;
+    std::vector<double> usedColours;
+    for (std::size_t k = 0; k < nc; ++k) {
+        res.residual[k] = residualOf(d, f.model, k);
+        res.used[k] = keep[k] != 0;
+        if (!keep[k]) continue;
+        const double w = 1.0 / (d.var[k] + f.sInt * f.sInt);
+        sw += w;
+        swr2 += w * res.residual[k] * res.residual[k];
+        usedColours.push_back(d.c[k]);
+    }
+    res.scatter = std::sqrt(swr2 / sw);
+    res.limitingMag = res.limitingMagInst + res.zp + (colour ? res.colourTerm * median(usedColours) : 0.0);
+    res.ok = true;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%d of %d calibrators (%s), scatter %.4f mag", nKeep, static_cast<int>(nc),
+                  params.method.c_str(), res.scatter);
+    res.message = buf + note + colourNote;
+    if (params.fitColourTerm && haveColour && !colour && colourNote.empty())
+        res.message += "; too few coloured calibrators: no colour term";
+    ctx.report("zeropoint", 1.0);
+    return res;
+}
+
+void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y,
+                     int width, int height, int cells) {
+    if (!zp.ok || width <= 0 || height <= 0 || cells < 1) return;
+    std::vector<double> px, py, pr;
+    for (std::size_t k = 0; k < zp.sourceIndex.size() && k < zp.used.size() && k < zp.residual.size(); ++k) {
+        const auto i = static_cast<std::size_t>(zp.sourceIndex[k]);
+        if (!zp.used[k] || i >= x.size() || i >= y.size() || !std::isfinite(x[i]) || !std::isfinite(y[i]) ||
+            !std::isfinite(zp.residual[k]))
+            continue;
+        px.push_back((x[i] - 0.5 * (width - 1)) / 1000.0);
+        py.push_back((y[i] - 0.5 * (height - 1)) / 1000.0);
+        pr.push_back(zp.residual[k]);
+    }
+    const std::size_t m = pr.size();
+    if (m >= 20) {
+        // residual = a + b x + c y by least squares; errors from the residuals' own scatter
+        Eigen::Matrix3d A = Eigen::Matrix3d::Zero();
+        Eigen::Vector3d rhs = Eigen::Vector3d::Zero();
+        for (std::size_t k = 0; k < m; ++k) {
+            const Eigen::Vector3d v(1.0, px[k], py[k]);
+            A += v * v.transpose();
+            rhs += v * pr[k];
+        }
+        const Eigen::FullPivLU<Eigen::Matrix3d> lu(A);
+        if (lu.isInvertible()) {
+            const Eigen::Vector3d c = lu.solve(rhs);
+            double ss = 0.0;
+            for (std::size_t k = 0; k < m; ++k) {
+                const double e = pr[k] - (c[0] + c[1] * px[k] + c[2] * py[k]);
+                ss += e * e;
+            }
+            const Eigen::Matrix3d cov = lu.inverse() * (ss / static_cast<double>(m - 3));
+            zp.gradientX = c[1];
+            zp.gradientY = c[2];
+            zp.gradientXErr = std::sqrt(cov(1, 1));
+            zp.gradientYErr = std::sqrt(cov(2, 2));
+        }
+    }
+    if (m < 25u * static_cast<std::size_t>(cells) * static_cast<std::size_t>(cells)) return;
+    std::vector<std::vector<double>> cell(static_cast<std::size_t>(cells) * cells);
+    for (std::size_t k = 0; k < m; ++k) {
+        const double fx = (px[k] * 1000.0 + 0.5 * (width - 1)) / width;
+        const double fy = (py[k] * 1000.0 + 0.5 * (height - 1)) / height;
+        const int cx = std::clamp(static_cast<int>(fx * cells), 0, cells - 1);
+        const int cy = std::clamp(static_cast<int>(fy * cells), 0, cells - 1);
+        cell[static_cast<std::size_t>(cy) * cells + cx].push_back(pr[k]);
+    }
+    zp.mapNx = zp.mapNy = cells;
+    zp.map.clear();
+    for (auto& c : cell)
+        zp.map.push_back(c.size() >= 5 ? median(c) : kNaN);
+}
+
+} // namespace gpuphot
