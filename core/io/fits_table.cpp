@@ -342,6 +342,32 @@ void writeFitsTable(const std::string& path, const Table& table) {
     out.commit();
 }
 
+namespace {
+
+// The columns `select` asks for, in its order, each once: by exact name, else by name up to case.
+std::vector<ColumnSpec> selectColumns(std::vector<ColumnSpec> specs, const FitsColumnSelector& select,
+                                      const std::string& path) {
+    std::vector<std::string> available;
+    for (const ColumnSpec& s : specs)
+        available.push_back(s.name);
+    const std::vector<std::string> wanted = select(available);
+    std::vector<ColumnSpec> chosen;
+    for (const std::string& w : wanted) {
+        auto it = std::find_if(specs.begin(), specs.end(), [&](const ColumnSpec& s) { return s.name == w; });
+        if (it == specs.end())
+            it = std::find_if(specs.begin(), specs.end(),
+                              [&](const ColumnSpec& s) { return upper(s.name) == upper(w); });
+        if (it == specs.end())
+            throw InvalidInput("FITS table " + path + " has no readable column '" + w + "'");
+        if (std::none_of(chosen.begin(), chosen.end(),
+                         [&](const ColumnSpec& s) { return s.colnum == it->colnum; }))
+            chosen.push_back(*it);
+    }
+    return chosen;
+}
+
+} // namespace
+
 // ---------------------------------------------------------------------------------------------------
 Table readFitsTable(const std::string& path, const std::string& hdu) {
     return readFitsTable(path, hdu, FitsColumnSelector{});
@@ -385,26 +411,7 @@ Table readFitsTable(const std::string& path, const std::string& hdu, const FitsC
         if (classify(rawType, eqType, repeat, width, spec)) specs.push_back(std::move(spec));
     }
 
-    if (select) {
-        std::vector<std::string> available;
-        for (const ColumnSpec& s : specs)
-            available.push_back(s.name);
-        const std::vector<std::string> wanted = select(available);
-        std::vector<ColumnSpec> chosen;
-        for (const std::string& w : wanted) {
-            auto it =
-                std::find_if(specs.begin(), specs.end(), [&](const ColumnSpec& s) { return s.name == w; });
-            if (it == specs.end())
-                it = std::find_if(specs.begin(), specs.end(),
-                                  [&](const ColumnSpec& s) { return upper(s.name) == upper(w); });
-            if (it == specs.end())
-                throw InvalidInput("FITS table " + path + " has no readable column '" + w + "'");
-            if (std::none_of(chosen.begin(), chosen.end(),
-                             [&](const ColumnSpec& s) { return s.colnum == it->colnum; }))
-                chosen.push_back(*it);
-        }
-        specs = std::move(chosen);
-    }
+    if (select) specs = selectColumns(std::move(specs), select, path);
 
     const std::size_t n = static_cast<std::size_t>(nrows);
     std::vector<ColumnData> data;

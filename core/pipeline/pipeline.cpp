@@ -396,6 +396,192 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
     if (r.psf.hasModel()) applyLocalCurveOfGrowth(r.aperture, r.psf);
 }
 
+// The background estimate of a run, with the object mask of the second pass or none. Lean (a sampler
+// evaluating the maps on demand instead of full maps) unless the result keeps the full maps.
+struct BackgroundEstimator {
+    const ImageView& image;
+    const MaskView& mask;
+    const BackgroundParams& params;
+    RunContext& ctx;
+    bool lean;
+    BackgroundResult operator()(const ImageViewT<std::int32_t>* objects) const {
+        BackgroundResult b = estimateBackground(image, mask, params, ctx, objects);
+        if (lean) b.sampler = std::make_shared<const BackgroundSampler>(b, ctx);
+        return b;
+    }
+};
+
+// Stage 1: the background; a run from here starts with no warnings.
+void backgroundStage(RunContext& ctx, PipelineResult& r, const BackgroundEstimator& estimate) {
+    r.warnings.clear();
+    ctx.checkCancelled();
+    auto t = ctx.time("background");
+    r.background = BackgroundResult{}; // the old maps go before the new ones are made
+    r.background = estimate(nullptr);
+    r.completed = Stage::Detection;
+}
+
+// Stage 2: detection; with backgroundSecondPass the background is estimated again with the detected
+// objects (grown by secondPassDilate) masked, and the detection redone on it.
+void detectionStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                    const BackgroundEstimator& estimate) {
+    const ImageView image = frame.view();
+    const MaskView mask = frame.maskView();
+    ctx.checkCancelled();
+    const DetectionParams dp = detectionParamsFor(frame, config.detection);
+    {
+        auto t = ctx.time("detection");
+        r.detection = DetectionResult{};
+        r.detection = detectSources(image, mask, r.background, dp, ctx);
+    }
+    if (config.backgroundSecondPass) {
+        ctx.checkCancelled();
+        {
+            auto t = ctx.time("background (second pass)");
+            const Image<std::int32_t> objects =
+                dilatedObjectMask(r.detection.segmentation.view(), config.secondPassDilate);
+            const ImageViewT<std::int32_t> objectView = objects.view();
+            r.background = BackgroundResult{};
+            r.background = estimate(&objectView);
+        }
+        auto t = ctx.time("detection (second pass)");
+        r.detection = DetectionResult{};
+        r.detection = detectSources(image, mask, r.background, dp, ctx);
+    }
+    if (r.detection.sources.size() == 0)
+        r.warnings.push_back("no sources detected above the threshold: the catalog is empty");
+    r.completed = Stage::Psf;
+}
+
+// Stage 3: the PSF model, and the field FWHM the apertures scale with (the model's, else the default).
+void psfStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r) {
+    const ImageView image = frame.view();
+    const MaskView mask = frame.maskView();
+    ctx.checkCancelled();
+    auto t = ctx.time("psf");
+    if (r.psfFitCache && ctx.backend == Backend::Cpu) // reuses identical star fits (same result)
+        r.psf = cpu::buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
+                                   psfParamsFor(frame, config.psf), ctx, r.psfFitCache.get());
+    else
+        r.psf = buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
+                              psfParamsFor(frame, config.psf), ctx);
+    if (r.psf.hasModel() && r.psf.medianFwhm > 0) {
+        r.fwhm = r.psf.medianFwhm;
+        r.fwhmSource = "psf";
+    } else {
+        r.fwhm = config.defaultFwhm;
+        r.fwhmSource = "default";
+        if (r.detection.sources.size() > 0)
+            r.warnings.push_back(
+                "no PSF model (too few suitable stars): apertures scaled with the default FWHM");
+    }
+    r.completed = Stage::Aperture;
+}
+
+// The instrumental magnitudes and errors of the optimal fluxes (NaN when the aperture stage has none).
+void setInstrumentalMagnitudes(PipelineResult& r) {
+    const std::size_t n = r.detection.sources.size();
+    r.magInst.assign(n, std::nan(""));
+    r.magInstErr.assign(n, std::nan(""));
+    for (std::size_t i = 0; i < n && r.aperture.fluxOpt.size() == n; ++i) {
+        r.magInst[i] = instrumentalMag(r.aperture.fluxOpt[i]);
+        r.magInstErr[i] = magError(r.aperture.fluxOpt[i], r.aperture.fluxOptErr[i]);
+    }
+}
+
+// Clears the previous calibration's results.
+void resetCalibration(PipelineResult& r) {
+    r.crossmatch = CrossmatchResult{};
+    r.zeropoint = ZeroPointResult{};
+    r.astrometry = AstrometryResult{};
+    r.fittedWcs.reset();
+    r.calibrationRan = false;
+    r.calibrationProblem.clear();
+}
+
+// Astrometry against the reference catalog; on success its WCS replaces `wcs`, else a warning says the
+// header WCS (if any) is used as it is.
+void refineAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      const ReferenceCatalog& reference, std::shared_ptr<const Wcs>& wcs) {
+    const Sources& s = r.detection.sources;
+    auto t = ctx.time("astrometry");
+    std::optional<std::pair<double, double>> pointing;
+    if (const auto p = framePointing(frame.header)) pointing = {{p->ra, p->dec}};
+    r.astrometry = solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), reference,
+                                   frame.wcs.get(), pointing, config.astrometry, ctx);
+    if (r.astrometry.ok) {
+        r.fittedWcs = std::make_shared<const Wcs>(Wcs::fromTanSip(r.astrometry.wcs));
+        wcs = r.fittedWcs;
+    } else {
+        r.warnings.push_back("astrometry failed: " + r.astrometry.message +
+                             (frame.wcs ? " (the header WCS is used as it is)" : ""));
+    }
+}
+
+// Crossmatch and zero point with the final WCS; a failed zero point sets r.calibrationProblem.
+void crossmatchAndZeroPoint(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                            PipelineResult& r, const ReferenceCatalog& reference, const Wcs& wcs) {
+    const Sources& s = r.detection.sources;
+    const std::size_t n = s.size();
+    r.calibrationRan = true;
+    // The catalog cut once to the frame's cone (with the final WCS: header, refined or blind), so
+    // that one covering far more sky costs little; the margin covers crossmatch's own cone and
+    // the zero point's isolation radius. Reference rows are mapped back to `reference` after.
+    std::vector<std::int32_t> cutRows;
+    const double pxScale = wcs.pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
+    const double isolation = calibratorIsolationArcsec(config.zeropoint, r.fwhm, pxScale);
+    const double cutMargin =
+        1.5 * (2.0 * config.crossmatch.marginPx + 20.0) * (std::isfinite(pxScale) ? pxScale : 0.0) +
+        isolation + config.crossmatch.radiusArcsec;
+    ReferenceCatalog refCut;
+    const bool cut = std::isfinite(pxScale) && pxScale > 0.0;
+    if (cut) refCut = cutReferenceToFrame(reference, wcs, frame.width(), frame.height(), cutMargin, &cutRows);
+    const ReferenceCatalog& refUse = cut ? refCut : reference;
+    {
+        auto t = ctx.time("crossmatch");
+        r.crossmatch =
+            crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, wcs, config.crossmatch, ctx);
+    }
+    auto t = ctx.time("zeropoint");
+    std::vector<std::uint32_t> flags(n);
+    for (std::size_t i = 0; i < n; ++i)
+        flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
+    fitCalibration(r, flags, refUse, config, isolation, ctx);
+    if (r.zeropoint.ok) fitZeroPointMap(r.zeropoint, s.x, s.y, frame.width(), frame.height());
+    if (cut) {
+        for (std::int32_t& row : r.crossmatch.refIndex)
+            if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];
+        for (std::int32_t& row : r.crossmatch.refSelected)
+            row = cutRows[static_cast<std::size_t>(row)];
+    }
+    if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
+}
+
+// Stage 5: instrumental magnitudes, then with a reference catalog the astrometry (optional), crossmatch
+// and zero point; a calibration that cannot run or fails is a warning, not an error.
+void calibrationStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      const ReferenceCatalog* reference) {
+    ctx.checkCancelled();
+    const std::size_t n = r.detection.sources.size();
+    setInstrumentalMagnitudes(r);
+    resetCalibration(r);
+    std::shared_ptr<const Wcs> wcs = frame.wcs;
+    if (reference && config.fitAstrometry && n > 0) refineAstrometry(frame, config, ctx, r, *reference, wcs);
+    if (reference) {
+        if (!wcs) {
+            r.calibrationProblem =
+                "the frame has no usable WCS (" +
+                (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
+                "): no crossmatch, no zero point";
+        } else {
+            crossmatchAndZeroPoint(frame, config, ctx, r, *reference, *wcs);
+        }
+        if (!r.calibrationProblem.empty())
+            r.warnings.push_back("calibration failed: " + r.calibrationProblem);
+    }
+    r.completed = Stage::Done;
+}
+
 } // namespace
 
 void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
@@ -415,153 +601,19 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
     const bool lean = !r.keepFullMaps;
     BackgroundParams bkgParams = config.background;
     if (lean) bkgParams.fullMaps = false;
-    auto estimate = [&](const ImageViewT<std::int32_t>* objects) {
-        BackgroundResult b = estimateBackground(image, mask, bkgParams, ctx, objects);
-        if (lean) b.sampler = std::make_shared<const BackgroundSampler>(b, ctx);
-        return b;
-    };
+    const BackgroundEstimator estimate{image, mask, bkgParams, ctx, lean};
 
-    if (first <= Stage::Background && Stage::Background < stop) {
-        r.warnings.clear();
-        ctx.checkCancelled();
-        auto t = ctx.time("background");
-        r.background = BackgroundResult{}; // the old maps go before the new ones are made
-        r.background = estimate(nullptr);
-        r.completed = Stage::Detection;
-    }
-    if (first <= Stage::Detection && Stage::Detection < stop) {
-        ctx.checkCancelled();
-        const DetectionParams dp = detectionParamsFor(frame, config.detection);
-        {
-            auto t = ctx.time("detection");
-            r.detection = DetectionResult{};
-            r.detection = detectSources(image, mask, r.background, dp, ctx);
-        }
-        if (config.backgroundSecondPass) {
-            ctx.checkCancelled();
-            {
-                auto t = ctx.time("background (second pass)");
-                const Image<std::int32_t> objects =
-                    dilatedObjectMask(r.detection.segmentation.view(), config.secondPassDilate);
-                const ImageViewT<std::int32_t> objectView = objects.view();
-                r.background = BackgroundResult{};
-                r.background = estimate(&objectView);
-            }
-            auto t = ctx.time("detection (second pass)");
-            r.detection = DetectionResult{};
-            r.detection = detectSources(image, mask, r.background, dp, ctx);
-        }
-        if (r.detection.sources.size() == 0)
-            r.warnings.push_back("no sources detected above the threshold: the catalog is empty");
-        r.completed = Stage::Psf;
-    }
-    if (first <= Stage::Psf && Stage::Psf < stop) {
-        ctx.checkCancelled();
-        auto t = ctx.time("psf");
-        if (r.psfFitCache && ctx.backend == Backend::Cpu) // reuses identical star fits (same result)
-            r.psf = cpu::buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
-                                       psfParamsFor(frame, config.psf), ctx, r.psfFitCache.get());
-        else
-            r.psf = buildPsfModel(image, mask, r.background, r.detection.sources, frame.instrument.gain,
-                                  psfParamsFor(frame, config.psf), ctx);
-        if (r.psf.hasModel() && r.psf.medianFwhm > 0) {
-            r.fwhm = r.psf.medianFwhm;
-            r.fwhmSource = "psf";
-        } else {
-            r.fwhm = config.defaultFwhm;
-            r.fwhmSource = "default";
-            if (r.detection.sources.size() > 0)
-                r.warnings.push_back(
-                    "no PSF model (too few suitable stars): apertures scaled with the default FWHM");
-        }
-        r.completed = Stage::Aperture;
-    }
+    if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
+    if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
+    if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
     if (first <= Stage::Aperture && Stage::Aperture < stop) {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
         apertureStage(frame, config, ctx, r, r.detection);
         r.completed = Stage::Calibration;
     }
-
-    if (first <= Stage::Calibration && Stage::Calibration < stop) {
-        ctx.checkCancelled();
-        const Sources& s = r.detection.sources;
-        const std::size_t n = s.size();
-        r.magInst.assign(n, std::nan(""));
-        r.magInstErr.assign(n, std::nan(""));
-        for (std::size_t i = 0; i < n && r.aperture.fluxOpt.size() == n; ++i) {
-            r.magInst[i] = instrumentalMag(r.aperture.fluxOpt[i]);
-            r.magInstErr[i] = magError(r.aperture.fluxOpt[i], r.aperture.fluxOptErr[i]);
-        }
-        r.crossmatch = CrossmatchResult{};
-        r.zeropoint = ZeroPointResult{};
-        r.astrometry = AstrometryResult{};
-        r.fittedWcs.reset();
-        r.calibrationRan = false;
-        r.calibrationProblem.clear();
-        std::shared_ptr<const Wcs> wcs = frame.wcs;
-        if (reference && config.fitAstrometry && n > 0) {
-            auto t = ctx.time("astrometry");
-            std::optional<std::pair<double, double>> pointing;
-            if (const auto p = framePointing(frame.header)) pointing = {{p->ra, p->dec}};
-            r.astrometry = solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), *reference,
-                                           frame.wcs.get(), pointing, config.astrometry, ctx);
-            if (r.astrometry.ok) {
-                r.fittedWcs = std::make_shared<const Wcs>(Wcs::fromTanSip(r.astrometry.wcs));
-                wcs = r.fittedWcs;
-            } else {
-                r.warnings.push_back("astrometry failed: " + r.astrometry.message +
-                                     (frame.wcs ? " (the header WCS is used as it is)" : ""));
-            }
-        }
-        if (reference) {
-            if (!wcs) {
-                r.calibrationProblem =
-                    "the frame has no usable WCS (" +
-                    (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
-                    "): no crossmatch, no zero point";
-            } else {
-                r.calibrationRan = true;
-                // The catalog cut once to the frame's cone (with the final WCS: header, refined or blind), so
-                // that one covering far more sky costs little; the margin covers crossmatch's own cone and
-                // the zero point's isolation radius. Reference rows are mapped back to `reference` after.
-                std::vector<std::int32_t> cutRows;
-                const double pxScale =
-                    wcs->pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
-                const double isolation = calibratorIsolationArcsec(config.zeropoint, r.fwhm, pxScale);
-                const double cutMargin = 1.5 * (2.0 * config.crossmatch.marginPx + 20.0) *
-                                             (std::isfinite(pxScale) ? pxScale : 0.0) +
-                                         isolation + config.crossmatch.radiusArcsec;
-                ReferenceCatalog refCut;
-                const bool cut = std::isfinite(pxScale) && pxScale > 0.0;
-                if (cut)
-                    refCut = cutReferenceToFrame(*reference, *wcs, frame.width(), frame.height(), cutMargin,
-                                                 &cutRows);
-                const ReferenceCatalog& refUse = cut ? refCut : *reference;
-                {
-                    auto t = ctx.time("crossmatch");
-                    r.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, *wcs,
-                                              config.crossmatch, ctx);
-                }
-                auto t = ctx.time("zeropoint");
-                std::vector<std::uint32_t> flags(n);
-                for (std::size_t i = 0; i < n; ++i)
-                    flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
-                fitCalibration(r, flags, refUse, config, isolation, ctx);
-                if (r.zeropoint.ok) fitZeroPointMap(r.zeropoint, s.x, s.y, frame.width(), frame.height());
-                if (cut) {
-                    for (std::int32_t& row : r.crossmatch.refIndex)
-                        if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];
-                    for (std::int32_t& row : r.crossmatch.refSelected)
-                        row = cutRows[static_cast<std::size_t>(row)];
-                }
-                if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
-            }
-            if (!r.calibrationProblem.empty())
-                r.warnings.push_back("calibration failed: " + r.calibrationProblem);
-        }
-        r.completed = Stage::Done;
-    }
+    if (first <= Stage::Calibration && Stage::Calibration < stop)
+        calibrationStage(frame, config, ctx, r, reference);
 }
 
 PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,

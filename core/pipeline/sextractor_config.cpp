@@ -269,46 +269,52 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
     checkSextractorCatalog(cat);
 }
 
-} // namespace
+// The merged key values and the record of which keys a handler consumed, shared by the stage handlers.
+struct KeyState {
+    const Reader r;
+    SextractorMapping& m;
+    std::map<std::string, std::string> v; // every key's value (the last one given, else SExtractor's default)
+    std::vector<std::string> order;       // the keys given, in the order first given
+    std::set<std::string> done;           // the keys consumed by a handler
 
-SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineConfig& c) {
-    SextractorMapping m;
-    const Reader r{s};
     // SExtractor's defaults first, then the file and the overrides: the last value of a key counts.
-    std::map<std::string, std::string> v;
-    std::vector<std::string> order;
-    for (const auto& [k, val] : sextractorDefaults())
-        v[k] = val;
-    for (const auto& [k, val] : s.entries) {
-        if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
-        v[k] = val;
+    KeyState(const SextractorSettings& s, SextractorMapping& mapping) : r{s}, m(mapping) {
+        for (const auto& [k, val] : sextractorDefaults())
+            v[k] = val;
+        for (const auto& [k, val] : s.entries) {
+            if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+            v[k] = val;
+        }
     }
-    std::set<std::string> done;
-    auto get = [&](const std::string& k) -> const std::string& {
+    const std::string& get(const std::string& k) {
         done.insert(k);
         return v[k];
-    };
-    auto applied = [&](const std::string& k, const std::string& what) {
+    }
+    void applied(const std::string& k, const std::string& what) {
         m.applied.push_back(k + " " + v[k] + " -> " + what);
-    };
-    auto unsupported = [&](const std::string& k) {
+    }
+    void unsupported(const std::string& k) {
         done.insert(k);
         m.unsupported.push_back(k + " " + v[k]);
-    };
+    }
+};
 
-    DetectionParams& d = c.detection;
-    if (r.upper(get("DETECT_TYPE")) != "CCD") unsupported("DETECT_TYPE");
-    d.minArea = r.integer("DETECT_MINAREA", get("DETECT_MINAREA"));
-    applied("DETECT_MINAREA", "detection.minArea = " + std::to_string(d.minArea));
-    if (v.count("DETECT_MAXAREA") && r.number("DETECT_MAXAREA", get("DETECT_MAXAREA")) > 0)
-        unsupported("DETECT_MAXAREA");
-    const std::string tt = r.upper(get("THRESH_TYPE"));
+// DETECT_TYPE, DETECT_MINAREA, DETECT_MAXAREA, THRESH_TYPE, DETECT_THRESH (sigma, ADU or mag/arcsec^2),
+// ANALYSIS_THRESH -> detection's area and threshold.
+void applyDetectKeys(KeyState& k, DetectionParams& d) {
+    const Reader& r = k.r;
+    if (r.upper(k.get("DETECT_TYPE")) != "CCD") k.unsupported("DETECT_TYPE");
+    d.minArea = r.integer("DETECT_MINAREA", k.get("DETECT_MINAREA"));
+    k.applied("DETECT_MINAREA", "detection.minArea = " + std::to_string(d.minArea));
+    if (k.v.count("DETECT_MAXAREA") && r.number("DETECT_MAXAREA", k.get("DETECT_MAXAREA")) > 0)
+        k.unsupported("DETECT_MAXAREA");
+    const std::string tt = r.upper(k.get("THRESH_TYPE"));
     if (tt != "RELATIVE" && tt != "ABSOLUTE")
         throw InvalidInput(r.where("THRESH_TYPE") + ": RELATIVE or ABSOLUTE");
     d.thresholdIsAbsolute = tt == "ABSOLUTE";
-    const std::vector<std::string> thr = r.list("DETECT_THRESH", get("DETECT_THRESH"));
+    const std::vector<std::string> thr = r.list("DETECT_THRESH", k.get("DETECT_THRESH"));
     if (thr.size() == 2) { // surface brightness: mu mag/arcsec^2 with its zero point
-        const double scale = r.number("PIXEL_SCALE", get("PIXEL_SCALE"));
+        const double scale = r.number("PIXEL_SCALE", k.get("PIXEL_SCALE"));
         if (!(scale > 0.0))
             throw InvalidInput(r.where("DETECT_THRESH") +
                                ": a threshold in mag/arcsec^2 needs PIXEL_SCALE > 0");
@@ -318,20 +324,25 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     } else {
         d.threshold = r.number("DETECT_THRESH", thr[0]);
     }
-    if (get("ANALYSIS_THRESH") != v["DETECT_THRESH"])
-        m.differences.push_back("ANALYSIS_THRESH " + v["ANALYSIS_THRESH"] +
-                                ": gpuphot measures on the detection isophote (DETECT_THRESH " +
-                                v["DETECT_THRESH"] + ")");
+    if (k.get("ANALYSIS_THRESH") != k.v["DETECT_THRESH"])
+        k.m.differences.push_back("ANALYSIS_THRESH " + k.v["ANALYSIS_THRESH"] +
+                                  ": gpuphot measures on the detection isophote (DETECT_THRESH " +
+                                  k.v["DETECT_THRESH"] + ")");
+}
 
-    d.filter = r.yesNo("FILTER", get("FILTER"));
+// FILTER, FILTER_NAME -> detection's convolution kernel (a NONORM kernel rescales the threshold, so the
+// threshold is reported here, once final).
+void applyFilterKeys(KeyState& k, DetectionParams& d) {
+    const Reader& r = k.r;
+    d.filter = r.yesNo("FILTER", k.get("FILTER"));
     if (d.filter) {
         ConvFilter f = defaultConv();
-        if (v.count("FILTER_NAME")) {
-            const std::string name = get("FILTER_NAME");
+        if (k.v.count("FILTER_NAME")) {
+            const std::string name = k.get("FILTER_NAME");
             if (name.size() > 5 && r.upper(name.substr(name.size() - 5)) == ".FITS")
                 throw InvalidInput(r.where("FILTER_NAME") +
                                    ": FITS filters are not supported (use a .conv file)");
-            f = readConvFilter(resolveBeside(name, s.path));
+            f = readConvFilter(resolveBeside(name, r.s.path));
         }
         double sum = 0.0;
         for (float x : f.kernel)
@@ -342,111 +353,146 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
         // convolution with the threshold, the same as the normalised one with threshold / sum
         if (!f.normalise && sum != 0.0) d.threshold /= sum;
         if (sum == 0.0)
-            m.differences.push_back("FILTER_NAME " + v["FILTER_NAME"] +
-                                    ": a zero-sum kernel is used as it is");
-        applied("FILTER_NAME", "detection.filterKernel (" + std::to_string(f.width) + "x" +
-                                   std::to_string(f.height) + (f.normalise ? ", NORM" : ", NONORM") + ")");
+            k.m.differences.push_back("FILTER_NAME " + k.v["FILTER_NAME"] +
+                                      ": a zero-sum kernel is used as it is");
+        k.applied("FILTER_NAME", "detection.filterKernel (" + std::to_string(f.width) + "x" +
+                                     std::to_string(f.height) + (f.normalise ? ", NORM" : ", NONORM") + ")");
     }
-    applied("DETECT_THRESH",
-            "detection.threshold = " + num(d.threshold) + (d.thresholdIsAbsolute ? " ADU" : " sigma"));
-    if (v.count("FILTER_THRESH") && !trimmed(get("FILTER_THRESH")).empty()) unsupported("FILTER_THRESH");
-    d.deblendLevels = r.integer("DEBLEND_NTHRESH", get("DEBLEND_NTHRESH"));
-    d.deblendContrast = r.number("DEBLEND_MINCONT", get("DEBLEND_MINCONT"));
-    d.clean = r.yesNo("CLEAN", get("CLEAN"));
-    d.cleanParam = r.number("CLEAN_PARAM", get("CLEAN_PARAM"));
-    applied("DEBLEND_NTHRESH", "detection.deblendLevels");
-    applied("DEBLEND_MINCONT", "detection.deblendContrast");
-    applied("CLEAN", "detection.clean");
-    applied("CLEAN_PARAM", "detection.cleanParam");
-    if (v.count("MASK_TYPE") && r.upper(get("MASK_TYPE")) != "CORRECT") unsupported("MASK_TYPE");
+    k.applied("DETECT_THRESH",
+              "detection.threshold = " + num(d.threshold) + (d.thresholdIsAbsolute ? " ADU" : " sigma"));
+}
 
-    const std::string wt = r.upper(get("WEIGHT_TYPE"));
+// FILTER_THRESH, DEBLEND_NTHRESH, DEBLEND_MINCONT, CLEAN, CLEAN_PARAM, MASK_TYPE, WEIGHT_TYPE -> detection's
+// deblending and cleaning (and what differs in the noise model).
+void applyDeblendKeys(KeyState& k, DetectionParams& d) {
+    const Reader& r = k.r;
+    if (k.v.count("FILTER_THRESH") && !trimmed(k.get("FILTER_THRESH")).empty())
+        k.unsupported("FILTER_THRESH");
+    d.deblendLevels = r.integer("DEBLEND_NTHRESH", k.get("DEBLEND_NTHRESH"));
+    d.deblendContrast = r.number("DEBLEND_MINCONT", k.get("DEBLEND_MINCONT"));
+    d.clean = r.yesNo("CLEAN", k.get("CLEAN"));
+    d.cleanParam = r.number("CLEAN_PARAM", k.get("CLEAN_PARAM"));
+    k.applied("DEBLEND_NTHRESH", "detection.deblendLevels");
+    k.applied("DEBLEND_MINCONT", "detection.deblendContrast");
+    k.applied("CLEAN", "detection.clean");
+    k.applied("CLEAN_PARAM", "detection.cleanParam");
+    if (k.v.count("MASK_TYPE") && r.upper(k.get("MASK_TYPE")) != "CORRECT") k.unsupported("MASK_TYPE");
+
+    const std::string wt = r.upper(k.get("WEIGHT_TYPE"));
     if (wt == "NONE")
-        m.differences.push_back("WEIGHT_TYPE NONE: gpuphot thresholds against the background RMS map "
-                                "(SExtractor's WEIGHT_TYPE BACKGROUND), not one global RMS");
+        k.m.differences.push_back("WEIGHT_TYPE NONE: gpuphot thresholds against the background RMS map "
+                                  "(SExtractor's WEIGHT_TYPE BACKGROUND), not one global RMS");
     else if (wt != "BACKGROUND")
-        unsupported("WEIGHT_TYPE");
+        k.unsupported("WEIGHT_TYPE");
+}
 
-    // photometry
-    ApertureParams& a = c.aperture;
+// PHOT_APERTURES, PHOT_AUTOPARAMS, PHOT_AUTOAPERS, BACKPHOTO_TYPE, BACKPHOTO_THICK -> aperture photometry.
+void applyPhotometryKeys(KeyState& k, ApertureParams& a) {
+    const Reader& r = k.r;
     a.radii.clear();
-    for (const auto& t : r.list("PHOT_APERTURES", get("PHOT_APERTURES"))) {
+    for (const auto& t : r.list("PHOT_APERTURES", k.get("PHOT_APERTURES"))) {
         const double dia = r.number("PHOT_APERTURES", t);
         if (!(dia > 0.0)) throw InvalidInput(r.where("PHOT_APERTURES") + ": diameters must be positive");
         a.radii.push_back(0.5 * dia);
     }
     a.radiiInFwhm = false;
-    applied("PHOT_APERTURES", "aperture.radii (half the diameters, px)");
-    const std::vector<std::string> kron = r.list("PHOT_AUTOPARAMS", get("PHOT_AUTOPARAMS"));
+    k.applied("PHOT_APERTURES", "aperture.radii (half the diameters, px)");
+    const std::vector<std::string> kron = r.list("PHOT_AUTOPARAMS", k.get("PHOT_AUTOPARAMS"));
     if (kron.size() != 2) throw InvalidInput(r.where("PHOT_AUTOPARAMS") + ": <Kron_fact>,<min_radius>");
     a.kronFactor = r.number("PHOT_AUTOPARAMS", kron[0]);
     a.kronMinRadius = r.number("PHOT_AUTOPARAMS", kron[1]);
-    applied("PHOT_AUTOPARAMS", "aperture.kronFactor, aperture.kronMinRadius");
-    if (v.count("PHOT_AUTOAPERS")) {
-        for (const auto& t : r.list("PHOT_AUTOAPERS", get("PHOT_AUTOAPERS")))
+    k.applied("PHOT_AUTOPARAMS", "aperture.kronFactor, aperture.kronMinRadius");
+    if (k.v.count("PHOT_AUTOAPERS")) {
+        for (const auto& t : r.list("PHOT_AUTOAPERS", k.get("PHOT_AUTOAPERS")))
             if (r.number("PHOT_AUTOAPERS", t) != 0.0) {
-                unsupported("PHOT_AUTOAPERS");
+                k.unsupported("PHOT_AUTOAPERS");
                 break;
             }
     }
-    const std::string bp = r.upper(get("BACKPHOTO_TYPE"));
+    const std::string bp = r.upper(k.get("BACKPHOTO_TYPE"));
     if (bp == "GLOBAL") {
         a.useLocalSky = false;
-        applied("BACKPHOTO_TYPE", "aperture.useLocalSky = false");
+        k.applied("BACKPHOTO_TYPE", "aperture.useLocalSky = false");
     } else if (bp == "LOCAL") {
         a.useLocalSky = true;
-        m.differences.push_back(
+        k.m.differences.push_back(
             "BACKPHOTO_TYPE LOCAL: gpuphot's local sky is a circular annulus "
             "(aperture.annulusInner/Outer), not SExtractor's rectangle of BACKPHOTO_THICK px");
-        if (v.count("BACKPHOTO_THICK")) done.insert("BACKPHOTO_THICK");
+        if (k.v.count("BACKPHOTO_THICK")) k.done.insert("BACKPHOTO_THICK");
     } else {
         throw InvalidInput(r.where("BACKPHOTO_TYPE") + ": GLOBAL or LOCAL");
     }
-    if (v.count("BACKPHOTO_THICK") && bp == "GLOBAL") done.insert("BACKPHOTO_THICK");
+    if (k.v.count("BACKPHOTO_THICK") && bp == "GLOBAL") k.done.insert("BACKPHOTO_THICK");
+}
 
-    // instrument
-    c.keywords.saturation = {get("SATUR_KEY")};
-    c.keywords.gain = {get("GAIN_KEY")};
+// SATUR_KEY, GAIN_KEY, SATUR_LEVEL, GAIN, PIXEL_SCALE -> the header keywords of the instrument.
+void applyInstrumentKeys(KeyState& k, PipelineConfig& c) {
+    c.keywords.saturation = {k.get("SATUR_KEY")};
+    c.keywords.gain = {k.get("GAIN_KEY")};
     c.keywords.gainPerAmp.clear();
-    applied("SATUR_KEY", "keywords.saturation");
-    applied("GAIN_KEY", "keywords.gain");
-    if (v.count("SATUR_LEVEL"))
-        m.differences.push_back("SATUR_LEVEL " + get("SATUR_LEVEL") +
-                                ": SExtractor's value where the header lacks " + v["SATUR_KEY"] +
-                                "; gpuphot then has no saturation level (give --saturation)");
-    if (v.count("GAIN"))
-        m.differences.push_back("GAIN " + get("GAIN") + ": SExtractor's value where the header lacks " +
-                                v["GAIN_KEY"] + "; gpuphot then takes gain 1 (give --gain)");
-    get("PIXEL_SCALE"); // (used by DETECT_THRESH in mag/arcsec^2)
+    k.applied("SATUR_KEY", "keywords.saturation");
+    k.applied("GAIN_KEY", "keywords.gain");
+    if (k.v.count("SATUR_LEVEL"))
+        k.m.differences.push_back("SATUR_LEVEL " + k.get("SATUR_LEVEL") +
+                                  ": SExtractor's value where the header lacks " + k.v["SATUR_KEY"] +
+                                  "; gpuphot then has no saturation level (give --saturation)");
+    if (k.v.count("GAIN"))
+        k.m.differences.push_back("GAIN " + k.get("GAIN") + ": SExtractor's value where the header lacks " +
+                                  k.v["GAIN_KEY"] + "; gpuphot then takes gain 1 (give --gain)");
+    k.get("PIXEL_SCALE"); // (used by DETECT_THRESH in mag/arcsec^2)
+}
 
-    // background
-    BackgroundParams& b = c.background;
-    if (r.upper(get("BACK_TYPE")) != "AUTO") unsupported("BACK_TYPE");
-    const std::vector<std::string> bs = r.list("BACK_SIZE", get("BACK_SIZE"));
+// BACK_TYPE, BACK_SIZE, BACK_FILTERSIZE, BACK_FILTTHRESH -> the background mesh (SExtractor's spline).
+void applyBackgroundKeys(KeyState& k, BackgroundParams& b) {
+    const Reader& r = k.r;
+    if (r.upper(k.get("BACK_TYPE")) != "AUTO") k.unsupported("BACK_TYPE");
+    const std::vector<std::string> bs = r.list("BACK_SIZE", k.get("BACK_SIZE"));
     b.meshSize = r.integer("BACK_SIZE", bs[0]);
     b.meshHeight = bs.size() > 1 ? r.integer("BACK_SIZE", bs[1]) : 0;
-    const std::vector<std::string> bf = r.list("BACK_FILTERSIZE", get("BACK_FILTERSIZE"));
+    const std::vector<std::string> bf = r.list("BACK_FILTERSIZE", k.get("BACK_FILTERSIZE"));
     b.filterSize = r.integer("BACK_FILTERSIZE", bf[0]);
     b.filterHeight = bf.size() > 1 ? r.integer("BACK_FILTERSIZE", bf[1]) : 0;
-    b.filterThreshold = r.number("BACK_FILTTHRESH", get("BACK_FILTTHRESH"));
+    b.filterThreshold = r.number("BACK_FILTTHRESH", k.get("BACK_FILTTHRESH"));
     b.sextractorSpline = true;
-    applied("BACK_SIZE", "background.meshSize, meshHeight");
-    applied("BACK_FILTERSIZE", "background.filterSize, filterHeight");
-    applied("BACK_FILTTHRESH", "background.filterThreshold (and background.sextractorSpline = true)");
+    k.applied("BACK_SIZE", "background.meshSize, meshHeight");
+    k.applied("BACK_FILTERSIZE", "background.filterSize, filterHeight");
+    k.applied("BACK_FILTTHRESH", "background.filterThreshold (and background.sextractorSpline = true)");
+}
 
-    applyCatalogKeys(r, v, done, m);
-    if (v.count("CHECKIMAGE_TYPE") && r.upper(get("CHECKIMAGE_TYPE")) != "NONE")
-        unsupported("CHECKIMAGE_TYPE");
-    if (v.count("WRITE_XML") && r.yesNo("WRITE_XML", get("WRITE_XML"))) unsupported("WRITE_XML");
-    if (v.count("DGEO_TYPE") && r.upper(get("DGEO_TYPE")) != "NONE") unsupported("DGEO_TYPE");
+// The catalog keys, then the output modes gpuphot does not produce (CHECKIMAGE_TYPE, WRITE_XML, DGEO_TYPE).
+void applyOutputKeys(KeyState& k) {
+    const Reader& r = k.r;
+    applyCatalogKeys(r, k.v, k.done, k.m);
+    if (k.v.count("CHECKIMAGE_TYPE") && r.upper(k.get("CHECKIMAGE_TYPE")) != "NONE")
+        k.unsupported("CHECKIMAGE_TYPE");
+    if (k.v.count("WRITE_XML") && r.yesNo("WRITE_XML", k.get("WRITE_XML"))) k.unsupported("WRITE_XML");
+    if (k.v.count("DGEO_TYPE") && r.upper(k.get("DGEO_TYPE")) != "NONE") k.unsupported("DGEO_TYPE");
+}
 
-    for (const std::string& k : order) {
-        if (done.count(k)) continue;
-        if (inertKeys().count(k)) // only for columns, files or modes gpuphot does not produce
-            m.applied.push_back(k + " " + v[k] + " -> no effect here");
+// The given keys no handler consumed, in the order given: inert ones are noted, the rest unsupported.
+void reportRemainingKeys(KeyState& k) {
+    for (const std::string& key : k.order) {
+        if (k.done.count(key)) continue;
+        if (inertKeys().count(key)) // only for columns, files or modes gpuphot does not produce
+            k.m.applied.push_back(key + " " + k.v[key] + " -> no effect here");
         else
-            unsupported(k);
+            k.unsupported(key);
     }
+}
+
+} // namespace
+
+SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineConfig& c) {
+    SextractorMapping m;
+    KeyState k(s, m);
+    applyDetectKeys(k, c.detection);
+    applyFilterKeys(k, c.detection);
+    applyDeblendKeys(k, c.detection);
+    applyPhotometryKeys(k, c.aperture);
+    applyInstrumentKeys(k, c);
+    applyBackgroundKeys(k, c.background);
+    applyOutputKeys(k);
+    reportRemainingKeys(k);
     return m;
 }
 

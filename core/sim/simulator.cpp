@@ -587,22 +587,8 @@ template <class Value> Image<float> detectorMap(const SimParams& pIn, const Valu
     return m;
 }
 
-} // namespace
-
-SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariation* variation) {
-    validate(pIn);
-    const SimParams p = effectiveParams(pIn);
-    RunContext local;
-    RunContext& ctx = ctxIn ? *ctxIn : local;
-    auto timer = ctx.time("simulate");
-
-    SimResult r;
-    r.params = p;
-    r.trueWcs = makeTrueWcs(p);
-    r.headerWcs = makeHeaderWcs(p, r.trueWcs);
-    const std::vector<Source> src = drawSources(p, variation);
-    ctx.checkCancelled();
-
+// Each source's rendering profile (star PSF or PSF-convolved galaxy), built in parallel; one slot per source.
+std::vector<sim::Profile> makeProfiles(const SimParams& p, const std::vector<Source>& src, RunContext& ctx) {
     const sim::ProfileKind kind = p.psf == "moffat" ? sim::ProfileKind::Moffat : sim::ProfileKind::Gaussian;
     std::vector<sim::Profile> profiles(src.size());
     ParallelErrors errors;
@@ -619,101 +605,118 @@ SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariat
                                             p.moffatBeta, p.renderThreshold, p.maxStampRadius);
         });
     errors.rethrow();
+    return profiles;
+}
 
-    r.image = Image<float>(p.width, p.height, Image<float>::NoInit{});
-    r.defects = Image<std::uint8_t>(p.width, p.height, 0);
-    render(p, profiles, r.image, r.defects, ctx);
+// The truth table's columns, one entry per source (ref_id comes from the reference catalog).
+struct TruthColumns {
+    std::vector<std::int64_t> id, cluster;
+    std::vector<double> x, y, ra, dec, flux, mag, magInst, colour, fwhm, ell, theta, re, sersic;
+    std::vector<std::uint8_t> isGalaxy, saturated;
 
-    // Truth table.
+    explicit TruthColumns(std::size_t n)
+        : id(n), cluster(n), x(n), y(n), ra(n), dec(n), flux(n), mag(n), magInst(n), colour(n), fwhm(n),
+          ell(n), theta(n), re(n), sersic(n), isGalaxy(n), saturated(n) {}
+};
+
+// The sources' true values (1-based pixel positions, frame-epoch sky positions) and whether a pixel within
+// 1 px of each centre reached saturation in the rendered data section.
+TruthColumns truthColumns(const SimParams& p, const std::vector<Source>& src, const TanSip& trueWcs,
+                          const Image<float>& image) {
     const std::size_t n = src.size();
-    std::vector<std::int64_t> id(n), cluster(n);
-    std::vector<double> x(n), y(n), ra(n), dec(n), flux(n), mag(n), magInst(n), colour(n), fwhm(n), ell(n),
-        theta(n), re(n), sersic(n);
-    std::vector<std::uint8_t> isGalaxy(n), saturated(n);
+    TruthColumns c(n);
     const double sat = p.saturation > 0.0 ? p.saturation : INFINITY;
     for (std::size_t i = 0; i < n; ++i) {
         const Source& s = src[i];
-        id[i] = static_cast<std::int64_t>(i) + 1;
-        x[i] = s.x + 1.0;
-        y[i] = s.y + 1.0;
-        r.trueWcs.pixelToWorld(s.x, s.y, ra[i], dec[i]);
-        flux[i] = s.flux;
-        mag[i] = s.mag;
-        magInst[i] = s.magInst;
-        colour[i] = s.colour;
-        fwhm[i] = s.fwhm;
-        ell[i] = s.ellipticity;
-        theta[i] = s.angle;
-        re[i] = s.re;
-        sersic[i] = s.sersicN;
-        isGalaxy[i] = s.galaxy ? 1 : 0;
-        cluster[i] = s.cluster;
+        c.id[i] = static_cast<std::int64_t>(i) + 1;
+        c.x[i] = s.x + 1.0;
+        c.y[i] = s.y + 1.0;
+        trueWcs.pixelToWorld(s.x, s.y, c.ra[i], c.dec[i]);
+        c.flux[i] = s.flux;
+        c.mag[i] = s.mag;
+        c.magInst[i] = s.magInst;
+        c.colour[i] = s.colour;
+        c.fwhm[i] = s.fwhm;
+        c.ell[i] = s.ellipticity;
+        c.theta[i] = s.angle;
+        c.re[i] = s.re;
+        c.sersic[i] = s.sersicN;
+        c.isGalaxy[i] = s.galaxy ? 1 : 0;
+        c.cluster[i] = s.cluster;
         const int cx = static_cast<int>(std::lround(s.x)), cy = static_cast<int>(std::lround(s.y));
         bool satHit = false;
         for (int yy = std::max(0, cy - 1); yy <= std::min(p.height - 1, cy + 1) && !satHit; ++yy)
             for (int xx = std::max(0, cx - 1); xx <= std::min(p.width - 1, cx + 1); ++xx)
-                if (r.image(xx, yy) >= sat) satHit = true;
-        saturated[i] = satHit ? 1 : 0;
+                if (image(xx, yy) >= sat) satHit = true;
+        c.saturated[i] = satHit ? 1 : 0;
     }
-    std::vector<std::int64_t> refId;
-    r.reference = buildReference(p, r.trueWcs, src, refId);
+    return c;
+}
 
-    Table& t = r.truth;
+// The TRUTH table from the columns (moved in) and the reference ids, with the simulation keywords, the
+// epoch and the true WCS.
+void fillTruthTable(Table& t, const SimParams& p, const TanSip& trueWcs, TruthColumns& c,
+                    std::vector<std::int64_t>& refId) {
     t.name = "TRUTH";
-    t.add("id", std::move(id), "", "source number");
-    t.add("x", std::move(x), "pix", "true x (1-based FITS pixel)");
-    t.add("y", std::move(y), "pix", "true y (1-based FITS pixel)");
-    t.add("ra", std::move(ra), "deg", "true right ascension at the frame epoch");
-    t.add("dec", std::move(dec), "deg", "true declination at the frame epoch");
-    t.add("flux", std::move(flux), "adu", "total flux");
-    t.add("mag", std::move(mag), "mag", "calibrated magnitude (reference band)");
-    t.add("mag_inst", std::move(magInst), "mag", "-2.5 log10(flux)");
-    t.add("colour", std::move(colour), "mag", "colour index");
-    t.add("fwhm", std::move(fwhm), "pix", "PSF FWHM at the source");
-    t.add("ellipticity", std::move(ell), "", "1 - b/a (PSF for stars, shape for galaxies)");
-    t.add("theta", std::move(theta), "deg", "major axis, counter-clockwise from +x");
-    t.add("is_galaxy", std::move(isGalaxy), "", "1: galaxy");
-    t.add("r_eff", std::move(re), "pix", "galaxy half-light radius (NaN for stars)");
-    t.add("sersic_n", std::move(sersic), "", "galaxy Sersic index (NaN for stars)");
-    t.add("saturated", std::move(saturated), "", "1: a pixel within 1 px of the centre is saturated");
-    t.add("cluster", std::move(cluster), "", "cluster number (0: field)");
+    t.add("id", std::move(c.id), "", "source number");
+    t.add("x", std::move(c.x), "pix", "true x (1-based FITS pixel)");
+    t.add("y", std::move(c.y), "pix", "true y (1-based FITS pixel)");
+    t.add("ra", std::move(c.ra), "deg", "true right ascension at the frame epoch");
+    t.add("dec", std::move(c.dec), "deg", "true declination at the frame epoch");
+    t.add("flux", std::move(c.flux), "adu", "total flux");
+    t.add("mag", std::move(c.mag), "mag", "calibrated magnitude (reference band)");
+    t.add("mag_inst", std::move(c.magInst), "mag", "-2.5 log10(flux)");
+    t.add("colour", std::move(c.colour), "mag", "colour index");
+    t.add("fwhm", std::move(c.fwhm), "pix", "PSF FWHM at the source");
+    t.add("ellipticity", std::move(c.ell), "", "1 - b/a (PSF for stars, shape for galaxies)");
+    t.add("theta", std::move(c.theta), "deg", "major axis, counter-clockwise from +x");
+    t.add("is_galaxy", std::move(c.isGalaxy), "", "1: galaxy");
+    t.add("r_eff", std::move(c.re), "pix", "galaxy half-light radius (NaN for stars)");
+    t.add("sersic_n", std::move(c.sersic), "", "galaxy Sersic index (NaN for stars)");
+    t.add("saturated", std::move(c.saturated), "", "1: a pixel within 1 px of the centre is saturated");
+    t.add("cluster", std::move(c.cluster), "", "cluster number (0: field)");
     t.add("ref_id", std::move(refId), "", "reference catalog id (-1: not in the reference)");
-    addSimKeywords(t.meta, p, r.trueWcs);
+    addSimKeywords(t.meta, p, trueWcs);
     t.meta.set("MJD-OBS", p.mjd, "[d] start of exposure");
     t.meta.set("EPOCH", epochYear(p.mjd + 0.5 * p.exptime / 86400.0), "[yr] epoch of the true positions");
-    t.meta.update(r.trueWcs.toHeader());
+    t.meta.update(trueWcs.toHeader());
+}
 
-    // Raw frame: bias-only prescan/overscan columns around the data section.
+// Raw frame: bias-only prescan/overscan columns around the data section (replaces r.image and r.defects;
+// only called with prescan + overscan > 0).
+void addOverscan(const SimParams& p, SimResult& r, RunContext& ctx) {
     const int pre = p.prescan, over = p.overscan;
-    if (pre + over > 0) {
-        const Detector det(p);
-        const int W = p.width, H = p.height, RW = W + pre + over;
-        Image<float> raw(RW, H, Image<float>::NoInit{});
-        Image<std::uint8_t> rawDefects(RW, H, 0);
-        const double rnAdu = p.readNoise / p.gain;
+    const Detector det(p);
+    const int W = p.width, H = p.height, RW = W + pre + over;
+    Image<float> raw(RW, H, Image<float>::NoInit{});
+    Image<std::uint8_t> rawDefects(RW, H, 0);
+    const double rnAdu = p.readNoise / p.gain;
 #pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
-        for (int y = 0; y < H; ++y) {
-            float* out = raw.row(y);
-            std::uint8_t* m = rawDefects.row(y);
-            std::copy(r.image.row(y), r.image.row(y) + W, out + pre);
-            std::copy(r.defects.row(y), r.defects.row(y) + W, m + pre);
-            const double level = p.bias + det.rowPattern(y);
-            for (int x = 0; x < RW; ++x) {
-                if (x >= pre && x < pre + W) continue;
-                double v = level;
-                if (p.noise) {
-                    sim::CounterRng rng(p.seed, kStreamOverscan, static_cast<std::uint64_t>(y) * RW + x);
-                    v += rnAdu * rng.normal();
-                }
-                out[x] = static_cast<float>(v);
-                m[x] = MaskOutside;
+    for (int y = 0; y < H; ++y) {
+        float* out = raw.row(y);
+        std::uint8_t* m = rawDefects.row(y);
+        std::copy(r.image.row(y), r.image.row(y) + W, out + pre);
+        std::copy(r.defects.row(y), r.defects.row(y) + W, m + pre);
+        const double level = p.bias + det.rowPattern(y);
+        for (int x = 0; x < RW; ++x) {
+            if (x >= pre && x < pre + W) continue;
+            double v = level;
+            if (p.noise) {
+                sim::CounterRng rng(p.seed, kStreamOverscan, static_cast<std::uint64_t>(y) * RW + x);
+                v += rnAdu * rng.normal();
             }
+            out[x] = static_cast<float>(v);
+            m[x] = MaskOutside;
         }
-        r.image = std::move(raw);
-        r.defects = std::move(rawDefects);
     }
+    r.image = std::move(raw);
+    r.defects = std::move(rawDefects);
+}
 
-    // Image header.
+// The image header: observation and instrument keywords, the (perturbed) pointing, the header WCS, the
+// frame type, the raw frame's sections and the simulation keywords.
+void fillImageHeader(const SimParams& p, SimResult& r) {
+    const int pre = p.prescan, over = p.overscan;
     Header& h = r.header;
     h.set("OBJECT", p.object, "target");
     h.set("TELESCOP", "GPUPHOT-SIM", "simulated telescope");
@@ -758,6 +761,37 @@ SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariat
     }
     addSimKeywords(h, p, r.trueWcs);
     h.addHistory("simulated by gpuphot " GPUPHOT_VERSION " (gpuphot simulate)");
+}
+
+} // namespace
+
+SimResult simulateField(const SimParams& pIn, RunContext* ctxIn, const SimVariation* variation) {
+    validate(pIn);
+    const SimParams p = effectiveParams(pIn);
+    RunContext local;
+    RunContext& ctx = ctxIn ? *ctxIn : local;
+    auto timer = ctx.time("simulate");
+
+    SimResult r;
+    r.params = p;
+    r.trueWcs = makeTrueWcs(p);
+    r.headerWcs = makeHeaderWcs(p, r.trueWcs);
+    const std::vector<Source> src = drawSources(p, variation);
+    ctx.checkCancelled();
+
+    const std::vector<sim::Profile> profiles = makeProfiles(p, src, ctx);
+    r.image = Image<float>(p.width, p.height, Image<float>::NoInit{});
+    r.defects = Image<std::uint8_t>(p.width, p.height, 0);
+    render(p, profiles, r.image, r.defects, ctx);
+
+    // Truth table (its saturation flags from the data section, before any overscan is added).
+    TruthColumns truth = truthColumns(p, src, r.trueWcs, r.image);
+    std::vector<std::int64_t> refId;
+    r.reference = buildReference(p, r.trueWcs, src, refId);
+    fillTruthTable(r.truth, p, r.trueWcs, truth, refId);
+
+    if (p.prescan + p.overscan > 0) addOverscan(p, r, ctx);
+    fillImageHeader(p, r);
     return r;
 }
 

@@ -547,43 +547,49 @@ std::vector<std::size_t> curveOfGrowthStars(const std::vector<std::size_t>& pre,
     return stars;
 }
 
-} // namespace
+// tuning aperture.timing: the driver's sections on stderr (host clocks; the engine's own calls are
+// inside them), to see where a stage's host time goes.
+struct SectionClock {
+    bool on = false;
+    std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::string, double>> laps; // summed by name, in first-seen order
+    void lap(const char* name) {
+        if (!on) return;
+        const auto now = std::chrono::steady_clock::now();
+        const double ms = std::chrono::duration<double, std::milli>(now - t).count();
+        t = now;
+        for (auto& l : laps)
+            if (l.first == name) {
+                l.second += ms;
+                return;
+            }
+        laps.emplace_back(name, ms);
+    }
+    ~SectionClock() {
+        if (!on) return;
+        std::string line;
+        for (const auto& l : laps)
+            line += " " + l.first + " " + std::to_string(l.second).substr(0, 6);
+        std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
+    }
+};
 
-ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageView& image,
-                                            const MaskView& mask, const BackgroundResult& bkg,
-                                            const ImageViewT<std::int32_t>& segmentation,
-                                            const Sources& sources, double fwhm, double gain,
-                                            double readNoise, const ApertureParams& params, RunContext& ctx) {
-    const ApertureParams& p = params;
-    // tuning aperture.timing: the driver's sections on stderr (host clocks; the engine's own calls are
-    // inside them), to see where a stage's host time goes.
-    struct SectionClock {
-        bool on = false;
-        std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
-        std::vector<std::pair<std::string, double>> laps; // summed by name, in first-seen order
-        void lap(const char* name) {
-            if (!on) return;
-            const auto now = std::chrono::steady_clock::now();
-            const double ms = std::chrono::duration<double, std::milli>(now - t).count();
-            t = now;
-            for (auto& l : laps)
-                if (l.first == name) {
-                    l.second += ms;
-                    return;
-                }
-            laps.emplace_back(name, ms);
-        }
-        ~SectionClock() {
-            if (!on) return;
-            std::string line;
-            for (const auto& l : laps)
-                line += " " + l.first + " " + std::to_string(l.second).substr(0, 6);
-            std::fprintf(stderr, "aperture driver (ms):%s\n", line.c_str());
-        }
-    } clock;
-    clock.on = ctx.tuning.aperture.timing;
-    // ---- validation ----
-    if (image.empty()) throw InvalidInput("aperture photometry: empty image");
+// The background map: full-resolution images, or (CPU engine) the same pixels evaluated on demand by
+// bkg.sampler.
+bool hasFullMap(const BackgroundResult& bkg) {
+    return !bkg.level.empty() && !bkg.rms.empty();
+}
+bool hasMap(const BackgroundResult& bkg) {
+    return hasFullMap(bkg) || bkg.sampler != nullptr;
+}
+// The curve of growth is measured for the aperture correction and for the optimal aperture.
+bool wantsCurveOfGrowth(const ApertureParams& p) {
+    return p.apertureCorrection || p.optimal;
+}
+
+// The mask, the segmentation map and the background map must have the image's size.
+void checkCompanionSizes(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                         const ImageViewT<std::int32_t>& segmentation) {
     auto sameSize = [&](int w, int h, const char* what) {
         if (w != image.width || h != image.height)
             throw InvalidInput(std::string("aperture photometry: ") + what + " is " + std::to_string(w) +
@@ -592,24 +598,19 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     };
     if (!mask.empty()) sameSize(mask.width, mask.height, "the mask");
     if (!segmentation.empty()) sameSize(segmentation.width, segmentation.height, "the segmentation map");
-    // The map: full-resolution images, or (CPU engine) the same pixels evaluated on demand by bkg.sampler.
-    const bool fullMap = !bkg.level.empty() && !bkg.rms.empty();
-    const bool haveMap = fullMap || bkg.sampler != nullptr;
+    const bool fullMap = hasFullMap(bkg);
+    const bool haveMap = hasMap(bkg);
     if (fullMap) {
         sameSize(bkg.level.width(), bkg.level.height(), "the background map");
         sameSize(bkg.rms.width(), bkg.rms.height(), "the background rms map");
     } else if (haveMap) {
         sameSize(bkg.sampler->width(), bkg.sampler->height(), "the background map");
     }
-    if (!p.useLocalSky && !haveMap)
-        throw InvalidInput("aperture photometry: useLocalSky is off but no background map was given");
-    if (sources.y.size() != sources.x.size())
-        throw InvalidInput("aperture photometry: Sources x and y differ in length");
-    if (!(gain >= 0.0) || !std::isfinite(gain)) throw InvalidInput("aperture photometry: gain must be >= 0");
-    if (!(readNoise >= 0.0) || !std::isfinite(readNoise))
-        throw InvalidInput("aperture photometry: read noise must be >= 0");
-    if (p.radii.empty()) throw InvalidInput("aperture photometry: no aperture radii");
-    const bool wantCog = p.apertureCorrection || p.optimal;
+}
+
+// The sizes in the parameters (radii, annulus, Kron, curve of growth): positive and consistent.
+void checkApertureSizes(const ApertureParams& p, double fwhm) {
+    const bool wantCog = wantsCurveOfGrowth(p);
     const bool needFwhm = p.radiiInFwhm || (p.useLocalSky && p.annulusInFwhm) || wantCog;
     if (needFwhm)
         checkPositive(fwhm, "the FWHM (needed for FWHM-relative sizes, aperture correction, optimal)");
@@ -631,60 +632,114 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         if (p.optimalMinRadius >= p.apCorrRefRadius)
             throw InvalidInput("aperture photometry: optimalMinRadius must be below apCorrRefRadius");
     }
+}
 
-    const std::size_t n = sources.size();
-    ApertureResult res;
-    res.count = n;
-    const std::size_t nFixed = p.radii.size();
-    for (double r : p.radii)
-        res.radii.push_back(p.radiiInFwhm ? r * fwhm : r);
-    const double rin = p.annulusInFwhm ? p.annulusInner * fwhm : p.annulusInner;
-    const double rout = p.annulusInFwhm ? p.annulusOuter * fwhm : p.annulusOuter;
-    const double refRadius = wantCog ? p.apCorrRefRadius * fwhm : kNaN;
-    const double oneFwhm = wantCog ? fwhm : kNaN;
-    if (p.useLocalSky) {
-        res.skyAnnulusInner = rin;
-        res.skyAnnulusOuter = rout;
+// The stage's inputs checked before anything is measured (InvalidInput, in this order).
+void validateApertureInputs(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                            const ImageViewT<std::int32_t>& segmentation, const Sources& sources, double fwhm,
+                            double gain, double readNoise, const ApertureParams& p) {
+    if (image.empty()) throw InvalidInput("aperture photometry: empty image");
+    checkCompanionSizes(image, mask, bkg, segmentation);
+    if (!p.useLocalSky && !hasMap(bkg))
+        throw InvalidInput("aperture photometry: useLocalSky is off but no background map was given");
+    if (sources.y.size() != sources.x.size())
+        throw InvalidInput("aperture photometry: Sources x and y differ in length");
+    if (!(gain >= 0.0) || !std::isfinite(gain)) throw InvalidInput("aperture photometry: gain must be >= 0");
+    if (!(readNoise >= 0.0) || !std::isfinite(readNoise))
+        throw InvalidInput("aperture photometry: read noise must be >= 0");
+    if (p.radii.empty()) throw InvalidInput("aperture photometry: no aperture radii");
+    checkApertureSizes(p, fwhm);
+}
+
+// The local sky's parameters for the engine (the clipped rms corrected to the unclipped sigma).
+detail::SkyParamsHD skyParamsOf(const ApertureParams& p) {
+    const double rmsCorrection = clipRmsCorrection(p.skyClipSigma);
+    return detail::SkyParamsHD{p.skyClipSigma, p.skyClipIterations, p.minSkyPixels,
+                               static_cast<int>(p.skyEstimator), rmsCorrection};
+}
+
+// The flags that keep a source out of the curve-of-growth stars.
+constexpr std::uint32_t kRejectSource = FlagCrowded | FlagBlended | FlagSaturated | FlagEdge |
+                                        FlagApertureIncomplete | FlagBadPixels | FlagApertureMasked |
+                                        FlagSkyFailed | FlagDeblendOverflow;
+
+// The reference aperture's flux, error and flags per source (NaN, NaN, 0 where not measured).
+struct ReferenceFluxes {
+    std::vector<double> flux, err;
+    std::vector<std::uint32_t> flags;
+};
+
+// Pass 3's curve of growth per grid radius: radius, fraction, area and kappa * area (products hoisted out
+// of the search's loop, same values), the fraction at 1 FWHM (g1), and the noise model (grid). Not
+// copied: grid points into the vectors.
+struct OptimalCurve {
+    OptimalCurve(const ApertureResult& res, double kappa, double gain, double oneFwhm)
+        : nGrid(res.cogRadius.size()), g1(interpolate(res.cogRadius, res.cogFraction, oneFwhm)),
+          cogR(res.cogRadius.data()), cogF(res.cogFraction.data()), cogArea(nGrid), cogKappaArea(nGrid),
+          cogNum(nGrid) {
+        for (std::size_t g = 0; g < nGrid; ++g) {
+            cogArea[g] = std::numbers::pi * cogR[g] * cogR[g];
+            cogKappaArea[g] = kappa * cogArea[g];
+            cogNum[g] = cogF[g] * cogF[g];
+        }
+        grid = detail::OptimalGrid{cogF,  cogNum.data(), cogArea.data(), cogKappaArea.data(),
+                                   nGrid, gain,          gain > 0.0};
+    }
+    OptimalCurve(const OptimalCurve&) = delete;
+    OptimalCurve& operator=(const OptimalCurve&) = delete;
+    const std::size_t nGrid;
+    const double g1;
+    const double* cogR;
+    const double* cogF;
+    std::vector<double> cogArea, cogKappaArea, cogNum;
+    detail::OptimalGrid grid;
+};
+
+// One run of the stage (detail::measureAperturesWith) on an engine: the inputs, the resolved radii and
+// sky parameters, the per-source columns that the later passes read and the batch buffers, shared by
+// the steps. Pass 1 measures the sky, the fixed apertures and Kron; pass 2 the curve of growth and the
+// aperture correction; pass 3 the S/N-optimal aperture.
+class ApertureRun {
+public:
+    // The inputs must have passed validateApertureInputs.
+    ApertureRun(detail::ApertureEngine& engine, const ImageView& image, const MaskView& mask,
+                const BackgroundResult& bkg, const ImageViewT<std::int32_t>& segmentation,
+                const Sources& sources, double fwhm, double gain, double readNoise,
+                const ApertureParams& params, RunContext& ctx, SectionClock& clock)
+        : engine(engine), image(image), mask(mask), bkg(bkg), segmentation(segmentation), sources(sources),
+          fwhm(fwhm), gain(gain), readNoise(readNoise), p(params), ctx(ctx), clock(clock),
+          fullMap(hasFullMap(bkg)), haveMap(hasMap(bkg)), wantCog(wantsCurveOfGrowth(params)),
+          n(sources.size()), nFixed(params.radii.size()),
+          rin(params.annulusInFwhm ? params.annulusInner * fwhm : params.annulusInner),
+          rout(params.annulusInFwhm ? params.annulusOuter * fwhm : params.annulusOuter),
+          refRadius(wantCog ? params.apCorrRefRadius * fwhm : kNaN), oneFwhm(wantCog ? fwhm : kNaN),
+          saturation((params.saturation > 0.0) ? params.saturation : kInf),
+          kappa(skyMeanFactor(params.skyEstimator)),
+          skyParams(skyParamsOf(params)), kronParams{params.kronFactor, params.kronMinRadius,
+                                                     params.kronMaxRadius},
+          threads(ctx.threadCount()) {
+        resolveRadii();
     }
 
-    // internal ascending radius list: the fixed radii and 1 FWHM (flux estimate, star preselection)
-    std::vector<double> radii = res.radii;
-    if (wantCog) radii.push_back(oneFwhm);
-    std::sort(radii.begin(), radii.end());
-    radii.erase(std::unique(radii.begin(), radii.end()), radii.end());
-    auto indexOf = [&](double r) {
-        return static_cast<std::size_t>(std::lower_bound(radii.begin(), radii.end(), r) - radii.begin());
-    };
-    std::vector<std::size_t> fixedIndex(nFixed);
-    for (std::size_t k = 0; k < nFixed; ++k)
-        fixedIndex[k] = indexOf(res.radii[k]);
-    const std::size_t fwhmIndex = wantCog ? indexOf(oneFwhm) : 0;
+    // The frame and its companions handed to the engine (the background map, or its sampler).
+    void beginEngine() {
+        engine.begin(image, mask, segmentation, fullMap ? bkg.level.view() : ImageView{},
+                     fullMap ? bkg.rms.view() : ImageView{}, saturation);
+        if (haveMap && !fullMap && !engine.setMapSampler(bkg.sampler.get()))
+            throw InvalidInput("aperture photometry: this backend needs the full-resolution background maps");
+    }
 
-    const double saturation = (p.saturation > 0.0) ? p.saturation : kInf;
-    clock.lap("validation");
-    engine.begin(image, mask, segmentation, fullMap ? bkg.level.view() : ImageView{},
-                 fullMap ? bkg.rms.view() : ImageView{}, saturation);
-    if (haveMap && !fullMap && !engine.setMapSampler(bkg.sampler.get()))
-        throw InvalidInput("aperture photometry: this backend needs the full-resolution background maps");
-    const double rmsCorrection = clipRmsCorrection(p.skyClipSigma);
-    const double kappa = skyMeanFactor(p.skyEstimator);
-    const detail::SkyParamsHD skyParams{p.skyClipSigma, p.skyClipIterations, p.minSkyPixels,
-                                        static_cast<int>(p.skyEstimator), rmsCorrection};
-    const detail::KronParamsHD kronParams{p.kronFactor, p.kronMinRadius, p.kronMaxRadius};
-
-    const int threads = ctx.threadCount();
-    res.flux.resize(nFixed);
-    res.fluxErr.resize(nFixed);
-    res.apertureFlags.resize(nFixed);
-    // per-source values needed by the later passes
-    std::vector<double> skyMeanVar, flux1, err1;
-    std::vector<std::uint32_t> flags1;
-    std::vector<std::int32_t> ownIds;
-    std::vector<std::uint8_t> skyPerPixel; // 1: the sky of source i is the background map
-    {
-        // The columns filled by several threads at once (their first touch, page faults included).
+    // The result's per-source columns and the later passes' (NaN or 0), filled by several threads at once
+    // (their first touch, page faults included).
+    void allocateColumns() {
+        res.flux.resize(nFixed);
+        res.fluxErr.resize(nFixed);
+        res.apertureFlags.resize(nFixed);
         std::vector<std::function<void()>> fills;
-        auto fill = [&](auto& v, auto value) { fills.emplace_back([&v, value, n] { v.assign(n, value); }); };
+        const std::size_t count = n;
+        auto fill = [&](auto& v, auto value) {
+            fills.emplace_back([&v, value, count] { v.assign(count, value); });
+        };
         for (std::size_t k = 0; k < nFixed; ++k) {
             fill(res.flux[k], kNaN);
             fill(res.fluxErr[k], kNaN);
@@ -707,79 +762,32 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
         errors.rethrow();
     }
 
-    // The segmentation's pixels are read here only for sources without segmentId: the CUDA stage may pass a
-    // view of the detection's device buffer when every source has one (cuda::measureApertures with a
-    // SegmentationMap); the engine alone reads its pixels then.
-    auto ownIdOf = [&](std::size_t i, double cx, double cy) -> std::int32_t {
-        if (i < sources.segmentId.size()) return sources.segmentId[i];
-        if (segmentation.empty()) return 0;
-        const int px = static_cast<int>(std::lround(cx)), py = static_cast<int>(std::lround(cy));
-        if (px < 0 || py < 0 || px >= image.width || py >= image.height) return 0;
-        return segmentation(px, py);
-    };
-    auto skyModelOf = [&](std::size_t i) {
-        ApertureSky s;
-        s.perPixel = skyPerPixel[i] != 0;
-        s.level = res.sky[i];
-        s.var = res.skyRms[i] * res.skyRms[i];
-        return s;
-    };
-
-    clock.lap("begin+allocation");
-    // ---- pass 1: sky, fixed apertures, Kron ----
-    // Sources are processed in a spatial order (bands of 64 rows, then x) so that neighbouring apertures
-    // share cached pixels; every result is per source, so the order changes no number.
-    // (An engine may take the sources' own order: the detection's is already raster-like.)
-    std::vector<std::size_t> order;
-    if (engine.spatialOrder()) {
-        order = spatialOrder(sources.x, sources.y, threads);
-    } else {
-        order.resize(n);
-        std::iota(order.begin(), order.end(), std::size_t{0});
-    }
-    clock.lap("order");
-    const std::size_t batch = std::max<std::size_t>(1, engine.batchSize());
-    // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
-    auto forBatches = [&](std::size_t count, double f0, double f1, auto&& body) {
-        for (std::size_t c0 = 0; c0 < count; c0 += batch) {
-            ctx.checkCancelled();
-            const std::size_t c1 = std::min(count, c0 + batch);
-            body(c0, c1);
-            ctx.report("aperture", f0 + (f1 - f0) * static_cast<double>(c1) / static_cast<double>(count));
+    // The order of pass 1: a spatial one (bands of 64 rows, then x) so that neighbouring apertures share
+    // cached pixels; every result is per source, so the order changes no number. (An engine may take the
+    // sources' own order: the detection's is already raster-like.)
+    void chooseOrder() {
+        if (engine.spatialOrder()) {
+            order = spatialOrder(sources.x, sources.y, threads);
+        } else {
+            order.resize(n);
+            std::iota(order.begin(), order.end(), std::size_t{0});
         }
-    };
-    const std::size_t nr = radii.size();
-    // The batch buffers: the engine's (kept across calls) or this call's.
-    detail::ApertureScratch ownScratch;
-    detail::ApertureScratch& scratch = engine.scratch() ? *engine.scratch() : ownScratch;
-    std::vector<std::size_t>& idx = scratch.idx;
-    std::vector<double>& cxs = scratch.cxs;
-    std::vector<double>& cys = scratch.cys;
-    std::vector<SkyEstimate>& skies = scratch.skies;
-    std::vector<CircleJob>& jobs = scratch.jobs;
-    std::vector<ApertureSums>& sums = scratch.sums;
-    std::vector<ApertureFlagDistances>& fds = scratch.fds;
-    std::vector<KronJob>& kronJobs = scratch.kronJobs;
-    std::vector<KronOut>& kronOut = scratch.kronOut;
-    std::vector<std::uint32_t>& bflags = scratch.bflags;
-    std::vector<CircleJob>& jobs2 = scratch.jobs2; // pass 2
-    std::vector<ApertureSums>& sums2 = scratch.sums2;
-    std::vector<ApertureFlagDistances>& fds2 = scratch.fds2;
-    std::vector<CircleJob>& jobs3 = scratch.jobs3; // pass 3
-    std::vector<ApertureSums>& sums3 = scratch.sums3;
-    std::vector<ApertureFlagDistances>& fds3 = scratch.fds3;
-    std::vector<std::size_t>& idx3 = scratch.idx3;
-    std::vector<double>& radii3 = scratch.radii3;
-    {
-        // The batch buffers sized, each by its own thread (their first touch: page faults and
-        // initialisation, several MB at 32k sources; nothing when kept from a call of this size).
+    }
+
+    // The batch buffers (the engine's, kept across calls, or this call's) sized for pass 1, each by its own
+    // thread (their first touch: page faults and initialisation, several MB at 32k sources; nothing when
+    // kept from a call of this size).
+    void allocateBatchBuffers() {
+        batch = std::max<std::size_t>(1, engine.batchSize());
+        scratch = engine.scratch() ? engine.scratch() : &ownScratch;
+        detail::ApertureScratch& sc = *scratch;
         const std::size_t m = std::min(n, batch);
         std::vector<std::function<void()>> sizes{
-            [&] { resizeKept(idx, m); },     [&] { resizeKept(cxs, m); },
-            [&] { resizeKept(cys, m); },     [&] { resizeKept(skies, m); },
-            [&] { resizeKept(jobs, m); },    [&] { resizeKept(sums, m * nr); },
-            [&] { resizeKept(fds, m); },     [&] { resizeKept(kronJobs, m); },
-            [&] { resizeKept(kronOut, m); }, [&] { resizeKept(bflags, m); }};
+            [&] { resizeKept(sc.idx, m); },     [&] { resizeKept(sc.cxs, m); },
+            [&] { resizeKept(sc.cys, m); },     [&] { resizeKept(sc.skies, m); },
+            [&] { resizeKept(sc.jobs, m); },    [&] { resizeKept(sc.sums, m * nr); },
+            [&] { resizeKept(sc.fds, m); },     [&] { resizeKept(sc.kronJobs, m); },
+            [&] { resizeKept(sc.kronOut, m); }, [&] { resizeKept(sc.bflags, m); }};
         const std::ptrdiff_t ns = static_cast<std::ptrdiff_t>(sizes.size());
         ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
@@ -787,16 +795,180 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             errors.run([&] { sizes[static_cast<std::size_t>(t)](); });
         errors.rethrow();
     }
-    clock.lap("p1.alloc");
 
-    std::function<void()> deferredKron; // the last batch's Kron results, when the engine queued them
-    forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) {
-        // the sources with finite centres in order, and those centres (each thread a contiguous share,
-        // counted first, then written from its offset)
+    // Pass 1: sky, fixed apertures, Kron, batch by batch (the last batch's Kron columns may be left to
+    // pass 2: runKron).
+    void measureSkyAndApertures() {
+        forBatches(n, 0.0, 0.7, [&](std::size_t c0, std::size_t c1) { pass1Batch(c0, c1); });
+        if (!deferredKron) engine.finish();
+    }
+
+    // Pass 2: the curve of growth from bright isolated stars (else a model's), and the aperture correction.
+    void curveOfGrowth() {
+        if (wantCog) {
+            res.apCorrRefRadius = refRadius;
+            for (double f = p.optimalMinRadius; f < p.apCorrRefRadius - 0.5 * p.cogStep; f += p.cogStep)
+                res.cogRadius.push_back(f * fwhm);
+            res.cogRadius.push_back(refRadius);
+            const std::vector<std::size_t> pre = preselectStars();
+            clock.lap("p2.pre");
+            const ReferenceFluxes ref = referenceApertures(pre);
+            clock.lap("p2.REF");
+            const std::vector<std::size_t> stars = curveOfGrowthStars(
+                pre, flux1, err1, ref.flux, ref.err, ref.flags, kRejectSource, oneFwhm, refRadius,
+                p.useLocalSky ? rin : 0.0, p.useLocalSky ? rout : 0.0, sources, fwhm, p);
+            if (static_cast<int>(stars.size()) >= std::max(1, p.apCorrMinStars))
+                measuredCurve(stars, ref.flux);
+            else
+                modelCurve();
+        }
+        if (!p.apertureCorrection) {
+            res.apCorrRatio.assign(nFixed, kNaN);
+            res.apCorrMag.assign(nFixed, kNaN);
+            res.apCorrMagErr.assign(nFixed, kNaN);
+        }
+    }
+
+    // Pass 1's last Kron columns when they were left to pass 2 (at most once).
+    void runKron() {
+        if (!deferredKron) return;
+        const std::function<void()> f = std::move(deferredKron);
+        deferredKron = nullptr;
+        f();
+    }
+
+    // Pass 3: per source, the S/N-optimal radius on the curve of growth's grid and the flux there,
+    // corrected to the total.
+    void optimalApertures() {
+        if (!p.optimal) return;
+        const OptimalCurve curve(res, kappa, gain, oneFwhm);
+        detail::ApertureScratch& sc = *scratch;
+        resizeKept(sc.optJobs, std::min(n, batch));
+        resizeKept(sc.optIndex, sc.optJobs.size());
+        resizeKept(sc.measured, sc.optJobs.size());
+        resizeKept(sc.slot, sc.optJobs.size() + 1);
+        forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) { optimalBatch(curve, c0, c1); });
+    }
+
+    ApertureResult takeResult() {
+        return std::move(res);
+    }
+
+private:
+    // The fixed radii resolved (px), the sky annulus, and the internal ascending radius list: the fixed
+    // radii and 1 FWHM (flux estimate, star preselection).
+    void resolveRadii() {
+        res.count = n;
+        for (double r : p.radii)
+            res.radii.push_back(p.radiiInFwhm ? r * fwhm : r);
+        if (p.useLocalSky) {
+            res.skyAnnulusInner = rin;
+            res.skyAnnulusOuter = rout;
+        }
+        radii = res.radii;
+        if (wantCog) radii.push_back(oneFwhm);
+        std::sort(radii.begin(), radii.end());
+        radii.erase(std::unique(radii.begin(), radii.end()), radii.end());
+        auto indexOf = [&](double r) {
+            return static_cast<std::size_t>(std::lower_bound(radii.begin(), radii.end(), r) - radii.begin());
+        };
+        fixedIndex.resize(nFixed);
+        for (std::size_t k = 0; k < nFixed; ++k)
+            fixedIndex[k] = indexOf(res.radii[k]);
+        fwhmIndex = wantCog ? indexOf(oneFwhm) : 0;
+        nr = radii.size();
+    }
+
+    // Runs body(c0, c1) over [0, count) in batches, checking for cancellation and reporting progress.
+    template <class Body> void forBatches(std::size_t count, double f0, double f1, Body&& body) {
+        for (std::size_t c0 = 0; c0 < count; c0 += batch) {
+            ctx.checkCancelled();
+            const std::size_t c1 = std::min(count, c0 + batch);
+            body(c0, c1);
+            ctx.report("aperture", f0 + (f1 - f0) * static_cast<double>(c1) / static_cast<double>(count));
+        }
+    }
+
+    // The segmentation's pixels are read here only for sources without segmentId: the CUDA stage may pass a
+    // view of the detection's device buffer when every source has one (cuda::measureApertures with a
+    // SegmentationMap); the engine alone reads its pixels then.
+    std::int32_t ownIdOf(std::size_t i, double cx, double cy) const {
+        if (i < sources.segmentId.size()) return sources.segmentId[i];
+        if (segmentation.empty()) return 0;
+        const int px = static_cast<int>(std::lround(cx)), py = static_cast<int>(std::lround(cy));
+        if (px < 0 || py < 0 || px >= image.width || py >= image.height) return 0;
+        return segmentation(px, py);
+    }
+    // Source i's sky as pass 1 settled it: the map per pixel, or a constant level and variance.
+    ApertureSky skyModelOf(std::size_t i) const {
+        ApertureSky s;
+        s.perPixel = skyPerPixel[i] != 0;
+        s.level = res.sky[i];
+        s.var = res.skyRms[i] * res.skyRms[i];
+        return s;
+    }
+    // The circles of source i about its centre with its settled sky (passes 2 and 3, pass 1's after its
+    // sky).
+    CircleJob circleJobOf(std::size_t i) const {
+        return CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
+    }
+
+    // ---- pass 1 ----
+
+    // One batch of pass 1: the engine measures the skies, then the circles and Kron (chained behind the
+    // skies, or launched after the host has set each job's sky); the host fills the columns.
+    void pass1Batch(std::size_t c0, std::size_t c1) {
+        const std::size_t m = finiteCentres(c0, c1);
+        clock.lap("p1.idx");
+        if (m == 0) return;
+        detail::ApertureScratch& sc = *scratch;
+        sc.bflags.assign(m, 0);
+        // sky (the engine may return at once: the Kron ellipses below are computed meanwhile)
+        const int skyTicket = launchLocalSkies(m);
+        prepareJobs(m);
+        clock.lap("p1.kronprep");
+        // circular apertures and Kron radius and FLUX_AUTO queued behind the skies (the engine turns each
+        // estimate into the job's sky as applySkies does), or after applySkies
+        int circleTicket = -1, kronTicket = -1;
+        const detail::SkyJobRule skyRule{haveMap ? 1 : 0, gain > 0.0 ? readNoise / gain : readNoise};
+        const bool chained =
+            p.useLocalSky && engine.chainPass1(skyTicket, skyRule, sc.jobs.data(), m, radii.data(), nr,
+                                               sc.sums.data(), sc.fds.data(), sc.kronJobs.data(), kronParams,
+                                               sc.kronOut.data(), circleTicket, kronTicket);
+        clock.lap("p1.chain");
+        if (p.useLocalSky) engine.finish(skyTicket);
+        clock.lap("p1.SKY");
+        applySkies(m, skyRule);
+        clock.lap("p1.skyhost");
+        // (not chained: queued together now; the circles' columns are filled while the engine may still
+        // measure the ellipses)
+        if (!chained) {
+            circleTicket =
+                engine.sumCirclesAsync(sc.jobs.data(), m, radii.data(), nr, 0, sc.sums.data(), sc.fds.data());
+            kronTicket = engine.kronAsync(sc.kronJobs.data(), m, kronParams, sc.kronOut.data());
+        }
+        clock.lap("p1.launch");
+        engine.finish(circleTicket);
+        clock.lap("p1.CIRC");
+        fixedApertureColumns(m);
+        clock.lap("p1.circhost");
+        // Kron's results into the columns; the last batch's wait on the engine, when it queues, is left to
+        // pass 2 (runKron), whose host work then runs while the ellipses are measured.
+        if (c1 == n && kronTicket > 0)
+            deferredKron = [this, m, kronTicket] { kronColumns(m, kronTicket); };
+        else
+            kronColumns(m, kronTicket);
+    }
+
+    // The sources of the batch with finite centres in order, and those centres, into idx, cxs, cys (each
+    // thread a contiguous share, counted first, then written from its offset); the others are flagged.
+    // Returns their count.
+    std::size_t finiteCentres(std::size_t c0, std::size_t c1) {
+        detail::ApertureScratch& sc = *scratch;
         const std::size_t cnt = c1 - c0;
-        idx.resize(cnt);
-        cxs.resize(cnt);
-        cys.resize(cnt);
+        sc.idx.resize(cnt);
+        sc.cxs.resize(cnt);
+        sc.cys.resize(cnt);
         const int nt = cnt >= kParallelSources ? threads : 1;
         std::vector<std::size_t> offsets(static_cast<std::size_t>(nt) + 1, 0);
         std::size_t m = 0;
@@ -825,37 +997,44 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                     continue;
                 }
                 ownIds[i] = ownIdOf(i, cx, cy);
-                idx[w] = i;
-                cxs[w] = cx;
-                cys[w] = cy;
+                sc.idx[w] = i;
+                sc.cxs[w] = cx;
+                sc.cys[w] = cy;
                 ++w;
             }
         }
-        idx.resize(m);
-        cxs.resize(m);
-        cys.resize(m);
-        clock.lap("p1.idx");
-        if (m == 0) return;
-        bflags.assign(m, 0);
+        sc.idx.resize(m);
+        sc.cxs.resize(m);
+        sc.cys.resize(m);
+        return m;
+    }
+
+    // The local skies of the batch's m sources queued on the engine: its ticket (-1: no local sky).
+    int launchLocalSkies(std::size_t m) {
+        if (!p.useLocalSky) return -1;
+        detail::ApertureScratch& sc = *scratch;
+        resizeKept(sc.skies, m); // every entry written by the engine
+        clock.lap("p1.skyprep");
+        const int skyTicket =
+            engine.localSkiesAsync(sc.cxs.data(), sc.cys.data(), m, rin, rout, skyParams, sc.skies.data());
+        clock.lap("p1.skylaunch");
+        return skyTicket;
+    }
+
+    // The isophotal ellipses for Kron and the circles' jobs (their skies are set by applySkies, or by the
+    // engine).
+    void prepareJobs(std::size_t m) {
+        detail::ApertureScratch& sc = *scratch;
+        resizeKept(sc.kronJobs, m);
+        resizeKept(sc.jobs, m);
+        resizeKept(sc.sums, m * nr);
+        resizeKept(sc.fds, m);
+        resizeKept(sc.kronOut, m);
         const std::ptrdiff_t mm = static_cast<std::ptrdiff_t>(m);
-        // sky (the engine may return at once: the Kron ellipses below are computed meanwhile)
-        int skyTicket = -1;
-        if (p.useLocalSky) {
-            resizeKept(skies, m); // every entry written by the engine
-            clock.lap("p1.skyprep");
-            skyTicket = engine.localSkiesAsync(cxs.data(), cys.data(), m, rin, rout, skyParams, skies.data());
-            clock.lap("p1.skylaunch");
-        }
-        // the isophotal ellipses for Kron and the circles' jobs (their skies are set below, or by the engine)
-        resizeKept(kronJobs, m);
-        resizeKept(jobs, m);
-        resizeKept(sums, m * nr);
-        resizeKept(fds, m);
-        resizeKept(kronOut, m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t i = idx[k];
+            const std::size_t i = sc.idx[k];
             double a = columnOr(sources.a, i, kNaN), b = columnOr(sources.b, i, kNaN);
             double th = columnOr(sources.theta, i, 0.0) * std::numbers::pi / 180.0;
             if (!(a > 0.0) || !(b > 0.0) || !std::isfinite(a) || !std::isfinite(b) || !std::isfinite(th)) {
@@ -863,39 +1042,34 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 a = b = (fwhm > 0.0 && std::isfinite(fwhm)) ? fwhm * kFwhmToSigma : 1.0;
                 th = 0.0;
             }
-            kronJobs[k] = KronJob{sources.x[i], sources.y[i],  a,        b, std::cos(th),
-                                  std::sin(th), ApertureSky{}, ownIds[i]};
-            jobs[k] = CircleJob{sources.x[i], sources.y[i], ApertureSky{}, ownIds[i]};
+            sc.kronJobs[k] = KronJob{sources.x[i], sources.y[i],  a,        b, std::cos(th),
+                                     std::sin(th), ApertureSky{}, ownIds[i]};
+            sc.jobs[k] = CircleJob{sources.x[i], sources.y[i], ApertureSky{}, ownIds[i]};
         }
-        clock.lap("p1.kronprep");
-        // circular apertures and Kron radius and FLUX_AUTO queued behind the skies (the engine turns each
-        // estimate into the job's sky as the loop below does), or after that loop
-        int circleTicket = -1, kronTicket = -1;
-        const detail::SkyJobRule skyRule{haveMap ? 1 : 0, gain > 0.0 ? readNoise / gain : readNoise};
-        const bool chained =
-            p.useLocalSky &&
-            engine.chainPass1(skyTicket, skyRule, jobs.data(), m, radii.data(), nr, sums.data(), fds.data(),
-                              kronJobs.data(), kronParams, kronOut.data(), circleTicket, kronTicket);
-        clock.lap("p1.chain");
-        if (p.useLocalSky) engine.finish(skyTicket);
-        clock.lap("p1.SKY");
+    }
+
+    // Each source's sky from its local estimate (failed: the map, else no level and the read noise), or
+    // the map at its centre; the jobs get it.
+    void applySkies(std::size_t m, const detail::SkyJobRule& skyRule) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t mm = static_cast<std::ptrdiff_t>(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t i = idx[k];
+            const std::size_t i = sc.idx[k];
             const double cx = sources.x[i], cy = sources.y[i];
             const int pxc = std::clamp(static_cast<int>(std::lround(cx)), 0, image.width - 1);
             const int pyc = std::clamp(static_cast<int>(std::lround(cy)), 0, image.height - 1);
             bool skyFromMap = !p.useLocalSky;
             if (p.useLocalSky) {
-                const SkyEstimate& est = skies[k];
+                const SkyEstimate& est = sc.skies[k];
                 if (est.ok) {
                     res.sky[i] = est.level;
                     res.skyRms[i] = est.rms;
                     res.skyArea[i] = est.n;
                     skyMeanVar[i] = kappa * est.rms * est.rms / est.n;
                 } else {
-                    bflags[k] |= FlagSkyFailed;
+                    sc.bflags[k] |= FlagSkyFailed;
                     skyFromMap = haveMap;
                     if (!haveMap) {
                         res.sky[i] = kNaN;
@@ -908,27 +1082,22 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 res.skyRms[i] = bkg.rmsAt(pxc, pyc);
                 skyPerPixel[i] = 1;
             }
-            jobs[k] = CircleJob{cx, cy, skyModelOf(i), ownIds[i]};
-            kronJobs[k].sky = jobs[k].sky;
+            sc.jobs[k] = circleJobOf(i);
+            sc.kronJobs[k].sky = sc.jobs[k].sky;
         }
-        clock.lap("p1.skyhost");
-        // (not chained: queued together now; the circles' columns are filled while the engine may still
-        // measure the ellipses)
-        if (!chained) {
-            circleTicket =
-                engine.sumCirclesAsync(jobs.data(), m, radii.data(), nr, 0, sums.data(), fds.data());
-            kronTicket = engine.kronAsync(kronJobs.data(), m, kronParams, kronOut.data());
-        }
-        clock.lap("p1.launch");
-        engine.finish(circleTicket);
-        clock.lap("p1.CIRC");
+    }
+
+    // The fixed apertures' fluxes, errors and flags, and the 1-FWHM aperture's for pass 2.
+    void fixedApertureColumns(std::size_t m) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t mm = static_cast<std::ptrdiff_t>(m);
 #pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
         for (std::ptrdiff_t kk = 0; kk < mm; ++kk) {
             const std::size_t k = static_cast<std::size_t>(kk);
-            const std::size_t i = idx[k];
-            const ApertureSums* s = sums.data() + k * nr;
-            const ApertureFlagDistances& fd = fds[k];
-            std::uint32_t& flags = bflags[k];
+            const std::size_t i = sc.idx[k];
+            const ApertureSums* s = sc.sums.data() + k * nr;
+            const ApertureFlagDistances& fd = sc.fds[k];
+            std::uint32_t& flags = sc.bflags[k];
             for (std::size_t q = 0; q < nFixed; ++q) {
                 const ApertureSums& sq = s[fixedIndex[q]];
                 res.flux[q][i] = sq.flux;
@@ -942,54 +1111,37 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
                 err1[i] = std::sqrt(fluxVariance(s[fwhmIndex], gain, skyMeanVar[i]));
                 flags1[i] = fd.flagsFor(oneFwhm);
             }
-            res.flags[i] = flags; // (pass 2 reads FlagSkyFailed; Kron's flags are added below)
+            res.flags[i] = flags; // (pass 2 reads FlagSkyFailed; Kron's flags are added by kronColumns)
         }
-        clock.lap("p1.circhost");
-        // Kron's results into the columns; the last batch's wait on the engine, when it queues, is left to
-        // pass 2 (runKron below), whose host work then runs while the ellipses are measured.
-        auto kronHost = [&, m, kronTicket] {
-            engine.finish(kronTicket);
-            clock.lap("p1.KRON");
-            const std::ptrdiff_t mk = static_cast<std::ptrdiff_t>(m);
-#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
-            for (std::ptrdiff_t kk = 0; kk < mk; ++kk) {
-                const std::size_t k = static_cast<std::size_t>(kk);
-                const std::size_t i = idx[k];
-                const KronOut& ko = kronOut[k];
-                res.kronRadius[i] = ko.kronRadius;
-                if (ko.measured) {
-                    res.fluxAuto[i] = ko.sums.flux;
-                    res.fluxAutoErr[i] = std::sqrt(fluxVariance(ko.sums, gain, skyMeanVar[i]));
-                }
-                res.flags[i] = bflags[k] | ko.flags;
-            }
-            clock.lap("p1.kronhost");
-        };
-        if (c1 == n && kronTicket > 0)
-            deferredKron = kronHost;
-        else
-            kronHost();
-    });
-    auto runKron = [&] {
-        if (!deferredKron) return;
-        const std::function<void()> f = std::move(deferredKron);
-        deferredKron = nullptr;
-        f();
-    };
-    if (!deferredKron) engine.finish();
+    }
 
-    clock.lap("pass1");
-    // ---- pass 2: curve of growth from bright isolated stars ----
-    if (wantCog) {
-        res.apCorrRefRadius = refRadius;
-        for (double f = p.optimalMinRadius; f < p.apCorrRefRadius - 0.5 * p.cogStep; f += p.cogStep)
-            res.cogRadius.push_back(f * fwhm);
-        res.cogRadius.push_back(refRadius);
-        constexpr std::uint32_t kRejectSource = FlagCrowded | FlagBlended | FlagSaturated | FlagEdge |
-                                                FlagApertureIncomplete | FlagBadPixels | FlagApertureMasked |
-                                                FlagSkyFailed | FlagDeblendOverflow;
-        // preselection on the 1-FWHM aperture (its S/N exceeds the reference aperture's for all but
-        // sky-free sources), then the reference aperture for those only
+    // Kron's results of the batch's m sources into the columns, once the engine has them (kronTicket).
+    void kronColumns(std::size_t m, int kronTicket) {
+        engine.finish(kronTicket);
+        clock.lap("p1.KRON");
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t mk = static_cast<std::ptrdiff_t>(m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < mk; ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
+            const std::size_t i = sc.idx[k];
+            const KronOut& ko = sc.kronOut[k];
+            res.kronRadius[i] = ko.kronRadius;
+            if (ko.measured) {
+                res.fluxAuto[i] = ko.sums.flux;
+                res.fluxAutoErr[i] = std::sqrt(fluxVariance(ko.sums, gain, skyMeanVar[i]));
+            }
+            res.flags[i] = sc.bflags[k] | ko.flags;
+        }
+        clock.lap("p1.kronhost");
+    }
+
+    // ---- pass 2 ----
+
+    // The curve-of-growth candidates, ascending: preselected on the 1-FWHM aperture (its S/N exceeds the
+    // reference aperture's for all but sky-free sources), only the 10 x apCorrMaxStars best by that S/N
+    // (ties by index) go on to the reference aperture.
+    std::vector<std::size_t> preselectStars() const {
         std::vector<std::size_t> pre;
         {
             std::vector<std::uint8_t> qualifies(n);
@@ -1005,7 +1157,6 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             for (std::size_t i = 0; i < n; ++i)
                 if (qualifies[i]) pre.push_back(i);
         }
-        // only the 10 x apCorrMaxStars best by that S/N (ties by index) go on to the reference aperture
         const std::size_t preMax = 10 * static_cast<std::size_t>(std::max(1, p.apCorrMaxStars));
         if (pre.size() > preMax) {
             // (pre ascends by index: the stable sort by S/N's first preMax, as a selection)
@@ -1017,271 +1168,386 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
             pre.resize(preMax);
             std::sort(pre.begin(), pre.end());
         }
-        clock.lap("p2.pre");
-        std::vector<double> fluxRef(n, kNaN), errRef(n, kNaN);
-        std::vector<std::uint32_t> flagsRef(n, 0);
+        return pre;
+    }
+
+    // The circles of sources list[c0 .. c0 + m) into jobs2.
+    void jobs2Of(const std::vector<std::size_t>& list, std::size_t c0, std::size_t m) {
+        detail::ApertureScratch& sc = *scratch;
+        resizeKept(sc.jobs2, m);
+        for (std::size_t k = 0; k < m; ++k) {
+            const std::size_t i = list[c0 + k];
+            sc.jobs2[k] = circleJobOf(i);
+        }
+    }
+
+    // The reference aperture of the candidates (pass 1's last Kron columns filled meanwhile).
+    ReferenceFluxes referenceApertures(const std::vector<std::size_t>& pre) {
+        ReferenceFluxes ref{std::vector<double>(n, kNaN), std::vector<double>(n, kNaN),
+                            std::vector<std::uint32_t>(n, 0)};
+        detail::ApertureScratch& sc = *scratch;
         forBatches(pre.size(), 0.7, 0.75, [&](std::size_t c0, std::size_t c1) {
             const std::size_t m = c1 - c0;
-            resizeKept(jobs2, m);
-            for (std::size_t k = 0; k < m; ++k) {
-                const std::size_t i = pre[c0 + k];
-                jobs2[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
-            }
-            resizeKept(sums2, m);
-            resizeKept(fds2, m);
+            jobs2Of(pre, c0, m);
+            resizeKept(sc.sums2, m);
+            resizeKept(sc.fds2, m);
             const int refTicket =
-                engine.sumCirclesAsync(jobs2.data(), m, &refRadius, 1, 0, sums2.data(), fds2.data());
+                engine.sumCirclesAsync(sc.jobs2.data(), m, &refRadius, 1, 0, sc.sums2.data(), sc.fds2.data());
             runKron(); // (while the engine measures the reference apertures)
             engine.finish(refTicket);
             for (std::size_t k = 0; k < m; ++k) {
                 const std::size_t i = pre[c0 + k];
-                fluxRef[i] = sums2[k].flux;
-                errRef[i] = std::sqrt(fluxVariance(sums2[k], gain, skyMeanVar[i]));
-                flagsRef[i] = fds2[k].flagsFor(refRadius);
+                ref.flux[i] = sc.sums2[k].flux;
+                ref.err[i] = std::sqrt(fluxVariance(sc.sums2[k], gain, skyMeanVar[i]));
+                ref.flags[i] = sc.fds2[k].flagsFor(refRadius);
             }
         });
         runKron(); // (no reference apertures)
-        clock.lap("p2.REF");
-        const std::vector<std::size_t> stars =
-            curveOfGrowthStars(pre, flux1, err1, fluxRef, errRef, flagsRef, kRejectSource, oneFwhm, refRadius,
-                               p.useLocalSky ? rin : 0.0, p.useLocalSky ? rout : 0.0, sources, fwhm, p);
-        const std::size_t nGrid = res.cogRadius.size();
-        if (static_cast<int>(stars.size()) >= std::max(1, p.apCorrMinStars)) {
-            res.apCorrStars = static_cast<int>(stars.size());
-            res.apCorrSource = "stars";
-            res.apCorrStarIndex.assign(stars.begin(), stars.end());
-            // fractions[star][grid]
-            std::vector<std::vector<double>> frac(stars.size());
-            forBatches(stars.size(), 0.75, 0.8, [&](std::size_t c0, std::size_t c1) {
-                const std::size_t m = c1 - c0;
-                resizeKept(jobs2, m);
-                for (std::size_t k = 0; k < m; ++k) {
-                    const std::size_t i = stars[c0 + k];
-                    jobs2[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
-                }
-                resizeKept(sums2, m * nGrid);
-                resizeKept(fds2, m);
-                engine.sumCircles(jobs2.data(), m, res.cogRadius.data(), nGrid, 0, sums2.data(), fds2.data());
-                for (std::size_t k = 0; k < m; ++k) {
-                    const ApertureSums* s = sums2.data() + k * nGrid;
-                    std::vector<double>& f = frac[c0 + k];
-                    f.resize(nGrid);
-                    const double ref = s[nGrid - 1].flux;
-                    for (std::size_t g = 0; g < nGrid; ++g)
-                        f[g] = s[g].flux / ref;
-                }
-            });
-            clock.lap("p2.COG");
-            // the fractions brought to one FWHM (a varying PSF), at the grid radii and the fixed radii
-            std::vector<double> scaleRadii = res.cogRadius;
-            scaleRadii.insert(scaleRadii.end(), res.radii.begin(), res.radii.end());
-            const std::size_t nScale = scaleRadii.size();
-            std::vector<double> scale;
-            if (p.cogStarScale)
-                scale = p.cogStarScale(stars, scaleRadii, refRadius, p.useLocalSky ? rin : 0.0,
-                                       p.useLocalSky ? rout : 0.0);
-            if (scale.size() != stars.size() * nScale) scale.assign(stars.size() * nScale, 1.0);
-            for (std::size_t s = 0; s < stars.size(); ++s)
-                for (std::size_t g = 0; g < nGrid; ++g)
-                    frac[s][g] *= scale[s * nScale + g];
-            res.cogFraction.resize(nGrid);
-            const std::ptrdiff_t ng = static_cast<std::ptrdiff_t>(nGrid);
-            ParallelErrors errors;
-#pragma omp parallel num_threads(threads) if (nGrid * stars.size() >= 4096)
-            {
-                std::vector<double> column;
-                errors.run([&] { column.resize(stars.size()); });
-#pragma omp for schedule(static)
-                for (std::ptrdiff_t gg = 0; gg < ng; ++gg)
-                    errors.run([&] {
-                        const std::size_t g = static_cast<std::size_t>(gg);
-                        for (std::size_t s = 0; s < stars.size(); ++s)
-                            column[s] = frac[s][g];
-                        res.cogFraction[g] = robustMedian(column);
-                    });
-            }
-            errors.rethrow();
-            std::vector<double> col(stars.size());
-            if (p.apertureCorrection) {
-                for (std::size_t k = 0; k < nFixed; ++k) {
-                    for (std::size_t s = 0; s < stars.size(); ++s)
-                        col[s] = res.flux[k][stars[s]] / fluxRef[stars[s]];
-                    res.apCorrStarRatio.push_back(col);
-                    for (std::size_t s = 0; s < stars.size(); ++s)
-                        col[s] *= scale[s * nScale + nGrid + k];
-                    const auto [ratio, err] = medianWithError(col);
-                    res.apCorrRatio.push_back(ratio);
-                    res.apCorrMag.push_back(2.5 * std::log10(ratio));
-                    res.apCorrMagErr.push_back(2.5 / std::numbers::ln10 * err / ratio);
-                }
-            }
-        } else {
-            // Too few stars: the curve of growth of the PSF model, else of a Gaussian of the field FWHM.
-            // cogRadius, then the fixed radii, then the reference radius and the sky annulus' radii.
-            std::vector<double> want = res.cogRadius;
-            want.insert(want.end(), res.radii.begin(), res.radii.end());
-            want.push_back(refRadius);
-            want.push_back(p.useLocalSky ? rin : 0.0);
-            want.push_back(p.useLocalSky ? rout : 0.0);
-            std::vector<double> model;
-            if (p.psfApertureFractions) model = p.psfApertureFractions(want);
-            bool useModel = model.size() == want.size();
-            for (std::size_t k = 0; k < model.size() && useModel; ++k)
-                useModel = model[k] >= 0.0 && model[k] <= 1.0 + 1e-9;
-            if (useModel) {
-                res.apCorrSource = p.psfApertureFractionsSource;
-            } else {
-                res.apCorrSource = "gaussian";
-                const double sigma = fwhm * kFwhmToSigma;
-                model.clear();
-                for (double r : want)
-                    model.push_back(1.0 - std::exp(-0.5 * r * r / (sigma * sigma)));
-            }
-            // The measured ratios are of fluxes with the local sky subtracted, and the wing light in the
-            // annulus raises that sky by W / A per pixel (W: the annulus' flux fraction, A: its area):
-            // an aperture of radius r keeps model(r) - pi r^2 W / A. The model ratios do the same.
-            const std::size_t nw = want.size();
-            const double wing = (p.useLocalSky && rout > rin)
-                                    ? (model[nw - 1] - model[nw - 2]) / (rout * rout - rin * rin)
-                                    : 0.0;
-            auto g = [&](std::size_t k) { return model[k] - want[k] * want[k] * wing; };
-            const double gref = g(nw - 3);
-            for (std::size_t k = 0; k < res.cogRadius.size(); ++k)
-                res.cogFraction.push_back(g(k) / gref);
-            if (p.apertureCorrection) {
-                for (std::size_t k = 0; k < nFixed; ++k) {
-                    const double ratio = g(res.cogRadius.size() + k) / gref;
-                    res.apCorrRatio.push_back(ratio);
-                    res.apCorrMag.push_back(2.5 * std::log10(ratio));
-                    res.apCorrMagErr.push_back(p.apCorrModelErr);
-                }
-            }
-        }
-    }
-    if (!p.apertureCorrection) {
-        res.apCorrRatio.assign(nFixed, kNaN);
-        res.apCorrMag.assign(nFixed, kNaN);
-        res.apCorrMagErr.assign(nFixed, kNaN);
+        return ref;
     }
 
-    runKron(); // (no pass 2)
-    clock.lap("pass2");
-    // ---- pass 3: S/N-optimal aperture ----
-    if (p.optimal) {
+    // The curve of growth (and the aperture correction) measured on the stars.
+    void measuredCurve(const std::vector<std::size_t>& stars, const std::vector<double>& fluxRef) {
+        res.apCorrStars = static_cast<int>(stars.size());
+        res.apCorrSource = "stars";
+        res.apCorrStarIndex.assign(stars.begin(), stars.end());
+        std::vector<std::vector<double>> frac = starFractions(stars);
+        clock.lap("p2.COG");
+        const std::vector<double> scale = scaleToOneFwhm(stars, frac);
+        medianCurve(frac, stars.size());
+        if (p.apertureCorrection) starApertureCorrections(stars, fluxRef, scale);
+    }
+
+    // fractions[star][grid]: each star's flux at the grid radii over its flux at the reference radius.
+    std::vector<std::vector<double>> starFractions(const std::vector<std::size_t>& stars) {
         const std::size_t nGrid = res.cogRadius.size();
-        const double g1 = interpolate(res.cogRadius, res.cogFraction, oneFwhm);
-        // per grid point: radius, fraction, area (products hoisted out of the loop below, same values)
-        const double* cogR = res.cogRadius.data();
-        const double* cogF = res.cogFraction.data();
-        std::vector<double> cogArea(nGrid), cogKappaArea(nGrid), cogNum(nGrid);
-        for (std::size_t g = 0; g < nGrid; ++g) {
-            cogArea[g] = std::numbers::pi * cogR[g] * cogR[g];
-            cogKappaArea[g] = kappa * cogArea[g];
-            cogNum[g] = cogF[g] * cogF[g];
-        }
-        const detail::OptimalGrid grid{cogF,  cogNum.data(), cogArea.data(), cogKappaArea.data(),
-                                       nGrid, gain,          gain > 0.0};
-        std::vector<detail::OptimalJob>& optJobs = scratch.optJobs;
-        std::vector<std::int32_t>& optIndex = scratch.optIndex;
-        std::vector<std::uint8_t>& measured = scratch.measured;
-        std::vector<std::size_t>& slot = scratch.slot;
-        std::vector<double>& fracs = scratch.fracs;
-        resizeKept(optJobs, std::min(n, batch));
-        resizeKept(optIndex, optJobs.size());
-        resizeKept(measured, optJobs.size());
-        resizeKept(slot, optJobs.size() + 1);
-        forBatches(n, 0.8, 1.0, [&](std::size_t c0, std::size_t c1) {
-            // the radius of the best predicted S/N per source (engine, or host), then one circle each
-            // (engine)
-            const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
-#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
-            for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
-                const double cx = sources.x[i], cy = sources.y[i];
-                measured[c] = std::isfinite(cx) && std::isfinite(cy) && std::isfinite(res.sky[i]);
-                const double F = (g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / g1 : 0.0;
-                const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
-                optJobs[c] = detail::OptimalJob{F, res.skyRms[i] * res.skyRms[i], nSky};
-            }
-            // the measured ones, compacted in order, and their circles (the radius comes with the index)
-            slot[0] = 0;
-            for (std::ptrdiff_t c = 0; c < m0; ++c)
-                slot[c + 1] = slot[c] + measured[c];
-            const std::size_t m = slot[m0];
-            resizeKept(idx3, m);
-            resizeKept(radii3, m); // radii of the jobs
-            resizeKept(fracs, m);
-            resizeKept(jobs3, m);
-            resizeKept(sums3, m);
-            resizeKept(fds3, m);
-#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
-            for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                if (slot[c + 1] == slot[c]) continue;
-                const std::size_t k = slot[c], i = order[c0 + static_cast<std::size_t>(c)];
-                idx3[k] = i;
-                jobs3[k] = CircleJob{sources.x[i], sources.y[i], skyModelOf(i), ownIds[i]};
-            }
-            // the index and the circles in one engine call; else the index (engine, or host), then the
-            // circles
-            const bool together = m > 0 && engine.optimalCircles(optJobs.data(), static_cast<std::size_t>(m0),
-                                                                 grid, cogR, slot.data(), jobs3.data(), m,
-                                                                 optIndex.data(), sums3.data(), fds3.data());
-            if (!together &&
-                !engine.optimalRadii(optJobs.data(), static_cast<std::size_t>(m0), grid, optIndex.data())) {
-                ParallelErrors errors;
-#pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
-                {
-                    std::vector<double> dens;
-                    errors.run([&] { dens.resize(nGrid); });
-                    double* den = dens.data();
-#pragma omp for schedule(static)
-                    for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                        if (!measured[c] || errors.failed()) continue;
-                        const double F = optJobs[c].F, var = optJobs[c].var, nSky = optJobs[c].nSky;
-                        // the predicted variance at every grid radius in a loop of its own so that it
-                        // vectorises (the same numbers as optimalVariance inside the search)
-                        if (grid.poisson) {
-#pragma omp simd
-                            for (std::size_t g = 0; g < nGrid; ++g)
-                                den[g] = detail::optimalVariance(true, F, cogF[g], gain, cogArea[g], var,
-                                                                 cogKappaArea[g], nSky);
-                        } else {
-#pragma omp simd
-                            for (std::size_t g = 0; g < nGrid; ++g)
-                                den[g] = detail::optimalVariance(false, F, cogF[g], gain, cogArea[g], var,
-                                                                 cogKappaArea[g], nSky);
-                        }
-                        optIndex[c] = static_cast<std::int32_t>(detail::optimalGridIndex(
-                            cogF, cogNum.data(), nGrid, [den](std::size_t g) { return den[g]; }));
-                    }
-                }
-                errors.rethrow();
-            }
-#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
-            for (std::ptrdiff_t c = 0; c < m0; ++c) {
-                if (slot[c + 1] == slot[c]) continue;
-                const std::size_t k = slot[c], g = static_cast<std::size_t>(optIndex[c]);
-                radii3[k] = cogR[g];
-                fracs[k] = cogF[g];
-            }
-            clock.lap("p3.host");
-            if (m == 0) return;
-            if (!together) engine.sumCircles(jobs3.data(), m, radii3.data(), 1, 1, sums3.data(), fds3.data());
-            clock.lap("p3.CIRC");
-#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
-            for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(m); ++kk) {
-                const std::size_t k = static_cast<std::size_t>(kk);
-                const std::size_t i = idx3[k];
-                const double r = radii3[k], frac = fracs[k];
-                res.radiusOpt[i] = r;
-                res.fluxOpt[i] = sums3[k].flux / frac;
-                res.fluxOptErr[i] = std::sqrt(fluxVariance(sums3[k], gain, skyMeanVar[i])) / frac;
-                res.flags[i] |= fds3[k].flagsFor(r);
+        std::vector<std::vector<double>> frac(stars.size());
+        detail::ApertureScratch& sc = *scratch;
+        forBatches(stars.size(), 0.75, 0.8, [&](std::size_t c0, std::size_t c1) {
+            const std::size_t m = c1 - c0;
+            jobs2Of(stars, c0, m);
+            resizeKept(sc.sums2, m * nGrid);
+            resizeKept(sc.fds2, m);
+            engine.sumCircles(sc.jobs2.data(), m, res.cogRadius.data(), nGrid, 0, sc.sums2.data(),
+                              sc.fds2.data());
+            for (std::size_t k = 0; k < m; ++k) {
+                const ApertureSums* s = sc.sums2.data() + k * nGrid;
+                std::vector<double>& f = frac[c0 + k];
+                f.resize(nGrid);
+                const double ref = s[nGrid - 1].flux;
+                for (std::size_t g = 0; g < nGrid; ++g)
+                    f[g] = s[g].flux / ref;
             }
         });
+        return frac;
     }
+
+    // The fractions brought to one FWHM (a varying PSF: cogStarScale) at the grid radii; the factors,
+    // [star][grid radii, then fixed radii], are returned for the fixed radii's ratios.
+    std::vector<double> scaleToOneFwhm(const std::vector<std::size_t>& stars,
+                                       std::vector<std::vector<double>>& frac) const {
+        const std::size_t nGrid = res.cogRadius.size();
+        std::vector<double> scaleRadii = res.cogRadius;
+        scaleRadii.insert(scaleRadii.end(), res.radii.begin(), res.radii.end());
+        const std::size_t nScale = scaleRadii.size();
+        std::vector<double> scale;
+        if (p.cogStarScale)
+            scale = p.cogStarScale(stars, scaleRadii, refRadius, p.useLocalSky ? rin : 0.0,
+                                   p.useLocalSky ? rout : 0.0);
+        if (scale.size() != stars.size() * nScale) scale.assign(stars.size() * nScale, 1.0);
+        for (std::size_t s = 0; s < stars.size(); ++s)
+            for (std::size_t g = 0; g < nGrid; ++g)
+                frac[s][g] *= scale[s * nScale + g];
+        return scale;
+    }
+
+    // The curve of growth: the median of the stars' fractions at each grid radius.
+    void medianCurve(const std::vector<std::vector<double>>& frac, std::size_t nStars) {
+        const std::size_t nGrid = res.cogRadius.size();
+        res.cogFraction.resize(nGrid);
+        const std::ptrdiff_t ng = static_cast<std::ptrdiff_t>(nGrid);
+        ParallelErrors errors;
+#pragma omp parallel num_threads(threads) if (nGrid * nStars >= 4096)
+        {
+            std::vector<double> column;
+            errors.run([&] { column.resize(nStars); });
+#pragma omp for schedule(static)
+            for (std::ptrdiff_t gg = 0; gg < ng; ++gg)
+                errors.run([&] {
+                    const std::size_t g = static_cast<std::size_t>(gg);
+                    for (std::size_t s = 0; s < nStars; ++s)
+                        column[s] = frac[s][g];
+                    res.cogFraction[g] = robustMedian(column);
+                });
+        }
+        errors.rethrow();
+    }
+
+    // Each fixed radius' correction: the median (and its error) of the stars' flux(r) / flux(reference),
+    // brought to one FWHM (scale: scaleToOneFwhm's).
+    void starApertureCorrections(const std::vector<std::size_t>& stars, const std::vector<double>& fluxRef,
+                                 const std::vector<double>& scale) {
+        const std::size_t nGrid = res.cogRadius.size();
+        const std::size_t nScale = nGrid + res.radii.size();
+        std::vector<double> col(stars.size());
+        for (std::size_t k = 0; k < nFixed; ++k) {
+            for (std::size_t s = 0; s < stars.size(); ++s)
+                col[s] = res.flux[k][stars[s]] / fluxRef[stars[s]];
+            res.apCorrStarRatio.push_back(col);
+            for (std::size_t s = 0; s < stars.size(); ++s)
+                col[s] *= scale[s * nScale + nGrid + k];
+            const auto [ratio, err] = medianWithError(col);
+            res.apCorrRatio.push_back(ratio);
+            res.apCorrMag.push_back(2.5 * std::log10(ratio));
+            res.apCorrMagErr.push_back(2.5 / std::numbers::ln10 * err / ratio);
+        }
+    }
+
+    // Too few stars: the curve of growth of the PSF model, else of a Gaussian of the field FWHM.
+    void modelCurve() {
+        // cogRadius, then the fixed radii, then the reference radius and the sky annulus' radii.
+        std::vector<double> want = res.cogRadius;
+        want.insert(want.end(), res.radii.begin(), res.radii.end());
+        want.push_back(refRadius);
+        want.push_back(p.useLocalSky ? rin : 0.0);
+        want.push_back(p.useLocalSky ? rout : 0.0);
+        const std::vector<double> model = modelEnclosedFractions(want);
+        // The measured ratios are of fluxes with the local sky subtracted, and the wing light in the
+        // annulus raises that sky by W / A per pixel (W: the annulus' flux fraction, A: its area):
+        // an aperture of radius r keeps model(r) - pi r^2 W / A. The model ratios do the same.
+        const std::size_t nw = want.size();
+        const double wing =
+            (p.useLocalSky && rout > rin) ? (model[nw - 1] - model[nw - 2]) / (rout * rout - rin * rin) : 0.0;
+        auto g = [&](std::size_t k) { return model[k] - want[k] * want[k] * wing; };
+        const double gref = g(nw - 3);
+        for (std::size_t k = 0; k < res.cogRadius.size(); ++k)
+            res.cogFraction.push_back(g(k) / gref);
+        if (p.apertureCorrection) {
+            for (std::size_t k = 0; k < nFixed; ++k) {
+                const double ratio = g(res.cogRadius.size() + k) / gref;
+                res.apCorrRatio.push_back(ratio);
+                res.apCorrMag.push_back(2.5 * std::log10(ratio));
+                res.apCorrMagErr.push_back(p.apCorrModelErr);
+            }
+        }
+    }
+
+    // The model's enclosed fractions at the radii `want`: the PSF model's when it gives usable ones, else a
+    // Gaussian's of the field FWHM (res.apCorrSource says which).
+    std::vector<double> modelEnclosedFractions(const std::vector<double>& want) {
+        std::vector<double> model;
+        if (p.psfApertureFractions) model = p.psfApertureFractions(want);
+        bool useModel = model.size() == want.size();
+        for (std::size_t k = 0; k < model.size() && useModel; ++k)
+            useModel = model[k] >= 0.0 && model[k] <= 1.0 + 1e-9;
+        if (useModel) {
+            res.apCorrSource = p.psfApertureFractionsSource;
+        } else {
+            res.apCorrSource = "gaussian";
+            const double sigma = fwhm * kFwhmToSigma;
+            model.clear();
+            for (double r : want)
+                model.push_back(1.0 - std::exp(-0.5 * r * r / (sigma * sigma)));
+        }
+        return model;
+    }
+
+    // ---- pass 3 ----
+
+    // One batch of pass 3: the radius of the best predicted S/N per source (engine, or host), then one
+    // circle each (engine), and the columns.
+    void optimalBatch(const OptimalCurve& curve, std::size_t c0, std::size_t c1) {
+        optimalJobs(curve, c0, c1);
+        const std::size_t m = compactMeasured(c0, c1);
+        detail::ApertureScratch& sc = *scratch;
+        const std::size_t m0 = c1 - c0;
+        // the index and the circles in one engine call; else the index (engine, or host), then the
+        // circles
+        const bool together =
+            m > 0 &&
+            engine.optimalCircles(sc.optJobs.data(), m0, curve.grid, curve.cogR, sc.slot.data(),
+                                  sc.jobs3.data(), m, sc.optIndex.data(), sc.sums3.data(), sc.fds3.data());
+        if (!together && !engine.optimalRadii(sc.optJobs.data(), m0, curve.grid, sc.optIndex.data()))
+            hostOptimalIndices(curve, c0, c1);
+        optimalRadiiOfIndices(curve, c0, c1);
+        clock.lap("p3.host");
+        if (m == 0) return;
+        if (!together)
+            engine.sumCircles(sc.jobs3.data(), m, sc.radii3.data(), 1, 1, sc.sums3.data(), sc.fds3.data());
+        clock.lap("p3.CIRC");
+        optimalColumns(m);
+    }
+
+    // Each source's predicted total flux (from its 1-FWHM aperture), sky variance and sky pixels
+    // (optJobs), and whether it is measured (a finite centre and sky).
+    void optimalJobs(const OptimalCurve& curve, std::size_t c0, std::size_t c1) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+        for (std::ptrdiff_t c = 0; c < m0; ++c) {
+            const std::size_t i = order[c0 + static_cast<std::size_t>(c)];
+            const double cx = sources.x[i], cy = sources.y[i];
+            sc.measured[c] = std::isfinite(cx) && std::isfinite(cy) && std::isfinite(res.sky[i]);
+            const double F = (curve.g1 > 0.0 && flux1[i] > 0.0) ? flux1[i] / curve.g1 : 0.0;
+            const double nSky = res.skyArea[i] > 0 ? static_cast<double>(res.skyArea[i]) : kInf;
+            sc.optJobs[c] = detail::OptimalJob{F, res.skyRms[i] * res.skyRms[i], nSky};
+        }
+    }
+
+    // The measured sources compacted in order (slot: their places) and their circles (the radius comes
+    // with the index). Returns their count.
+    std::size_t compactMeasured(std::size_t c0, std::size_t c1) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
+        sc.slot[0] = 0;
+        for (std::ptrdiff_t c = 0; c < m0; ++c)
+            sc.slot[c + 1] = sc.slot[c] + sc.measured[c];
+        const std::size_t m = sc.slot[m0];
+        resizeKept(sc.idx3, m);
+        resizeKept(sc.radii3, m); // radii of the jobs
+        resizeKept(sc.fracs, m);
+        resizeKept(sc.jobs3, m);
+        resizeKept(sc.sums3, m);
+        resizeKept(sc.fds3, m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+        for (std::ptrdiff_t c = 0; c < m0; ++c) {
+            if (sc.slot[c + 1] == sc.slot[c]) continue;
+            const std::size_t k = sc.slot[c], i = order[c0 + static_cast<std::size_t>(c)];
+            sc.idx3[k] = i;
+            sc.jobs3[k] = circleJobOf(i);
+        }
+        return m;
+    }
+
+    // The grid index of the best predicted S/N of each measured source on the host (optIndex).
+    void hostOptimalIndices(const OptimalCurve& curve, std::size_t c0, std::size_t c1) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
+        const std::size_t nGrid = curve.nGrid;
+        const double* cogF = curve.cogF;
+        const double* cogArea = curve.cogArea.data();
+        const double* cogKappaArea = curve.cogKappaArea.data();
+        ParallelErrors errors;
+#pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
+        {
+            std::vector<double> dens;
+            errors.run([&] { dens.resize(nGrid); });
+            double* den = dens.data();
+#pragma omp for schedule(static)
+            for (std::ptrdiff_t c = 0; c < m0; ++c) {
+                if (!sc.measured[c] || errors.failed()) continue;
+                const double F = sc.optJobs[c].F, var = sc.optJobs[c].var, nSky = sc.optJobs[c].nSky;
+                // the predicted variance at every grid radius in a loop of its own so that it
+                // vectorises (the same numbers as optimalVariance inside the search)
+                if (curve.grid.poisson) {
+#pragma omp simd
+                    for (std::size_t g = 0; g < nGrid; ++g)
+                        den[g] = detail::optimalVariance(true, F, cogF[g], gain, cogArea[g], var,
+                                                         cogKappaArea[g], nSky);
+                } else {
+#pragma omp simd
+                    for (std::size_t g = 0; g < nGrid; ++g)
+                        den[g] = detail::optimalVariance(false, F, cogF[g], gain, cogArea[g], var,
+                                                         cogKappaArea[g], nSky);
+                }
+                sc.optIndex[c] = static_cast<std::int32_t>(detail::optimalGridIndex(
+                    cogF, curve.cogNum.data(), nGrid, [den](std::size_t g) { return den[g]; }));
+            }
+        }
+        errors.rethrow();
+    }
+
+    // The radius and fraction at each measured source's grid index, into its slot.
+    void optimalRadiiOfIndices(const OptimalCurve& curve, std::size_t c0, std::size_t c1) {
+        detail::ApertureScratch& sc = *scratch;
+        const std::ptrdiff_t m0 = static_cast<std::ptrdiff_t>(c1 - c0);
+#pragma omp parallel for num_threads(threads) schedule(static) if (c1 - c0 >= kParallelSources)
+        for (std::ptrdiff_t c = 0; c < m0; ++c) {
+            if (sc.slot[c + 1] == sc.slot[c]) continue;
+            const std::size_t k = sc.slot[c], g = static_cast<std::size_t>(sc.optIndex[c]);
+            sc.radii3[k] = curve.cogR[g];
+            sc.fracs[k] = curve.cogF[g];
+        }
+    }
+
+    // The optimal radius, the flux there corrected to the total, its error and the aperture's flags.
+    void optimalColumns(std::size_t m) {
+        detail::ApertureScratch& sc = *scratch;
+#pragma omp parallel for num_threads(threads) schedule(static) if (m >= kParallelSources)
+        for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(m); ++kk) {
+            const std::size_t k = static_cast<std::size_t>(kk);
+            const std::size_t i = sc.idx3[k];
+            const double r = sc.radii3[k], frac = sc.fracs[k];
+            res.radiusOpt[i] = r;
+            res.fluxOpt[i] = sc.sums3[k].flux / frac;
+            res.fluxOptErr[i] = std::sqrt(fluxVariance(sc.sums3[k], gain, skyMeanVar[i])) / frac;
+            res.flags[i] |= sc.fds3[k].flagsFor(r);
+        }
+    }
+
+    // inputs
+    detail::ApertureEngine& engine;
+    const ImageView& image;
+    const MaskView& mask;
+    const BackgroundResult& bkg;
+    const ImageViewT<std::int32_t>& segmentation;
+    const Sources& sources;
+    const double fwhm, gain, readNoise;
+    const ApertureParams& p;
+    RunContext& ctx;
+    SectionClock& clock;
+    // resolved sizes and parameters
+    const bool fullMap, haveMap, wantCog;
+    const std::size_t n, nFixed;
+    const double rin, rout, refRadius, oneFwhm, saturation, kappa;
+    const detail::SkyParamsHD skyParams;
+    const detail::KronParamsHD kronParams;
+    const int threads;
+    ApertureResult res;
+    std::vector<double> radii;           // pass 1's ascending radii: the fixed ones and 1 FWHM
+    std::vector<std::size_t> fixedIndex; // fixed radius k in radii
+    std::size_t fwhmIndex = 0, nr = 0;   // 1 FWHM in radii; radii.size()
+    // per-source values needed by the later passes
+    std::vector<double> skyMeanVar, flux1, err1;
+    std::vector<std::uint32_t> flags1;
+    std::vector<std::int32_t> ownIds;
+    std::vector<std::uint8_t> skyPerPixel; // 1: the sky of source i is the background map
+    // the passes' order, batch size and batch buffers (the engine's, kept across calls, or ownScratch)
+    std::vector<std::size_t> order;
+    std::size_t batch = 1;
+    detail::ApertureScratch ownScratch;
+    detail::ApertureScratch* scratch = nullptr;
+    std::function<void()> deferredKron; // the last batch's Kron results, when the engine queued them
+};
+
+} // namespace
+
+ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageView& image,
+                                            const MaskView& mask, const BackgroundResult& bkg,
+                                            const ImageViewT<std::int32_t>& segmentation,
+                                            const Sources& sources, double fwhm, double gain,
+                                            double readNoise, const ApertureParams& params, RunContext& ctx) {
+    SectionClock clock;
+    clock.on = ctx.tuning.aperture.timing;
+    validateApertureInputs(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params);
+    ApertureRun run(engine, image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx,
+                    clock);
+    clock.lap("validation");
+    run.beginEngine();
+    run.allocateColumns();
+    clock.lap("begin+allocation");
+    run.chooseOrder();
+    clock.lap("order");
+    run.allocateBatchBuffers();
+    clock.lap("p1.alloc");
+    run.measureSkyAndApertures();
+    clock.lap("pass1");
+    run.curveOfGrowth();
+    run.runKron(); // (no pass 2)
+    clock.lap("pass2");
+    run.optimalApertures();
     clock.lap("pass3");
-    return res;
+    return run.takeResult();
 }
 
 ApertureResult cpu::measureApertures(const ImageView& image, const MaskView& mask,

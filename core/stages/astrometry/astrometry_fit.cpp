@@ -140,34 +140,33 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
     return out;
 }
 
-bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
-               const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
-               const double crval0[2], int order, TanSip& out, double* chi2, int threads) {
-    const std::size_t n = x.size();
-    order = std::max(order, 1);
+namespace {
+
+// The fit's design: the polynomial terms, the normalisation of (u, v), the row blocks of the sums and the
+// basis (the k terms at every star, row-major).
+struct FitDesign {
     std::vector<std::pair<int, int>> terms; // (p, q), by total degree
-    for (int d = 0; d <= order; ++d)
-        for (int p = d; p >= 0; --p)
-            terms.emplace_back(p, d - p);
-    const int k = static_cast<int>(terms.size());
-    if (n < static_cast<std::size_t>(k)) return false;
-    // Normalise u, v to about [-1, 1] for conditioning.
-    double scale = 1.0;
-    for (std::size_t i = 0; i < n; ++i)
-        scale = std::max({scale, std::fabs(x[i] + 1.0 - crpix[0]), std::fabs(y[i] + 1.0 - crpix[1])});
-    // Every sum over the stars is taken over fixed blocks of kFitBlock rows (partial sums per block, in row
-    // order within it), and the block sums are added in block order: the result is the same for any thread
-    // count (threads only decide who computes which block).
-    const std::size_t nBlocks = (n + kFitBlock - 1) / kFitBlock;
-    // Parallel only for large sets: a fit runs up to 9 parallel regions, and on a busy machine every one
-    // of them can wait a time slice for a descheduled thread (the intermediate rounds' 4000-star fits
-    // were 4x slower on 2 threads than on 1 under load).
-    threads = n > 8 * kFitBlock ? std::max(1, threads) : 1;
-    const auto kk = static_cast<std::size_t>(k);
-    std::vector<double> basis(kk * n);
+    int order = 1;
+    int k = 0;
+    std::size_t kk = 0, n = 0, nBlocks = 0;
+    double scale = 1.0; // u, v divided by it: about [-1, 1] for conditioning
+    int threads = 1;
+    std::vector<double> basis;
+};
+
+// The normal matrix A^T W A: the basis of every star and the lower triangle's partial sums per block (in
+// parallel), then the block sums added in block order and mirrored to the upper triangle.
+Eigen::MatrixXd normalMatrix(FitDesign& f, const std::vector<double>& x, const std::vector<double>& y,
+                             const std::vector<double>& w, const double crpix[2]) {
+    const std::size_t n = f.n, nBlocks = f.nBlocks, kk = f.kk;
+    const int k = f.k, order = f.order;
+    const double scale = f.scale;
+    const std::vector<std::pair<int, int>>& terms = f.terms;
+    std::vector<double>& basis = f.basis;
+    basis.resize(kk * n);
     std::vector<double> blockAta(nBlocks * kk * kk, 0.0);
     ParallelErrors errors;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(f.threads)
     {
         std::vector<double> powU, powV;
         errors.run([&] {
@@ -208,34 +207,52 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     for (int r = 0; r < k; ++r)
         for (int c = r + 1; c < k; ++c)
             ata(r, c) = ata(c, r);
-    Eigen::LDLT<Eigen::MatrixXd> ldlt(ata);
-    if (ldlt.info() != Eigen::Success) return false;
-    double crval[2] = {crval0[0], crval0[1]};
-    Eigen::VectorXd cx, cy;
-    std::vector<double> xi(n), eta(n);
-    std::vector<double> blockB(nBlocks * 2 * kk);
-    for (int iter = 0; iter < 8; ++iter) {
-        bool behind = false;
-        std::fill(blockB.begin(), blockB.end(), 0.0);
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(|| : behind)
-        for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
-            const std::size_t i0 = static_cast<std::size_t>(bl) * kFitBlock, i1 = std::min(n, i0 + kFitBlock);
-            double* bx = &blockB[static_cast<std::size_t>(bl) * 2 * kk];
-            double* by = bx + kk;
-            for (std::size_t i = i0; i < i1; ++i) {
-                if (!tanProject(crval[0], crval[1], ra[i], dec[i], xi[i], eta[i])) {
-                    behind = true;
-                    continue;
-                }
-                const double* b = &basis[i * kk];
-                const double wx = w[i] * xi[i], wy = w[i] * eta[i];
-                for (int r = 0; r < k; ++r) {
-                    bx[r] += b[r] * wx;
-                    by[r] += b[r] * wy;
-                }
+    return ata;
+}
+
+// The right-hand sides A^T W xi and A^T W eta per block (in parallel), with the standard coordinates
+// (xi, eta) of every star about crval; true when a star lies behind the tangent plane.
+bool rhsBlocks(const FitDesign& f, const std::vector<double>& ra, const std::vector<double>& dec,
+               const std::vector<double>& w, const double crval[2], std::vector<double>& xi,
+               std::vector<double>& eta, std::vector<double>& blockB) {
+    const std::size_t n = f.n, nBlocks = f.nBlocks, kk = f.kk;
+    const int k = f.k;
+    const std::vector<double>& basis = f.basis;
+    bool behind = false;
+    std::fill(blockB.begin(), blockB.end(), 0.0);
+#pragma omp parallel for schedule(static) num_threads(f.threads) reduction(|| : behind)
+    for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
+        const std::size_t i0 = static_cast<std::size_t>(bl) * kFitBlock, i1 = std::min(n, i0 + kFitBlock);
+        double* bx = &blockB[static_cast<std::size_t>(bl) * 2 * kk];
+        double* by = bx + kk;
+        for (std::size_t i = i0; i < i1; ++i) {
+            if (!tanProject(crval[0], crval[1], ra[i], dec[i], xi[i], eta[i])) {
+                behind = true;
+                continue;
+            }
+            const double* b = &basis[i * kk];
+            const double wx = w[i] * xi[i], wy = w[i] * eta[i];
+            for (int r = 0; r < k; ++r) {
+                bx[r] += b[r] * wx;
+                by[r] += b[r] * wy;
             }
         }
-        if (behind) return false;
+    }
+    return behind;
+}
+
+// Solves for the coefficients (cx: xi, cy: eta) and moves the tangent point crval until the polynomial has
+// no constant term (at most 8 times); xi, eta: the stars' standard coordinates about the last crval used.
+// False when a star is behind the tangent plane or the solution is not finite.
+bool solveMovingTangentPoint(const FitDesign& f, const Eigen::LDLT<Eigen::MatrixXd>& ldlt,
+                             const std::vector<double>& ra, const std::vector<double>& dec,
+                             const std::vector<double>& w, double crval[2], Eigen::VectorXd& cx,
+                             Eigen::VectorXd& cy, std::vector<double>& xi, std::vector<double>& eta) {
+    const std::size_t nBlocks = f.nBlocks, kk = f.kk;
+    const int k = f.k;
+    std::vector<double> blockB(nBlocks * 2 * kk);
+    for (int iter = 0; iter < 8; ++iter) {
+        if (rhsBlocks(f, ra, dec, w, crval, xi, eta, blockB)) return false;
         Eigen::VectorXd bx = Eigen::VectorXd::Zero(k), by = Eigen::VectorXd::Zero(k);
         for (std::size_t bl = 0; bl < nBlocks; ++bl)
             for (int r = 0; r < k; ++r) {
@@ -251,7 +268,14 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
         crval[0] = nra;
         crval[1] = ndec;
     }
-    TanSip s;
+    return true;
+}
+
+// The TanSip of the solved coefficients: CD from the linear terms, SIP A/B from the higher ones (in pixel
+// units through CD^-1); det: CD's determinant. False when CD is singular or not finite.
+bool tanSipOfCoefficients(const FitDesign& f, const double crpix[2], const double crval[2],
+                          const Eigen::VectorXd& cx, const Eigen::VectorXd& cy, TanSip& s, double& det) {
+    const double scale = f.scale;
     s.crpix[0] = crpix[0];
     s.crpix[1] = crpix[1];
     s.crval[0] = crval[0];
@@ -261,41 +285,89 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     s.cd[0][1] = cx(2) / scale;
     s.cd[1][0] = cy(1) / scale;
     s.cd[1][1] = cy(2) / scale;
-    const double det = s.cd[0][0] * s.cd[1][1] - s.cd[0][1] * s.cd[1][0];
+    det = s.cd[0][0] * s.cd[1][1] - s.cd[0][1] * s.cd[1][0];
     if (!(std::fabs(det) > 0.0) || !std::isfinite(det)) return false;
-    if (order >= 2) {
-        s.setSipOrder(order);
-        for (int t = 3; t < k; ++t) {
-            const auto [p, q] = terms[t];
-            const double f = std::pow(scale, p + q);
-            const double px = cx(t) / f, py = cy(t) / f;
+    if (f.order >= 2) {
+        s.setSipOrder(f.order);
+        for (int t = 3; t < f.k; ++t) {
+            const auto [p, q] = f.terms[t];
+            const double fs = std::pow(scale, p + q);
+            const double px = cx(t) / fs, py = cy(t) / fs;
             s.coeffA(p, q) = (s.cd[1][1] * px - s.cd[0][1] * py) / det;
             s.coeffB(p, q) = (-s.cd[1][0] * px + s.cd[0][0] * py) / det;
         }
     }
-    if (chi2) {
-        std::vector<double> blockChi(nBlocks, 0.0);
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
-            const std::size_t i0 = static_cast<std::size_t>(bl) * kFitBlock, i1 = std::min(n, i0 + kFitBlock);
-            double sum = 0.0;
-            for (std::size_t i = i0; i < i1; ++i) {
-                const double* b = &basis[i * kk];
-                double fx = 0, fy = 0;
-                for (int t = 0; t < k; ++t) {
-                    fx += cx(t) * b[t];
-                    fy += cy(t) * b[t];
-                }
-                sum += w[i] * ((fx - xi[i]) * (fx - xi[i]) + (fy - eta[i]) * (fy - eta[i]));
-            }
-            blockChi[static_cast<std::size_t>(bl)] = sum;
-        }
+    return true;
+}
+
+// The weighted chi^2 of the fit in px^2: per block (in parallel), the block sums added in block order.
+double weightedChi2(const FitDesign& f, const std::vector<double>& w, const std::vector<double>& xi,
+                    const std::vector<double>& eta, const Eigen::VectorXd& cx, const Eigen::VectorXd& cy,
+                    double det) {
+    const std::size_t n = f.n, nBlocks = f.nBlocks, kk = f.kk;
+    const int k = f.k;
+    const std::vector<double>& basis = f.basis;
+    std::vector<double> blockChi(nBlocks, 0.0);
+#pragma omp parallel for schedule(static) num_threads(f.threads)
+    for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
+        const std::size_t i0 = static_cast<std::size_t>(bl) * kFitBlock, i1 = std::min(n, i0 + kFitBlock);
         double sum = 0.0;
-        for (double v : blockChi)
-            sum += v;
-        const double pxDeg = std::sqrt(std::fabs(det));
-        *chi2 = sum / (pxDeg * pxDeg); // in px^2 (weighted)
+        for (std::size_t i = i0; i < i1; ++i) {
+            const double* b = &basis[i * kk];
+            double fx = 0, fy = 0;
+            for (int t = 0; t < k; ++t) {
+                fx += cx(t) * b[t];
+                fy += cy(t) * b[t];
+            }
+            sum += w[i] * ((fx - xi[i]) * (fx - xi[i]) + (fy - eta[i]) * (fy - eta[i]));
+        }
+        blockChi[static_cast<std::size_t>(bl)] = sum;
     }
+    double sum = 0.0;
+    for (double v : blockChi)
+        sum += v;
+    const double pxDeg = std::sqrt(std::fabs(det));
+    return sum / (pxDeg * pxDeg); // in px^2 (weighted)
+}
+
+} // namespace
+
+bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& ra,
+               const std::vector<double>& dec, const std::vector<double>& w, const double crpix[2],
+               const double crval0[2], int order, TanSip& out, double* chi2, int threads) {
+    const std::size_t n = x.size();
+    FitDesign f;
+    f.n = n;
+    f.order = order = std::max(order, 1);
+    for (int d = 0; d <= order; ++d)
+        for (int p = d; p >= 0; --p)
+            f.terms.emplace_back(p, d - p);
+    const int k = f.k = static_cast<int>(f.terms.size());
+    if (n < static_cast<std::size_t>(k)) return false;
+    // Normalise u, v to about [-1, 1] for conditioning.
+    double scale = 1.0;
+    for (std::size_t i = 0; i < n; ++i)
+        scale = std::max({scale, std::fabs(x[i] + 1.0 - crpix[0]), std::fabs(y[i] + 1.0 - crpix[1])});
+    f.scale = scale;
+    // Every sum over the stars is taken over fixed blocks of kFitBlock rows (partial sums per block, in row
+    // order within it), and the block sums are added in block order: the result is the same for any thread
+    // count (threads only decide who computes which block).
+    f.nBlocks = (n + kFitBlock - 1) / kFitBlock;
+    // Parallel only for large sets: a fit runs up to 9 parallel regions, and on a busy machine every one
+    // of them can wait a time slice for a descheduled thread (the intermediate rounds' 4000-star fits
+    // were 4x slower on 2 threads than on 1 under load).
+    f.threads = n > 8 * kFitBlock ? std::max(1, threads) : 1;
+    f.kk = static_cast<std::size_t>(k);
+    Eigen::LDLT<Eigen::MatrixXd> ldlt(normalMatrix(f, x, y, w, crpix));
+    if (ldlt.info() != Eigen::Success) return false;
+    double crval[2] = {crval0[0], crval0[1]};
+    Eigen::VectorXd cx, cy;
+    std::vector<double> xi(n), eta(n);
+    if (!solveMovingTangentPoint(f, ldlt, ra, dec, w, crval, cx, cy, xi, eta)) return false;
+    TanSip s;
+    double det = 0.0;
+    if (!tanSipOfCoefficients(f, crpix, crval, cx, cy, s, det)) return false;
+    if (chi2) *chi2 = weightedChi2(f, w, xi, eta, cx, cy, det);
     out = std::move(s);
     return true;
 }

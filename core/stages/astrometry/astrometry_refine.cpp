@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numbers>
 #include <numeric>
+#include <optional>
+#include <string>
 
 #include <Eigen/Dense>
 
@@ -222,46 +224,41 @@ double undistortedShiftBound(const TanSip& a, const TanSip& b, int width, int he
     return std::isfinite(bound) ? bound : INFINITY;
 }
 
-// restrictTo (optional, ascending): consider only these stars instead of the frame's cone (a pool from an
-// earlier call, valid while the WCS has not moved the stars' p' by more than its slack). poolOut (optional):
-// receives the cone's stars whose p' lies within poolRadius of a detection's (a coarse grid; a superset).
-Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const TanSip& w,
-                                const Detections& d, double radius, bool countOnFrame, int threads,
-                                const std::vector<std::uint32_t>* restrictTo = nullptr,
-                                std::vector<std::uint32_t>* poolOut = nullptr, double poolRadius = 0.0) {
-    Projected out;
-    const int width = d.width, height = d.height;
-    const double marginPx = radius;
-    double ra0 = 0, dec0 = 0;
-    w.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
-    const double scaleDeg = w.pixelScaleArcsec() / 3600.0;
-    const double coneR = (0.5 * std::hypot(width, height) * 1.2 + marginPx) * scaleDeg;
-    const std::vector<std::uint32_t> ids =
-        restrictTo ? *restrictTo : pool.cone(ra0, dec0, std::min(coneR, 89.0));
-    const std::size_t n = ids.size();
-    if (poolOut) poolOut->clear();
-    if (n == 0 || d.size() == 0) return out;
-    const int nt = std::max(1, threads);
+// A star's undistorted pixel position p' (0-based) in closed form: tangent-plane coordinates at crval by
+// dot products with the tangent point's basis (xi = (p.e) / (p.c), eta = (p.n) / (p.c), radians), then CD^-1.
+struct UndistortedMap {
+    std::array<double, 3> ec, ee, en;
+    double i00, i01, i10, i11; // CD^-1, per radian
+    double ox, oy;             // crpix, 0-based
+};
 
-    // SIP bounds over the frame + margin (+10%): displacement |S| and Jacobian norm.
-    double maxDisp = 0.0, maxJac = 0.0;
-    sipBounds(w, width, height, marginPx, maxDisp, maxJac);
-    const double gJac = 1.5 * maxJac + 1e-3;
-    const double band = 1.5 * maxDisp + 0.5;
-
-    // Tangent-plane basis at crval: xi = (p.e) / (p.c), eta = (p.n) / (p.c) (radians).
+UndistortedMap undistortedMapOf(const TanSip& w) {
+    UndistortedMap u;
     const double a0 = w.crval[0] * std::numbers::pi / 180.0, d0 = w.crval[1] * std::numbers::pi / 180.0;
-    const std::array<double, 3> ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
-    const std::array<double, 3> ee = {-std::sin(a0), std::cos(a0), 0.0};
-    const std::array<double, 3> en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0),
-                                      std::cos(d0)};
+    u.ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
+    u.ee = {-std::sin(a0), std::cos(a0), 0.0};
+    u.en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0), std::cos(d0)};
     const double det = w.cd[0][0] * w.cd[1][1] - w.cd[0][1] * w.cd[1][0];
     const double toDeg = 180.0 / std::numbers::pi;
-    const double i00 = w.cd[1][1] / det * toDeg, i01 = -w.cd[0][1] / det * toDeg;
-    const double i10 = -w.cd[1][0] / det * toDeg, i11 = w.cd[0][0] / det * toDeg;
-    const double ox = w.crpix[0] - 1.0, oy = w.crpix[1] - 1.0;
+    u.i00 = w.cd[1][1] / det * toDeg;
+    u.i01 = -w.cd[0][1] / det * toDeg;
+    u.i10 = -w.cd[1][0] / det * toDeg;
+    u.i11 = w.cd[0][0] / det * toDeg;
+    u.ox = w.crpix[0] - 1.0;
+    u.oy = w.crpix[1] - 1.0;
+    return u;
+}
 
-    // Detections' undistorted positions and the occupancy grid over them.
+// The detections' undistorted positions p + S(p), marked on occupancy grids over their bounding box (origin
+// x0, y0): cells >= (1 + g) radius for the candidates and, when a pool is wanted, cells >= poolRadius.
+struct DetectionCells {
+    double x0, y0, cell, pcell;
+    NearMask occupied, poolOcc;
+};
+
+// nullopt when the detections' positions have no finite bounding box.
+std::optional<DetectionCells> detectionCells(const TanSip& w, const Detections& d, double radius, double gJac,
+                                             bool withPool, double poolRadius, int nt) {
     const std::size_t nd = d.size();
     std::vector<double> dx(nd), dy(nd);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nd > 8192)
@@ -272,7 +269,7 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
         dy[i] = d.y[i] + dv;
     }
     std::array<double, 4> box{};
-    if (!boundingBox(dx, dy, nd, box)) return out;
+    if (!boundingBox(dx, dy, nd, box)) return std::nullopt;
     const double x0 = box[0], y0 = box[1], x1 = box[2], y1 = box[3];
     double cell = radius * (1.0 + gJac) * (1.0 + 1e-9) + 1e-9;
     while ((x1 - x0) / cell * ((y1 - y0) / cell) > 1.6e7) // fine cells: few stars pass for nothing
@@ -287,29 +284,39 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
     double pcell = std::max(poolRadius, cell) * (1.0 + 1e-9) + 1e-9;
     while ((x1 - x0) / pcell * ((y1 - y0) / pcell) > 1.6e7)
         pcell *= 2.0;
-    const auto px_ = poolOut ? static_cast<long long>((x1 - x0) / pcell) + 1 : 0LL;
-    const auto py_ = poolOut ? static_cast<long long>((y1 - y0) / pcell) + 1 : 0LL;
+    const auto px_ = withPool ? static_cast<long long>((x1 - x0) / pcell) + 1 : 0LL;
+    const auto py_ = withPool ? static_cast<long long>((y1 - y0) / pcell) + 1 : 0LL;
     NearMask poolOcc(px_, py_);
-    if (poolOut)
+    if (withPool)
         for (std::size_t i = 0; i < nd; ++i)
             poolOcc.mark(static_cast<long long>((dx[i] - x0) / pcell),
                          static_cast<long long>((dy[i] - y0) / pcell));
+    return DetectionCells{x0, y0, cell, pcell, std::move(occupied), std::move(poolOcc)};
+}
 
-    // Per star: bit 0: candidate (can be within radius of a detection); bits 1-2: 1 certainly on the frame,
-    // 2 near the frame's edges (decided by the exact projection), 0 certainly off (or not counted).
+// Classifies the stars of `ids` by their p' (in parallel, each star on its own). Per star: bit 0: candidate
+// (can be within radius of a detection); bits 1-2: 1 certainly on the frame, 2 near the frame's edges
+// (decided by the exact projection), 0 certainly off (or not counted); bit 3: in the pool.
+std::vector<unsigned char> classifyStars(const RefStars& refs, const std::vector<std::uint32_t>& ids,
+                                         const UndistortedMap& u, const DetectionCells& dc, bool withPool,
+                                         bool countOnFrame, double band, int width, int height, int nt) {
+    const std::size_t n = ids.size();
     std::vector<unsigned char> cls(n, 0);
     const double fx0 = -0.5, fy0 = -0.5, fx1 = width - 0.5, fy1 = height - 0.5;
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > 16384)
     for (long long k = 0; k < static_cast<long long>(n); ++k) {
         const std::array<double, 3>& p = refs.xyz[ids[k]];
-        const double pc = p[0] * ec[0] + p[1] * ec[1] + p[2] * ec[2];
+        const double pc = p[0] * u.ec[0] + p[1] * u.ec[1] + p[2] * u.ec[2];
         if (!(pc > 0.0)) continue;
-        const double xi = (p[0] * ee[0] + p[1] * ee[1] + p[2] * ee[2]) / pc;
-        const double eta = (p[0] * en[0] + p[1] * en[1] + p[2] * en[2]) / pc;
-        const double px = i00 * xi + i01 * eta + ox, py = i10 * xi + i11 * eta + oy;
+        const double xi = (p[0] * u.ee[0] + p[1] * u.ee[1] + p[2] * u.ee[2]) / pc;
+        const double eta = (p[0] * u.en[0] + p[1] * u.en[1] + p[2] * u.en[2]) / pc;
+        const double px = u.i00 * xi + u.i01 * eta + u.ox, py = u.i10 * xi + u.i11 * eta + u.oy;
         if (!std::isfinite(px) || !std::isfinite(py)) continue;
-        unsigned char c = occupied.near(std::floor((px - x0) / cell), std::floor((py - y0) / cell)) ? 1 : 0;
-        if (poolOut && poolOcc.near(std::floor((px - x0) / pcell), std::floor((py - y0) / pcell))) c |= 8;
+        unsigned char c =
+            dc.occupied.near(std::floor((px - dc.x0) / dc.cell), std::floor((py - dc.y0) / dc.cell)) ? 1 : 0;
+        if (withPool &&
+            dc.poolOcc.near(std::floor((px - dc.x0) / dc.pcell), std::floor((py - dc.y0) / dc.pcell)))
+            c |= 8;
         if (countOnFrame) {
             if (px >= fx0 + band && px <= fx1 - band && py >= fy0 + band && py <= fy1 - band)
                 c |= 2;
@@ -318,6 +325,17 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
         }
         cls[k] = c;
     }
+    return cls;
+}
+
+// Projects the classified stars that need it exactly (candidates and the edge band; in parallel), fills
+// poolOut (when given) with the pool's stars, and keeps the candidates within the frame + marginPx;
+// onFrame counts the certain stars and the edge stars that land on the frame.
+Projected projectClassified(const RefStars& refs, const std::vector<std::uint32_t>& ids,
+                            const std::vector<unsigned char>& cls, const TanSip& w, int width, int height,
+                            double marginPx, int nt, std::vector<std::uint32_t>* poolOut) {
+    Projected out;
+    const std::size_t n = ids.size();
     std::vector<std::size_t> todo;
     std::size_t certainOn = 0;
     for (std::size_t k = 0; k < n; ++k) {
@@ -349,6 +367,41 @@ Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const
         out.ids.push_back(static_cast<std::int32_t>(ids[todo[t]]));
     }
     return out;
+}
+
+// restrictTo (optional, ascending): consider only these stars instead of the frame's cone (a pool from an
+// earlier call, valid while the WCS has not moved the stars' p' by more than its slack). poolOut (optional):
+// receives the cone's stars whose p' lies within poolRadius of a detection's (a coarse grid; a superset).
+Projected projectNearDetections(const RefStars& refs, const RefPool& pool, const TanSip& w,
+                                const Detections& d, double radius, bool countOnFrame, int threads,
+                                const std::vector<std::uint32_t>* restrictTo = nullptr,
+                                std::vector<std::uint32_t>* poolOut = nullptr, double poolRadius = 0.0) {
+    Projected out;
+    const int width = d.width, height = d.height;
+    const double marginPx = radius;
+    double ra0 = 0, dec0 = 0;
+    w.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+    const double scaleDeg = w.pixelScaleArcsec() / 3600.0;
+    const double coneR = (0.5 * std::hypot(width, height) * 1.2 + marginPx) * scaleDeg;
+    const std::vector<std::uint32_t> ids =
+        restrictTo ? *restrictTo : pool.cone(ra0, dec0, std::min(coneR, 89.0));
+    const std::size_t n = ids.size();
+    if (poolOut) poolOut->clear();
+    if (n == 0 || d.size() == 0) return out;
+    const int nt = std::max(1, threads);
+
+    // SIP bounds over the frame + margin (+10%): displacement |S| and Jacobian norm.
+    double maxDisp = 0.0, maxJac = 0.0;
+    sipBounds(w, width, height, marginPx, maxDisp, maxJac);
+    const double gJac = 1.5 * maxJac + 1e-3;
+    const double band = 1.5 * maxDisp + 0.5;
+
+    const bool withPool = poolOut != nullptr;
+    const std::optional<DetectionCells> cells = detectionCells(w, d, radius, gJac, withPool, poolRadius, nt);
+    if (!cells) return out;
+    const std::vector<unsigned char> cls = classifyStars(refs, ids, undistortedMapOf(w), *cells, withPool,
+                                                         countOnFrame, band, width, height, nt);
+    return projectClassified(refs, ids, cls, w, width, height, marginPx, nt, poolOut);
 }
 
 // The most common detection -> reference offset (2-px bins, 3x3 peak); false without a clear peak.
@@ -569,6 +622,280 @@ FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector
     }
     return s;
 }
+
+// What the steps of refine() share.
+struct RefineInputs {
+    const Detections& det;
+    const RefStars& refs;
+    const RefPool& pool;
+    const AstrometryParams& p;
+    int threads; // projections, matching and the fits' sums (blocked: results do not depend on it)
+    int width, height;
+    double crpix[2]; // the fits' reference pixel: the frame centre (1-based)
+    double matchR;   // final match radius (px)
+};
+
+// Stage A: bright stars (the nB brightest detections, the 2 nB brightest projected stars), an optional
+// vote for the offset, then affine (pure TAN) fits at shrinking radii. Updates w and the radius r; false
+// (with why) when there are too few matches or a fit fails.
+bool affineStage(const RefineInputs& in, bool vote, std::size_t nB, TanSip& w, double& r, std::string& why) {
+    const int fitThreads = in.threads; // the fits' sums are blocked: results do not depend on it
+    const double matchR = in.matchR;
+    // Stage A uses only the 2 nB brightest projected stars: projection stops there.
+    Projected pr = projectRefs(in.refs, in.pool, w, in.width, in.height, r, in.threads, 2 * nB);
+    if (vote) {
+        double sx = 0, sy = 0;
+        if (voteShift(in.det, nB, pr, 2 * nB, r, sx, sy)) {
+            w.crpix[0] -= sx;
+            w.crpix[1] -= sy;
+            r = std::max(3.0 * matchR, r / 3.0);
+        }
+    }
+    for (int round = 0; round < 5; ++round) {
+        pr = projectRefs(in.refs, in.pool, w, in.width, in.height, r, in.threads, 2 * nB);
+        const auto m = matchInPixels(in.det, nB, pr.x, pr.y, pr.ids, 2 * nB, r, in.threads);
+        if (m.size() < 6) {
+            why = "too few matches (" + std::to_string(m.size()) + ") with the starting WCS";
+            return false;
+        }
+        FitSet s = makeFitSet(in.det, in.refs, m);
+        std::vector<char> used(s.x.size(), 1);
+        std::vector<double> rx, ry;
+        TanSip fit;
+        if (!fitClip(s, in.crpix, w.crval, 1, in.p.clipSigma, used, fit, rx, ry, fitThreads)) {
+            why = "the affine fit failed";
+            return false;
+        }
+        w = fit;
+        double ss = 0;
+        int n = 0;
+        for (std::size_t i = 0; i < used.size(); ++i)
+            if (used[i]) {
+                ss += rx[i] * rx[i] + ry[i] * ry[i];
+                ++n;
+            }
+        const double rms = std::sqrt(ss / std::max(n, 1));
+        const double next = std::max(1.5 * matchR, std::min(r / 1.5, 5.0 * rms));
+        if (round >= 1 && next >= r) break;
+        r = next;
+    }
+    return true;
+}
+
+// The detections of stage B's intermediate rounds: a stratified subset (brightest per cell; all of them
+// when few), with subRow: sub row -> det row.
+void detectionSubset(const Detections& det, Detections& sub, std::vector<std::int32_t>& subRow) {
+    const std::vector<std::size_t> pick =
+        stratifiedSubset(det.x, det.y, det.width, det.height, kRefineDetCap);
+    sub.width = det.width;
+    sub.height = det.height;
+    for (std::size_t i : pick) {
+        sub.x.push_back(det.x[i]);
+        sub.y.push_back(det.y[i]);
+        sub.flux.push_back(det.flux[i]);
+        sub.index.push_back(det.index[i]);
+        subRow.push_back(static_cast<std::int32_t>(i));
+    }
+}
+
+// The intermediate rounds look only at a pool of stars near the subset's detections, found by the first of
+// them with a slack, and found again when the WCS has moved the stars by more than it allows.
+struct NearPool {
+    std::vector<std::uint32_t> ids;
+    TanSip wcs;          // the WCS it was found with
+    double radius = 0.0; // px, in p'
+    bool have = false;
+};
+
+// One stage-B round's projection: near every detection in the last round (counting the stars on the
+// frame), near the subset's detections in the intermediate ones (from the pool while it is valid).
+Projected projectRound(const RefineInputs& in, const TanSip& w, const Detections& d, double radius, bool last,
+                       NearPool& np) {
+    if (last) return projectNearDetections(in.refs, in.pool, w, d, radius, true, in.threads);
+    const double poolSlack = 16.0; // px
+    bool valid = false;
+    if (np.have) {
+        double maxDisp = 0.0, maxJac = 0.0;
+        sipBounds(w, in.width, in.height, radius, maxDisp, maxJac);
+        valid =
+            radius * (1.5 * maxJac + 1.001) + undistortedShiftBound(np.wcs, w, in.width, in.height, radius) <=
+            np.radius;
+    }
+    if (valid) return projectNearDetections(in.refs, in.pool, w, d, radius, false, in.threads, &np.ids);
+    double maxDisp = 0.0, maxJac = 0.0;
+    sipBounds(w, in.width, in.height, radius, maxDisp, maxJac);
+    np.radius = radius * (1.5 * maxJac + 1.001) + poolSlack;
+    Projected pr =
+        projectNearDetections(in.refs, in.pool, w, d, radius, false, in.threads, nullptr, &np.ids, np.radius);
+    np.wcs = w;
+    np.have = true;
+    return pr;
+}
+
+// The fit set of a round: a stratified subset of the matches (brightest per cell; matches are in detection
+// order, i.e. brightest first), at most kFinalFitCap in the last round; fitPos: their positions in matches.
+FitSet fitSetOf(const RefineInputs& in, const std::vector<Match>& matches, bool last,
+                std::vector<std::size_t>& fitPos) {
+    std::vector<double> mx(matches.size()), my(matches.size());
+    for (std::size_t k = 0; k < matches.size(); ++k) {
+        mx[k] = in.det.x[matches[k].det];
+        my[k] = in.det.y[matches[k].det];
+    }
+    fitPos = stratifiedSubset(mx, my, in.width, in.height, last ? kFinalFitCap : kRefineFitCap);
+    std::vector<Match> fitMatches;
+    fitMatches.reserve(fitPos.size());
+    for (std::size_t k : fitPos)
+        fitMatches.push_back(matches[k]);
+    return makeFitSet(in.det, in.refs, fitMatches);
+}
+
+// A round's TAN+SIP fit at the highest order the fit set supports: clipped, then reweighted by the noise
+// model and clipped again (every match a candidate again).
+struct RoundFit {
+    int maxOrder = 1;
+    TanSip fit;
+    std::vector<char> used; // kept by the weighted fit
+    std::vector<double> rx, ry;
+    double sigma = 0.0; // the weighted fit's robust sigma
+};
+
+// all (optional): every match of the final round, reweighted with the fit set. False (with why) when a
+// fit fails.
+bool weightedFit(const RefineInputs& in, FitSet& s, FitSet* all, const TanSip& w, RoundFit& f,
+                 std::string& why) {
+    const std::size_t n = s.x.size();
+    f.used.assign(n, 1);
+    for (int o = std::max(2, in.p.minSipOrder); o <= std::min(in.p.maxSipOrder, 9); ++o)
+        if (termsOf(o) * in.p.minMatchesPerTerm <= static_cast<double>(n)) f.maxOrder = o;
+    if (!fitClip(s, in.crpix, w.crval, f.maxOrder, in.p.clipSigma, f.used, f.fit, f.rx, f.ry, in.threads)) {
+        why = "the TAN+SIP fit failed";
+        return false;
+    }
+    updateWeights(s, f.used, f.rx, f.ry, all);
+    f.used.assign(n, 1); // every match is a candidate again under the new weights
+    if (!fitClip(s, in.crpix, w.crval, f.maxOrder, in.p.clipSigma, f.used, f.fit, f.rx, f.ry, in.threads,
+                 &f.sigma)) {
+        why = "the weighted TAN+SIP fit failed";
+        return false;
+    }
+    return true;
+}
+
+// Order selection on the kept stars: BIC = chi2 + (number of parameters) ln(observations). Returns the
+// best fit (the weighted fit when no order fits) and its order in `chosen`.
+TanSip selectOrder(const RefineInputs& in, const FitSet& s, const RoundFit& f, const TanSip& w, int& chosen) {
+    const auto nUsed = static_cast<double>(std::count(f.used.begin(), f.used.end(), 1));
+    const int lo = in.p.minSipOrder <= 1 ? 1 : std::min(f.maxOrder, in.p.minSipOrder);
+    double bestBic = INFINITY;
+    TanSip best = f.fit;
+    chosen = f.maxOrder;
+    for (int o = lo; o <= f.maxOrder; ++o) {
+        TanSip fo;
+        double chi2 = 0.0;
+        if (!fitSubset(s, f.used, in.crpix, w.crval, o, fo, &chi2, in.threads)) continue;
+        const double bic = chi2 + 2.0 * termsOf(o) * std::log(2.0 * nUsed);
+        if (bic < bestBic) {
+            bestBic = bic;
+            best = fo;
+            chosen = o;
+        }
+    }
+    return best;
+}
+
+// Every match of the final round (when only a subset was fitted) is judged by the fit's clipping rule
+// (weighted residual <= clipSigma robust sigmas); the fitted ones keep the fit's own decision.
+void judgeAllMatches(const RefineInputs& in, const FitSet& all, const TanSip& w, const RoundFit& f,
+                     const std::vector<std::size_t>& fitPos, std::size_t nMatches,
+                     std::vector<char>& usedFinal) {
+    std::vector<double> ax, ay;
+    residuals(all, w, ax, ay, in.threads);
+    usedFinal.assign(nMatches, 0);
+    for (std::size_t k = 0; k < nMatches; ++k) {
+        const double sw = std::sqrt(all.w[k]);
+        usedFinal[k] =
+            !(f.sigma > 0.0) || std::max(std::fabs(ax[k]), std::fabs(ay[k])) * sw <= in.p.clipSigma * f.sigma;
+    }
+    for (std::size_t j = 0; j < fitPos.size(); ++j)
+        usedFinal[fitPos[j]] = f.used[j];
+}
+
+// Stage B's result: the final round's matches, their verdicts ("used") and the chosen SIP order.
+struct SipStageResult {
+    std::vector<Match> matches;
+    std::vector<char> usedFinal;
+    int chosen = 1;
+};
+
+// Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration. The intermediate rounds
+// match a stratified subset of the detections and fit a stratified subset of those matches; the final
+// round matches every detection and fits a stratified subset of at most kFinalFitCap of them. Updates w;
+// sets out.refsOnFrame, and out.why when it fails (false).
+bool sipStage(const RefineInputs& in, double r, TanSip& w, SipStageResult& res, RefineOutcome& out) {
+    Detections sub;                   // the detections of the intermediate rounds (all of them when few)
+    std::vector<std::int32_t> subRow; // sub row -> det row
+    detectionSubset(in.det, sub, subRow);
+    std::vector<Match>& matches = res.matches;
+    const int iterations = std::max(1, in.p.iterations);
+    NearPool np;
+    for (int it = 0; it < iterations; ++it) {
+        const bool last = it == iterations - 1;
+        const Detections& d = last ? in.det : sub;
+        const double radius = it == 0 ? std::max(in.matchR, std::min(r, 2.0 * in.matchR)) : in.matchR;
+        const Projected pr = projectRound(in, w, d, radius, last, np);
+        matches = matchInPixels(d, d.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius, in.threads);
+        if (!last)
+            for (Match& mm : matches)
+                mm.det = subRow[static_cast<std::size_t>(mm.det)];
+        if (last) out.refsOnFrame = pr.onFrame;
+        std::vector<std::size_t> fitPos;
+        FitSet s = fitSetOf(in, matches, last, fitPos);
+        const std::size_t n = s.x.size();
+        if (n < 6) {
+            out.why = "too few matches (" + std::to_string(matches.size()) + ")";
+            return false;
+        }
+        const bool subset = n < matches.size();
+        FitSet all; // every match, when the fit set is a subset (final round)
+        if (last && subset) all = makeFitSet(in.det, in.refs, matches);
+        RoundFit f;
+        if (!weightedFit(in, s, last && subset ? &all : nullptr, w, f, out.why)) return false;
+        w = selectOrder(in, s, f, w, res.chosen);
+        if (!last) continue;
+        if (!subset) {
+            res.usedFinal = f.used;
+            continue;
+        }
+        judgeAllMatches(in, all, w, f, fitPos, matches.size(), res.usedFinal);
+    }
+    return true;
+}
+
+// Fills the outcome from the final WCS and matches, then verifies it: enough matches in absolute terms, as
+// a fraction of the detections (or stars on the frame), and above the matches expected by chance.
+void verifyOutcome(const RefineInputs& in, const TanSip& w, const SipStageResult& b, RefineOutcome& out) {
+    const AstrometryParams& p = in.p;
+    const double matchR = in.matchR;
+    const std::vector<Match>& matches = b.matches;
+    out.wcs = w;
+    out.sipOrder = b.chosen >= 2 ? b.chosen : 0;
+    out.matches = matches;
+    out.used.assign(b.usedFinal.begin(), b.usedFinal.end());
+    out.nUsed = static_cast<int>(std::count(b.usedFinal.begin(), b.usedFinal.end(), 1));
+    const double nDet = static_cast<double>(in.det.size());
+    out.chance = nDet * out.refsOnFrame / (double(in.width) * in.height) * kPi * matchR * matchR;
+    const double nMatched = static_cast<double>(matches.size());
+    const double needFraction = p.verifyMinFraction * std::min(nDet, static_cast<double>(out.refsOnFrame));
+    const double needChance = out.chance + p.verifySigma * std::sqrt(out.chance);
+    if (nMatched < p.verifyMinMatches || nMatched < needFraction || nMatched < needChance) {
+        out.why = "verification failed: " + std::to_string(matches.size()) + " matches (need " +
+                  std::to_string(static_cast<int>(std::ceil(
+                      std::max({static_cast<double>(p.verifyMinMatches), needFraction, needChance})))) +
+                  "; " + std::to_string(out.chance) + " expected by chance)";
+        return;
+    }
+    out.ok = true;
+}
 } // namespace
 
 std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const std::vector<double>& y,
@@ -610,8 +937,6 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
                      double startRadiusPx, bool vote, const AstrometryParams& p, int threads) {
     RefineOutcome out;
     const int width = det.width, height = det.height;
-    const int fitThreads = threads; // the fits' sums are blocked: results do not depend on it
-    const double crpix[2] = {0.5 * (width + 1), 0.5 * (height + 1)};
     TanSip w = start;
     const double matchR = std::max(p.matchRadiusPx, 0.1);
 
@@ -619,198 +944,14 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
     const std::size_t nB = std::min<std::size_t>(det.size(), std::max(200, 4 * p.nBrightest));
     double r = std::max(startRadiusPx, matchR);
     const RefPool pool(refs, tree, start, width, height, r);
-    // Stage A uses only the 2 nB brightest projected stars: projection stops there.
-    Projected pr = projectRefs(refs, pool, w, width, height, r, threads, 2 * nB);
-    if (vote) {
-        double sx = 0, sy = 0;
-        if (voteShift(det, nB, pr, 2 * nB, r, sx, sy)) {
-            w.crpix[0] -= sx;
-            w.crpix[1] -= sy;
-            r = std::max(3.0 * matchR, r / 3.0);
-        }
-    }
-    for (int round = 0; round < 5; ++round) {
-        pr = projectRefs(refs, pool, w, width, height, r, threads, 2 * nB);
-        const auto m = matchInPixels(det, nB, pr.x, pr.y, pr.ids, 2 * nB, r, threads);
-        if (m.size() < 6) {
-            out.why = "too few matches (" + std::to_string(m.size()) + ") with the starting WCS";
-            return out;
-        }
-        FitSet s = makeFitSet(det, refs, m);
-        std::vector<char> used(s.x.size(), 1);
-        std::vector<double> rx, ry;
-        TanSip fit;
-        if (!fitClip(s, crpix, w.crval, 1, p.clipSigma, used, fit, rx, ry, fitThreads)) {
-            out.why = "the affine fit failed";
-            return out;
-        }
-        w = fit;
-        double ss = 0;
-        int n = 0;
-        for (std::size_t i = 0; i < used.size(); ++i)
-            if (used[i]) {
-                ss += rx[i] * rx[i] + ry[i] * ry[i];
-                ++n;
-            }
-        const double rms = std::sqrt(ss / std::max(n, 1));
-        const double next = std::max(1.5 * matchR, std::min(r / 1.5, 5.0 * rms));
-        if (round >= 1 && next >= r) break;
-        r = next;
-    }
+    const RefineInputs in{
+        det, refs, pool, p, threads, width, height, {0.5 * (width + 1), 0.5 * (height + 1)}, matchR};
+    if (!affineStage(in, vote, nB, w, r, out.why)) return out;
 
-    // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration. The intermediate rounds
-    // match a stratified subset of the detections and fit a stratified subset of those matches; the final
-    // round matches every detection and fits a stratified subset of at most kFinalFitCap of them.
-    Detections sub;                   // the detections of the intermediate rounds (all of them when few)
-    std::vector<std::int32_t> subRow; // sub row -> det row
-    {
-        const std::vector<std::size_t> pick = stratifiedSubset(det.x, det.y, width, height, kRefineDetCap);
-        sub.width = width;
-        sub.height = height;
-        for (std::size_t i : pick) {
-            sub.x.push_back(det.x[i]);
-            sub.y.push_back(det.y[i]);
-            sub.flux.push_back(det.flux[i]);
-            sub.index.push_back(det.index[i]);
-            subRow.push_back(static_cast<std::int32_t>(i));
-        }
-    }
-    std::vector<Match> matches;
-    std::vector<char> usedFinal;
-    int chosen = 1;
-    const int iterations = std::max(1, p.iterations);
-    // The intermediate rounds look only at a pool of stars near the subset's detections, found by the
-    // first of them with a slack, and found again when the WCS has moved the stars by more than it allows.
-    std::vector<std::uint32_t> subPool;
-    TanSip poolWcs;
-    double poolRadius = 0.0;
-    bool havePool = false;
-    const double poolSlack = 16.0; // px
-    for (int it = 0; it < iterations; ++it) {
-        const bool last = it == iterations - 1;
-        const Detections& d = last ? det : sub;
-        const double radius = it == 0 ? std::max(matchR, std::min(r, 2.0 * matchR)) : matchR;
-        if (last) {
-            pr = projectNearDetections(refs, pool, w, d, radius, true, threads);
-        } else {
-            bool valid = false;
-            if (havePool) {
-                double maxDisp = 0.0, maxJac = 0.0;
-                sipBounds(w, width, height, radius, maxDisp, maxJac);
-                valid = radius * (1.5 * maxJac + 1.001) +
-                            undistortedShiftBound(poolWcs, w, width, height, radius) <=
-                        poolRadius;
-            }
-            if (valid) {
-                pr = projectNearDetections(refs, pool, w, d, radius, false, threads, &subPool);
-            } else {
-                double maxDisp = 0.0, maxJac = 0.0;
-                sipBounds(w, width, height, radius, maxDisp, maxJac);
-                poolRadius = radius * (1.5 * maxJac + 1.001) + poolSlack;
-                pr = projectNearDetections(refs, pool, w, d, radius, false, threads, nullptr, &subPool,
-                                           poolRadius);
-                poolWcs = w;
-                havePool = true;
-            }
-        }
-        matches = matchInPixels(d, d.size(), pr.x, pr.y, pr.ids, pr.x.size(), radius, threads);
-        if (!last)
-            for (Match& mm : matches)
-                mm.det = subRow[static_cast<std::size_t>(mm.det)];
-        if (last) out.refsOnFrame = pr.onFrame;
-        // The fit set: a stratified subset of the matches (brightest per cell; matches are in detection
-        // order, i.e. brightest first).
-        std::vector<double> mx(matches.size()), my(matches.size());
-        for (std::size_t k = 0; k < matches.size(); ++k) {
-            mx[k] = det.x[matches[k].det];
-            my[k] = det.y[matches[k].det];
-        }
-        const std::vector<std::size_t> fitPos =
-            stratifiedSubset(mx, my, width, height, last ? kFinalFitCap : kRefineFitCap);
-        std::vector<Match> fitMatches;
-        fitMatches.reserve(fitPos.size());
-        for (std::size_t k : fitPos)
-            fitMatches.push_back(matches[k]);
-        FitSet s = makeFitSet(det, refs, fitMatches);
-        const std::size_t n = s.x.size();
-        if (n < 6) {
-            out.why = "too few matches (" + std::to_string(matches.size()) + ")";
-            return out;
-        }
-        const bool subset = n < matches.size();
-        FitSet all; // every match, when the fit set is a subset (final round)
-        if (last && subset) all = makeFitSet(det, refs, matches);
-        std::vector<char> used(n, 1);
-        std::vector<double> rx, ry;
-        int maxOrder = 1;
-        for (int o = std::max(2, p.minSipOrder); o <= std::min(p.maxSipOrder, 9); ++o)
-            if (termsOf(o) * p.minMatchesPerTerm <= static_cast<double>(n)) maxOrder = o;
-        TanSip fit;
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, threads)) {
-            out.why = "the TAN+SIP fit failed";
-            return out;
-        }
-        updateWeights(s, used, rx, ry, last && subset ? &all : nullptr);
-        used.assign(n, 1); // every match is a candidate again under the new weights
-        double sigma = 0.0;
-        if (!fitClip(s, crpix, w.crval, maxOrder, p.clipSigma, used, fit, rx, ry, threads, &sigma)) {
-            out.why = "the weighted TAN+SIP fit failed";
-            return out;
-        }
-        // Order selection on the kept stars: BIC = chi2 + (number of parameters) ln(observations).
-        const auto nUsed = static_cast<double>(std::count(used.begin(), used.end(), 1));
-        const int lo = p.minSipOrder <= 1 ? 1 : std::min(maxOrder, p.minSipOrder);
-        double bestBic = INFINITY;
-        TanSip best = fit;
-        chosen = maxOrder;
-        for (int o = lo; o <= maxOrder; ++o) {
-            TanSip f;
-            double chi2 = 0.0;
-            if (!fitSubset(s, used, crpix, w.crval, o, f, &chi2, threads)) continue;
-            const double bic = chi2 + 2.0 * termsOf(o) * std::log(2.0 * nUsed);
-            if (bic < bestBic) {
-                bestBic = bic;
-                best = f;
-                chosen = o;
-            }
-        }
-        w = best;
-        if (!last) continue;
-        if (!subset) {
-            usedFinal = used;
-            continue;
-        }
-        // Every match is judged by the fit's clipping rule (weighted residual <= clipSigma robust sigmas);
-        // the fitted ones keep the fit's own decision.
-        std::vector<double> ax, ay;
-        residuals(all, w, ax, ay, threads);
-        usedFinal.assign(matches.size(), 0);
-        for (std::size_t k = 0; k < matches.size(); ++k) {
-            const double sw = std::sqrt(all.w[k]);
-            usedFinal[k] =
-                !(sigma > 0.0) || std::max(std::fabs(ax[k]), std::fabs(ay[k])) * sw <= p.clipSigma * sigma;
-        }
-        for (std::size_t j = 0; j < fitPos.size(); ++j)
-            usedFinal[fitPos[j]] = used[j];
-    }
-    out.wcs = w;
-    out.sipOrder = chosen >= 2 ? chosen : 0;
-    out.matches = matches;
-    out.used.assign(usedFinal.begin(), usedFinal.end());
-    out.nUsed = static_cast<int>(std::count(usedFinal.begin(), usedFinal.end(), 1));
-    const double nDet = static_cast<double>(det.size());
-    out.chance = nDet * out.refsOnFrame / (double(width) * height) * kPi * matchR * matchR;
-    const double nMatched = static_cast<double>(matches.size());
-    const double needFraction = p.verifyMinFraction * std::min(nDet, static_cast<double>(out.refsOnFrame));
-    const double needChance = out.chance + p.verifySigma * std::sqrt(out.chance);
-    if (nMatched < p.verifyMinMatches || nMatched < needFraction || nMatched < needChance) {
-        out.why = "verification failed: " + std::to_string(matches.size()) + " matches (need " +
-                  std::to_string(static_cast<int>(std::ceil(
-                      std::max({static_cast<double>(p.verifyMinMatches), needFraction, needChance})))) +
-                  "; " + std::to_string(out.chance) + " expected by chance)";
-        return out;
-    }
-    out.ok = true;
+    // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration.
+    SipStageResult b;
+    if (!sipStage(in, r, w, b, out)) return out;
+    verifyOutcome(in, w, b, out);
     return out;
 }
 

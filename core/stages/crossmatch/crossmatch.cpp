@@ -176,15 +176,18 @@ static double chanceMatchCount(const std::vector<std::uint8_t>& valid, std::size
     const double scale = wcs.pixelScaleArcsec(0.5 * (width - 1), 0.5 * (height - 1));
     if (!(scale > 0.0) || !std::isfinite(scale)) return 0.0;
     std::size_t nSrc = 0;
-    for (const std::uint8_t v : valid) nSrc += v;
+    for (const std::uint8_t v : valid)
+        nSrc += v;
     const double r = radiusArcsec / scale;
     return static_cast<double>(nSrc) * static_cast<double>(nRef) * std::numbers::pi * r * r /
            (static_cast<double>(width) * height);
 }
 
-CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
-                                  int height, const ReferenceCatalog& ref, const Wcs& wcs,
-                                  const CrossmatchParams& params, int threads, CrossmatchResult& res) {
+namespace {
+
+// The inputs as crossmatch documents them: throws InvalidInput otherwise.
+void checkCrossmatchInputs(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                           const ReferenceCatalog& ref, const CrossmatchParams& params) {
     if (x.size() != y.size())
         throw InvalidInput("crossmatch: x has " + std::to_string(x.size()) + " entries, y " +
                            std::to_string(y.size()));
@@ -202,19 +205,28 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
         throw InvalidInput("crossmatch: reference catalog " + ref.path + " has columns of different lengths");
     if (x.size() > static_cast<std::size_t>(INT32_MAX)) throw InvalidInput("crossmatch: too many sources");
     resolveCrossmatchIndex(params.index);
+}
 
-    const int nt = std::max(1, threads);
-    const std::size_t nSrc = x.size();
-    CrossmatchSetup setup;
-    res.refIndex.assign(nSrc, -1);
-    res.separationArcsec.assign(nSrc, std::numeric_limits<double>::quiet_NaN());
+// The cone around the frame centre that holds the frame + margin (sampled on a 5 x 5 grid, with room for
+// the distortion between the samples), and the smallest pixel scale found on the frame.
+struct FrameCone {
+    Vec3 centre;
+    double minScale;     // arcsec/px
+    double cosCone;      // cos of the cone's radius
+    double decLo, decHi; // deg: stars outside this declination range are outside the cone
+};
 
-    // --- 1. cone around the frame centre ------------------------------------------------------------
+// Also sets setup.lo/hiX/hiY (the frame + margin). Throws InvalidInput when the frame centre does not
+// transform or the WCS gives no finite pixel scale.
+FrameCone frameCone(const Wcs& wcs, int width, int height, const CrossmatchParams& params,
+                    CrossmatchSetup& setup) {
     const double cx = 0.5 * (width - 1), cy = 0.5 * (height - 1);
     const auto [ra0, dec0] = wcs.pixelToWorld(cx, cy);
     if (!std::isfinite(ra0) || !std::isfinite(dec0))
         throw InvalidInput("crossmatch: the frame centre does not transform with the WCS");
+    FrameCone cone;
     const Vec3 centre = unitVector(ra0, dec0);
+    cone.centre = centre;
     const double lo = -0.5 - params.marginPx;
     const double hiX = width - 0.5 + params.marginPx, hiY = height - 0.5 + params.marginPx;
     setup.lo = lo;
@@ -234,14 +246,22 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
         }
     if (!std::isfinite(minScale))
         throw InvalidInput("crossmatch: the WCS gives no finite pixel scale on the frame");
+    cone.minScale = minScale;
     coneArcsec = coneArcsec * 1.01 + 10.0 * minScale; // distortion between the sampled points, rounding
-    const double cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
+    cone.cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
     const double coneDeg = std::min(coneArcsec / 3600.0, 180.0) * (1.0 + 1e-9) + 1e-9;
-    const double decLo = dec0 - coneDeg, decHi = dec0 + coneDeg;
+    cone.decLo = dec0 - coneDeg;
+    cone.decHi = dec0 + coneDeg;
+    return cone;
+}
 
-    // Per fixed chunk of rows: the rows inside the cone (after the magnitude cut) and their unit vectors,
-    // concatenated in chunk order (ascending rows, whatever the thread count).
+// Per fixed chunk of rows (in parallel): the rows inside the cone (after the magnitude cut) and their unit
+// vectors, concatenated in chunk order (ascending rows, whatever the thread count).
+void selectConeRows(const ReferenceCatalog& ref, const CrossmatchParams& params, const FrameCone& cone,
+                    int nt, std::vector<std::int32_t>& coneRows, std::vector<Vec3>& coneUnit) {
     const bool cutBright = std::isfinite(params.refMagBright), cutFaint = std::isfinite(params.refMagFaint);
+    const Vec3& centre = cone.centre;
+    const double cosCone = cone.cosCone, decLo = cone.decLo, decHi = cone.decHi;
     const std::size_t nRef = ref.size();
     constexpr std::size_t kConeChunk = 65536;
     const std::size_t nChunks = (nRef + kConeChunk - 1) / kConeChunk;
@@ -268,40 +288,58 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
             }
         });
     errors.rethrow();
-    std::vector<std::int32_t> coneRows;
-    std::vector<Vec3> coneUnit;
-    {
-        std::size_t n = 0;
-        for (const auto& r : chunkRows)
-            n += r.size();
-        coneRows.reserve(n);
-        coneUnit.reserve(n);
-        for (std::size_t c = 0; c < nChunks; ++c) {
-            coneRows.insert(coneRows.end(), chunkRows[c].begin(), chunkRows[c].end());
-            coneUnit.insert(coneUnit.end(), chunkUnit[c].begin(), chunkUnit[c].end());
-            std::vector<std::int32_t>().swap(chunkRows[c]);
-            std::vector<Vec3>().swap(chunkUnit[c]);
-        }
+    std::size_t n = 0;
+    for (const auto& r : chunkRows)
+        n += r.size();
+    coneRows.reserve(n);
+    coneUnit.reserve(n);
+    for (std::size_t c = 0; c < nChunks; ++c) {
+        coneRows.insert(coneRows.end(), chunkRows[c].begin(), chunkRows[c].end());
+        coneUnit.insert(coneUnit.end(), chunkUnit[c].begin(), chunkUnit[c].end());
+        std::vector<std::int32_t>().swap(chunkRows[c]);
+        std::vector<Vec3>().swap(chunkUnit[c]);
     }
+}
 
-    // --- 2. projection --------------------------------------------------------------------------------
+// The WCS as a TanSip when it is exactly one (closed-form projections); nullopt otherwise, also when its
+// header cannot be written or read.
+std::optional<TanSip> exactTanSip(const Wcs& wcs) {
     std::optional<TanSip> tan;
     try {
         tan = tanSipFromHeaderExact(wcs.toHeader());
     } catch (const std::exception&) {
         tan.reset();
     }
-    const std::size_t nCone = coneRows.size();
-    std::vector<double> cX(nCone), cY(nCone);
-    // Tangent-plane basis at the tangent point: xi = (p.e) / (p.c), eta = (p.n) / (p.c) (radians).
+    return tan;
+}
+
+// Tangent-plane basis at the tangent point: xi = (p.e) / (p.c), eta = (p.n) / (p.c) (radians); zeros
+// without a TanSip.
+struct TangentBasis {
     Vec3 ec{}, ee{}, en{};
+};
+
+TangentBasis tangentBasisOf(const std::optional<TanSip>& tan) {
+    TangentBasis tb;
     if (tan) {
         const double a0 = tan->crval[0] * kDeg, d0 = tan->crval[1] * kDeg;
-        ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
-        ee = {-std::sin(a0), std::cos(a0), 0.0};
-        en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0), std::cos(d0)};
+        tb.ec = {std::cos(d0) * std::cos(a0), std::cos(d0) * std::sin(a0), std::sin(d0)};
+        tb.ee = {-std::sin(a0), std::cos(a0), 0.0};
+        tb.en = {-std::sin(d0) * std::cos(a0), -std::sin(d0) * std::sin(a0), std::cos(d0)};
     }
+    return tb;
+}
+
+// The cone's stars' pixel positions: in closed form through the TanSip when there is one (in parallel;
+// NaN behind the tangent plane), else through the WCS in fixed chunks.
+void projectCone(const std::vector<std::int32_t>& coneRows, const std::vector<Vec3>& coneUnit,
+                 const ReferenceCatalog& ref, const Wcs& wcs, const std::optional<TanSip>& tan,
+                 const TangentBasis& tb, int nt, std::vector<double>& cX, std::vector<double>& cY) {
+    const std::size_t nCone = coneRows.size();
+    cX.resize(nCone);
+    cY.resize(nCone);
     if (tan) {
+        const Vec3 &ec = tb.ec, &ee = tb.ee, &en = tb.en;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nCone > 16384)
         for (long long k = 0; k < static_cast<long long>(nCone); ++k) {
             const Vec3& p = coneUnit[k];
@@ -326,7 +364,15 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
                            std::span<double>(cY).subspan(b, n));
         });
     }
-    for (std::size_t k = 0; k < nCone; ++k) {
+}
+
+// Selects the projected stars within the frame + margin (in cone order) into res.refSelected/refX/refY and
+// setup.refUnit, counting those on the frame proper in res.nRefInFrame.
+void selectOnFrame(const std::vector<std::int32_t>& coneRows, const std::vector<Vec3>& coneUnit,
+                   const std::vector<double>& cX, const std::vector<double>& cY, int width, int height,
+                   CrossmatchSetup& setup, CrossmatchResult& res) {
+    const double lo = setup.lo, hiX = setup.hiX, hiY = setup.hiY;
+    for (std::size_t k = 0; k < coneRows.size(); ++k) {
         const double px = cX[k], py = cY[k];
         if (!(px >= lo && px <= hiX && py >= lo && py <= hiY)) continue;
         if (px >= -0.5 && px <= width - 0.5 && py >= -0.5 && py <= height - 0.5) ++res.nRefInFrame;
@@ -335,50 +381,92 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
         res.refY.push_back(py);
         setup.refUnit.push_back(coneUnit[k]);
     }
+}
+
+// The sources' unit vectors through the TanSip (in parallel): p = (c + xi e + eta n) / |...|, the gnomonic
+// deprojection without trigonometry; sources with a non-finite position stay invalid.
+void sourceUnitsTan(const std::vector<double>& x, const std::vector<double>& y, const TanSip& w,
+                    const TangentBasis& tb, int nt, CrossmatchSetup& setup) {
+    const std::size_t nSrc = x.size();
+    const Vec3 &ec = tb.ec, &ee = tb.ee, &en = tb.en;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
+    for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
+        if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
+        const double u = x[i] + 1.0 - w.crpix[0], v = y[i] + 1.0 - w.crpix[1];
+        double du = 0, dv = 0;
+        if (w.sipOrder > 0) w.distort(u, v, du, dv);
+        const double uu = u + du, vv = v + dv;
+        const double xi = (w.cd[0][0] * uu + w.cd[0][1] * vv) * kDeg;
+        const double eta = (w.cd[1][0] * uu + w.cd[1][1] * vv) * kDeg;
+        Vec3 p;
+        for (int k = 0; k < 3; ++k)
+            p[k] = ec[k] + xi * ee[k] + eta * en[k];
+        const double norm = std::sqrt(p[0] * p[0] + p[1] * p[1] + p[2] * p[2]);
+        for (int k = 0; k < 3; ++k)
+            p[k] /= norm;
+        if (!std::isfinite(p[0]) || !std::isfinite(p[1]) || !std::isfinite(p[2])) continue;
+        setup.srcUnit[i] = p;
+        setup.srcValid[i] = 1;
+    }
+}
+
+// The sources' unit vectors through the WCS (in fixed chunks), then from (ra, dec) in parallel; sources
+// with a non-finite pixel or world position stay invalid.
+void sourceUnitsWcs(const std::vector<double>& x, const std::vector<double>& y, const Wcs& wcs, int nt,
+                    CrossmatchSetup& setup) {
+    const std::size_t nSrc = x.size();
+    std::vector<double> srcRa(nSrc), srcDec(nSrc);
+    transformChunked(wcs, nSrc, nt, [&](const Wcs& w, std::size_t b, std::size_t n) {
+        w.pixelToWorld(std::span<const double>(x).subspan(b, n), std::span<const double>(y).subspan(b, n),
+                       std::span<double>(srcRa).subspan(b, n), std::span<double>(srcDec).subspan(b, n));
+    });
+#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
+    for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
+        if (!std::isfinite(x[i]) || !std::isfinite(y[i]) || !std::isfinite(srcRa[i]) ||
+            !std::isfinite(srcDec[i]))
+            continue;
+        setup.srcUnit[i] = unitVector(srcRa[i], srcDec[i]);
+        setup.srcValid[i] = 1;
+    }
+}
+
+} // namespace
+
+CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vector<double>& y, int width,
+                                  int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                                  const CrossmatchParams& params, int threads, CrossmatchResult& res) {
+    checkCrossmatchInputs(x, y, width, height, ref, params);
+
+    const int nt = std::max(1, threads);
+    const std::size_t nSrc = x.size();
+    CrossmatchSetup setup;
+    res.refIndex.assign(nSrc, -1);
+    res.separationArcsec.assign(nSrc, std::numeric_limits<double>::quiet_NaN());
+
+    // --- 1. cone around the frame centre ------------------------------------------------------------
+    const FrameCone cone = frameCone(wcs, width, height, params, setup);
+    std::vector<std::int32_t> coneRows;
+    std::vector<Vec3> coneUnit;
+    selectConeRows(ref, params, cone, nt, coneRows, coneUnit);
+
+    // --- 2. projection --------------------------------------------------------------------------------
+    const std::optional<TanSip> tan = exactTanSip(wcs);
+    const TangentBasis tb = tangentBasisOf(tan);
+    std::vector<double> cX, cY;
+    projectCone(coneRows, coneUnit, ref, wcs, tan, tb, nt, cX, cY);
+    selectOnFrame(coneRows, coneUnit, cX, cY, width, height, setup, res);
 
     // --- the sources' world positions, as unit vectors ------------------------------------------------
     // The local scale can shrink between the sampled points; 5% (plus half a pixel) covers it.
-    res.radiusPx = params.radiusArcsec / minScale * 1.05 + 0.5;
+    res.radiusPx = params.radiusArcsec / cone.minScale * 1.05 + 0.5;
     setup.srcUnit.assign(nSrc, Vec3{0.0, 0.0, 0.0});
     setup.srcValid.assign(nSrc, 0);
-    if (tan) {
-        // p = (c + xi e + eta n) / |...|: the gnomonic deprojection without trigonometry.
-        const TanSip& w = *tan;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
-        for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
-            if (!std::isfinite(x[i]) || !std::isfinite(y[i])) continue;
-            const double u = x[i] + 1.0 - w.crpix[0], v = y[i] + 1.0 - w.crpix[1];
-            double du = 0, dv = 0;
-            if (w.sipOrder > 0) w.distort(u, v, du, dv);
-            const double uu = u + du, vv = v + dv;
-            const double xi = (w.cd[0][0] * uu + w.cd[0][1] * vv) * kDeg;
-            const double eta = (w.cd[1][0] * uu + w.cd[1][1] * vv) * kDeg;
-            Vec3 p;
-            for (int k = 0; k < 3; ++k)
-                p[k] = ec[k] + xi * ee[k] + eta * en[k];
-            const double norm = std::sqrt(p[0] * p[0] + p[1] * p[1] + p[2] * p[2]);
-            for (int k = 0; k < 3; ++k)
-                p[k] /= norm;
-            if (!std::isfinite(p[0]) || !std::isfinite(p[1]) || !std::isfinite(p[2])) continue;
-            setup.srcUnit[i] = p;
-            setup.srcValid[i] = 1;
-        }
-    } else {
-        std::vector<double> srcRa(nSrc), srcDec(nSrc);
-        transformChunked(wcs, nSrc, nt, [&](const Wcs& w, std::size_t b, std::size_t n) {
-            w.pixelToWorld(std::span<const double>(x).subspan(b, n), std::span<const double>(y).subspan(b, n),
-                           std::span<double>(srcRa).subspan(b, n), std::span<double>(srcDec).subspan(b, n));
-        });
-#pragma omp parallel for schedule(static) num_threads(nt) if (nSrc > 16384)
-        for (long long i = 0; i < static_cast<long long>(nSrc); ++i) {
-            if (!std::isfinite(x[i]) || !std::isfinite(y[i]) || !std::isfinite(srcRa[i]) ||
-                !std::isfinite(srcDec[i]))
-                continue;
-            setup.srcUnit[i] = unitVector(srcRa[i], srcDec[i]);
-            setup.srcValid[i] = 1;
-        }
-    }
-    res.chanceMatches = chanceMatchCount(setup.srcValid, res.nRefInFrame, params.radiusArcsec, wcs, width, height);
+    if (tan)
+        sourceUnitsTan(x, y, *tan, tb, nt, setup);
+    else
+        sourceUnitsWcs(x, y, wcs, nt, setup);
+    res.chanceMatches =
+        chanceMatchCount(setup.srcValid, res.nRefInFrame, params.radiusArcsec, wcs, width, height);
     return setup;
 }
 
@@ -561,8 +649,8 @@ struct StarCloud {
     double kdtree_get_pt(std::size_t i, std::size_t d) const { return d == 0 ? x[i] : y[i]; }
     template <class Box> bool kdtree_get_bbox(Box&) const { return false; }
 };
-using StarTree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, StarCloud>, StarCloud,
-                                                     2, std::uint32_t>;
+using StarTree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, StarCloud>,
+                                                     StarCloud, 2, std::uint32_t>;
 
 // A nanoflann result set that hands every point within the radius to `emit` (no list, no sort).
 template <class Emit> struct EmitResultSet {
@@ -610,10 +698,11 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
             grow[j] = res.refSelected[grid.index[j]];
         }
         const StarArrays stars{grid.sx.data(), grid.sy.data(), gu.data(), grow.data()};
-        findCandidates(grid.cellOrder(x, y, nSrc, &setup.srcValid), x, y, setup, res.radiusPx,
-                       params.radiusArcsec, threads, stars,
-                       [&](double xs, double ys, double reach, const auto& emit) { grid.visit(xs, ys, reach, emit); },
-                       cands, offsets);
+        findCandidates(
+            grid.cellOrder(x, y, nSrc, &setup.srcValid), x, y, setup, res.radiusPx, params.radiusArcsec,
+            threads, stars,
+            [&](double xs, double ys, double reach, const auto& emit) { grid.visit(xs, ys, reach, emit); },
+            cands, offsets);
     } else if (nSel > 0 && nSrc > 0) {
         const StarCloud cloud{res.refX, res.refY};
         const StarTree tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(kKdTreeLeafSize));
@@ -626,14 +715,16 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
             const double ba = std::floor(y[a] / 32.0), bb = std::floor(y[b] / 32.0);
             return std::tie(ba, x[a], a) < std::tie(bb, x[b], b);
         });
-        const StarArrays stars{res.refX.data(), res.refY.data(), setup.refUnit.data(), res.refSelected.data()};
-        findCandidates(order, x, y, setup, res.radiusPx, params.radiusArcsec, threads, stars,
-                       [&](double xs, double ys, double reach, const auto& emit) {
-                           const double q[2] = {xs, ys};
-                           EmitResultSet<std::remove_reference_t<decltype(emit)>> rs{reach * reach, emit};
-                           tree.radiusSearchCustomCallback(q, rs, nanoflann::SearchParams(32, 0.0f, false));
-                       },
-                       cands, offsets);
+        const StarArrays stars{res.refX.data(), res.refY.data(), setup.refUnit.data(),
+                               res.refSelected.data()};
+        findCandidates(
+            order, x, y, setup, res.radiusPx, params.radiusArcsec, threads, stars,
+            [&](double xs, double ys, double reach, const auto& emit) {
+                const double q[2] = {xs, ys};
+                EmitResultSet<std::remove_reference_t<decltype(emit)>> rs{reach * reach, emit};
+                tree.radiusSearchCustomCallback(q, rs, nanoflann::SearchParams(32, 0.0f, false));
+            },
+            cands, offsets);
     }
     ctx.checkCancelled();
     ctx.report("crossmatch", 0.8);

@@ -592,22 +592,24 @@ void finishObjectsFromSums(std::size_t n, const ObjectRuns* objects, const IsoSu
 }
 
 namespace {
-void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height, const DetectionParams& p,
-                    int threads, CleanScratchImpl& s) {
-    const double beta = p.cleanParam;
-    StepTimer timer;
+// The grid of kCell x kCell pixel cells over the frame in which the neighbours are searched; positions
+// outside it fall into its edge cells.
+struct CellGrid {
+    int gw = 0, gh = 0;
+    int cellX(double x) const { return std::clamp(static_cast<int>(std::floor(x / kCell)), 0, gw - 1); }
+    int cellY(double y) const { return std::clamp(static_cast<int>(std::floor(y / kCell)), 0, gh - 1); }
+};
 
-    // Grid of the objects by barycentre; each cell lists its objects in index order.
-    const int gw = (width + kCell - 1) / kCell, gh = (height + kCell - 1) / kCell;
-    auto cellX = [&](double x) { return std::clamp(static_cast<int>(std::floor(x / kCell)), 0, gw - 1); };
-    auto cellY = [&](double y) { return std::clamp(static_cast<int>(std::floor(y / kCell)), 0, gh - 1); };
-    // Built in parallel in one team, three phases (the same cellStart and lists as a serial counting sort:
-    // cellStart[c] = the valid objects in cells before c, raster order of the cells; each cell's objects in
-    // index order): (1) each thread takes a contiguous share of the objects, notes each one's cell and counts
-    // its share's objects per row of cells; (2) one thread turns the counts into offsets (row by row, the
-    // shares in order within a row) and the shares place their objects into byRow, by row of cells, in index
-    // order within each row; (3) the rows of cells in parallel: each row's objects counted by cell, the row's
-    // cellStart entries, its lists. At 60k objects one thread took 1.4 ms for the lists on a 16-core host.
+// Grid of the objects by barycentre; each cell lists its objects in index order (s.cellStart, s.items).
+// Built in parallel in one team, three phases (the same cellStart and lists as a serial counting sort:
+// cellStart[c] = the valid objects in cells before c, raster order of the cells; each cell's objects in
+// index order): (1) each thread takes a contiguous share of the objects, notes each one's cell and counts
+// its share's objects per row of cells; (2) one thread turns the counts into offsets (row by row, the
+// shares in order within a row) and the shares place their objects into byRow, by row of cells, in index
+// order within each row; (3) the rows of cells in parallel: each row's objects counted by cell, the row's
+// cellStart entries, its lists. At 60k objects one thread took 1.4 ms for the lists on a 16-core host.
+void buildGrid(std::int32_t n, const CleanObject* o, const CellGrid& grid, int threads, CleanScratchImpl& s) {
+    const int gw = grid.gw, gh = grid.gh;
     std::vector<std::int32_t>& cellOf = s.cellOf;
     std::vector<std::int32_t>& cellStart = s.cellStart;
     std::vector<std::int32_t>& rowOffset = s.rowOffset; // [thread][row]: count, then the share's offset
@@ -631,7 +633,7 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
         const std::int32_t i1 = static_cast<std::int32_t>(static_cast<std::int64_t>(n) * (t + 1) / nt);
         std::int32_t* mine = rowOffset.data() + static_cast<std::size_t>(t) * gh;
         for (std::int32_t i = i0; i < i1; ++i) {
-            const std::int32_t c = o[i].valid ? cellY(o[i].my) * gw + cellX(o[i].mx) : -1;
+            const std::int32_t c = o[i].valid ? grid.cellY(o[i].my) * gw + grid.cellX(o[i].mx) : -1;
             cellOf[i] = c;
             if (c >= 0) ++mine[c / gw];
         }
@@ -678,22 +680,29 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
     }
     errors.rethrow();
     cellStart[static_cast<std::size_t>(gw) * gh] = rowStart[gh];
-    timer.lap("CLEAN: grid");
+}
 
-    // Each pair within the zone, 10 (a_q + a_r) <= 20 max(a_q, a_r), is examined once, by the object
-    // with the larger a (ties: the lower index), which searches 20 a around itself.
+// The CLEAN candidates (i, j, j's wing at i) into s.perThread: each pair within the zone,
+// 10 (a_q + a_r) <= 20 max(a_q, a_r), is examined once, by the object with the larger a (ties: the lower
+// index), which searches 20 a around itself.
+void findCandidates(std::int32_t n, const CleanObject* o, const CellGrid& grid, double beta, int threads,
+                    CleanScratchImpl& s) {
+    const int gw = grid.gw;
+    const std::vector<std::int32_t>& cellStart = s.cellStart;
+    const std::vector<GridItem>& items = s.items;
     std::vector<std::vector<Candidate>>& perThread = s.perThread;
     perThread.resize(static_cast<std::size_t>(std::max(1, threads)));
     for (auto& v : perThread)
         v.clear();
+    ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
     for (std::int32_t q = 0; q < n; ++q)
         errors.run([&] {
             const CleanObject& oq = o[q];
             if (!oq.valid) return;
             const double reach = 2.0 * kCleanZone * oq.a;
-            const int cx0 = cellX(oq.mx - reach), cx1 = cellX(oq.mx + reach);
-            const int cy0 = cellY(oq.my - reach), cy1 = cellY(oq.my + reach);
+            const int cx0 = grid.cellX(oq.mx - reach), cx1 = grid.cellX(oq.mx + reach);
+            const int cy0 = grid.cellY(oq.my - reach), cy1 = grid.cellY(oq.my + reach);
 #ifdef _OPENMP
             auto& out = perThread[omp_get_thread_num()];
 #else
@@ -725,67 +734,79 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
             }
         });
     errors.rethrow();
+}
 
-    // Decide from the brightest down (filtered flux, ties: the lower index): an object is CLEANed when a
-    // brighter neighbour that is itself kept has its wing above the object's mthresh; it goes to the kept
-    // neighbour with the largest wing there (ties: the lower index). An object already CLEANed cleans
-    // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
-    // the outcome does not depend on how the search was split between threads.
-    timer.lap("CLEAN: candidate search");
-    // Candidates ordered by (i, wing descending, j) (a total order: each pair occurs once, so any sorting
-    // gives the same sequence), in groups by i: few of them (a crowded frame: a few thousand among 60k
-    // objects) are sorted at once, many are bucketed by i and each bucket sorted.
+// Few candidates: all gathered into s.cand and sorted at once by (i, wing descending, j), then grouped by i.
+void sortCandidatesAtOnce(CleanScratchImpl& s) {
     std::vector<Candidate>& cand = s.cand;
-    std::vector<std::size_t>& groupStart = s.groupStart; // the candidates of order[g]: groupStart[g] ..
-    std::vector<std::int32_t>& order = s.order;          // the objects with candidates, increasing
-    groupStart.clear();
-    order.clear();
+    cand.clear();
+    for (const auto& v : s.perThread)
+        cand.insert(cand.end(), v.begin(), v.end());
+    std::sort(cand.begin(), cand.end(), [](const Candidate& x, const Candidate& y) {
+        return x.i < y.i || (x.i == y.i && (x.wing > y.wing || (x.wing == y.wing && x.j < y.j)));
+    });
+    for (std::size_t k = 0; k < cand.size(); ++k)
+        if (k == 0 || cand[k].i != cand[k - 1].i) {
+            s.groupStart.push_back(k);
+            s.order.push_back(cand[k].i);
+        }
+}
+
+// Many candidates: bucketed by i into s.cand (a counting sort), each bucket sorted by (wing descending, j)
+// in parallel, then grouped by i.
+void bucketCandidates(std::int32_t n, int threads, CleanScratchImpl& s) {
+    std::vector<Candidate>& cand = s.cand;
+    std::vector<std::size_t>& candStart = s.candStart;
+    candStart.assign(static_cast<std::size_t>(n) + 1, 0);
+    for (const auto& v : s.perThread)
+        for (const Candidate& c : v)
+            ++candStart[c.i + 1];
+    for (std::int32_t i = 0; i < n; ++i)
+        candStart[i + 1] += candStart[i];
+    cand.resize(candStart[n]);
+    s.candFill.assign(candStart.begin(), candStart.end() - 1);
+    for (const auto& v : s.perThread)
+        for (const Candidate& c : v)
+            cand[s.candFill[c.i]++] = c;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
+    for (std::int32_t i = 0; i < n; ++i) {
+        if (candStart[i + 1] - candStart[i] < 2) continue;
+        std::sort(cand.begin() + static_cast<std::ptrdiff_t>(candStart[i]),
+                  cand.begin() + static_cast<std::ptrdiff_t>(candStart[i + 1]),
+                  [](const Candidate& x, const Candidate& y) {
+                      return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
+                  });
+    }
+    for (std::int32_t i = 0; i < n; ++i)
+        if (candStart[i + 1] > candStart[i]) {
+            s.groupStart.push_back(candStart[i]);
+            s.order.push_back(i);
+        }
+}
+
+// Candidates ordered by (i, wing descending, j) (a total order: each pair occurs once, so any sorting
+// gives the same sequence), in groups by i: few of them (a crowded frame: a few thousand among 60k
+// objects) are sorted at once, many are bucketed by i and each bucket sorted. s.order: the objects with
+// candidates, increasing; s.groupStart[g]: the first candidate of order[g] (one extra entry at the end).
+void groupCandidates(std::int32_t n, int threads, CleanScratchImpl& s) {
+    s.groupStart.clear();
+    s.order.clear();
     std::size_t nCand = 0;
-    for (const auto& v : perThread)
+    for (const auto& v : s.perThread)
         nCand += v.size();
     if (nCand * 8 < static_cast<std::size_t>(n)) {
-        cand.clear();
-        for (const auto& v : perThread)
-            cand.insert(cand.end(), v.begin(), v.end());
-        std::sort(cand.begin(), cand.end(), [](const Candidate& x, const Candidate& y) {
-            return x.i < y.i || (x.i == y.i && (x.wing > y.wing || (x.wing == y.wing && x.j < y.j)));
-        });
-        for (std::size_t k = 0; k < cand.size(); ++k)
-            if (k == 0 || cand[k].i != cand[k - 1].i) {
-                groupStart.push_back(k);
-                order.push_back(cand[k].i);
-            }
+        sortCandidatesAtOnce(s);
     } else {
-        std::vector<std::size_t>& candStart = s.candStart;
-        candStart.assign(static_cast<std::size_t>(n) + 1, 0);
-        for (const auto& v : perThread)
-            for (const Candidate& c : v)
-                ++candStart[c.i + 1];
-        for (std::int32_t i = 0; i < n; ++i)
-            candStart[i + 1] += candStart[i];
-        cand.resize(candStart[n]);
-        s.candFill.assign(candStart.begin(), candStart.end() - 1);
-        for (const auto& v : perThread)
-            for (const Candidate& c : v)
-                cand[s.candFill[c.i]++] = c;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
-        for (std::int32_t i = 0; i < n; ++i) {
-            if (candStart[i + 1] - candStart[i] < 2) continue;
-            std::sort(cand.begin() + static_cast<std::ptrdiff_t>(candStart[i]),
-                      cand.begin() + static_cast<std::ptrdiff_t>(candStart[i + 1]),
-                      [](const Candidate& x, const Candidate& y) {
-                          return x.wing > y.wing || (x.wing == y.wing && x.j < y.j);
-                      });
-        }
-        for (std::int32_t i = 0; i < n; ++i)
-            if (candStart[i + 1] > candStart[i]) {
-                groupStart.push_back(candStart[i]);
-                order.push_back(i);
-            }
+        bucketCandidates(n, threads, s);
     }
-    groupStart.push_back(cand.size());
-    // Only an object with candidates can be CLEANed, and only a CLEANed object changes a later decision: the
-    // decisions visit those objects alone, in the order of the whole list.
+    s.groupStart.push_back(s.cand.size());
+}
+
+// The targets into s.final (-1: kept), decided from the brightest down. Only an object with candidates can
+// be CLEANed, and only a CLEANed object changes a later decision: the decisions visit those objects alone,
+// in the order of the whole list.
+void decideTargets(std::int32_t n, const CleanObject* o, CleanScratchImpl& s) {
+    const std::vector<std::int32_t>& order = s.order;
     std::vector<std::int32_t>& groups = s.groups;
     groups.resize(order.size());
     for (std::size_t g = 0; g < order.size(); ++g)
@@ -798,12 +819,31 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
     final.assign(static_cast<std::size_t>(n), -1);
     for (const std::int32_t g : groups) {
         const std::int32_t i = order[g];
-        for (std::size_t k = groupStart[g]; k < groupStart[g + 1]; ++k) {
-            if (final[cand[k].j] >= 0) continue; // that neighbour was CLEANed itself
-            final[i] = cand[k].j;
+        for (std::size_t k = s.groupStart[g]; k < s.groupStart[g + 1]; ++k) {
+            if (final[s.cand[k].j] >= 0) continue; // that neighbour was CLEANed itself
+            final[i] = s.cand[k].j;
             break;
         }
     }
+}
+
+// CLEAN of the n described objects: grid, candidate pairs, decisions; the targets into s.final.
+void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height, const DetectionParams& p,
+                    int threads, CleanScratchImpl& s) {
+    const double beta = p.cleanParam;
+    StepTimer timer;
+    const CellGrid grid{(width + kCell - 1) / kCell, (height + kCell - 1) / kCell};
+    buildGrid(n, o, grid, threads, s);
+    timer.lap("CLEAN: grid");
+    findCandidates(n, o, grid, beta, threads, s);
+    timer.lap("CLEAN: candidate search");
+    // Decide from the brightest down (filtered flux, ties: the lower index): an object is CLEANed when a
+    // brighter neighbour that is itself kept has its wing above the object's mthresh; it goes to the kept
+    // neighbour with the largest wing there (ties: the lower index). An object already CLEANed cleans
+    // nothing, as in SExtractor, where a swallowed object leaves the list. Candidates are sorted first, so
+    // the outcome does not depend on how the search was split between threads.
+    groupCandidates(n, threads, s);
+    decideTargets(n, o, s);
     timer.lap("CLEAN: sorts + decisions");
 }
 

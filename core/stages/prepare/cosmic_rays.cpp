@@ -236,8 +236,12 @@ Image<float> medianFilter(const ImageView& image, int size, RunContext& ctx) {
     return out;
 }
 
-CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
-                                 const CosmicRayParams& p, RunContext& ctx) {
+namespace {
+
+// The checked parameters and the gain, read noise and saturation to use (the params' where given, else the
+// instrument's); throws InvalidInput for unusable ones.
+CosmicRayResult checkedSettings(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
+                                const CosmicRayParams& p) {
     checkInputs(pixels, mask, "cosmic rays");
     if (!(p.sigclip > 0) || !(p.sigfrac > 0) || !(p.objlim > 0) || p.niter < 1 || !std::isfinite(p.pedestal))
         throw InvalidInput("cosmic rays: sigclip, sigfrac and objlim must be > 0 and niter >= 1");
@@ -249,19 +253,14 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
         !(res.satlevel > 0))
         throw InvalidInput("cosmic rays: unusable gain " + std::to_string(res.gain) + ", read noise " +
                            std::to_string(res.readnoise) + " or saturation " + std::to_string(res.satlevel));
-    // CUDA backend: the same steps on the device (kernels/prepare/cosmic_rays.cu), bitwise equal.
-    if (ctx.backend == Backend::Cuda && cudaStages().cosmicRays)
-        return cudaStages().cosmicRays(pixels, mask, instrument, p, ctx);
+    return res;
+}
 
-    const int w = pixels.width, h = pixels.height, threads = ctx.threadCount();
-    const std::size_t npix = pixels.pixelCount();
-    const float rn2 = static_cast<float>(res.readnoise * res.readnoise);
-    const float sigclip = static_cast<float>(p.sigclip), siglow = static_cast<float>(p.sigfrac * p.sigclip);
-    const float objlim = static_cast<float>(p.objlim);
-
-    // Working image in electrons; bad input pixels.
-    Image<float> e(w, h, Image<float>::NoInit{});
-    Image<std::uint8_t> bad(w, h, Image<std::uint8_t>::NoInit{});
+// The working image in electrons (e) and the bad input pixels; non-finite pixels are replaced by the median
+// of the good ones, which is returned (the fill for pixels without good neighbours later).
+float toElectrons(const ImageView& pixels, const MaskView& mask, const CosmicRayParams& p, double gain,
+                  int threads, Image<float>& e, Image<std::uint8_t>& bad) {
+    const int w = pixels.width, h = pixels.height;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int y = 0; y < h; ++y) {
         const float* src = pixels.row(y);
@@ -269,13 +268,13 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
         for (int x = 0; x < w; ++x) {
             const bool b = !std::isfinite(src[x]) || (m && (m[x] & kBadBits));
             bad(x, y) = b;
-            e(x, y) = b ? 0.0f : static_cast<float>((static_cast<double>(src[x]) - p.pedestal) * res.gain);
+            e(x, y) = b ? 0.0f : static_cast<float>((static_cast<double>(src[x]) - p.pedestal) * gain);
         }
     }
     float backgroundLevel = 0.0f;
     {
         std::vector<float> good;
-        good.reserve(npix);
+        good.reserve(pixels.pixelCount());
         for (int y = 0; y < h; ++y)
             for (int x = 0; x < w; ++x)
                 if (!bad(x, y)) good.push_back(e(x, y));
@@ -284,9 +283,16 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
     for (int y = 0; y < h; ++y)
         for (int x = 0; x < w; ++x)
             if (!std::isfinite(pixels(x, y))) e(x, y) = backgroundLevel;
-    ctx.checkCancelled();
+    return backgroundLevel;
+}
 
-    // Good pixels: input mask grown by one pixel, saturated stars excluded.
+// The pixels that are not good: the bad input pixels grown by one pixel, and the (grown) saturated stars,
+// whose count goes to res.saturatedStarPixels.
+Image<std::uint8_t> notGoodPixels(const Image<float>& e, const Image<std::uint8_t>& bad,
+                                  const CosmicRayParams& p, int threads, CosmicRayResult& res,
+                                  RunContext& ctx) {
+    const int w = e.width(), h = e.height();
+    const std::size_t npix = e.pixelCount();
     Image<std::uint8_t> notGood = dilate(bad, 1, false, threads);
     if (std::isfinite(res.satlevel)) {
         const float satE = static_cast<float>((res.satlevel - p.pedestal) * res.gain);
@@ -300,81 +306,160 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
         for (std::size_t i = 0; i < npix; ++i)
             notGood.data()[i] |= sat.data()[i];
     }
+    return notGood;
+}
+
+// Steps 1-3 of an iteration: the noise model N and S = L+ / (2 N), then S' = S - med5(S) in sp.
+void laplacianSignificance(const Image<float>& e, float rn2, int threads, RunContext& ctx,
+                           Image<float>& noise, Image<float>& sp) {
+    const int w = e.width(), h = e.height();
+    const std::size_t npix = e.pixelCount();
+    {
+        const Image<float> m5 = medianFilter(e.view(), 5, ctx);
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int y = 0; y < h; ++y) {
+            const float* c = e.row(y);
+            const float* up = e.row(std::max(y - 1, 0));
+            const float* dn = e.row(std::min(y + 1, h - 1));
+            for (int x = 0; x < w; ++x) {
+                const float v2 = 2.0f * c[x];
+                const float l = c[std::max(x - 1, 0)], r = c[std::min(x + 1, w - 1)];
+                const float lplus =
+                    0.25f * ((std::max(0.0f, (v2 - l) - up[x]) + std::max(0.0f, (v2 - r) - up[x])) +
+                             (std::max(0.0f, (v2 - l) - dn[x]) + std::max(0.0f, (v2 - r) - dn[x])));
+                const float n = std::sqrt(std::max(m5(x, y) + rn2, 1e-5f));
+                noise(x, y) = n;
+                sp(x, y) = lplus / (2.0f * n);
+            }
+        }
+    }
+    ctx.checkCancelled();
+    {
+        const Image<float> ms = medianFilter(sp.view(), 5, ctx);
+        for (std::size_t i = 0; i < npix; ++i)
+            sp.data()[i] -= ms.data()[i];
+    }
+}
+
+// Steps 4-5: the fine structure F and the candidates (S' > sigclip and S' / F > objlim, good pixels only).
+void markCandidates(const Image<float>& e, const Image<float>& noise, const Image<float>& sp,
+                    const Image<std::uint8_t>& notGood, float sigclip, float objlim, int threads,
+                    RunContext& ctx, Image<std::uint8_t>& cand) {
+    const int w = e.width(), h = e.height();
+    const Image<float> f3 = medianFilter(e.view(), 3, ctx);
+    const Image<float> m7 = medianFilter(f3.view(), 7, ctx);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+            const float f = std::max((f3(x, y) - m7(x, y)) / noise(x, y), 0.01f);
+            cand(x, y) = !notGood(x, y) && sp(x, y) > sigclip && sp(x, y) / f > objlim;
+        }
+}
+
+// The candidates' growth to their neighbours (S' > sigclip, then S' > siglow), ORed into cr; returns the
+// number of pixels new to cr.
+std::size_t growIntoMask(const Image<std::uint8_t>& cand, const Image<std::uint8_t>& notGood,
+                         const Image<float>& sp, float sigclip, float siglow, int threads,
+                         Image<std::uint8_t>& cr) {
+    const std::size_t npix = cand.pixelCount();
+    Image<std::uint8_t> grown = dilate(cand, 1, false, threads);
+    for (std::size_t i = 0; i < npix; ++i)
+        grown.data()[i] = grown.data()[i] && !notGood.data()[i] && sp.data()[i] > sigclip;
+    grown = dilate(grown, 1, false, threads);
+    std::size_t fresh = 0;
+    for (std::size_t i = 0; i < npix; ++i) {
+        const bool hit = grown.data()[i] && !notGood.data()[i] && sp.data()[i] > siglow;
+        fresh += hit && !cr.data()[i];
+        cr.data()[i] |= static_cast<std::uint8_t>(hit);
+    }
+    return fresh;
+}
+
+// Replace the cosmic-ray pixels by the mean of their good 5x5 neighbours (reads only pixels that are not
+// written, so the update in place does not depend on the order).
+void replaceByNeighbourMean(const Image<std::uint8_t>& cr, const Image<std::uint8_t>& notGood,
+                            float backgroundLevel, int threads, Image<float>& e) {
+    const int w = e.width(), h = e.height();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+            if (!cr(x, y)) continue;
+            float s = 0.0f;
+            int n = 0;
+            for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
+                for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
+                    if (!cr(xx, yy) && !notGood(xx, yy)) {
+                        s += e(xx, yy);
+                        ++n;
+                    }
+            e(x, y) = n > 0 ? s / static_cast<float>(n) : backgroundLevel;
+        }
+}
+
+// The display-only cleaned image: each cosmic-ray pixel replaced by the median of the good, non-cosmic-ray
+// input pixels of its 5x5 neighbourhood (unchanged when there are none).
+void fillCleaned(const ImageView& pixels, const Image<std::uint8_t>& cr, const Image<std::uint8_t>& bad,
+                 int threads, Image<float>& cleaned) {
+    const int w = pixels.width, h = pixels.height;
+    ParallelErrors errors;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int y = 0; y < h; ++y)
+        errors.run([&] {
+            std::vector<float> vals;
+            vals.reserve(25);
+            for (int x = 0; x < w; ++x) {
+                float v = pixels(x, y);
+                if (cr(x, y)) {
+                    vals.clear();
+                    for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
+                        for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
+                            if (!cr(xx, yy) && !bad(xx, yy)) vals.push_back(pixels(xx, yy));
+                    v = medianOf(vals, v);
+                }
+                cleaned(x, y) = v;
+            }
+        });
+    errors.rethrow();
+}
+
+} // namespace
+
+CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
+                                 const CosmicRayParams& p, RunContext& ctx) {
+    CosmicRayResult res = checkedSettings(pixels, mask, instrument, p);
+    // CUDA backend: the same steps on the device (kernels/prepare/cosmic_rays.cu), bitwise equal.
+    if (ctx.backend == Backend::Cuda && cudaStages().cosmicRays)
+        return cudaStages().cosmicRays(pixels, mask, instrument, p, ctx);
+
+    const int w = pixels.width, h = pixels.height, threads = ctx.threadCount();
+    const std::size_t npix = pixels.pixelCount();
+    const float rn2 = static_cast<float>(res.readnoise * res.readnoise);
+    const float sigclip = static_cast<float>(p.sigclip), siglow = static_cast<float>(p.sigfrac * p.sigclip);
+    const float objlim = static_cast<float>(p.objlim);
+
+    // Working image in electrons; bad input pixels.
+    Image<float> e(w, h, Image<float>::NoInit{});
+    Image<std::uint8_t> bad(w, h, Image<std::uint8_t>::NoInit{});
+    const float backgroundLevel = toElectrons(pixels, mask, p, res.gain, threads, e, bad);
+    ctx.checkCancelled();
+
+    // Good pixels: input mask grown by one pixel, saturated stars excluded.
+    const Image<std::uint8_t> notGood = notGoodPixels(e, bad, p, threads, res, ctx);
     ctx.checkCancelled();
 
     Image<std::uint8_t> cr(w, h, std::uint8_t{0});
     Image<float> noise(w, h, Image<float>::NoInit{}), sp(w, h, Image<float>::NoInit{});
     Image<std::uint8_t> cand(w, h, Image<std::uint8_t>::NoInit{});
     for (int it = 0; it < p.niter; ++it) {
-        // Laplacian (L+) over the noise: S.
-        {
-            const Image<float> m5 = medianFilter(e.view(), 5, ctx);
-#pragma omp parallel for schedule(static) num_threads(threads)
-            for (int y = 0; y < h; ++y) {
-                const float* c = e.row(y);
-                const float* up = e.row(std::max(y - 1, 0));
-                const float* dn = e.row(std::min(y + 1, h - 1));
-                for (int x = 0; x < w; ++x) {
-                    const float v2 = 2.0f * c[x];
-                    const float l = c[std::max(x - 1, 0)], r = c[std::min(x + 1, w - 1)];
-                    const float lplus =
-                        0.25f * ((std::max(0.0f, (v2 - l) - up[x]) + std::max(0.0f, (v2 - r) - up[x])) +
-                                 (std::max(0.0f, (v2 - l) - dn[x]) + std::max(0.0f, (v2 - r) - dn[x])));
-                    const float n = std::sqrt(std::max(m5(x, y) + rn2, 1e-5f));
-                    noise(x, y) = n;
-                    sp(x, y) = lplus / (2.0f * n);
-                }
-            }
-        }
+        laplacianSignificance(e, rn2, threads, ctx, noise, sp);
         ctx.checkCancelled();
-        {
-            const Image<float> ms = medianFilter(sp.view(), 5, ctx);
-            for (std::size_t i = 0; i < npix; ++i)
-                sp.data()[i] -= ms.data()[i];
-        }
+        markCandidates(e, noise, sp, notGood, sigclip, objlim, threads, ctx, cand);
         ctx.checkCancelled();
-        // Fine structure and the candidates.
-        {
-            const Image<float> f3 = medianFilter(e.view(), 3, ctx);
-            const Image<float> m7 = medianFilter(f3.view(), 7, ctx);
-#pragma omp parallel for schedule(static) num_threads(threads)
-            for (int y = 0; y < h; ++y)
-                for (int x = 0; x < w; ++x) {
-                    const float f = std::max((f3(x, y) - m7(x, y)) / noise(x, y), 0.01f);
-                    cand(x, y) = !notGood(x, y) && sp(x, y) > sigclip && sp(x, y) / f > objlim;
-                }
-        }
-        ctx.checkCancelled();
-        // Growth to the neighbours.
-        Image<std::uint8_t> grown = dilate(cand, 1, false, threads);
-        for (std::size_t i = 0; i < npix; ++i)
-            grown.data()[i] = grown.data()[i] && !notGood.data()[i] && sp.data()[i] > sigclip;
-        grown = dilate(grown, 1, false, threads);
-        std::size_t fresh = 0;
-        for (std::size_t i = 0; i < npix; ++i) {
-            const bool hit = grown.data()[i] && !notGood.data()[i] && sp.data()[i] > siglow;
-            fresh += hit && !cr.data()[i];
-            cr.data()[i] |= static_cast<std::uint8_t>(hit);
-        }
+        const std::size_t fresh = growIntoMask(cand, notGood, sp, sigclip, siglow, threads, cr);
         res.perIteration.push_back(fresh);
         ctx.report("cosmic_rays", static_cast<double>(it + 1) / p.niter);
         if (fresh == 0 || it + 1 == p.niter) break;
-            // Replace the cosmic-ray pixels by the mean of their good 5x5 neighbours (reads only pixels that
-            // are not written, so the update in place does not depend on the order).
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int y = 0; y < h; ++y)
-            for (int x = 0; x < w; ++x) {
-                if (!cr(x, y)) continue;
-                float s = 0.0f;
-                int n = 0;
-                for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
-                    for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
-                        if (!cr(xx, yy) && !notGood(xx, yy)) {
-                            s += e(xx, yy);
-                            ++n;
-                        }
-                e(x, y) = n > 0 ? s / static_cast<float>(n) : backgroundLevel;
-            }
+        replaceByNeighbourMean(cr, notGood, backgroundLevel, threads, e);
         ctx.checkCancelled();
     }
 
@@ -385,25 +470,7 @@ CosmicRayResult detectCosmicRays(const ImageView& pixels, const MaskView& mask, 
 
     if (p.clean) {
         res.cleaned = Image<float>(w, h, Image<float>::NoInit{});
-        ParallelErrors errors;
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int y = 0; y < h; ++y)
-            errors.run([&] {
-                std::vector<float> vals;
-                vals.reserve(25);
-                for (int x = 0; x < w; ++x) {
-                    float v = pixels(x, y);
-                    if (cr(x, y)) {
-                        vals.clear();
-                        for (int yy = std::max(y - 2, 0); yy <= std::min(y + 2, h - 1); ++yy)
-                            for (int xx = std::max(x - 2, 0); xx <= std::min(x + 2, w - 1); ++xx)
-                                if (!cr(xx, yy) && !bad(xx, yy)) vals.push_back(pixels(xx, yy));
-                        v = medianOf(vals, v);
-                    }
-                    res.cleaned(x, y) = v;
-                }
-            });
-        errors.rethrow();
+        fillCleaned(pixels, cr, bad, threads, res.cleaned);
     }
     return res;
 }

@@ -409,25 +409,20 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx, nullptr);
 }
 
-PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                             const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
-                             PsfFitCache* cache, const ProfileFitBatch* fitBatch,
-                             const EpsfCellBatch* epsfBatch) {
-    validate(params);
+namespace {
+
+// The frame's maps must match the image: every step indexes them with the image's pixel coordinates.
+void checkFrameSizes(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg) {
     if (image.empty()) throw InvalidInput("PSF stage: empty image");
     if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
         throw InvalidInput("PSF stage: mask size differs from the image size");
     for (const Image<float>* m : {&bkg.level, &bkg.rms})
         if (!m->empty() && (m->width() != image.width || m->height() != image.height))
             throw InvalidInput("PSF stage: background map size differs from the image size");
+}
 
-    const PsfFrame frame{image, mask, &bkg, gain};
-    StepLaps laps(StepTiming::Psf, "psf"); // host laps of the steps below on stderr
-    const int nThreads = ctx.threadCount();
-    const PsfModelKind kind = params.model;
-    const std::size_t nSrc = sources.size();
-
-    PsfResult res;
+// The result before any star is fitted: the frame's size and per-source columns of NaN (no flags).
+void initResult(PsfResult& res, PsfModelKind kind, const ImageView& image, std::size_t nSrc) {
     res.model = kind;
     res.width = image.width;
     res.height = image.height;
@@ -437,57 +432,108 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     res.fluxPsf.assign(nSrc, kNaN);
     res.fluxPsfErr.assign(nSrc, kNaN);
     res.flags.assign(nSrc, 0u);
+}
 
-    auto snrOf = [&](std::size_t k) {
+// Per-source quantities of the catalogue that the selection and the fits test.
+struct SourceTests {
+    const Sources& sources;
+
+    // Isophotal signal-to-noise ratio (NaN without a usable error).
+    double snr(std::size_t k) const {
         const double f = sources.fluxIso[k], e = sources.fluxIsoErr[k];
         return (e > 0.0 && std::isfinite(e)) ? f / e : kNaN;
-    };
-    auto finitePos = [&](std::size_t k) {
-        return std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]);
-    };
-
-    // --- FWHM guess and stamp size -----------------------------------------------------------------
-    auto sizeOf = [&](std::size_t k) {
+    }
+    bool finitePos(std::size_t k) const { return std::isfinite(sources.x[k]) && std::isfinite(sources.y[k]); }
+    // The FWHM of a Gaussian with the source's moments (> 0, or NaN).
+    double size(std::size_t k) const {
         const double a = sources.a[k], b = sources.b[k];
         return (a > 0.0 && b > 0.0 && std::isfinite(a * b)) ? kSigmaToFwhm * std::sqrt(a * b) : kNaN;
-    };
+    }
+};
+
+// The FWHM guess (for the fits' starts and shift limit), the stamp radius and the isolation radius.
+struct StampSetup {
+    double fwhmGuess;
+    int radius;
+    double isoR;
+};
+
+// The guess is the median size of the selectable sources (of all sources when none is selectable).
+StampSetup chooseStamp(const SourceTests& src, std::size_t nSrc, const PsfParams& params) {
     std::vector<double> sizes;
     for (std::size_t k = 0; k < nSrc; ++k)
-        if (!(sources.flags[k] & params.excludeFlags) && snrOf(k) >= params.minSnr &&
-            std::isfinite(sizeOf(k)))
-            sizes.push_back(sizeOf(k));
+        if (!(src.sources.flags[k] & params.excludeFlags) && src.snr(k) >= params.minSnr &&
+            std::isfinite(src.size(k)))
+            sizes.push_back(src.size(k));
     if (sizes.empty())
         for (std::size_t k = 0; k < nSrc; ++k)
-            if (std::isfinite(sizeOf(k))) sizes.push_back(sizeOf(k));
-    double fwhmGuess = sizes.empty() ? 3.0 : medianOfPositive(sizes); // sizeOf: > 0 or NaN (not kept)
+            if (std::isfinite(src.size(k))) sizes.push_back(src.size(k));
+    double fwhmGuess = sizes.empty() ? 3.0 : medianOfPositive(sizes); // size(): > 0 or NaN (not kept)
     fwhmGuess = std::clamp(fwhmGuess, 1.0, 20.0);
     const int radius = params.stampRadius > 0
                            ? params.stampRadius
                            : std::clamp(static_cast<int>(std::ceil(4.0 * fwhmGuess)), 5, 30);
-    res.stampRadius = radius;
     const double isoR = params.isolationRadius > 0.0 ? params.isolationRadius : 1.5 * radius;
+    return {fwhmGuess, radius, isoR};
+}
 
-    // --- selection ---------------------------------------------------------------------------------
-    // Grid of all source centres for the isolation test.
-    const double cellSize = std::max(isoR, 1.0);
-    const int gnx = std::max(1, static_cast<int>(std::ceil(image.width / cellSize)));
-    const int gny = std::max(1, static_cast<int>(std::ceil(image.height / cellSize)));
-    std::vector<std::vector<int>> grid(static_cast<std::size_t>(gnx) * gny);
-    auto gridCell = [&](double p, int n) {
+// Grid of all source centres (cells of the isolation radius) for the isolation test.
+struct IsolationGrid {
+    double cellSize;
+    int gnx, gny;
+    std::vector<std::vector<int>> cells;
+
+    int cell(double p, int n) const {
         return std::clamp(static_cast<int>(std::floor(p / cellSize)), 0, n - 1);
-    };
-    for (std::size_t k = 0; k < nSrc; ++k)
-        if (finitePos(k))
-            grid[static_cast<std::size_t>(gridCell(sources.y[k], gny)) * gnx + gridCell(sources.x[k], gnx)]
-                .push_back(static_cast<int>(k));
+    }
+};
 
-    // Each source's test in parallel (one byte each), the candidates gathered in source order.
+IsolationGrid buildIsolationGrid(const SourceTests& src, std::size_t nSrc, double isoR,
+                                 const ImageView& image) {
+    IsolationGrid g;
+    g.cellSize = std::max(isoR, 1.0);
+    g.gnx = std::max(1, static_cast<int>(std::ceil(image.width / g.cellSize)));
+    g.gny = std::max(1, static_cast<int>(std::ceil(image.height / g.cellSize)));
+    g.cells.resize(static_cast<std::size_t>(g.gnx) * g.gny);
+    for (std::size_t k = 0; k < nSrc; ++k)
+        if (src.finitePos(k))
+            g.cells[static_cast<std::size_t>(g.cell(src.sources.y[k], g.gny)) * g.gnx +
+                    g.cell(src.sources.x[k], g.gnx)]
+                .push_back(static_cast<int>(k));
+    return g;
+}
+
+// Whether no other source centre lies within isoR of source k's (x, y).
+bool isIsolated(const IsolationGrid& g, const Sources& sources, std::size_t k, double x, double y,
+                double isoR) {
+    bool isolated = true;
+    const int gx = g.cell(x, g.gnx), gy = g.cell(y, g.gny);
+    for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, g.gny - 1) && isolated; ++b)
+        for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, g.gnx - 1) && isolated; ++a)
+            for (int o : g.cells[static_cast<std::size_t>(b) * g.gnx + a]) {
+                if (o == static_cast<int>(k)) continue;
+                if (std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR) {
+                    isolated = false;
+                    break;
+                }
+            }
+    return isolated;
+}
+
+// Each source's candidate test (position, flags, S/N, stamp inside the frame, not near saturation,
+// isolated) in parallel, one byte each.
+std::vector<std::uint8_t> markCandidates(const SourceTests& src, std::size_t nSrc, const PsfFrame& frame,
+                                         const ImageView& image, const PsfParams& params,
+                                         const StampSetup& stamp, int nThreads) {
+    const Sources& sources = src.sources;
+    const int radius = stamp.radius;
+    const IsolationGrid grid = buildIsolationGrid(src, nSrc, stamp.isoR, image);
     std::vector<std::uint8_t> isCand(nSrc, 0);
 #pragma omp parallel for schedule(static) num_threads(nThreads)
     for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
         const std::size_t k = static_cast<std::size_t>(kk);
-        if (!finitePos(k) || (sources.flags[k] & params.excludeFlags)) continue;
-        if (!(snrOf(k) >= params.minSnr) || !(sources.fluxIso[k] > 0.0)) continue;
+        if (!src.finitePos(k) || (sources.flags[k] & params.excludeFlags)) continue;
+        if (!(src.snr(k) >= params.minSnr) || !(sources.fluxIso[k] > 0.0)) continue;
         const double x = sources.x[k], y = sources.y[k];
         const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
         if (ix - radius < 0 || iy - radius < 0 || ix + radius >= image.width || iy + radius >= image.height)
@@ -495,19 +541,33 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         if (params.saturation > 0.0 &&
             sources.peak[k] + frame.level(ix, iy) >= params.maxPeakFraction * params.saturation)
             continue;
-        bool isolated = true;
-        const int gx = gridCell(x, gnx), gy = gridCell(y, gny);
-        for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, gny - 1) && isolated; ++b)
-            for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, gnx - 1) && isolated; ++a)
-                for (int o : grid[static_cast<std::size_t>(b) * gnx + a]) {
-                    if (o == static_cast<int>(k)) continue;
-                    if (std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR) {
-                        isolated = false;
-                        break;
-                    }
-                }
-        isCand[k] = isolated ? 1 : 0;
+        isCand[k] = isIsolated(grid, sources, k, x, y, stamp.isoR) ? 1 : 0;
     }
+    return isCand;
+}
+
+// At most maxStarsPerCell candidates in each ePSF cell, brightest first (the order of cands).
+void capPerCell(std::vector<Candidate>& cands, const PsfParams& params, const ImageView& image) {
+    std::vector<int> perCell(static_cast<std::size_t>(params.gridNx) * params.gridNy, 0);
+    auto cellOf = [](double p, int size, int n) {
+        return std::clamp(static_cast<int>(std::floor((p + 0.5) * n / size)), 0, n - 1);
+    };
+    std::vector<Candidate> kept;
+    for (const Candidate& c : cands) {
+        const int cell = cellOf(c.y, image.height, params.gridNy) * params.gridNx +
+                         cellOf(c.x, image.width, params.gridNx);
+        if (++perCell[static_cast<std::size_t>(cell)] <= params.maxStarsPerCell) kept.push_back(c);
+    }
+    cands.swap(kept);
+}
+
+// The PSF star candidates, gathered in source order, then brightest first (ties by position and index),
+// capped per ePSF cell and in total.
+std::vector<Candidate> selectCandidates(const SourceTests& src, std::size_t nSrc, const PsfFrame& frame,
+                                        const ImageView& image, const PsfParams& params,
+                                        const StampSetup& stamp, int nThreads) {
+    const Sources& sources = src.sources;
+    const std::vector<std::uint8_t> isCand = markCandidates(src, nSrc, frame, image, params, stamp, nThreads);
     std::vector<Candidate> cands;
     for (std::size_t k = 0; k < nSrc; ++k)
         if (isCand[k]) cands.push_back({static_cast<int>(k), sources.fluxIso[k], sources.x[k], sources.y[k]});
@@ -517,25 +577,13 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
         if (a.x != b.x) return a.x < b.x;
         return a.index < b.index;
     });
-    if (params.maxStarsPerCell > 0) { // brightest first within each ePSF cell (the order above)
-        std::vector<int> perCell(static_cast<std::size_t>(params.gridNx) * params.gridNy, 0);
-        auto cellOf = [](double p, int size, int n) {
-            return std::clamp(static_cast<int>(std::floor((p + 0.5) * n / size)), 0, n - 1);
-        };
-        std::vector<Candidate> kept;
-        for (const Candidate& c : cands) {
-            const int cell = cellOf(c.y, image.height, params.gridNy) * params.gridNx +
-                             cellOf(c.x, image.width, params.gridNx);
-            if (++perCell[static_cast<std::size_t>(cell)] <= params.maxStarsPerCell) kept.push_back(c);
-        }
-        cands.swap(kept);
-    }
+    if (params.maxStarsPerCell > 0) capPerCell(cands, params, image);
     if (static_cast<int>(cands.size()) > params.maxStars) cands.resize(params.maxStars);
-    laps.lap("selection");
-    ctx.checkCancelled();
-    ctx.report("psf", 0.05);
+    return cands;
+}
 
-    // --- profile fits (parallel, one slot per star) ------------------------------------------------
+// The Levenberg-Marquardt options of the star fits (the shift limit from the FWHM guess).
+LmOptions profileFitOptions(const PsfParams& params, double fwhmGuess) {
     LmOptions lm;
     lm.maxIterations = params.maxIterations;
     lm.fitBeta = params.fitBeta;
@@ -543,140 +591,193 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     lm.betaMax = params.betaMax;
     lm.nQuad = params.pixelIntegration;
     lm.maxShift = std::max(1.0, 0.5 * fwhmGuess);
-    res.stars.resize(cands.size());
+    return lm;
+}
+
+// What every step of the profile fits reads.
+struct FitInputs {
+    const ImageView& image;
+    const PsfFrame& frame;
+    const SourceTests& src;
+    const PsfParams& params;
+    const LmOptions& lm;
+    PsfModelKind kind;
+    int radius;
+    double fwhmGuess;
+    double gain;
+    PsfFitCache* cache;
+    int nThreads;
+};
+
+// Per star of a block of fits: its samples and start, its cache hit, and whether it is fitted (not
+// skipped, not a hit); reused from block to block.
+struct FitBlock {
+    std::vector<std::vector<FitSample>> stamp;
+    std::vector<ProfileParams> starts;
+    std::vector<const PsfFitCache::Entry*> hits;
+    std::vector<char> toFit;
+    std::vector<ProfileFitResult> fits;
+
+    explicit FitBlock(std::size_t n) : stamp(n), starts(n), hits(n, nullptr), toFit(n, 0), fits(n) {}
+};
+
+// One star's stamp (unmasked pixels within the radius, inverse-variance weights) and fit start; a
+// saturated or too masked star is skipped, a cached identical fit taken as it is.
+void prepareStar(const FitInputs& in, int k, PsfStar& st, FitBlock& blk, std::size_t slot) {
+    const Sources& sources = in.src.sources;
+    const PsfFrame& frame = in.frame;
+    const int radius = in.radius;
+    const double gain = in.gain;
+    st.index = k;
+    const double x = sources.x[k], y = sources.y[k];
+    const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
+    std::vector<FitSample>& samples = blk.stamp[slot];
+    samples.clear();
+    samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
+    blk.hits[slot] = nullptr;
+    blk.toFit[slot] = 0;
+    int nMasked = 0, nAll = 0;
+    bool saturated = false;
+    double maxVal = 0.0;
+    for (int j = iy - radius; j <= iy + radius; ++j)
+        for (int i = ix - radius; i <= ix + radius; ++i) {
+            if ((i - ix) * (i - ix) + (j - iy) * (j - iy) > radius * radius) continue;
+            ++nAll;
+            const std::uint8_t mb = frame.maskBits(i, j);
+            if (mb & MaskSaturated) saturated = true;
+            if (mb) {
+                ++nMasked;
+                continue;
+            }
+            const double v = in.image(i, j) - frame.level(i, j);
+            const double r = frame.rms(i, j);
+            double var = r * r + (gain > 0.0 ? std::max(v, 0.0) / gain : 0.0);
+            if (!(var > 0.0)) var = 1.0;
+            samples.push_back({static_cast<double>(i), static_cast<double>(j), v, 1.0 / var});
+            maxVal = std::max(maxVal, v);
+        }
+    st.fit.x0 = x;
+    st.fit.y0 = y;
+    if (saturated || nMasked > in.params.maxMaskedFraction * nAll) return;
+    ProfileParams& start = blk.starts[slot];
+    start = ProfileParams{};
+    start.x0 = x;
+    start.y0 = y;
+    start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
+    start.background = 0.0;
+    start.beta = in.params.moffatBeta;
+    double f0 = in.src.size(k);
+    if (!(f0 > 0.5 && f0 < 4.0 * in.fwhmGuess)) f0 = in.fwhmGuess;
+    setProfileShape(start, in.kind, f0, 0.0, 0.0);
+    blk.hits[slot] = in.cache ? in.cache->find(ix, iy, in.kind, start, in.lm, samples) : nullptr;
+    if (blk.hits[slot])
+        blk.fits[slot] = blk.hits[slot]->result;
+    else
+        blk.toFit[slot] = 1;
+}
+
+// The stamps of stars c0 .. c1 - 1 (parallel, one slot per star).
+void prepareStamps(const FitInputs& in, const std::vector<Candidate>& cands, PsfResult& res, FitBlock& blk,
+                   int c0, int c1) {
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(in.nThreads)
+    for (int c = c0; c < c1; ++c)
+        errors.run(
+            [&] { prepareStar(in, cands[c].index, res.stars[c], blk, static_cast<std::size_t>(c - c0)); });
+    errors.rethrow();
+}
+
+// The fits of the block's stars to fit: the batch (the CUDA backend's, one device block per star) or the
+// host loop; the same bits either way (core/stages/psf/psf_fit_math.hpp).
+void runFits(const FitInputs& in, FitBlock& blk, int c0, int c1, const ProfileFitBatch* fitBatch) {
+    std::vector<int> todo;
+    for (int c = c0; c < c1; ++c)
+        if (blk.toFit[static_cast<std::size_t>(c - c0)]) todo.push_back(c - c0);
+    if (fitBatch && !todo.empty()) {
+        std::vector<ProfileFitJob> jobs(todo.size());
+        for (std::size_t t = 0; t < todo.size(); ++t)
+            jobs[t] = {&blk.stamp[static_cast<std::size_t>(todo[t])],
+                       blk.starts[static_cast<std::size_t>(todo[t])]};
+        std::vector<ProfileFitResult> out(todo.size());
+        (*fitBatch)(jobs, in.kind, in.lm, out);
+        for (std::size_t t = 0; t < todo.size(); ++t)
+            blk.fits[static_cast<std::size_t>(todo[t])] = out[t];
+    } else {
+        const int nTodo = static_cast<int>(todo.size());
+        ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(in.nThreads)
+        for (int t = 0; t < nTodo; ++t)
+            errors.run([&] {
+                const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
+                blk.fits[slot] = fitProfile(blk.stamp[slot], in.kind, blk.starts[slot], in.lm);
+            });
+        errors.rethrow();
+    }
+}
+
+// The block's fit results (hits and new fits) into its stars, with their shape, flux and whether the fit
+// counts as converged.
+void storeFits(const FitInputs& in, const FitBlock& blk, PsfResult& res, int c0, int c1) {
+    for (int c = c0; c < c1; ++c) {
+        const std::size_t slot = static_cast<std::size_t>(c - c0);
+        if (!blk.hits[slot] && !blk.toFit[slot]) continue; // skipped: saturated or masked
+        PsfStar& st = res.stars[c];
+        const ProfileFitResult& fr = blk.fits[slot];
+        st.fit = fr.params;
+        st.chi2 = fr.chi2;
+        st.iterations = fr.iterations;
+        st.shape = profileShape(fr.params, in.kind);
+        st.flux = profileFlux(fr.params, in.kind);
+        st.converged = fr.converged && std::isfinite(st.shape.fwhm) && st.shape.fwhm > 0.5 &&
+                       st.shape.fwhm < 2.0 * in.radius && std::isfinite(st.flux) && st.flux > 0.0;
+    }
+}
+
+// The block's hits and new fits merged into the cache, serially in star order; hits first, as an insert
+// may evict entries. The new fits' stamps are moved into the cache.
+void updateFitCache(const FitInputs& in, FitBlock& blk, const PsfResult& res, int c0, int c1) {
+    PsfFitCache* cache = in.cache;
+    const Sources& sources = in.src.sources;
+    for (int c = c0; c < c1; ++c)
+        if (blk.hits[static_cast<std::size_t>(c - c0)])
+            cache->touch(blk.hits[static_cast<std::size_t>(c - c0)]);
+    for (int c = c0; c < c1; ++c) {
+        const std::size_t slot = static_cast<std::size_t>(c - c0);
+        if (!blk.toFit[slot]) continue;
+        const PsfStar& st = res.stars[c];
+        const int ix = static_cast<int>(std::lround(sources.x[st.index]));
+        const int iy = static_cast<int>(std::lround(sources.y[st.index]));
+        cache->insert(PsfFitCache::Entry{ix, iy, in.kind, blk.starts[slot], in.lm, std::move(blk.stamp[slot]),
+                                         blk.fits[slot], 0});
+    }
+}
+
+// The profile fits of all candidates into res.stars, in blocks between cancellation checks.
+void fitProfiles(const FitInputs& in, const std::vector<Candidate>& cands, PsfResult& res,
+                 const ProfileFitBatch* fitBatch, RunContext& ctx) {
     const int nCand = static_cast<int>(cands.size());
-    // Reuse of identical fits (RunContext::psfFitCache): per star, the hit or the new entry; merged into
-    // the cache serially after each block, in star order.
-    if (cache) cache->beginRun();
     // Blocks of at least 64 fits a thread between cancellation checks (a fit takes ~1-3 ms): with 256 a
     // block, a 3 x 3 grid's 270 stars ran as 256 + 14 on 16 threads, the second block on 7 of them.
     // A batch (the device's) takes up to 4096 stars at a time: one launch for a usual frame's stars.
-    const int fitChunk = fitBatch ? std::max(kChunk, 4096) : std::max(kChunk, 64 * nThreads);
-    // Per star of a block: its samples and start, and whether it is fitted (not skipped, not a hit).
-    std::vector<std::vector<FitSample>> stamp(static_cast<std::size_t>(std::min(nCand, fitChunk)));
-    std::vector<ProfileParams> starts(stamp.size());
-    std::vector<const PsfFitCache::Entry*> hits(stamp.size(), nullptr);
-    std::vector<char> toFit(stamp.size(), 0);
-    std::vector<ProfileFitResult> fits(stamp.size());
+    const int fitChunk = fitBatch ? std::max(kChunk, 4096) : std::max(kChunk, 64 * in.nThreads);
+    FitBlock blk(static_cast<std::size_t>(std::min(nCand, fitChunk)));
     for (int c0 = 0; c0 < nCand; c0 += fitChunk) {
         const int c1 = std::min(nCand, c0 + fitChunk);
-        // The stamps (parallel, one slot per star).
-        ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-        for (int c = c0; c < c1; ++c)
-            errors.run([&] {
-                const std::size_t slot = static_cast<std::size_t>(c - c0);
-                PsfStar& st = res.stars[c];
-                const int k = cands[c].index;
-                st.index = k;
-                const double x = sources.x[k], y = sources.y[k];
-                const int ix = static_cast<int>(std::lround(x)), iy = static_cast<int>(std::lround(y));
-                std::vector<FitSample>& samples = stamp[slot];
-                samples.clear();
-                samples.reserve(static_cast<std::size_t>(2 * radius + 1) * (2 * radius + 1));
-                hits[slot] = nullptr;
-                toFit[slot] = 0;
-                int nMasked = 0, nAll = 0;
-                bool saturated = false;
-                double maxVal = 0.0;
-                for (int j = iy - radius; j <= iy + radius; ++j)
-                    for (int i = ix - radius; i <= ix + radius; ++i) {
-                        if ((i - ix) * (i - ix) + (j - iy) * (j - iy) > radius * radius) continue;
-                        ++nAll;
-                        const std::uint8_t mb = frame.maskBits(i, j);
-                        if (mb & MaskSaturated) saturated = true;
-                        if (mb) {
-                            ++nMasked;
-                            continue;
-                        }
-                        const double v = image(i, j) - frame.level(i, j);
-                        const double r = frame.rms(i, j);
-                        double var = r * r + (gain > 0.0 ? std::max(v, 0.0) / gain : 0.0);
-                        if (!(var > 0.0)) var = 1.0;
-                        samples.push_back({static_cast<double>(i), static_cast<double>(j), v, 1.0 / var});
-                        maxVal = std::max(maxVal, v);
-                    }
-                st.fit.x0 = x;
-                st.fit.y0 = y;
-                if (saturated || nMasked > params.maxMaskedFraction * nAll) return;
-                ProfileParams& start = starts[slot];
-                start = ProfileParams{};
-                start.x0 = x;
-                start.y0 = y;
-                start.amplitude = sources.peak[k] > 0.0 ? sources.peak[k] : maxVal;
-                start.background = 0.0;
-                start.beta = params.moffatBeta;
-                double f0 = sizeOf(k);
-                if (!(f0 > 0.5 && f0 < 4.0 * fwhmGuess)) f0 = fwhmGuess;
-                setProfileShape(start, kind, f0, 0.0, 0.0);
-                hits[slot] = cache ? cache->find(ix, iy, kind, start, lm, samples) : nullptr;
-                if (hits[slot])
-                    fits[slot] = hits[slot]->result;
-                else
-                    toFit[slot] = 1;
-            });
-        errors.rethrow();
-        // The fits: the batch (the CUDA backend's, one device block per star) or the host loop; the same
-        // bits either way (core/stages/psf/psf_fit_math.hpp).
-        std::vector<int> todo;
-        for (int c = c0; c < c1; ++c)
-            if (toFit[static_cast<std::size_t>(c - c0)]) todo.push_back(c - c0);
-        if (fitBatch && !todo.empty()) {
-            std::vector<ProfileFitJob> jobs(todo.size());
-            for (std::size_t t = 0; t < todo.size(); ++t)
-                jobs[t] = {&stamp[static_cast<std::size_t>(todo[t])],
-                           starts[static_cast<std::size_t>(todo[t])]};
-            std::vector<ProfileFitResult> out(todo.size());
-            (*fitBatch)(jobs, kind, lm, out);
-            for (std::size_t t = 0; t < todo.size(); ++t)
-                fits[static_cast<std::size_t>(todo[t])] = out[t];
-        } else {
-            const int nTodo = static_cast<int>(todo.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-            for (int t = 0; t < nTodo; ++t)
-                errors.run([&] {
-                    const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
-                    fits[slot] = fitProfile(stamp[slot], kind, starts[slot], lm);
-                });
-            errors.rethrow();
-        }
-        for (int c = c0; c < c1; ++c) {
-            const std::size_t slot = static_cast<std::size_t>(c - c0);
-            if (!hits[slot] && !toFit[slot]) continue; // skipped: saturated or masked
-            PsfStar& st = res.stars[c];
-            const ProfileFitResult& fr = fits[slot];
-            st.fit = fr.params;
-            st.chi2 = fr.chi2;
-            st.iterations = fr.iterations;
-            st.shape = profileShape(fr.params, kind);
-            st.flux = profileFlux(fr.params, kind);
-            st.converged = fr.converged && std::isfinite(st.shape.fwhm) && st.shape.fwhm > 0.5 &&
-                           st.shape.fwhm < 2.0 * radius && std::isfinite(st.flux) && st.flux > 0.0;
-        }
-        if (cache) { // hits first: an insert may evict entries
-            for (int c = c0; c < c1; ++c)
-                if (hits[static_cast<std::size_t>(c - c0)])
-                    cache->touch(hits[static_cast<std::size_t>(c - c0)]);
-            for (int c = c0; c < c1; ++c) {
-                const std::size_t slot = static_cast<std::size_t>(c - c0);
-                if (!toFit[slot]) continue;
-                const PsfStar& st = res.stars[c];
-                const int ix = static_cast<int>(std::lround(sources.x[st.index]));
-                const int iy = static_cast<int>(std::lround(sources.y[st.index]));
-                cache->insert(PsfFitCache::Entry{ix, iy, kind, starts[slot], lm, std::move(stamp[slot]),
-                                                 fits[slot], 0});
-            }
-        }
+        prepareStamps(in, cands, res, blk, c0, c1);
+        runFits(in, blk, c0, c1, fitBatch);
+        storeFits(in, blk, res, c0, c1);
+        if (in.cache) updateFitCache(in, blk, res, c0, c1);
         ctx.checkCancelled();
         ctx.report("psf", 0.05 + 0.45 * c1 / std::max(nCand, 1));
     }
+}
 
-    // --- clipping and spatial model (serial, index order) ------------------------------------------
-    laps.lap("profile fits");
+// The converged stars, then the gross outliers (galaxies, blends) removed: 2 * clipSigma on the FWHM.
+std::vector<int> grossClippedStars(const PsfResult& res, int nCand, const PsfParams& params) {
     std::vector<int> used;
     for (int c = 0; c < nCand; ++c)
         if (res.stars[c].converged) used.push_back(c);
-    if (used.size() >= 3) { // gross outliers first (galaxies, blends): 2 * clipSigma on the FWHM
+    if (used.size() >= 3) {
         std::vector<double> f;
         for (int c : used)
             f.push_back(res.stars[c].shape.fwhm);
@@ -685,174 +786,286 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
             return std::abs(res.stars[c].shape.fwhm - med) > 2.0 * params.clipSigma * sig;
         });
     }
-    auto chooseOrder = [&](std::size_t n) {
-        int o = params.polyOrder;
-        while (o > 0 && n < static_cast<std::size_t>(params.minStarsPerTerm * termCount(o)))
-            --o;
-        return o;
-    };
-    // Iterative clipping against the polynomial fits: every star passing the gross clip is tested at
-    // each pass (a star clipped early may come back), the scale from the kept stars' residuals (MAD,
-    // corrected for the fitted terms), until the kept set no longer changes.
-    const std::vector<int> pool = used;
-    std::vector<double> pu, pv, pf, p1, p2;
-    for (int c : pool) {
-        const PsfStar& s = res.stars[c];
-        pu.push_back(normCoord(s.fit.x0, image.width));
-        pv.push_back(normCoord(s.fit.y0, image.height));
-        pf.push_back(s.shape.fwhm);
-        p1.push_back(s.shape.e1);
-        p2.push_back(s.shape.e2);
-    }
-    std::vector<char> keep(pool.size(), 1);
-    // The kept stars' coordinates and shapes: every exit of the loop leaves them those of `keep`.
+    return used;
+}
+
+// The polynomial order for n stars: polyOrder, lowered until minStarsPerTerm stars per term remain.
+int chooseOrder(const PsfParams& params, std::size_t n) {
+    int o = params.polyOrder;
+    while (o > 0 && n < static_cast<std::size_t>(params.minStarsPerTerm * termCount(o)))
+        --o;
+    return o;
+}
+
+// Stars' normalised coordinates and shapes, one entry per star.
+struct ShapeSamples {
     std::vector<double> u, v, fw, e1, e2;
-    for (int iter = 0; !pool.empty(); ++iter) {
-        for (auto* w : {&u, &v, &fw, &e1, &e2})
-            w->clear();
-        for (std::size_t k = 0; k < pool.size(); ++k)
-            if (keep[k]) {
-                u.push_back(pu[k]);
-                v.push_back(pv[k]);
-                fw.push_back(pf[k]);
-                e1.push_back(p1[k]);
-                e2.push_back(p2[k]);
-            }
-        const int order = chooseOrder(fw.size());
-        res.fwhmPoly = fitPoly(order, u, v, fw);
-        res.e1Poly = fitPoly(order, u, v, e1);
-        res.e2Poly = fitPoly(order, u, v, e2);
-        if (iter >= params.clipIterations || fw.size() < 3) break;
-        const std::size_t n = fw.size();
-        std::vector<double> rf(n), r1(n), r2(n);
-        for (std::size_t k = 0; k < n; ++k) {
-            rf[k] = fw[k] - res.fwhmPoly.eval(u[k], v[k]);
-            r1[k] = e1[k] - res.e1Poly.eval(u[k], v[k]);
-            r2[k] = e2[k] - res.e2Poly.eval(u[k], v[k]);
-        }
-        const int nt = termCount(order);
-        const double dof = n > static_cast<std::size_t>(nt) ? std::sqrt(double(n) / double(n - nt)) : 1.0;
-        // Floors keep noiseless data from clipping on rounding: 0.2% of the FWHM, 0.002 in e1/e2.
-        const double sf = std::max(dof * madSigma(rf), 0.002 * medianOf(fw));
-        const double s1 = std::max(dof * madSigma(r1), 0.002), s2 = std::max(dof * madSigma(r2), 0.002);
-        const double medF = medianOf(rf), med1 = medianOf(r1), med2 = medianOf(r2);
-        // (e1, e2) is clipped as one 2-D quantity at the radius with the same tail probability as
-        // clipSigma in 1-D: P(chi2_2 > r^2) = exp(-r^2 / 2) = erfc(clipSigma / sqrt 2).
-        const double clip2d = std::sqrt(-2.0 * std::log(std::erfc(params.clipSigma / std::numbers::sqrt2)));
-        std::vector<char> next(pool.size(), 0);
-        std::size_t nNext = 0;
-        for (std::size_t k = 0; k < pool.size(); ++k) {
-            const double df = pf[k] - res.fwhmPoly.eval(pu[k], pv[k]) - medF;
-            const double d1 = p1[k] - res.e1Poly.eval(pu[k], pv[k]) - med1;
-            const double d2 = p2[k] - res.e2Poly.eval(pu[k], pv[k]) - med2;
-            next[k] = std::abs(df) <= params.clipSigma * sf && std::hypot(d1 / s1, d2 / s2) <= clip2d;
-            nNext += next[k];
-        }
-        if (next == keep || nNext < 3) break;
-        keep.swap(next);
+};
+
+// The iterative clipping's state: the stars passing the gross clip (indices into res.stars) and their
+// samples, which of them are kept, and the kept ones' samples (those of `keep` on every exit of the loop).
+struct ClipState {
+    std::vector<int> pool;
+    ShapeSamples all;
+    std::vector<char> keep;
+    ShapeSamples kept;
+};
+
+ClipState makeClipState(const std::vector<int>& used, const PsfResult& res, const ImageView& image) {
+    ClipState cs;
+    cs.pool = used;
+    for (int c : cs.pool) {
+        const PsfStar& s = res.stars[c];
+        cs.all.u.push_back(normCoord(s.fit.x0, image.width));
+        cs.all.v.push_back(normCoord(s.fit.y0, image.height));
+        cs.all.fw.push_back(s.shape.fwhm);
+        cs.all.e1.push_back(s.shape.e1);
+        cs.all.e2.push_back(s.shape.e2);
     }
-    used.clear();
-    for (std::size_t k = 0; k < pool.size(); ++k)
-        if (keep[k]) used.push_back(pool[k]);
+    cs.keep.assign(cs.pool.size(), 1);
+    return cs;
+}
+
+// The kept stars' samples, in pool order.
+void gatherKept(ClipState& cs) {
+    ShapeSamples& k = cs.kept;
+    for (auto* w : {&k.u, &k.v, &k.fw, &k.e1, &k.e2})
+        w->clear();
+    for (std::size_t i = 0; i < cs.pool.size(); ++i)
+        if (cs.keep[i]) {
+            k.u.push_back(cs.all.u[i]);
+            k.v.push_back(cs.all.v[i]);
+            k.fw.push_back(cs.all.fw[i]);
+            k.e1.push_back(cs.all.e1[i]);
+            k.e2.push_back(cs.all.e2[i]);
+        }
+}
+
+// Which pool stars pass the clip against res's polynomials (fitted at `order` to the kept stars): the
+// scale from the kept stars' residuals (MAD, corrected for the fitted terms); nNext counts them.
+std::vector<char> clipAgainstPolys(const ClipState& cs, const PsfResult& res, int order,
+                                   const PsfParams& params, std::size_t& nNext) {
+    const ShapeSamples& kept = cs.kept;
+    const ShapeSamples& all = cs.all;
+    const std::size_t n = kept.fw.size();
+    std::vector<double> rf(n), r1(n), r2(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        rf[k] = kept.fw[k] - res.fwhmPoly.eval(kept.u[k], kept.v[k]);
+        r1[k] = kept.e1[k] - res.e1Poly.eval(kept.u[k], kept.v[k]);
+        r2[k] = kept.e2[k] - res.e2Poly.eval(kept.u[k], kept.v[k]);
+    }
+    const int nt = termCount(order);
+    const double dof = n > static_cast<std::size_t>(nt) ? std::sqrt(double(n) / double(n - nt)) : 1.0;
+    // Floors keep noiseless data from clipping on rounding: 0.2% of the FWHM, 0.002 in e1/e2.
+    const double sf = std::max(dof * madSigma(rf), 0.002 * medianOf(kept.fw));
+    const double s1 = std::max(dof * madSigma(r1), 0.002), s2 = std::max(dof * madSigma(r2), 0.002);
+    const double medF = medianOf(rf), med1 = medianOf(r1), med2 = medianOf(r2);
+    // (e1, e2) is clipped as one 2-D quantity at the radius with the same tail probability as
+    // clipSigma in 1-D: P(chi2_2 > r^2) = exp(-r^2 / 2) = erfc(clipSigma / sqrt 2).
+    const double clip2d = std::sqrt(-2.0 * std::log(std::erfc(params.clipSigma / std::numbers::sqrt2)));
+    std::vector<char> next(cs.pool.size(), 0);
+    nNext = 0;
+    for (std::size_t k = 0; k < cs.pool.size(); ++k) {
+        const double df = all.fw[k] - res.fwhmPoly.eval(all.u[k], all.v[k]) - medF;
+        const double d1 = all.e1[k] - res.e1Poly.eval(all.u[k], all.v[k]) - med1;
+        const double d2 = all.e2[k] - res.e2Poly.eval(all.u[k], all.v[k]) - med2;
+        next[k] = std::abs(df) <= params.clipSigma * sf && std::hypot(d1 / s1, d2 / s2) <= clip2d;
+        nNext += next[k];
+    }
+    return next;
+}
+
+// Iterative clipping against the polynomial fits: every star passing the gross clip is tested at each
+// pass (a star clipped early may come back), until the kept set no longer changes; res's FWHM and
+// e1 / e2 polynomials are those fitted to the final kept set.
+void clipIteratively(ClipState& cs, PsfResult& res, const PsfParams& params) {
+    for (int iter = 0; !cs.pool.empty(); ++iter) {
+        gatherKept(cs);
+        const ShapeSamples& kept = cs.kept;
+        const int order = chooseOrder(params, kept.fw.size());
+        res.fwhmPoly = fitPoly(order, kept.u, kept.v, kept.fw);
+        res.e1Poly = fitPoly(order, kept.u, kept.v, kept.e1);
+        res.e2Poly = fitPoly(order, kept.u, kept.v, kept.e2);
+        if (iter >= params.clipIterations || kept.fw.size() < 3) break;
+        std::size_t nNext = 0;
+        std::vector<char> next = clipAgainstPolys(cs, res, order, params, nNext);
+        if (next == cs.keep || nNext < 3) break;
+        cs.keep.swap(next);
+    }
+}
+
+// The clipped star set (indices into res.stars) and res's spatial polynomials fitted to it.
+std::vector<int> clipStars(PsfResult& res, int nCand, const PsfParams& params, const ImageView& image) {
+    ClipState cs = makeClipState(grossClippedStars(res, nCand, params), res, image);
+    clipIteratively(cs, res, params);
+    std::vector<int> used;
+    for (std::size_t k = 0; k < cs.pool.size(); ++k)
+        if (cs.keep[k]) used.push_back(cs.pool[k]);
     // The stars clipped, the FWHM is fitted again at the lowest order the kept stars support (the
     // clipping itself ran at the full order, so that a real variation is not clipped away as outliers).
-    if (used.size() >= 3) res.fwhmPoly = fitPolySignificant(res.fwhmPoly.order, u, v, fw);
+    if (used.size() >= 3)
+        res.fwhmPoly = fitPolySignificant(res.fwhmPoly.order, cs.kept.u, cs.kept.v, cs.kept.fw);
+    return used;
+}
 
-    if (!used.empty()) {
-        std::vector<double> fw, el, be;
-        for (int c : used) {
-            PsfStar& s = res.stars[c];
-            s.used = true;
-            res.flags[s.index] |= FlagPsfStar;
-            fw.push_back(s.shape.fwhm);
-            el.push_back(s.shape.ellipticity);
-            be.push_back(s.fit.beta);
-        }
-        res.nStars = static_cast<int>(used.size());
-        res.medianFwhm = medianOf(fw);
-        res.medianEllipticity = medianOf(el);
-        res.medianBeta = kind == PsfModelKind::Moffat ? medianOf(be) : 0.0;
-        // One source per iteration, each writing its own elements: the same numbers for any thread count.
-#pragma omp parallel for schedule(static)
-        for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
-            const std::size_t k = static_cast<std::size_t>(kk);
-            if (!finitePos(k)) continue;
-            const PsfResult::ShapeAt at = res.shapeAt(sources.x[k], sources.y[k]);
-            res.fwhm[k] = at.fwhm;
-            res.ellipticity[k] = at.ellipticity;
-            res.theta[k] = at.theta;
-        }
-    } else {
-        res.fwhmPoly = res.e1Poly = res.e2Poly = SpatialPoly{};
+// The used stars marked, the field medians, and every source's FWHM, ellipticity and angle from the model.
+void applySpatialModel(PsfResult& res, const std::vector<int>& used, const SourceTests& src, std::size_t nSrc,
+                       PsfModelKind kind) {
+    const Sources& sources = src.sources;
+    std::vector<double> fw, el, be;
+    for (int c : used) {
+        PsfStar& s = res.stars[c];
+        s.used = true;
+        res.flags[s.index] |= FlagPsfStar;
+        fw.push_back(s.shape.fwhm);
+        el.push_back(s.shape.ellipticity);
+        be.push_back(s.fit.beta);
     }
+    res.nStars = static_cast<int>(used.size());
+    res.medianFwhm = medianOf(fw);
+    res.medianEllipticity = medianOf(el);
+    res.medianBeta = kind == PsfModelKind::Moffat ? medianOf(be) : 0.0;
+    // One source per iteration, each writing its own elements: the same numbers for any thread count.
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
+        const std::size_t k = static_cast<std::size_t>(kk);
+        if (!src.finitePos(k)) continue;
+        const PsfResult::ShapeAt at = res.shapeAt(sources.x[k], sources.y[k]);
+        res.fwhm[k] = at.fwhm;
+        res.ellipticity[k] = at.ellipticity;
+        res.theta[k] = at.theta;
+    }
+}
+
+// ePSF cell (cx, cy)'s region and its stars: the used stars inside it (the last row / column takes its
+// far edge), or, when fewer than epsfMinStars, the nearest used stars (ties by index).
+void setupEpsfCell(EpsfCell& e, std::vector<const PsfStar*>& members, int cx, int cy, const PsfResult& res,
+                   const std::vector<int>& used, const PsfParams& params, const ImageView& image) {
+    e.x0 = static_cast<double>(cx) * image.width / res.gridNx - 0.5;
+    e.x1 = static_cast<double>(cx + 1) * image.width / res.gridNx - 0.5;
+    e.y0 = static_cast<double>(cy) * image.height / res.gridNy - 0.5;
+    e.y1 = static_cast<double>(cy + 1) * image.height / res.gridNy - 0.5;
+    e.cx = 0.5 * (e.x0 + e.x1);
+    e.cy = 0.5 * (e.y0 + e.y1);
+    for (int c : used) {
+        const PsfStar& s = res.stars[c];
+        const bool lastX = cx == res.gridNx - 1, lastY = cy == res.gridNy - 1;
+        if (s.fit.x0 >= e.x0 && (s.fit.x0 < e.x1 || lastX) && s.fit.y0 >= e.y0 && (s.fit.y0 < e.y1 || lastY))
+            members.push_back(&s);
+    }
+    const std::size_t want = std::min<std::size_t>(params.epsfMinStars, used.size());
+    if (members.size() < want) { // borrow the nearest stars (ties by index)
+        std::vector<std::pair<double, int>> d;
+        for (int c : used)
+            d.push_back({std::hypot(res.stars[c].fit.x0 - e.cx, res.stars[c].fit.y0 - e.cy), c});
+        std::sort(d.begin(), d.end());
+        members.clear();
+        for (std::size_t k = 0; k < want; ++k)
+            members.push_back(&res.stars[d[k].second]);
+    }
+}
+
+// The analytic base of each ePSF cell: the model's shape at the cell centre, centred at 0, unit flux.
+std::vector<ProfileParams> epsfBases(const PsfResult& res, PsfModelKind kind) {
+    const int nCells = res.gridNx * res.gridNy;
+    std::vector<ProfileParams> bases(nCells);
+    for (int cell = 0; cell < nCells; ++cell) {
+        const EpsfCell& e = res.epsf[cell];
+        ProfileParams& base = bases[cell];
+        base.beta = kind == PsfModelKind::Moffat ? res.medianBeta : 3.0;
+        const double f = std::max(res.fwhmAt(e.cx, e.cy), 0.5);
+        setProfileShape(base, kind, f, res.ellipticityAt(e.cx, e.cy), res.thetaAt(e.cx, e.cy));
+        base.amplitude = 1.0;
+        base.amplitude = 1.0 / profileFlux(base, kind);
+    }
+    return bases;
+}
+
+// The ePSF grid: each cell's region and stars, its analytic base, then the cells: the batch (the CUDA
+// backend's, all cells at once on the device) and the host loop for those it left, in parallel, one thread
+// each (one cell after another, each on all threads, measured slower: docs/BENCHMARKS.md).
+void buildEpsfGrid(PsfResult& res, const std::vector<int>& used, const PsfFrame& frame,
+                   const ImageView& image, const PsfParams& params, PsfModelKind kind, int radius,
+                   const EpsfCellBatch* epsfBatch, int nThreads) {
+    res.gridNx = params.gridNx;
+    res.gridNy = params.gridNy;
+    const int nCells = res.gridNx * res.gridNy;
+    res.epsf.resize(nCells);
+    std::vector<std::vector<const PsfStar*>> members(nCells);
+    for (int cell = 0; cell < nCells; ++cell)
+        setupEpsfCell(res.epsf[cell], members[cell], cell % res.gridNx, cell / res.gridNx, res, used, params,
+                      image);
+    const std::vector<ProfileParams> bases = epsfBases(res, kind);
+    std::vector<char> done(nCells, 0);
+    if (epsfBatch && nCells > 0) {
+        std::vector<EpsfCellJob> jobs(nCells);
+        for (int cell = 0; cell < nCells; ++cell)
+            jobs[cell] = {&res.epsf[cell], &members[cell], bases[cell]};
+        (*epsfBatch)(jobs, kind, radius, params.epsfOversampling, params.pixelIntegration, done);
+    }
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
+    for (int cell = 0; cell < nCells; ++cell)
+        errors.run([&] {
+            if (!done[cell])
+                buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
+                              params.epsfOversampling, params.pixelIntegration);
+        });
+    errors.rethrow();
+}
+
+} // namespace
+
+PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                             const Sources& sources, double gain, const PsfParams& params, RunContext& ctx,
+                             PsfFitCache* cache, const ProfileFitBatch* fitBatch,
+                             const EpsfCellBatch* epsfBatch) {
+    validate(params);
+    checkFrameSizes(image, mask, bkg);
+
+    const PsfFrame frame{image, mask, &bkg, gain};
+    StepLaps laps(StepTiming::Psf, "psf"); // host laps of the steps below on stderr
+    const int nThreads = ctx.threadCount();
+    const PsfModelKind kind = params.model;
+    const std::size_t nSrc = sources.size();
+    const SourceTests src{sources};
+
+    PsfResult res;
+    initResult(res, kind, image, nSrc);
+
+    // --- FWHM guess, stamp size, selection ------------------------------------------------------------
+    const StampSetup stamp = chooseStamp(src, nSrc, params);
+    res.stampRadius = stamp.radius;
+    const std::vector<Candidate> cands = selectCandidates(src, nSrc, frame, image, params, stamp, nThreads);
+    laps.lap("selection");
+    ctx.checkCancelled();
+    ctx.report("psf", 0.05);
+
+    // --- profile fits (parallel, one slot per star) ------------------------------------------------
+    const LmOptions lm = profileFitOptions(params, stamp.fwhmGuess);
+    res.stars.resize(cands.size());
+    const int nCand = static_cast<int>(cands.size());
+    // Reuse of identical fits (RunContext::psfFitCache): per star, the hit or the new entry; merged into
+    // the cache serially after each block, in star order.
+    if (cache) cache->beginRun();
+    const FitInputs fitIn{image,        frame,           src,  params, lm,      kind,
+                          stamp.radius, stamp.fwhmGuess, gain, cache,  nThreads};
+    fitProfiles(fitIn, cands, res, fitBatch, ctx);
+
+    // --- clipping and spatial model (serial, index order) ------------------------------------------
+    laps.lap("profile fits");
+    const std::vector<int> used = clipStars(res, nCand, params, image);
+    if (!used.empty())
+        applySpatialModel(res, used, src, nSrc, kind);
+    else
+        res.fwhmPoly = res.e1Poly = res.e2Poly = SpatialPoly{};
     ctx.checkCancelled();
     ctx.report("psf", 0.6);
     laps.lap("clipping, spatial model, per-source shape");
 
     // --- ePSF per grid cell -------------------------------------------------------------------------
-    if (res.hasModel()) {
-        res.gridNx = params.gridNx;
-        res.gridNy = params.gridNy;
-        const int nCells = res.gridNx * res.gridNy;
-        res.epsf.resize(nCells);
-        std::vector<std::vector<const PsfStar*>> members(nCells);
-        for (int cell = 0; cell < nCells; ++cell) {
-            EpsfCell& e = res.epsf[cell];
-            const int cx = cell % res.gridNx, cy = cell / res.gridNx;
-            e.x0 = static_cast<double>(cx) * image.width / res.gridNx - 0.5;
-            e.x1 = static_cast<double>(cx + 1) * image.width / res.gridNx - 0.5;
-            e.y0 = static_cast<double>(cy) * image.height / res.gridNy - 0.5;
-            e.y1 = static_cast<double>(cy + 1) * image.height / res.gridNy - 0.5;
-            e.cx = 0.5 * (e.x0 + e.x1);
-            e.cy = 0.5 * (e.y0 + e.y1);
-            for (int c : used) {
-                const PsfStar& s = res.stars[c];
-                const bool lastX = cx == res.gridNx - 1, lastY = cy == res.gridNy - 1;
-                if (s.fit.x0 >= e.x0 && (s.fit.x0 < e.x1 || lastX) && s.fit.y0 >= e.y0 &&
-                    (s.fit.y0 < e.y1 || lastY))
-                    members[cell].push_back(&s);
-            }
-            const std::size_t want = std::min<std::size_t>(params.epsfMinStars, used.size());
-            if (members[cell].size() < want) { // borrow the nearest stars (ties by index)
-                std::vector<std::pair<double, int>> d;
-                for (int c : used)
-                    d.push_back({std::hypot(res.stars[c].fit.x0 - e.cx, res.stars[c].fit.y0 - e.cy), c});
-                std::sort(d.begin(), d.end());
-                members[cell].clear();
-                for (std::size_t k = 0; k < want; ++k)
-                    members[cell].push_back(&res.stars[d[k].second]);
-            }
-        }
-        // The analytic base of each cell; then the cells: the batch (the CUDA backend's, all cells at once
-        // on the device) and the host loop for those it left, in parallel, one thread each (one cell after
-        // another, each on all threads, measured slower: docs/BENCHMARKS.md).
-        std::vector<ProfileParams> bases(nCells);
-        for (int cell = 0; cell < nCells; ++cell) {
-            const EpsfCell& e = res.epsf[cell];
-            ProfileParams& base = bases[cell];
-            base.beta = kind == PsfModelKind::Moffat ? res.medianBeta : 3.0;
-            const double f = std::max(res.fwhmAt(e.cx, e.cy), 0.5);
-            setProfileShape(base, kind, f, res.ellipticityAt(e.cx, e.cy), res.thetaAt(e.cx, e.cy));
-            base.amplitude = 1.0;
-            base.amplitude = 1.0 / profileFlux(base, kind);
-        }
-        std::vector<char> done(nCells, 0);
-        if (epsfBatch && nCells > 0) {
-            std::vector<EpsfCellJob> jobs(nCells);
-            for (int cell = 0; cell < nCells; ++cell)
-                jobs[cell] = {&res.epsf[cell], &members[cell], bases[cell]};
-            (*epsfBatch)(jobs, kind, radius, params.epsfOversampling, params.pixelIntegration, done);
-        }
-        ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
-        for (int cell = 0; cell < nCells; ++cell)
-            errors.run([&] {
-                if (!done[cell])
-                    buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
-                                  params.epsfOversampling, params.pixelIntegration);
-            });
-        errors.rethrow();
-    }
+    if (res.hasModel())
+        buildEpsfGrid(res, used, frame, image, params, kind, stamp.radius, epsfBatch, nThreads);
     ctx.checkCancelled();
     ctx.report("psf", 0.75);
     laps.lap("ePSF cells");

@@ -474,11 +474,12 @@ double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vect
     return kNaN;
 }
 
-ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
-                             const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
-                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
-                             double sharedMagErr) {
-    validate(params);
+namespace {
+
+// The fitter's arguments must describe the same sources: one magnitude, error and (optional) flag per match.
+void checkInputSizes(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                     const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
+                     double sharedMagErr) {
     if (!(sharedMagErr >= 0.0) || !std::isfinite(sharedMagErr))
         throw InvalidInput("zeropoint: the shared magnitude error must be finite and >= 0");
     const std::size_t n = matches.refIndex.size();
@@ -487,16 +488,23 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
                            std::to_string(magInst.size()) + " magnitudes, " +
                            std::to_string(magInstErr.size()) + " errors and " + std::to_string(flags.size()) +
                            " flags");
-    ZeroPointResult res;
-    res.chanceMatches = matches.chanceMatches;
-    auto flagOf = [&](std::size_t i) { return flags.empty() ? 0u : flags[i]; };
+}
 
-    // --- candidates ----------------------------------------------------------------------------------
-    const bool haveColour =
-        std::any_of(ref.color.begin(), ref.color.end(), [](double c) { return std::isfinite(c); });
-    bool colour = params.fitColourTerm && haveColour;
+// A source's flags (0 when the caller passed none).
+std::uint32_t flagOf(const std::vector<std::uint32_t>& flags, std::size_t i) {
+    return flags.empty() ? 0u : flags[i];
+}
+
+// The matched sources that pass the S/N, flag, magnitude-range and colour cuts: their source indices go to
+// sourceIndex, their reference rows are returned (same order). Throws for a row outside the catalog.
+std::vector<std::int32_t> selectCandidates(const std::vector<double>& magInst,
+                                           const std::vector<double>& magInstErr,
+                                           const std::vector<std::uint32_t>& flags,
+                                           const CrossmatchResult& matches, const ReferenceCatalog& ref,
+                                           const ZeroPointParams& params, bool colour,
+                                           std::vector<std::int32_t>& sourceIndex) {
     std::vector<std::int32_t> rows;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < matches.refIndex.size(); ++i) {
         const std::int32_t r = matches.refIndex[i];
         if (r < 0) continue;
         if (static_cast<std::size_t>(r) >= ref.size())
@@ -505,41 +513,45 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         const double m = magInst[i], e = magInstErr[i], rm = ref.mag[r];
         if (!std::isfinite(m) || !std::isfinite(e) || !(e > 0.0) || !std::isfinite(rm)) continue;
         if (kMagPerSnr / e < params.minSnr) continue;
-        if (flagOf(i) & params.excludeFlags) continue;
+        if (flagOf(flags, i) & params.excludeFlags) continue;
         if (rm < params.magBright || rm > params.magFaint) continue;
         if (colour && !(r < static_cast<std::int32_t>(ref.color.size()) && std::isfinite(ref.color[r])))
             continue;
-        res.sourceIndex.push_back(static_cast<std::int32_t>(i));
+        sourceIndex.push_back(static_cast<std::int32_t>(i));
         rows.push_back(r);
     }
-    if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
-    if (params.isolationArcsec > 0.0 && !rows.empty()) {
-        const std::vector<char> crowded =
-            crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag);
-        std::size_t k = 0;
-        for (std::size_t c = 0; c < rows.size(); ++c)
-            if (!crowded[c]) {
-                rows[k] = rows[c];
-                res.sourceIndex[k] = res.sourceIndex[c];
-                ++k;
-            }
-        rows.resize(k);
-        res.sourceIndex.resize(k);
-    }
-    ctx.checkCancelled();
+    return rows;
+}
 
+// Drops the candidates with a brighter reference neighbour within the isolation radius (their magnitudes
+// would be blended), compacting rows and sourceIndex in place.
+void dropCrowded(const ReferenceCatalog& ref, const ZeroPointParams& params, std::vector<std::int32_t>& rows,
+                 std::vector<std::int32_t>& sourceIndex) {
+    const std::vector<char> crowded =
+        crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag);
+    std::size_t k = 0;
+    for (std::size_t c = 0; c < rows.size(); ++c)
+        if (!crowded[c]) {
+            rows[k] = rows[c];
+            sourceIndex[k] = sourceIndex[c];
+            ++k;
+        }
+    rows.resize(k);
+    sourceIndex.resize(k);
+}
+
+// The fit's data per candidate: y = ref.mag - mag_inst, its variance (both errors) and colour (0 without a
+// colour term).
+Calib calibratorData(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                     const ReferenceCatalog& ref, const std::vector<std::int32_t>& rows,
+                     const std::vector<std::int32_t>& sourceIndex, bool colour) {
     const std::size_t nc = rows.size();
-    res.nCandidates = static_cast<int>(nc);
-    std::string note;
-    if (params.fitColourTerm && !haveColour) note = "; no reference colours: colour term not fitted";
-    if (colour && static_cast<int>(nc) < std::max(params.minStars, 3)) colour = false;
-
     Calib d;
     d.y.resize(nc);
     d.var.resize(nc);
     d.c.assign(nc, 0.0);
     for (std::size_t k = 0; k < nc; ++k) {
-        const std::size_t i = static_cast<std::size_t>(res.sourceIndex[k]);
+        const std::size_t i = static_cast<std::size_t>(sourceIndex[k]);
         const std::int32_t r = rows[k];
         const double re = r < static_cast<std::int32_t>(ref.magErr.size()) && std::isfinite(ref.magErr[r])
                               ? ref.magErr[r]
@@ -548,96 +560,105 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         d.var[k] = magInstErr[i] * magInstErr[i] + re * re;
         if (colour) d.c[k] = ref.color[r];
     }
+    return d;
+}
 
-    // Limiting magnitude (instrumental) from all unflagged sources, else all sources.
-    {
-        std::vector<double> m, e;
-        for (std::size_t i = 0; i < n; ++i)
-            if (!(flagOf(i) & params.excludeFlags)) {
-                m.push_back(magInst[i]);
-                e.push_back(magInstErr[i]);
-            }
-        res.limitingMagInst = limitingMagnitudeInst(m, e);
-        if (!std::isfinite(res.limitingMagInst))
-            res.limitingMagInst = limitingMagnitudeInst(magInst, magInstErr);
-    }
+// Limiting magnitude (instrumental) from all unflagged sources, else all sources.
+double limitingMagInstOf(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                         const std::vector<std::uint32_t>& flags, std::uint32_t excludeFlags) {
+    std::vector<double> m, e;
+    for (std::size_t i = 0; i < magInst.size(); ++i)
+        if (!(flagOf(flags, i) & excludeFlags)) {
+            m.push_back(magInst[i]);
+            e.push_back(magInstErr[i]);
+        }
+    double lim = limitingMagnitudeInst(m, e);
+    if (!std::isfinite(lim)) lim = limitingMagnitudeInst(magInst, magInstErr);
+    return lim;
+}
 
-    auto fail = [&](const std::string& why) {
-        res.ok = false;
-        res.message = why + note;
-        res.residual.assign(nc, kNaN);
-        res.used.assign(nc, false);
-        return res;
-    };
-    if (const std::string why = chanceProblem(matches, params.matchSigma); !why.empty()) return fail(why);
-    if (static_cast<int>(nc) < params.minStars)
-        return fail("too few calibrators: " + std::to_string(nc) + " passed the cuts (of " +
-                    std::to_string(matches.nMatched) +
-                    " matched sources), minStars = " + std::to_string(params.minStars));
+// Marks res as a refusal with the reason (plus the colour note) and no calibrator in use; returns it.
+ZeroPointResult& refuse(ZeroPointResult& res, const std::string& why, const std::string& note,
+                        std::size_t nc) {
+    res.ok = false;
+    res.message = why + note;
+    res.residual.assign(nc, kNaN);
+    res.used.assign(nc, false);
+    return res;
+}
 
-    std::vector<char> keep =
-        params.method == "ransac" ? ransac(d, colour, params) : clippedMean(d, colour, params);
+// The calibrators kept by outlier rejection and the weighted fit on them.
+struct KeptFit {
+    std::vector<char> keep;
     int nKeep = 0;
-    for (char k : keep)
-        nKeep += k != 0;
-    if (nKeep < params.minStars)
-        return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
-                    std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
-    WeightedFit f = fitWithIntrinsic(d, keep, colour);
-    if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
-    std::string colourNote;
-    if (colour && params.colourTermMinSignificance > 0.0 &&
-        !(std::fabs(f.model.ct) >= params.colourTermMinSignificance * f.model.ctErr)) {
-        // Not significant: the zero point alone, from the same candidates (outlier rejection redone).
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "; colour term %.4f +- %.4f not significant (< %g sigma): not applied",
-                      f.model.ct, f.model.ctErr, params.colourTermMinSignificance);
-        colourNote = buf;
-        colour = false;
-        keep = params.method == "ransac" ? ransac(d, false, params) : clippedMean(d, false, params);
-        nKeep = 0;
-        for (char k : keep)
-            nKeep += k != 0;
-        if (nKeep < params.minStars)
-            return fail("too few calibrators after outlier rejection: " + std::to_string(nKeep) + " of " +
-                        std::to_string(nc) + " kept, minStars = " + std::to_string(params.minStars));
-        f = fitWithIntrinsic(d, keep, false);
-        if (!f.model.ok) return fail("zero-point fit failed (singular normal equations)");
-    }
+    WeightedFit f;
+};
 
+// Rejects outliers with the configured method, then fits the kept calibrators; returns why that failed
+// (empty: it did not).
+std::string rejectAndFit(const Calib& d, bool colour, const ZeroPointParams& params, KeptFit& kept) {
+    kept.keep = params.method == "ransac" ? ransac(d, colour, params) : clippedMean(d, colour, params);
+    kept.nKeep = 0;
+    for (char k : kept.keep)
+        kept.nKeep += k != 0;
+    if (kept.nKeep < params.minStars)
+        return "too few calibrators after outlier rejection: " + std::to_string(kept.nKeep) + " of " +
+               std::to_string(d.size()) + " kept, minStars = " + std::to_string(params.minStars);
+    kept.f = fitWithIntrinsic(d, kept.keep, colour);
+    if (!kept.f.model.ok) return "zero-point fit failed (singular normal equations)";
+    return {};
+}
+
+// Whether a fitted colour term is below the required significance (then it is dropped).
+bool colourTermInsignificant(const Model& m, const ZeroPointParams& params) {
+    return params.colourTermMinSignificance > 0.0 &&
+           !(std::fabs(m.ct) >= params.colourTermMinSignificance * m.ctErr);
+}
+
+// The zero point and its errors: the formal one, the bootstrap spread, their max, and the shared error
+// added in quadrature.
+void setZeroPointErrors(ZeroPointResult& res, const Calib& d, const KeptFit& kept,
+                        const ZeroPointParams& params, double sharedMagErr, int threads) {
+    const WeightedFit& f = kept.f;
     res.zp = f.model.zp;
     res.zpErrFormal = f.model.zpErr;
     res.zpErrBootstrap =
-        bootstrapZpSpread(d, keep, f.model, f.sInt, params.bootstrap, params.seed, ctx.threadCount());
+        bootstrapZpSpread(d, kept.keep, f.model, f.sInt, params.bootstrap, params.seed, threads);
     res.zpErr =
         std::isfinite(res.zpErrBootstrap) ? std::max(res.zpErrFormal, res.zpErrBootstrap) : res.zpErrFormal;
     res.zpErrShared = sharedMagErr;
     res.zpErr = std::hypot(res.zpErr, sharedMagErr);
-    if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
-        char why[200];
-        std::snprintf(
-            why, sizeof why,
-            "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g",
-            res.zp, res.zpErr, nKeep, sharedMagErr, params.maxZpErr);
-        const ZeroPointResult failed = fail(why);
-        res = failed;
-        res.zp = kNaN;
-        return res;
-    }
+}
+
+// The refusal text for a zero point whose error exceeds maxZpErr.
+std::string zpErrTooLarge(const ZeroPointResult& res, int nKeep, double sharedMagErr, double maxZpErr) {
+    char why[200];
+    std::snprintf(
+        why, sizeof why,
+        "zero point %.4f +- %.4f from %d calibrators (shared error %.4f): error above maxZpErr %.4g", res.zp,
+        res.zpErr, nKeep, sharedMagErr, maxZpErr);
+    return why;
+}
+
+// The accepted fit's outputs: colour term, scatter terms, per-candidate residuals and use, the weighted RMS
+// of the used residuals and the calibrated limiting magnitude (at the used calibrators' median colour).
+void fillFitResult(ZeroPointResult& res, const Calib& d, const KeptFit& kept, bool colour) {
+    const WeightedFit& f = kept.f;
+    const std::size_t nc = d.size();
     res.colourTermFitted = colour;
     res.colourTerm = colour ? f.model.ct : 0.0;
     res.colourTermErr = colour ? f.model.ctErr : kNaN;
     res.intrinsicScatter = f.sInt;
     res.chi2dof = f.chi2dof;
-    res.nUsed = nKeep;
+    res.nUsed = kept.nKeep;
     res.residual.resize(nc);
     res.used.resize(nc);
     double sw = 0.0, swr2 = 0.0;
     std::vector<double> usedColours;
     for (std::size_t k = 0; k < nc; ++k) {
         res.residual[k] = residualOf(d, f.model, k);
-        res.used[k] = keep[k] != 0;
-        if (!keep[k]) continue;
+        res.used[k] = kept.keep[k] != 0;
+        if (!kept.keep[k]) continue;
         const double w = 1.0 / (d.var[k] + f.sInt * f.sInt);
         sw += w;
         swr2 += w * res.residual[k] * res.residual[k];
@@ -645,10 +666,72 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     }
     res.scatter = std::sqrt(swr2 / sw);
     res.limitingMag = res.limitingMagInst + res.zp + (colour ? res.colourTerm * median(usedColours) : 0.0);
+}
+
+} // namespace
+
+ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
+                             const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
+                             const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
+                             double sharedMagErr) {
+    validate(params);
+    checkInputSizes(magInst, magInstErr, flags, matches, sharedMagErr);
+    ZeroPointResult res;
+    res.chanceMatches = matches.chanceMatches;
+
+    // --- candidates ----------------------------------------------------------------------------------
+    const bool haveColour =
+        std::any_of(ref.color.begin(), ref.color.end(), [](double c) { return std::isfinite(c); });
+    bool colour = params.fitColourTerm && haveColour;
+    std::vector<std::int32_t> rows =
+        selectCandidates(magInst, magInstErr, flags, matches, ref, params, colour, res.sourceIndex);
+    if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
+    if (params.isolationArcsec > 0.0 && !rows.empty()) dropCrowded(ref, params, rows, res.sourceIndex);
+    ctx.checkCancelled();
+
+    const std::size_t nc = rows.size();
+    res.nCandidates = static_cast<int>(nc);
+    std::string note;
+    if (params.fitColourTerm && !haveColour) note = "; no reference colours: colour term not fitted";
+    if (colour && static_cast<int>(nc) < std::max(params.minStars, 3)) colour = false;
+    const Calib d = calibratorData(magInst, magInstErr, ref, rows, res.sourceIndex, colour);
+    res.limitingMagInst = limitingMagInstOf(magInst, magInstErr, flags, params.excludeFlags);
+
+    // --- refusals and the fit ------------------------------------------------------------------------
+    if (const std::string why = chanceProblem(matches, params.matchSigma); !why.empty())
+        return refuse(res, why, note, nc);
+    if (static_cast<int>(nc) < params.minStars)
+        return refuse(res,
+                      "too few calibrators: " + std::to_string(nc) + " passed the cuts (of " +
+                          std::to_string(matches.nMatched) +
+                          " matched sources), minStars = " + std::to_string(params.minStars),
+                      note, nc);
+    KeptFit kept;
+    if (const std::string why = rejectAndFit(d, colour, params, kept); !why.empty())
+        return refuse(res, why, note, nc);
+    std::string colourNote;
+    if (colour && colourTermInsignificant(kept.f.model, params)) {
+        // Not significant: the zero point alone, from the same candidates (outlier rejection redone).
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; colour term %.4f +- %.4f not significant (< %g sigma): not applied",
+                      kept.f.model.ct, kept.f.model.ctErr, params.colourTermMinSignificance);
+        colourNote = buf;
+        colour = false;
+        if (const std::string why = rejectAndFit(d, false, params, kept); !why.empty())
+            return refuse(res, why, note, nc);
+    }
+
+    setZeroPointErrors(res, d, kept, params, sharedMagErr, ctx.threadCount());
+    if (params.maxZpErr > 0.0 && !(res.zpErr <= params.maxZpErr)) {
+        refuse(res, zpErrTooLarge(res, kept.nKeep, sharedMagErr, params.maxZpErr), note, nc);
+        res.zp = kNaN;
+        return res;
+    }
+    fillFitResult(res, d, kept, colour);
     res.ok = true;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%d of %d calibrators (%s), scatter %.4f mag", nKeep, static_cast<int>(nc),
-                  params.method.c_str(), res.scatter);
+    std::snprintf(buf, sizeof buf, "%d of %d calibrators (%s), scatter %.4f mag", kept.nKeep,
+                  static_cast<int>(nc), params.method.c_str(), res.scatter);
     res.message = buf + note + colourNote;
     if (params.fitColourTerm && haveColour && !colour && colourNote.empty())
         res.message += "; too few coloured calibrators: no colour term";
