@@ -16,6 +16,7 @@
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/prepare_inputs.hpp"
 #include "core/util/errors.hpp"
 #include "ui/catalog_prep.hpp"
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/pipeline/reduce.hpp"
+#include "core/pipeline/prepare_inputs.hpp"
 #include "core/stages/prepare/prepare.hpp"
 #include "core/util/errors.hpp"
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/io/fits_image.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/prepare/masters.hpp"
@@ -350,28 +349,7 @@ PrepareResult applyOverscanAndTrim(Frame& frame, const PrepareParams& params, Ru
 
 // ---- masters ---------------------------------------------------------------------------------------
 
-namespace {
-
-CalibrationImage loadCalibration(const std::string& path) {
-    Frame f = readFrame(path);
-    CalibrationImage c;
-    c.pixels = std::move(f.pixels);
-    c.mask = std::move(f.mask);
-    // Saturation means nothing in a master; only non-finite / BLANK pixels are bad.
-    for (std::size_t i = 0; i < c.mask.pixelCount(); ++i) c.mask.data()[i] &= static_cast<std::uint8_t>(~MaskSaturated);
-    c.header = std::move(f.header);
-    c.path = path;
-    return c;
-}
-
-} // namespace
-
-PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark, const std::string& flat,
-                                const std::string& bpm, const PrepareParams& params) {
-    PrepareInputs in;
-    if (!bias.empty()) in.bias = loadCalibration(bias);
-    if (!dark.empty()) in.dark = loadCalibration(dark);
-    if (!flat.empty()) in.flat = loadCalibration(flat);
+void completePrepareInputs(PrepareInputs& in, const PrepareParams& params) {
     const CalibrationImage* ref = nullptr;
     for (const auto* m : {&in.bias, &in.dark, &in.flat}) {
         if (!*m) continue;
@@ -383,16 +361,8 @@ PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark
     }
     if (in.dark) {
         const auto t = in.dark->header.getDouble("EXPTIME");
-        if (!t || !(*t > 0.0)) throw InvalidInput(dark + ": a master dark needs a positive EXPTIME to be scaled");
-    }
-    if (!bpm.empty()) {
-        const Frame f = readFrame(bpm);
-        in.badPixels = Image<std::uint8_t>(f.width(), f.height(), 0);
-        for (std::size_t i = 0; i < f.pixels.pixelCount(); ++i) {
-            const float v = f.pixels.data()[i];
-            in.badPixels.data()[i] = (v != 0.0f || !std::isfinite(v)) ? 1 : 0;
-        }
-        in.badPixelPath = bpm;
+        if (!t || !(*t > 0.0))
+            throw InvalidInput(in.dark->path + ": a master dark needs a positive EXPTIME to be scaled");
     }
     if (params.autoBadPixels && (in.dark || in.flat)) {
         BadPixelParams bp;
@@ -409,12 +379,11 @@ PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark
         } else if (in.badPixels.width() == found.mask.width() && in.badPixels.height() == found.mask.height()) {
             for (std::size_t i = 0; i < found.mask.pixelCount(); ++i) in.badPixels.data()[i] |= found.mask.data()[i];
         } else {
-            throw InvalidInput(bpm + " is " + std::to_string(in.badPixels.width()) + "x" +
+            throw InvalidInput(in.badPixelPath + " is " + std::to_string(in.badPixels.width()) + "x" +
                                std::to_string(in.badPixels.height()) + " but " + ref->path + " is " +
                                std::to_string(ref->width()) + "x" + std::to_string(ref->height()));
         }
     }
-    return in;
 }
 
 // ---- the stage -------------------------------------------------------------------------------------

@@ -93,11 +93,11 @@ struct PrepareInputs {
     bool empty() const { return !bias && !dark && !flat && badPixels.empty(); }
 };
 
-// Reads the masters and the bad-pixel mask (empty paths: not used) and, when params.autoBadPixels, ORs
-// the hot pixels of the dark and the dead pixels of the flat into badPixels. Throws IoError /
-// InvalidInput naming the file (also when the masters disagree in size with each other).
-PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark, const std::string& flat,
-                                const std::string& bpm, const PrepareParams& params = {});
+// Completes masters that the caller has read (the stage opens no file: core/pipeline/prepare_inputs.hpp
+// reads them): checks that they agree in size with each other and that the dark has a positive EXPTIME,
+// and, when params.autoBadPixels, ORs the hot pixels of the dark and the dead pixels of the flat into
+// badPixels. Throws InvalidInput naming the file.
+void completePrepareInputs(PrepareInputs& in, const PrepareParams& params = {});
 
 struct PrepareResult {
     bool overscanApplied = false;
