@@ -1,16 +1,16 @@
 // Stage 2 on the GPU, its per-pixel front: background subtraction and pixel states (as `prepare` in
-// core/stages/detection/detection.cpp), the matched filter in the summation order of core/stages/detection/convolution.cpp,
-// the threshold test into a bit image (one bit per pixel) and the above-threshold runs in raster order
-// (per-row counts, a scan, one warp per row writing its runs: no atomics, deterministic). The separable
-// filters of 3-11 taps (FWHM 1-5 px) run as one kernel over tiles (frontTileKernel: subtraction, both
-// passes and the threshold, no intermediate image), in one launch over the frame when the images stay on
-// the device; other filters as two kernels (subtraction fused with the row pass, the column pass fused
-// with the threshold; GPUPHOT_DETECTION_FRONT_UNFUSED=1 selects them for every filter); the chunks of the
-// whole plan are queued without a host synchronisation and the runs come back in one download. In the whole
-// plan the filtered image and the states stay on the device and the per-object half runs there too
-// (detection_objects.cu, detection_finish.cu); the strips plan (and parameters the device half does not take)
-// download sub/det/state and run core's per-object half on the host. Either way the catalog is bitwise the
-// CPU one.
+// core/stages/detection/detection.cpp), the matched filter in the summation order of
+// core/stages/detection/convolution.cpp, the threshold test into a bit image (one bit per pixel) and the
+// above-threshold runs in raster order (per-row counts, a scan, one warp per row writing its runs: no
+// atomics, deterministic). The separable filters of 3-11 taps (FWHM 1-5 px) run as one kernel over tiles
+// (frontTileKernel: subtraction, both passes and the threshold, no intermediate image), in one launch over
+// the frame when the images stay on the device; other filters as two kernels (subtraction fused with the row
+// pass, the column pass fused with the threshold; GPUPHOT_DETECTION_FRONT_UNFUSED=1 selects them for every
+// filter); the chunks of the whole plan are queued without a host synchronisation and the runs come back in
+// one download. In the whole plan the filtered image and the states stay on the device and the per-object
+// half runs there too (detection_objects.cu, detection_finish.cu); the strips plan (and parameters the device
+// half does not take) download sub/det/state and run core's per-object half on the host. Either way the
+// catalog is bitwise the CPU one.
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
@@ -568,27 +568,18 @@ void checkLaunch(const char* what) {
         throw CudaError(std::string("detection: launching ") + what + ": " + cudaGetErrorString(e));
 }
 
-// The CPU stage's parameter checks; anything it would reject is handed to it (it throws the message).
+// The stage's own input check (detail::inputProblem: whatever fails it is handed to the CPU stage, which
+// throws the message), plus what only the device engine needs: lean background maps made on the device
+// from the mesh grid, and a filter kernel of odd width and height.
 bool acceptable(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                 const DetectionParams& p) {
-    if (image.empty()) return false;
-    if (bkg.hasFullMaps()) {
-        if (bkg.level.width() != image.width || bkg.level.height() != image.height) return false;
-        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height) return false;
-    } else { // lean maps: made on the device from the grid, the host half reads the sampler
+    if (!detail::inputProblem(image, mask, bkg, p).empty()) return false;
+    if (!bkg.hasFullMaps()) { // lean maps: made on the device from the grid, the host half reads the sampler
         if (!bkg.level.empty() || !bkg.rms.empty() || !bkg.sampler) return false;
-        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height) return false;
         if (!hasBackgroundGrid(bkg, image.width, image.height)) return false;
     }
-    if (!mask.empty() && (mask.width != image.width || mask.height != image.height)) return false;
-    if (!(p.threshold > 0.0) || !std::isfinite(p.threshold)) return false;
-    if (p.minArea < 1 || p.deblendLevels < 1 || p.deblendLevels > 1024) return false;
-    if (!(p.deblendContrast >= 0.0) || p.deblendContrast > 1.0 || p.deblendMaxChildren < 2) return false;
-    if (p.clean && !(p.cleanParam > 0.0)) return false;
-    if (!(p.gain >= 0.0)) return false;
     if (p.filter && !p.filterKernel.empty()) {
         const int kw = p.filterKernelWidth;
-        if (kw <= 0 || p.filterKernel.size() % kw != 0) return false;
         const int kh = static_cast<int>(p.filterKernel.size()) / kw;
         if (kw % 2 == 0 || kh % 2 == 0) return false;
     }
@@ -613,11 +604,11 @@ struct DetSetup {
     const BackgroundResult& bkg;
     const DetectionParams& p;
     int W, H;
-    std::vector<float> k; // filter taps (empty: no filter)
-    int kw = 0, kh = 0;   // kh = 0: separable (k both ways)
-    int halo = 0;         // filter half-height
-    int threads = 256;    // a multiple of 32
-    bool fused = false;   // frontTileKernel (a separable filter of 3..11 taps)
+    std::vector<float> k;      // filter taps (empty: no filter)
+    int kw = 0, kh = 0;        // kh = 0: separable (k both ways)
+    int halo = 0;              // filter half-height
+    int threads = 256;         // a multiple of 32
+    bool fused = false;        // frontTileKernel (a separable filter of 3..11 taps)
     int fusedRows = kTileRows; // frontTileKernel's tile rows (GPUPHOT_DETECTION_TILE_ROWS=32: experiments)
     KernelClock* clock = nullptr;
 };
@@ -630,13 +621,7 @@ DetSetup makeSetup(const ImageView& image, const MaskView& mask, const Backgroun
     s.clock = &clock;
     if (p.filter) {
         if (!p.filterKernel.empty()) {
-            s.k = p.filterKernel;
-            double sum = 0.0;
-            for (float v : s.k)
-                sum += v;
-            if (sum != 0.0)
-                for (float& v : s.k)
-                    v = static_cast<float>(v / sum);
+            s.k = normalisedKernel(p.filterKernel);
             s.kw = p.filterKernelWidth;
             s.kh = static_cast<int>(s.k.size()) / s.kw;
             s.halo = s.kh / 2;

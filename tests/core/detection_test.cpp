@@ -15,6 +15,7 @@
 #include "core/stages/background/background.hpp"
 #include "core/stages/detection/convolution.hpp"
 #include "core/stages/detection/detection.hpp"
+#include "core/stages/detection/detection_internal.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
@@ -567,6 +568,28 @@ TEST(DetectionErrors, InconsistentInputsThrow) {
     EXPECT_THROW(run(img, p), InvalidInput);
     p.windowMaxSigma = 0.0; // no ceiling
     EXPECT_NO_THROW(run(img, p));
+}
+
+// The one input check both engines use (the CUDA engine hands what fails it to the CPU stage): empty for
+// inputs the stage takes, else the message detectSources throws.
+TEST(DetectionErrors, InputProblemIsTheMessageTheStageThrows) {
+    Image<float> img(16, 16, 0.0f);
+    const BackgroundResult bkg = constantBackground(16, 16, 0.0f, 1.0f);
+    EXPECT_EQ(detail::inputProblem(img.view(), {}, bkg, DetectionParams{}), "");
+    DetectionParams p;
+    p.windowMaxSigma = 0.2; // below windowMinSigma
+    const std::string why = detail::inputProblem(img.view(), {}, bkg, p);
+    EXPECT_NE(why.find("windowMaxSigma"), std::string::npos) << why;
+    RunContext ctx;
+    try {
+        detectSources(img.view(), {}, bkg, p, ctx);
+        ADD_FAILURE() << "no exception";
+    } catch (const InvalidInput& e) {
+        EXPECT_EQ(std::string(e.what()), why);
+    }
+    const BackgroundResult narrow = constantBackground(8, 16, 0.0f, 1.0f);
+    EXPECT_NE(detail::inputProblem(img.view(), {}, narrow, DetectionParams{}).find("background level map is 8x16"),
+              std::string::npos);
 }
 
 } // namespace

@@ -25,6 +25,16 @@ std::vector<float> gaussianKernel1d(double fwhm, int halfWidth) {
     return out;
 }
 
+std::vector<float> normalisedKernel(std::vector<float> kernel) {
+    double sum = 0.0;
+    for (float v : kernel)
+        sum += v;
+    if (sum != 0.0)
+        for (float& v : kernel)
+            v = static_cast<float>(v / sum);
+    return kernel;
+}
+
 std::vector<float> outerProductKernel(const std::vector<float>& k) {
     const std::size_t n = k.size();
     std::vector<float> out(n * n);

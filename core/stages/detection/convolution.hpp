@@ -16,6 +16,10 @@ namespace gpuphot {
 // gauss_3.0_7x7.conv), normalised to a sum of 1. Throws InvalidInput for fwhm <= 0 or non-finite.
 std::vector<float> gaussianKernel1d(double fwhm, int halfWidth = 0);
 
+// A supplied kernel (FILTER_NAME) scaled to a sum of 1: the sum in double, each tap divided by it and
+// rounded to float; a kernel that sums to 0 is kept as given. The taps both engines filter with.
+std::vector<float> normalisedKernel(std::vector<float> kernel);
+
 // The normalised 2-D kernel equal to the outer product of kernel1d with itself (row-major, n x n).
 std::vector<float> outerProductKernel(const std::vector<float>& kernel1d);
 

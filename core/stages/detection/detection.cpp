@@ -67,51 +67,54 @@ void from_json(const nlohmann::json& j, DetectionParams& p) {
     p.windowTolerance = j.value("windowTolerance", d.windowTolerance);
 }
 
+std::string detail::inputProblem(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                 const DetectionParams& p) {
+    auto sizeOf = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
+    const std::string size = sizeOf(image.width, image.height);
+    if (image.empty()) return "detection: the image is empty";
+    if (!bkg.hasFullMaps() && bkg.level.empty() && bkg.rms.empty() && bkg.sampler) {
+        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height)
+            return "detection: background is " + sizeOf(bkg.sampler->width(), bkg.sampler->height()) +
+                   ", the image " + size;
+    } else {
+        if (bkg.level.width() != image.width || bkg.level.height() != image.height)
+            return "detection: background level map is " + sizeOf(bkg.level.width(), bkg.level.height()) +
+                   ", the image " + size;
+        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height)
+            return "detection: background rms map is " + sizeOf(bkg.rms.width(), bkg.rms.height()) +
+                   ", the image " + size;
+    }
+    if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
+        return "detection: mask is " + sizeOf(mask.width, mask.height) + ", the image " + size;
+    if (!(p.threshold > 0.0) || !std::isfinite(p.threshold))
+        return "detection: threshold must be positive (got " + std::to_string(p.threshold) + ")";
+    if (p.minArea < 1) return "detection: minArea must be >= 1 (got " + std::to_string(p.minArea) + ")";
+    if (p.deblendLevels < 1 || p.deblendLevels > 1024)
+        return "detection: deblendLevels must be in 1..1024 (got " + std::to_string(p.deblendLevels) + ")";
+    if (!(p.deblendContrast >= 0.0) || p.deblendContrast > 1.0)
+        return "detection: deblendContrast must be in [0, 1] (got " + std::to_string(p.deblendContrast) + ")";
+    if (p.deblendMaxChildren < 2) return "detection: deblendMaxChildren must be >= 2";
+    if (!(p.windowMaxSigma >= 0.0) || (p.windowMaxSigma > 0.0 && p.windowMaxSigma < p.windowMinSigma))
+        return "detection: windowMaxSigma must be 0 (no ceiling) or >= windowMinSigma (got " +
+               std::to_string(p.windowMaxSigma) + ")";
+    if (p.clean && !(p.cleanParam > 0.0)) return "detection: cleanParam must be positive";
+    if (!(p.gain >= 0.0)) return "detection: gain must be >= 0 (0: no Poisson term)";
+    if (p.filter && !p.filterKernel.empty()) {
+        if (p.filterKernelWidth <= 0 || p.filterKernel.size() % p.filterKernelWidth != 0)
+            return "detection: filterKernel size " + std::to_string(p.filterKernel.size()) +
+                   " is not a multiple of filterKernelWidth " + std::to_string(p.filterKernelWidth);
+    }
+    return {};
+}
+
 namespace {
 
 using detail::Run;
 
 void validate(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
               const DetectionParams& p) {
-    auto sizeOf = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
-    const std::string size = sizeOf(image.width, image.height);
-    if (image.empty()) throw InvalidInput("detection: the image is empty");
-    if (!bkg.hasFullMaps() && bkg.level.empty() && bkg.rms.empty() && bkg.sampler) {
-        if (bkg.sampler->width() != image.width || bkg.sampler->height() != image.height)
-            throw InvalidInput("detection: background is " +
-                               sizeOf(bkg.sampler->width(), bkg.sampler->height()) + ", the image " + size);
-    } else {
-        if (bkg.level.width() != image.width || bkg.level.height() != image.height)
-            throw InvalidInput("detection: background level map is " +
-                               sizeOf(bkg.level.width(), bkg.level.height()) + ", the image " + size);
-        if (bkg.rms.width() != image.width || bkg.rms.height() != image.height)
-            throw InvalidInput("detection: background rms map is " +
-                               sizeOf(bkg.rms.width(), bkg.rms.height()) + ", the image " + size);
-    }
-    if (!mask.empty() && (mask.width != image.width || mask.height != image.height))
-        throw InvalidInput("detection: mask is " + sizeOf(mask.width, mask.height) + ", the image " + size);
-    if (!(p.threshold > 0.0) || !std::isfinite(p.threshold))
-        throw InvalidInput("detection: threshold must be positive (got " + std::to_string(p.threshold) + ")");
-    if (p.minArea < 1)
-        throw InvalidInput("detection: minArea must be >= 1 (got " + std::to_string(p.minArea) + ")");
-    if (p.deblendLevels < 1 || p.deblendLevels > 1024)
-        throw InvalidInput("detection: deblendLevels must be in 1..1024 (got " +
-                           std::to_string(p.deblendLevels) + ")");
-    if (!(p.deblendContrast >= 0.0) || p.deblendContrast > 1.0)
-        throw InvalidInput("detection: deblendContrast must be in [0, 1] (got " +
-                           std::to_string(p.deblendContrast) + ")");
-    if (p.deblendMaxChildren < 2) throw InvalidInput("detection: deblendMaxChildren must be >= 2");
-    if (!(p.windowMaxSigma >= 0.0) || (p.windowMaxSigma > 0.0 && p.windowMaxSigma < p.windowMinSigma))
-        throw InvalidInput("detection: windowMaxSigma must be 0 (no ceiling) or >= windowMinSigma (got " +
-                           std::to_string(p.windowMaxSigma) + ")");
-    if (p.clean && !(p.cleanParam > 0.0)) throw InvalidInput("detection: cleanParam must be positive");
-    if (!(p.gain >= 0.0)) throw InvalidInput("detection: gain must be >= 0 (0: no Poisson term)");
-    if (p.filter && !p.filterKernel.empty()) {
-        if (p.filterKernelWidth <= 0 || p.filterKernel.size() % p.filterKernelWidth != 0)
-            throw InvalidInput("detection: filterKernel size " + std::to_string(p.filterKernel.size()) +
-                               " is not a multiple of filterKernelWidth " +
-                               std::to_string(p.filterKernelWidth));
-    }
+    const std::string why = detail::inputProblem(image, mask, bkg, p);
+    if (!why.empty()) throw InvalidInput(why);
 }
 
 // Background-subtracted pixels and per-pixel state of one row.
@@ -162,7 +165,11 @@ inline void prepareRow(const PrepareInputs& in, int y, float* out, std::uint8_t*
 
 PrepareInputs prepareInputs(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                             const DetectionParams& p) {
-    return {&image, &mask, &bkg, std::isfinite(p.saturationLevel), static_cast<float>(p.saturationLevel),
+    return {&image,
+            &mask,
+            &bkg,
+            std::isfinite(p.saturationLevel),
+            static_cast<float>(p.saturationLevel),
             bkg.hasFullMaps() ? nullptr : bkg.sampler.get()};
 }
 
@@ -405,13 +412,7 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
     const bool kernel2d = p.filter && !p.filterKernel.empty();
     if (kernel2d) {
         prepare(image, mask, bkg, p, sub, state, threads);
-        std::vector<float> k = p.filterKernel;
-        double sum = 0.0;
-        for (float v : k)
-            sum += v;
-        if (sum != 0.0)
-            for (float& v : k)
-                v = static_cast<float>(v / sum);
+        const std::vector<float> k = normalisedKernel(p.filterKernel);
         const int kw = p.filterKernelWidth;
         convolve2d(sub.view(), k, kw, static_cast<int>(k.size()) / kw, filtered, threads);
     } else {
@@ -425,8 +426,10 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
     im.height = h;
     im.sub = sub.view();
     im.det = p.filter ? filtered.view() : sub.view();
-    if (!bkg.rms.empty()) im.rms = bkg.rms.view();
-    else im.rmsSampler = bkg.sampler.get();
+    if (!bkg.rms.empty())
+        im.rms = bkg.rms.view();
+    else
+        im.rmsSampler = bkg.sampler.get();
     im.state = state.view();
     // The filtered image is read by deblending, measurement and cleaning only: freed before the
     // segmentation map is made.
@@ -439,7 +442,7 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
 } // namespace detail
 
 DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                              const DetectionParams& p, RunContext& ctx) {
+                                   const DetectionParams& p, RunContext& ctx) {
     validate(image, mask, bkg, p);
     // 1. Background subtraction, pixel states, matched filter, thresholding.
     detail::PreparedDetection prep;
@@ -516,9 +519,10 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
         std::size_t nRuns = 0;
         for (const Object& o : result.objects)
             nRuns += o.runs.size();
-        std::fprintf(stderr, "detection timing: %zu roots (%zu with >= 2 peaks), %zu objects after deblending, "
-                     "%zu kept, %zu runs\n", result.nBeforeDeblend, nMultiPeak, result.nDeblended,
-                     result.objects.size(), nRuns);
+        std::fprintf(stderr,
+                     "detection timing: %zu roots (%zu with >= 2 peaks), %zu objects after deblending, "
+                     "%zu kept, %zu runs\n",
+                     result.nBeforeDeblend, nMultiPeak, result.nDeblended, result.objects.size(), nRuns);
     }
     return result;
 }
@@ -552,8 +556,8 @@ RootRuns labelRoots(const std::vector<Run>& runs, int minArea) {
     return out;
 }
 
-void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const std::vector<std::int32_t>& target,
-                DetectedObjects& result) {
+void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso,
+                const std::vector<std::int32_t>& target, DetectedObjects& result) {
     const auto nObj = static_cast<std::int64_t>(objects.size());
     if (!target.empty()) {
         std::vector<char> grown(objects.size(), 0);
@@ -588,8 +592,8 @@ void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const 
     result.iso = std::move(iso);
 }
 
-void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
-                     DetectionResult& result) {
+void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p,
+                     RunContext& ctx, DetectionResult& result) {
     StepTimer timer; // GPUPHOT_DETECTION_TIMING: the host times of the steps below on stderr
     const int threads = ctx.threadCount();
     const int w = im.width, h = im.height;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -26,6 +27,12 @@ class RunContext;
 }
 
 namespace gpuphot::detail {
+
+// Empty when the detection stage takes these inputs, else the InvalidInput message it throws (image,
+// mask and background sizes, every parameter's range). The one check of both engines: the CUDA engine
+// hands whatever fails it to the CPU stage, which throws.
+std::string inputProblem(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                         const DetectionParams& p);
 
 // Step times of the detection stage on stderr when its timing is on (tuning detection.timing, a development
 // aid: "detection timing: <step> <ms> ms"), measured from the previous lap.
@@ -159,7 +166,8 @@ struct IsoSums {
     std::int32_t xMin = 0, xMax = 0, yMin = 0, yMax = 0;
     std::uint8_t stateOr = 0;
 };
-IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p);
+IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im,
+                            const DetectionParams& p);
 IsoMeasure finishIsophotal(const IsoSums& sums, int width, int height);
 
 // Windowed centroid (XWIN/YWIN) and its error.
@@ -211,8 +219,8 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
                               RunContext& ctx);
 // The last part of detectObjects: objects[i] with target[i] >= 0 (cleanTargets) merged into
 // objects[target[i]] (flux, area, extent, flags added; runs re-sorted), then removed; fills `out`.
-void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso, const std::vector<std::int32_t>& target,
-                DetectedObjects& out);
+void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso,
+                const std::vector<std::int32_t>& target, DetectedObjects& out);
 // CLEAN's merge of the measurement v of a CLEANed object into the kept object's e (applyClean): as
 // SExtractor, e takes v's flux, area and extent but keeps its own position and shape.
 inline void cleanMerge(IsoMeasure& e, const IsoMeasure& v) {
@@ -356,8 +364,8 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
                       const DetectionParams& p, int threads, PreparedDetection& out);
 // Steps 5-6: final order (first pixel in raster order), segmentation map, windowed positions, the Sources
 // columns. Frees im.releasableDet first.
-void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p, RunContext& ctx,
-                     DetectionResult& result);
+void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p,
+                     RunContext& ctx, DetectionResult& result);
 
 // The per-object half of detection, shared by the CPU and CUDA backends: labels the above-threshold runs
 // (raster order), applies the minimum area, deblends, measures, cleans and fills the result. `im` must
