@@ -8,6 +8,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "core/io/fits_image.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot::fuzz {
@@ -33,6 +34,18 @@ template <class Fn> void expectTypedErrorsOnly(Fn&& fn) {
         fn();
     } catch (const gpuphot::Error&) {
     }
+}
+
+// readFrame under expectTypedErrorsOnly, then a read of the last pixel and mask byte, so that a buffer
+// shorter than the frame says it is would be reported by ASan.
+inline void readFrameAndTouch(const std::string& path) {
+    expectTypedErrorsOnly([&] {
+        const Frame f = readFrame(path);
+        volatile float sink = 0.0f;
+        if (!f.pixels.empty()) sink = f.pixels.data()[f.pixels.pixelCount() - 1];
+        if (!f.mask.empty()) sink = sink + static_cast<float>(f.mask.data()[f.mask.pixelCount() - 1]);
+        (void)sink;
+    });
 }
 
 } // namespace gpuphot::fuzz

@@ -159,11 +159,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string file = buildFile(p, tiles);
     const std::string path =
         fuzz::writeScratch(reinterpret_cast<const std::uint8_t*>(file.data()), file.size(), ".fits.fz");
-    fuzz::expectTypedErrorsOnly([&] {
-        const Frame f = readFrame(path);
-        volatile float sink = 0.0f;
-        if (!f.pixels.empty()) sink = f.pixels.data()[f.pixels.pixelCount() - 1];
-        (void)sink;
-    });
+    fuzz::readFrameAndTouch(path);
     return 0;
 }

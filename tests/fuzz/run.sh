@@ -61,13 +61,13 @@ for t in "${TARGETS[@]}"; do
     if [ "${FUZZ_RUNS:-}" = default ]; then
         # 30-60 s each at the rates of a 2-core machine
         case $t in
-            fuzz_fits_reader) extra+=(-runs=10000) ;;
+            fuzz_fits_reader) extra+=(-runs=7000) ;;
             fuzz_header_wcs) extra+=(-runs=18000) ;;
             fuzz_refcat) extra+=(-runs=150000) ;;
             fuzz_config) extra+=(-runs=75000) ;;
             fuzz_tile_image) extra+=(-runs=60000) ;;
             fuzz_gzip_fits) extra+=(-runs=10000) ;;
-            fuzz_targets) extra+=(-runs=150000) ;;
+            fuzz_targets) extra+=(-runs=30000) ;;
             fuzz_sextractor) extra+=(-runs=200000) ;;
             fuzz_results_db) extra+=(-runs=50000) ;;
         esac
