@@ -13,6 +13,7 @@
 
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background/background.hpp"
+#include "core/stages/background/mesh_histogram.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
@@ -20,14 +21,7 @@
 namespace gpuphot::cuda {
 namespace {
 
-constexpr int kMaxLevels = 4096;
-constexpr double kHistoSigmas = 5.0;
-constexpr double kModePixels = 4.0;
-constexpr double kClipSigmas = 3.0;
-constexpr double kModeFallback = 0.3;
-constexpr int kMaxClipRounds = 100;
-constexpr double kClipConvergence = 1e-4;
-constexpr double kPi = 3.14159265358979323846; // M_PI
+using bkgmath::kMaxLevels;
 
 struct MeshOut {
     float level;
@@ -38,8 +32,8 @@ struct MeshOut {
 struct MeshShared {
     double sum, sum2, mean, sigma;
     long long n;
-    float lcut, hcut, qscale, qzero, cste;
-    int nlevels;
+    float lcut, hcut;
+    bkgmath::HistoScale q;
     int bad;
 };
 
@@ -128,14 +122,7 @@ __global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, cons
             const double mean = sum / static_cast<double>(n);
             const double var = sum2 / static_cast<double>(n) - mean * mean;
             const double sigma = var > 0.0 ? sqrt(var) : 0.0;
-            const double step = sqrt(2.0 / kPi) * kHistoSigmas / kModePixels;
-            const int nlevels = static_cast<int>(fmin(step * static_cast<double>(n) + 1.0, double(kMaxLevels)));
-            const float qscale = sigma > 0.0 ? static_cast<float>(2.0 * kHistoSigmas * sigma / nlevels) : 1.0f;
-            const float qzero = static_cast<float>(mean - kHistoSigmas * sigma);
-            m.nlevels = nlevels;
-            m.qscale = qscale;
-            m.qzero = qzero;
-            m.cste = static_cast<float>(0.499999 - static_cast<double>(qzero / qscale));
+            m.q = bkgmath::histoScale(mean, sigma, n);
         }
     }
     __syncthreads();
@@ -145,11 +132,11 @@ __global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, cons
     }
 
     // Histogram of all valid pixels (integer counts: order independent).
-    const int nlevels = m.nlevels;
+    const int nlevels = m.q.nlevels;
     for (int i = threadIdx.x; i <= nlevels; i += blockDim.x)
         histo[i] = 0;
     __syncthreads();
-    const float qscale = m.qscale, cste = m.cste, flevels = static_cast<float>(nlevels);
+    const float qscale = m.q.qscale, cste = m.q.cste, flevels = static_cast<float>(nlevels);
     const int npix = w * h;
     for (int i = threadIdx.x; i < npix; i += blockDim.x) {
         const int y = i / w, x = i - y * w;
@@ -162,55 +149,9 @@ __global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, cons
     __syncthreads();
     if (threadIdx.x != 0) return;
 
-    // Iterative clipping of the histogram, as the CPU (one thread: the loop is sequential).
-    const int top = nlevels - 1;
-    int lo = 0, hi = top;
-    double sig = 10.0 * top, sig1 = 1.0, mea = 0.0, med = 0.0;
-    for (int round = 0; round < kMaxClipRounds; ++round) {
-        if (round > 0 && !(sig >= 0.1 && fabs(sig / sig1 - 1.0) > kClipConvergence)) break;
-        sig1 = sig;
-        long long lowSum = 0, highSum = 0, total = 0, m1 = 0, m2 = 0;
-        int a = lo, b = hi;
-        for (int i = lo; i <= hi; ++i) {
-            if (lowSum < highSum)
-                lowSum += histo[a++];
-            else
-                highSum += histo[b--];
-            const long long c = histo[i];
-            total += c;
-            m1 += c * i;
-            m2 += c * i * i;
-        }
-        if (b >= 0) {
-            const long long denom = max(histo[a], histo[b]);
-            med = b + 0.5 + (denom > 0 ? static_cast<double>(highSum - lowSum) / (2.0 * denom) : 0.0);
-        } else {
-            med = 0.0;
-        }
-        mea = 0.0;
-        sig = 0.0;
-        if (total > 0) {
-            mea = static_cast<double>(m1) / static_cast<double>(total);
-            sig = static_cast<double>(m2) / static_cast<double>(total) - mea * mea;
-        }
-        sig = sig > 0.0 ? sqrt(sig) : 0.0;
-        const double l = med - kClipSigmas * sig;
-        const double u = med + kClipSigmas * sig;
-        lo = l > 0.0 ? static_cast<int>(l + 0.5) : 0;
-        hi = u < top ? (u > 0.0 ? static_cast<int>(u + 0.5) : static_cast<int>(u - 0.5)) : top;
-        if (hi < -1) hi = -1;
-    }
-    const float qzero = m.qzero;
-    double mode;
-    if (sig > 0.0) {
-        if (fabs((mea - med) / sig) < kModeFallback)
-            mode = qzero + (2.5 * med - 1.5 * mea) * qscale;
-        else
-            mode = qzero + med * qscale;
-    } else {
-        mode = qzero + mea * qscale;
-    }
-    out[mi] = {static_cast<float>(mode), static_cast<float>(sig * qscale), 0};
+    // Clipping of the histogram and the mode, as the CPU (one thread: the loop is sequential).
+    const bkgmath::MeshMode mode = bkgmath::clipHistogram(histo, m.q);
+    out[mi] = {mode.level, mode.rms, 0};
 }
 
 // One block per image row: node values of the row in shared memory (double arithmetic rounded to float),

@@ -8,21 +8,15 @@
 #include <string>
 #include <vector>
 
-
 #include "core/pipeline/run_context.hpp"
+#include "core/stages/background/mesh_histogram.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/parallel.hpp"
 
 namespace gpuphot {
 namespace {
 
-constexpr int kMaxLevels = 4096;      // SExtractor QUANTIF_NMAXLEVELS
-constexpr double kHistoSigmas = 5.0;  // SExtractor QUANTIF_NSIGMA: histogram spans mean +- 5 sigma
-constexpr double kModePixels = 4.0;   // SExtractor QUANTIF_AMIN: pixels per bin at the mode
-constexpr double kClipSigmas = 3.0;   // clipping of the histogram around its median
-constexpr double kModeFallback = 0.3; // |mean - median| / sigma beyond which the median replaces the mode
-constexpr int kMaxClipRounds = 100;
-constexpr double kClipConvergence = 1e-4;
+using bkgmath::kMaxLevels;
 
 // One mesh: what it gave.
 using MeshValue = detail::MeshStat;
@@ -124,71 +118,18 @@ MeshValue meshStatistics(const ImageView& img, const MaskView& mask, const Image
     var = sum2 / static_cast<double>(n) - mean * mean;
     sigma = var > 0.0 ? std::sqrt(var) : 0.0;
 
-    // Histogram over mean +- 5 sigma, about kModePixels pixels per bin at the peak of a Gaussian.
-    const double step = std::sqrt(2.0 / M_PI) * kHistoSigmas / kModePixels;
-    const int nlevels = static_cast<int>(std::min(step * static_cast<double>(n) + 1.0, double(kMaxLevels)));
-    const float qscale = sigma > 0.0 ? static_cast<float>(2.0 * kHistoSigmas * sigma / nlevels) : 1.0f;
-    const float qzero = static_cast<float>(mean - kHistoSigmas * sigma);
-    const float cste = static_cast<float>(0.499999 - static_cast<double>(qzero / qscale));
+    // Histogram over mean +- 5 sigma (bkgmath, shared with the CUDA kernel), then its clipping and mode.
+    const bkgmath::HistoScale q = bkgmath::histoScale(mean, sigma, n);
     std::int64_t* histo = s.histo.data();
-    std::fill(histo, histo + nlevels + 1, 0);
-    const float flevels = static_cast<float>(nlevels);
+    std::fill(histo, histo + q.nlevels + 1, 0);
+    const float flevels = static_cast<float>(q.nlevels);
     for (int i = 0; i < nValid; ++i) {
-        const float t = s.values[i] / qscale + cste;
+        const float t = s.values[i] / q.qscale + q.cste;
         if (t > -1.0f && t < flevels) ++histo[static_cast<int>(t)];
     }
-
-    // Iterative clipping of the histogram (moments summed as integers: exact, order independent).
-    const int top = nlevels - 1;
-    int lo = 0, hi = top;
-    double sig = 10.0 * top, sig1 = 1.0, mea = 0.0, med = 0.0;
-    for (int round = 0; round < kMaxClipRounds; ++round) {
-        if (round > 0 && !(sig >= 0.1 && std::fabs(sig / sig1 - 1.0) > kClipConvergence)) break;
-        sig1 = sig;
-        // Median: fill from both ends, the lighter side taking the next bin (ties to the top side).
-        std::int64_t lowSum = 0, highSum = 0, total = 0, m1 = 0, m2 = 0; // exact integer moments
-        int a = lo, b = hi;
-        for (int i = lo; i <= hi; ++i) {
-            if (lowSum < highSum)
-                lowSum += histo[a++];
-            else
-                highSum += histo[b--];
-            const std::int64_t c = histo[i];
-            total += c;
-            m1 += c * i;
-            m2 += c * i * i;
-        }
-        if (b >= 0) {
-            // The low side holds bins lo..b, the high side b+1..hi: the median lies near the edge b + 0.5.
-            const std::int64_t denom = std::max(histo[a], histo[b]);
-            med = b + 0.5 + (denom > 0 ? static_cast<double>(highSum - lowSum) / (2.0 * denom) : 0.0);
-        } else {
-            med = 0.0;
-        }
-        mea = 0.0;
-        sig = 0.0;
-        if (total > 0) {
-            mea = static_cast<double>(m1) / static_cast<double>(total);
-            sig = static_cast<double>(m2) / static_cast<double>(total) - mea * mea;
-        }
-        sig = sig > 0.0 ? std::sqrt(sig) : 0.0;
-        const double l = med - kClipSigmas * sig;
-        const double u = med + kClipSigmas * sig;
-        lo = l > 0.0 ? static_cast<int>(l + 0.5) : 0;
-        hi = u < top ? (u > 0.0 ? static_cast<int>(u + 0.5) : static_cast<int>(u - 0.5)) : top;
-        if (hi < -1) hi = -1;
-    }
-    double mode;
-    if (sig > 0.0) {
-        if (std::fabs((mea - med) / sig) < kModeFallback)
-            mode = qzero + (2.5 * med - 1.5 * mea) * qscale;
-        else
-            mode = qzero + med * qscale;
-    } else {
-        mode = qzero + mea * qscale;
-    }
-    out.level = static_cast<float>(mode);
-    out.rms = static_cast<float>(sig * qscale);
+    const bkgmath::MeshMode mode = bkgmath::clipHistogram(histo, q);
+    out.level = mode.level;
+    out.rms = mode.rms;
     return out;
 }
 
@@ -534,8 +475,12 @@ void BackgroundSampler::row(int y, float* level, float* rms) const {
     if (rms) rowOf(m_rmsN, m_rmsD, y, rms);
 }
 
-float sampledLevel(const BackgroundSampler* sampler, int x, int y) { return sampler->levelAt(x, y); }
-float sampledRms(const BackgroundSampler* sampler, int x, int y) { return sampler->rmsAt(x, y); }
+float sampledLevel(const BackgroundSampler* sampler, int x, int y) {
+    return sampler->levelAt(x, y);
+}
+float sampledRms(const BackgroundSampler* sampler, int x, int y) {
+    return sampler->rmsAt(x, y);
+}
 
 void materializeBackgroundMaps(BackgroundResult& bkg, RunContext& ctx) {
     const BackgroundSpline sp = makeBackgroundSpline(bkg);
@@ -590,8 +535,8 @@ const ImageViewT<std::int32_t>* detail::validateBackgroundInputs(const ImageView
 }
 
 BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView& mask,
-                                    const BackgroundParams& params, RunContext& ctx,
-                                    const ImageViewT<std::int32_t>* sourceMask) {
+                                         const BackgroundParams& params, RunContext& ctx,
+                                         const ImageViewT<std::int32_t>* sourceMask) {
     sourceMask = detail::validateBackgroundInputs(image, mask, params, sourceMask);
     const int bw = params.meshW(), bh = params.meshH();
 
