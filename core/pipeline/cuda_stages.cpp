@@ -124,49 +124,4 @@ void settleRawUpload(RunContext& ctx, bool pixelsChanged, bool maskChanged) {
         table().settleRawUpload(pixelsChanged, maskChanged, ctx);
 }
 
-BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask, const BackgroundParams& params,
-                                    RunContext& ctx, const ImageViewT<std::int32_t>* sourceMask) {
-    if (useCuda(ctx) && table().background) return table().background(image, mask, params, ctx, sourceMask);
-    return cpu::estimateBackground(image, mask, params, ctx, sourceMask);
-}
-
-DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                              const DetectionParams& params, RunContext& ctx) {
-    if (useCuda(ctx) && table().detection) return table().detection(image, mask, bkg, params, ctx);
-    return cpu::detectSources(image, mask, bkg, params, ctx);
-}
-
-PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
-    if (useCuda(ctx) && table().psf) return table().psf(image, mask, bkg, sources, gain, params, ctx);
-    return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
-}
-
-ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
-                                double fwhm, double gain, double readNoise, const ApertureParams& params,
-                                RunContext& ctx) {
-    if (useCuda(ctx) && table().aperture)
-        return table().aperture(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
-    return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
-}
-
-ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
-                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
-                                double gain, double readNoise, const ApertureParams& params, RunContext& ctx) {
-    if (useCuda(ctx) && table().apertureMap)
-        return table().apertureMap(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params,
-                                   ctx);
-    const ImageViewT<std::int32_t> seg =
-        segmentation.empty() ? ImageViewT<std::int32_t>{} : segmentation.view();
-    return cpu::measureApertures(image, mask, bkg, seg, sources, fwhm, gain, readNoise, params, ctx);
-}
-
-CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
-                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
-                            RunContext& ctx) {
-    if (useCuda(ctx) && table().crossmatch) return table().crossmatch(x, y, width, height, ref, wcs, params, ctx);
-    return cpu::crossmatch(x, y, width, height, ref, wcs, params, ctx);
-}
-
 } // namespace gpuphot

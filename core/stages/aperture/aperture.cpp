@@ -17,7 +17,9 @@
 #include <omp.h>
 
 #include "core/model/flags.hpp"
+#include "core/model/segmentation_map.hpp"
 #include "core/model/sources.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture/aperture_internal.hpp"
 #include "core/stages/aperture/aperture_overlap.hpp"
@@ -1659,6 +1661,30 @@ void from_json(const nlohmann::json& j, ApertureParams& p) {
     get("cogStep", p.cogStep);
     if (j.contains("saturation"))
         p.saturation = j.at("saturation").is_null() ? kInf : j.at("saturation").get<double>();
+}
+
+// The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
+// (core/pipeline/cuda_stages.hpp), else the CPU engine.
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const ImageViewT<std::int32_t>& segmentation, const Sources& sources,
+                                double fwhm, double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && cudaStages().aperture)
+        return cudaStages().aperture(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params,
+                                     ctx);
+    return cpu::measureApertures(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx);
+}
+
+ApertureResult measureApertures(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                const SegmentationMap& segmentation, const Sources& sources, double fwhm,
+                                double gain, double readNoise, const ApertureParams& params,
+                                RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && cudaStages().apertureMap)
+        return cudaStages().apertureMap(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise,
+                                        params, ctx);
+    const ImageViewT<std::int32_t> seg =
+        segmentation.empty() ? ImageViewT<std::int32_t>{} : segmentation.view();
+    return cpu::measureApertures(image, mask, bkg, seg, sources, fwhm, gain, readNoise, params, ctx);
 }
 
 } // namespace gpuphot

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background/mesh_histogram.hpp"
 #include "core/util/errors.hpp"
@@ -596,6 +597,16 @@ BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView&
                         [&](double f) { ctx.report("background", 0.5 + 0.5 * f); });
     }
     return res;
+}
+
+// The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
+// (core/pipeline/cuda_stages.hpp), else the CPU engine.
+BackgroundResult estimateBackground(const ImageView& image, const MaskView& mask,
+                                    const BackgroundParams& params, RunContext& ctx,
+                                    const ImageViewT<std::int32_t>* sourceMask) {
+    if (ctx.backend == Backend::Cuda && cudaStages().background)
+        return cudaStages().background(image, mask, params, ctx, sourceMask);
+    return cpu::estimateBackground(image, mask, params, ctx, sourceMask);
 }
 
 } // namespace gpuphot

@@ -16,6 +16,7 @@
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/model/header.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/parallel.hpp"
@@ -733,6 +734,16 @@ CrossmatchResult cpu::crossmatch(const std::vector<double>& x, const std::vector
     detail::assignMatches(cands, offsets, ref.size(), params.oneToOne, res);
     ctx.report("crossmatch", 1.0);
     return res;
+}
+
+// The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
+// (core/pipeline/cuda_stages.hpp), else the CPU engine.
+CrossmatchResult crossmatch(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
+                            const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
+                            RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && cudaStages().crossmatch)
+        return cudaStages().crossmatch(x, y, width, height, ref, wcs, params, ctx);
+    return cpu::crossmatch(x, y, width, height, ref, wcs, params, ctx);
 }
 
 } // namespace gpuphot

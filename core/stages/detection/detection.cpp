@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/flags.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background/background.hpp"
 #include "core/stages/detection/convolution.hpp"
@@ -661,5 +662,14 @@ DetectionResult detectFromRuns(std::vector<Run> runs, const DetectionImages& im,
 }
 
 } // namespace detail
+
+// The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
+// (core/pipeline/cuda_stages.hpp), else the CPU engine.
+DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                              const DetectionParams& params, RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && cudaStages().detection)
+        return cudaStages().detection(image, mask, bkg, params, ctx);
+    return cpu::detectSources(image, mask, bkg, params, ctx);
+}
 
 } // namespace gpuphot

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/model/sources.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture/aperture_overlap.hpp"
 #include "core/stages/background/background.hpp"
@@ -1075,6 +1076,15 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     laps.lap("PSF photometry");
     ctx.report("psf", 1.0);
     return res;
+}
+
+// The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
+// (core/pipeline/cuda_stages.hpp), else the CPU engine.
+PsfResult buildPsfModel(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                        const Sources& sources, double gain, const PsfParams& params, RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && cudaStages().psf)
+        return cudaStages().psf(image, mask, bkg, sources, gain, params, ctx);
+    return cpu::buildPsfModel(image, mask, bkg, sources, gain, params, ctx);
 }
 
 } // namespace gpuphot
