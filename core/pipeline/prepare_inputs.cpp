@@ -15,7 +15,8 @@ CalibrationImage loadCalibration(const std::string& path) {
     c.pixels = std::move(f.pixels);
     c.mask = std::move(f.mask);
     // Saturation means nothing in a master; only non-finite / BLANK pixels are bad.
-    for (std::size_t i = 0; i < c.mask.pixelCount(); ++i) c.mask.data()[i] &= static_cast<std::uint8_t>(~MaskSaturated);
+    for (std::size_t i = 0; i < c.mask.pixelCount(); ++i)
+        c.mask.data()[i] &= static_cast<std::uint8_t>(~MaskSaturated);
     c.header = std::move(f.header);
     c.path = path;
     return c;

@@ -588,8 +588,9 @@ TEST(DetectionErrors, InputProblemIsTheMessageTheStageThrows) {
         EXPECT_EQ(std::string(e.what()), why);
     }
     const BackgroundResult narrow = constantBackground(8, 16, 0.0f, 1.0f);
-    EXPECT_NE(detail::inputProblem(img.view(), {}, narrow, DetectionParams{}).find("background level map is 8x16"),
-              std::string::npos);
+    EXPECT_NE(
+        detail::inputProblem(img.view(), {}, narrow, DetectionParams{}).find("background level map is 8x16"),
+        std::string::npos);
 }
 
 } // namespace

@@ -66,8 +66,7 @@ struct MeshMode {
 // Iterative kClipSigmas clipping of histo[0 .. nlevels - 1] (histo[nlevels] is 0) around its median:
 // the median fills from both ends, the lighter side taking the next bin (ties to the top side); the
 // moments are summed as integers (exact, order independent).
-template <class Count>
-GPUPHOT_HD inline MeshMode clipHistogram(const Count* histo, const HistoScale& q) {
+template <class Count> GPUPHOT_HD inline MeshMode clipHistogram(const Count* histo, const HistoScale& q) {
     const int top = q.nlevels - 1;
     int lo = 0, hi = top;
     double sig = 10.0 * top, sig1 = 1.0, mea = 0.0, med = 0.0;
