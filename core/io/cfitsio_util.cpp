@@ -226,12 +226,28 @@ void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned cha
     });
 }
 
+// The compressed formats CFITSIO recognises by their first two bytes and decodes itself, other than gzip
+// (which openFitsForReading inflates with zlib): its decoders size their buffers from the file's own
+// size fields (a zip header asking for 4 GB; found by tests/fuzz/fuzz_gzip_fits). Null when none.
+static const char* compressionCfitsioWouldDecode(const unsigned char* head) {
+    if (head[0] == 'P' && head[1] == 'K') return "zip";
+    if (head[0] == 0x1f && head[1] == 0x9d) return "Unix compress (.Z)";
+    if (head[0] == 0x1f && head[1] == 0x1e) return "pack";
+    if (head[0] == 0x1f && head[1] == 0xa0) return "LZH";
+    return nullptr;
+}
+
 int openFitsForReading(const std::string& path, FitsHandle& h) {
     unsigned char head[2] = {};
     {
         std::ifstream in(path, std::ios::binary);
         in.read(reinterpret_cast<char*>(head), 2);
     }
+    if (const char* kind = compressionCfitsioWouldDecode(head))
+        throw InvalidInput(
+            path + ": a " + kind +
+            "-compressed file; gpuphot reads FITS files plain, gzip-compressed or tile-compressed "
+            "(decompress it first)");
     int status = 0;
     if (!isGzip(head, 2)) {
         checkHeadersCfitsioCanParse(path);

@@ -41,8 +41,8 @@ void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned cha
 // same header checks on its content: CFITSIO 4.2.0 sizes its buffer from the gzip trailer's size field (a
 // 6 kB file asked for 1.9 GB; found by tests/fuzz/fuzz_gzip_fits), and a header that would crash CFITSIO
 // crashes it behind gzip too. Throws IoError for a truncated gzip stream, InvalidInput for a corrupt one
-// or a header the checks refuse. Other
-// compressed formats (.Z, zip) go to CFITSIO as they are, unchecked.
+// or a header the checks refuse. A file in another compressed format CFITSIO would decode itself (zip,
+// .Z, pack, LZH: its decoders trust the file's size fields) is InvalidInput.
 int openFitsForReading(const std::string& path, FitsHandle& h);
 
 // Why CFITSIO must not inflate these bytes as one GZIP_1/GZIP_2 tile (empty: it may). CFITSIO 4.2.0

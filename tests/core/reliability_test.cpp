@@ -965,6 +965,30 @@ TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
     EXPECT_EQ(parseFitsNumber("2.5D1").value_or(0.0), 25.0);
 }
 
+// fuzz_gzip_fits (deep run): a file starting with "PK" went to CFITSIO's zip decoder, which sized its buffer
+// from the zip header (malloc of 4 GB). The compressed formats CFITSIO would decode itself, other than
+// gzip, are refused before CFITSIO opens the file, by every reader; a FITS file never starts so.
+TEST(Reliability, FuzzGzipFitsZipHeaderIsRefusedBeforeCfitsioAllocates) {
+    test::TempDir dir("gpuphot_reliab");
+    const std::string repro = kRegressions + "/gzip_fits/zip_header_4_gb.bin";
+    spit(dir / "repro.fits.gz", slurp(repro).substr(1)); // the harness's first byte picks the mode
+    std::string msg = errorOf([&] { (void)readFrame(dir / "repro.fits.gz"); });
+    EXPECT_NE(msg.find("zip-compressed file"), std::string::npos) << msg;
+    for (const std::string& magic :
+         {std::string("PK"), std::string("\x1f\x9d"), std::string("\x1f\x1e"), std::string("\x1f\xa0")}) {
+        spit(dir / "c.fits", magic + std::string(2878, '\0'));
+        EXPECT_THROW((void)readFrame(dir / "c.fits"), InvalidInput);
+        EXPECT_THROW((void)listHdus(dir / "c.fits"), InvalidInput);
+        EXPECT_THROW((void)readHeader(dir / "c.fits"), InvalidInput);
+    }
+    // Plain and gzip files are still read.
+    const fs::path plain = dir / "frame.fits";
+    writeCfitsio(plain.string(), "");
+    EXPECT_EQ(readFrame(plain.string()).pixels.width(), 16);
+    spit(dir / "frame.fits.gz", gzipped(slurp(plain)));
+    EXPECT_EQ(readFrame(dir / "frame.fits.gz").pixels.width(), 16);
+}
+
 // fuzz_gzip_fits: CFITSIO 4.2.0 sized its buffer for a .fits.gz from the gzip trailer's size field (a 6 kB
 // file asked malloc for 1.9 GB), and a header that crashes CFITSIO crashed it behind gzip too, since the
 // header checks could not read gzip. Gzip files are now inflated with zlib and checked like plain ones.
