@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <vector>
 
 #include <zlib.h>
@@ -88,6 +89,7 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
         bool end = false, zimage = false;
         std::string
             badTile; // "ZTILEn = v" / "ZNAXISn = v" not a positive integer, checked for ZIMAGE headers
+        std::map<std::string, std::string> znames, zvals; // ZNAMEn (unquoted, upper case) and ZVALn, by n
         while (!end) {
             if (pos >= size) return;
             const long long avail = std::min(kBlock, size - pos);
@@ -126,6 +128,16 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
                                      key.find_first_not_of("0123456789", 5) == std::string::npos;
                 const bool axisKey = key.size() > 6 && key.rfind("ZNAXIS", 0) == 0 &&
                                      key.find_first_not_of("0123456789", 6) == std::string::npos;
+                if (key.size() > 5 && key.rfind("ZNAME", 0) == 0) {
+                    std::string name = value.substr(0, value.find('/'));
+                    name.erase(std::remove_if(name.begin(), name.end(),
+                                              [](char ch) { return ch == '\'' || ch == ' '; }),
+                               name.end());
+                    for (char& ch : name)
+                        ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+                    znames[key.substr(5)] = name;
+                }
+                if (key.size() > 4 && key.rfind("ZVAL", 0) == 0) zvals[key.substr(4)] = word;
                 if ((tileKey || axisKey) && badTile.empty() &&
                     (!isPlainInteger(word) || std::strtoll(word.c_str(), nullptr, 10) < 1))
                     badTile = key + " = " + word.substr(0, 20);
@@ -152,9 +164,19 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
                 }
             }
         }
+        // CFITSIO 4.2.0 divides by the Rice block size (ZNAMEn = 'BLOCKSIZE', ZVALn) in
+        // imcomp_calc_max_elem: ZVAL1 = 0 killed the process with SIGFPE (found by the deep fuzz run).
+        for (const auto& [n, name] : znames) {
+            const auto it = zvals.find(n);
+            const std::string val = it == zvals.end() ? std::string() : it->second;
+            if (name == "BLOCKSIZE" && badTile.empty() &&
+                (!isPlainInteger(val) || std::strtoll(val.c_str(), nullptr, 10) < 1))
+                badTile = "ZVAL" + n + " = " + val.substr(0, 20) + " (the Rice block size)";
+        }
         if (zimage && !badTile.empty())
-            throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": malformed tile-compressed image: " +
-                               badTile + " (tile sizes and image axes must be positive integers)");
+            throw InvalidInput(path + ": HDU " + std::to_string(hdu) +
+                               ": malformed tile-compressed image: " + badTile +
+                               " (tile sizes, image axes and the Rice block size must be positive integers)");
         if (naxis == 0) product = 0;
         const long long bytes = std::llabs(bitpix) / 8;
         if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8 || product + pcount > (1LL << 50)) return;

@@ -965,6 +965,17 @@ TEST(Reliability, FuzzHeaderWcsNestedQuotesAreNotANumberAndDoNotRecurse) {
     EXPECT_EQ(parseFitsNumber("2.5D1").value_or(0.0), 25.0);
 }
 
+// fuzz_fits_reader (deep run): a RICE_1 image whose block size (ZNAME1 = 'BLOCKSIZE', ZVAL1) reads as 0
+// made CFITSIO 4.2.0 divide by zero (SIGFPE in imcomp_calc_max_elem) as soon as it reached the HDU. The
+// header walk refuses it first, through every reader.
+TEST(Reliability, FuzzFitsReaderZeroRiceBlockSizeIsRefusedBeforeCfitsioDividesByIt) {
+    const std::string repro = kRegressions + "/fits_reader/rice_blocksize_zero_sigfpe.fits";
+    const std::string msg = errorOf([&] { (void)readFrame(repro); });
+    EXPECT_NE(msg.find("ZVAL1 = 0 (the Rice block size)"), std::string::npos) << msg;
+    EXPECT_THROW((void)listHdus(repro), InvalidInput);
+    EXPECT_THROW((void)readHeader(repro), InvalidInput);
+}
+
 // fuzz_gzip_fits (deep run): a file starting with "PK" went to CFITSIO's zip decoder, which sized its buffer
 // from the zip header (malloc of 4 GB). The compressed formats CFITSIO would decode itself, other than
 // gzip, are refused before CFITSIO opens the file, by every reader; a FITS file never starts so.
