@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "core/io/atomic_file.hpp"
+#include "core/pipeline/param_table.hpp"
 #include "core/pipeline/sextractor_config.hpp"
 #include "core/util/errors.hpp"
 
@@ -59,8 +60,10 @@ namespace {
 void leafKeys(const nlohmann::json& j, const std::string& prefix, std::vector<std::string>& out) {
     for (auto it = j.begin(); it != j.end(); ++it) {
         const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
-        if (it.value().is_object() && prefix.empty()) leafKeys(it.value(), key, out);
-        else out.push_back(key);
+        if (it.value().is_object() && prefix.empty())
+            leafKeys(it.value(), key, out);
+        else
+            out.push_back(key);
     }
 }
 
@@ -73,26 +76,34 @@ ParamSpec genericSpec(const std::string& key, const nlohmann::json& value) {
     s.min = -1e12;
     s.max = 1e12;
     s.decimals = 6;
-    if (value.is_boolean()) s.kind = ParamKind::Bool;
-    else if (value.is_number_integer()) s.kind = ParamKind::Int, s.min = -2147483647, s.max = 2147483647;
-    else if (value.is_number()) s.kind = ParamKind::Double, s.step = 0.1;
-    else if (value.is_array()) s.kind = (!value.empty() && value[0].is_string()) ? ParamKind::StringList : ParamKind::DoubleList;
-    else s.kind = ParamKind::OptionalString;
+    if (value.is_boolean())
+        s.kind = ParamKind::Bool;
+    else if (value.is_number_integer())
+        s.kind = ParamKind::Int, s.min = -2147483647, s.max = 2147483647;
+    else if (value.is_number())
+        s.kind = ParamKind::Double, s.step = 0.1;
+    else if (value.is_array())
+        s.kind = (!value.empty() && value[0].is_string()) ? ParamKind::StringList : ParamKind::DoubleList;
+    else
+        s.kind = ParamKind::OptionalString;
     return s;
 }
 
 QString joinList(const nlohmann::json& v) {
     QStringList parts;
     if (v.is_array())
-        for (const auto& x : v) parts << (x.is_string() ? QString::fromStdString(x.get<std::string>())
-                                                        : QString::fromStdString(x.dump()));
+        for (const auto& x : v)
+            parts << (x.is_string() ? QString::fromStdString(x.get<std::string>())
+                                    : QString::fromStdString(x.dump()));
     return parts.join(QStringLiteral(", "));
 }
 
 QString shellQuote(const QString& s) {
-    static const QString safe = QStringLiteral("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-=:,+@%");
+    static const QString safe =
+        QStringLiteral("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-=:,+@%");
     bool plain = !s.isEmpty();
-    for (QChar c : s) plain = plain && safe.contains(c);
+    for (QChar c : s)
+        plain = plain && safe.contains(c);
     if (plain) return s;
     QString q = s;
     q.replace(QStringLiteral("'"), QStringLiteral("'\\''"));
@@ -117,7 +128,8 @@ void ParamDock::buildForm() {
 
     // Keys in display order: the schema first, then keys the JSON has that the schema does not know.
     std::vector<std::string> keys;
-    for (const auto& s : paramSchema()) keys.push_back(s.key);
+    for (const auto& s : paramSchema())
+        keys.push_back(s.key);
     std::vector<std::string> jsonKeys;
     leafKeys(nlohmann::json(PipelineConfig{}), "", jsonKeys);
     for (const auto& k : jsonKeys)
@@ -138,7 +150,8 @@ void ParamDock::buildForm() {
     const nlohmann::json defaults = PipelineConfig{};
     for (const auto& key : keys) {
         Editor e;
-        if (const ParamSpec* s = findParamSpec(key)) e.spec = *s;
+        if (const ParamSpec* s = findParamSpec(key))
+            e.spec = *s;
         else {
             const nlohmann::json* v = findPath(defaults, key);
             e.spec = genericSpec(key, v ? *v : nlohmann::json());
@@ -147,7 +160,8 @@ void ParamDock::buildForm() {
         QWidget* w = makeEditor(e);
         w->setObjectName(QString::fromStdString(key));
         QString tip = QString::fromStdString(e.spec.tooltip);
-        tip += (tip.isEmpty() ? QString() : QStringLiteral("\n")) + QStringLiteral("JSON key: ") + QString::fromStdString(key);
+        tip += (tip.isEmpty() ? QString() : QStringLiteral("\n")) + QStringLiteral("JSON key: ") +
+               QString::fromStdString(key);
         w->setToolTip(tip);
         auto* label = new QLabel(QString::fromStdString(e.spec.label));
         label->setToolTip(tip);
@@ -164,15 +178,18 @@ void ParamDock::buildForm() {
     load->setToolTip(tr("Load a JSON profile (the format of gpuphot reduce --config)"));
     save->setToolTip(tr("Save the current parameters as a JSON profile"));
     copy->setToolTip(tr("Copy the gpuphot reduce command that reproduces the current result"));
-    for (auto* b : {load, save, reset, copy}) buttons->addWidget(b);
+    for (auto* b : {load, save, reset, copy})
+        buttons->addWidget(b);
     layout->addLayout(buttons);
     connect(load, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Load profile"), QString(), tr("JSON (*.json)"));
+        const QString path =
+            QFileDialog::getOpenFileName(this, tr("Load profile"), QString(), tr("JSON (*.json)"));
         QString error;
         if (!path.isEmpty() && !loadProfile(path, &error)) emit profileError(error);
     });
     connect(save, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
+        const QString path =
+            QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
         QString error;
         if (!path.isEmpty() && !saveProfile(path, &error)) emit profileError(error);
     });
@@ -181,8 +198,8 @@ void ParamDock::buildForm() {
         emit configChanged(m_config);
     });
     connect(copy, &QPushButton::clicked, this, [this] {
-        QApplication::clipboard()->setText(cliCommand(m_framePath.isEmpty() ? QStringLiteral("FRAME.fits") : m_framePath,
-                                                      m_referencePath, m_hdu));
+        QApplication::clipboard()->setText(cliCommand(
+            m_framePath.isEmpty() ? QStringLiteral("FRAME.fits") : m_framePath, m_referencePath, m_hdu));
     });
     setWidget(root);
 }
@@ -209,7 +226,8 @@ QWidget* ParamDock::makeEditor(Editor& e) {
     case ParamKind::Int:
     case ParamKind::Flags: {
         auto* w = new QSpinBox;
-        w->setRange(static_cast<int>(std::max(s.min, -2147483647.0)), static_cast<int>(std::min(s.max, 2147483647.0)));
+        w->setRange(static_cast<int>(std::max(s.min, -2147483647.0)),
+                    static_cast<int>(std::min(s.max, 2147483647.0)));
         w->setSingleStep(1);
         w->setSuffix(suffix);
         w->setKeyboardTracking(false);
@@ -225,7 +243,8 @@ QWidget* ParamDock::makeEditor(Editor& e) {
     }
     case ParamKind::Choice: {
         auto* w = new QComboBox;
-        for (const auto& [text, value] : s.choices) w->addItem(QString::fromStdString(text));
+        for (const auto& [text, value] : s.choices)
+            w->addItem(QString::fromStdString(text));
         connect(w, &QComboBox::currentIndexChanged, this, changed);
         e.widget = w;
         break;
@@ -272,7 +291,8 @@ void ParamDock::showValue(const Editor& e, const nlohmann::json& v) {
         static_cast<QLineEdit*>(e.widget)->setText(joinList(v));
         break;
     default:
-        static_cast<QLineEdit*>(e.widget)->setText(v.is_string() ? QString::fromStdString(v.get<std::string>()) : QString());
+        static_cast<QLineEdit*>(e.widget)->setText(
+            v.is_string() ? QString::fromStdString(v.get<std::string>()) : QString());
         break;
     }
     e.widget->setStyleSheet(QString());
@@ -282,14 +302,17 @@ nlohmann::json ParamDock::editorValue(const Editor& e, bool& ok) const {
     ok = true;
     const ParamSpec& s = e.spec;
     switch (s.kind) {
-    case ParamKind::Double: return static_cast<QDoubleSpinBox*>(e.widget)->value();
+    case ParamKind::Double:
+        return static_cast<QDoubleSpinBox*>(e.widget)->value();
     case ParamKind::OptionalDouble: {
         const double v = static_cast<QDoubleSpinBox*>(e.widget)->value();
         return v <= s.min ? s.noneValue : nlohmann::json(v);
     }
     case ParamKind::Int:
-    case ParamKind::Flags: return static_cast<QSpinBox*>(e.widget)->value();
-    case ParamKind::Bool: return static_cast<QCheckBox*>(e.widget)->isChecked();
+    case ParamKind::Flags:
+        return static_cast<QSpinBox*>(e.widget)->value();
+    case ParamKind::Bool:
+        return static_cast<QCheckBox*>(e.widget)->isChecked();
     case ParamKind::Choice: {
         const int i = static_cast<QComboBox*>(e.widget)->currentIndex();
         if (i < 0 || i >= static_cast<int>(s.choices.size())) return ok = false, nlohmann::json();
@@ -337,7 +360,8 @@ void ParamDock::edited(const std::string& key) {
         applyPipelineConfig(c, patched, "parameter " + key);
     } catch (const std::exception& ex) {
         e.widget->setStyleSheet(bad);
-        e.widget->setToolTip(QString::fromStdString(e.spec.tooltip) + QStringLiteral("\n") + QString::fromStdString(ex.what()));
+        e.widget->setToolTip(QString::fromStdString(e.spec.tooltip) + QStringLiteral("\n") +
+                             QString::fromStdString(ex.what()));
         return;
     }
     e.widget->setStyleSheet(QString());
@@ -411,22 +435,26 @@ QString ParamDock::cliCommand(const QString& framePath, const QString& reference
     nlohmann::json rest = m_json; // what the flags do not cover
     QStringList args{QStringLiteral("gpuphot"), QStringLiteral("reduce"), shellQuote(framePath)};
     if (!hdu.isEmpty()) args << QStringLiteral("--hdu") << shellQuote(hdu);
-    const auto flag = [&](const std::string& key, const char* name) {
-        const nlohmann::json* v = findPath(m_json, key);
-        const nlohmann::json* d = findPath(defaults, key);
-        if (!v || (d && *v == *d)) return;
-        QString text = v->is_array() ? joinList(*v).remove(QLatin1Char(' ')) : QString::fromStdString(v->dump());
-        args << QString::fromLatin1(name) << text;
-        setPath(rest, key, d ? *d : nlohmann::json()); // the flag sets it: the profile keeps the default
-    };
-    flag("detection.threshold", "--threshold");
-    flag("detection.minArea", "--minarea");
-    if (findPath(m_json, "aperture.radii") && !findPath(m_json, "aperture.radii")->empty())
-        flag("aperture.radii", "--aper");
-    flag("instrument.gain", "--gain");
-    flag("instrument.readNoise", "--rdnoise");
-    flag("instrument.saturation", "--saturation");
-    flag("instrument.exptime", "--exptime");
+    // The parameters with a CLI flag (their table, core/pipeline/param_table.hpp) as flags.
+    for (const ParamDef& def : paramTable()) {
+        if (def.cli.empty()) continue;
+        const nlohmann::json* v = findPath(m_json, def.key);
+        const nlohmann::json* d = findPath(defaults, def.key);
+        if (!v || v->is_null() || (d && *v == *d)) continue;
+        if (v->is_array() && v->empty()) continue;
+        const QString name = QString::fromStdString(def.cli);
+        if (def.type == ParamType::Bool) {
+            if (!v->get<bool>()) continue; // a switch only turns on: the profile keeps "false"
+            args << name;
+        } else if (v->is_string()) {
+            args << name << shellQuote(QString::fromStdString(v->get<std::string>()));
+        } else {
+            args << name
+                 << (v->is_array() ? joinList(*v).remove(QLatin1Char(' '))
+                                   : QString::fromStdString(v->dump()));
+        }
+        setPath(rest, def.key, d ? *d : nlohmann::json()); // the flag sets it: the profile keeps the default
+    }
     // The profile: only the values that differ from the defaults.
     nlohmann::json profile = nlohmann::json::object();
     for (auto it = rest.begin(); it != rest.end(); ++it) {
@@ -441,8 +469,9 @@ QString ParamDock::cliCommand(const QString& framePath, const QString& reference
         }
     }
     if (!profile.empty()) {
-        const QString path = profilePath.isEmpty() ? QDir::temp().filePath(QStringLiteral("gpuphot-studio-profile.json"))
-                                                   : profilePath;
+        const QString path = profilePath.isEmpty()
+                                 ? QDir::temp().filePath(QStringLiteral("gpuphot-studio-profile.json"))
+                                 : profilePath;
         try {
             writeTextFileAtomic(path.toStdString(), profile.dump(2) + "\n");
         } catch (const std::exception&) {

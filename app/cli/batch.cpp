@@ -11,10 +11,10 @@
 #include <climits>
 #include <cmath>
 #include <condition_variable>
-#include <deque>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <filesystem>
 #include <fnmatch.h>
@@ -64,12 +64,14 @@ std::vector<std::string> splitList(const std::vector<std::string>& items) {
 // The Tycho-2 stars around a frame: centre and radius from its header WCS (half diagonal + 10%), or from
 // its pointing keywords when the WCS is missing or ignored (radius: the astrometric search radius plus
 // the half diagonal at the largest scale searched).
-ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro, const std::vector<std::string>& files) {
+ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro,
+                                const std::vector<std::string>& files) {
     const Header h = readHeader(path, ro.read.hdu);
     long long w = 0, hgt = 0;
     for (const HduSummary& s : listHdus(path))
         if (s.type == "IMAGE" && s.axes.size() == 2 &&
-            (ro.read.hdu.empty() ? true : (ro.read.hdu == std::to_string(s.index) || ro.read.hdu == s.extname))) {
+            (ro.read.hdu.empty() ? true
+                                 : (ro.read.hdu == std::to_string(s.index) || ro.read.hdu == s.extname))) {
             w = s.axes[0];
             hgt = s.axes[1];
             break;
@@ -91,7 +93,8 @@ ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro
     }
     const auto p = framePointing(h);
     if (!p) return {};
-    const double radius = ro.config.astrometry.searchRadiusDeg + halfDiag * ro.config.astrometry.scaleHigh / 3600.0;
+    const double radius =
+        ro.config.astrometry.searchRadiusDeg + halfDiag * ro.config.astrometry.scaleHigh / 3600.0;
     return loadTycho2Region(p->ra, p->dec, std::min(radius, 30.0), files);
 }
 
@@ -106,7 +109,9 @@ bool isFitsName(const std::string& name) {
     return name.size() > 3 && name.compare(name.size() - 3, 3, ".fz") == 0;
 }
 
-bool hasGlobChars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+bool hasGlobChars(const std::string& s) {
+    return s.find_first_of("*?[") != std::string::npos;
+}
 
 std::vector<std::string> readListFile(const std::string& path) {
     std::ifstream in(path);
@@ -222,15 +227,17 @@ struct Child {
     int out = -1; // its stdout (we read status lines)
     std::string buffer;
     std::deque<std::size_t> held; // indices of the frames sent to it and not yet answered, in order
-    bool isolated = false;         // it holds one frame that must run alone (see runChildren)
-    bool ready = false; // it has set up its pipeline (sent {"ready": true})
-    std::string gpu; // CUDA_VISIBLE_DEVICES for it ("" : inherit)
+    bool isolated = false;        // it holds one frame that must run alone (see runChildren)
+    bool ready = false;           // it has set up its pipeline (sent {"ready": true})
+    std::string gpu;              // CUDA_VISIBLE_DEVICES for it ("" : inherit)
 };
 
 std::string selfExe() {
     char buf[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw IoError(std::string("/proc/self/exe: cannot resolve this program's path: ") + std::strerror(errno));
+    if (n <= 0)
+        throw IoError(std::string("/proc/self/exe: cannot resolve this program's path: ") +
+                      std::strerror(errno));
     buf[n] = '\0';
     return buf;
 }
@@ -246,7 +253,8 @@ void spawnChild(Child& c, const std::string& exe, const std::vector<std::string>
     std::vector<std::string> argv = {exe, "reduce", "--batch-child"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
+    for (auto& a : argv)
+        cargv.push_back(a.data());
     cargv.push_back(nullptr);
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
@@ -311,7 +319,8 @@ std::vector<std::string> visibleGpus() {
             if (!part.empty()) out.push_back(part);
         if (out.size() > devices.size()) out.resize(devices.size());
     } else {
-        for (std::size_t i = 0; i < devices.size(); ++i) out.push_back(std::to_string(i));
+        for (std::size_t i = 0; i < devices.size(); ++i)
+            out.push_back(std::to_string(i));
     }
     return out;
 }
@@ -321,12 +330,12 @@ std::vector<std::string> visibleGpus() {
 // frame costs that frame; one that dies holding several hands them back to be run alone, one at a time
 // (a frame that then kills its child fails), so a crash never costs an innocent frame.
 void runChildren(const std::vector<std::string>& frames, const std::vector<std::size_t>& todo, int jobs,
-                 std::size_t window,
-                 const std::vector<std::string>& gpus, std::vector<std::string> args,
+                 std::size_t window, const std::vector<std::string>& gpus, std::vector<std::string> args,
                  std::vector<nlohmann::json>& results, Progress& progress, const std::string& jsonl,
                  StatusDatabase& db) {
     const std::string exe = selfExe();
-    struct sigaction ignore {}, oldPipe{};
+    struct sigaction ignore {
+    }, oldPipe{};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, &oldPipe);
     std::vector<Child> children(static_cast<std::size_t>(std::min<std::size_t>(jobs, todo.size())));
@@ -361,7 +370,8 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
         while (c.held.size() < window && next < todo.size())
             if (!send(c, todo[next++])) return;
     };
-    for (auto& c : children) dispatch(c);
+    for (auto& c : children)
+        dispatch(c);
     while (finished < todo.size()) {
         std::vector<pollfd> fds;
         std::vector<Child*> owners;
@@ -403,7 +413,8 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
                     line["frame"] = frames[index];
                     record(index, std::move(line));
                 }
-                for (auto& d : children) dispatch(d);
+                for (auto& d : children)
+                    dispatch(d);
                 continue;
             }
             // EOF: the child ended; the frame it held failed. Start another when work remains.
@@ -429,7 +440,8 @@ void runChildren(const std::vector<std::string>& frames, const std::vector<std::
                 if (++restarts > todo.size() + children.size())
                     throw IoError("batch: worker processes keep dying (" + describeWaitStatus(status) + ")");
                 spawnChild(c, exe, args);
-                for (auto& d : children) dispatch(d);
+                for (auto& d : children)
+                    dispatch(d);
             }
         }
     }
@@ -479,36 +491,33 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
            "Extra catalog formats: ecsv,csv,reg,ldac (ldac: STEM.ldac, FITS_LDAC for SCAMP and PSFEx)")
         ->delimiter(',');
     sub.add_option("--maps", o.maps, "Maps to write: bkg,rms,seg,psf,resid")->delimiter(',');
-    sub.add_option("--gain", o.gain, "Gain in e-/ADU (overrides the header)");
-    sub.add_option("--rdnoise", o.readNoise, "Read noise in e- (overrides the header)");
-    sub.add_option("--saturation", o.saturation, "Saturation level in ADU (overrides the header)");
-    sub.add_option("--exptime", o.exptime, "Exposure time in s (overrides the header)");
-    sub.add_option("--threshold", o.threshold, "Detection threshold in background sigma (DETECT_THRESH)");
-    sub.add_option("--minarea", o.minArea, "Minimum object area in pixels (DETECT_MINAREA)");
-    sub.add_option("--aper", o.radii, "Aperture radii in pixels (or FWHM multiples with aperture.radiiInFwhm)")
-        ->delimiter(',');
+    addParamFlags(sub, o.params);
     sub.add_flag("--no-tycho2", o.noTycho2,
                  "Without --ref, do not calibrate against Tycho-2 (astrometry-data-tycho2 index files)");
-    sub.add_option("--ref", o.reference, "Reference catalog (FITS table or CSV) for crossmatch and zero point");
+    sub.add_option("--ref", o.reference,
+                   "Reference catalog (FITS table or CSV) for crossmatch and zero point");
     sub.add_option("--ref-columns", o.refColumns,
-                   "Reference column map, e.g. ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");
-    sub.add_option("--targets", o.targets,
-                   "Forced photometry at these RA/Dec (FITS table, ECSV or CSV; columns ra, dec in degrees or "
-                   "sexagesimal, optional name) -> STEM.targets.fits");
-    sub.add_flag("--write-solved", o.writeSolved,
-                 "Write STEM.solved.fits: the frame with the fitted WCS in its header (needs a verified fit)");
+                   "Reference column map, e.g. "
+                   "ra=RA,dec=DEC,mag=phot_g_mean_mag,color=phot_bp_mean_mag-phot_rp_mean_mag");
+    sub.add_option(
+        "--targets", o.targets,
+        "Forced photometry at these RA/Dec (FITS table, ECSV or CSV; columns ra, dec in degrees or "
+        "sexagesimal, optional name) -> STEM.targets.fits");
+    sub.add_flag(
+        "--write-solved", o.writeSolved,
+        "Write STEM.solved.fits: the frame with the fitted WCS in its header (needs a verified fit)");
     sub.add_flag("--ignore-header-wcs", o.ignoreHeaderWcs,
                  "Solve as if the header had no WCS (blind, from the pointing keywords)");
-    sub.add_option("--scale-low", o.scaleLow, "Lowest pixel scale searched by a blind solve (arcsec/px)");
-    sub.add_option("--scale-high", o.scaleHigh, "Highest pixel scale searched by a blind solve (arcsec/px)");
-    sub.add_option("--prefetch", o.prefetch,
-                   "Frames read ahead while one is in its stages, its predecessor's outputs written meanwhile "
-                   "(0: one frame at a time)")
+    sub.add_option(
+           "--prefetch", o.prefetch,
+           "Frames read ahead while one is in its stages, its predecessor's outputs written meanwhile "
+           "(0: one frame at a time)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
-    sub.add_option("--concurrent", o.concurrent,
-                   "Frames in their stages at once in this process, each with its own RunContext (CUDA stream "
-                   "and memory pool; the GPU shared): overlaps the host parts of the stages")
+    sub.add_option(
+           "--concurrent", o.concurrent,
+           "Frames in their stages at once in this process, each with its own RunContext (CUDA stream "
+           "and memory pool; the GPU shared): overlaps the host parts of the stages")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
 }
@@ -528,15 +537,7 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
         const std::string w = sexMap.warning();
         if (!w.empty() && o.common.verbosity > 0) std::fprintf(stderr, "gpuphot: warning: %s\n", w.c_str());
     }
-    if (o.gain) config.instrument.gain = o.gain;
-    if (o.readNoise) config.instrument.readNoise = o.readNoise;
-    if (o.saturation) config.instrument.saturation = o.saturation;
-    if (o.exptime) config.instrument.exptime = o.exptime;
-    if (o.threshold) config.detection.threshold = *o.threshold;
-    if (o.minArea) config.detection.minArea = *o.minArea;
-    if (!o.radii.empty()) config.aperture.radii = o.radii;
-    if (o.scaleLow) config.astrometry.scaleLow = *o.scaleLow;
-    if (o.scaleHigh) config.astrometry.scaleHigh = *o.scaleHigh;
+    applyParamFlags(o.params, config);
     if (!(config.astrometry.scaleLow > 0.0) || !(config.astrometry.scaleHigh >= config.astrometry.scaleLow) ||
         !std::isfinite(config.astrometry.scaleHigh))
         throw InvalidInput("reduce: --scale-low/--scale-high must satisfy 0 < low <= high (arcsec/px), got " +
@@ -579,17 +580,20 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
         std::fprintf(stderr, "gpuphot: note: --write-solved needs --ref REFCAT to fit a WCS against\n");
     // Without --ref: Tycho-2 from Debian's astrometry-data-tycho2 index files, cut per frame.
     const char* noTycho2Env = std::getenv("GPUPHOT_NO_TYCHO2");
-    if (o.reference.empty() && !o.noTycho2 && !(noTycho2Env && *noTycho2Env)) s.tycho2Files = findTycho2IndexFiles();
+    if (o.reference.empty() && !o.noTycho2 && !(noTycho2Env && *noTycho2Env))
+        s.tycho2Files = findTycho2IndexFiles();
     if (!o.reference.empty()) {
         s.reference = readReferenceCatalog(o.reference, parseRefColumnMap(o.refColumns));
         s.options.reference = &s.reference;
         if (s.verbosity > 1)
-            std::printf("reference %s: %zu stars (%zu rows skipped: NaN position or magnitude)\n", o.reference.c_str(),
-                        s.reference.size(), s.reference.skippedNonFinite);
+            std::printf("reference %s: %zu stars (%zu rows skipped: NaN position or magnitude)\n",
+                        o.reference.c_str(), s.reference.size(), s.reference.skippedNonFinite);
     } else if (!s.tycho2Files.empty()) {
         if (s.verbosity > 0)
-            std::fprintf(stderr, "gpuphot: note: no --ref: calibrating against Tycho-2 (%zu index files of "
-                                 "astrometry-data-tycho2; --no-tycho2 to skip)\n", s.tycho2Files.size());
+            std::fprintf(stderr,
+                         "gpuphot: note: no --ref: calibrating against Tycho-2 (%zu index files of "
+                         "astrometry-data-tycho2; --no-tycho2 to skip)\n",
+                         s.tycho2Files.size());
     } else if (s.verbosity > 0) {
         std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
                              "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
@@ -602,8 +606,12 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
 
 FrameReducer::~FrameReducer() = default;
 
-const ReduceOptions& FrameReducer::options() const { return m_state->options; }
-RunContext& FrameReducer::context() { return m_state->ctx; }
+const ReduceOptions& FrameReducer::options() const {
+    return m_state->options;
+}
+RunContext& FrameReducer::context() {
+    return m_state->ctx;
+}
 
 RunContext FrameReducer::makeContext() const {
     RunContext ctx = makeRunContext(m_state->common);
@@ -663,15 +671,19 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
             w->tycho2 = tycho2ForFrame(frame, w->options, s.tycho2Files);
             w->options.reference = w->tycho2.size() ? &w->tycho2 : nullptr;
             if (!w->options.reference && s.verbosity > 0)
-                std::fprintf(stderr, "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
-                                     "keywords, or none in the field): no calibration\n", frame.c_str());
+                std::fprintf(stderr,
+                             "gpuphot: note: %s: no Tycho-2 stars for this frame (no WCS or pointing "
+                             "keywords, or none in the field): no calibration\n",
+                             frame.c_str());
         }
         w->loaded = readFramePhase(frame, w->options);
     });
     return w;
 }
 
-void FrameReducer::compute(Work& w) { compute(w, m_state->ctx); }
+void FrameReducer::compute(Work& w) {
+    compute(w, m_state->ctx);
+}
 
 void FrameReducer::compute(Work& w, RunContext& ctx) {
     runPhase(w, "reduction", [&] {
@@ -720,7 +732,7 @@ struct FramePipeline::Impl {
     mutable std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> toRead, toCompute, toWrite;
-    std::size_t ahead = 0;     // submitted, not yet taken by the stages
+    std::size_t ahead = 0; // submitted, not yet taken by the stages
     std::size_t submitted = 0, delivered = 0;
     std::size_t nextHandOff = 0;   // ticket of the next frame for the writer (frames go to it in order)
     std::size_t computersLeft = 0; // compute threads that have not seen the end of input
@@ -851,11 +863,13 @@ FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int
     if (m->threaded) {
         // Each extra compute thread gets a context of its own (CUDA: own stream and pool, warming up now).
         m->contexts.reserve(static_cast<std::size_t>(m->concurrent - 1));
-        for (int k = 1; k < m->concurrent; ++k) m->contexts.push_back(reducer.makeContext());
+        for (int k = 1; k < m->concurrent; ++k)
+            m->contexts.push_back(reducer.makeContext());
         m->computersLeft = static_cast<std::size_t>(m->concurrent);
         m->reader = std::thread([this] { m->readLoop(); });
         m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });
-        for (RunContext& ctx : m->contexts) m->computers.emplace_back([this, &ctx] { m->computeLoop(ctx); });
+        for (RunContext& ctx : m->contexts)
+            m->computers.emplace_back([this, &ctx] { m->computeLoop(ctx); });
         m->writer = std::thread([this] { m->writeLoop(); });
     }
 }
@@ -928,7 +942,8 @@ void FramePipeline::finishStarted() {
     finish();
 }
 
-std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args, const std::string& listFile) {
+std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args,
+                                           const std::string& listFile) {
     std::vector<std::string> raw;
     std::vector<std::string> out;
     std::set<std::string> seen;
@@ -938,25 +953,31 @@ std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args,
     std::function<void(const std::string&)> expand = [&](const std::string& a) {
         std::error_code ec;
         if (a.size() > 1 && a[0] == '@') {
-            for (const auto& p : readListFile(a.substr(1))) expand(p);
+            for (const auto& p : readListFile(a.substr(1)))
+                expand(p);
         } else if (fs::is_directory(a, ec)) {
-            for (const auto& p : directoryFrames(a)) add(p);
+            for (const auto& p : directoryFrames(a))
+                add(p);
         } else if (!fs::exists(a, ec) && hasGlobChars(a) && a.back() != ']') {
             glob_t g{};
             const int rc = ::glob(a.c_str(), 0, nullptr, &g);
             std::vector<std::string> matches;
             if (rc == 0)
-                for (std::size_t i = 0; i < g.gl_pathc; ++i) matches.push_back(g.gl_pathv[i]);
+                for (std::size_t i = 0; i < g.gl_pathc; ++i)
+                    matches.push_back(g.gl_pathv[i]);
             ::globfree(&g);
             if (matches.empty()) throw InvalidInput("reduce: '" + a + "' matches no file");
-            for (const auto& m : matches) add(m); // glob(3) sorts
+            for (const auto& m : matches)
+                add(m); // glob(3) sorts
         } else {
             add(a); // a file, or file.fits[EXT]; reduceFrame reports a missing one
         }
     };
-    for (const auto& a : args) expand(a);
+    for (const auto& a : args)
+        expand(a);
     if (!listFile.empty())
-        for (const auto& p : readListFile(listFile)) expand(p);
+        for (const auto& p : readListFile(listFile))
+            expand(p);
     return out;
 }
 
@@ -965,14 +986,19 @@ std::vector<std::string> reproduceArgs(const CLI::App& sub, const std::set<std::
     for (const CLI::Option* opt : sub.get_options()) {
         if (!opt->nonpositional() || opt->count() == 0) continue;
         bool skip = false;
-        for (const auto& n : opt->get_lnames()) skip |= exclude.count("--" + n) > 0;
-        for (const auto& n : opt->get_snames()) skip |= exclude.count("-" + n) > 0;
+        for (const auto& n : opt->get_lnames())
+            skip |= exclude.count("--" + n) > 0;
+        for (const auto& n : opt->get_snames())
+            skip |= exclude.count("-" + n) > 0;
         if (skip || opt->get_name() == "--help" || opt->get_name() == "-h") continue;
-        const std::string name = opt->get_lnames().empty() ? "-" + opt->get_snames().front() : "--" + opt->get_lnames().front();
+        const std::string name =
+            opt->get_lnames().empty() ? "-" + opt->get_snames().front() : "--" + opt->get_lnames().front();
         if (opt->get_type_size_max() == 0) {
-            for (std::size_t i = 0; i < opt->count(); ++i) out.push_back(name);
+            for (std::size_t i = 0; i < opt->count(); ++i)
+                out.push_back(name);
         } else {
-            for (const auto& r : opt->results()) out.push_back(name + "=" + r);
+            for (const auto& r : opt->results())
+                out.push_back(name + "=" + r);
         }
     }
     return out;
@@ -985,8 +1011,10 @@ std::string describeStatus(const nlohmann::json& j) {
         const std::string error = j.value("error", std::string("failed"));
         return error.find(frame) != std::string::npos ? error : frame + ": " + error;
     }
-    if (status == "skipped") return frame + ": skipped (outputs complete: " + j.value("report", std::string()) + ")";
-    std::string s = frame + ": " + std::to_string(j.value("sources", 0)) + " sources, FWHM " + num(j, "fwhm", "%.2f") + " px";
+    if (status == "skipped")
+        return frame + ": skipped (outputs complete: " + j.value("report", std::string()) + ")";
+    std::string s = frame + ": " + std::to_string(j.value("sources", 0)) + " sources, FWHM " +
+                    num(j, "fwhm", "%.2f") + " px";
     if (j.contains("zp") && j["zp"].is_number())
         s += ", zp " + num(j, "zp", "%.4f") + " +- " + num(j, "zp_err", "%.4f") + " (" +
              std::to_string(j.value("matched", 0)) + " matched)";
@@ -1000,10 +1028,11 @@ std::string describeStatus(const nlohmann::json& j) {
 
 void printSummaryTable(std::FILE* out, const std::vector<nlohmann::json>& lines, double wallSeconds) {
     std::size_t width = 5;
-    for (const auto& j : lines) width = std::max(width, fs::path(j.value("frame", "")).filename().string().size());
+    for (const auto& j : lines)
+        width = std::max(width, fs::path(j.value("frame", "")).filename().string().size());
     width = std::min<std::size_t>(width, 48);
-    std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), "frame", "status", "sources",
-                 "FWHM", "zp", "rms\"", "seconds");
+    std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), "frame", "status",
+                 "sources", "FWHM", "zp", "rms\"", "seconds");
     std::size_t ok = 0, skipped = 0, failed = 0, uncal = 0, sources = 0;
     double busy = 0.0;
     for (const auto& j : lines) {
@@ -1017,9 +1046,10 @@ void printSummaryTable(std::FILE* out, const std::vector<nlohmann::json>& lines,
         std::string name = fs::path(j.value("frame", "")).filename().string();
         if (name.size() > width) name = "..." + name.substr(name.size() - width + 3);
         const bool measured = status == "ok";
-        std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), name.c_str(), status.c_str(),
-                     measured ? std::to_string(j.value("sources", 0)).c_str() : "-",
-                     measured ? num(j, "fwhm", "%.2f").c_str() : "-", measured ? num(j, "zp", "%.4f").c_str() : "-",
+        std::fprintf(out, "%-*s  %-7s %8s %7s %9s %8s %8s\n", static_cast<int>(width), name.c_str(),
+                     status.c_str(), measured ? std::to_string(j.value("sources", 0)).c_str() : "-",
+                     measured ? num(j, "fwhm", "%.2f").c_str() : "-",
+                     measured ? num(j, "zp", "%.4f").c_str() : "-",
                      measured ? num(j, "astrometric_rms_arcsec", "%.3f").c_str() : "-",
                      measured ? num(j, "seconds", "%.2f").c_str() : "-");
     }
@@ -1042,7 +1072,7 @@ int batchExitStatus(const std::vector<nlohmann::json>& lines) {
 int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, const BatchOptions& b) {
     if (frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ...)");
     const ReduceOptions ro = toReduceOptions(o); // validates the options before anything runs
-    const std::string jsonl = !b.jsonl.empty() ? b.jsonl
+    const std::string jsonl = !b.jsonl.empty()    ? b.jsonl
                               : frames.size() > 1 ? (fs::path(o.common.outdir) / "gpuphot.jsonl").string()
                                                   : std::string();
     const bool tty = stderrIsTty() && o.common.verbosity > 0;
@@ -1056,7 +1086,8 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
     if (backend == Backend::Cuda) gpus = visibleGpus();
     int jobs = b.jobs > 0 ? b.jobs : std::max<int>(1, static_cast<int>(gpus.size()));
     const bool inProcess = frames.size() == 1 || (b.jobs <= 0 && jobs == 1);
-    if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size()) gpus.resize(jobs);
+    if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size())
+        gpus.resize(jobs);
 
     std::vector<nlohmann::json> results(frames.size());
     StatusDatabase db(b.db, o.common.verbosity); // --db: frames stored beside the reduction of the next
@@ -1068,7 +1099,8 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
         if (tty && frames.size() == 1)
             reducer.context().progress = [&](const std::string& stage, double fraction) {
                 std::lock_guard lock(progressMutex);
-                std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(), static_cast<int>(fraction * 100 + 0.5));
+                std::fprintf(stderr, "\r  %-12s %3d%%", stage.c_str(),
+                             static_cast<int>(fraction * 100 + 0.5));
                 std::fflush(stderr);
             };
         // Status lines arrive in input order (on the pipeline's writer thread with --prefetch > 0 or
@@ -1142,7 +1174,8 @@ int runBatchChild(const ReduceCliOptions& o) {
             [&](std::size_t, nlohmann::json line) {
                 std::fflush(stdout);
                 if (!parentGone.load() &&
-                    !writeAll(protocol, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
+                    !writeAll(protocol,
+                              line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"))
                     parentGone.store(true);
             },
             o.concurrent);

@@ -12,8 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/cli/prepare_options.hpp"
 #include "app/cli/commands.hpp"
+#include "app/cli/param_flags.hpp"
+#include "app/cli/prepare_options.hpp"
 
 namespace gpuphot {
 struct ReduceOptions;
@@ -28,22 +29,18 @@ struct ReduceCliOptions {
     CommonOptions common;
     std::string hdu;
     std::vector<std::string> formats, maps;
-    std::optional<double> gain, readNoise, saturation, exptime;
-    std::optional<double> threshold;
-    std::optional<int> minArea;
-    std::vector<double> radii;
+    ParamFlagValues params; // --threshold --aper --gain ... (app/cli/param_flags.hpp)
     std::string reference, refColumns;
     bool noTycho2 = false;
     std::string targets;
     bool writeSolved = false, ignoreHeaderWcs = false;
-    std::optional<double> scaleLow, scaleHigh;
-    PrepareCliOptions prepare; // --bias --dark --flat --bpm ... (frame preparation)
+    PrepareCliOptions prepare;            // --bias --dark --flat --bpm ... (frame preparation)
     std::string sex;                      // --sex FILE: a SExtractor configuration (docs/SEXTRACTOR.md)
     std::vector<std::string> sexSettings; // KEY=value: SExtractor's -KEY value overrides (main rewrites them)
     std::string param;                    // --param FILE: SExtractor output parameters (PARAMETERS_NAME)
     bool sexPerFrameNames = false;        // several frames: each SExtractor catalog is STEM.CATALOG_NAME
-    int prefetch = 1;          // --prefetch N: frames read ahead of the one in its stages (0: one at a time)
-    int concurrent = 1;        // --concurrent K: frames in their stages at once, each with its own RunContext
+    int prefetch = 1;   // --prefetch N: frames read ahead of the one in its stages (0: one at a time)
+    int concurrent = 1; // --concurrent K: frames in their stages at once, each with its own RunContext
 };
 
 // Adds the common options (addCommonOptions) and every reduce option to `sub`.
@@ -66,7 +63,8 @@ struct FrameTask {
 // once, and one RunContext kept for every frame (so the CUDA context and memory pool stay warm).
 class FrameReducer {
 public:
-    explicit FrameReducer(const ReduceCliOptions& o); // loads the reference and targets; throws on bad options
+    explicit FrameReducer(
+        const ReduceCliOptions& o); // loads the reference and targets; throws on bad options
     ~FrameReducer();
     FrameReducer(const FrameReducer&) = delete;
     FrameReducer& operator=(const FrameReducer&) = delete;
@@ -124,7 +122,7 @@ public:
     // Queues a frame and returns its ticket (0, 1, ... in submission order); blocks while prefetch + K - 1
     // frames wait ahead of the stages.
     std::size_t submit(FrameTask task);
-    bool full() const;         // submit() would block now
+    bool full() const;            // submit() would block now
     std::size_t inFlight() const; // submitted, line not yet delivered
     bool failed() const;          // a phase threw Cancelled (or the callback threw): finish() rethrows it
     // Waits until every submitted frame's line is delivered; rethrows Cancelled (or an internal error).
@@ -144,15 +142,16 @@ private:
 // `listFile` (--list), one path per line, '#' comments and blank lines ignored, relative paths taken
 // relative to the list file's directory. Order kept, duplicates dropped. Throws InvalidInput naming an
 // argument that matches nothing (a glob without matches, a missing list file).
-std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args, const std::string& listFile = {});
+std::vector<std::string> expandFrameInputs(const std::vector<std::string>& args,
+                                           const std::string& listFile = {});
 
 struct BatchOptions {
-    int jobs = 0;              // -j N; 0: default (1 per visible GPU with CUDA, else 1 in-process)
-    bool force = false;        // --force: redo frames whose outputs are complete
-    std::string jsonl;         // --jsonl FILE ("" : OUTDIR/gpuphot.jsonl when more than one frame)
+    int jobs = 0;                       // -j N; 0: default (1 per visible GPU with CUDA, else 1 in-process)
+    bool force = false;                 // --force: redo frames whose outputs are complete
+    std::string jsonl;                  // --jsonl FILE ("" : OUTDIR/gpuphot.jsonl when more than one frame)
     std::vector<std::string> childArgs; // the reduce options for the children (reproduceArgs)
-    bool threadsGiven = false; // --threads was given (else each CPU child gets cores / N)
-    std::string db;            // --db URL: each reduced frame also stored there (app/cli/db_cli.hpp)
+    bool threadsGiven = false;          // --threads was given (else each CPU child gets cores / N)
+    std::string db;                     // --db URL: each reduced frame also stored there (app/cli/db_cli.hpp)
 };
 
 // Reduces `frames` (in-process with one frame or when one worker suffices, else with N child processes),

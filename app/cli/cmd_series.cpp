@@ -16,8 +16,8 @@
 #include "app/cli/db_cli.hpp"
 #include "core/db/db_writer.hpp"
 #include "core/db/results_store.hpp"
-#include "core/pipeline/outputs.hpp"
 #include "core/io/target_list.hpp"
+#include "core/pipeline/outputs.hpp"
 #include "core/series/series.hpp"
 #include "core/series/series_output.hpp"
 #include "core/util/errors.hpp"
@@ -57,16 +57,19 @@ Inputs expandInputs(const std::vector<std::string>& inputs) {
     for (const auto& in : inputs) {
         std::error_code ec;
         if (!fs::is_directory(in, ec)) {
-            (isCatalogName(fs::path(in).filename().string()) ? out.catalogs : out.frames).push_back(absolute(in));
+            (isCatalogName(fs::path(in).filename().string()) ? out.catalogs : out.frames)
+                .push_back(absolute(in));
             continue;
         }
         std::vector<std::string> found;
         for (const auto& e : fs::directory_iterator(in, ec))
             if (isCatalogName(e.path().filename().string())) found.push_back(absolute(e.path()));
         std::sort(found.begin(), found.end());
-        if (!found.empty()) out.catalogs.insert(out.catalogs.end(), found.begin(), found.end());
+        if (!found.empty())
+            out.catalogs.insert(out.catalogs.end(), found.begin(), found.end());
         else
-            for (const auto& f : expandFrameInputs({in})) out.frames.push_back(absolute(f));
+            for (const auto& f : expandFrameInputs({in}))
+                out.frames.push_back(absolute(f));
     }
     return out;
 }
@@ -81,7 +84,12 @@ std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, co
     r.reference = o.params.reference;
     r.refColumns = o.params.referenceColumns;
     r.targets = o.targets;
-    r.radii = o.radii;
+    if (!o.radii.empty()) {
+        std::string radii;
+        for (double v : o.radii)
+            radii += (radii.empty() ? "" : ",") + std::to_string(v);
+        r.params.byKey["aperture.radii"] = radii; // as reduce's --aper
+    }
     r.noTycho2 = o.noTycho2;
     BatchOptions b; // in this process, or one child per GPU with these reduce options
     b.db = o.db;
@@ -98,11 +106,8 @@ std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, co
     arg("--gpu-mem-limit", r.common.gpuMemLimit);
     if (o.common.threads > 0) arg("--threads", std::to_string(o.common.threads));
     if (r.noTycho2) b.childArgs.push_back("--no-tycho2");
-    if (!r.radii.empty()) {
-        std::string radii;
-        for (double v : r.radii) radii += (radii.empty() ? "" : ",") + std::to_string(v);
-        arg("--aper", radii);
-    }
+    for (const std::string& a : paramFlagArguments(r.params))
+        b.childArgs.push_back(a);
     std::error_code ec;
     fs::create_directories(r.common.outdir, ec);
     if (ec) throw IoError(r.common.outdir + ": cannot create the directory: " + ec.message());
@@ -110,8 +115,11 @@ std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, co
     std::vector<std::string> catalogs;
     for (const auto& f : frames) {
         const fs::path c = fs::path(r.common.outdir) / (frameStem(f) + ".cat.fits");
-        if (fs::exists(c, ec)) catalogs.push_back(fs::absolute(c).lexically_normal().string());
-        else std::fprintf(stderr, "gpuphot: warning: %s was not reduced: it is not in the series\n", f.c_str());
+        if (fs::exists(c, ec))
+            catalogs.push_back(fs::absolute(c).lexically_normal().string());
+        else
+            std::fprintf(stderr, "gpuphot: warning: %s was not reduced: it is not in the series\n",
+                         f.c_str());
     }
     if (rc != 0 && o.common.verbosity >= 1)
         std::fprintf(stderr, "gpuphot: warning: reducing the frames exited with status %d\n", rc);
@@ -209,7 +217,8 @@ int storeSeries(const SeriesResult& r, const SeriesOptions& o) {
             if (!f) continue;
             SeriesPointRecord p;
             p.framePath = f->first, p.hdu = f->second, p.bjdTdb = lc.bjdTdb[k];
-            p.relFlux = lc.relFlux[k], p.relFluxErr = lc.relFluxErr[k], p.mag = lc.mag[k], p.magErr = lc.magErr[k];
+            p.relFlux = lc.relFlux[k], p.relFluxErr = lc.relFluxErr[k], p.mag = lc.mag[k],
+            p.magErr = lc.magErr[k];
             obj.points.push_back(p);
         }
         objects.push_back(std::move(obj));
@@ -217,12 +226,13 @@ int storeSeries(const SeriesResult& r, const SeriesOptions& o) {
     try {
         const SeriesWriteResult w = openResultsStore(o.db, cliStoreOptions())->putSeries(objects);
         if (o.common.verbosity >= 1 || w.pointsWithoutFrame > 0)
-            std::fprintf(stderr, "database %s: %zu light curves, %zu points stored%s\n", o.db.c_str(), w.objects,
-                         w.points,
-                         w.pointsWithoutFrame ? (", " + std::to_string(w.pointsWithoutFrame) +
-                                                 " points of frames not in the database left out (reduce them with --db)")
-                                                    .c_str()
-                                              : "");
+            std::fprintf(stderr, "database %s: %zu light curves, %zu points stored%s\n", o.db.c_str(),
+                         w.objects, w.points,
+                         w.pointsWithoutFrame
+                             ? (", " + std::to_string(w.pointsWithoutFrame) +
+                                " points of frames not in the database left out (reduce them with --db)")
+                                   .c_str()
+                             : "");
         return 0;
     } catch (const DatabaseError& e) {
         std::fprintf(stderr, "gpuphot: database error: %s (the series files are written)\n", e.what());
@@ -329,9 +339,11 @@ Command registerSeries(CLI::App& app) {
     sub->add_option("--exclude", p.excluded, "Never use this target-list star as a comparison (repeatable)");
     sub->add_option("--formats", o->formats, "Outputs: ecsv,csv,fits,aij,aavso")->capture_default_str();
     sub->add_option("--obscode", o->obscode, "AAVSO observer code")->capture_default_str();
-    sub->add_option("--aper", o->radii, "Frames given instead of catalogs: aperture radii for their reduction (px)")
+    sub->add_option("--aper", o->radii,
+                    "Frames given instead of catalogs: aperture radii for their reduction (px)")
         ->delimiter(',');
-    sub->add_flag("--no-tycho2", o->noTycho2, "Frames given instead of catalogs: no Tycho-2 fallback without --ref");
+    sub->add_flag("--no-tycho2", o->noTycho2,
+                  "Frames given instead of catalogs: no Tycho-2 fallback without --ref");
     sub->add_flag("--all-stars", p.allStars,
                   "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
     addDbOption(*sub, o->db);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "app/cli/commands.hpp"
+#include "app/cli/param_flags.hpp"
 #include "app/cli/slurm_jobs.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/util/errors.hpp"
@@ -39,8 +40,9 @@ struct SubmitSlurmCli {
     int verbosity = 1;
     // Passed to `gpuphot reduce` as given (file names made absolute).
     std::string ref, refColumns, config, targets, hdu, backend, gpuMemLimit;
-    std::vector<std::string> formats, maps, aper;
-    std::string threshold, minArea, threads;
+    std::vector<std::string> formats, maps;
+    ParamFlagValues params; // --threshold --aper ... forwarded to reduce
+    std::string threads;
     bool noTycho2 = false;
     std::vector<std::string> passThrough; // everything after `--`
     std::string afterDash;                // placeholder positional (see registerSubmit)
@@ -152,9 +154,8 @@ std::string reduceCommand(const SubmitSlurmCli& o, const std::string& self, cons
     opt("--gpu-mem-limit", o.gpuMemLimit);
     opt("--formats", join(o.formats));
     opt("--maps", join(o.maps));
-    opt("--aper", join(o.aper));
-    opt("--threshold", o.threshold);
-    opt("--minarea", o.minArea);
+    for (const std::string& a : paramFlagArguments(o.params))
+        args.push_back(a);
     opt("--threads", o.threads);
     if (o.noTycho2) args.push_back("--no-tycho2");
     args.insert(args.end(), o.passThrough.begin(), o.passThrough.end());
@@ -371,12 +372,7 @@ Command registerSubmit(CLI::App& app) {
         ->delimiter(',')
         ->allow_extra_args(false)
         ->group(group);
-    slurm->add_option("--aper", o->aper, "Aperture radii in pixels")
-        ->delimiter(',')
-        ->allow_extra_args(false)
-        ->group(group);
-    slurm->add_option("--threshold", o->threshold, "Detection threshold in sigma")->group(group);
-    slurm->add_option("--minarea", o->minArea, "Minimum object area in pixels")->group(group);
+    addParamFlags(*slurm, o->params, group);
     slurm->add_flag("--no-tycho2", o->noTycho2, "Do not calibrate against Tycho-2 without --ref")
         ->group(group);
     return {sub, [o, slurm] {

@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/pipeline/reduce.hpp"
 #include "core/pipeline/prepare_inputs.hpp"
+#include "core/pipeline/reduce.hpp"
 #include "core/stages/prepare/prepare.hpp"
 #include "core/util/errors.hpp"
 
@@ -15,15 +15,12 @@ void addPrepareOptions(CLI::App& sub, PrepareCliOptions& o) {
     const char* group = "Frame preparation";
     sub.add_option("--bias", o.bias, "Master bias FITS (gpuphot master bias), subtracted")->group(group);
     sub.add_option("--dark", o.dark, "Master dark FITS, subtracted after scaling by EXPTIME")->group(group);
-    sub.add_option("--flat", o.flat, "Master flat FITS (median 1), divided; its FILTER must match")->group(group);
-    sub.add_option("--bpm", o.bpm, "Bad-pixel mask FITS (non-zero = bad): masked, never interpolated")->group(group);
-    sub.add_flag("--no-overscan", o.noOverscan, "Do not subtract the overscan (BIASSEC) or trim (TRIMSEC/DATASEC)")
+    sub.add_option("--flat", o.flat, "Master flat FITS (median 1), divided; its FILTER must match")
         ->group(group);
-    sub.add_flag("--cosmics", o.cosmics, "Mask cosmic rays (L.A.Cosmic; config prepare.cosmic)")->group(group);
-    sub.add_flag("--salt-pepper", o.saltPepper, "Mask salt-and-pepper pixels (>10 sigma high, >5 low vs the MAD)")
+    sub.add_option("--bpm", o.bpm, "Bad-pixel mask FITS (non-zero = bad): masked, never interpolated")
         ->group(group);
-    sub.add_option("--bayer", o.bayer, "Colour-filter-array frames: 2x2 super-pixels to lum, r, g or b; none")
-        ->check(CLI::IsMember({"lum", "r", "g", "b", "none"}))
+    sub.add_flag("--no-overscan", o.noOverscan,
+                 "Do not subtract the overscan (BIASSEC) or trim (TRIMSEC/DATASEC)")
         ->group(group);
 }
 
@@ -33,9 +30,6 @@ void applyPrepareOptions(const PrepareCliOptions& o, ReduceOptions& ro) {
         p.overscan = false;
         p.trim = false;
     }
-    if (o.cosmics) p.cosmics = true;
-    if (o.saltPepper) p.saltPepper = true;
-    if (!o.bayer.empty()) p.bayer = o.bayer;
     if (o.bias.empty() && o.dark.empty() && o.flat.empty() && o.bpm.empty()) return;
     auto inputs = std::make_shared<PrepareInputs>(loadPrepareInputs(o.bias, o.dark, o.flat, o.bpm, p));
     ro.prepare = inputs.get();

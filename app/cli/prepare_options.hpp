@@ -1,7 +1,8 @@
 #pragma once
 // The frame-preparation options of `gpuphot reduce` (and everything that shares the reduce options):
 // --bias --dark --flat --bpm (master frames and a bad-pixel mask, loaded once for every frame),
-// --no-overscan, --cosmics, --salt-pepper, --bayer lum|r|g|b|none. They override config "prepare".
+// --no-overscan (it overrides config "prepare"; --cosmics, --salt-pepper and --bayer are parameter flags,
+// app/cli/param_flags.hpp).
 #include <string>
 
 namespace CLI {
@@ -17,9 +18,6 @@ namespace gpuphot::cli {
 struct PrepareCliOptions {
     std::string bias, dark, flat, bpm; // paths ("" : none)
     bool noOverscan = false;
-    bool cosmics = false;
-    bool saltPepper = false;
-    std::string bayer;                 // "" : as configured
 };
 
 void addPrepareOptions(CLI::App& sub, PrepareCliOptions& o);

@@ -1,4 +1,6 @@
 #include "core/pipeline/pipeline.hpp"
+
+#include "core/pipeline/param_table.hpp"
 #include "core/pipeline/pointing.hpp"
 
 #include <algorithm>
@@ -803,20 +805,33 @@ std::string firstPhotometryDifference(const PipelineResult& ra, const PipelineRe
 }
 
 Stage firstAffectedStage(const PipelineConfig& a, const PipelineConfig& b) {
-    const nlohmann::json ja = a, jb = b;
-    if (ja.at("keywords") != jb.at("keywords") || ja.at("instrument") != jb.at("instrument") ||
-        ja.at("background") != jb.at("background") ||
-        ja.at("backgroundSecondPass") != jb.at("backgroundSecondPass") ||
-        ja.at("secondPassDilate") != jb.at("secondPassDilate"))
-        return Stage::Background;
-    if (ja.at("detection") != jb.at("detection")) return Stage::Detection;
-    if (ja.at("psf") != jb.at("psf") || ja.at("defaultFwhm") != jb.at("defaultFwhm")) return Stage::Psf;
-    if (ja.at("aperture") != jb.at("aperture") || ja.at("apertureToTotal") != jb.at("apertureToTotal"))
-        return Stage::Aperture;
-    if (ja.at("crossmatch") != jb.at("crossmatch") || ja.at("zeropoint") != jb.at("zeropoint") ||
-        ja.at("fitAstrometry") != jb.at("fitAstrometry") || ja.at("astrometry") != jb.at("astrometry"))
-        return Stage::Calibration;
-    return Stage::Done;
+    // Every serialised parameter names the first stage it changes (its table); the frame's preparation is
+    // redone with the background.
+    Stage first = Stage::Done;
+    for (const ParamDef& d : paramTable()) {
+        if (d.access == ParamAccess::Internal || encodedParam(d, a) == encodedParam(d, b)) continue;
+        Stage s = Stage::Background;
+        switch (d.stage) {
+        case ParamStage::Prepare:
+        case ParamStage::Background:
+            s = Stage::Background;
+            break;
+        case ParamStage::Detection:
+            s = Stage::Detection;
+            break;
+        case ParamStage::Psf:
+            s = Stage::Psf;
+            break;
+        case ParamStage::Aperture:
+            s = Stage::Aperture;
+            break;
+        case ParamStage::Calibration:
+            s = Stage::Calibration;
+            break;
+        }
+        first = std::min(first, s);
+    }
+    return first;
 }
 
 } // namespace gpuphot

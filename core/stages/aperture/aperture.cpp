@@ -1588,80 +1588,8 @@ double apertureCorrectedMag(const ApertureResult& res, std::size_t r, std::size_
     return -2.5 * std::log10(f) + res.apCorrMag[r];
 }
 
-NLOHMANN_JSON_SERIALIZE_ENUM(SkyEstimator, {{SkyEstimator::Mean, "mean"},
-                                            {SkyEstimator::Median, "median"},
-                                            {SkyEstimator::Mode, "mode"}})
 
-void to_json(nlohmann::json& j, const ApertureParams& p) {
-    j = nlohmann::json{{"radii", p.radii},
-                       {"radiiInFwhm", p.radiiInFwhm},
-                       {"useLocalSky", p.useLocalSky},
-                       {"annulusInner", p.annulusInner},
-                       {"annulusOuter", p.annulusOuter},
-                       {"annulusInFwhm", p.annulusInFwhm},
-                       {"skyEstimator", p.skyEstimator},
-                       {"skyClipSigma", p.skyClipSigma},
-                       {"skyClipIterations", p.skyClipIterations},
-                       {"minSkyPixels", p.minSkyPixels},
-                       {"kronFactor", p.kronFactor},
-                       {"kronMinRadius", p.kronMinRadius},
-                       {"kronMaxRadius", p.kronMaxRadius},
-                       {"apertureCorrection", p.apertureCorrection},
-                       {"apCorrRefRadius", p.apCorrRefRadius},
-                       {"apCorrMaxStars", p.apCorrMaxStars},
-                       {"apCorrMinStars", p.apCorrMinStars},
-                       {"apCorrMinSnr", p.apCorrMinSnr},
-                       {"apCorrClip", p.apCorrClip},
-                       {"apCorrIsolation", p.apCorrIsolation},
-                       {"apCorrModelErr", p.apCorrModelErr},
-                       {"optimal", p.optimal},
-                       {"optimalMinRadius", p.optimalMinRadius},
-                       {"cogStep", p.cogStep}};
-    // JSON has no infinity: null means "no saturation level"
-    if (std::isfinite(p.saturation))
-        j["saturation"] = p.saturation;
-    else
-        j["saturation"] = nullptr;
-}
 
-void from_json(const nlohmann::json& j, ApertureParams& p) {
-    if (!j.is_object()) throw InvalidInput("aperture parameters: expected a JSON object");
-    auto get = [&](const char* key, auto& v) {
-        if (j.contains(key)) j.at(key).get_to(v);
-    };
-    get("radii", p.radii);
-    get("radiiInFwhm", p.radiiInFwhm);
-    get("useLocalSky", p.useLocalSky);
-    get("annulusInner", p.annulusInner);
-    get("annulusOuter", p.annulusOuter);
-    get("annulusInFwhm", p.annulusInFwhm);
-    if (j.contains("skyEstimator")) {
-        const std::string s = j.at("skyEstimator").get<std::string>();
-        if (s != "mean" && s != "median" && s != "mode")
-            throw InvalidInput("aperture parameters: skyEstimator '" + s +
-                               "' (expected mean, median or mode)");
-        j.at("skyEstimator").get_to(p.skyEstimator);
-    }
-    get("skyClipSigma", p.skyClipSigma);
-    get("skyClipIterations", p.skyClipIterations);
-    get("minSkyPixels", p.minSkyPixels);
-    get("kronFactor", p.kronFactor);
-    get("kronMinRadius", p.kronMinRadius);
-    get("kronMaxRadius", p.kronMaxRadius);
-    get("apertureCorrection", p.apertureCorrection);
-    get("apCorrRefRadius", p.apCorrRefRadius);
-    get("apCorrMaxStars", p.apCorrMaxStars);
-    get("apCorrMinStars", p.apCorrMinStars);
-    get("apCorrMinSnr", p.apCorrMinSnr);
-    get("apCorrClip", p.apCorrClip);
-    get("apCorrIsolation", p.apCorrIsolation);
-    get("apCorrModelErr", p.apCorrModelErr);
-    get("optimal", p.optimal);
-    get("optimalMinRadius", p.optimalMinRadius);
-    get("cogStep", p.cogStep);
-    if (j.contains("saturation"))
-        p.saturation = j.at("saturation").is_null() ? kInf : j.at("saturation").get<double>();
-}
 
 // The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
 // (core/pipeline/cuda_stages.hpp), else the CPU engine.

@@ -29,11 +29,6 @@ namespace {
 
 constexpr double kDeg = 3.14159265358979323846 / 180.0;
 
-double nanOr(const nlohmann::json& j, const char* key, double fallback) {
-    if (!j.contains(key) || j.at(key).is_null()) return fallback;
-    return j.at(key).get<double>();
-}
-
 using Vec3 = std::array<double, 3>;
 
 Vec3 unitVector(double raDeg, double decDeg) {
@@ -81,29 +76,7 @@ CrossmatchIndex resolveCrossmatchIndex(const std::string& index) {
     throw InvalidInput("crossmatch: index must be \"grid\", \"kdtree\" or \"auto\" (got \"" + index + "\")");
 }
 
-void to_json(nlohmann::json& j, const CrossmatchParams& p) {
-    j = nlohmann::json{{"radiusArcsec", p.radiusArcsec},
-                       {"oneToOne", p.oneToOne},
-                       {"marginPx", p.marginPx},
-                       {"index", p.index}};
-    // JSON has no NaN: an absent (or null) cut means none.
-    if (std::isfinite(p.refMagBright)) j["refMagBright"] = p.refMagBright;
-    if (std::isfinite(p.refMagFaint)) j["refMagFaint"] = p.refMagFaint;
-}
 
-void from_json(const nlohmann::json& j, CrossmatchParams& p) {
-    const CrossmatchParams d;
-    p.radiusArcsec = j.value("radiusArcsec", d.radiusArcsec);
-    p.oneToOne = j.value("oneToOne", d.oneToOne);
-    p.marginPx = j.value("marginPx", d.marginPx);
-    p.refMagBright = nanOr(j, "refMagBright", d.refMagBright);
-    p.refMagFaint = nanOr(j, "refMagFaint", d.refMagFaint);
-    if (j.contains("index") && !j.at("index").is_string())
-        throw InvalidInput("crossmatch: index must be a string (\"grid\", \"kdtree\" or \"auto\"), got " +
-                           j.at("index").dump());
-    p.index = j.value("index", d.index);
-    resolveCrossmatchIndex(p.index); // rejects an unknown name here, when the configuration is read
-}
 
 ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs, int width, int height,
                                      double marginArcsec, std::vector<std::int32_t>* rows) {

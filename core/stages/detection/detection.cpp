@@ -20,53 +20,7 @@
 
 namespace gpuphot {
 
-void to_json(nlohmann::json& j, const DetectionParams& p) {
-    j = nlohmann::json{{"threshold", p.threshold},
-                       {"thresholdIsAbsolute", p.thresholdIsAbsolute},
-                       {"minArea", p.minArea},
-                       {"filter", p.filter},
-                       {"filterFwhm", p.filterFwhm},
-                       {"filterKernel", p.filterKernel},
-                       {"filterKernelWidth", p.filterKernelWidth},
-                       {"deblendLevels", p.deblendLevels},
-                       {"deblendContrast", p.deblendContrast},
-                       {"deblendMaxChildren", p.deblendMaxChildren},
-                       {"clean", p.clean},
-                       {"cleanParam", p.cleanParam},
-                       {"gain", p.gain},
-                       {"windowSigmaFactor", p.windowSigmaFactor},
-                       {"windowMinSigma", p.windowMinSigma},
-                       {"windowMaxSigma", p.windowMaxSigma},
-                       {"windowMaxIterations", p.windowMaxIterations},
-                       {"windowTolerance", p.windowTolerance}};
-    // JSON has no infinity: an absent saturation level means none.
-    if (std::isfinite(p.saturationLevel)) j["saturationLevel"] = p.saturationLevel;
-}
 
-void from_json(const nlohmann::json& j, DetectionParams& p) {
-    const DetectionParams d;
-    p.threshold = j.value("threshold", d.threshold);
-    p.thresholdIsAbsolute = j.value("thresholdIsAbsolute", d.thresholdIsAbsolute);
-    p.minArea = j.value("minArea", d.minArea);
-    p.filter = j.value("filter", d.filter);
-    p.filterFwhm = j.value("filterFwhm", d.filterFwhm);
-    p.filterKernel = j.value("filterKernel", d.filterKernel);
-    p.filterKernelWidth = j.value("filterKernelWidth", d.filterKernelWidth);
-    p.deblendLevels = j.value("deblendLevels", d.deblendLevels);
-    p.deblendContrast = j.value("deblendContrast", d.deblendContrast);
-    p.deblendMaxChildren = j.value("deblendMaxChildren", d.deblendMaxChildren);
-    p.clean = j.value("clean", d.clean);
-    p.cleanParam = j.value("cleanParam", d.cleanParam);
-    p.gain = j.value("gain", d.gain);
-    p.saturationLevel = j.contains("saturationLevel") && !j.at("saturationLevel").is_null()
-                            ? j.at("saturationLevel").get<double>()
-                            : d.saturationLevel;
-    p.windowSigmaFactor = j.value("windowSigmaFactor", d.windowSigmaFactor);
-    p.windowMinSigma = j.value("windowMinSigma", d.windowMinSigma);
-    p.windowMaxSigma = j.value("windowMaxSigma", d.windowMaxSigma);
-    p.windowMaxIterations = j.value("windowMaxIterations", d.windowMaxIterations);
-    p.windowTolerance = j.value("windowTolerance", d.windowTolerance);
-}
 
 std::string detail::inputProblem(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                  const DetectionParams& p) {

@@ -16,56 +16,7 @@ namespace gpuphot {
 
 // ---- JSON -------------------------------------------------------------------------------------------
 
-void to_json(nlohmann::json& j, const PrepareParams& p) {
-    j = nlohmann::json{{"overscan", p.overscan},
-                       {"overscanMethod", p.overscanMethod},
-                       {"trim", p.trim},
-                       {"bleedTrails", p.bleedTrails},
-                       {"bleedFraction", p.bleedFraction},
-                       {"bleedGrow", p.bleedGrow},
-                       {"minFlat", p.minFlat},
-                       {"autoBadPixels", p.autoBadPixels},
-                       {"hotSigma", p.hotSigma},
-                       {"flatLow", p.flatLow},
-                       {"flatHigh", p.flatHigh},
-                       {"saltPepper", p.saltPepper},
-                       {"saltPepperParams", p.saltPepperParams},
-                       {"cosmics", p.cosmics},
-                       {"cosmic", p.cosmic},
-                       {"bayer", p.bayer},
-                       {"bayerParams", p.bayerParams}};
-}
 
-void from_json(const nlohmann::json& j, PrepareParams& p) {
-    auto get = [&](const char* key, auto& field) {
-        if (j.contains(key)) j.at(key).get_to(field);
-    };
-    get("overscan", p.overscan);
-    get("overscanMethod", p.overscanMethod);
-    get("trim", p.trim);
-    get("bleedTrails", p.bleedTrails);
-    get("bleedFraction", p.bleedFraction);
-    get("bleedGrow", p.bleedGrow);
-    get("minFlat", p.minFlat);
-    get("autoBadPixels", p.autoBadPixels);
-    get("hotSigma", p.hotSigma);
-    get("flatLow", p.flatLow);
-    get("flatHigh", p.flatHigh);
-    get("saltPepper", p.saltPepper);
-    get("saltPepperParams", p.saltPepperParams);
-    get("cosmics", p.cosmics);
-    get("cosmic", p.cosmic);
-    get("bayer", p.bayer);
-    get("bayerParams", p.bayerParams);
-    if (p.overscanMethod != "median" && p.overscanMethod != "row")
-        throw InvalidInput("prepare.overscanMethod must be \"median\" or \"row\", not \"" + p.overscanMethod + "\"");
-    if (p.bayer != "none" && p.bayer != "lum" && p.bayer != "r" && p.bayer != "g" && p.bayer != "b")
-        throw InvalidInput("prepare.bayer must be none, lum, r, g or b, not \"" + p.bayer + "\"");
-    if (!(p.bleedFraction > 0.0 && p.bleedFraction <= 1.0))
-        throw InvalidInput("prepare.bleedFraction must be in (0, 1]");
-    if (p.bleedGrow < 0 || p.bleedGrow > 1000) throw InvalidInput("prepare.bleedGrow must be in [0, 1000] px");
-    if (!(p.minFlat >= 0.0)) throw InvalidInput("prepare.minFlat must be >= 0");
-}
 
 void to_json(nlohmann::json& j, const PrepareResult& r) {
     j = nlohmann::json{{"steps", r.steps},

@@ -22,18 +22,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kMagPerSnr = 1.0857362047581294; // 2.5 / ln(10)
 
-double jsonNumber(const nlohmann::json& j, const char* key, double fallback) {
-    if (!j.contains(key) || j.at(key).is_null()) return fallback;
-    const auto& v = j.at(key);
-    if (v.is_string()) { // "inf" / "-inf" for the open magnitude range
-        const std::string s = v.get<std::string>();
-        if (s == "inf" || s == "+inf") return std::numeric_limits<double>::infinity();
-        if (s == "-inf") return -std::numeric_limits<double>::infinity();
-        throw InvalidInput("zeropoint: " + std::string(key) + " must be a number (got \"" + s + "\")");
-    }
-    return v.get<double>();
-}
-
 double median(std::vector<double> v) {
     if (v.empty()) return kNaN;
     std::sort(v.begin(), v.end());
@@ -381,56 +369,7 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
 
 } // namespace
 
-void to_json(nlohmann::json& j, const ZeroPointParams& p) {
-    auto num = [](double v) -> nlohmann::json {
-        if (std::isfinite(v)) return v;
-        return v > 0 ? "inf" : "-inf";
-    };
-    j = nlohmann::json{{"magBright", num(p.magBright)},
-                       {"magFaint", num(p.magFaint)},
-                       {"minSnr", p.minSnr},
-                       {"excludeFlags", p.excludeFlags},
-                       {"isolationArcsec", p.isolationArcsec},
-                       {"isolationFwhm", p.isolationFwhm},
-                       {"isolationDeltaMag", p.isolationDeltaMag},
-                       {"method", p.method},
-                       {"clipSigma", p.clipSigma},
-                       {"maxIterations", p.maxIterations},
-                       {"fitColourTerm", p.fitColourTerm},
-                       {"colourTermMinSignificance", p.colourTermMinSignificance},
-                       {"seed", p.seed},
-                       {"ransacIterations", p.ransacIterations},
-                       {"ransacThreshold", p.ransacThreshold},
-                       {"minStars", p.minStars},
-                       {"matchSigma", p.matchSigma},
-                       {"bootstrap", p.bootstrap},
-                       {"maxZpErr", p.maxZpErr},
-                       {"magSource", p.magSource}};
-}
 
-void from_json(const nlohmann::json& j, ZeroPointParams& p) {
-    const ZeroPointParams d;
-    p.magBright = jsonNumber(j, "magBright", d.magBright);
-    p.magFaint = jsonNumber(j, "magFaint", d.magFaint);
-    p.minSnr = j.value("minSnr", d.minSnr);
-    p.excludeFlags = j.value("excludeFlags", d.excludeFlags);
-    p.isolationArcsec = j.value("isolationArcsec", d.isolationArcsec);
-    p.isolationFwhm = j.value("isolationFwhm", d.isolationFwhm);
-    p.isolationDeltaMag = j.value("isolationDeltaMag", d.isolationDeltaMag);
-    p.method = j.value("method", d.method);
-    p.clipSigma = j.value("clipSigma", d.clipSigma);
-    p.maxIterations = j.value("maxIterations", d.maxIterations);
-    p.fitColourTerm = j.value("fitColourTerm", d.fitColourTerm);
-    p.colourTermMinSignificance = j.value("colourTermMinSignificance", d.colourTermMinSignificance);
-    p.seed = j.value("seed", d.seed);
-    p.ransacIterations = j.value("ransacIterations", d.ransacIterations);
-    p.ransacThreshold = j.value("ransacThreshold", d.ransacThreshold);
-    p.minStars = j.value("minStars", d.minStars);
-    p.matchSigma = j.value("matchSigma", d.matchSigma);
-    p.bootstrap = j.value("bootstrap", d.bootstrap);
-    p.maxZpErr = j.value("maxZpErr", d.maxZpErr);
-    p.magSource = j.value("magSource", d.magSource);
-}
 
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              double snr) {
