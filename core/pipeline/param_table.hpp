@@ -259,9 +259,7 @@ nlohmann::json toJson(const void* obj, const std::vector<ParamDef>& defs);
 void fromJson(const nlohmann::json& j, void* obj, const void* dflt, const std::vector<ParamDef>& defs,
               const std::string& prefix);
 // to_json / from_json of a stage's Params through its table (the stage's _params.cpp defines them with
-// these). BackgroundParams, PsfParams, AstrometryParams and prepare's CosmicRayParams, SaltPepperParams and
-// BayerParams still have nlohmann's field-list macro in their headers, which the CUDA engines include (a
-// test checks that it names the table's keys); PipelineConfig's JSON goes through the tables for all.
+// these).
 template <class S> nlohmann::json structToJson(const S& s, const std::vector<ParamDef>& defs) {
     return toJson(&s, defs);
 }

@@ -47,11 +47,9 @@ struct AstrometryParams {
     double verifySigma = 10.0;       // ... and this many Poisson sigmas above the chance-match count
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(AstrometryParams, maxSipOrder, minSipOrder, minMatchesPerTerm,
-                                                matchRadiusPx, refineRadiusPx, clipSigma, iterations, blind, scaleLow,
-                                                scaleHigh, headerScaleTolerance, searchRadiusDeg, nBrightest, refPerCell,
-                                                codeTolerance, maxFullVerifications, seed, verifyMinMatches,
-                                                verifyMinFraction, verifySigma)
+// JSON through the stage's parameter table (its _params.cpp: keys, ranges and meanings).
+void to_json(nlohmann::json& j, const AstrometryParams& p);
+void from_json(const nlohmann::json& j, AstrometryParams& p);
 
 struct AstrometryResult {
     bool ok = false;

@@ -97,6 +97,17 @@ std::vector<ParamDef> astrometry() {
 }
 } // namespace params
 
+const std::vector<ParamDef>& astrometryParamTable() {
+    static const std::vector<ParamDef> table = params::astrometry();
+    return table;
+}
+
+void to_json(nlohmann::json& j, const AstrometryParams& p) {
+    j = params::structToJson(p, astrometryParamTable());
+}
+void from_json(const nlohmann::json& j, AstrometryParams& p) {
+    params::structFromJson(j, p, astrometryParamTable(), "astrometry");
+}
 #undef F
 
 } // namespace gpuphot

@@ -62,9 +62,9 @@ struct BackgroundParams {
     int filterH() const { return filterHeight > 0 ? filterHeight : filterSize; }
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BackgroundParams, meshSize, meshHeight, filterSize,
-                                                filterHeight, filterThreshold, minGoodFraction, fullMaps,
-                                                sextractorSpline)
+// JSON through the stage's parameter table (its _params.cpp: keys, ranges and meanings).
+void to_json(nlohmann::json& j, const BackgroundParams& p);
+void from_json(const nlohmann::json& j, BackgroundParams& p);
 
 struct BackgroundResult {
     Image<float> level;     // full-resolution background (ADU); empty when !params.fullMaps

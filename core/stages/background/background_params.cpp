@@ -62,6 +62,17 @@ std::vector<ParamDef> background() {
 }
 } // namespace params
 
+const std::vector<ParamDef>& backgroundParamTable() {
+    static const std::vector<ParamDef> table = params::background();
+    return table;
+}
+
+void to_json(nlohmann::json& j, const BackgroundParams& p) {
+    j = params::structToJson(p, backgroundParamTable());
+}
+void from_json(const nlohmann::json& j, BackgroundParams& p) {
+    params::structFromJson(j, p, backgroundParamTable(), "background");
+}
 #undef F
 
 } // namespace gpuphot

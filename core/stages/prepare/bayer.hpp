@@ -59,8 +59,6 @@ struct BayerParams {
     int yOffset = -1;              // < 0: YBAYROFF from the header (0 when absent)
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BayerParams, output, luminanceMean, pattern, rowOrder,
-                                                xOffset, yOffset)
 
 struct CfaLayout {
     std::string pattern = "RGGB"; // colours of the sensor's top-left 2x2 cell, row by row

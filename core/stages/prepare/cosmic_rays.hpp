@@ -57,8 +57,6 @@ struct CosmicRayParams {
     bool clean = false;      // also return `cleaned` (display only)
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(CosmicRayParams, sigclip, sigfrac, objlim, niter, gain,
-                                                readnoise, satlevel, pedestal, clean)
 
 struct CosmicRayResult {
     Image<std::uint8_t> mask; // MaskCosmicRay where a cosmic ray was found, else 0 (OR it into Frame::mask)
@@ -86,7 +84,6 @@ struct SaltPepperParams {
     int window = 3;          // 3 or 5
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SaltPepperParams, highSigma, lowSigma, window)
 
 struct SaltPepperResult {
     Image<std::uint8_t> mask; // MaskBad where flagged, else 0

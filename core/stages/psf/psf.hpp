@@ -75,13 +75,9 @@ struct PsfParams {
     bool psfFitBackground = false;   // also fit a constant background offset
     double maxMaskedPsfWeight = 0.2; // fail when masked pixels carry more than this fraction of the PSF
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PsfParams, model, moffatBeta, fitBeta, betaMin, betaMax,
-                                                pixelIntegration, stampRadius, minSnr, saturation,
-                                                maxPeakFraction, isolationRadius, excludeFlags, maxStars,
-                                                maxStarsPerCell, maxMaskedFraction, maxIterations, clipSigma,
-                                                clipIterations, polyOrder, minStarsPerTerm, epsfOversampling,
-                                                gridNx, gridNy, epsfMinStars, psfPhotometry, psfFitRadius,
-                                                psfFitBackground, maxMaskedPsfWeight)
+// JSON through the stage's parameter table (its _params.cpp: keys, ranges and meanings).
+void to_json(nlohmann::json& j, const PsfParams& p);
+void from_json(const nlohmann::json& j, PsfParams& p);
 
 // Throws InvalidInput naming the bad parameter.
 void validate(const PsfParams& p);

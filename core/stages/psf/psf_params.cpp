@@ -87,6 +87,17 @@ std::vector<ParamDef> psf() {
 }
 } // namespace params
 
+const std::vector<ParamDef>& psfParamTable() {
+    static const std::vector<ParamDef> table = params::psf();
+    return table;
+}
+
+void to_json(nlohmann::json& j, const PsfParams& p) {
+    j = params::structToJson(p, psfParamTable());
+}
+void from_json(const nlohmann::json& j, PsfParams& p) {
+    params::structFromJson(j, p, psfParamTable(), "psf");
+}
 #undef F
 
 } // namespace gpuphot
