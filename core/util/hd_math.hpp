@@ -1,8 +1,8 @@
 #pragma once
 // exp and log as GPUPHOT_HD functions of + - * / only, so that a CPU stage and its CUDA kernel that need
 // them agree bitwise (docs/ARCHITECTURE.md, Determinism). The C library's exp/log (glibc) and CUDA's
-// libdevice round differently in the last bit; the PSF profile fits (core/stages/psf/psf_fit_math.hpp) feed the
-// fitted FWHM into every aperture radius, so one ulp there would show in the catalog.
+// libdevice round differently in the last bit; the PSF profile fits (core/stages/psf/psf_fit_math.hpp) feed
+// the fitted FWHM into every aperture radius, so one ulp there would show in the catalog.
 //
 // Accuracy (tests/core/hd_math_test.cpp, against long double): exp within 1 ulp, log within 1.5 ulp
 // and 2 ulp just around 1 (bound 2.5); the C library's are within 0.5. Special values as C's: NaN -> NaN,
@@ -18,6 +18,7 @@
 //   log: x = 2^e m with m in [0.75, 1.5), c = j/64 the nearest 64th (exact), f = m - c (exact),
 //        log m = log c + log1p(f / c), f / c as f times the table's 64 / j, log1p by its series to
 //        g^8; log c from the table as hi + lo. No division.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -55,6 +56,36 @@ GPUPHOT_HD inline bool isFinite(double v) {
 } // inf - inf and NaN - NaN are NaN
 GPUPHOT_HD inline double absOf(double v) {
     return v < 0.0 ? -v : v;
+}
+// The C library's functions on either side (each correctly rounded or exact under IEEE 754, so host and
+// device agree): fabs (unlike absOf, -0.0 gives +0.0), sqrt, trunc, ceil.
+GPUPHOT_HD inline double fabsOf(double v) {
+#if defined(__CUDA_ARCH__)
+    return fabs(v);
+#else
+    return std::fabs(v);
+#endif
+}
+GPUPHOT_HD inline double sqrtOf(double v) {
+#if defined(__CUDA_ARCH__)
+    return sqrt(v);
+#else
+    return std::sqrt(v);
+#endif
+}
+GPUPHOT_HD inline double truncOf(double v) {
+#if defined(__CUDA_ARCH__)
+    return trunc(v);
+#else
+    return std::trunc(v);
+#endif
+}
+GPUPHOT_HD inline double ceilOf(double v) {
+#if defined(__CUDA_ARCH__)
+    return ceil(v);
+#else
+    return std::ceil(v);
+#endif
 }
 GPUPHOT_HD inline double infinity() {
     return fromBits(0x7ff0000000000000ull);

@@ -131,7 +131,7 @@ __global__ void itemKernel(EpsfShape sh, PsfPlanes f, const EpsfCellIn* __restri
                     const double level = f.level ? static_cast<double>(f.level[at]) : f.globalLevel;
                     value = epsfmath::residualValue(f.image[at], level, star.background, star.flux, in.base,
                                                     sh.moffat != 0, sh.quad, dx, dy);
-                    if (!epsfmath::finite(value)) bad = true;
+                    if (!hdmath::isFinite(value)) bad = true;
                     atomicAdd(count + cell * sh.nNodes + node, 1);
                 }
             }

@@ -703,7 +703,7 @@ EpsfCellBatch emulatedEpsfBatch(const PsfFrame& frame, EmulationStats& stats, bo
                                 itemValue[t] = epsfmath::residualValue(frame.image(i, j), frame.level(i, j),
                                                                        s.fit.background, s.flux, base, moffat,
                                                                        quad, dx, dy);
-                                nonFinite = nonFinite || !epsfmath::finite(itemValue[t]);
+                                nonFinite = nonFinite || !hdmath::isFinite(itemValue[t]);
                                 ++count[static_cast<std::size_t>(node)];
                             }
                         }

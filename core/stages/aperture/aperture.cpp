@@ -756,11 +756,17 @@ public:
         fill(flags1, std::uint32_t{0});
         fill(ownIds, std::int32_t{0});
         fill(skyPerPixel, std::uint8_t{0});
-        const std::ptrdiff_t nf = static_cast<std::ptrdiff_t>(fills.size());
+        runFirstTouches(fills);
+    }
+
+    // Allocations and fills, one per thread (their first touch: page faults, initialisation), with many
+    // sources; in turn on this thread with few.
+    void runFirstTouches(const std::vector<std::function<void()>>& tasks) const {
+        const std::ptrdiff_t nt = static_cast<std::ptrdiff_t>(tasks.size());
         ParallelErrors errors;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
-        for (std::ptrdiff_t t = 0; t < nf; ++t)
-            errors.run([&] { fills[static_cast<std::size_t>(t)](); });
+        for (std::ptrdiff_t t = 0; t < nt; ++t)
+            errors.run([&] { tasks[static_cast<std::size_t>(t)](); });
         errors.rethrow();
     }
 
@@ -790,12 +796,7 @@ public:
             [&] { resizeKept(sc.jobs, m); },    [&] { resizeKept(sc.sums, m * nr); },
             [&] { resizeKept(sc.fds, m); },     [&] { resizeKept(sc.kronJobs, m); },
             [&] { resizeKept(sc.kronOut, m); }, [&] { resizeKept(sc.bflags, m); }};
-        const std::ptrdiff_t ns = static_cast<std::ptrdiff_t>(sizes.size());
-        ParallelErrors errors;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (n >= kParallelSources)
-        for (std::ptrdiff_t t = 0; t < ns; ++t)
-            errors.run([&] { sizes[static_cast<std::size_t>(t)](); });
-        errors.rethrow();
+        runFirstTouches(sizes);
     }
 
     // Pass 1: sky, fixed apertures, Kron, batch by batch (the last batch's Kron columns may be left to
@@ -1587,9 +1588,6 @@ double apertureCorrectedMag(const ApertureResult& res, std::size_t r, std::size_
     if (!(f > 0.0)) return kNaN;
     return -2.5 * std::log10(f) + res.apCorrMag[r];
 }
-
-
-
 
 // The stage's public entry point: the CUDA engine when the backend is CUDA and the kernels are linked
 // (core/pipeline/cuda_stages.hpp), else the CPU engine.

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/util/hd.hpp"
+#include "core/util/hd_math.hpp"
 
 namespace gpuphot::bkgmath {
 
@@ -21,22 +22,6 @@ constexpr int kMaxClipRounds = 100;
 constexpr double kClipConvergence = 1e-4;
 constexpr double kPi = 3.14159265358979323846; // M_PI
 
-GPUPHOT_HD inline double sqrtOf(double v) {
-#if defined(__CUDA_ARCH__)
-    return sqrt(v);
-#else
-    return std::sqrt(v);
-#endif
-}
-
-GPUPHOT_HD inline double absOf(double v) {
-#if defined(__CUDA_ARCH__)
-    return fabs(v);
-#else
-    return std::fabs(v);
-#endif
-}
-
 // The histogram of n clipped pixels of this mean and sigma: nlevels bins over mean +- kHistoSigmas sigma,
 // about kModePixels pixels per bin at the peak of a Gaussian. A value v falls in bin
 // int(v / qscale + cste) when v / qscale + cste lies in (-1, nlevels).
@@ -48,7 +33,7 @@ struct HistoScale {
 };
 
 GPUPHOT_HD inline HistoScale histoScale(double mean, double sigma, long long n) {
-    const double step = sqrtOf(2.0 / kPi) * kHistoSigmas / kModePixels;
+    const double step = hdmath::sqrtOf(2.0 / kPi) * kHistoSigmas / kModePixels;
     const double levels = step * static_cast<double>(n) + 1.0;
     HistoScale q;
     q.nlevels = static_cast<int>(double(kMaxLevels) < levels ? double(kMaxLevels) : levels);
@@ -71,7 +56,7 @@ template <class Count> GPUPHOT_HD inline MeshMode clipHistogram(const Count* his
     int lo = 0, hi = top;
     double sig = 10.0 * top, sig1 = 1.0, mea = 0.0, med = 0.0;
     for (int round = 0; round < kMaxClipRounds; ++round) {
-        if (round > 0 && !(sig >= 0.1 && absOf(sig / sig1 - 1.0) > kClipConvergence)) break;
+        if (round > 0 && !(sig >= 0.1 && hdmath::fabsOf(sig / sig1 - 1.0) > kClipConvergence)) break;
         sig1 = sig;
         long long lowSum = 0, highSum = 0, total = 0, m1 = 0, m2 = 0;
         int a = lo, b = hi;
@@ -98,7 +83,7 @@ template <class Count> GPUPHOT_HD inline MeshMode clipHistogram(const Count* his
             mea = static_cast<double>(m1) / static_cast<double>(total);
             sig = static_cast<double>(m2) / static_cast<double>(total) - mea * mea;
         }
-        sig = sig > 0.0 ? sqrtOf(sig) : 0.0;
+        sig = sig > 0.0 ? hdmath::sqrtOf(sig) : 0.0;
         const double l = med - kClipSigmas * sig;
         const double u = med + kClipSigmas * sig;
         lo = l > 0.0 ? static_cast<int>(l + 0.5) : 0;
@@ -107,7 +92,7 @@ template <class Count> GPUPHOT_HD inline MeshMode clipHistogram(const Count* his
     }
     double mode;
     if (sig > 0.0) {
-        if (absOf((mea - med) / sig) < kModeFallback)
+        if (hdmath::fabsOf((mea - med) / sig) < kModeFallback)
             mode = q.qzero + (2.5 * med - 1.5 * mea) * q.qscale;
         else
             mode = q.qzero + med * q.qscale;

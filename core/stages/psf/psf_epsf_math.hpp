@@ -1,9 +1,9 @@
 #pragma once
 // The arithmetic of one ePSF grid cell (core/stages/psf/psf_epsf.cpp buildEpsfCell; the steps are listed in
 // core/stages/psf/psf_epsf.hpp) as inline GPUPHOT_HD pieces, so that the host's cells and the CUDA batch's
-// (kernels/psf/psf_epsf.cu) run the same operations in the same order and agree bitwise (docs/ARCHITECTURE.md,
-// Determinism). Only + - * /, sqrt, the exact floor/ceil/trunc/fabs and the shared profile of
-// core/stages/psf/psf_fit_math.hpp (hdmath exp/log); no CUDA, Eigen or Qt includes.
+// (kernels/psf/psf_epsf.cu) run the same operations in the same order and agree bitwise
+// (docs/ARCHITECTURE.md, Determinism). Only + - * /, sqrt, the exact floor/ceil/trunc/fabs and the shared
+// profile of core/stages/psf/psf_fit_math.hpp (hdmath exp/log); no CUDA, Eigen or Qt includes.
 //
 // The cell, with n = 2 radius os + 1 nodes a side and the node of zero offset c = radius os:
 //  - the base model at node (i, j): nodeModel;
@@ -28,47 +28,11 @@
 
 namespace gpuphot::epsfmath {
 
-GPUPHOT_HD inline double truncOf(double v) {
-#if defined(__CUDA_ARCH__)
-    return trunc(v);
-#else
-    return std::trunc(v);
-#endif
-}
-
-GPUPHOT_HD inline double ceilOf(double v) {
-#if defined(__CUDA_ARCH__)
-    return ceil(v);
-#else
-    return std::ceil(v);
-#endif
-}
-
-GPUPHOT_HD inline double fabsOf(double v) {
-#if defined(__CUDA_ARCH__)
-    return fabs(v);
-#else
-    return std::fabs(v);
-#endif
-}
-
-GPUPHOT_HD inline double sqrtOf(double v) { // correctly rounded on both sides (IEEE 754)
-#if defined(__CUDA_ARCH__)
-    return sqrt(v);
-#else
-    return std::sqrt(v);
-#endif
-}
-
-GPUPHOT_HD inline bool finite(double v) {
-    return v - v == 0.0; // inf - inf and NaN - NaN are NaN
-}
-
 // std::lround for a finite v with |v| < 2^62: to the nearest integer, halves away from zero. v - trunc(v)
 // is exact (|v| < 1: trunc is 0; else trunc(v) lies in [v / 2, v], Sterbenz), so the halves are seen
 // exactly.
 GPUPHOT_HD inline long long roundHalfAway(double v) {
-    double t = truncOf(v);
+    double t = hdmath::truncOf(v);
     const double f = v - t;
     if (f >= 0.5)
         t += 1.0;
@@ -215,14 +179,14 @@ GPUPHOT_HD inline double clippedMean(const double* v, int n, double* work, const
     sort(work, n);
     const double med = sortedMedian(work, n);
     for (int k = 0; k < n; ++k)
-        work[k] = fabsOf(work[k] - med);
+        work[k] = hdmath::fabsOf(work[k] - med);
     sort(work, n);
     const double sigma = 1.4826 * sortedMedian(work, n);
     double s = 0.0;
     int kept = 0;
     for (int q = 0; q < n; ++q) {
         const double x = v[q];
-        if (sigma <= 0.0 || fabsOf(x - med) <= 3.0 * sigma) {
+        if (sigma <= 0.0 || hdmath::fabsOf(x - med) <= 3.0 * sigma) {
             s += x;
             ++kept;
         }
@@ -266,7 +230,7 @@ GPUPHOT_HD inline double smoothNode(const double* mean, const double* count, int
 
 // Radius (native px) of the re-centring disc: max(1, FWHM of the base), 2 when that is not finite.
 GPUPHOT_HD inline double recentreRadius(double baseFwhm) {
-    return maxLikeStd(1.0, finite(baseFwhm) ? baseFwhm : 2.0);
+    return maxLikeStd(1.0, hdmath::isFinite(baseFwhm) ? baseFwhm : 2.0);
 }
 
 // Half-size (nodes, around c, at most c) of a box holding every node of the disc of radius rc: the box is
@@ -275,7 +239,7 @@ GPUPHOT_HD inline double recentreRadius(double baseFwhm) {
 // as does dx^2 + dy^2, so it never passes the disc test; skipping such nodes leaves the sums of the
 // others, in their order: bitwise the sums over the whole grid.
 GPUPHOT_HD inline int recentreBox(double rc, int os, int c) {
-    const double h = ceilOf(rc * os) + 1.0;
+    const double h = hdmath::ceilOf(rc * os) + 1.0;
     return h >= c ? c : static_cast<int>(h);
 }
 
@@ -303,7 +267,7 @@ GPUPHOT_HD inline bool recentreShift(const CentroidSums& r, double& cx, double& 
     if (!(r.s > 0.0)) return false;
     cx = r.sx / r.s;
     cy = r.sy / r.s;
-    return fabsOf(cx) > 1e-4 || fabsOf(cy) > 1e-4;
+    return hdmath::fabsOf(cx) > 1e-4 || hdmath::fabsOf(cy) > 1e-4;
 }
 
 // Sum of the nodes of zero sub-pixel phase (rows j then columns i).
@@ -325,8 +289,8 @@ GPUPHOT_HD inline float nodeImage(double e, double sum) {
 inline constexpr int kFwhmSteps = 16;
 GPUPHOT_HD inline int fwhmHalfSteps(double baseFwhm, int radius) {
     const double half =
-        clampLikeStd(finite(baseFwhm) ? 2.0 * baseFwhm : 6.0, 2.0, static_cast<double>(radius));
-    return static_cast<int>(ceilOf(half * kFwhmSteps));
+        clampLikeStd(hdmath::isFinite(baseFwhm) ? 2.0 * baseFwhm : 6.0, 2.0, static_cast<double>(radius));
+    return static_cast<int>(hdmath::ceilOf(half * kFwhmSteps));
 }
 GPUPHOT_HD inline double fwhmSampleOffset(int k) {
     return static_cast<double>(k) / kFwhmSteps;
@@ -335,7 +299,7 @@ GPUPHOT_HD inline double fwhmSampleOffset(int k) {
 GPUPHOT_HD inline double fwhmFromCount(unsigned long long above, double peak) {
     const double area = static_cast<double>(above) / (kFwhmSteps * kFwhmSteps);
     const double pi = 3.141592653589793; // std::numbers::pi
-    return peak > 0.0 ? 2.0 * sqrtOf(area / pi) : hdmath::quietNan();
+    return peak > 0.0 ? 2.0 * hdmath::sqrtOf(area / pi) : hdmath::quietNan();
 }
 
 } // namespace gpuphot::epsfmath

@@ -16,16 +16,9 @@
 #include <cmath>
 
 #include "core/util/hd.hpp"
+#include "core/util/hd_math.hpp"
 
 namespace gpuphot::psfmath {
-
-GPUPHOT_HD inline bool finite(double v) {
-#if defined(__CUDA_ARCH__)
-    return isfinite(v);
-#else
-    return std::isfinite(v);
-#endif
-}
 
 // Radius of the fitted disc: the parameter when > 0, else max(2, 1.5 * local FWHM) (NaN FWHM: 2).
 GPUPHOT_HD inline double fitRadius(double psfFitRadius, double fwhm) {
@@ -131,7 +124,7 @@ GPUPHOT_HD inline bool forDiscPixels(double x, double y, double radius, const Vi
 
 // Inputs of a fit the walk can refuse before any pixel: non-finite centre, radius <= 0.
 GPUPHOT_HD inline bool fitInputsOk(double x, double y, double radius) {
-    return finite(x) && finite(y) && radius > 0.0;
+    return hdmath::isFinite(x) && hdmath::isFinite(y) && radius > 0.0;
 }
 
 // First walk, per pixel inside the frame: the PSF weight sums; true when the pixel enters the fit.
@@ -190,7 +183,7 @@ inline constexpr int kFluxPasses = 3;
 GPUPHOT_HD inline bool finishFlux(const FluxSums& s, bool fitBackground, double flux, double& outFlux,
                                   double& outErr) {
     const double varF = fitBackground ? s.hbb / (s.hff * s.hbb - s.hfb * s.hfb) : 1.0 / s.hff;
-    if (!finite(flux) || !(varF >= 0.0)) return false;
+    if (!hdmath::isFinite(flux) || !(varF >= 0.0)) return false;
     outFlux = flux;
     outErr = std::sqrt(varF);
     return true;
