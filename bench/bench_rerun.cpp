@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
             auto ms = [&](const char* name) { return times.count(name) ? 1e3 * best(times[name]) : 0.0; };
             const double calib = ms("calibration") + ms("astrometry") + ms("crossmatch") + ms("zeropoint");
             // "first": the first repeat at this threshold (what the workbench's first re-run at a new
-            // source count pays: buffers and pinned slots that grow), the others are best and median.
+            // source count pays: buffers and pinned buffers that grow), the others are best and median.
             std::printf("%-9.2f %8zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f  %s\n", thr,
                         prov.detection.sources.size(), ms("wall total"), ms("wall detection"),
                         ms("provisional copy"), ms("aperture"), calib, 1e3 * median(times["wall total"]),

@@ -1,11 +1,12 @@
 #pragma once
-// The CUDA backend's per-RunContext state (docs/ARCHITECTURE.md, GPU memory model): one stream, one
-// stream-ordered memory pool with a budget and a high-water mark, RAII device and pinned buffers, and a cache
-// of the frame (pixels, mask) and of the background maps kept on the device between stages and between runs.
+// The CUDA backend's per-RunContext state (docs/ARCHITECTURE.md, GPU memory model): one stream; the memory
+// policy (memory_resource.hpp: a stream-ordered pool under a budget ledger with a high-water mark and an
+// allocation counter); RAII device buffers from it (and pinned host buffers, pinned_buffer.hpp); the frame
+// cache (frame_cache.hpp: the frame and the background maps kept on the device between stages and runs);
+// each stage's typed scratch (scratch_store.hpp); pinned staging for large copies; the stage plans.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -18,21 +19,18 @@
 #include "core/pipeline/backend_tuning.hpp"
 #include "core/util/errors.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/memory_resource.hpp"
+#include "kernels/pinned_buffer.hpp"
+#include "kernels/scratch_store.hpp"
 
 namespace gpuphot {
 
 class RunContext;
 
-// An allocation would exceed RunContext::gpuMemLimit, or the device itself is out of memory.
-class DeviceOutOfMemory : public CudaError {
-public:
-    using CudaError::CudaError;
-};
-
 namespace cuda {
 
 template <class T> class DeviceBuffer;
-struct DeviceLedger; // per device: the live contexts and the memory held outside them (device_context.cu)
+class FrameCache;
 
 // Identity of a host view for the device caches (frame, background maps, prepare's masters): pointer,
 // size, stride, the owning Image's allocation serial (a new image at a freed one's address differs from
@@ -47,33 +45,21 @@ struct ViewKey {
     std::uint64_t serial = 0; // the owning Image's allocation serial (ImageViewT::serial)
     bool operator==(const ViewKey&) const = default;
 };
-// Defined for float, std::uint8_t and std::int32_t views.
+// Defined for float, std::uint8_t and std::int32_t views (frame_cache.cu).
 template <class T> ViewKey viewKey(const ImageViewT<T>& v, std::uint64_t generation = 0);
 
-// A stream-ordered memory pool of pinned device memory on `device` (no IPC handles) that keeps up to
-// releaseThreshold bytes of freed memory for reuse (~0: all of it) instead of returning it to the driver
-// at the next synchronisation. The DeviceContext's pool and the raw upload's (kernels/frame_upload.cu).
-cudaMemPool_t createDevicePool(int device, std::uint64_t releaseThreshold);
+// The frame cache's frame on the device: pixels and mask (null when there is none), row stride = width.
+struct DeviceFrame {
+    const float* pixels = nullptr;
+    const std::uint8_t* mask = nullptr;
+    int width = 0, height = 0;
+};
 
 // A large device -> host copy through two pinned staging chunks of `chunk` bytes on `stream`: the DMA into
 // one chunk overlaps the copy out of the other (several host threads, host_copy.hpp). staging and done: two
 // buffers of at least `chunk` bytes and two events, made by the caller. Returns when `host` holds the data.
 void downloadThroughStaging(void* host, const void* device, std::size_t bytes, std::size_t chunk,
                             cudaStream_t stream, unsigned char* const staging[2], cudaEvent_t const done[2]);
-
-// ---- device memory outside the contexts' budgets (the read phase's raw upload, kernels/frame_upload.hpp)
-// The raw upload allocates from its own pool, with no RunContext (the read may run beside another frame's
-// stages), memory that belongs to the frame cache the stages plan with: the device frame until a context
-// adopts it (DeviceContext::takeOverOutside) and the reader slots during the read. It reserves that memory
-// first: reserveOutside succeeds only when every live DeviceContext on the device still fits its budget
-// with it (in use + everything held outside + bytes <= budget), and every context counts what is held
-// outside in its allocations, available() and high-water mark, so that a context's stages plus the upload
-// in flight stay within --gpu-mem-limit. false: nothing reserved (the read keeps the host path).
-bool reserveOutside(int device, std::size_t bytes);
-void releaseOutside(int device, std::size_t bytes) noexcept;
-std::size_t heldOutside(int device);
-// Some live DeviceContext on the device has an explicit budget (--gpu-mem-limit, setBudget).
-bool explicitBudgetOn(int device);
 
 class DeviceContext {
 public:
@@ -94,31 +80,34 @@ public:
         if (cudaStreamSynchronize(m_stream) != cudaSuccess) cudaGetLastError();
     }
 
+    // ---- memory (memory_resource.hpp: CountingAdaptor -> BudgetAdaptor -> PoolResource) --------------
     // Stream-ordered allocation from the pool; throws DeviceOutOfMemory over budget or when the device
     // has no memory left. bytes == 0 gives nullptr.
-    void* allocate(std::size_t bytes);
-    void release(void* p, std::size_t bytes) noexcept;
+    void* allocate(std::size_t bytes) { return bytes == 0 ? nullptr : m_counting->allocate(bytes); }
+    void release(void* p, std::size_t bytes) noexcept {
+        if (p) m_counting->release(p, bytes);
+    }
 
-    std::size_t inUse() const { return m_inUse; }
+    std::size_t inUse() const { return m_budget->inUse(); }
     int device() const { return m_device; }
     // Device memory of this device allocated outside the context (stream-ordered, from another pool: the
     // read phase's raw upload, kernels/frame_upload.hpp) counted against the budget before it is taken
     // over with DeviceBuffer::adopt; false (nothing counted) when it does not fit.
-    bool takeOver(std::size_t bytes);
-    // takeOver of memory reserved with reserveOutside (below): the reservation becomes this context's
-    // (the total on the device is unchanged); false, nothing changed, when the budget has no room for it.
-    bool takeOverOutside(std::size_t bytes);
+    bool takeOver(std::size_t bytes) { return m_budget->takeOver(bytes); }
+    // takeOver of memory reserved with reserveOutside (memory_resource.hpp): the reservation becomes this
+    // context's (the total on the device is unchanged); false, nothing changed, when the budget has no room.
+    bool takeOverOutside(std::size_t bytes) { return m_budget->takeOverOutside(bytes); }
     // Bytes the budget still allows (0 when over it), less what is held outside any context
     // (reserveOutside: the read phase's raw upload in flight).
-    std::size_t available() const;
+    std::size_t available() const { return m_budget->available(); }
 
     // ---- fault injection (tests) --------------------------------------------------------------------
     // The n-th allocation from now (n >= 1) throws DeviceOutOfMemory, once; 0 disarms. Also armed from
     // RunContext::testHooks.cudaFailAfterAllocs when the context is created.
-    void setFailAfter(std::size_t n) { m_failAfter = n; }
-    std::size_t failAfter() const { return m_failAfter; }
+    void setFailAfter(std::size_t n) { m_counting->setFailAfter(n); }
+    std::size_t failAfter() const { return m_counting->failAfter(); }
     // Allocations (non-empty) requested so far, the injected failure included (tests count a clean run).
-    std::size_t allocations() const { return m_allocations; }
+    std::size_t allocations() const { return m_counting->allocations(); }
 
     // ---- plans (the report) -------------------------------------------------------------------------
     // How the stage in progress ran: "whole" (the frame resident on the device), "strips" (rows streamed
@@ -138,17 +127,13 @@ public:
         m_planStrips = 0;
         m_planNote.clear();
     }
-    // Bytes held by the frame cache and by the background cache.
-    std::size_t cachedFrameBytes() const;
-    std::size_t cachedBackgroundBytes() const;
-    // Release the frame cache (pixels and mask): strips read from the host instead.
-    void dropFrame();
     // Peak of (memory in use + memory held outside any context on the device) since the last reset.
-    std::size_t highWater() const { return m_highWater; }
-    void resetHighWater();
-    std::size_t budget() const { return m_budget; }
-    void setBudget(std::size_t bytes); // an explicit budget (as --gpu-mem-limit)
-    bool explicitBudget() const { return m_explicitBudget; }
+    std::size_t highWater() const { return m_budget->highWater(); }
+    void resetHighWater() { m_budget->resetHighWater(); }
+    std::size_t budget() const { return m_budget->budget(); }
+    // An explicit budget (as --gpu-mem-limit).
+    void setBudget(std::size_t bytes) { m_budget->setBudget(bytes, true); }
+    bool explicitBudget() const { return m_budget->explicitBudget(); }
 
     // Launch-configuration knob for tests (threads per block of the per-pixel kernels; 0: default).
     // Also read from the environment variable GPUPHOT_CUDA_BLOCK at creation.
@@ -158,14 +143,16 @@ public:
     const TestHooks& testHooks() const { return m_hooks; } // likewise RunContext::testHooks
     void setBlockSize(int threads) { m_blockSize = threads; }
 
-    // ---- frame cache -------------------------------------------------------------------------------
+    // ---- frame cache (frame_cache.hpp) ----------------------------------------------------------------
+    FrameCache& frames();
+    // Bytes held by the frame cache and by the background cache.
+    std::size_t cachedFrameBytes() const;
+    std::size_t cachedBackgroundBytes() const;
+    // Release the frame cache (pixels and mask): strips read from the host instead.
+    void dropFrame();
     // The frame's pixels (and mask, null when the view is empty) on the device, row stride = width,
     // uploaded only when (host pointer, size, stride, generation, a sampled fingerprint) changed.
-    struct DeviceFrame {
-        const float* pixels = nullptr;
-        const std::uint8_t* mask = nullptr;
-        int width = 0, height = 0;
-    };
+    using DeviceFrame = cuda::DeviceFrame;
     DeviceFrame frame(const ImageView& image, const MaskView& mask);
     // Takes device copies that already hold these host views' values (the CUDA prepare stage's result,
     // downloaded into them) as the frame cache, so that the following stages do not upload the frame.
@@ -178,20 +165,17 @@ public:
                                                                          const MaskView& mask);
     // The frame cache holds a frame adopted from the read phase's raw upload (kernels/frame_upload.hpp)
     // and nothing replaced or re-uploaded it since: settleReadFrame drops what the host changed in place.
-    void markReadFrame() { m_readFrame = true; }
-    bool holdsReadFrame() const { return m_readFrame; }
+    void markReadFrame();
+    bool holdsReadFrame() const;
     void settleReadFrame(bool pixelsChanged, bool maskChanged);
-    // Per-context state of one stage (e.g. the prepare stage's resident calibration masters), created
-    // empty on first use and released with the context, before its pool.
-    std::shared_ptr<void>& stageState(const std::string& name);
     // Call after changing a frame's pixels in place (same buffer): the next run re-uploads.
-    void bumpGeneration() { ++m_generation; }
-    std::uint64_t uploads() const { return m_uploads; } // frame uploads so far (tests)
+    void bumpGeneration();
+    std::uint64_t uploads() const; // frame uploads so far (tests)
 
     // Background maps on the device, stored by the CUDA background stage and found again by the
     // detection stage from the BackgroundResult's host maps (pointer, size and sampled fingerprint).
-    void storeBackground(const Image<float>& level, const Image<float>& rms,
-                         DeviceBuffer<float>&& dLevel, DeviceBuffer<float>&& dRms);
+    void storeBackground(const Image<float>& level, const Image<float>& rms, DeviceBuffer<float>&& dLevel,
+                         DeviceBuffer<float>&& dRms);
     // Device maps for these host maps (uploaded when they are not the stored ones).
     std::pair<const float*, const float*> background(const Image<float>& level, const Image<float>& rms);
     // Maps kept on the device only (the host result has no full maps, kernels/device_maps.hpp), stored
@@ -202,10 +186,11 @@ public:
     std::pair<const float*, const float*> findBackground(const std::vector<std::uint8_t>& signature) const;
     void dropBackground();
 
-    // Reusable pinned host memory (grown on demand, with room: half as much again, at most 32 MiB more) for
-    // downloads, by slot. Growing frees the old buffer, which synchronises the device: take a slot before
-    // queuing copies into it.
-    void* pinned(int slot, std::size_t bytes);
+    // ---- stage scratch (scratch_store.hpp) ------------------------------------------------------------
+    // The stage's own state of type T in this context (e.g. the prepare stage's resident calibration
+    // masters, a stage's GrowingPinned download buffers), value-initialised on first use and kept until the
+    // context ends, where it is released before the frame cache and the pool.
+    template <class T> T& scratch() { return m_scratch.get<T>(); }
 
     // Large host <-> device copies through pinned staging buffers (two of stagingChunk() bytes, filled and
     // drained by several host threads, overlapped with the DMA): pageable memory copies at a few GB/s,
@@ -218,34 +203,25 @@ public:
     std::uint64_t stagedBytes() const { return m_stagedBytes; } // bytes copied through staging so far
 
 private:
-    friend bool reserveOutside(int device, std::size_t bytes);
-    friend void releaseOutside(int device, std::size_t bytes) noexcept;
-    friend bool explicitBudgetOn(int device);
     void prepareStaging();
-    struct Impl;
     cudaStream_t m_stream = nullptr;
-    cudaMemPool_t m_pool = nullptr;
     int m_device = 0;
-    // Written under the device's ledger lock (device_context.cu), so that reserveOutside on another thread
-    // sees a consistent sum; read freely by the owning thread.
-    std::size_t m_budget = 0;
-    std::size_t m_inUse = 0;
-    std::atomic<std::size_t> m_highWater{0};
-    bool m_explicitBudget = false;
-    DeviceLedger* m_ledger = nullptr;
+    std::size_t m_defaultBudget = 0; // what the device had free at creation: the budget without a limit
+    // The memory policy, from the pool up (each layer refers to the one below).
+    std::unique_ptr<PoolResource> m_pool;
+    std::unique_ptr<BudgetAdaptor> m_budget;
+    std::unique_ptr<CountingAdaptor> m_counting;
+    std::unique_ptr<FrameCache> m_frames;
+    ScratchStore m_scratch;
+    PinnedBuffer<unsigned char> m_staging[2];
+    cudaEvent_t m_stagingDone[2] = {nullptr, nullptr};
     int m_blockSize = 0;
     BackendTuning m_tuning;
     TestHooks m_hooks;
-    std::uint64_t m_generation = 0;
-    std::uint64_t m_uploads = 0;
-    bool m_readFrame = false;
-    std::size_t m_failAfter = 0;
-    std::size_t m_allocations = 0;
     std::string m_planMode, m_planNote;
     int m_planStrips = 0;
     std::size_t m_stagingChunk = std::size_t(32) << 20;
     std::uint64_t m_stagedBytes = 0;
-    std::unique_ptr<Impl> m_impl;
 };
 
 // Move-only device array of T from the context's pool, freed stream-ordered.
@@ -308,44 +284,6 @@ private:
     T* m_ptr = nullptr;
 };
 
-// Page-locked host array (cudaMallocHost), move-only.
-template <class T> class PinnedBuffer {
-public:
-    PinnedBuffer() = default;
-    explicit PinnedBuffer(std::size_t count) : m_count(count) {
-        if (count) {
-            void* p = nullptr;
-            const cudaError_t e = cudaMallocHost(&p, count * sizeof(T));
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                throw DeviceOutOfMemory("PinnedBuffer: cudaMallocHost of " + std::to_string(count * sizeof(T)) +
-                                        " bytes failed: " + cudaGetErrorString(e));
-            }
-            m_ptr = static_cast<T*>(p);
-        }
-    }
-    ~PinnedBuffer() {
-        if (m_ptr) cudaFreeHost(m_ptr);
-    }
-    PinnedBuffer(PinnedBuffer&& o) noexcept
-        : m_count(std::exchange(o.m_count, 0)), m_ptr(std::exchange(o.m_ptr, nullptr)) {}
-    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-        if (this != &o) {
-            if (m_ptr) cudaFreeHost(m_ptr);
-            m_count = std::exchange(o.m_count, 0);
-            m_ptr = std::exchange(o.m_ptr, nullptr);
-        }
-        return *this;
-    }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    T* get() const { return m_ptr; }
-    std::size_t size() const { return m_count; }
-
-private:
-    std::size_t m_count = 0;
-    T* m_ptr = nullptr;
-};
 
 // ---- strip planning helpers ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@
 // DeviceContext's frame cache (DeviceContext::adoptFrame): the first stage uploads nothing.
 //
 // Memory (the memory budget): the device frame and the reader slots are reserved outside the contexts'
-// budgets while the upload holds them (reserveOutside, kernels/device_context.hpp): every live DeviceContext
+// budgets while the upload holds them (reserveOutside, kernels/memory_resource.hpp): every live DeviceContext
 // on the device counts them, and a read that does not fit every explicit budget (--gpu-mem-limit) keeps the
 // host path. The pinned reader buffers are host memory: chunks are sized so that they hold about the frame's
 // raw bytes (rawUploadChunkBytes), never more than the 8 MiB chunks of a large frame per reader. The warm-up

@@ -16,13 +16,13 @@
 //     (GPUPHOT_APERTURE_OPTIMAL=host: the driver's host loop);
 //   - Kron: one warp per source (first moment, then the exact elliptical sum; lanes compute the pixels'
 //     terms, every lane adds them in raster order), or one thread per source (GPUPHOT_APERTURE_KRON=thread).
-// Inputs go up and results come down through the DeviceContext's reusable pinned buffers. The pass-1 calls
-// are queued (localSkiesAsync, sumCirclesAsync, kronAsync; results copied out in finish()), so that the
-// driver's host work runs beside them; the driver's batch buffers stay in the DeviceContext for the next call
-// (GPUPHOT_APERTURE_SYNC=1: every call done before it returns; GPUPHOT_APERTURE_KEEP=0: buffers per call).
-// No atomics; every sum has one fixed order. Pixels and mask come from the DeviceContext's frame cache,
-// the background maps from its background cache; the segmentation map is the detection's device copy when
-// it is still cached (kernels/detection/detection_finish.hpp), else uploaded per call.
+// Inputs go up and results come down through the stage's reusable pinned buffers (its DeviceContext scratch).
+// The pass-1 calls are queued (localSkiesAsync, sumCirclesAsync, kronAsync; results copied out in finish()),
+// so that the driver's host work runs beside them; the driver's batch buffers stay in the DeviceContext for
+// the next call (GPUPHOT_APERTURE_SYNC=1: every call done before it returns; GPUPHOT_APERTURE_KEEP=0: buffers
+// per call). No atomics; every sum has one fixed order. Pixels and mask come from the DeviceContext's frame
+// cache, the background maps from its background cache; the segmentation map is the detection's device copy
+// when it is still cached (kernels/detection/detection_finish.hpp), else uploaded per call.
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
@@ -889,7 +889,7 @@ public:
         const int cap = skyBlockCap(rout);
         m_times.start("sky block");
         DeviceBuffer<double> dxy(m_dc, 2 * n);
-        double* xy = static_cast<double*>(pinnedSlot(kPinnedSkyInSlot, 2 * n * sizeof(double)));
+        double* xy = static_cast<double*>(pinnedBuffer(&Persistent::skyIn, 2 * n * sizeof(double)));
         parallelCopy(xy, cx, n * sizeof(double));
         parallelCopy(xy + n, cy, n * sizeof(double));
         dxy.upload(xy, 2 * n);
@@ -900,14 +900,14 @@ public:
         skyBlockKernel<<<blocks(n, 1), t, shared, s>>>(m_in, dxy.get(), dxy.get() + n, n, rin, rout, cap, p,
                                                        m_skyMode, dOut.get());
         checkLaunch("the local skies");
-        SkyEstimate* staged = stage(dOut, n, kPinnedSkySlot);
+        SkyEstimate* staged = stage(dOut, n, &Persistent::sky);
         m_times.stop();
         m_skyN = n;
         m_skyTicket = enqueue({{out, staged, n * sizeof(SkyEstimate)}}, out, n);
         return m_skyTicket;
     }
 
-    // ---- queued work (whole plan): results downloaded into pinned slots, copied out by finish() ----------
+    // ---- queued work (whole plan): results downloaded into pinned buffers, copied out by finish() --------
     struct PendingCopy {
         void* dst;
         const void* src;
@@ -917,7 +917,7 @@ public:
         int ticket = 0;
         cudaEvent_t done = nullptr;
         std::vector<PendingCopy> copies;
-        unsigned slots = 0;           // pinned slots (bits from kPinnedFirstSlot) in use until done
+        unsigned pinned = 0;            // pinned buffers (pinnedBit) in use until done
         SkyEstimate* skies = nullptr;   // local skies to check (n < 0: an annulus exceeded its bound)
         std::size_t nSkies = 0;
     };
@@ -928,10 +928,10 @@ public:
         Pending q;
         q.ticket = ++m_ticket;
         q.copies = std::move(copies);
-        q.slots = m_buildSlots;
+        q.pinned = m_buildPinned;
         q.skies = skies;
         q.nSkies = nSkies;
-        m_buildSlots = 0;
+        m_buildPinned = 0;
         GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&q.done, cudaEventDisableTiming));
         m_pending.push_back(q);
         GPUPHOT_CUDA_CHECK(cudaEventRecord(q.done, stream ? stream : m_dc.stream()));
@@ -940,7 +940,7 @@ public:
 
     void finish(int ticket = -1) override {
         if (m_pending.empty()) {
-            m_busySlots = m_buildSlots;
+            m_busyPinned = m_buildPinned;
             return;
         }
         const HostClock clock(m_times, "engine wait");
@@ -952,9 +952,9 @@ public:
                 for (std::size_t q = 0; q < k; ++q)
                     cudaEventDestroy(e.m_pending[q].done);
                 e.m_pending.erase(e.m_pending.begin(), e.m_pending.begin() + static_cast<std::ptrdiff_t>(k));
-                e.m_busySlots = e.m_buildSlots;
+                e.m_busyPinned = e.m_buildPinned;
                 for (const Pending& q : e.m_pending)
-                    e.m_busySlots |= q.slots;
+                    e.m_busyPinned |= q.pinned;
             }
         } drop{*this, k};
         for (; k < m_pending.size() && (ticket < 0 || m_pending[k].ticket <= ticket); ++k) {
@@ -1106,7 +1106,7 @@ public:
         return sumCirclesQueued(jobs, n, radii, nr, radiiStride, out, fd);
     }
 
-    // The circle sums queued (inputs through pinned slots); the results in out and fd after finish(ticket).
+    // The circle sums queued (inputs through pinned buffers); the results in out and fd after finish(ticket).
     // Kernel: circlePartsKernel (one thread per source and radius) for large calls, circleWarpKernel (one
     // warp each) for at most m_warpItems (source, radius) pairs, where one thread each would leave the device
     // mostly idle (pass 2's few stars); GPUPHOT_APERTURE_CIRCLE=thread|warp: always that one.
@@ -1117,9 +1117,9 @@ public:
         const cudaStream_t s = m_dc.stream();
         const std::size_t nRadii = radiiStride == 0 ? nr : n * radiiStride;
         m_times.start("circle upload");
-        auto* hJobs = static_cast<CircleJob*>(pinnedSlot(kPinnedCircleInSlot, n * sizeof(CircleJob)));
+        auto* hJobs = static_cast<CircleJob*>(pinnedBuffer(&Persistent::circleIn, n * sizeof(CircleJob)));
         parallelCopy(hJobs, jobs, n * sizeof(CircleJob));
-        auto* hR = static_cast<double*>(pinnedSlot(kPinnedRadiiSlot, 2 * nRadii * sizeof(double)));
+        auto* hR = static_cast<double*>(pinnedBuffer(&Persistent::radii, 2 * nRadii * sizeof(double)));
         std::copy(radii, radii + nRadii, hR);
         for (std::size_t k = 0; k < nRadii; ++k)
             hR[nRadii + k] = radii[k] * radii[k];
@@ -1151,9 +1151,9 @@ public:
         b.out = DeviceBuffer<ApertureSums>(m_dc, n * nr);
         b.fd = DeviceBuffer<ApertureFlagDistances>(m_dc, n);
         ApertureSums* stagedOut = static_cast<ApertureSums*>(
-            pinnedSlot(kPinnedCircleSlot, std::max<std::size_t>(n * nr, 1) * sizeof(ApertureSums)));
+            pinnedBuffer(&Persistent::circle, std::max<std::size_t>(n * nr, 1) * sizeof(ApertureSums)));
         ApertureFlagDistances* stagedFd = static_cast<ApertureFlagDistances*>(
-            pinnedSlot(kPinnedFlagSlot, std::max<std::size_t>(n, 1) * sizeof(ApertureFlagDistances)));
+            pinnedBuffer(&Persistent::flag, std::max<std::size_t>(n, 1) * sizeof(ApertureFlagDistances)));
         const cudaStream_t s = side ? sideStream() : m_dc.stream();
         if (side) {
             GPUPHOT_CUDA_CHECK(cudaEventRecord(m_sideIn, m_dc.stream()));
@@ -1278,11 +1278,11 @@ public:
         return kronQueued(jobs, n, p, out);
     }
 
-    // The Kron measurements queued (jobs through a pinned slot); the results in out after finish(ticket).
+    // The Kron measurements queued (jobs through a pinned buffer); the results in out after finish(ticket).
     int kronQueued(const KronJob* jobs, std::size_t n, const detail::KronParamsHD& p, KronOut* out) {
         const cudaStream_t s = m_dc.stream();
         m_times.start("kron upload");
-        auto* hJobs = static_cast<KronJob*>(pinnedSlot(kPinnedKronInSlot, n * sizeof(KronJob)));
+        auto* hJobs = static_cast<KronJob*>(pinnedBuffer(&Persistent::kronIn, n * sizeof(KronJob)));
         parallelCopy(hJobs, jobs, n * sizeof(KronJob));
         DeviceBuffer<KronJob> dJobs(m_dc, n);
         dJobs.upload(hJobs, n);
@@ -1300,7 +1300,7 @@ public:
         checkLaunch("the Kron apertures");
         m_times.stop();
         m_times.start("kron download");
-        KronOut* staged = stage(dOut, n, kPinnedKronSlot);
+        KronOut* staged = stage(dOut, n, &Persistent::kron);
         m_times.stop();
         return enqueue({{out, staged, n * sizeof(KronOut)}});
     }
@@ -1323,14 +1323,14 @@ public:
         const std::size_t jobBytes = n * sizeof(detail::OptimalJob),
                           slotBytes = (n + 1) * sizeof(std::size_t);
         auto* hIn = static_cast<unsigned char*>(
-            pinnedSlot(kPinnedOptimalInSlot, jobBytes + slotBytes + 5 * ng * sizeof(double)));
+            pinnedBuffer(&Persistent::optimalIn, jobBytes + slotBytes + 5 * ng * sizeof(double)));
         parallelCopy(hIn, jobs, jobBytes);
         std::memcpy(hIn + jobBytes, slot, slotBytes);
         auto* hGrid = reinterpret_cast<double*>(hIn + jobBytes + slotBytes);
         const double* parts[5] = {grid.frac, grid.num, grid.area, grid.kappaArea, gridRadius};
         for (int q = 0; q < 5; ++q)
             std::copy(parts[q], parts[q] + ng, hGrid + q * ng);
-        auto* hCircles = static_cast<CircleJob*>(pinnedSlot(kPinnedCircleInSlot, m * sizeof(CircleJob)));
+        auto* hCircles = static_cast<CircleJob*>(pinnedBuffer(&Persistent::circleIn, m * sizeof(CircleJob)));
         parallelCopy(hCircles, circles, m * sizeof(CircleJob));
         DeviceBuffer<unsigned char> dIn(m_dc, jobBytes + slotBytes + 5 * ng * sizeof(double));
         GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dIn.get(), hIn, dIn.bytes(), cudaMemcpyHostToDevice, s));
@@ -1355,7 +1355,7 @@ public:
         optimalCircleRadiiKernel<<<blocks(n, tr), tr, 0, s>>>(dIndex.get(), dSlot, n, dGrid + 4 * ng,
                                                               dR.get(), dR.get() + m);
         checkLaunch("the optimal circles' radii");
-        std::int32_t* stagedIndex = stage(dIndex, n, kPinnedOptimalSlot);
+        std::int32_t* stagedIndex = stage(dIndex, n, &Persistent::optimal);
         m_times.stop();
         enqueue({{index, stagedIndex, n * sizeof(std::int32_t)}});
         finish(circleKernels(dCircles.get(), m, dR.get(), dR.get() + m, 1, 1, out, fd));
@@ -1389,7 +1389,7 @@ public:
         const int t = threads(optimalRadiusKernel);
         optimalRadiusKernel<<<blocks(n, t), t, 0, s>>>(dJobs.get(), n, dg, dIndex.get());
         checkLaunch("the optimal radii");
-        std::int32_t* staged = stage(dIndex, n, kPinnedOptimalSlot);
+        std::int32_t* staged = stage(dIndex, n, &Persistent::optimal);
         m_times.stop();
         finish(enqueue({{index, staged, n * sizeof(std::int32_t)}}));
         return true;
@@ -1493,41 +1493,51 @@ private:
         }
     }
 
-    // Enqueues the download of d[0, count) into the context's reusable pinned buffer `slot` (read it after
-    // the stream is synchronised; pinned copies run at tens of GB/s, pageable ones at a few).
-    template <class T> T* stage(const DeviceBuffer<T>& d, std::size_t count, int slot) {
-        T* p = static_cast<T*>(pinnedSlot(slot, std::max<std::size_t>(count, 1) * sizeof(T)));
+    // One of the stage's pinned download or upload buffers and the size the stage asks of it (a quarter more
+    // than the largest request, so that a re-run with a few more sources does not pin memory again).
+    struct StagePinned {
+        GrowingPinned buffer;
+        std::size_t asked = 0;
+    };
+    // What the stage keeps in its DeviceContext between calls (its scratch): the driver's batch buffers and
+    // its pinned buffers.
+    struct Persistent {
+        detail::ApertureScratch scratch;
+        StagePinned sky, circle, flag, kron, optimal;          // downloads
+        StagePinned skyIn, circleIn, radii, kronIn, optimalIn; // uploads
+    };
+    Persistent& persistent() { return m_dc.scratch<Persistent>(); }
+    using PinnedMember = StagePinned Persistent::*;
+    // The queue's bit of each buffer (m_busyPinned, m_buildPinned, Pending::pinned): its place in this list.
+    static constexpr PinnedMember kPinnedBuffers[] = {
+        &Persistent::sky,     &Persistent::circle,   &Persistent::flag,     &Persistent::kron,
+        &Persistent::optimal, &Persistent::skyIn,    &Persistent::circleIn, &Persistent::radii,
+        &Persistent::kronIn,  &Persistent::optimalIn};
+    static unsigned pinnedBit(PinnedMember which) {
+        unsigned bit = 1;
+        for (const PinnedMember m : kPinnedBuffers) {
+            if (m == which) return bit;
+            bit <<= 1;
+        }
+        return 0;
+    }
+    // Enqueues the download of d[0, count) into the stage's reusable pinned buffer `which` (read it after the
+    // stream is synchronised; pinned copies run at tens of GB/s, pageable ones at a few).
+    template <class T> T* stage(const DeviceBuffer<T>& d, std::size_t count, PinnedMember which) {
+        T* p = static_cast<T*>(pinnedBuffer(which, std::max<std::size_t>(count, 1) * sizeof(T)));
         d.download(p, count);
         return p;
     }
-    // DeviceContext::pinned slots of this stage: downloads, then uploads.
-    static constexpr int kPinnedFirstSlot = 60;
-    static constexpr int kPinnedSkySlot = 60, kPinnedCircleSlot = 61, kPinnedFlagSlot = 62,
-                         kPinnedKronSlot = 63, kPinnedOptimalSlot = 64, kPinnedSkyInSlot = 65,
-                         kPinnedCircleInSlot = 66, kPinnedRadiiSlot = 67, kPinnedKronInSlot = 68,
-                         kPinnedOptimalInSlot = 69;
-    static constexpr int kPinnedSlots = 10;
-    // What the stage keeps in its DeviceContext between calls: the driver's batch buffers and the sizes of
-    // its pinned slots (grown by a quarter more than asked, so that a re-run with a few more sources does not
-    // allocate pinned memory again).
-    struct Persistent {
-        detail::ApertureScratch scratch;
-        std::size_t pinnedBytes[kPinnedSlots] = {};
-    };
-    Persistent& persistent() {
-        std::shared_ptr<void>& st = m_dc.stageState("aperture");
-        if (!st) st = std::make_shared<Persistent>();
-        return *static_cast<Persistent*>(st.get());
-    }
-    // Pinned slot memory of at least `bytes`; first finishes the queued work that still uses the slot.
-    void* pinnedSlot(int slot, std::size_t bytes) {
-        const unsigned bit = 1u << (slot - kPinnedFirstSlot);
-        if (m_busySlots & bit) finish();
-        m_buildSlots |= bit;
-        m_busySlots |= bit;
-        std::size_t& have = persistent().pinnedBytes[slot - kPinnedFirstSlot];
-        if (have < bytes) have = bytes + bytes / 4;
-        return m_dc.pinned(slot, have);
+    // Pinned memory of at least `bytes` in the stage's buffer `which`; first finishes the queued work that
+    // still uses it.
+    void* pinnedBuffer(PinnedMember which, std::size_t bytes) {
+        const unsigned bit = pinnedBit(which);
+        if (m_busyPinned & bit) finish();
+        m_buildPinned |= bit;
+        m_busyPinned |= bit;
+        StagePinned& b = persistent().*which;
+        if (b.asked < bytes) b.asked = bytes + bytes / 4;
+        return b.buffer.get(b.asked);
     }
 
     // Threads per block for kernel k: the configured count, at most what k's registers allow (the results
@@ -1598,7 +1608,7 @@ private:
     // Queued work.
     std::vector<Pending> m_pending;
     int m_ticket = 0;
-    unsigned m_busySlots = 0, m_buildSlots = 0;
+    unsigned m_busyPinned = 0, m_buildPinned = 0;
     static constexpr int kWarpKernelThreads = kWarpSumWarps * 32; // warp-per-source kernels
     int m_threads = 128;
     AperturePlanes m_in;

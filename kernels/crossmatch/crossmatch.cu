@@ -174,148 +174,166 @@ CrossmatchCrossover g_crossover;
 thread_local std::size_t g_lastSepMismatch = 0;
 thread_local std::size_t g_lastCandidates = 0;
 
-} // namespace
+constexpr int kBlock = 256;
 
-CrossmatchCrossover crossmatchCrossover() { return g_crossover; }
-void setCrossmatchCrossover(const CrossmatchCrossover& c) { g_crossover = c; }
-bool crossmatchUsesDevice(std::size_t nSources, std::size_t nRefs) {
-    const CrossmatchCrossover& c = g_crossover;
-    return nRefs >= c.minRefsAlone || (nRefs >= c.minRefs && nSources >= c.minSources);
+// The uniform grid hash of the projected stars: square cells of side >= radiusPx from (lo, lo) to (hiX, hiY),
+// at most ~16M cells (and several stars per cell on average when there are fewer stars).
+Grid hashGrid(double radiusPx, double lo, double hiX, double hiY, std::size_t nSel) {
+    Grid g;
+    g.x0 = lo;
+    g.y0 = lo;
+    g.cell = radiusPx * (1.0 + 1e-9);
+    auto cellsOf = [&](double cell, long long& nx, long long& ny) {
+        nx = static_cast<long long>((hiX - lo) / cell) + 1;
+        ny = static_cast<long long>((hiY - lo) / cell) + 1;
+    };
+    cellsOf(g.cell, g.nx, g.ny);
+    const double maxCells = std::min(16.0e6, std::max(1024.0, 0.5 * static_cast<double>(nSel)));
+    while (static_cast<double>(g.nx) * static_cast<double>(g.ny) > maxCells) {
+        g.cell *= 2.0;
+        cellsOf(g.cell, g.nx, g.ny);
+    }
+    return g;
 }
-std::size_t crossmatchLastSeparationMismatches() { return g_lastSepMismatch; }
-std::size_t crossmatchLastCandidates() { return g_lastCandidates; }
 
-CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width, int height,
-                               const ReferenceCatalog& ref, const Wcs& wcs, const CrossmatchParams& params,
-                               RunContext& ctx) {
-    DeviceContext& dc = DeviceContext::of(ctx);
-    const int threads = std::max(1, ctx.threadCount());
-    CrossmatchResult res;
-    // --- 1-2. cone, projection, the sources' unit vectors (host, the CPU stage's own code) --------------
-    const detail::CrossmatchSetup setup =
-        detail::prepareCrossmatch(x, y, width, height, ref, wcs, params, threads, res);
-    const std::size_t nSrc = x.size();
+// The stars on the device (positions, unit vectors), their indices sorted by cell and each cell's
+// [begin, end) in that order.
+struct StarCells {
+    DeviceBuffer<double> rx, ry, ru;
+    DeviceBuffer<std::uint32_t> sorted, cellBegin, cellEnd;
+};
+
+// Bins the selected stars into g's cells: uploaded, sorted by cell with CUB's (stable) radix sort of endBit
+// bits, then the cells' ranges.
+void binStars(DeviceContext& dc, const CrossmatchResult& res, const double* refUnit, const Grid& g,
+              std::size_t nCells, int endBit, StarCells& c) {
     const std::size_t nSel = res.refSelected.size();
-    const double lo = setup.lo, hiX = setup.hiX, hiY = setup.hiY;
+    const cudaStream_t s = dc.stream();
+    c.rx = DeviceBuffer<double>(dc, nSel);
+    c.ry = DeviceBuffer<double>(dc, nSel);
+    c.ru = DeviceBuffer<double>(dc, 3 * nSel);
+    c.rx.upload(res.refX.data(), nSel);
+    c.ry.upload(res.refY.data(), nSel);
+    c.ru.upload(refUnit, 3 * nSel);
+    DeviceBuffer<std::uint32_t> keyIn(dc, nSel), keyOut(dc, nSel), idxIn(dc, nSel);
+    c.sorted = DeviceBuffer<std::uint32_t>(dc, nSel);
+    cellOfRefs<<<blocksFor(nSel, kBlock), kBlock, 0, s>>>(c.rx.get(), c.ry.get(), nSel, g, keyIn.get(),
+                                                          idxIn.get());
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    std::size_t sortBytes = 0;
+    GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keyIn.get(), keyOut.get(),
+                                                       idxIn.get(), c.sorted.get(), nSel, 0, endBit, s));
+    DeviceBuffer<unsigned char> sortTemp(dc, std::max<std::size_t>(sortBytes, 1));
+    GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sortTemp.get(), sortBytes, keyIn.get(), keyOut.get(),
+                                                       idxIn.get(), c.sorted.get(), nSel, 0, endBit, s));
+    sortTemp.reset();
+    keyIn.reset();
+    idxIn.reset();
+    c.cellBegin = DeviceBuffer<std::uint32_t>(dc, nCells);
+    c.cellEnd = DeviceBuffer<std::uint32_t>(dc, nCells);
+    c.cellBegin.zero();
+    c.cellEnd.zero();
+    cellRanges<<<blocksFor(nSel, kBlock), kBlock, 0, s>>>(keyOut.get(), nSel, c.cellBegin.get(),
+                                                          c.cellEnd.get());
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    keyOut.reset();
+}
+
+// One thread per source over the cells its radius touches: a count pass, the offsets (CSR over the sources,
+// a CUB exclusive scan, downloaded), a fill pass of the candidates' stars and device separations.
+void searchCandidates(DeviceContext& dc, const StarCells& c, const Grid& g, const std::vector<double>& x,
+                      const std::vector<double>& y, const double* srcUnit,
+                      const std::vector<std::uint8_t>& valid, double radiusPx, double radiusArcsec,
+                      std::vector<std::uint32_t>& offsets, std::vector<std::uint32_t>& candRef,
+                      std::vector<double>& candSep) {
+    const std::size_t nSrc = x.size();
+    const cudaStream_t s = dc.stream();
+    DeviceBuffer<double> dSx(dc, nSrc), dSy(dc, nSrc), dSu(dc, 3 * nSrc);
+    DeviceBuffer<std::uint8_t> dValid(dc, nSrc);
+    dSx.upload(x.data(), nSrc);
+    dSy.upload(y.data(), nSrc);
+    dSu.upload(srcUnit, 3 * nSrc);
+    dValid.upload(valid.data(), nSrc);
+    DeviceBuffer<std::uint32_t> dCount(dc, nSrc + 1), dOffset(dc, nSrc + 1);
+    dCount.zero();
+    SearchArgs a{};
+    a.sx = dSx.get();
+    a.sy = dSy.get();
+    a.su = dSu.get();
+    a.valid = dValid.get();
+    a.nSrc = nSrc;
+    a.rx = c.rx.get();
+    a.ry = c.ry.get();
+    a.ru = c.ru.get();
+    a.sorted = c.sorted.get();
+    a.cellBegin = c.cellBegin.get();
+    a.cellEnd = c.cellEnd.get();
+    a.g = g;
+    a.r2 = radiusPx * radiusPx;
+    a.reach = radiusPx * (1.0 + 1e-6) + 1e-6;
+    a.sepLimit = radiusArcsec * (1.0 + 1e-9);
+    a.count = dCount.get();
+    searchKernel<false><<<blocksFor(nSrc, kBlock), kBlock, 0, s>>>(a);
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    std::size_t scanBytes = 0;
+    GPUPHOT_CUDA_CHECK(
+        cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, dCount.get(), dOffset.get(), nSrc + 1, s));
+    DeviceBuffer<unsigned char> scanTemp(dc, std::max<std::size_t>(scanBytes, 1));
+    GPUPHOT_CUDA_CHECK(
+        cub::DeviceScan::ExclusiveSum(scanTemp.get(), scanBytes, dCount.get(), dOffset.get(), nSrc + 1, s));
+    dOffset.download(offsets.data(), nSrc + 1);
+    dc.synchronize();
+    const std::size_t total = offsets[nSrc];
+    candRef.resize(total);
+    candSep.resize(total);
+    if (total > 0) {
+        DeviceBuffer<std::uint32_t> dRef(dc, total);
+        DeviceBuffer<double> dSep(dc, total);
+        a.offset = dOffset.get();
+        a.outRef = dRef.get();
+        a.outSep = dSep.get();
+        searchKernel<true><<<blocksFor(nSrc, kBlock), kBlock, 0, s>>>(a);
+        GPUPHOT_CUDA_CHECK(cudaGetLastError());
+        dRef.download(candRef.data(), total);
+        dSep.download(candSep.data(), total);
+        dc.synchronize();
+    }
+}
+
+// 3. The candidates per source on the device: offsets (CSR, nSrc + 1 entries, zeros on entry), the
+// candidates' stars (indices into res's selection) and their device separations.
+void deviceCandidates(DeviceContext& dc, const std::vector<double>& x, const std::vector<double>& y,
+                      const CrossmatchParams& params, const detail::CrossmatchSetup& setup,
+                      const CrossmatchResult& res, std::vector<std::uint32_t>& offsets,
+                      std::vector<std::uint32_t>& candRef, std::vector<double>& candSep) {
     static_assert(sizeof(detail::UnitVector) == 3 * sizeof(double), "unit vectors must be packed doubles");
     const double* refUnit = setup.refUnit.empty() ? nullptr : setup.refUnit.data()->data();
     const double* srcUnit = setup.srcUnit.empty() ? nullptr : setup.srcUnit.data()->data();
-    const std::vector<std::uint8_t>& valid = setup.srcValid;
-    ctx.checkCancelled();
-    ctx.report("crossmatch", 0.5);
-
-    // --- 3. candidates per source (device) ---------------------------------------------------------------
-    std::vector<std::uint32_t> offsets(nSrc + 1, 0);
-    std::vector<std::uint32_t> candRef;
-    std::vector<double> candSep;
-    if (nSel > 0 && nSrc > 0) {
-        Grid g;
-        g.x0 = lo;
-        g.y0 = lo;
-        g.cell = res.radiusPx * (1.0 + 1e-9);
-        auto cellsOf = [&](double cell, long long& nx, long long& ny) {
-            nx = static_cast<long long>((hiX - lo) / cell) + 1;
-            ny = static_cast<long long>((hiY - lo) / cell) + 1;
-        };
-        cellsOf(g.cell, g.nx, g.ny);
-        // At most ~16M cells (and several stars per cell on average when there are fewer stars).
-        const double maxCells = std::min(16.0e6, std::max(1024.0, 0.5 * static_cast<double>(nSel)));
-        while (static_cast<double>(g.nx) * static_cast<double>(g.ny) > maxCells) {
-            g.cell *= 2.0;
-            cellsOf(g.cell, g.nx, g.ny);
-        }
-        const std::size_t nCells = static_cast<std::size_t>(g.nx * g.ny);
-        int endBit = 1;
-        while (endBit < 32 && (std::size_t(1) << endBit) < nCells) ++endBit;
-
-        const cudaStream_t s = dc.stream();
-        constexpr int kBlock = 256;
-        try {
-            DeviceBuffer<double> dRx(dc, nSel), dRy(dc, nSel), dRu(dc, 3 * nSel);
-            dRx.upload(res.refX.data(), nSel);
-            dRy.upload(res.refY.data(), nSel);
-            dRu.upload(refUnit, 3 * nSel);
-            DeviceBuffer<std::uint32_t> keyIn(dc, nSel), keyOut(dc, nSel), idxIn(dc, nSel), idxOut(dc, nSel);
-            cellOfRefs<<<blocksFor(nSel, kBlock), kBlock, 0, s>>>(dRx.get(), dRy.get(), nSel, g, keyIn.get(),
-                                                                   idxIn.get());
-            GPUPHOT_CUDA_CHECK(cudaGetLastError());
-            std::size_t sortBytes = 0;
-            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, keyIn.get(), keyOut.get(),
-                                                               idxIn.get(), idxOut.get(), nSel, 0, endBit, s));
-            DeviceBuffer<unsigned char> sortTemp(dc, std::max<std::size_t>(sortBytes, 1));
-            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sortTemp.get(), sortBytes, keyIn.get(),
-                                                               keyOut.get(), idxIn.get(), idxOut.get(), nSel, 0,
-                                                               endBit, s));
-            sortTemp.reset();
-            keyIn.reset();
-            idxIn.reset();
-            DeviceBuffer<std::uint32_t> cellBegin(dc, nCells), cellEnd(dc, nCells);
-            cellBegin.zero();
-            cellEnd.zero();
-            cellRanges<<<blocksFor(nSel, kBlock), kBlock, 0, s>>>(keyOut.get(), nSel, cellBegin.get(),
-                                                                   cellEnd.get());
-            GPUPHOT_CUDA_CHECK(cudaGetLastError());
-            keyOut.reset();
-
-            DeviceBuffer<double> dSx(dc, nSrc), dSy(dc, nSrc), dSu(dc, 3 * nSrc);
-            DeviceBuffer<std::uint8_t> dValid(dc, nSrc);
-            dSx.upload(x.data(), nSrc);
-            dSy.upload(y.data(), nSrc);
-            dSu.upload(srcUnit, 3 * nSrc);
-            dValid.upload(valid.data(), nSrc);
-            DeviceBuffer<std::uint32_t> dCount(dc, nSrc + 1), dOffset(dc, nSrc + 1);
-            dCount.zero();
-            SearchArgs a{};
-            a.sx = dSx.get();
-            a.sy = dSy.get();
-            a.su = dSu.get();
-            a.valid = dValid.get();
-            a.nSrc = nSrc;
-            a.rx = dRx.get();
-            a.ry = dRy.get();
-            a.ru = dRu.get();
-            a.sorted = idxOut.get();
-            a.cellBegin = cellBegin.get();
-            a.cellEnd = cellEnd.get();
-            a.g = g;
-            a.r2 = res.radiusPx * res.radiusPx;
-            a.reach = res.radiusPx * (1.0 + 1e-6) + 1e-6;
-            a.sepLimit = params.radiusArcsec * (1.0 + 1e-9);
-            a.count = dCount.get();
-            searchKernel<false><<<blocksFor(nSrc, kBlock), kBlock, 0, s>>>(a);
-            GPUPHOT_CUDA_CHECK(cudaGetLastError());
-            std::size_t scanBytes = 0;
-            GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, dCount.get(), dOffset.get(),
-                                                             nSrc + 1, s));
-            DeviceBuffer<unsigned char> scanTemp(dc, std::max<std::size_t>(scanBytes, 1));
-            GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scanTemp.get(), scanBytes, dCount.get(),
-                                                             dOffset.get(), nSrc + 1, s));
-            dOffset.download(offsets.data(), nSrc + 1);
-            dc.synchronize();
-            const std::size_t total = offsets[nSrc];
-            candRef.resize(total);
-            candSep.resize(total);
-            if (total > 0) {
-                DeviceBuffer<std::uint32_t> dRef(dc, total);
-                DeviceBuffer<double> dSep(dc, total);
-                a.offset = dOffset.get();
-                a.outRef = dRef.get();
-                a.outSep = dSep.get();
-                searchKernel<true><<<blocksFor(nSrc, kBlock), kBlock, 0, s>>>(a);
-                GPUPHOT_CUDA_CHECK(cudaGetLastError());
-                dRef.download(candRef.data(), total);
-                dSep.download(candSep.data(), total);
-                dc.synchronize();
-            }
-        } catch (...) {
-            dc.drain();
-            throw;
-        }
-        dc.notePlan("whole", 1);
+    const Grid g = hashGrid(res.radiusPx, setup.lo, setup.hiX, setup.hiY, res.refSelected.size());
+    const std::size_t nCells = static_cast<std::size_t>(g.nx * g.ny);
+    int endBit = 1;
+    while (endBit < 32 && (std::size_t(1) << endBit) < nCells)
+        ++endBit;
+    try {
+        StarCells c;
+        binStars(dc, res, refUnit, g, nCells, endBit, c);
+        searchCandidates(dc, c, g, x, y, srcUnit, setup.srcValid, res.radiusPx, params.radiusArcsec, offsets,
+                         candRef, candSep);
+    } catch (...) {
+        dc.drain();
+        throw;
     }
-    ctx.checkCancelled();
+    dc.notePlan("whole", 1);
+}
 
-    // --- exact separations (host, the CPU's function) ----------------------------------------------------
+// The candidates' separations again with the CPU's function and its <= radiusArcsec cut (the device's
+// atan2 is not correctly rounded), each source's candidates sorted (detail::sortCandidates) and the
+// groups compacted; groups: their offsets (CSR over the sources). Records the thread's diagnostics.
+std::vector<detail::MatchCandidate>
+exactCandidates(const detail::CrossmatchSetup& setup, const CrossmatchResult& res,
+                const CrossmatchParams& params, std::size_t nSrc, const std::vector<std::uint32_t>& offsets,
+                const std::vector<std::uint32_t>& candRef, const std::vector<double>& candSep, int threads,
+                std::vector<std::uint32_t>& groups) {
     std::vector<std::uint32_t> count(nSrc, 0);
     std::vector<detail::MatchCandidate> cands(offsets[nSrc]);
     std::vector<std::size_t> mismatchPerThread(threads + 1, 0);
@@ -340,7 +358,7 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
     for (auto m : mismatchPerThread) g_lastSepMismatch += m;
     g_lastCandidates = offsets[nSrc];
     // Compact the groups (a few device candidates may fail the exact cut).
-    std::vector<std::uint32_t> groups(nSrc + 1, 0);
+    groups.assign(nSrc + 1, 0);
     for (std::size_t i = 0; i < nSrc; ++i) {
         groups[i + 1] = groups[i] + count[i];
         if (groups[i] != offsets[i])
@@ -348,6 +366,53 @@ CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<d
                       cands.begin() + groups[i]);
     }
     cands.resize(groups[nSrc]);
+    return cands;
+}
+
+} // namespace
+
+CrossmatchCrossover crossmatchCrossover() {
+    return g_crossover;
+}
+void setCrossmatchCrossover(const CrossmatchCrossover& c) {
+    g_crossover = c;
+}
+bool crossmatchUsesDevice(std::size_t nSources, std::size_t nRefs) {
+    const CrossmatchCrossover& c = g_crossover;
+    return nRefs >= c.minRefsAlone || (nRefs >= c.minRefs && nSources >= c.minSources);
+}
+std::size_t crossmatchLastSeparationMismatches() {
+    return g_lastSepMismatch;
+}
+std::size_t crossmatchLastCandidates() {
+    return g_lastCandidates;
+}
+
+CrossmatchResult crossmatchGpu(const std::vector<double>& x, const std::vector<double>& y, int width,
+                               int height, const ReferenceCatalog& ref, const Wcs& wcs,
+                               const CrossmatchParams& params, RunContext& ctx) {
+    DeviceContext& dc = DeviceContext::of(ctx);
+    const int threads = std::max(1, ctx.threadCount());
+    CrossmatchResult res;
+    // --- 1-2. cone, projection, the sources' unit vectors (host, the CPU stage's own code) --------------
+    const detail::CrossmatchSetup setup =
+        detail::prepareCrossmatch(x, y, width, height, ref, wcs, params, threads, res);
+    const std::size_t nSrc = x.size();
+    const std::size_t nSel = res.refSelected.size();
+    ctx.checkCancelled();
+    ctx.report("crossmatch", 0.5);
+
+    // --- 3. candidates per source (device) ---------------------------------------------------------------
+    std::vector<std::uint32_t> offsets(nSrc + 1, 0);
+    std::vector<std::uint32_t> candRef;
+    std::vector<double> candSep;
+    if (nSel > 0 && nSrc > 0) deviceCandidates(dc, x, y, params, setup, res, offsets, candRef, candSep);
+    ctx.checkCancelled();
+
+    // --- exact separations (host, the CPU's function) ----------------------------------------------------
+    std::vector<std::uint32_t> groups;
+    std::vector<detail::MatchCandidate> cands =
+        exactCandidates(setup, res, params, nSrc, offsets, candRef, candSep, threads, groups);
     ctx.report("crossmatch", 0.8);
 
     // --- 4. assignment (the CPU's) -----------------------------------------------------------------------

@@ -593,9 +593,6 @@ int blockThreads(const DeviceContext& dc) {
     return (t + 31) / 32 * 32;
 }
 
-// DeviceContext::pinned slots of the run extraction (40, 41 are detection_objects.cu's).
-constexpr int kPinnedTotalSlot = 42;
-constexpr int kPinnedRunsSlot = 43;
 constexpr std::size_t kSegmentSharedMax = 48 << 10; // prepareRowsKernel's shared segment, at most
 
 struct DetSetup {
@@ -667,6 +664,13 @@ struct HostImages {
     }
 };
 
+// What the detection front keeps in the DeviceContext between frames (its scratch).
+struct FrontScratch {
+    std::size_t lastRunCount = 0; // the runs of the last whole-frame extraction
+    HostImages hostImages;        // the host per-object half's images
+    GrowingPinned total, runs;    // the run extraction's downloads: the run count, the runs
+};
+
 // Device inputs addressing image row y0: pixels, mask (or null), background level and rms.
 struct DetInputs {
     const float* px;
@@ -689,6 +693,156 @@ struct StripOutputs {
 dim3 gridFor(int W, int threads, int rows) {
     return dim3(static_cast<unsigned>((W + threads - 1) / threads),
                 static_cast<unsigned>(std::clamp(rows, 1, 65535)));
+}
+
+// One strip's rows and kernel arguments, shared by processStrip's filter steps.
+struct StripWork {
+    DeviceContext& dc;
+    const DetSetup& s;
+    const float* dK;
+    int h0, h1, hr, rows, y0; // input rows [h0, h1) (hr of them), own rows [y0, y0 + rows)
+    std::size_t nHalo, nRows; // pixels of the halo rows, of the own rows
+    std::size_t inner;        // the strip's first row in halo layout
+    PrepArgs pa;
+    ThresholdArgs t;
+    float* dSub;          // the own rows' sub (the host plans), else null
+    std::uint8_t* dState; // the own rows' states
+    ColumnArgs ca;        // ca.det: the own rows' filtered image
+};
+
+// Subtraction into a halo-layout image (the 2-D filter's input, or a filter too wide for the fused row
+// pass); the host plans' sub is its own rows.
+void subtractHalo(const StripWork& w, DeviceBuffer<float>& subHalo) {
+    const DetSetup& s = w.s;
+    const int T = s.threads;
+    const cudaStream_t stream = w.dc.stream();
+    subHalo = DeviceBuffer<float>(w.dc, w.nHalo);
+    s.clock->time("subtraction", [&] {
+        prepareKernel<false><<<gridFor(s.W, T, w.hr), T, 0, stream>>>(w.pa, w.hr, subHalo.get(), true,
+                                                                      w.dState, w.t, nullptr);
+    });
+    checkLaunch("the background subtraction");
+    if (w.dSub)
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(w.dSub, subHalo.get() + w.inner, w.nRows * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, stream));
+}
+
+// A 2-D filter kernel: the subtraction into the halo layout, the filter, the threshold.
+void filter2d(const StripWork& w) {
+    const DetSetup& s = w.s;
+    const int W = s.W, T = s.threads;
+    const cudaStream_t stream = w.dc.stream();
+    DeviceBuffer<float> subHalo;
+    subtractHalo(w, subHalo);
+    s.clock->time("2-D filter", [&] {
+        convolve2dKernel<<<gridFor(W, T, w.rows), T, 0, stream>>>(subHalo.get(), W, s.H, w.h0, w.y0, w.rows,
+                                                                  w.dK, s.kw, s.kh, w.ca.det);
+    });
+    checkLaunch("the 2-D filter");
+    s.clock->time("threshold",
+                  [&] { thresholdBitsKernel<<<gridFor(W, T, w.rows), T, 0, stream>>>(w.ca, w.t); });
+    checkLaunch("the threshold");
+}
+
+// A separable filter of 3..11 taps: subtraction, filter and threshold in one tile kernel.
+void fusedFront(const StripWork& w) {
+    const DetSetup& s = w.s;
+    const cudaStream_t stream = w.dc.stream();
+    const float* dK = w.dK;
+    const ThresholdArgs t = w.t;
+    const TileArgs fa{w.pa, s.H, w.h0, w.h1, w.y0, w.rows, w.ca.det, w.dState, w.dSub, w.ca.bits};
+    const int TF = std::min(s.threads, kTileThreads), R = s.fusedRows;
+    const dim3 grid = gridFor(s.W, TF, (w.rows + R - 1) / R);
+    const std::size_t shared = tileShared(s.kw, R, TF);
+    s.clock->time("fused front (subtraction, filter, threshold)", [&] {
+        // The kernels' dynamic shared memory above the default 48 kB needs the opt-in attribute.
+        auto launch = [&](auto kernel) {
+            if (shared > (48u << 10))
+                GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        static_cast<int>(shared)));
+            kernel<<<grid, TF, shared, stream>>>(fa, dK, t);
+        };
+        switch (s.kw) {
+        case 3:
+            launch(frontTileKernel<3, kTileRows>);
+            break;
+        case 5:
+            launch(frontTileKernel<5, kTileRows>);
+            break;
+        case 7: // the default filter (FWHM 3); 32-row tiles only for experiments
+            if (R == 32)
+                launch(frontTileKernel<7, 32>);
+            else
+                launch(frontTileKernel<7, kTileRows>);
+            break;
+        case 9:
+            launch(frontTileKernel<9, kTileRows>);
+            break;
+        default:
+            launch(frontTileKernel<11, kTileRows>);
+        }
+    });
+    checkLaunch("the fused front");
+}
+
+// The column pass of a separable filter fused with the threshold, on the row-filtered halo rows `ca.tmp`.
+void columnThreshold(const StripWork& w, const ColumnArgs& ca) {
+    const DetSetup& s = w.s;
+    const int T = s.threads;
+    const cudaStream_t stream = w.dc.stream();
+    const float* dK = w.dK;
+    const ThresholdArgs t = w.t;
+    s.clock->time("column filter + threshold", [&] {
+        const dim3 grid = gridFor(s.W, T, (w.rows + kColumnRows - 1) / kColumnRows);
+        switch (s.kw) { // the default filters (FWHM 1-5 px: 3 to 11 taps) with a register window
+        case 3:
+            columnThresholdKernel<3><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+            break;
+        case 5:
+            columnThresholdKernel<5><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+            break;
+        case 7:
+            columnThresholdKernel<7><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+            break;
+        case 9:
+            columnThresholdKernel<9><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+            break;
+        case 11:
+            columnThresholdKernel<11><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+            break;
+        default:
+            columnThresholdKernel<0><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
+        }
+    });
+    checkLaunch("the column filter and threshold");
+}
+
+// A separable filter in two passes: the subtraction and the row filter (fused while a row segment fits in
+// shared memory), then the column filter with the threshold.
+void separableFilter(const StripWork& w) {
+    const DetSetup& s = w.s;
+    const int W = s.W, T = s.threads;
+    const cudaStream_t stream = w.dc.stream();
+    DeviceBuffer<float> tmp(w.dc, w.nHalo);
+    const std::size_t segment = static_cast<std::size_t>(kSegmentRows) * (T + 2 * s.halo) * sizeof(float);
+    if (segment <= kSegmentSharedMax) {
+        s.clock->time("subtraction + row filter", [&] {
+            prepareRowsKernel<<<gridFor(W, T, (w.hr + kSegmentRows - 1) / kSegmentRows), T, segment,
+                                stream>>>(w.pa, w.hr, w.dK, s.kw, tmp.get(), w.dSub, w.dState);
+        });
+        checkLaunch("the subtraction and row filter");
+    } else {
+        DeviceBuffer<float> subHalo;
+        subtractHalo(w, subHalo);
+        s.clock->time("row filter", [&] {
+            convolveRowsKernel<<<gridFor(W, T, w.hr), T, 0, stream>>>(subHalo.get(), W, w.hr, w.dK, s.kw,
+                                                                      tmp.get());
+        });
+        checkLaunch("the row filter");
+    }
+    ColumnArgs ca = w.ca;
+    ca.tmp = tmp.get();
+    columnThreshold(w, ca);
 }
 
 // Rows [y0, y1): subtraction and states (with the filter's halo rows), the filter and the threshold test
@@ -714,7 +868,6 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
                       std::isfinite(s.p.saturationLevel),
                       static_cast<float>(s.p.saturationLevel)};
     const ThresholdArgs t{s.p.threshold, s.p.thresholdIsAbsolute};
-    KernelClock& kc = *s.clock;
 
     DeviceBuffer<std::uint8_t> stateOwn;
     std::uint8_t* dState = o.dState ? o.dState + hostOff : nullptr;
@@ -731,7 +884,7 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
     ColumnArgs ca{
         nullptr, in.rm + static_cast<std::size_t>(y0 - in.y0) * W, dState, nullptr, bits, W, H, h0, y0, rows};
     if (s.k.empty()) {
-        kc.time("subtraction + threshold", [&] {
+        s.clock->time("subtraction + threshold", [&] {
             prepareKernel<true><<<gridFor(W, T, rows), T, 0, stream>>>(pa, hr, dSub, false, dState, t, bits);
         });
         checkLaunch("the background subtraction");
@@ -741,107 +894,13 @@ void processStrip(DeviceContext& dc, const DetSetup& s, const DetInputs& in, con
             detOwn = DeviceBuffer<float>(dc, nRows);
             ca.det = detOwn.get();
         }
-        // Subtraction into a halo-layout image (the 2-D filter's input, or a filter too wide for the fused
-        // row pass); the host plans' sub is its own rows.
-        auto subtractHalo = [&](DeviceBuffer<float>& subHalo) {
-            subHalo = DeviceBuffer<float>(dc, nHalo);
-            kc.time("subtraction", [&] {
-                prepareKernel<false>
-                    <<<gridFor(W, T, hr), T, 0, stream>>>(pa, hr, subHalo.get(), true, dState, t, nullptr);
-            });
-            checkLaunch("the background subtraction");
-            if (dSub)
-                GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(dSub, subHalo.get() + inner, nRows * sizeof(float),
-                                                   cudaMemcpyDeviceToDevice, stream));
-        };
-        if (s.kh > 0) {
-            DeviceBuffer<float> subHalo;
-            subtractHalo(subHalo);
-            kc.time("2-D filter", [&] {
-                convolve2dKernel<<<gridFor(W, T, rows), T, 0, stream>>>(subHalo.get(), W, H, h0, y0, rows, dK,
-                                                                        s.kw, s.kh, ca.det);
-            });
-            checkLaunch("the 2-D filter");
-            kc.time("threshold", [&] { thresholdBitsKernel<<<gridFor(W, T, rows), T, 0, stream>>>(ca, t); });
-            checkLaunch("the threshold");
-        } else if (s.fused) {
-            const TileArgs fa{pa, H, h0, h1, y0, rows, ca.det, dState, dSub, bits};
-            const int TF = std::min(T, kTileThreads), R = s.fusedRows;
-            const dim3 grid = gridFor(W, TF, (rows + R - 1) / R);
-            const std::size_t shared = tileShared(s.kw, R, TF);
-            kc.time("fused front (subtraction, filter, threshold)", [&] {
-                // The kernels' dynamic shared memory above the default 48 kB needs the opt-in attribute.
-                auto launch = [&](auto kernel) {
-                    if (shared > (48u << 10))
-                        GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(
-                            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-                    kernel<<<grid, TF, shared, stream>>>(fa, dK, t);
-                };
-                switch (s.kw) {
-                case 3:
-                    launch(frontTileKernel<3, kTileRows>);
-                    break;
-                case 5:
-                    launch(frontTileKernel<5, kTileRows>);
-                    break;
-                case 7: // the default filter (FWHM 3); 32-row tiles only for experiments
-                    if (R == 32)
-                        launch(frontTileKernel<7, 32>);
-                    else
-                        launch(frontTileKernel<7, kTileRows>);
-                    break;
-                case 9:
-                    launch(frontTileKernel<9, kTileRows>);
-                    break;
-                default:
-                    launch(frontTileKernel<11, kTileRows>);
-                }
-            });
-            checkLaunch("the fused front");
-        } else {
-            DeviceBuffer<float> tmp(dc, nHalo);
-            const std::size_t segment =
-                static_cast<std::size_t>(kSegmentRows) * (T + 2 * s.halo) * sizeof(float);
-            if (segment <= kSegmentSharedMax) {
-                kc.time("subtraction + row filter", [&] {
-                    prepareRowsKernel<<<gridFor(W, T, (hr + kSegmentRows - 1) / kSegmentRows), T, segment,
-                                        stream>>>(pa, hr, dK, s.kw, tmp.get(), dSub, dState);
-                });
-                checkLaunch("the subtraction and row filter");
-            } else {
-                DeviceBuffer<float> subHalo;
-                subtractHalo(subHalo);
-                kc.time("row filter", [&] {
-                    convolveRowsKernel<<<gridFor(W, T, hr), T, 0, stream>>>(subHalo.get(), W, hr, dK, s.kw,
-                                                                            tmp.get());
-                });
-                checkLaunch("the row filter");
-            }
-            ca.tmp = tmp.get();
-            kc.time("column filter + threshold", [&] {
-                const dim3 grid = gridFor(W, T, (rows + kColumnRows - 1) / kColumnRows);
-                switch (s.kw) { // the default filters (FWHM 1-5 px: 3 to 11 taps) with a register window
-                case 3:
-                    columnThresholdKernel<3><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                    break;
-                case 5:
-                    columnThresholdKernel<5><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                    break;
-                case 7:
-                    columnThresholdKernel<7><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                    break;
-                case 9:
-                    columnThresholdKernel<9><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                    break;
-                case 11:
-                    columnThresholdKernel<11><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                    break;
-                default:
-                    columnThresholdKernel<0><<<grid, T, 0, stream>>>(ca, dK, s.kw, t);
-                }
-            });
-            checkLaunch("the column filter and threshold");
-        }
+        const StripWork w{dc, s, dK, h0, h1, hr, rows, y0, nHalo, nRows, inner, pa, t, dSub, dState, ca};
+        if (s.kh > 0)
+            filter2d(w);
+        else if (s.fused)
+            fusedFront(w);
+        else
+            separableFilter(w);
     }
     if (o.hSub) {
         dc.downloadStaged(o.hSub + hostOff, dSub, nRows * sizeof(float));
@@ -880,7 +939,8 @@ void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits
         GPUPHOT_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(tmp.get(), tmpBytes, counts.get(), offsets.get(),
                                                          rows + 1, stream));
     });
-    auto* total = static_cast<int*>(dc.pinned(kPinnedTotalSlot, sizeof(int)));
+    FrontScratch& scratch = dc.scratch<FrontScratch>();
+    auto* total = static_cast<int*>(scratch.total.get(sizeof(int)));
     GPUPHOT_CUDA_CHECK(
         cudaMemcpyAsync(total, offsets.get() + rows, sizeof(int), cudaMemcpyDeviceToHost, stream));
     kc.lap("run count queued");
@@ -903,7 +963,7 @@ void extractRuns(DeviceContext& dc, const DetSetup& s, const std::uint32_t* bits
         *keep = std::move(dRuns); // read on the same stream after the extraction
         return;
     }
-    auto* pinned = static_cast<Run*>(dc.pinned(kPinnedRunsSlot, n * sizeof(Run)));
+    auto* pinned = static_cast<Run*>(scratch.runs.get(n * sizeof(Run)));
     kc.time("run download", [&] {
         GPUPHOT_CUDA_CHECK(
             cudaMemcpyAsync(pinned, dRuns.get(), n * sizeof(Run), cudaMemcpyDeviceToHost, stream));
@@ -946,9 +1006,7 @@ int runWhole(DeviceContext& dc, const DetSetup& s, const float* dK, const StripO
     }
     s.clock->lap("chunks queued");
     // The previous count on this context, a little more (a re-run at another threshold, the next frame).
-    auto& last = dc.stageState("detection front runs");
-    if (!last) last = std::make_shared<std::size_t>(0);
-    std::size_t& lastCount = *static_cast<std::size_t*>(last.get());
+    std::size_t& lastCount = dc.scratch<FrontScratch>().lastRunCount;
     const std::size_t expected = lastCount > 0 ? lastCount + lastCount / 16 + 1024 : 0;
     const std::size_t first = runs.size();
     // The device per-object half labels the runs on the device: no host copy unless the host labelling
@@ -1049,9 +1107,7 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
     float* hDet = nullptr;
     std::uint8_t* hState = nullptr;
     auto hostImages = [&]() {
-        auto& state = dc.stageState("detection host images");
-        if (!state) state = std::make_shared<HostImages>();
-        auto& hi = *static_cast<HostImages*>(state.get());
+        HostImages& hi = dc.scratch<FrontScratch>().hostImages;
         hi.reserve(npix, !s.k.empty());
         hSub = hi.sub.get();
         hState = hi.state.get();

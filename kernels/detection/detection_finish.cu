@@ -301,9 +301,9 @@ unsigned blocksFor(std::int64_t threads, int block) {
 }
 
 // ---- deferred segmentation maps ----------------------------------------------------------------------
-// One pool per DeviceContext (its stage state "detection.segmentation", through PoolGuard, which closes
-// the pool when the context dies: before its memory pool). The mutex guards the list of live sources,
-// their buffers, the pending frees and the download stream.
+// One pool per DeviceContext (in its scratch, SegmentationScratch, which closes the pool when the context
+// dies: before its memory pool). The mutex guards the list of live sources, their buffers, the pending
+// frees and the download stream.
 class DeviceSegmentationSource;
 
 std::atomic<std::uint64_t> g_downloads{0}, g_foreignDownloads{0};
@@ -446,22 +446,25 @@ void SegmentationPool::close() noexcept {
     dc = nullptr;
 }
 
-struct PoolGuard {
+// The context's deferred maps (its scratch): the pool closes when the context ends, before its memory pool.
+struct SegmentationScratch {
     std::shared_ptr<SegmentationPool> pool;
-    ~PoolGuard() { pool->close(); }
+    SegmentationScratch() = default;
+    SegmentationScratch(const SegmentationScratch&) = delete;
+    SegmentationScratch& operator=(const SegmentationScratch&) = delete;
+    ~SegmentationScratch() {
+        if (pool) pool->close();
+    }
 };
 
 SegmentationPool& segmentationPool(DeviceContext& dc, std::shared_ptr<SegmentationPool>* shared = nullptr) {
-    std::shared_ptr<void>& s = dc.stageState("detection.segmentation");
-    if (!s) {
-        auto g = std::make_shared<PoolGuard>();
-        g->pool = std::make_shared<SegmentationPool>();
-        g->pool->dc = &dc;
-        g->pool->device = dc.device();
-        g->pool->stageThread = std::this_thread::get_id();
-        s = g;
+    std::shared_ptr<SegmentationPool>& pool = dc.scratch<SegmentationScratch>().pool;
+    if (!pool) {
+        pool = std::make_shared<SegmentationPool>();
+        pool->dc = &dc;
+        pool->device = dc.device();
+        pool->stageThread = std::this_thread::get_id();
     }
-    const std::shared_ptr<SegmentationPool>& pool = static_cast<PoolGuard*>(s.get())->pool;
     if (shared) *shared = pool;
     return *pool;
 }
@@ -471,6 +474,312 @@ DeviceSegmentationSource* residentSource(SegmentationPool& pool, const Segmentat
     const auto* src = dynamic_cast<const DeviceSegmentationSource*>(map.source().get());
     if (!src || src->pool() != &pool || !src->devicePointer()) return nullptr;
     return const_cast<DeviceSegmentationSource*>(src); // the pool's own (non-const) entry
+}
+
+// Earlier maps of this context still held by their results (the workbench keeps the previous one) stay on
+// the device while the budget leaves room for this step, this map and the aperture stage's use of it; else
+// they are downloaded into their sources and freed. The step claims the pool for this thread and frees the
+// maps dropped on other threads.
+std::shared_ptr<SegmentationPool> claimSegmentationPool(DeviceContext& dc) {
+    std::shared_ptr<SegmentationPool> pool;
+    SegmentationPool& sp = segmentationPool(dc, &pool);
+    std::lock_guard lock(sp.mutex);
+    sp.stageThread = std::this_thread::get_id();
+    sp.pending.clear();
+    return pool;
+}
+
+// The step's host memory, kept in the context between frames (not faulted in or pinned afresh).
+struct FinishScratch {
+    std::vector<std::int64_t> pixStart; // the objects' pixel offsets (finishLayout)
+    GrowingPinned packed;               // the objects, packed for their upload
+    GrowingPinned order;                // the final order's download
+    GrowingPinned window;               // the windowed positions' download
+};
+
+// FinishScratch's pinned buffers at this frame's sizes, taken before any copy is queued (growing one frees
+// the old buffer, which synchronises the device).
+struct FinishHost {
+    unsigned char* packed = nullptr;
+    std::int32_t* order = nullptr;
+    WindowResult* win = nullptr;
+};
+FinishHost finishHostBuffers(FinishScratch& s, const FinishLayout& layout, std::size_t nObjects) {
+    FinishHost h;
+    h.packed = static_cast<unsigned char*>(s.packed.get(layout.bytes));
+    h.order =
+        static_cast<std::int32_t*>(s.order.get(std::max<std::size_t>(nObjects, 1) * sizeof(std::int32_t)));
+    h.win =
+        static_cast<WindowResult*>(s.window.get(std::max<std::size_t>(nObjects, 1) * sizeof(WindowResult)));
+    return h;
+}
+
+// The objects on the device: views into their packed upload (finishLayout's offsets), n of them.
+struct DeviceObjects {
+    const std::int64_t* runStart = nullptr;
+    const std::int64_t* pixStart = nullptr;
+    const WindowObject* obj = nullptr;
+    const Run* runs = nullptr;
+    std::int64_t n = 0;
+};
+
+constexpr int kBlock = 256; // threads per block of the one-thread-per-item and one-warp-per-object kernels
+
+// The final order's device buffers: keys, keysSorted and index while it is sorted, id (rank + 1 of each
+// object) until the map holds the ids, order (the objects in final order) to the end of the step.
+struct FinalOrder {
+    DeviceBuffer<std::uint64_t> keys, keysSorted;
+    DeviceBuffer<std::int32_t> index, order, id;
+};
+
+// Final order: the first pixel of each object in raster order (a radix sort of y * width + x0), and the ids.
+void sortFinalOrder(DeviceContext& dc, KernelClock& kc, const DeviceObjects& d, int w, std::size_t npix,
+                    FinalOrder& fo) {
+    const cudaStream_t st = dc.stream();
+    const std::int64_t n = d.n;
+    fo.keys = DeviceBuffer<std::uint64_t>(dc, n);
+    fo.keysSorted = DeviceBuffer<std::uint64_t>(dc, n);
+    fo.index = DeviceBuffer<std::int32_t>(dc, n);
+    fo.order = DeviceBuffer<std::int32_t>(dc, n);
+    fo.id = DeviceBuffer<std::int32_t>(dc, n);
+    if (n > 0)
+        kc.time("finish: order (first pixels, radix sort, ranks)", [&] {
+            firstPixelKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(d.runs, d.runStart, n, w, fo.keys.get(),
+                                                                      fo.index.get());
+            GPUPHOT_CUDA_CHECK(cudaGetLastError());
+            int endBit = 1;
+            while (endBit < 64 && (std::uint64_t(1) << endBit) < npix)
+                ++endBit;
+            std::size_t tempBytes = 0;
+            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, fo.keys.get(),
+                                                               fo.keysSorted.get(), fo.index.get(),
+                                                               fo.order.get(), n, 0, endBit, st));
+            DeviceBuffer<unsigned char> temp(dc, tempBytes);
+            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), tempBytes, fo.keys.get(),
+                                                               fo.keysSorted.get(), fo.index.get(),
+                                                               fo.order.get(), n, 0, endBit, st));
+            rankKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(fo.order.get(), n, fo.id.get());
+            GPUPHOT_CUDA_CHECK(cudaGetLastError());
+        });
+    fo.keys = {};
+    fo.keysSorted = {};
+    fo.index = {};
+}
+
+// A CUDA event destroyed with its owner.
+struct OwnedEvent {
+    cudaEvent_t e = nullptr;
+    OwnedEvent() = default;
+    OwnedEvent(const OwnedEvent&) = delete;
+    OwnedEvent& operator=(const OwnedEvent&) = delete;
+    ~OwnedEvent() {
+        if (e) cudaEventDestroy(e);
+    }
+};
+
+// Segmentation map: zeroed, then each object's id over its runs.
+void writeSegmentation(DeviceContext& dc, KernelClock& kc, const DeviceObjects& d, const std::int32_t* id,
+                       int w, std::size_t npix, DeviceBuffer<std::int32_t>& seg) {
+    const cudaStream_t st = dc.stream();
+    const std::int64_t n = d.n;
+    kc.time("finish: map zeroed", [&] {
+        GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st));
+    });
+    if (n > 0)
+        kc.time("finish: map ids", [&] {
+            segmentationKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(d.runs, d.runStart, n, id, w,
+                                                                                seg.get());
+            GPUPHOT_CUDA_CHECK(cudaGetLastError());
+        });
+}
+
+// The growth curves: (r^2, value) of each object's pixels in raster order, then stably sorted by r^2 within
+// each object into r2Sorted and valueSorted.
+struct GrowthCurves {
+    DeviceBuffer<double> r2, r2Sorted;
+    DeviceBuffer<float> value, valueSorted;
+    GrowthCurves(DeviceContext& dc, std::int64_t nPix)
+        : r2(dc, nPix), r2Sorted(dc, nPix), value(dc, nPix), valueSorted(dc, nPix) {}
+};
+
+// Objects of more than rankMax pixels (none in most frames) by cub's stable segmented sort (the others'
+// segments empty), first; then the rest by rank (which rewrites what cub might have left elsewhere). The
+// unsorted curves are freed.
+void sortGrowthCurves(DeviceContext& dc, KernelClock& kc, const DeviceObjects& d, std::int64_t nPix,
+                      int rankMax, std::int64_t largest, GrowthCurves& c) {
+    const cudaStream_t st = dc.stream();
+    const std::int64_t n = d.n;
+    if (largest > rankMax) {
+        DeviceBuffer<std::int64_t> ends(dc, n);
+        largeEndsKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(d.pixStart, n, rankMax, ends.get());
+        GPUPHOT_CUDA_CHECK(cudaGetLastError());
+        std::size_t tempBytes = 0;
+        GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
+            nullptr, tempBytes, c.r2.get(), c.r2Sorted.get(), c.value.get(), c.valueSorted.get(), nPix, n,
+            d.pixStart, ends.get(), st));
+        DeviceBuffer<unsigned char> temp(dc, tempBytes);
+        kc.time("finish: growth curve sort (cub, large objects)", [&] {
+            GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
+                temp.get(), tempBytes, c.r2.get(), c.r2Sorted.get(), c.value.get(), c.valueSorted.get(), nPix,
+                n, d.pixStart, ends.get(), st));
+        });
+    }
+    kc.time("finish: growth curve sort (rank)", [&] {
+        growthRankKernel<<<blocksFor(n, kRankWarps), kRankWarps * kWarp, 0, st>>>(
+            d.pixStart, n, rankMax, c.r2.get(), c.value.get(), c.r2Sorted.get(), c.valueSorted.get());
+    });
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    c.r2 = {};
+    c.value = {};
+}
+
+// The window's work order: the objects by decreasing pixel count (a stable radix sort); tuning
+// detection.rasterWindows: none (empty: final order, for comparisons).
+DeviceBuffer<std::int32_t> windowWorkOrder(DeviceContext& dc, KernelClock& kc, const DeviceObjects& d,
+                                           const std::int32_t* order, std::int64_t largest) {
+    const cudaStream_t st = dc.stream();
+    const std::int64_t n = d.n;
+    DeviceBuffer<std::int32_t> byWork;
+    if (dc.tuning().detection.rasterWindows) return byWork;
+    DeviceBuffer<std::uint32_t> wKeys(dc, n), wKeysSorted(dc, n);
+    DeviceBuffer<std::int32_t> wIndex(dc, n);
+    byWork = DeviceBuffer<std::int32_t>(dc, n);
+    int keyBits = 1;
+    while (keyBits < 32 && (std::int64_t(1) << keyBits) <= largest)
+        ++keyBits;
+    std::size_t sortBytes = 0;
+    GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
+        nullptr, sortBytes, wKeys.get(), wKeysSorted.get(), wIndex.get(), byWork.get(), n, 0, keyBits, st));
+    DeviceBuffer<unsigned char> sortTemp(dc, sortBytes);
+    kc.time("finish: window work order (sort by pixel count)", [&] {
+        workKeysKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(order, d.pixStart, n, wKeys.get(),
+                                                                wIndex.get());
+        GPUPHOT_CUDA_CHECK(cudaGetLastError());
+        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(sortTemp.get(), sortBytes, wKeys.get(),
+                                                                     wKeysSorted.get(), wIndex.get(),
+                                                                     byWork.get(), n, 0, keyBits, st));
+    });
+    return byWork;
+}
+
+// Growth curves, then the windowed positions (one warp per object), which come down into hWin (pinned).
+// workCount (GPUPHOT_DETECTION_TIMING): the window's box pixels per object.
+void windowedPositions(DeviceContext& dc, KernelClock& kc, const DeviceObjects& d, std::int64_t nPix,
+                       const std::vector<std::int64_t>& pixStart, const std::int32_t* order,
+                       const std::int32_t* seg, const DeviceDetectionImages& im, const DetectionParams& p,
+                       WindowResult* hWin, DeviceBuffer<std::int64_t>& workCount) {
+    const cudaStream_t st = dc.stream();
+    const std::int64_t n = d.n;
+    DeviceBuffer<WindowResult> win(dc, n);
+    GrowthCurves c(dc, nPix);
+    kc.time("finish: growth pixels", [&] {
+        growthPixelsKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(
+            d.runs, d.runStart, d.pixStart, d.obj, n, im, c.r2.get(), c.value.get());
+    });
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    const int rankMax = [&] { // tests: both paths on small objects
+        const int h = dc.testHooks().detectionRankMax;
+        return h >= 0 ? std::min(h, kRankMax) : kRankMax;
+    }();
+    std::int64_t largest = 0;
+    for (std::int64_t o = 0; o < n; ++o)
+        largest = std::max(largest, pixStart[o + 1] - pixStart[o]);
+    sortGrowthCurves(dc, kc, d, nPix, rankMax, largest, c);
+    DeviceBuffer<std::int32_t> byWork = windowWorkOrder(dc, kc, d, order, largest);
+    if (kc.on()) workCount = DeviceBuffer<std::int64_t>(dc, n);
+    kc.time("finish: windowed positions", [&] {
+        windowKernel<<<blocksFor(n, kWindowWarps), kWindowWarps * kWarp, 0, st>>>(
+            order, byWork.get(), d.pixStart, d.obj, c.r2Sorted.get(), c.valueSorted.get(), n, im, seg,
+            detail::windowConfig(p, im.width, im.height), win.get(), workCount.get());
+    });
+    GPUPHOT_CUDA_CHECK(cudaGetLastError());
+    kc.time("finish: windowed positions download", [&] {
+        GPUPHOT_CUDA_CHECK(
+            cudaMemcpyAsync(hWin, win.get(), n * sizeof(WindowResult), cudaMemcpyDeviceToHost, st));
+    });
+}
+
+// Beside the device: the columns but the windowed positions (from the order, once it is down); then the
+// objects go to the context's release thread; then, the device done, the windowed position columns.
+void finishOnHost(DeviceContext& dc, detail::DetectedObjects& found, cudaEvent_t orderDown,
+                  const FinishHost& host, SegmentationPool& pool, int threads, DetectionResult& result,
+                  detail::StepTimer& timer) {
+    GPUPHOT_CUDA_CHECK(cudaEventSynchronize(orderDown));
+    timer.lap("finish: order (cuda)");
+    fillFinishColumns(found, host.order, result, threads);
+    timer.lap("finish: columns (host, beside the device)");
+    // The objects' frees (3.9 ms on one thread at 59k objects) go to the context's release thread, at idle
+    // scheduling priority (it runs beside the next stages, whose parallel loops keep every core busy).
+    // tuning detection.release "thread": at normal priority; "now": freed here by the step's threads while
+    // the device works (comparisons).
+    const std::string& release = dc.tuning().detection.release;
+    const ReleaseMode mode = release == "thread" ? ReleaseMode::Thread
+                             : release == "now"  ? ReleaseMode::Now
+                                                 : ReleaseMode::IdleThread;
+    if (mode == ReleaseMode::Now) {
+        releaseNow(std::move(found), threads);
+        timer.lap("finish: objects freed (host, beside the device)");
+    } else {
+        std::lock_guard lock(pool.mutex);
+        pool.objectsRelease.release(std::move(found), threads, mode == ReleaseMode::IdleThread);
+        timer.lap("finish: objects handed to the release thread (host)");
+    }
+    dc.synchronize();
+    timer.lap("finish: segmentation + windowed positions (cuda, the rest)");
+    fillFinishWindow(host.win, result.sources, threads);
+    timer.lap("finish: windowed position columns (host)");
+}
+
+// GPUPHOT_DETECTION_TIMING: the step's objects and pixels, the window's work per object, the device times.
+void reportFinishTiming(DeviceContext& dc, KernelClock& kc, const std::vector<std::int64_t>& pixStart,
+                        std::int64_t n, std::int64_t nPix, const DeviceBuffer<std::int64_t>& workCount) {
+    std::int64_t largest = 0, over1k = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        largest = std::max(largest, pixStart[i + 1] - pixStart[i]);
+        over1k += pixStart[i + 1] - pixStart[i] > 1000;
+    }
+    std::fprintf(stderr,
+                 "detection timing: finish: %lld objects, %lld pixels, largest %lld, %lld over 1000\n",
+                 static_cast<long long>(n), static_cast<long long>(nPix), static_cast<long long>(largest),
+                 static_cast<long long>(over1k));
+    if (workCount.size() > 0) {
+        std::vector<std::int64_t> wk(workCount.size());
+        dc.downloadStaged(wk.data(), workCount.get(), wk.size() * sizeof(std::int64_t));
+        std::sort(wk.begin(), wk.end());
+        std::int64_t total = 0;
+        for (const std::int64_t v : wk)
+            total += v;
+        const auto at = [&](double q) {
+            const auto i = static_cast<std::size_t>(q * static_cast<double>(wk.size() - 1));
+            return static_cast<long long>(wk[i]);
+        };
+        std::fprintf(stderr,
+                     "detection timing: finish: window box pixels total %lld, median %lld, p99 %lld, "
+                     "p99.9 %lld, max %lld\n",
+                     static_cast<long long>(total), at(0.5), at(0.99), at(0.999), at(1.0));
+    }
+    kc.report();
+}
+
+// The segmentation map stays on the device (a deferred map: downloaded when a host consumer reads it)
+// while the budget leaves as much again for the stages in between (PSF) and the aperture stage, which
+// reads it there; else it comes down now and the device copy is freed.
+void placeSegmentation(DeviceContext& dc, const std::shared_ptr<SegmentationPool>& pool,
+                       DeviceBuffer<std::int32_t>& seg, int w, int h, std::size_t mapBytes,
+                       DetectionResult& result, detail::StepTimer& timer) {
+    if (mapBytes == 0) {
+        result.segmentation = SegmentationMap(Image<std::int32_t>(w, h));
+    } else if (dc.available() >= mapBytes) {
+        result.segmentation =
+            SegmentationMap(w, h, std::make_shared<DeviceSegmentationSource>(pool, std::move(seg), w, h));
+        timer.lap("finish: segmentation kept on the device (cuda)");
+    } else {
+        Image<std::int32_t> host(w, h, Image<std::int32_t>::NoInit{});
+        dc.downloadStaged(host.data(), seg.get(), mapBytes);
+        seg = {};
+        result.segmentation = SegmentationMap(std::move(host));
+        timer.lap("finish: segmentation download (cuda, budget)");
+    }
 }
 
 } // namespace
@@ -487,255 +796,57 @@ void finishDetection(DeviceContext& dc, detail::DetectedObjects found, const Dev
     result.nCleaned = found.nCleaned;
     ctx.report("detection", 0.75);
     ctx.checkCancelled();
+    const std::shared_ptr<SegmentationPool> pool = claimSegmentationPool(dc);
 
-    // Earlier maps of this context still held by their results (the workbench keeps the previous one)
-    // stay on the device while the budget leaves room for this step, this map and the aperture stage's
-    // use of it; else they are downloaded into their sources and freed.
-    std::shared_ptr<SegmentationPool> pool;
-    {
-        SegmentationPool& sp = segmentationPool(dc, &pool);
-        std::lock_guard lock(sp.mutex);
-        sp.stageThread = std::this_thread::get_id();
-        sp.pending.clear();
-    }
-
-    // Objects up as CSR.
+    // Objects up as CSR, through pinned memory kept in the context.
     const auto n = static_cast<std::int64_t>(found.objects.size());
-    // The pixel offsets in host memory kept in the context between frames (not faulted in afresh).
-    std::shared_ptr<void>& hostState = dc.stageState("detection finish: pixel offsets");
-    if (!hostState) hostState = std::make_shared<std::vector<std::int64_t>>();
-    std::vector<std::int64_t>& pixStart = *static_cast<std::vector<std::int64_t>*>(hostState.get());
+    FinishScratch& scratch = dc.scratch<FinishScratch>();
+    std::vector<std::int64_t>& pixStart = scratch.pixStart;
     pixStart.resize(found.objects.size() + 1); // every entry written by finishLayout
     const FinishLayout layout = finishLayout(found, pixStart.data(), threads);
     const std::size_t mapBytes = npix * sizeof(std::int32_t);
     const std::size_t stepBytes =
         layout.bytes + static_cast<std::size_t>(n) * 40 + static_cast<std::size_t>(layout.nPix) * 48;
     if (dc.available() < 2 * mapBytes + stepBytes) evictSegmentations(dc);
-    // DeviceContext::pinned slots of this step (taken before any copy is queued: growing one frees the old
-    // buffer, which synchronises the device): the packed objects, the order and the windowed positions.
-    constexpr int kPinnedSlot = 23, kPinnedOrderSlot = 26, kPinnedWindowSlot = 27;
-    auto* packed = static_cast<unsigned char*>(dc.pinned(kPinnedSlot, layout.bytes));
-    auto* hOrder = static_cast<std::int32_t*>(
-        dc.pinned(kPinnedOrderSlot, std::max<std::size_t>(found.objects.size(), 1) * sizeof(std::int32_t)));
-    auto* hWin = static_cast<WindowResult*>(
-        dc.pinned(kPinnedWindowSlot, std::max<std::size_t>(found.objects.size(), 1) * sizeof(WindowResult)));
-    packFinish(found, layout, pixStart.data(), packed, threads);
+    const FinishHost host = finishHostBuffers(scratch, layout, found.objects.size());
+    packFinish(found, layout, pixStart.data(), host.packed, threads);
     DeviceBuffer<unsigned char> dPacked(dc, layout.bytes);
     KernelClock kc(st, "finish", dc.tuning().detection.timing); // device times of the steps below
     if (layout.bytes)
         kc.time("finish: upload", [&] {
             GPUPHOT_CUDA_CHECK(
-                cudaMemcpyAsync(dPacked.get(), packed, layout.bytes, cudaMemcpyHostToDevice, st));
+                cudaMemcpyAsync(dPacked.get(), host.packed, layout.bytes, cudaMemcpyHostToDevice, st));
         });
-    const auto* dRunStart = reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.runStart);
-    const auto* dPixStart = reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.pixStart);
-    const auto* dObj = reinterpret_cast<const WindowObject*>(dPacked.get() + layout.objects);
-    const auto* dRuns = reinterpret_cast<const Run*>(dPacked.get() + layout.runs);
+    const DeviceObjects d{reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.runStart),
+                          reinterpret_cast<const std::int64_t*>(dPacked.get() + layout.pixStart),
+                          reinterpret_cast<const WindowObject*>(dPacked.get() + layout.objects),
+                          reinterpret_cast<const Run*>(dPacked.get() + layout.runs), n};
     timer.lap("finish: pack + upload objects (cuda)");
 
-    // Final order.
-    DeviceBuffer<std::uint64_t> keys(dc, n), keysSorted(dc, n);
-    DeviceBuffer<std::int32_t> index(dc, n), order(dc, n), id(dc, n);
-    constexpr int kBlock = 256;
-    if (n > 0) kc.time("finish: order (first pixels, radix sort, ranks)", [&] {
-        firstPixelKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(dRuns, dRunStart, n, w, keys.get(), index.get());
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-        int endBit = 1;
-        while (endBit < 64 && (std::uint64_t(1) << endBit) < npix)
-            ++endBit;
-        std::size_t tempBytes = 0;
-        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, keys.get(), keysSorted.get(),
-                                                           index.get(), order.get(), n, 0, endBit, st));
-        DeviceBuffer<unsigned char> temp(dc, tempBytes);
-        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), tempBytes, keys.get(), keysSorted.get(),
-                                                           index.get(), order.get(), n, 0, endBit, st));
-        rankKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(order.get(), n, id.get());
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-    });
-    keys = {};
-    keysSorted = {};
-    index = {};
+    FinalOrder fo;
+    sortFinalOrder(dc, kc, d, w, npix, fo);
     // The order comes down (pinned) ahead of the rest: the host fills the columns from it while the device
     // makes the map and the windowed positions.
-    struct Event {
-        cudaEvent_t e = nullptr;
-        ~Event() {
-            if (e) cudaEventDestroy(e);
-        }
-    } orderDown;
+    OwnedEvent orderDown;
     GPUPHOT_CUDA_CHECK(cudaEventCreateWithFlags(&orderDown.e, cudaEventDisableTiming));
     if (n > 0)
-        GPUPHOT_CUDA_CHECK(
-            cudaMemcpyAsync(hOrder, order.get(), n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, st));
+        GPUPHOT_CUDA_CHECK(cudaMemcpyAsync(host.order, fo.order.get(), n * sizeof(std::int32_t),
+                                           cudaMemcpyDeviceToHost, st));
     GPUPHOT_CUDA_CHECK(cudaEventRecord(orderDown.e, st));
 
-    // Segmentation map.
     DeviceBuffer<std::int32_t> seg(dc, npix);
-    kc.time("finish: map zeroed", [&] {
-        GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st));
-    });
-    if (n > 0) kc.time("finish: map ids", [&] {
-        segmentationKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(dRuns, dRunStart, n, id.get(), w,
-                                                                             seg.get());
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-    });
-    id = {};
+    writeSegmentation(dc, kc, d, fo.id.get(), w, npix, seg);
+    fo.id = {};
 
-    // Growth curves: (r^2, value) in raster order, stably sorted by r^2 within each object; then the
-    // windowed positions, which come down (pinned).
     DeviceBuffer<std::int64_t> workCount; // GPUPHOT_DETECTION_TIMING: window box pixels per object
-    if (n > 0) {
-        DeviceBuffer<WindowResult> win(dc, n);
-        const auto nPix = layout.nPix;
-        DeviceBuffer<double> r2(dc, nPix), r2Sorted(dc, nPix);
-        DeviceBuffer<float> value(dc, nPix), valueSorted(dc, nPix);
-        kc.time("finish: growth pixels", [&] {
-            growthPixelsKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(
-                dRuns, dRunStart, dPixStart, dObj, n, im, r2.get(), value.get());
-        });
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-        // Objects of more than rankMax pixels (none in most frames) by cub's stable segmented sort (the
-        // others' segments empty), first; then the rest by rank (which rewrites what cub might have left
-        // elsewhere).
-        const int rankMax = [&] { // tests: both paths on small objects
-            const int h = dc.testHooks().detectionRankMax;
-            return h >= 0 ? std::min(h, kRankMax) : kRankMax;
-        }();
-        std::int64_t largest = 0;
-        for (std::int64_t o = 0; o < n; ++o)
-            largest = std::max(largest, pixStart[o + 1] - pixStart[o]);
-        if (largest > rankMax) {
-            DeviceBuffer<std::int64_t> ends(dc, n);
-            largeEndsKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(dPixStart, n, rankMax, ends.get());
-            GPUPHOT_CUDA_CHECK(cudaGetLastError());
-            std::size_t tempBytes = 0;
-            GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
-                nullptr, tempBytes, r2.get(), r2Sorted.get(), value.get(), valueSorted.get(), nPix, n,
-                dPixStart, ends.get(), st));
-            DeviceBuffer<unsigned char> temp(dc, tempBytes);
-            kc.time("finish: growth curve sort (cub, large objects)", [&] {
-                GPUPHOT_CUDA_CHECK(cub::DeviceSegmentedSort::StableSortPairs(
-                    temp.get(), tempBytes, r2.get(), r2Sorted.get(), value.get(), valueSorted.get(), nPix, n,
-                    dPixStart, ends.get(), st));
-            });
-        }
-        kc.time("finish: growth curve sort (rank)", [&] {
-            growthRankKernel<<<blocksFor(n, kRankWarps), kRankWarps * kWarp, 0, st>>>(
-                dPixStart, n, rankMax, r2.get(), value.get(), r2Sorted.get(), valueSorted.get());
-        });
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-        r2 = {};
-        value = {};
-        // The window's work order: the objects by decreasing pixel count (a stable radix sort);
-        // tuning detection.rasterWindows: in final order (comparisons).
-        DeviceBuffer<std::int32_t> byWork;
-        if (!dc.tuning().detection.rasterWindows) {
-            DeviceBuffer<std::uint32_t> wKeys(dc, n), wKeysSorted(dc, n);
-            DeviceBuffer<std::int32_t> wIndex(dc, n);
-            byWork = DeviceBuffer<std::int32_t>(dc, n);
-            int keyBits = 1;
-            while (keyBits < 32 && (std::int64_t(1) << keyBits) <= largest)
-                ++keyBits;
-            std::size_t sortBytes = 0;
-            GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, sortBytes, wKeys.get(),
-                                                                         wKeysSorted.get(), wIndex.get(),
-                                                                         byWork.get(), n, 0, keyBits, st));
-            DeviceBuffer<unsigned char> sortTemp(dc, sortBytes);
-            kc.time("finish: window work order (sort by pixel count)", [&] {
-                workKeysKernel<<<blocksFor(n, kBlock), kBlock, 0, st>>>(order.get(), dPixStart, n,
-                                                                        wKeys.get(), wIndex.get());
-                GPUPHOT_CUDA_CHECK(cudaGetLastError());
-                GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-                    sortTemp.get(), sortBytes, wKeys.get(), wKeysSorted.get(), wIndex.get(), byWork.get(), n,
-                    0, keyBits, st));
-            });
-        }
-        if (kc.on()) workCount = DeviceBuffer<std::int64_t>(dc, n);
-        kc.time("finish: windowed positions", [&] {
-            windowKernel<<<blocksFor(n, kWindowWarps), kWindowWarps * kWarp, 0, st>>>(
-                order.get(), byWork.get(), dPixStart, dObj, r2Sorted.get(), valueSorted.get(), n, im,
-                seg.get(),
-                detail::windowConfig(p, w, h), win.get(), workCount.get());
-        });
-        GPUPHOT_CUDA_CHECK(cudaGetLastError());
-        kc.time("finish: windowed positions download", [&] {
-            GPUPHOT_CUDA_CHECK(
-                cudaMemcpyAsync(hWin, win.get(), n * sizeof(WindowResult), cudaMemcpyDeviceToHost, st));
-        });
-    }
+    if (n > 0)
+        windowedPositions(dc, kc, d, layout.nPix, pixStart, fo.order.get(), seg.get(), im, p, host.win,
+                          workCount);
     timer.lap("finish: device steps queued (cuda)");
 
-    // Beside the device: the columns but the windowed positions; then the objects go to the context's
-    // release thread (freeing them takes 3.9 ms at 59k objects, kept off the step's critical path).
-    GPUPHOT_CUDA_CHECK(cudaEventSynchronize(orderDown.e));
-    timer.lap("finish: order (cuda)");
-    fillFinishColumns(found, hOrder, result, threads);
-    timer.lap("finish: columns (host, beside the device)");
-    // The objects' frees (3.9 ms on one thread at 59k objects) go to the context's release thread, at idle
-    // scheduling priority (it runs beside the next stages, whose parallel loops keep every core busy).
-    // tuning detection.release "thread": at normal priority; "now": freed here by the step's threads while
-    // the device works (comparisons).
-    const std::string& release = dc.tuning().detection.release;
-    const ReleaseMode mode = release == "thread" ? ReleaseMode::Thread
-                             : release == "now"  ? ReleaseMode::Now
-                                                 : ReleaseMode::IdleThread;
-    if (mode == ReleaseMode::Now) {
-        releaseNow(std::move(found), threads);
-        timer.lap("finish: objects freed (host, beside the device)");
-    } else {
-        std::lock_guard lock(pool->mutex);
-        pool->objectsRelease.release(std::move(found), threads, mode == ReleaseMode::IdleThread);
-        timer.lap("finish: objects handed to the release thread (host)");
-    }
-    dc.synchronize();
-    timer.lap("finish: segmentation + windowed positions (cuda, the rest)");
-    fillFinishWindow(hWin, result.sources, threads);
-    timer.lap("finish: windowed position columns (host)");
-    if (kc.on()) {
-        std::int64_t largest = 0, over1k = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-            largest = std::max(largest, pixStart[i + 1] - pixStart[i]);
-            over1k += pixStart[i + 1] - pixStart[i] > 1000;
-        }
-        std::fprintf(stderr,
-                     "detection timing: finish: %lld objects, %lld pixels, largest %lld, %lld over 1000\n",
-                     static_cast<long long>(n), static_cast<long long>(layout.nPix),
-                     static_cast<long long>(largest), static_cast<long long>(over1k));
-        if (workCount.size() > 0) {
-            std::vector<std::int64_t> wk(workCount.size());
-            dc.downloadStaged(wk.data(), workCount.get(), wk.size() * sizeof(std::int64_t));
-            std::sort(wk.begin(), wk.end());
-            std::int64_t total = 0;
-            for (const std::int64_t v : wk)
-                total += v;
-            const auto at = [&](double q) {
-                const auto i = static_cast<std::size_t>(q * static_cast<double>(wk.size() - 1));
-                return static_cast<long long>(wk[i]);
-            };
-            std::fprintf(stderr,
-                         "detection timing: finish: window box pixels total %lld, median %lld, p99 %lld, "
-                         "p99.9 %lld, max %lld\n",
-                         static_cast<long long>(total), at(0.5), at(0.99), at(0.999), at(1.0));
-        }
-        kc.report();
-    }
-
-    // The segmentation map stays on the device (a deferred map: downloaded when a host consumer reads it)
-    // while the budget leaves as much again for the stages in between (PSF) and the aperture stage, which
-    // reads it there; else it comes down now and the device copy is freed.
-    if (npix == 0) {
-        result.segmentation = SegmentationMap(Image<std::int32_t>(w, h));
-    } else if (dc.available() >= mapBytes) {
-        result.segmentation =
-            SegmentationMap(w, h, std::make_shared<DeviceSegmentationSource>(pool, std::move(seg), w, h));
-        timer.lap("finish: segmentation kept on the device (cuda)");
-    } else {
-        Image<std::int32_t> host(w, h, Image<std::int32_t>::NoInit{});
-        dc.downloadStaged(host.data(), seg.get(), mapBytes);
-        seg = {};
-        result.segmentation = SegmentationMap(std::move(host));
-        timer.lap("finish: segmentation download (cuda, budget)");
-    }
+    finishOnHost(dc, found, orderDown.e, host, *pool, threads, result, timer);
+    if (kc.on()) reportFinishTiming(dc, kc, pixStart, n, layout.nPix, workCount);
+    placeSegmentation(dc, pool, seg, w, h, mapBytes, result, timer);
     ctx.report("detection", 1.0);
 }
 

@@ -152,17 +152,6 @@ __device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, s
     out = c;
 }
 
-// DeviceContext::pinned slots of this step: the sums of the roots and of the deblended children.
-constexpr int kPinnedIsoSlot = 24;
-constexpr int kPinnedCleanSlot = 25;
-constexpr int kPinnedChildIsoSlot = 40;
-constexpr int kPinnedChildCleanSlot = 41;
-// The roots' runs and run offsets, and the gathered boxes (filtered image, rms).
-constexpr int kPinnedRootStartSlot = 44;
-constexpr int kPinnedRootRunsSlot = 45;
-constexpr int kPinnedBoxDetSlot = 46;
-constexpr int kPinnedBoxRmsSlot = 47;
-
 int gridFor(std::size_t n, int threads) {
     return static_cast<int>(std::max<std::size_t>(1, (n + threads - 1) / threads));
 }
@@ -288,10 +277,21 @@ __global__ void iotaKernel(int* v, int n) {
     if (i < n) v[i] = i;
 }
 
-// Host working memory of detectObjects kept in the DeviceContext between frames.
+// Host working memory of detectObjects.
 struct HostScratch {
     std::vector<std::int32_t> byCost;
     detail::ObjectPlan plan;
+};
+
+// What detectObjects keeps in the DeviceContext between frames (its scratch): host working memory and the
+// pinned buffers of its downloads (taken before copies are queued into them: growing one synchronises).
+struct ObjectsScratch {
+    HostScratch host;
+    std::shared_ptr<detail::CleanScratch> clean; // CLEAN's working memory, made on first use
+    GrowingPinned rootStart, rootRuns;           // the roots' run offsets and runs (the device's labelling)
+    GrowingPinned boxDet, boxRms;                // the multi-peak roots' boxes: filtered image, rms
+    GrowingPinned rootIso, rootClean;            // the roots' sums
+    GrowingPinned childIso, childClean;          // the deblended children's sums
 };
 
 // The roots' runs on the host (CSR, raster order inside each root): rr's, or the context's pinned memory.
@@ -302,7 +302,7 @@ struct HostRoots {
 };
 
 // core's detail::labelRoots on the device: the roots' runs (CSR, raster order inside each root) left in
-// dRootRuns / dRootStart and downloaded into the context's pinned memory (hr; reused between frames, nothing
+// dRootRuns / dRootStart and downloaded into the scratch's pinned memory (hr; reused between frames, nothing
 // zeroed). deviceRuns: the runs already on the device (the front's, deviceCount of them), else null
 // (uploaded from `runs`).
 void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const Run* deviceRuns,
@@ -368,16 +368,17 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
     checkLaunch("the root sizes");
     dRootStart = DeviceBuffer<std::int64_t>(dc, nKept + 1);
     exclusiveSum(dc, counts.get(), dRootStart.get(), nKept);
+    ObjectsScratch& scratch = dc.scratch<ObjectsScratch>();
     auto* start = static_cast<std::int64_t*>(
-        dc.pinned(kPinnedRootStartSlot, (static_cast<std::size_t>(nKept) + 1) * sizeof(std::int64_t)));
+        scratch.rootStart.get((static_cast<std::size_t>(nKept) + 1) * sizeof(std::int64_t)));
     dRootStart.download(start, static_cast<std::size_t>(nKept) + 1);
     dc.synchronize();
     const auto nRootRuns = static_cast<int>(start[nKept]);
     dRootRuns = DeviceBuffer<Run>(dc, nRootRuns);
     gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRunsPtr, order.get(), nRootRuns, dRootRuns.get());
     checkLaunch("the root runs");
-    auto* rootRuns = static_cast<Run*>(
-        dc.pinned(kPinnedRootRunsSlot, std::max<std::size_t>(1, nRootRuns) * sizeof(Run)));
+    auto* rootRuns =
+        static_cast<Run*>(scratch.rootRuns.get(std::max<std::size_t>(1, nRootRuns) * sizeof(Run)));
     dRootRuns.download(rootRuns, static_cast<std::size_t>(nRootRuns));
     dc.synchronize();
     hr.runs = rootRuns;
@@ -389,26 +390,20 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
 
 namespace {
 std::atomic<std::uint64_t> g_recycledStorages{0};
-} // namespace
 
-std::uint64_t recycledStorages() { return g_recycledStorages.load(); }
-
-bool detectObjectsOnDevice(const DetectionParams& p) { return p.minArea >= 1 && p.minArea <= kMaxMinArea; }
-
-detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, const DeviceDetectionImages& im,
-                                      const DetectionParams& p, RunContext& ctx) {
-    detail::StepTimer timer;
-    const int threads = ctx.threadCount();
-    const cudaStream_t stream = dc.stream();
-    detail::DetectedObjects result;
-
-    // 2b. Labelling and the minimum area (host: the runs only).
-    // On the device (union-find); tuning detection.hostLabels: core's labelRoots on the host.
+// The roots after the labelling and the minimum area: the host labelling's result (rr), the roots' runs on
+// the host (hr: rr's, or the pinned download of the device's labelling) and on the device.
+struct Roots {
     detail::RootRuns rr;
     HostRoots hr;
-    DeviceBuffer<Run> dRootRuns;
-    DeviceBuffer<std::int64_t> dRootStart;
-    const bool hostLabels = dc.tuning().detection.hostLabels;
+    DeviceBuffer<Run> dRuns;
+    DeviceBuffer<std::int64_t> dStart;
+};
+
+// 2b. Labelling and the minimum area (host: the runs only), on the device (union-find); tuning
+// detection.hostLabels: core's labelRoots on the host. The runs are freed.
+void labelStep(DeviceContext& dc, std::vector<Run>& runs, const DeviceDetectionImages& im,
+               const DetectionParams& p, bool hostLabels, Roots& roots) {
     // The front leaves the runs on the device only (runs empty, im.runCount of them) unless the host
     // labelling asked for a host copy.
     const bool onDeviceOnly = runs.empty() && im.runs && im.runCount > 0;
@@ -417,51 +412,51 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
             runs.resize(im.runCount);
             dc.downloadStaged(runs.data(), im.runs, im.runCount * sizeof(Run));
         }
-        rr = detail::labelRoots(runs, p.minArea);
-        hr = HostRoots{rr.runs.data(), rr.start.data(), rr.size()};
+        roots.rr = detail::labelRoots(runs, p.minArea);
+        roots.hr = HostRoots{roots.rr.runs.data(), roots.rr.start.data(), roots.rr.size()};
     } else {
         const bool useDevice = im.runs && (onDeviceOnly || im.runCount == runs.size());
-        labelRootsOnDevice(dc, runs, useDevice ? im.runs : nullptr, im.runCount, im.height, p.minArea, hr,
-                           dRootRuns, dRootStart);
+        labelRootsOnDevice(dc, runs, useDevice ? im.runs : nullptr, im.runCount, im.height, p.minArea,
+                           roots.hr, roots.dRuns, roots.dStart);
     }
     runs = {};
-    const std::size_t nRoots = hr.n;
-    result.nBeforeDeblend = nRoots;
-    timer.lap("labelling + minimum area");
-    ctx.report("detection", 0.35);
-    ctx.checkCancelled();
-    if (nRoots == 0) return result;
-    // The result's storage (the kept objects and their measurements) made on a helper thread from here on,
-    // while the host mostly waits for the device and then deblends, the host loops leaving it a core while it
-    // works. Made: one element per root and one per 16 roots for the deblended children (a 151 MP / 134k
-    // frame has about one extra child per 50 roots); room for two per root (more: take() makes the storage
-    // afresh).
-    // The last frame's containers (their pages resident) when the finish step's release thread handed them
-    // back: no helper thread then.
-    detail::ObjectStorage storage;
-    {
-        std::vector<detail::Object> ro;
-        std::vector<detail::IsoMeasure> ri;
-        takeRecycledObjects(dc, ro, ri);
-        storage.start(nRoots + nRoots / 16, 2 * nRoots, threads, std::move(ro), std::move(ri));
-        if (storage.recycled()) ++g_recycledStorages;
-        if (timer.on())
-            std::fprintf(stderr, "detection timing: result storage %s\n",
-                         storage.recycled() ? "recycled (the last frame's)" : "made on a helper thread");
-    }
+}
 
-    // 3. The single-peak test on the device of every root that deblendObject examines beyond its first tests.
+// The result's storage (the kept objects and their measurements) made on a helper thread from here on,
+// while the host mostly waits for the device and then deblends, the host loops leaving it a core while it
+// works. Made: one element per root and one per 16 roots for the deblended children (a 151 MP / 134k
+// frame has about one extra child per 50 roots); room for two per root (more: take() makes the storage
+// afresh). The last frame's containers (their pages resident) when the finish step's release thread handed
+// them back: no helper thread then.
+void startStorage(DeviceContext& dc, detail::ObjectStorage& storage, std::size_t nRoots, int threads,
+                  bool timing) {
+    std::vector<detail::Object> ro;
+    std::vector<detail::IsoMeasure> ri;
+    takeRecycledObjects(dc, ro, ri);
+    storage.start(nRoots + nRoots / 16, 2 * nRoots, threads, std::move(ro), std::move(ri));
+    if (storage.recycled()) ++g_recycledStorages;
+    if (timing)
+        std::fprintf(stderr, "detection timing: result storage %s\n",
+                     storage.recycled() ? "recycled (the last frame's)" : "made on a helper thread");
+}
+
+// 3. The single-peak test on the device of every root that deblendObject examines beyond its first tests
+// (the host labelling's roots go up first): the roots with two or more peaks.
+std::vector<std::int32_t> multiPeakRoots(DeviceContext& dc, Roots& roots, const DeviceDetectionImages& im,
+                                         const DetectionParams& p, bool hostLabels) {
+    const std::size_t nRoots = roots.hr.n;
     if (hostLabels) {
-        dRootRuns = DeviceBuffer<Run>(dc, rr.runs.size());
-        dRootStart = DeviceBuffer<std::int64_t>(dc, rr.start.size());
-        dc.uploadStaged(dRootRuns.get(), rr.runs.data(), rr.runs.size() * sizeof(Run));
-        dc.uploadStaged(dRootStart.get(), rr.start.data(), rr.start.size() * sizeof(std::int64_t));
+        roots.dRuns = DeviceBuffer<Run>(dc, roots.rr.runs.size());
+        roots.dStart = DeviceBuffer<std::int64_t>(dc, roots.rr.start.size());
+        dc.uploadStaged(roots.dRuns.get(), roots.rr.runs.data(), roots.rr.runs.size() * sizeof(Run));
+        dc.uploadStaged(roots.dStart.get(), roots.rr.start.data(),
+                        roots.rr.start.size() * sizeof(std::int64_t));
     }
     std::vector<std::int32_t> multi; // roots with two or more peaks
     if (p.deblendLevels >= 2) {
         DeviceBuffer<std::uint8_t> dPeaks(dc, nRoots);
-        peakCountKernel<<<gridFor(nRoots, 128), 128, 0, stream>>>(
-            im, dRootRuns.get(), dRootStart.get(), static_cast<int>(nRoots), p.minArea, dPeaks.get());
+        peakCountKernel<<<gridFor(nRoots, 128), 128, 0, dc.stream()>>>(
+            im, roots.dRuns.get(), roots.dStart.get(), static_cast<int>(nRoots), p.minArea, dPeaks.get());
         checkLaunch("the peak count");
         std::vector<std::uint8_t> peaks(nRoots);
         dPeaks.download(peaks.data(), peaks.size());
@@ -469,79 +464,122 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         for (std::size_t k = 0; k < nRoots; ++k)
             if (peaks[k] >= 2) multi.push_back(static_cast<std::int32_t>(k));
     }
-    timer.lap("peak count (device)");
-    // Host working memory kept in the context between frames (not faulted in afresh).
-    std::shared_ptr<void>& hostState = dc.stageState("detection objects: host scratch");
-    if (!hostState) hostState = std::make_shared<HostScratch>();
-    HostScratch& hs = *static_cast<HostScratch*>(hostState.get());
+    return multi;
+}
 
-    // Boxes of the multi-peak roots (one-pixel border) gathered on the device and downloaded.
-    std::vector<Box> boxes(multi.size());
-    const float* hDet = nullptr; // the boxes, in the context's pinned memory
-    const float* hRms = nullptr;
-    if (!multi.empty()) {
-        std::int64_t total = 0;
-        for (std::size_t m = 0; m < multi.size(); ++m) {
-            const std::int32_t k = multi[m];
-            std::int32_t xMin = hr.runs[hr.start[k]].x0, xMax = hr.runs[hr.start[k]].x1;
-            for (std::int64_t j = hr.start[k]; j < hr.start[k + 1]; ++j) {
-                xMin = std::min(xMin, hr.runs[j].x0);
-                xMax = std::max(xMax, hr.runs[j].x1);
-            }
-            const std::int32_t yMin = hr.runs[hr.start[k]].y, yMax = hr.runs[hr.start[k + 1] - 1].y;
-            Box& b = boxes[m];
-            b.x0 = std::max(0, xMin - 1);
-            b.y0 = std::max(0, yMin - 1);
-            b.w = std::min(im.width - 1, xMax + 1) - b.x0 + 1;
-            b.h = std::min(im.height - 1, yMax + 1) - b.y0 + 1;
-            b.off = total;
-            total += static_cast<std::int64_t>(b.w) * b.h;
+// The multi-peak roots' boxes (one-pixel border) and their filtered image and rms, in the scratch's
+// pinned memory (null when there are none).
+struct GatheredBoxes {
+    std::vector<Box> boxes;
+    const float* det = nullptr;
+    const float* rms = nullptr;
+};
+
+// Gathers the boxes on the device and downloads them.
+GatheredBoxes gatherBoxes(DeviceContext& dc, ObjectsScratch& scratch, const HostRoots& hr,
+                          const std::vector<std::int32_t>& multi, const DeviceDetectionImages& im,
+                          detail::StepTimer& timer) {
+    GatheredBoxes g;
+    std::vector<Box>& boxes = g.boxes;
+    boxes.resize(multi.size());
+    if (multi.empty()) return g;
+    std::int64_t total = 0;
+    for (std::size_t m = 0; m < multi.size(); ++m) {
+        const std::int32_t k = multi[m];
+        std::int32_t xMin = hr.runs[hr.start[k]].x0, xMax = hr.runs[hr.start[k]].x1;
+        for (std::int64_t j = hr.start[k]; j < hr.start[k + 1]; ++j) {
+            xMin = std::min(xMin, hr.runs[j].x0);
+            xMax = std::max(xMax, hr.runs[j].x1);
         }
-        DeviceBuffer<Box> dBoxes(dc, boxes.size());
-        dBoxes.upload(boxes.data(), boxes.size());
-        DeviceBuffer<float> dDet(dc, static_cast<std::size_t>(total)), dRms(dc, static_cast<std::size_t>(total));
-        gatherBoxesKernel<<<static_cast<int>(std::min<std::size_t>(boxes.size(), 65535)), 128, 0, stream>>>(
-            im, dBoxes.get(), static_cast<int>(boxes.size()), dDet.get(), dRms.get());
-        checkLaunch("the box gather");
-        const auto nBoxPixels = static_cast<std::size_t>(total);
-        auto* det = static_cast<float*>(dc.pinned(kPinnedBoxDetSlot, nBoxPixels * sizeof(float)));
-        auto* rms = static_cast<float*>(dc.pinned(kPinnedBoxRmsSlot, nBoxPixels * sizeof(float)));
-        dDet.download(det, nBoxPixels);
-        dRms.download(rms, nBoxPixels);
-        hDet = det;
-        hRms = rms;
-        dc.synchronize();
-        timer.lap("box gather (device) + download");
+        const std::int32_t yMin = hr.runs[hr.start[k]].y, yMax = hr.runs[hr.start[k + 1] - 1].y;
+        Box& b = boxes[m];
+        b.x0 = std::max(0, xMin - 1);
+        b.y0 = std::max(0, yMin - 1);
+        b.w = std::min(im.width - 1, xMax + 1) - b.x0 + 1;
+        b.h = std::min(im.height - 1, yMax + 1) - b.y0 + 1;
+        b.off = total;
+        total += static_cast<std::int64_t>(b.w) * b.h;
     }
+    DeviceBuffer<Box> dBoxes(dc, boxes.size());
+    dBoxes.upload(boxes.data(), boxes.size());
+    DeviceBuffer<float> dDet(dc, static_cast<std::size_t>(total)), dRms(dc, static_cast<std::size_t>(total));
+    gatherBoxesKernel<<<static_cast<int>(std::min<std::size_t>(boxes.size(), 65535)), 128, 0, dc.stream()>>>(
+        im, dBoxes.get(), static_cast<int>(boxes.size()), dDet.get(), dRms.get());
+    checkLaunch("the box gather");
+    const auto nBoxPixels = static_cast<std::size_t>(total);
+    auto* det = static_cast<float*>(scratch.boxDet.get(nBoxPixels * sizeof(float)));
+    auto* rms = static_cast<float*>(scratch.boxRms.get(nBoxPixels * sizeof(float)));
+    dDet.download(det, nBoxPixels);
+    dRms.download(rms, nBoxPixels);
+    g.det = det;
+    g.rms = rms;
+    dc.synchronize();
+    timer.lap("box gather (device) + download");
+    return g;
+}
 
-    // 4. The isophotal and CLEAN sums of every root on the device (one thread per root and kind, the CPU's
-    // order), downloaded into the context's pinned memory (reused between frames) while the host deblends; a
-    // root that is not split is its own object, so these are its object's sums.
-    const bool cleanAny = p.clean && p.cleanParam > 0.0;
-    const int kTop = std::max(1, p.minArea); // CLEAN's mthresh: the kTop-th largest pixel
-    auto* rootIso =
-        static_cast<detail::IsoSums*>(dc.pinned(kPinnedIsoSlot, nRoots * sizeof(detail::IsoSums)));
-    auto* rootClean =
-        cleanAny
-            ? static_cast<detail::CleanSums*>(dc.pinned(kPinnedCleanSlot, nRoots * sizeof(detail::CleanSums)))
-            : nullptr;
+// Where the objects' sums come down (the scratch's pinned memory; clean: null without CLEAN).
+struct SumsHost {
+    detail::IsoSums* iso = nullptr;
+    detail::CleanSums* clean = nullptr;
+};
+
+// 4. The isophotal and CLEAN sums of every root on the device (one thread per root and kind, the CPU's
+// order), downloaded into the context's pinned memory (reused between frames) while the host deblends; a
+// root that is not split is its own object, so these are its object's sums. The roots' device runs are
+// freed (stream-ordered) behind them.
+SumsHost launchRootSums(DeviceContext& dc, ObjectsScratch& scratch, Roots& roots,
+                        const DeviceDetectionImages& im, const DetectionParams& p, bool cleanAny, int kTop) {
+    const std::size_t nRoots = roots.hr.n;
+    SumsHost h;
+    h.iso = static_cast<detail::IsoSums*>(scratch.rootIso.get(nRoots * sizeof(detail::IsoSums)));
+    h.clean = cleanAny
+                  ? static_cast<detail::CleanSums*>(scratch.rootClean.get(nRoots * sizeof(detail::CleanSums)))
+                  : nullptr;
     {
         DeviceBuffer<detail::IsoSums> dIso(dc, nRoots);
         DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nRoots : 0);
-        objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nRoots, 128), 128, 0, stream>>>(
-            im, dRootRuns.get(), dRootStart.get(), static_cast<int>(nRoots), p.gain, kTop, cleanAny,
+        objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nRoots, 128), 128, 0, dc.stream()>>>(
+            im, roots.dRuns.get(), roots.dStart.get(), static_cast<int>(nRoots), p.gain, kTop, cleanAny,
             dIso.get(), dClean.get());
         checkLaunch("the root sums");
-        dIso.download(rootIso, nRoots); // pinned: asynchronous
-        if (cleanAny) dClean.download(rootClean, nRoots);
+        dIso.download(h.iso, nRoots); // pinned: asynchronous
+        if (cleanAny) dClean.download(h.clean, nRoots);
     } // freed in stream order
-    dRootRuns.reset();
-    dRootStart.reset();
-    timer.lap("root sums launched");
+    roots.dRuns.reset();
+    roots.dStart.reset();
+    return h;
+}
 
-    // Deblending of the multi-peak roots on the host (core's deblendObject on the gathered boxes), meanwhile:
-    // the largest boxes first, one at a time (the team's threads finish together), without deblendObject's
-    // peak test (the device's found two peaks or more).
+// GPUPHOT_DETECTION_TIMING: the blends' host times (their load balance).
+void reportBlendTimes(const std::vector<double>& blendMs, const std::vector<Box>& boxes,
+                      const std::vector<std::int32_t>& byCost, int deblendThreads) {
+    double sum = 0.0, top = 0.0;
+    std::size_t topAt = 0;
+    for (std::size_t a = 0; a < blendMs.size(); ++a) {
+        sum += blendMs[a];
+        if (blendMs[a] > top) {
+            top = blendMs[a];
+            topAt = a;
+        }
+    }
+    const Box& tb = boxes[byCost[topAt]];
+    std::fprintf(stderr,
+                 "detection timing: deblending: %zu blends on %d threads, %.3f ms of thread time "
+                 "(%.3f ms each if even), longest %.3f ms (box %dx%d, %zu-th by box size)\n",
+                 blendMs.size(), deblendThreads, sum, sum / std::max(1, deblendThreads), top, tb.w, tb.h,
+                 topAt + 1);
+}
+
+// Deblending of the multi-peak roots on the host (core's deblendObject on the gathered boxes), while the
+// device sums the roots: the largest boxes first, one at a time (the team's threads finish together),
+// without deblendObject's peak test (the device's found two peaks or more).
+std::vector<detail::DeblendOutput> deblendOnHost(HostScratch& hs, const GatheredBoxes& g,
+                                                 const std::vector<std::int32_t>& multi, const HostRoots& hr,
+                                                 const DeviceDetectionImages& im, const DetectionParams& p,
+                                                 const detail::ObjectStorage& storage, int threads,
+                                                 detail::StepTimer& timer) {
+    const std::vector<Box>& boxes = g.boxes;
     std::vector<std::int32_t>& byCost = hs.byCost;
     byCost.resize(multi.size());
     for (std::size_t m = 0; m < multi.size(); ++m)
@@ -564,8 +602,8 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
         detail::DetectionImages bim;
         bim.width = im.width;
         bim.height = im.height;
-        bim.det = ImageView{hDet + b.off, b.w, b.h, b.w};
-        bim.rms = ImageView{hRms + b.off, b.w, b.h, b.w};
+        bim.det = ImageView{g.det + b.off, b.w, b.h, b.w};
+        bim.rms = ImageView{g.rms + b.off, b.w, b.h, b.w};
         bim.originX = b.x0;
         bim.originY = b.y0;
         bim.threshold = im.threshold;
@@ -576,74 +614,109 @@ detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs, 
             blendMs[at] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     });
     timer.lap("deblending (host)");
-    if (!blendMs.empty()) {
-        double sum = 0.0, top = 0.0;
-        std::size_t topAt = 0;
-        for (std::size_t a = 0; a < blendMs.size(); ++a) {
-            sum += blendMs[a];
-            if (blendMs[a] > top) {
-                top = blendMs[a];
-                topAt = a;
-            }
-        }
-        const Box& tb = boxes[byCost[topAt]];
-        std::fprintf(stderr,
-                     "detection timing: deblending: %zu blends on %d threads, %.3f ms of thread time "
-                     "(%.3f ms each if even), longest %.3f ms (box %dx%d, %zu-th by box size)\n",
-                     blendMs.size(), deblendThreads, sum, sum / std::max(1, deblendThreads), top, tb.w, tb.h,
-                     topAt + 1);
+    if (!blendMs.empty()) reportBlendTimes(blendMs, boxes, byCost, deblendThreads);
+    return deblended;
+}
+
+// The children's sums on the device (after the roots' in stream order), then everything downloaded; returns
+// with the stream synchronised.
+void childSums(DeviceContext& dc, const detail::ObjectPlan& plan, const SumsHost& child,
+               const DeviceDetectionImages& im, const DetectionParams& p, bool cleanAny, int kTop) {
+    const std::size_t nChildren = plan.nChildren;
+    if (nChildren == 0) {
+        dc.synchronize();
+        return;
     }
+    const std::vector<Run>& childRuns = plan.childRuns;
+    const std::vector<std::int64_t>& childStart = plan.childStart;
+    DeviceBuffer<Run> dRuns(dc, childRuns.size());
+    DeviceBuffer<std::int64_t> dStart(dc, childStart.size());
+    DeviceBuffer<detail::IsoSums> dIso(dc, nChildren);
+    DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nChildren : 0);
+    dc.uploadStaged(dRuns.get(), childRuns.data(), childRuns.size() * sizeof(Run));
+    dc.uploadStaged(dStart.get(), childStart.data(), childStart.size() * sizeof(std::int64_t));
+    objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nChildren, 128), 128, 0, dc.stream()>>>(
+        im, dRuns.get(), dStart.get(), static_cast<int>(nChildren), p.gain, kTop, cleanAny, dIso.get(),
+        dClean.get());
+    checkLaunch("the children's sums");
+    dIso.download(child.iso, nChildren);
+    if (cleanAny) dClean.download(child.clean, nChildren);
+    dc.synchronize(); // before the host buffers are freed
+}
+
+} // namespace
+
+std::uint64_t recycledStorages() {
+    return g_recycledStorages.load();
+}
+
+bool detectObjectsOnDevice(const DetectionParams& p) {
+    return p.minArea >= 1 && p.minArea <= kMaxMinArea;
+}
+
+detail::DetectedObjects detectObjects(DeviceContext& dc, std::vector<Run> runs,
+                                      const DeviceDetectionImages& im, const DetectionParams& p,
+                                      RunContext& ctx) {
+    detail::StepTimer timer;
+    const int threads = ctx.threadCount();
+    detail::DetectedObjects result;
+
+    Roots roots;
+    const bool hostLabels = dc.tuning().detection.hostLabels;
+    labelStep(dc, runs, im, p, hostLabels, roots);
+    const std::size_t nRoots = roots.hr.n;
+    result.nBeforeDeblend = nRoots;
+    timer.lap("labelling + minimum area");
+    ctx.report("detection", 0.35);
+    ctx.checkCancelled();
+    if (nRoots == 0) return result;
+    detail::ObjectStorage storage;
+    startStorage(dc, storage, nRoots, threads, timer.on());
+
+    const std::vector<std::int32_t> multi = multiPeakRoots(dc, roots, im, p, hostLabels);
+    timer.lap("peak count (device)");
+    // Host working memory and pinned buffers kept in the context between frames (not faulted in afresh).
+    ObjectsScratch& scratch = dc.scratch<ObjectsScratch>();
+    HostScratch& hs = scratch.host;
+    const GatheredBoxes boxes = gatherBoxes(dc, scratch, roots.hr, multi, im, timer);
+
+    const bool cleanAny = p.clean && p.cleanParam > 0.0;
+    const int kTop = std::max(1, p.minArea); // CLEAN's mthresh: the kTop-th largest pixel
+    const SumsHost rootSums = launchRootSums(dc, scratch, roots, im, p, cleanAny, kTop);
+    timer.lap("root sums launched");
+
+    std::vector<detail::DeblendOutput> deblended =
+        deblendOnHost(hs, boxes, multi, roots.hr, im, p, storage, threads, timer);
     // The objects in root order, children in deblending order (as core's detectObjects); the children of the
     // split roots numbered in that order for their sums. The roots' runs stay in the pinned download, the
     // children's in `deblended` (taken over by the kept objects).
     detail::ObjectPlan& plan = hs.plan;
     plan.plan(nRoots, multi, deblended);
     const std::size_t nChildren = plan.nChildren;
-    auto* childIso = static_cast<detail::IsoSums*>(
-        dc.pinned(kPinnedChildIsoSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::IsoSums)));
-    auto* childClean =
-        cleanAny
-            ? static_cast<detail::CleanSums*>(dc.pinned(
-                  kPinnedChildCleanSlot, std::max<std::size_t>(1, nChildren) * sizeof(detail::CleanSums)))
-            : nullptr;
-    plan.fill(hr.runs, hr.start, deblended, rootIso, rootClean, childIso, childClean,
-              storage.teamThreads(threads));
+    SumsHost childHost;
+    childHost.iso = static_cast<detail::IsoSums*>(
+        scratch.childIso.get(std::max<std::size_t>(1, nChildren) * sizeof(detail::IsoSums)));
+    childHost.clean = cleanAny ? static_cast<detail::CleanSums*>(scratch.childClean.get(
+                                     std::max<std::size_t>(1, nChildren) * sizeof(detail::CleanSums)))
+                               : nullptr;
+    plan.fill(roots.hr.runs, roots.hr.start, deblended, rootSums.iso, rootSums.clean, childHost.iso,
+              childHost.clean, storage.teamThreads(threads));
     const std::size_t nObj = plan.nObjects;
-    const std::vector<Run>& childRuns = plan.childRuns;
-    const std::vector<std::int64_t>& childStart = plan.childStart;
     result.nDeblended = nObj;
     timer.lap("objects (host)");
     ctx.report("detection", 0.6);
     ctx.checkCancelled();
 
-    // The children's sums on the device (after the roots' in stream order), then everything downloaded.
-    if (nChildren > 0) {
-        DeviceBuffer<Run> dRuns(dc, childRuns.size());
-        DeviceBuffer<std::int64_t> dStart(dc, childStart.size());
-        DeviceBuffer<detail::IsoSums> dIso(dc, nChildren);
-        DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nChildren : 0);
-        dc.uploadStaged(dRuns.get(), childRuns.data(), childRuns.size() * sizeof(Run));
-        dc.uploadStaged(dStart.get(), childStart.data(), childStart.size() * sizeof(std::int64_t));
-        objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nChildren, 128), 128, 0, stream>>>(
-            im, dRuns.get(), dStart.get(), static_cast<int>(nChildren), p.gain, kTop, cleanAny, dIso.get(),
-            dClean.get());
-        checkLaunch("the children's sums");
-        dIso.download(childIso, nChildren);
-        if (cleanAny) dClean.download(childClean, nChildren);
-        dc.synchronize(); // before the host buffers are freed
-    } else {
-        dc.synchronize();
-    }
+    childSums(dc, plan, childHost, im, p, cleanAny, kTop);
     timer.lap("sums (device) + download");
 
     // The measurements, CLEAN and its merge on the host from the sums; CLEAN's working memory kept in the
     // context between frames.
-    std::shared_ptr<void>& scratch = dc.stageState("detection objects: CLEAN scratch");
-    if (!scratch) scratch = detail::makeCleanScratch();
+    if (!scratch.clean) scratch.clean = detail::makeCleanScratch();
     const bool clean = cleanAny && nObj >= 2;
     detail::finishObjectsFromSums(nObj, plan.objects.data(), plan.isoOf.data(),
                                   clean ? plan.cleanOf.data() : nullptr, im.width, im.height, p, threads,
-                                  result, static_cast<detail::CleanScratch*>(scratch.get()), &storage);
+                                  result, scratch.clean.get(), &storage);
     return result;
 }
 

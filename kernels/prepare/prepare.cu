@@ -35,7 +35,7 @@ template <class T> struct Resident {
     DeviceBuffer<T> buf;
 };
 
-// The resident calibration, one slot per input.
+// The resident calibration, one slot per input: the stage's scratch in its DeviceContext.
 struct MasterCache {
     Resident<float> bias, dark, flat;
     Resident<std::uint8_t> biasMask, darkMask, flatMask, bpm;
@@ -243,9 +243,7 @@ PrepareDeviceResult runJob(Image<float>& pixels, Image<std::uint8_t>& mask, cons
         t_timings = tm;
         return res;
     }
-    auto& state = dc.stageState("prepare");
-    if (!state) state = std::make_shared<MasterCache>();
-    auto& mc = *static_cast<MasterCache*>(state.get());
+    MasterCache& mc = dc.scratch<MasterCache>();
     Events ev;
     const cudaStream_t s = dc.stream();
     try {

@@ -52,7 +52,7 @@ struct Finished {
     double cpuMs = 0.0, gpuMs = 0.0;
 };
 
-// shared: the CUDA run's context (its DeviceContext, pinned slots and pool reused across calls), else a
+// shared: the CUDA run's context (its DeviceContext, pinned buffers and pool reused across calls), else a
 // fresh one.
 Finished finishBoth(const Inputs& in, const DetectionParams& p, int threads = 2, int gpuRepeats = 1,
                     RunContext* shared = nullptr) {
