@@ -66,6 +66,34 @@ bool isStructuralKey(const std::string& key) {
            key.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
+// Keywords CFITSIO 4.2.0 (or this project's readers) converts to integers when a file is opened or read:
+// BLANK, THEAP, EXTVER, EXTLEVEL, TNULLn, TBCOLn and the tile-compression keywords. The conversions (ffc2j,
+// ffc2ii, ffc2jj, ffc2ujj) write a value they cannot read into an 81-byte message after a 52-67 character
+// prefix (heasarc/cfitsio #132): a value of more than 28 characters overflows it, and Debian's fortified
+// build aborts the process.
+bool isReadAsInteger(const std::string& key) {
+    static const char* const exact[] = {"BLANK",  "THEAP",  "EXTVER",   "EXTLEVEL", "ZBITPIX",
+                                        "ZNAXIS", "ZBLANK", "ZDITHER0", "ZPCOUNT",  "ZGCOUNT"};
+    for (const char* k : exact)
+        if (key == k) return true;
+    for (const char* prefix : {"TNULL", "TBCOL", "ZNAXIS", "ZTILE", "ZVAL"}) {
+        const std::size_t n = std::strlen(prefix);
+        if (key.size() > n && key.rfind(prefix, 0) == 0 &&
+            key.find_first_not_of("0123456789", n) == std::string::npos)
+            return true;
+    }
+    return false;
+}
+
+// What CFITSIO converts of a card's value: the text inside the quotes of a string, else the first word.
+std::string valueToken(const std::string& value) {
+    if (!value.empty() && value[0] == '\'') {
+        const std::size_t close = value.find('\'', 1);
+        return value.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+    }
+    return value.substr(0, value.find_first_of(" /"));
+}
+
 // An optional sign and one or more digits, nothing else.
 bool isPlainInteger(const std::string& word) {
     const std::size_t start = !word.empty() && (word[0] == '+' || word[0] == '-') ? 1 : 0;
@@ -141,6 +169,14 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
                 if ((tileKey || axisKey) && badTile.empty() &&
                     (!isPlainInteger(word) || std::strtoll(word.c_str(), nullptr, 10) < 1))
                     badTile = key + " = " + word.substr(0, 20);
+                // An integer has at most 20 characters; a longer value would overflow CFITSIO's message
+                // buffer when it fails to convert it (found by reading the CFITSIO issue tracker; the
+                // regression files are fits_reader/*_ffc2_overflow.fits).
+                if (isReadAsInteger(key) && valueToken(value).size() > 20)
+                    throw InvalidInput(path + ": HDU " + std::to_string(hdu) + ": header keyword " + key +
+                                       " = " + value.substr(0, 20) + "... is not a number (" +
+                                       std::to_string(valueToken(value).size()) +
+                                       " characters; CFITSIO cannot convert such a value safely)");
                 // CFITSIO 4.2.0 answers a mandatory structural keyword that is not an integer ("NAXIS2 = $
                 // 3") with NOT_POS_INT and leaves state behind: the next open of the same file in the process
                 // read garbage and asked calloc for gigabytes (found by the CI fuzz run). Such a value is

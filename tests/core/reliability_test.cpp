@@ -976,6 +976,45 @@ TEST(Reliability, FuzzFitsReaderZeroRiceBlockSizeIsRefusedBeforeCfitsioDividesBy
     EXPECT_THROW((void)readHeader(repro), InvalidInput);
 }
 
+// CFITSIO 4.2.0's integer conversions (ffc2j, ffc2ii, ffc2jj, ffc2ujj) write a value they cannot read into an
+// 81-byte message (heasarc/cfitsio #132): ZBITPIX, BLANK, ZVALn, ZNAXIS, ... given as a long string aborted
+// the process (Debian's fortified build). Such a value is refused before CFITSIO reads the header.
+TEST(Reliability, LongStringWhereCfitsioReadsAnIntegerIsRefusedBeforeItsMessageOverflows) {
+    for (const char* name :
+         {"zbitpix_long_string_ffc2_overflow.fits", "blank_long_string_ffc2_overflow.fits"}) {
+        const std::string repro = kRegressions + "/fits_reader/" + name;
+        const std::string msg = errorOf([&] { (void)readFrame(repro); });
+        EXPECT_NE(msg.find("is not a number (40 characters"), std::string::npos) << name << ": " << msg;
+        EXPECT_THROW((void)listHdus(repro), InvalidInput) << name;
+        EXPECT_THROW((void)readHeader(repro), InvalidInput) << name;
+    }
+    // Every keyword CFITSIO converts so, in a tile-compressed image: a short value still reaches the
+    // reader's own checks, a long one is refused.
+    test::TempDir dir("gpuphot_reliab");
+    const auto withCard = [](std::string bytes, const std::string& key, const std::string& value) {
+        const std::size_t at = bytes.find(key + "= ");
+        if (at == std::string::npos) return std::string();
+        std::string card = key + "= " + value;
+        card.resize(80, ' ');
+        return bytes.replace(at, 80, card);
+    };
+    // The regression file with a valid ZBITPIX again reads as the float image it is.
+    const std::string rice =
+        withCard(slurp(kRegressions + "/fits_reader/zbitpix_long_string_ffc2_overflow.fits"), "ZBITPIX ",
+                 "                 -32");
+    ASSERT_FALSE(rice.empty());
+    spit(dir / "ok.fits", rice);
+    EXPECT_EQ(readFrame(dir / "ok.fits").pixels.width(), 64);
+    for (const std::string key : {"ZNAXIS  ", "ZVAL1   ", "ZTILE1  ", "ZNAXIS2 "}) {
+        const std::string bytes = withCard(rice, key, "'" + std::string(30, 'x') + "'");
+        ASSERT_FALSE(bytes.empty()) << key;
+        spit(dir / "k.fits", bytes);
+        const std::string msg = errorOf([&] { (void)readFrame(dir / "k.fits"); });
+        EXPECT_NE(msg.find(key.substr(0, key.find(' ')) + " = '"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("is not a number"), std::string::npos) << key << ": " << msg;
+    }
+}
+
 // fuzz_gzip_fits (deep run): a file starting with "PK" went to CFITSIO's zip decoder, which sized its buffer
 // from the zip header (malloc of 4 GB). The compressed formats CFITSIO would decode itself, other than
 // gzip, are refused before CFITSIO opens the file, by every reader; a FITS file never starts so.
