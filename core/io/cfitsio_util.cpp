@@ -222,7 +222,7 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
 }
 
 bool isGzip(const unsigned char* head, std::size_t n) {
-    return n >= 2 && head[0] == 0x1f && head[1] == 0x8b;
+    return compressionOf(head, n) == "gzip";
 }
 
 // The whole gzip file at `path` inflated (every member, as gzip -d does; bytes after the last member are
@@ -284,30 +284,40 @@ void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned cha
     });
 }
 
-// The compressed formats CFITSIO recognises by their first two bytes and decodes itself, other than gzip
-// (which openFitsForReading inflates with zlib): its decoders size their buffers from the file's own
-// size fields (a zip header asking for 4 GB; found by tests/fuzz/fuzz_gzip_fits). Null when none.
-static const char* compressionCfitsioWouldDecode(const unsigned char* head) {
+std::string compressionOf(const unsigned char* head, std::size_t n) {
+    if (n < 2) return "";
+    if (head[0] == 0x1f && head[1] == 0x8b) return "gzip";
+    // CFITSIO recognises these by their first two bytes and decodes them itself, its decoders sizing their
+    // buffers from the file's own size fields (a zip header asking for 4 GB; found by fuzz_gzip_fits).
     if (head[0] == 'P' && head[1] == 'K') return "zip";
     if (head[0] == 0x1f && head[1] == 0x9d) return "Unix compress (.Z)";
     if (head[0] == 0x1f && head[1] == 0x1e) return "pack";
     if (head[0] == 0x1f && head[1] == 0xa0) return "LZH";
-    return nullptr;
+    if (n >= 3 && head[0] == 'B' && head[1] == 'Z' && head[2] == 'h') return "bzip2";
+    return "";
+}
+
+std::vector<unsigned char> fileHead(const std::string& path, std::size_t n) {
+    std::vector<unsigned char> head(n);
+    std::ifstream in(path, std::ios::binary);
+    in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(n));
+    head.resize(in ? n : static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+    return head;
 }
 
 int openFitsForReading(const std::string& path, FitsHandle& h) {
-    unsigned char head[2] = {};
-    {
-        std::ifstream in(path, std::ios::binary);
-        in.read(reinterpret_cast<char*>(head), 2);
-    }
-    if (const char* kind = compressionCfitsioWouldDecode(head))
+    return openFitsForReading(path, h, fileHead(path, 4));
+}
+
+int openFitsForReading(const std::string& path, FitsHandle& h, const std::vector<unsigned char>& head) {
+    const std::string kind = compressionOf(head.data(), head.size());
+    if (!kind.empty() && kind != "gzip")
         throw InvalidInput(
             path + ": a " + kind +
             "-compressed file; gpuphot reads FITS files plain, gzip-compressed or tile-compressed "
             "(decompress it first)");
     int status = 0;
-    if (!isGzip(head, 2)) {
+    if (kind != "gzip") {
         checkHeadersCfitsioCanParse(path);
         fits_open_diskfile(&h.f, path.c_str(), READONLY, &status);
     } else {

@@ -36,14 +36,23 @@ void checkHeadersCfitsioCanParse(const std::string& path);
 // The same walk over a FITS file's bytes in memory (`path` names it in errors).
 void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned char* data, std::size_t size);
 
+// The compression a file's first bytes show (n of them; 4 suffice): "gzip", the formats CFITSIO would
+// decode itself ("zip", "Unix compress (.Z)", "pack", "LZH") and "bzip2"; "" for none (a plain FITS file
+// or anything else). The one sniffer of the readers and of watch's completeness check.
+std::string compressionOf(const unsigned char* head, std::size_t n);
+// The first bytes of the file at `path` (up to `n`; fewer for a shorter file, none for an unreadable one).
+std::vector<unsigned char> fileHead(const std::string& path, std::size_t n);
+
 // Opens the FITS file at `path` read-only in h after checkHeadersCfitsioCanParse, and returns CFITSIO's
 // status (0: open). A gzip-compressed file is inflated here, with zlib, and opened from memory after the
 // same header checks on its content: CFITSIO 4.2.0 sizes its buffer from the gzip trailer's size field (a
 // 6 kB file asked for 1.9 GB; found by tests/fuzz/fuzz_gzip_fits), and a header that would crash CFITSIO
 // crashes it behind gzip too. Throws IoError for a truncated gzip stream, InvalidInput for a corrupt one
 // or a header the checks refuse. A file in another compressed format CFITSIO would decode itself (zip,
-// .Z, pack, LZH: its decoders trust the file's size fields) is InvalidInput.
+// .Z, pack, LZH: its decoders trust the file's size fields), or in bzip2, is InvalidInput. `head`: the
+// file's first bytes when the caller has read them (else they are read here).
 int openFitsForReading(const std::string& path, FitsHandle& h);
+int openFitsForReading(const std::string& path, FitsHandle& h, const std::vector<unsigned char>& head);
 
 // Why CFITSIO must not inflate these bytes as one GZIP_1/GZIP_2 tile (empty: it may). CFITSIO 4.2.0
 // (uncompress2mem_from_mem) grows its output buffer by 28 800 bytes for as long as zlib answers Z_OK or

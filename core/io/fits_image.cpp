@@ -29,13 +29,6 @@ namespace fs = std::filesystem;
 // Frames larger than this many pixels are refused as absurd (16 GiB of float32 pixels).
 constexpr long long kMaxPixels = 1LL << 32;
 
-bool looksCompressed(const unsigned char* b, std::size_t n) {
-    if (n >= 2 && b[0] == 0x1f && (b[1] == 0x8b || b[1] == 0x9d || b[1] == 0xa0)) return true; // gzip, .Z
-    if (n >= 4 && b[0] == 'P' && b[1] == 'K' && b[2] == 3 && b[3] == 4) return true;           // pkzip
-    if (n >= 3 && b[0] == 'B' && b[1] == 'Z' && b[2] == 'h') return true;                      // bzip2
-    return false;
-}
-
 struct Opened {
     FitsHandle h;
     bool extendedSyntax = false; // the path carried a CFITSIO "[...]" suffix that chose the HDU
@@ -48,6 +41,7 @@ void openForRead(const std::string& path, Opened& out) {
     fits_clear_errmsg();
     std::error_code ec;
     std::string openName = path;
+    std::vector<unsigned char> head; // the file's first bytes (not read for extended syntax)
     const fs::file_status st = fs::status(path, ec);
     if (!fs::exists(st)) {
         const auto br = path.find('[');
@@ -59,20 +53,19 @@ void openForRead(const std::string& path, Opened& out) {
         }
     } else {
         if (fs::is_directory(st)) throw IoError(path + ": is a directory, not a FITS file");
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
-        unsigned char head[80] = {};
-        in.read(reinterpret_cast<char*>(head), sizeof head);
-        const std::size_t n = static_cast<std::size_t>(in.gcount());
-        if (n == 0) throw InvalidInput(path + ": empty file, not a FITS file");
-        if (!looksCompressed(head, n) && !(n >= 9 && std::memcmp(head, "SIMPLE  =", 9) == 0))
+        if (!std::ifstream(path, std::ios::binary))
+            throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+        head = fileHead(path, 80);
+        if (head.empty()) throw InvalidInput(path + ": empty file, not a FITS file");
+        if (compressionOf(head.data(), head.size()).empty() &&
+            !(head.size() >= 9 && std::memcmp(head.data(), "SIMPLE  =", 9) == 0))
             throw InvalidInput(path + ": not a FITS file (it does not start with a SIMPLE card)");
     }
     int status = 0;
     if (out.extendedSyntax)
         fits_open_file(&out.h.f, openName.c_str(), READONLY, &status);
     else
-        status = openFitsForReading(openName, out.h); // no extended syntax; header checks first
+        status = openFitsForReading(openName, out.h, head); // no extended syntax; header checks first
     if (status) {
         out.h.f = nullptr;
         const std::string why = cfitsioText(status);
@@ -96,8 +89,6 @@ const char* hduTypeName(int type) {
     }
     return "UNKNOWN";
 }
-
-
 
 std::vector<long long> imageAxes(fitsfile* f, int& status) {
     int naxis = 0;
@@ -947,7 +938,8 @@ void writeFitsHeader(const std::string& path, const Header& header) {
     int closeStatus = 0;
     fits_close_file(h.f, &closeStatus);
     h.f = nullptr;
-    if (status || closeStatus) throw IoError("cannot write " + path + ": " + cfitsioText(status ? status : closeStatus));
+    if (status || closeStatus)
+        throw IoError("cannot write " + path + ": " + cfitsioText(status ? status : closeStatus));
     out.commit();
 }
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
-#include <fitsio.h>
 #include <filesystem>
+#include <fitsio.h>
 #include <fstream>
 #include <unistd.h>
 
@@ -26,8 +26,12 @@ std::string hostName() {
 }
 
 nlohmann::json base(const std::string& frame, const char* status, int exitCode) {
-    return {{"frame", frame}, {"status", status},  {"exit_code", exitCode},
-            {"host", hostName()}, {"pid", static_cast<long>(getpid())}, {"time", utcNowIso()}};
+    return {{"frame", frame},
+            {"status", status},
+            {"exit_code", exitCode},
+            {"host", hostName()},
+            {"pid", static_cast<long>(getpid())},
+            {"time", utcNowIso()}};
 }
 
 nlohmann::json field(const nlohmann::json& j, const char* key) {
@@ -101,12 +105,13 @@ bool fitsFileComplete(const std::string& path, std::string* why) {
 
     // No CFITSIO extended syntax; the header checks that readFrame makes (a header that would crash CFITSIO
     // is refused before CFITSIO moves through the HDUs here); a gzip file inflated with zlib.
-    const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+    const std::vector<unsigned char> head = fileHead(path, 4);
+    const bool gz = compressionOf(head.data(), head.size()) == "gzip"; // by content, as the readers decide
     if (!gz && size < 2880) return fail("shorter than one FITS block (" + std::to_string(size) + " bytes)");
     FitsHandle h;
     int status = 0;
     try {
-        status = openFitsForReading(path, h);
+        status = openFitsForReading(path, h, head);
     } catch (const IoError& e) { // a gzip stream that ends early: still being written
         return fail(e.what());
     } catch (const InvalidInput&) { // complete enough to judge: the reduction reports what is wrong
@@ -145,7 +150,8 @@ void appendJsonLine(const std::string& path, const nlohmann::json& line) {
     const int err = errno;
     ::close(fd);
     if (n != static_cast<ssize_t>(text.size()))
-        throw IoError(path + ": cannot append a status line: " + (n < 0 ? std::strerror(err) : "short write"));
+        throw IoError(path +
+                      ": cannot append a status line: " + (n < 0 ? std::strerror(err) : "short write"));
 }
 
 std::vector<nlohmann::json> readJsonLines(const std::string& path, std::size_t* malformed) {
@@ -157,8 +163,10 @@ std::vector<nlohmann::json> readJsonLines(const std::string& path, std::size_t* 
         if (line.empty()) continue;
         try {
             nlohmann::json j = nlohmann::json::parse(line);
-            if (j.is_object()) out.push_back(std::move(j));
-            else ++bad;
+            if (j.is_object())
+                out.push_back(std::move(j));
+            else
+                ++bad;
         } catch (const std::exception&) {
             ++bad;
         }

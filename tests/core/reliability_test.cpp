@@ -1088,3 +1088,25 @@ TEST(Reliability, FuzzGzipFitsIsInflatedByZlibAndItsHeadersChecked) {
     EXPECT_TRUE(fitsFileComplete(dir / "ztile.fits.gz")) << "complete; the reduction reports it";
     EXPECT_TRUE(fitsFileComplete(kRegressions + "/fits_reader/ztile_zero_sigfpe.fits"));
 }
+
+// The readers and watch's completeness check decide what a file is by its first bytes, not by its name.
+TEST(Reliability, FilesAreKnownByTheirBytesNotTheirNames) {
+    test::TempDir dir("gpuphot_reliab");
+    writeCfitsio(dir / "frame.fits", "");
+    const std::string bytes = slurp(dir / "frame.fits");
+    spit(dir / "gzip_named_plain.fits", gzipped(bytes)); // gzip without the suffix
+    EXPECT_EQ(readFrame(dir / "gzip_named_plain.fits").pixels.width(), 16);
+    EXPECT_TRUE(fitsFileComplete(dir / "gzip_named_plain.fits"));
+    const std::string whole = gzipped(bytes);
+    spit(dir / "cut_gzip.fits", whole.substr(0, whole.size() / 2));
+    std::string why;
+    EXPECT_FALSE(fitsFileComplete(dir / "cut_gzip.fits", &why));
+    EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+    spit(dir / "short_plain.fits.gz", bytes.substr(0, 1000)); // plain FITS with a .gz name, cut short
+    EXPECT_FALSE(fitsFileComplete(dir / "short_plain.fits.gz", &why));
+    EXPECT_NE(why.find("shorter than one FITS block"), std::string::npos) << why;
+    spit(dir / "b.fits", "BZh91AY&SY" + std::string(2000, '\x01'));
+    const std::string msg = errorOf([&] { (void)readFrame(dir / "b.fits"); });
+    EXPECT_NE(msg.find("bzip2-compressed file"), std::string::npos) << msg;
+    EXPECT_THROW((void)listHdus(dir / "b.fits"), InvalidInput);
+}
