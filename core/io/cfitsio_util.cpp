@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -105,11 +106,17 @@ bool isPlainInteger(const std::string& word) {
 namespace {
 
 // The header walk of checkHeadersCfitsioCanParse over `size` bytes that read(pos, out, n) copies out
-// (false: unreadable, which ends the walk).
-template <class Read> void checkHeaderBlocks(const std::string& path, long long size, Read&& read) {
+// (false: unreadable, which ends the walk). Returns the bytes the walked HDUs claim: each header's blocks
+// (a header cut short claims its whole block) and its data as the header sizes it; kClaimsTooMuch when a
+// header sizes its data beyond 2^50 bytes. CFITSIO's memory driver copies past its buffer when a file
+// claims more than it holds (found by the deep fuzz run), so openFitsForReading compares the claim with
+// the inflated size of a gzip file.
+constexpr long long kClaimsTooMuch = std::numeric_limits<long long>::max();
+
+template <class Read> long long checkHeaderBlocks(const std::string& path, long long size, Read&& read) {
     constexpr long long kBlock = 2880;
     char block[kBlock];
-    long long pos = 0;
+    long long pos = 0, claimed = 0;
     // A last header block cut short is scanned too (padded with blanks): CFITSIO reads such a header, and
     // a fuzz input whose ZTILE2 = 0 sat in a truncated block divided by zero (found by the CI fuzz run).
     for (int hdu = 0; hdu < 100000 && pos < size; ++hdu) {
@@ -118,13 +125,17 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
         std::string
             badTile; // "ZTILEn = v" / "ZNAXISn = v" not a positive integer, checked for ZIMAGE headers
         std::map<std::string, std::string> znames, zvals; // ZNAMEn (unquoted, upper case) and ZVALn, by n
+        bool firstBlock = true, isHdu = false; // isHdu: starts as a primary header or an extension does
         while (!end) {
-            if (pos >= size) return;
+            if (pos >= size) return claimed;
             const long long avail = std::min(kBlock, size - pos);
             std::memset(block, ' ', sizeof block);
-            if (!read(pos, block, avail)) return;
-            if (pos == 0 && std::memcmp(block, "SIMPLE  =", 9) != 0) return; // not plain FITS
+            if (!read(pos, block, avail)) return claimed;
+            if (pos == 0 && std::memcmp(block, "SIMPLE  =", 9) != 0) return claimed; // not plain FITS
+            if (firstBlock) isHdu = pos == 0 || std::memcmp(block, "XTENSION=", 9) == 0;
+            firstBlock = false;
             pos += kBlock;
+            if (isHdu) claimed = std::max(claimed, avail < kBlock ? pos : pos - kBlock + avail);
             for (int c = 0; c < 36 && !end; ++c) {
                 const std::string card(block + 80 * c, 80);
                 std::string key = card.substr(0, 8);
@@ -195,7 +206,8 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
                 else if (key == "GCOUNT")
                     gcount = v;
                 else if (key.rfind("NAXIS", 0) == 0 && key.size() > 5) {
-                    if (v < 0 || (v > 0 && product > (1LL << 50) / v)) return;
+                    if (v < 0) return claimed;
+                    if (v > 0 && product > (1LL << 50) / v) return kClaimsTooMuch;
                     product *= v;
                 }
             }
@@ -215,10 +227,14 @@ template <class Read> void checkHeaderBlocks(const std::string& path, long long 
                                " (tile sizes, image axes and the Rice block size must be positive integers)");
         if (naxis == 0) product = 0;
         const long long bytes = std::llabs(bitpix) / 8;
-        if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8 || product + pcount > (1LL << 50)) return;
+        if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8) return claimed;
+        if (product + pcount > (1LL << 50) || (gcount > 0 && pcount + product > (1LL << 50) / gcount))
+            return kClaimsTooMuch;
         const long long data = bytes * gcount * (pcount + product);
+        claimed = std::max(claimed, pos + data);
         pos += (data + kBlock - 1) / kBlock * kBlock;
     }
+    return claimed;
 }
 
 bool isGzip(const unsigned char* head, std::size_t n) {
@@ -278,10 +294,15 @@ void checkHeadersCfitsioCanParse(const std::string& path) {
 }
 
 void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned char* data, std::size_t size) {
-    checkHeaderBlocks(path, static_cast<long long>(size), [&](long long pos, char* block, long long n) {
-        std::memcpy(block, data + pos, static_cast<std::size_t>(n));
-        return true;
-    });
+    const long long claimed =
+        checkHeaderBlocks(path, static_cast<long long>(size), [&](long long pos, char* block, long long n) {
+            std::memcpy(block, data + pos, static_cast<std::size_t>(n));
+            return true;
+        });
+    if (claimed > static_cast<long long>(size))
+        throw IoError(path + ": truncated file: its headers size it at " +
+                      (claimed == kClaimsTooMuch ? std::string("more than 2^50") : std::to_string(claimed)) +
+                      " bytes, the inflated gzip stream holds " + std::to_string(size));
 }
 
 std::string compressionOf(const unsigned char* head, std::size_t n) {

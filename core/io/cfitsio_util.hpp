@@ -33,7 +33,10 @@ std::string cfitsioText(int status);
 // 70-byte column name (a fortified strcpy aborts; found by tests/fuzz/fuzz_refcat). Returns silently
 // on anything it cannot walk (gzip, a truncated file): CFITSIO reports those itself.
 void checkHeadersCfitsioCanParse(const std::string& path);
-// The same walk over a FITS file's bytes in memory (`path` names it in errors).
+// The same walk over a FITS file's bytes in memory (`path` names it in errors), which CFITSIO will open
+// from memory: IoError "truncated file" when the headers claim more bytes than `size` (a header cut
+// short, or data as NAXISn, PCOUNT and GCOUNT size it), since CFITSIO 4.2.0's memory driver copies past
+// its buffer instead of reporting the end of the file.
 void checkHeaderBytesCfitsioCanParse(const std::string& path, const unsigned char* data, std::size_t size);
 
 // The compression a file's first bytes show (n of them; 4 suffice): "gzip", the formats CFITSIO would

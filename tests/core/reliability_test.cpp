@@ -1089,6 +1089,59 @@ TEST(Reliability, FuzzGzipFitsIsInflatedByZlibAndItsHeadersChecked) {
     EXPECT_TRUE(fitsFileComplete(kRegressions + "/fits_reader/ztile_zero_sigfpe.fits"));
 }
 
+// fuzz_gzip_fits (deep run): a truncated FITS file, gzipped, is opened from memory, and CFITSIO 4.2.0's
+// memory driver copied past the inflated bytes (ASan: READ of 15 MB beyond a 1 MiB buffer) where a disk
+// file gives END_OF_FILE. The headers' claim is compared with the inflated size first, by every reader.
+TEST(Reliability, FuzzGzipFitsTruncatedDataIsATruncatedFileNotAnOverRead) {
+    const auto errorOf = [](auto fn) -> std::string {
+        try {
+            fn();
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return {};
+    };
+    test::TempDir dir("gpuphot_reliab");
+    const fs::path repro = dir / "repro.fits.gz";
+    spit(repro, slurp(kRegressions + "/gzip_fits/truncated_data_overread.bin").substr(1));
+    const std::string msg = errorOf([&] { (void)readFrame(repro.string()); });
+    EXPECT_NE(msg.find("truncated file: its headers size it at 16002880 bytes, the inflated gzip stream "
+                       "holds 28800"),
+              std::string::npos)
+        << msg;
+    EXPECT_THROW((void)readFrame(repro.string()), IoError);
+    EXPECT_THROW((void)listHdus(repro.string()), IoError);
+    EXPECT_THROW((void)readHeader(repro.string()), IoError);
+    std::string why;
+    EXPECT_FALSE(fitsFileComplete(repro, &why));
+    EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+
+    // 16 x 12 floats: one header block, 768 bytes of data, padded to a block.
+    writeCfitsio(dir / "frame.fits", "");
+    const std::string bytes = slurp(dir / "frame.fits");
+    ASSERT_EQ(bytes.size(), 2u * 2880);
+    const auto readsCut = [&](std::size_t n) {
+        spit(dir / "cut.fits.gz", gzipped(bytes.substr(0, n)));
+        return errorOf([&] { (void)readFrame(dir / "cut.fits.gz"); });
+    };
+    EXPECT_EQ(readsCut(2880 + 768), "") << "the data whole, the last block's padding missing";
+    EXPECT_NE(readsCut(2880 + 767).find("size it at 3648 bytes, the inflated gzip stream holds 3647"),
+              std::string::npos);
+    EXPECT_NE(readsCut(2000).find("size it at 3648 bytes"), std::string::npos) << readsCut(2000);
+    EXPECT_NE(readsCut(400).find("size it at 2880 bytes"), std::string::npos) << readsCut(400);
+    // Bytes after the last HDU that are no header claim nothing.
+    spit(dir / "tail.fits.gz", gzipped(bytes + std::string(100, '\0')));
+    EXPECT_EQ(readFrame(dir / "tail.fits.gz").pixels.width(), 16);
+    // A header sizing its data beyond 2^50 bytes.
+    std::string huge = bytes;
+    const std::size_t at = huge.find("NAXIS2  = ");
+    ASSERT_NE(at, std::string::npos);
+    huge.replace(at + 10, 20, "     999999999999999");
+    spit(dir / "huge.fits.gz", gzipped(huge));
+    EXPECT_NE(errorOf([&] { (void)readFrame(dir / "huge.fits.gz"); }).find("more than 2^50 bytes"),
+              std::string::npos);
+}
+
 // The readers and watch's completeness check decide what a file is by its first bytes, not by its name.
 TEST(Reliability, FilesAreKnownByTheirBytesNotTheirNames) {
     test::TempDir dir("gpuphot_reliab");
