@@ -86,13 +86,23 @@ bool isReadAsInteger(const std::string& key) {
     return false;
 }
 
-// What CFITSIO converts of a card's value: the text inside the quotes of a string, else the first word.
+// What CFITSIO converts of a card's value, as its ffpsvc splits a card: the text inside the quotes of a
+// string; a complex value "(...)" up to its closing parenthesis, which may lie in the comment; else
+// everything up to the comment's slash, trailing blanks removed ("ZVAL2 = ( x x 4 / bytes (1, 2, 4, or
+// 8)" reached ffc2j as a 50-character complex value and overflowed its message; found by the deep fuzz
+// run).
 std::string valueToken(const std::string& value) {
     if (!value.empty() && value[0] == '\'') {
         const std::size_t close = value.find('\'', 1);
         return value.substr(1, close == std::string::npos ? std::string::npos : close - 1);
     }
-    return value.substr(0, value.find_first_of(" /"));
+    const std::size_t close = value.find(')');
+    std::string token = !value.empty() && value[0] == '('
+                            ? value.substr(0, close == std::string::npos ? std::string::npos : close + 1)
+                            : value.substr(0, value.find('/'));
+    while (!token.empty() && token.back() == ' ')
+        token.pop_back();
+    return token;
 }
 
 // An optional sign and one or more digits, nothing else.
@@ -126,11 +136,14 @@ template <class Read> long long checkHeaderBlocks(const std::string& path, long 
             badTile; // "ZTILEn = v" / "ZNAXISn = v" not a positive integer, checked for ZIMAGE headers
         std::map<std::string, std::string> znames, zvals; // ZNAMEn (unquoted, upper case) and ZVALn, by n
         bool firstBlock = true, isHdu = false; // isHdu: starts as a primary header or an extension does
-        while (!end) {
-            if (pos >= size) return claimed;
+        bool eof = false; // the file ends inside this header: its cards are still checked
+        while (!end && !eof) {
             const long long avail = std::min(kBlock, size - pos);
             std::memset(block, ' ', sizeof block);
-            if (!read(pos, block, avail)) return claimed;
+            if (pos >= size || !read(pos, block, avail)) {
+                eof = true;
+                break;
+            }
             if (pos == 0 && std::memcmp(block, "SIMPLE  =", 9) != 0) return claimed; // not plain FITS
             if (firstBlock) isHdu = pos == 0 || std::memcmp(block, "XTENSION=", 9) == 0;
             firstBlock = false;
@@ -138,13 +151,15 @@ template <class Read> long long checkHeaderBlocks(const std::string& path, long 
             if (isHdu) claimed = std::max(claimed, avail < kBlock ? pos : pos - kBlock + avail);
             for (int c = 0; c < 36 && !end; ++c) {
                 const std::string card(block + 80 * c, 80);
-                std::string key = card.substr(0, 8);
-                while (!key.empty() && key.back() == ' ')
-                    key.pop_back();
+                // The name ends at the first blank or '=', as CFITSIO's ffgknm reads it ("END  =" ends a
+                // header), and CFITSIO finds a keyword whatever the case of the card's name ("zTILE2").
+                std::string key = card.substr(0, std::min<std::size_t>(8, card.find_first_of(" =")));
                 if (key == "END") {
                     end = true;
                     break;
                 }
+                for (char& ch : key)
+                    ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
                 if (card[8] != '=') continue;
                 std::string value = card.substr(9);
                 const auto first = value.find_first_not_of(' ');
@@ -225,6 +240,7 @@ template <class Read> long long checkHeaderBlocks(const std::string& path, long 
             throw InvalidInput(path + ": HDU " + std::to_string(hdu) +
                                ": malformed tile-compressed image: " + badTile +
                                " (tile sizes, image axes and the Rice block size must be positive integers)");
+        if (eof) return claimed;
         if (naxis == 0) product = 0;
         const long long bytes = std::llabs(bitpix) / 8;
         if (naxis < 0 || pcount < 0 || gcount < 0 || bytes > 8) return claimed;
