@@ -94,10 +94,79 @@ TEST(ZeroPoint, ClippedMeanRecoversZeroPointWithOutliers) {
             EXPECT_FALSE(r.used[k]);
         }
     }
-    // S/N cut: candidates only with magInstErr <= 1.0857 / 20
-    for (int i : r.sourceIndex)
-        EXPECT_LE(s.magInstErr[i], 1.0857362 / 20.0 + 1e-12);
+    // S/N cut: candidates only with an error <= 1.0857 / 20 at the flux the reference predicts (through
+    // the median zero point of the sources of measured S/N >= 20), and every such source a candidate
+    std::vector<double> first;
+    for (std::size_t i = 0; i < s.magInst.size(); ++i)
+        if (1.0857362 / s.magInstErr[i] >= 20.0) first.push_back(s.ref.mag[i] - s.magInst[i]);
+    std::nth_element(first.begin(), first.begin() + first.size() / 2, first.end());
+    double zp0 = first[first.size() / 2];
+    if (first.size() % 2 == 0)
+        zp0 = 0.5 * (zp0 + *std::max_element(first.begin(), first.begin() + first.size() / 2));
+    int predictedBright = 0;
+    for (std::size_t i = 0; i < s.magInst.size(); ++i) {
+        const double ratio =
+            std::clamp(std::pow(10.0, -0.4 * (s.magInst[i] - (s.ref.mag[i] - zp0))), 1.0 / 3, 3.0);
+        const bool candidate =
+            std::find(r.sourceIndex.begin(), r.sourceIndex.end(), static_cast<int>(i)) != r.sourceIndex.end();
+        EXPECT_EQ(candidate, s.magInstErr[i] * ratio <= 1.0857362 / 20.0 + 1e-12) << i;
+        predictedBright += candidate;
+    }
+    EXPECT_EQ(r.nCandidates, predictedBright);
     EXPECT_LT(r.nCandidates, 600);
+}
+
+// Sky-limited faint calibrators (flux error independent of the flux): a cut on the measured S/N takes in
+// the stars whose noise came out bright, and weights 1/σ² with σ relative to the measured flux favour
+// them, so the zero point leans bright. With the S/N and weights at the flux the reference predicts (the
+// default) the zero point is unbiased; with the measured ones it is not (the test of the test).
+TEST(ZeroPoint, PredictedSnrRemovesTheBiasOfFaintCalibrators) {
+    const double zpTrue = 25.0, skyNoise = 100.0; // ADU, each star's flux error
+    double biasMeasured = 0.0, biasPredicted = 0.0, errPredicted = 0.0;
+    const int trials = 20;
+    for (int t = 0; t < trials; ++t) {
+        std::mt19937_64 rng(100 + t);
+        std::normal_distribution<double> gauss(0.0, 1.0);
+        std::uniform_real_distribution<double> u01(0.0, 1.0);
+        Synthetic s;
+        for (int i = 0; i < 4000; ++i) {
+            // counts rising towards faint magnitudes (d log N / dm = 0.3), S/N 5 to 500
+            const double mag = 20.5 - std::log10(1.0 + u01(rng) * (std::pow(10.0, 0.3 * 5.0) - 1.0)) / 0.3;
+            const double flux = std::pow(10.0, -0.4 * (mag - zpTrue));
+            const double measured = flux + skyNoise * gauss(rng);
+            if (!(measured > 0.0)) continue;
+            const std::size_t k = s.magInst.size();
+            s.magInst.push_back(-2.5 * std::log10(measured));
+            s.magInstErr.push_back(1.0857362 * skyNoise / measured);
+            s.flags.push_back(0);
+            s.ref.ra.push_back(150.0 + 1e-3 * static_cast<double>(k));
+            s.ref.dec.push_back(20.0);
+            s.ref.mag.push_back(mag + 0.005 * gauss(rng));
+            s.ref.magErr.push_back(0.005);
+            s.ref.color.push_back(std::nan(""));
+            s.ref.pmRa.push_back(std::nan(""));
+            s.ref.pmDec.push_back(std::nan(""));
+            s.ref.id.push_back(static_cast<std::int64_t>(k) + 1);
+            s.matches.refIndex.push_back(static_cast<std::int32_t>(k));
+            s.matches.separationArcsec.push_back(0.1);
+        }
+        s.matches.nMatched = s.magInst.size();
+        ZeroPointParams p;
+        p.matchSigma = 0.0;
+        const ZeroPointResult pred = fit(s, p);
+        p.predictedSnr = false;
+        const ZeroPointResult meas = fit(s, p);
+        ASSERT_TRUE(pred.ok && meas.ok) << pred.message << " / " << meas.message;
+        biasPredicted += (pred.zp - zpTrue) / trials;
+        biasMeasured += (meas.zp - zpTrue) / trials;
+        errPredicted += pred.zpErr / trials;
+    }
+    std::printf(
+        "[zeropoint] 20 trials: mean zp - true %+.5f (predicted S/N) %+.5f (measured S/N), zp_err %.5f\n",
+        biasPredicted, biasMeasured, errPredicted);
+    const double errOfMean = errPredicted / std::sqrt(static_cast<double>(trials));
+    EXPECT_LT(std::fabs(biasPredicted), 3.0 * errOfMean);
+    EXPECT_GT(biasMeasured, 5.0 * errOfMean) << "the measured S/N no longer biases: the test tests nothing";
 }
 
 TEST(ZeroPoint, ColourTermIsRecovered) {

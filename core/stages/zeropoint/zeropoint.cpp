@@ -369,8 +369,6 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
 
 } // namespace
 
-
-
 double limitingMagnitudeInst(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              double snr) {
     const std::size_t n = std::min(magInst.size(), magInstErr.size());
@@ -460,6 +458,38 @@ std::vector<std::int32_t> selectCandidates(const std::vector<double>& magInst,
         rows.push_back(r);
     }
     return rows;
+}
+
+// Each source's magnitude error as it would be at the flux its reference magnitude predicts (the flux's
+// error over the predicted flux; ZeroPointParams::predictedSnr says why), through the median of ref.mag -
+// magInst over the matched sources of measured S/N >= minSnr (over all matched ones when none has it).
+// Unmatched sources keep their measured error.
+std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
+                                       const std::vector<double>& magInstErr, const CrossmatchResult& matches,
+                                       const ReferenceCatalog& ref, double minSnr) {
+    const auto refRow = [&](std::size_t i) -> std::int32_t {
+        const std::int32_t r = matches.refIndex[i];
+        const bool ok = r >= 0 && static_cast<std::size_t>(r) < ref.size() && std::isfinite(ref.mag[r]) &&
+                        std::isfinite(magInst[i]) && std::isfinite(magInstErr[i]) && magInstErr[i] > 0.0;
+        return ok ? r : -1;
+    };
+    std::vector<double> bright, all;
+    for (std::size_t i = 0; i < matches.refIndex.size(); ++i)
+        if (const std::int32_t r = refRow(i); r >= 0) {
+            all.push_back(ref.mag[r] - magInst[i]);
+            if (kMagPerSnr / magInstErr[i] >= minSnr) bright.push_back(all.back());
+        }
+    std::vector<double> err = magInstErr;
+    if (all.empty()) return err;
+    const double zp0 = median(bright.empty() ? all : bright);
+    for (std::size_t i = 0; i < matches.refIndex.size(); ++i)
+        if (const std::int32_t r = refRow(i); r >= 0) {
+            // measured flux / predicted flux, bounded: a mismatch or a variable must not get a huge weight
+            const double ratio =
+                std::clamp(std::pow(10.0, -0.4 * (magInst[i] - (ref.mag[r] - zp0))), 1.0 / 3, 3.0);
+            err[i] = magInstErr[i] * ratio;
+        }
+    return err;
 }
 
 // Drops the candidates with a brighter reference neighbour within the isolation radius (their magnitudes
@@ -622,8 +652,11 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     const bool haveColour =
         std::any_of(ref.color.begin(), ref.color.end(), [](double c) { return std::isfinite(c); });
     bool colour = params.fitColourTerm && haveColour;
+    const std::vector<double> fitErr =
+        params.predictedSnr ? predictedMagErrors(magInst, magInstErr, matches, ref, params.minSnr)
+                            : magInstErr;
     std::vector<std::int32_t> rows =
-        selectCandidates(magInst, magInstErr, flags, matches, ref, params, colour, res.sourceIndex);
+        selectCandidates(magInst, fitErr, flags, matches, ref, params, colour, res.sourceIndex);
     if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
     if (params.isolationArcsec > 0.0 && !rows.empty()) dropCrowded(ref, params, rows, res.sourceIndex);
     ctx.checkCancelled();
@@ -633,7 +666,7 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     std::string note;
     if (params.fitColourTerm && !haveColour) note = "; no reference colours: colour term not fitted";
     if (colour && static_cast<int>(nc) < std::max(params.minStars, 3)) colour = false;
-    const Calib d = calibratorData(magInst, magInstErr, ref, rows, res.sourceIndex, colour);
+    const Calib d = calibratorData(magInst, fitErr, ref, rows, res.sourceIndex, colour);
     res.limitingMagInst = limitingMagInstOf(magInst, magInstErr, flags, params.excludeFlags);
 
     // --- refusals and the fit ------------------------------------------------------------------------

@@ -31,6 +31,10 @@ std::vector<ParamDef> zeropoint() {
             .ui(0.1, 2)
             .none("none", "inf"),
         F(minSnr).lbl("Calibrator min. S/N").doc("S/N of the instrumental magnitude").range(0, 1e5).ui(1, 1),
+        F(predictedSnr)
+            .lbl("S/N from reference")
+            .doc("The S/N cut and the weights use the flux the reference magnitude predicts, not the "
+                 "measured one (whose noise would favour stars that scattered bright)"),
         F(excludeFlags)
             .lbl("Exclude flags")
             .doc("Calibrators must have none of these flag bits.")
