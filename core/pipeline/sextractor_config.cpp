@@ -313,6 +313,9 @@ void applyDetectKeys(KeyState& k, DetectionParams& d) {
         throw InvalidInput(r.where("THRESH_TYPE") + ": RELATIVE or ABSOLUTE");
     d.thresholdIsAbsolute = tt == "ABSOLUTE";
     const std::vector<std::string> thr = r.list("DETECT_THRESH", k.get("DETECT_THRESH"));
+    if (thr.size() > 2)
+        throw InvalidInput(r.where("DETECT_THRESH") + ": " + std::to_string(thr.size()) +
+                           " values; one (sigma or ADU) or two (mag/arcsec^2 and its zero point)");
     if (thr.size() == 2) { // surface brightness: mu mag/arcsec^2 with its zero point
         const double scale = r.number("PIXEL_SCALE", k.get("PIXEL_SCALE"));
         if (!(scale > 0.0))
@@ -339,6 +342,10 @@ void applyFilterKeys(KeyState& k, DetectionParams& d) {
         ConvFilter f = defaultConv();
         if (k.v.count("FILTER_NAME")) {
             const std::string name = k.get("FILTER_NAME");
+            if (name.empty())
+                throw InvalidInput(r.where("FILTER_NAME") +
+                                   ": no file given (name a .conv file, or leave the key out for "
+                                   "SExtractor's default.conv)");
             if (name.size() > 5 && r.upper(name.substr(name.size() - 5)) == ".FITS")
                 throw InvalidInput(r.where("FILTER_NAME") +
                                    ": FITS filters are not supported (use a .conv file)");

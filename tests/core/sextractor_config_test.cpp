@@ -190,6 +190,12 @@ TEST(SextractorConfig, BadInputIsRefusedNamingKeyAndFile) {
     EXPECT_NE(refusal("PARAMETERS_NAME ok.param\nCATALOG_TYPE FITS_1.0\n").find("CATALOG_TYPE FITS_1.0"),
               std::string::npos);
     EXPECT_NE(refusal("PHOT_FLUXFRAC 0.5,1.5\n").find("PHOT_FLUXFRAC"), std::string::npos);
+    const std::string three = refusal("DETECT_THRESH 1.5,24,30\n");
+    EXPECT_NE(three.find("DETECT_THRESH"), std::string::npos) << three;
+    EXPECT_NE(three.find("3 values"), std::string::npos) << three;
+    const std::string noFilter = refusal("FILTER Y\nFILTER_NAME\n");
+    EXPECT_NE(noFilter.find("FILTER_NAME"), std::string::npos) << noFilter;
+    EXPECT_NE(noFilter.find("no file given"), std::string::npos) << noFilter;
 }
 
 // Debian's source-extractor ships its default configuration and filters: they read without error and
