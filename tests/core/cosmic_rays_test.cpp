@@ -6,16 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "tests/core/test_fields.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/model/instrument.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/stages/prepare/cosmic_rays.hpp"
 #include "core/util/errors.hpp"
+#include "tests/core/test_fields.hpp"
 #include "tests/test_support.hpp"
 
 using namespace gpuphot;
@@ -33,7 +35,9 @@ float bruteMedian(const Image<float>& img, int x, int y, int k) {
 }
 
 // A simulated field with stars (some saturated) and, optionally, the simulator's cosmic-ray tracks.
-SimParams fieldParams(int cosmicRays) { return test::cosmicRayFieldParams(cosmicRays); }
+SimParams fieldParams(int cosmicRays) {
+    return test::cosmicRayFieldParams(cosmicRays);
+}
 
 struct Scores {
     std::size_t crTruth = 0, crFound = 0, starPixels = 0, starMasked = 0, starPixelsAway = 0,
@@ -132,6 +136,14 @@ TEST(CosmicRays, NoiselessFlatFrameHasNone_SingleHitIsFound) {
     bad.niter = 0;
     EXPECT_THROW(detectCosmicRays(img.view(), {}, inst, bad, ctx), InvalidInput);
     EXPECT_THROW(detectCosmicRays(img.view(), Image<std::uint8_t>(3, 3).view(), inst, {}, ctx), InvalidInput);
+    CosmicRayParams noPedestal;
+    noPedestal.pedestal = std::numeric_limits<double>::quiet_NaN();
+    try {
+        (void)detectCosmicRays(img.view(), {}, inst, noPedestal, ctx);
+        ADD_FAILURE() << "a NaN pedestal was accepted";
+    } catch (const InvalidInput& e) {
+        EXPECT_NE(std::string(e.what()).find("pedestal"), std::string::npos) << e.what();
+    }
 }
 
 TEST(CosmicRays, SimulatedFrameRecallAndStars) {

@@ -243,8 +243,11 @@ namespace {
 CosmicRayResult checkedSettings(const ImageView& pixels, const MaskView& mask, const Instrument& instrument,
                                 const CosmicRayParams& p) {
     checkInputs(pixels, mask, "cosmic rays");
-    if (!(p.sigclip > 0) || !(p.sigfrac > 0) || !(p.objlim > 0) || p.niter < 1 || !std::isfinite(p.pedestal))
+    if (!(p.sigclip > 0) || !(p.sigfrac > 0) || !(p.objlim > 0) || p.niter < 1)
         throw InvalidInput("cosmic rays: sigclip, sigfrac and objlim must be > 0 and niter >= 1");
+    if (!std::isfinite(p.pedestal))
+        throw InvalidInput("cosmic rays: the pedestal must be a finite number (got " +
+                           std::to_string(p.pedestal) + ")");
     CosmicRayResult res;
     res.gain = p.gain > 0 ? p.gain : instrument.gain;
     res.readnoise = p.readnoise >= 0 ? p.readnoise : instrument.readNoise;
@@ -483,7 +486,8 @@ SaltPepperResult saltPepperMask(const ImageView& pixels, const MaskView& mask, c
                            " (expected 3 or 5)");
     if (!(p.highSigma > 0) || !(p.lowSigma > 0))
         throw InvalidInput("salt-and-pepper filter: highSigma and lowSigma must be > 0");
-    if (ctx.backend == Backend::Cuda && cudaStages().saltPepper) // kernels/prepare/cosmic_rays.cu, bitwise equal
+    if (ctx.backend == Backend::Cuda &&
+        cudaStages().saltPepper) // kernels/prepare/cosmic_rays.cu, bitwise equal
         return cudaStages().saltPepper(pixels, mask, p, ctx);
     const int w = pixels.width, h = pixels.height;
     auto valid = [&](int x, int y) {
