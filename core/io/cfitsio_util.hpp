@@ -31,7 +31,8 @@ std::string cfitsioText(int status);
 // before CFITSIO parses them, and throws InvalidInput naming the file, the HDU and the card for a card
 // that would crash CFITSIO 4.2.0: an unquoted TTYPEn value of 69 or more characters overflows CFITSIO's
 // 70-byte column name (a fortified strcpy aborts; found by tests/fuzz/fuzz_refcat). Returns silently
-// on anything it cannot walk (gzip, a truncated file): CFITSIO reports those itself.
+// on anything it cannot walk (gzip, data cut short): CFITSIO reports those itself. A header the file ends
+// inside is still checked.
 void checkHeadersCfitsioCanParse(const std::string& path);
 // The same walk over a FITS file's bytes in memory (`path` names it in errors), which CFITSIO will open
 // from memory: IoError "truncated file" when the headers claim more bytes than `size` (a header cut

@@ -276,6 +276,17 @@ void spit(const fs::path& p, const std::string& bytes) {
     std::ofstream(p, std::ios::binary) << bytes;
 }
 
+// bytes with the card of `key` (8 characters, padded) replaced by `name` (the key unless given) "= " value,
+// padded to 80 characters; "" when there is no such card.
+std::string withCard(std::string bytes, const std::string& key, const std::string& value,
+                     std::string name = "") {
+    const std::size_t at = bytes.find(key + "= ");
+    if (at == std::string::npos) return std::string();
+    std::string card = (name.empty() ? key : name) + "= " + value;
+    card.resize(80, ' ');
+    return bytes.replace(at, 80, card);
+}
+
 // A two-row binary table (ra, dec, mag, all D) written with CFITSIO directly, and its column map.
 void writeSmallCatalog(const fs::path& path) {
     int status = 0;
@@ -978,12 +989,9 @@ TEST(Reliability, FuzzFitsReaderZeroRiceBlockSizeIsRefusedBeforeCfitsioDividesBy
     // A plain 0 is refused as the block size it is.
     test::TempDir dir("gpuphot_reliab");
     writeCfitsio(dir / "rice.fits");
-    std::string bytes = slurp(dir / "rice.fits");
-    const std::size_t at = bytes.find("ZVAL1   = ");
-    ASSERT_NE(at, std::string::npos);
-    std::string card = "ZVAL1   =                    0";
-    card.resize(80, ' ');
-    spit(dir / "zero.fits", bytes.replace(at, 80, card));
+    const std::string zeroBlock = withCard(slurp(dir / "rice.fits"), "ZVAL1   ", "                   0");
+    ASSERT_FALSE(zeroBlock.empty());
+    spit(dir / "zero.fits", zeroBlock);
     const std::string zero = errorOf([&] { (void)readFrame(dir / "zero.fits"); });
     EXPECT_NE(zero.find("ZVAL1 = 0 (the Rice block size)"), std::string::npos) << zero;
 }
@@ -1010,12 +1018,10 @@ TEST(Reliability, FuzzFitsReaderHeaderIsReadAsCfitsioReadsIt) {
     // A lower-case name is the keyword CFITSIO finds; a RICE image with zTILE2 = 0 is refused.
     test::TempDir dir("gpuphot_reliab");
     writeCfitsio(dir / "rice.fits");
-    std::string bytes = slurp(dir / "rice.fits");
-    const std::size_t at = bytes.find("ZTILE2  = ");
-    ASSERT_NE(at, std::string::npos);
-    std::string card = "zTILE2  =                    0";
-    card.resize(80, ' ');
-    spit(dir / "lower.fits", bytes.replace(at, 80, card));
+    const std::string lower =
+        withCard(slurp(dir / "rice.fits"), "ZTILE2  ", "                   0", "zTILE2  ");
+    ASSERT_FALSE(lower.empty());
+    spit(dir / "lower.fits", lower);
     EXPECT_NE(errorOf([&] { (void)readFrame(dir / "lower.fits"); }).find("ZTILE2 = 0"), std::string::npos);
 }
 
@@ -1034,13 +1040,6 @@ TEST(Reliability, LongStringWhereCfitsioReadsAnIntegerIsRefusedBeforeItsMessageO
     // Every keyword CFITSIO converts so, in a tile-compressed image: a short value still reaches the
     // reader's own checks, a long one is refused.
     test::TempDir dir("gpuphot_reliab");
-    const auto withCard = [](std::string bytes, const std::string& key, const std::string& value) {
-        const std::size_t at = bytes.find(key + "= ");
-        if (at == std::string::npos) return std::string();
-        std::string card = key + "= " + value;
-        card.resize(80, ' ');
-        return bytes.replace(at, 80, card);
-    };
     // The regression file with a valid ZBITPIX again reads as the float image it is.
     const std::string rice =
         withCard(slurp(kRegressions + "/fits_reader/zbitpix_long_string_ffc2_overflow.fits"), "ZBITPIX ",
@@ -1176,10 +1175,8 @@ TEST(Reliability, FuzzGzipFitsTruncatedDataIsATruncatedFileNotAnOverRead) {
     spit(dir / "tail.fits.gz", gzipped(bytes + std::string(100, '\0')));
     EXPECT_EQ(readFrame(dir / "tail.fits.gz").pixels.width(), 16);
     // A header sizing its data beyond 2^50 bytes.
-    std::string huge = bytes;
-    const std::size_t at = huge.find("NAXIS2  = ");
-    ASSERT_NE(at, std::string::npos);
-    huge.replace(at + 10, 20, "     999999999999999");
+    const std::string huge = withCard(bytes, "NAXIS2  ", "     999999999999999");
+    ASSERT_FALSE(huge.empty());
     spit(dir / "huge.fits.gz", gzipped(huge));
     EXPECT_NE(errorOf([&] { (void)readFrame(dir / "huge.fits.gz"); }).find("more than 2^50 bytes"),
               std::string::npos);

@@ -486,8 +486,8 @@ SaltPepperResult saltPepperMask(const ImageView& pixels, const MaskView& mask, c
                            " (expected 3 or 5)");
     if (!(p.highSigma > 0) || !(p.lowSigma > 0))
         throw InvalidInput("salt-and-pepper filter: highSigma and lowSigma must be > 0");
-    if (ctx.backend == Backend::Cuda &&
-        cudaStages().saltPepper) // kernels/prepare/cosmic_rays.cu, bitwise equal
+    // kernels/prepare/cosmic_rays.cu, bitwise equal
+    if (ctx.backend == Backend::Cuda && cudaStages().saltPepper)
         return cudaStages().saltPepper(pixels, mask, p, ctx);
     const int w = pixels.width, h = pixels.height;
     auto valid = [&](int x, int y) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <Eigen/Dense>
 #include <nanoflann.hpp>
@@ -467,28 +468,27 @@ std::vector<std::int32_t> selectCandidates(const std::vector<double>& magInst,
 std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
                                        const std::vector<double>& magInstErr, const CrossmatchResult& matches,
                                        const ReferenceCatalog& ref, double minSnr) {
-    const auto refRow = [&](std::size_t i) -> std::int32_t {
+    // (source, reference row) of the matched sources with a finite reference magnitude and a usable error
+    std::vector<std::pair<std::size_t, std::int32_t>> usable;
+    std::vector<double> bright, all; // ref.mag - magInst of those (bright: measured S/N >= minSnr)
+    for (std::size_t i = 0; i < matches.refIndex.size(); ++i) {
         const std::int32_t r = matches.refIndex[i];
-        const bool ok = r >= 0 && static_cast<std::size_t>(r) < ref.size() && std::isfinite(ref.mag[r]) &&
-                        std::isfinite(magInst[i]) && std::isfinite(magInstErr[i]) && magInstErr[i] > 0.0;
-        return ok ? r : -1;
-    };
-    std::vector<double> bright, all;
-    for (std::size_t i = 0; i < matches.refIndex.size(); ++i)
-        if (const std::int32_t r = refRow(i); r >= 0) {
-            all.push_back(ref.mag[r] - magInst[i]);
-            if (kMagPerSnr / magInstErr[i] >= minSnr) bright.push_back(all.back());
-        }
+        if (r < 0 || static_cast<std::size_t>(r) >= ref.size() || !std::isfinite(ref.mag[r]) ||
+            !std::isfinite(magInst[i]) || !std::isfinite(magInstErr[i]) || !(magInstErr[i] > 0.0))
+            continue;
+        usable.emplace_back(i, r);
+        all.push_back(ref.mag[r] - magInst[i]);
+        if (kMagPerSnr / magInstErr[i] >= minSnr) bright.push_back(all.back());
+    }
     std::vector<double> err = magInstErr;
     if (all.empty()) return err;
     const double zp0 = median(bright.empty() ? all : bright);
-    for (std::size_t i = 0; i < matches.refIndex.size(); ++i)
-        if (const std::int32_t r = refRow(i); r >= 0) {
-            // measured flux / predicted flux, bounded: a mismatch or a variable must not get a huge weight
-            const double ratio =
-                std::clamp(std::pow(10.0, -0.4 * (magInst[i] - (ref.mag[r] - zp0))), 1.0 / 3, 3.0);
-            err[i] = magInstErr[i] * ratio;
-        }
+    for (const auto& [i, r] : usable) {
+        // measured flux / predicted flux, bounded: a mismatch or a variable must not get a huge weight
+        const double ratio =
+            std::clamp(std::pow(10.0, -0.4 * (magInst[i] - (ref.mag[r] - zp0))), 1.0 / 3, 3.0);
+        err[i] = magInstErr[i] * ratio;
+    }
     return err;
 }
 
