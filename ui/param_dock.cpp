@@ -423,7 +423,13 @@ bool ParamDock::importSextractor(const QString& path, QString* warning, QString*
             PipelineConfig c = m_config;
             const SextractorMapping m =
                 applySextractorSettings(readSextractorSettings(path.toStdString()), c);
-            if (warning) *warning = QString::fromStdString(m.warning());
+            std::string w = m.warning();
+            if (!m.weightImage.empty()) { // the workbench reduces without an external weight map
+                c.prepare.weightType = "none";
+                w += std::string(w.empty() ? "" : "\n") + "WEIGHT_IMAGE " + m.weightImage +
+                     ": not loaded in the workbench (gpuphot reduce --sex uses it)";
+            }
+            if (warning) *warning = QString::fromStdString(w);
             return c;
         },
         error);

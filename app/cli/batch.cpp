@@ -553,7 +553,9 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
     applySextractorOutputs(o, sexGiven, sexMap, ro.output);
     ro.ignoreHeaderWcs = o.ignoreHeaderWcs;
     validateOutputOptions(ro.output);
-    applyPrepareOptions(o.prepare, ro);
+    PrepareCliOptions prepare = o.prepare;
+    if (prepare.weight.empty()) prepare.weight = sexMap.weightImage; // --weight wins over WEIGHT_IMAGE
+    applyPrepareOptions(prepare, ro);
     return ro;
 }
 

@@ -19,6 +19,10 @@ void addPrepareOptions(CLI::App& sub, PrepareCliOptions& o) {
         ->group(group);
     sub.add_option("--bpm", o.bpm, "Bad-pixel mask FITS (non-zero = bad): masked, never interpolated")
         ->group(group);
+    sub.add_option("--weight", o.weight,
+                   "Weight map FITS of the frame's size (--weight-type, default map_weight): its noise in "
+                   "detection thresholds and flux errors, unusable pixels masked")
+        ->group(group);
     sub.add_flag("--no-overscan", o.noOverscan,
                  "Do not subtract the overscan (BIASSEC) or trim (TRIMSEC/DATASEC)")
         ->group(group);
@@ -30,8 +34,10 @@ void applyPrepareOptions(const PrepareCliOptions& o, ReduceOptions& ro) {
         p.overscan = false;
         p.trim = false;
     }
-    if (o.bias.empty() && o.dark.empty() && o.flat.empty() && o.bpm.empty()) return;
+    if (!o.weight.empty() && p.weightType == "none") p.weightType = "map_weight";
+    if (o.bias.empty() && o.dark.empty() && o.flat.empty() && o.bpm.empty() && o.weight.empty()) return;
     auto inputs = std::make_shared<PrepareInputs>(loadPrepareInputs(o.bias, o.dark, o.flat, o.bpm, p));
+    if (!o.weight.empty()) loadWeightMap(*inputs, o.weight);
     ro.prepare = inputs.get();
     ro.prepareStorage = std::move(inputs);
 }

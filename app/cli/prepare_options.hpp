@@ -1,7 +1,8 @@
 #pragma once
 // The frame-preparation options of `gpuphot reduce` (and everything that shares the reduce options):
 // --bias --dark --flat --bpm (master frames and a bad-pixel mask, loaded once for every frame),
-// --no-overscan (it overrides config "prepare"; --cosmics, --salt-pepper and --bayer are parameter flags,
+// --weight (an RMS, variance or weight map read with --weight-type), --no-overscan (it overrides config
+// "prepare"; --cosmics, --salt-pepper and --bayer are parameter flags,
 // app/cli/param_flags.hpp).
 #include <string>
 
@@ -17,6 +18,7 @@ namespace gpuphot::cli {
 
 struct PrepareCliOptions {
     std::string bias, dark, flat, bpm; // paths ("" : none)
+    std::string weight;                // --weight: external weight map ("" : none)
     bool noOverscan = false;
 };
 

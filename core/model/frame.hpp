@@ -14,17 +14,22 @@ namespace gpuphot {
 class Wcs;
 
 struct Frame {
-    Image<float> pixels;        // ADU after BSCALE/BZERO; masked pixels keep their value (NaN stays NaN)
-    Image<std::uint8_t> mask;   // MaskBits; same size as pixels
-    Header header;              // the image HDU's header (with inherited primary cards when INHERIT = T)
+    Image<float> pixels;            // ADU after BSCALE/BZERO; masked pixels keep their value (NaN stays NaN)
+    Image<std::uint8_t> mask;       // MaskBits; same size as pixels
+    Header header;                  // the image HDU's header (with inherited primary cards when INHERIT = T)
     std::shared_ptr<const Wcs> wcs; // null when the header has no usable celestial WCS
     std::string wcsProblem;         // why wcs is null when the header tried to have one
-    bool wcsBroken = false;         // the header has celestial WCS keywords, but unusable ones (singular CD, ...)
+    bool wcsBroken = false; // the header has celestial WCS keywords, but unusable ones (singular CD, ...)
     Instrument instrument;
-    std::string path;           // the file it came from ("" for in-memory frames)
-    int hdu = 0;                // 0-based HDU number in the file
+    std::string path; // the file it came from ("" for in-memory frames)
+    int hdu = 0;      // 0-based HDU number in the file
     std::string extname;
-    int bitpix = -32;           // the file's BITPIX (16 for unsigned 16-bit camera frames written with BZERO)
+    int bitpix = -32;
+    // Relative variance per pixel from an external weight map (frame preparation, step 9; +infinity where
+    // unusable); the background stage takes its RMS from it. Null: none. weightRescale: scale it to the
+    // measured background noise (map_var, map_weight with PrepareParams::rescaleWeights).
+    std::shared_ptr<const Image<float>> weightVariance;
+    bool weightRescale = false; // the file's BITPIX (16 for unsigned 16-bit camera frames written with BZERO)
 
     int width() const { return pixels.width(); }
     int height() const { return pixels.height(); }

@@ -400,15 +400,20 @@ void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext&
 
 // The background estimate of a run, with the object mask of the second pass or none. Lean (a sampler
 // evaluating the maps on demand instead of full maps) unless the result keeps the full maps.
+// With a weight map (Frame::weightVariance) the RMS comes from the map, at full resolution.
 struct BackgroundEstimator {
     const ImageView& image;
     const MaskView& mask;
     const BackgroundParams& params;
     RunContext& ctx;
     bool lean;
+    const Frame& frame;
     BackgroundResult operator()(const ImageViewT<std::int32_t>* objects) const {
         BackgroundResult b = estimateBackground(image, mask, params, ctx, objects);
-        if (lean) b.sampler = std::make_shared<const BackgroundSampler>(b, ctx);
+        if (frame.weightVariance)
+            applyWeightVariance(b, *frame.weightVariance, frame.weightRescale, mask, ctx);
+        else if (lean)
+            b.sampler = std::make_shared<const BackgroundSampler>(b, ctx);
         return b;
     }
 };
@@ -603,7 +608,7 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
     const bool lean = !r.keepFullMaps;
     BackgroundParams bkgParams = config.background;
     if (lean) bkgParams.fullMaps = false;
-    const BackgroundEstimator estimate{image, mask, bkgParams, ctx, lean};
+    const BackgroundEstimator estimate{image, mask, bkgParams, ctx, lean, frame};
 
     if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);

@@ -49,4 +49,10 @@ PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark
     return in;
 }
 
+void loadWeightMap(PrepareInputs& in, const std::string& path) {
+    Frame f = readFrame(path);
+    in.weight = std::move(f.pixels);
+    in.weightPath = path;
+}
+
 } // namespace gpuphot

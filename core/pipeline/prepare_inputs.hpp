@@ -14,4 +14,8 @@ namespace gpuphot {
 PrepareInputs loadPrepareInputs(const std::string& bias, const std::string& dark, const std::string& flat,
                                 const std::string& bpm, const PrepareParams& params = {});
 
+// Reads an external weight map (--weight, SExtractor's WEIGHT_IMAGE) into in.weight, as it is: frame
+// preparation reads it with PrepareParams::weightType. Throws IoError / InvalidInput naming the file.
+void loadWeightMap(PrepareInputs& in, const std::string& path);
+
 } // namespace gpuphot

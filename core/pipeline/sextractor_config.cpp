@@ -32,6 +32,9 @@ const std::vector<std::pair<std::string, std::string>>& sextractorDefaults() {
         {"CLEAN", "Y"},
         {"CLEAN_PARAM", "1.0"},
         {"WEIGHT_TYPE", "NONE"},
+        {"WEIGHT_IMAGE", "weight.fits"},
+        {"RESCALE_WEIGHTS", "Y"},
+        {"WEIGHT_GAIN", "Y"},
         {"PHOT_APERTURES", "5"},
         {"PHOT_AUTOPARAMS", "2.5,3.5"},
         {"SATUR_KEY", "SATURATE"},
@@ -369,8 +372,8 @@ void applyFilterKeys(KeyState& k, DetectionParams& d) {
               "detection.threshold = " + num(d.threshold) + (d.thresholdIsAbsolute ? " ADU" : " sigma"));
 }
 
-// FILTER_THRESH, DEBLEND_NTHRESH, DEBLEND_MINCONT, CLEAN, CLEAN_PARAM, MASK_TYPE, WEIGHT_TYPE -> detection's
-// deblending and cleaning (and what differs in the noise model).
+// FILTER_THRESH, DEBLEND_NTHRESH, DEBLEND_MINCONT, CLEAN, CLEAN_PARAM, MASK_TYPE -> detection's deblending
+// and cleaning.
 void applyDeblendKeys(KeyState& k, DetectionParams& d) {
     const Reader& r = k.r;
     if (k.v.count("FILTER_THRESH") && !trimmed(k.get("FILTER_THRESH")).empty())
@@ -383,14 +386,46 @@ void applyDeblendKeys(KeyState& k, DetectionParams& d) {
     k.applied("DEBLEND_MINCONT", "detection.deblendContrast");
     k.applied("CLEAN", "detection.clean");
     k.applied("CLEAN_PARAM", "detection.cleanParam");
+    d.sextractorIso = true; // SExtractor's isophotal barycentre, shape and area
     if (k.v.count("MASK_TYPE") && r.upper(k.get("MASK_TYPE")) != "CORRECT") k.unsupported("MASK_TYPE");
+}
 
-    const std::string wt = r.upper(k.get("WEIGHT_TYPE"));
-    if (wt == "NONE")
-        k.m.differences.push_back("WEIGHT_TYPE NONE: gpuphot thresholds against the background RMS map "
-                                  "(SExtractor's WEIGHT_TYPE BACKGROUND), not one global RMS");
-    else if (wt != "BACKGROUND")
-        k.unsupported("WEIGHT_TYPE");
+// WEIGHT_TYPE, WEIGHT_IMAGE, WEIGHT_THRESH, RESCALE_WEIGHTS, WEIGHT_GAIN -> the background's RMS: one global
+// value (NONE), the mesh map (BACKGROUND) or an external map read in frame preparation (MAP_*).
+void applyWeightKeys(KeyState& k, PipelineConfig& c) {
+    const Reader& r = k.r;
+    const std::vector<std::string> types = r.list("WEIGHT_TYPE", k.get("WEIGHT_TYPE"));
+    const std::string wt = r.upper(types[0]);
+    if (types.size() > 1 && r.upper(types[1]) != wt)
+        k.m.differences.push_back("WEIGHT_TYPE " + k.v["WEIGHT_TYPE"] +
+                                  ": one weighting for detection and measurement (the first)");
+    c.background.uniformRms = wt == "NONE";
+    if (wt == "NONE" || wt == "BACKGROUND") {
+        c.prepare.weightType = "none";
+        k.applied("WEIGHT_TYPE", std::string("background.uniformRms = ") + (wt == "NONE" ? "true" : "false"));
+        return;
+    }
+    if (wt != "MAP_RMS" && wt != "MAP_VAR" && wt != "MAP_WEIGHT")
+        throw InvalidInput(r.where("WEIGHT_TYPE") + ": NONE, BACKGROUND, MAP_RMS, MAP_VAR or MAP_WEIGHT");
+    c.prepare.weightType = wt == "MAP_RMS" ? "map_rms" : wt == "MAP_VAR" ? "map_var" : "map_weight";
+    k.applied("WEIGHT_TYPE", "prepare.weightType = " + c.prepare.weightType);
+    const std::string image = r.list("WEIGHT_IMAGE", k.get("WEIGHT_IMAGE"))[0];
+    k.m.weightImage = resolveBeside(image, r.s.path);
+    if (!std::filesystem::exists(k.m.weightImage))
+        throw InvalidInput(r.where("WEIGHT_IMAGE") + ": " + image +
+                           " not found (as given or beside the file)");
+    k.applied("WEIGHT_IMAGE", "the weight map (--weight)");
+    if (k.v.count("WEIGHT_THRESH") && !trimmed(k.v["WEIGHT_THRESH"]).empty()) {
+        c.prepare.weightThreshold =
+            r.number("WEIGHT_THRESH", r.list("WEIGHT_THRESH", k.get("WEIGHT_THRESH"))[0]);
+        if (c.prepare.weightThreshold < 0.0) throw InvalidInput(r.where("WEIGHT_THRESH") + ": not negative");
+        k.applied("WEIGHT_THRESH", "prepare.weightThreshold");
+    }
+    c.prepare.rescaleWeights = r.yesNo("RESCALE_WEIGHTS", k.get("RESCALE_WEIGHTS"));
+    k.applied("RESCALE_WEIGHTS", "prepare.rescaleWeights");
+    if (r.yesNo("WEIGHT_GAIN", k.get("WEIGHT_GAIN")))
+        k.m.differences.push_back("WEIGHT_GAIN Y: gpuphot's photon noise uses the frame's gain everywhere, "
+                                  "not a gain scaled with the weight");
 }
 
 // PHOT_APERTURES, PHOT_AUTOPARAMS, PHOT_AUTOAPERS, BACKPHOTO_TYPE, BACKPHOTO_THICK -> aperture photometry.
@@ -495,6 +530,7 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     applyDetectKeys(k, c.detection);
     applyFilterKeys(k, c.detection);
     applyDeblendKeys(k, c.detection);
+    applyWeightKeys(k, c);
     applyPhotometryKeys(k, c.aperture);
     applyInstrumentKeys(k, c);
     applyBackgroundKeys(k, c.background);

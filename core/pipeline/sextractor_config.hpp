@@ -46,6 +46,8 @@ struct SextractorMapping {
     // found (as given or beside the file) and for one that lists no parameter.
     SextractorCatalogOptions catalog;
     bool writesCatalog = false;
+    std::string
+        weightImage; // WEIGHT_IMAGE with WEIGHT_TYPE MAP_* (found as given or beside the file), else ""
     // The one warning a front end prints: the unsupported keys and the differences ("" when none).
     std::string warning() const;
 };

@@ -74,7 +74,8 @@ struct Box {
 };
 
 // The filtered image and the rms of each box: one block per box.
-__global__ void gatherBoxesKernel(DeviceDetectionImages im, const Box* boxes, int nBoxes, float* det, float* rms) {
+__global__ void gatherBoxesKernel(DeviceDetectionImages im, const Box* boxes, int nBoxes, float* det,
+                                  float* rms) {
     for (int b = blockIdx.x; b < nBoxes; b += gridDim.x) {
         const Box bx = boxes[b];
         const std::int64_t n = static_cast<std::int64_t>(bx.w) * bx.h;
@@ -91,8 +92,9 @@ __device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, s
 
 // The isophotal sums (threads 0..nObj-1) and with clean the CLEAN sums (threads nObj..2 nObj-1) of every
 // object: one thread per object and kind, its runs in order, core's accumulation functions.
-__global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start, int nObj,
-                                 double gain, int k, bool clean, detail::IsoSums* iso, detail::CleanSums* cs) {
+__global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start,
+                                 int nObj, double gain, int k, bool clean, detail::IsoSums* iso,
+                                 detail::CleanSums* cs) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const bool cleanThread = t >= nObj;
     const int i = cleanThread ? t - nObj : t;
@@ -116,7 +118,7 @@ __global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, cons
             const std::size_t a = im.at(x, y);
             const std::uint8_t st = im.state[a];
             const float sub = (st & detail::StateBad) ? 0.0f : im.frame[a] - im.level[a];
-            return detail::IsoPixel{sub, im.det ? im.det[a] : sub, im.rms[a], st};
+            return detail::IsoPixel{sub, im.det ? im.det[a] : sub, im.rms[a], st, im.thresholdAt(x, y)};
         });
     }
     q.thrAtPeak = im.thresholdAt(q.detPeakX, q.detPeakY);
@@ -203,8 +205,10 @@ __global__ void uniteRunsKernel(const Run* runs, int n, const int* rowBegin, con
     int lo = rowBegin[r.y - 1], hi = rowEnd[r.y - 1];
     while (lo < hi) { // first run of the row above with x1 >= x0 - 1
         const int mid = (lo + hi) / 2;
-        if (runs[mid].x1 < r.x0 - 1) lo = mid + 1;
-        else hi = mid;
+        if (runs[mid].x1 < r.x0 - 1)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     for (int k = lo; k < rowEnd[r.y - 1] && runs[k].x0 <= r.x1 + 1; ++k)
         unite(parent, i, k);
@@ -236,8 +240,8 @@ __global__ void keepKernel(const unsigned long long* area, const int* nComp, int
 }
 
 // Sort key of each run: its root's index among the kept components, nKept for the dropped ones.
-__global__ void runKeysKernel(const int* label, const int* compOfRoot, int n, const int* keep, const int* rootOfComp,
-                              int nKept, int* keys, int* index) {
+__global__ void runKeysKernel(const int* label, const int* compOfRoot, int n, const int* keep,
+                              const int* rootOfComp, int nKept, int* keys, int* index) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int c = compOfRoot[label[i]];
@@ -339,7 +343,8 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
     area.zero();
     nRuns.zero();
     keep.zero();
-    componentSizesKernel<<<g, t, 0, stream>>>(dRunsPtr, n, label.get(), compOfRoot.get(), area.get(), nRuns.get());
+    componentSizesKernel<<<g, t, 0, stream>>>(dRunsPtr, n, label.get(), compOfRoot.get(), area.get(),
+                                              nRuns.get());
     checkLaunch("the component sizes");
     keepKernel<<<g, t, 0, stream>>>(area.get(), compOfRoot.get() + n, n, minArea, keep.get());
     checkLaunch("the minimum area");
@@ -359,8 +364,8 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
                                                        order.get(), n, 0, bits, stream));
     {
         DeviceBuffer<unsigned char> tmp(dc, std::max<std::size_t>(bytes, 1));
-        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, keys.get(), keysOut.get(), index.get(),
-                                                           order.get(), n, 0, bits, stream));
+        GPUPHOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.get(), bytes, keys.get(), keysOut.get(),
+                                                           index.get(), order.get(), n, 0, bits, stream));
     }
     DeviceBuffer<std::int64_t> counts(dc, nKept + 1);
     counts.zero();
@@ -375,7 +380,8 @@ void labelRootsOnDevice(DeviceContext& dc, const std::vector<Run>& runs, const R
     dc.synchronize();
     const auto nRootRuns = static_cast<int>(start[nKept]);
     dRootRuns = DeviceBuffer<Run>(dc, nRootRuns);
-    gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRunsPtr, order.get(), nRootRuns, dRootRuns.get());
+    gatherRunsKernel<<<gridFor(nRootRuns, t), t, 0, stream>>>(dRunsPtr, order.get(), nRootRuns,
+                                                              dRootRuns.get());
     checkLaunch("the root runs");
     auto* rootRuns =
         static_cast<Run*>(scratch.rootRuns.get(std::max<std::size_t>(1, nRootRuns) * sizeof(Run)));

@@ -92,6 +92,9 @@ TEST(SextractorConfig, KeysMapOntoTheStages) {
     EXPECT_TRUE(listed(absent.differences, "PARAMETERS_NAME absent.param: not found")) << absent.warning();
     EXPECT_TRUE(listed(m.differences, "PARAMETERS_NAME default.param")) << m.warning();
     EXPECT_FALSE(listed(m.differences, "WEIGHT_TYPE")) << "BACKGROUND is what the detection does";
+    EXPECT_FALSE(c.background.uniformRms) << "WEIGHT_TYPE BACKGROUND: the RMS map";
+    EXPECT_EQ(c.prepare.weightType, "none");
+    EXPECT_TRUE(d.sextractorIso) << "SExtractor's isophotal barycentre, shape and area";
     EXPECT_FALSE(listed(m.differences, "ANALYSIS_THRESH"));
     EXPECT_TRUE(listed(m.applied, "DETECT_MINAREA 2 -> detection.minArea = 2"));
 }
@@ -108,7 +111,9 @@ TEST(SextractorConfig, AbsentKeysTakeSextractorsDefaults) {
     EXPECT_FALSE(c.aperture.useLocalSky) << "BACKPHOTO_TYPE GLOBAL";
     EXPECT_EQ(c.background.meshSize, 64);
     EXPECT_TRUE(m.unsupported.empty());
-    EXPECT_TRUE(listed(m.differences, "WEIGHT_TYPE NONE")) << m.warning();
+    EXPECT_TRUE(c.background.uniformRms) << "WEIGHT_TYPE NONE: one global RMS";
+    EXPECT_FALSE(listed(m.differences, "WEIGHT_TYPE")) << m.warning();
+    EXPECT_TRUE(m.weightImage.empty());
 }
 
 TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
@@ -140,6 +145,33 @@ TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
     EXPECT_FALSE(listed(m.unsupported, "MEMORY_PIXSTACK")) << "no effect on the results: not a warning";
     EXPECT_TRUE(listed(m.applied, "MEMORY_PIXSTACK 300000 -> no effect here"));
     EXPECT_NE(m.warning().find("SOME_FUTURE_KEY"), std::string::npos);
+}
+
+TEST(SextractorConfig, WeightMapsAreReadInPreparation) {
+    test::TempDir dir("gpuphot_sex");
+    write(dir, "w.fits", "not read here");
+    PipelineConfig c;
+    const SextractorMapping m = applyText(dir,
+                                          "WEIGHT_TYPE MAP_VAR\nWEIGHT_IMAGE w.fits\nWEIGHT_THRESH 40\n"
+                                          "RESCALE_WEIGHTS N\nWEIGHT_GAIN N\n",
+                                          c);
+    EXPECT_EQ(c.prepare.weightType, "map_var");
+    EXPECT_DOUBLE_EQ(c.prepare.weightThreshold, 40.0);
+    EXPECT_FALSE(c.prepare.rescaleWeights);
+    EXPECT_FALSE(c.background.uniformRms);
+    EXPECT_EQ(m.weightImage, (dir / "w.fits")) << "WEIGHT_IMAGE found beside the file";
+    EXPECT_TRUE(m.unsupported.empty()) << m.warning();
+    EXPECT_FALSE(listed(m.differences, "WEIGHT_GAIN")) << m.warning();
+    PipelineConfig c2;
+    const SextractorMapping g =
+        applyText(dir, "WEIGHT_TYPE MAP_WEIGHT,MAP_WEIGHT\nWEIGHT_IMAGE w.fits\n", c2);
+    EXPECT_EQ(c2.prepare.weightType, "map_weight");
+    EXPECT_TRUE(c2.prepare.rescaleWeights) << "SExtractor's default RESCALE_WEIGHTS Y";
+    EXPECT_TRUE(listed(g.differences, "WEIGHT_GAIN Y")) << g.warning();
+    PipelineConfig c3;
+    EXPECT_THROW(applyText(dir, "WEIGHT_TYPE MAP_RMS\nWEIGHT_IMAGE absent.fits\n", c3), InvalidInput);
+    EXPECT_THROW(applyText(dir, "WEIGHT_TYPE MAP_RMS\n", c3), InvalidInput) << "SExtractor's weight.fits";
+    EXPECT_THROW(applyText(dir, "WEIGHT_TYPE MAP_SIGMA\nWEIGHT_IMAGE w.fits\n", c3), InvalidInput);
 }
 
 TEST(SextractorConfig, SurfaceBrightnessThresholdNeedsAPixelScale) {

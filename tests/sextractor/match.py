@@ -34,7 +34,7 @@ def main():
     pct = 100.0 * mutual.sum() / max(1, len(se))
     auto = float(np.median(fauto[j] / se[mutual, 2]))
     aper = float(np.median(faper[j] / se[mutual, 3]))
-    print("[sextractor] %s: SExtractor %d, gpuphot %d, matched %d = %.1f%% of SExtractor's; "
+    print("[sextractor] %s: SExtractor %d, gpuphot %d, matched %d = %.2f%% of SExtractor's; "
           "FLUX_AUTO ratio %.4f, FLUX_APER ratio %.4f" % (a.label, len(se), len(x), mutual.sum(), pct, auto, aper))
     bad = []
     if a.min_matched is not None and pct < a.min_matched:

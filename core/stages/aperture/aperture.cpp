@@ -934,8 +934,9 @@ private:
         // estimate into the job's sky as applySkies does), or after applySkies
         int circleTicket = -1, kronTicket = -1;
         const detail::SkyJobRule skyRule{haveMap ? 1 : 0, gain > 0.0 ? readNoise / gain : readNoise};
-        const bool chained =
-            p.useLocalSky && engine.chainPass1(skyTicket, skyRule, sc.jobs.data(), m, radii.data(), nr,
+        // With a weight map the noise comes from the map at the centre (applySkies), so the host sets it.
+        const bool chained = p.useLocalSky && !(bkg.weightScale > 0.0) &&
+                             engine.chainPass1(skyTicket, skyRule, sc.jobs.data(), m, radii.data(), nr,
                                                sc.sums.data(), sc.fds.data(), sc.kronJobs.data(), kronParams,
                                                sc.kronOut.data(), circleTicket, kronTicket);
         clock.lap("p1.chain");
@@ -1067,10 +1068,14 @@ private:
             if (p.useLocalSky) {
                 const SkyEstimate& est = sc.skies[k];
                 if (est.ok) {
+                    // a weight map's RMS (background.hpp, applyWeightVariance) at the centre, else the
+                    // annulus'
+                    const double rms =
+                        bkg.weightScale > 0.0 ? static_cast<double>(bkg.rmsAt(pxc, pyc)) : est.rms;
                     res.sky[i] = est.level;
-                    res.skyRms[i] = est.rms;
+                    res.skyRms[i] = rms;
                     res.skyArea[i] = est.n;
-                    skyMeanVar[i] = kappa * est.rms * est.rms / est.n;
+                    skyMeanVar[i] = kappa * rms * rms / est.n;
                 } else {
                     sc.bflags[k] |= FlagSkyFailed;
                     skyFromMap = haveMap;

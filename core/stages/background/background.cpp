@@ -513,6 +513,9 @@ void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const
             if (r > 0.0f) pos.push_back(r);
         res.globalRms = pos.empty() ? 1.0 : medianOf(pos);
     }
+    if (params.uniformRms)
+        for (int i = 0; i < nx * ny; ++i)
+            res.meshRms.data()[i] = static_cast<float>(res.globalRms);
 }
 
 const ImageViewT<std::int32_t>* detail::validateBackgroundInputs(const ImageView& image, const MaskView& mask,

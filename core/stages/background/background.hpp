@@ -55,6 +55,8 @@ struct BackgroundParams {
     bool sextractorSpline = false; // reproduce SExtractor/sep's interpolation exactly (maps within float
                                    // rounding of sep_bkg_array): row nodes half a pixel low and their damped
                                    // spline back-substitution; false: exact natural splines, centred nodes
+    bool uniformRms = false;       // one RMS for the frame, the median of the mesh RMS grid (SExtractor's
+                                   // WEIGHT_TYPE NONE: thresholds and errors against its global RMS)
 
     int meshW() const { return meshSize; }
     int meshH() const { return meshHeight > 0 ? meshHeight : meshSize; }
@@ -76,9 +78,10 @@ struct BackgroundResult {
 
     int width = 0; // px, the frame the maps describe
     int height = 0;
-    int meshWidth = 0;  // px
-    int meshHeight = 0; // px
-    int badMeshes = 0;  // meshes with too few valid pixels, filled from their nearest good neighbours
+    int meshWidth = 0;        // px
+    int meshHeight = 0;       // px
+    int badMeshes = 0;        // meshes with too few valid pixels, filled from their nearest good neighbours
+    double weightScale = 0.0; // applyWeightVariance: the factor on the weight map's RMS (0: no weight map)
     bool sextractorSpline = false; // BackgroundParams::sextractorSpline used for the maps
     // The maps without storing them (set by the pipeline when it keeps no full maps, CPU backend): exact
     // per-pixel values, bit for bit those of level/rms. Null when none.
@@ -175,12 +178,12 @@ private:
     void rowOf(const std::vector<float>& n, const std::vector<float>& d, int y, float* out) const;
 
     int m_width = 0, m_height = 0;
-    std::size_t m_stride = 0;                     // nodes per row: nx + 1
+    std::size_t m_stride = 0; // nodes per row: nx + 1
     // height x stride node values and their x second derivatives / 6, per map
     std::vector<float> m_levelN, m_levelD, m_rmsN, m_rmsD;
-    std::vector<std::int32_t> m_lo;               // per column: lower node
-    std::vector<float> m_ca, m_cb, m_ca3, m_cb3;  // per column weights (float)
-    std::vector<int> m_runStart, m_runNode;       // runs of columns sharing one node interval
+    std::vector<std::int32_t> m_lo;              // per column: lower node
+    std::vector<float> m_ca, m_cb, m_ca3, m_cb3; // per column weights (float)
+    std::vector<int> m_runStart, m_runNode;      // runs of columns sharing one node interval
 };
 
 inline float BackgroundResult::levelAt(int x, int y) const {
@@ -192,5 +195,14 @@ inline float BackgroundResult::rmsAt(int x, int y) const {
 
 // Fills bkg.level and bkg.rms from its mesh grid (the same pixels as estimateBackground's full maps).
 void materializeBackgroundMaps(BackgroundResult& bkg, RunContext& ctx);
+
+// An external weight map's RMS in place of the background's (Frame::weightVariance, frame preparation):
+// bkg gets full maps (the level from its mesh grid, no sampler) and rms = scale * sqrt(variance), where
+// the variance is finite; unusable pixels (+infinity, masked) keep the background's RMS. With rescale, the
+// scale is the median over meshes of the background's mesh RMS over the square root of the mesh's mean
+// usable variance (`mask` applied), as SExtractor's RESCALE_WEIGHTS; else 1. Sets bkg.weightScale. Throws
+// InvalidInput for a variance of another size.
+void applyWeightVariance(BackgroundResult& bkg, const Image<float>& variance, bool rescale,
+                         const MaskView& mask, RunContext& ctx);
 
 } // namespace gpuphot

@@ -57,6 +57,10 @@ std::vector<ParamDef> background() {
             .lbl("SExtractor spline")
             .doc("Reproduce sep/SExtractor's interpolation quirks bit for bit (default: exact natural "
                  "splines)"),
+        F(uniformRms)
+            .lbl("Uniform RMS")
+            .doc("One RMS for the frame, the median of the mesh RMS grid: thresholds and errors against it")
+            .sex("WEIGHT_TYPE NONE"),
     };
     return v;
 }

@@ -36,9 +36,14 @@ struct DetectionParams {
     double deblendContrast = 0.005; // DEBLEND_MINCONT, fraction of the parent's (filtered) flux
     int deblendMaxChildren = 1024;  // more branches than this in one blend: stop, FlagDeblendOverflow
     bool clean = true;              // CLEAN
-    double cleanParam = 1.0; // CLEAN_PARAM: Moffat beta of the wing model (smaller: wider wings, more cleaning)
-    double gain = 0.0;       // GAIN, e-/ADU for flux errors (0: background noise only, as SExtractor)
+    double cleanParam =
+        1.0;           // CLEAN_PARAM: Moffat beta of the wing model (smaller: wider wings, more cleaning)
+    double gain = 0.0; // GAIN, e-/ADU for flux errors (0: background noise only, as SExtractor)
     double saturationLevel = std::numeric_limits<double>::infinity(); // SATUR_LEVEL, ADU (raw pixel value)
+    // SExtractor's isophotal measurement: barycentre, second moments and ellipse (X_IMAGE, A_IMAGE, the Kron
+    // ellipse) weighted by the filtered image, area_iso the pixels whose unfiltered value is above the
+    // threshold (ISOAREA_IMAGE); false: weighted by the unfiltered image, area_iso the footprint.
+    bool sextractorIso = false;
     // XWIN/YWIN window (SExtractor: Gaussian of sigma = d50 / 2.35, d50 = half-light diameter): here the
     // half-light radius comes from the isophotal pixels' growth curve around the barycentre.
     double windowSigmaFactor = 2.0 / 2.35482; // sigma = factor * half-light radius
@@ -47,21 +52,21 @@ struct DetectionParams {
     // half-light radius of 298 px: a 1146 x 1867 px window, 16 times (0.5 s of the CPU detection); at 50 px
     // (a 400 px window) only objects with a half-light radius over ~59 px are affected.
     double windowMaxSigma = 50.0;
-    int windowMaxIterations = 16;             // WINPOS_NITERMAX
-    double windowTolerance = 2e-4;            // px, the iteration stops when a step is shorter
+    int windowMaxIterations = 16;  // WINPOS_NITERMAX
+    double windowTolerance = 2e-4; // px, the iteration stops when a step is shorter
 };
 
 void to_json(nlohmann::json& j, const DetectionParams& p);
 void from_json(const nlohmann::json& j, DetectionParams& p); // missing keys keep their defaults
 
 struct DetectionResult {
-    Sources sources;                  // every column filled; segmentId = index + 1
+    Sources sources; // every column filled; segmentId = index + 1
     // 0 = no object, else segmentId of the owning object. Shared and immutable (copies are O(1)); the CUDA
     // detection leaves it on the device until a host consumer calls segmentation.host().
     SegmentationMap segmentation;
-    std::size_t nBeforeDeblend = 0;   // connected regions of >= minArea pixels
-    std::size_t nDeblended = 0;       // objects after deblending
-    std::size_t nCleaned = 0;         // objects merged into a brighter neighbour by cleaning
+    std::size_t nBeforeDeblend = 0; // connected regions of >= minArea pixels
+    std::size_t nDeblended = 0;     // objects after deblending
+    std::size_t nCleaned = 0;       // objects merged into a brighter neighbour by cleaning
 };
 
 // image: the frame's pixels; mask: optional (empty view = none), MaskBits: MaskBad / MaskCosmicRay

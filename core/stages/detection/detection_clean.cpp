@@ -572,12 +572,12 @@ void finishObjectsFromSums(std::size_t n, const ObjectRuns* objects, const IsoSu
         } else {
             dst.runs.assign(src.runs, src.runs + src.nRuns);
         }
-        IsoMeasure e = finishIsophotal(*isoSums[j], width, height);
+        IsoMeasure e = finishIsophotal(*isoSums[j], width, height, p.sextractorIso);
         if (!mergeFirst.empty() && mergeFirst[j] >= 0) {
             for (std::size_t k = static_cast<std::size_t>(mergeFirst[j]);
                  k < merged.size() && t[merged[k]] == j; ++k) {
                 const std::int32_t i = merged[k];
-                cleanMerge(e, finishIsophotal(*isoSums[i], width, height));
+                cleanMerge(e, finishIsophotal(*isoSums[i], width, height, p.sextractorIso));
                 dst.runs.insert(dst.runs.end(), objects[i].runs, objects[i].runs + objects[i].nRuns);
             }
             std::sort(dst.runs.begin(), dst.runs.end(),

@@ -139,7 +139,9 @@ void deblendObject(const std::vector<Run>& root, const DetectionImages& im, cons
 // Isophotal measurements of one object (all pixels of its footprint, raster order, double sums).
 struct IsoMeasure {
     double flux = 0.0, fluxVar = 0.0;
-    std::int32_t area = 0;
+    std::int32_t area = 0; // the footprint's pixels
+    std::int32_t isoArea =
+        0; // the catalog's area_iso: area, or (sextractorIso) the pixels above the threshold
     double xIso = 0.0, yIso = 0.0, x2 = 0.0, y2 = 0.0, xy = 0.0, a = 0.0, b = 0.0, theta = 0.0;
     double cxx = 0.0, cyy = 0.0, cxy = 0.0; // r^2 = cxx dx^2 + cyy dy^2 + cxy dx dy, in units of sigma
     double peak = 0.0;                      // unfiltered
@@ -155,8 +157,10 @@ IsoMeasure measureIsophotal(const std::vector<Run>& runs, const DetectionImages&
 // measureIsophotal in two halves: the per-pixel sums (detection_sums.hpp's isoAddRun over the runs in
 // order; also computed by the CUDA per-object kernels) and the measurement made from them.
 struct IsoSums {
-    double x0 = 0.0, y0 = 0.0;                               // the first pixel (reference for the sums)
-    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0; // value-weighted
+    double x0 = 0.0, y0 = 0.0;                                     // the first pixel (reference for the sums)
+    double s = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;       // value-weighted
+    double ds = 0, dsx = 0, dsy = 0, dsxx = 0, dsyy = 0, dsxy = 0; // weighted by the filtered value
+    double nAbove = 0; // pixels whose unfiltered value is above the threshold
     double n = 0, nx = 0, ny = 0, nxx = 0, nyy = 0, nxy = 0; // unweighted (fallback)
     double var = 0;
     double peak = -std::numeric_limits<double>::infinity();
@@ -168,7 +172,9 @@ struct IsoSums {
 };
 IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im,
                             const DetectionParams& p);
-IsoMeasure finishIsophotal(const IsoSums& sums, int width, int height);
+// sextractorIso: DetectionParams::sextractorIso (barycentre and shape from the filtered-value sums, isoArea
+// the pixels above the threshold).
+IsoMeasure finishIsophotal(const IsoSums& sums, int width, int height, bool sextractorIso);
 
 // Windowed centroid (XWIN/YWIN) and its error.
 struct WindowResult {
@@ -227,6 +233,7 @@ inline void cleanMerge(IsoMeasure& e, const IsoMeasure& v) {
     e.flux += v.flux;
     e.fluxVar += v.fluxVar;
     e.area += v.area;
+    e.isoArea += v.isoArea;
     e.peak = std::max(e.peak, v.peak);
     e.xMin = std::min(e.xMin, v.xMin);
     e.xMax = std::max(e.xMax, v.xMax);

@@ -16,7 +16,8 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr double kRadToDeg = 180.0 / kPi;
 } // namespace
 
-IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p) {
+IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages& im,
+                            const DetectionParams& p) {
     IsoSums q;
     q.x0 = runs.front().x0;
     q.y0 = runs.front().y;
@@ -30,7 +31,8 @@ IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages&
         const float* rrow = im.rms.data ? im.rms.row(r.y) : nullptr;
         const std::uint8_t* srow = im.state.row(r.y);
         isoAddRun(q, r, p.gain, [&](std::int32_t x) {
-            return IsoPixel{vrow[x], drow[x], rrow ? rrow[x] : im.rmsSampler->rmsAt(x, r.y), srow[x]};
+            const float rms = rrow ? rrow[x] : im.rmsSampler->rmsAt(x, r.y);
+            return IsoPixel{vrow[x], drow[x], rms, srow[x], im.absolute ? im.threshold : im.threshold * rms};
         });
     }
     q.thrAtPeak = im.thresholdAt(q.detPeakX, q.detPeakY);
@@ -39,13 +41,15 @@ IsoSums accumulateIsophotal(const std::vector<Run>& runs, const DetectionImages&
 
 IsoMeasure measureIsophotal(const std::vector<Run>& runs, const DetectionImages& im,
                             const DetectionParams& p) {
-    return finishIsophotal(accumulateIsophotal(runs, im, p), im.width, im.height);
+    return finishIsophotal(accumulateIsophotal(runs, im, p), im.width, im.height, p.sextractorIso);
 }
 
-IsoMeasure finishIsophotal(const IsoSums& q, int width, int height) {
+IsoMeasure finishIsophotal(const IsoSums& q, int width, int height, bool sextractorIso) {
     IsoMeasure m;
     const double x0 = q.x0, y0 = q.y0;
-    const double s = q.s, sx = q.sx, sy = q.sy, sxx = q.sxx, syy = q.syy, sxy = q.sxy;
+    const bool d = sextractorIso;
+    const double s = d ? q.ds : q.s, sx = d ? q.dsx : q.sx, sy = d ? q.dsy : q.sy;
+    const double sxx = d ? q.dsxx : q.sxx, syy = d ? q.dsyy : q.syy, sxy = d ? q.dsxy : q.sxy;
     const double n = q.n, nx = q.nx, ny = q.ny, nxx = q.nxx, nyy = q.nyy, nxy = q.nxy;
     const std::uint8_t stateOr = q.stateOr;
     m.xMin = q.xMin;
@@ -55,7 +59,8 @@ IsoMeasure finishIsophotal(const IsoSums& q, int width, int height) {
     m.detPeakX = q.detPeakX;
     m.detPeakY = q.detPeakY;
     m.area = static_cast<std::int32_t>(n);
-    m.flux = s;
+    m.isoArea = static_cast<std::int32_t>(d ? q.nAbove : n);
+    m.flux = q.s;
     m.fluxVar = q.var;
     m.peak = q.peak;
     m.detPeak = q.detPeak;
@@ -126,8 +131,9 @@ struct HostWindowImage {
     const DetectionImages& im;
     const Image<std::int32_t>& seg;
     HostWindowRow row(int y) const {
-        return {im.sub.row(y), im.rms.data ? im.rms.row(y) : nullptr, im.state.row(y), seg.row(y), im.rmsSampler,
-                y};
+        return {im.sub.row(y),   im.rms.data ? im.rms.row(y) : nullptr,
+                im.state.row(y), seg.row(y),
+                im.rmsSampler,   y};
     }
 };
 

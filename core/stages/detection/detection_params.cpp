@@ -63,6 +63,11 @@ std::vector<ParamDef> detection() {
             .sex("CLEAN_PARAM")
             .range(0.1, 10)
             .ui(0.1, 2),
+        F(sextractorIso)
+            .lbl("SExtractor isophotes")
+            .doc("Barycentre and shape weighted by the filtered image, isophotal area above the threshold "
+                 "in the unfiltered one (SExtractor's X_IMAGE, A_IMAGE, ISOAREA_IMAGE)")
+            .sex("X_IMAGE, A_IMAGE, ISOAREA_IMAGE"),
         F(windowSigmaFactor)
             .lbl("Window σ factor")
             .doc("Windowed centroid (XWIN): window sigma = factor x half-light radius")

@@ -1,10 +1,10 @@
 #pragma once
 // The per-pixel sums of an object's isophotal measurement (detection_measure.cpp's measureIsophotal) and
 // of its CLEAN description (detection_clean.cpp), shared by the CPU stage and the CUDA per-object kernels
-// (kernels/detection/detection_objects.cu) so that both give the same bits (docs/ARCHITECTURE.md, Determinism): the
-// same operations in the same order (pixels in raster order), doubles, no fused multiply-adds. The sums are
-// finished on the host (finishIsophotal, describeFromSums: sqrt, atan2, log and pow of the C library).
-// Not a public API.
+// (kernels/detection/detection_objects.cu) so that both give the same bits (docs/ARCHITECTURE.md,
+// Determinism): the same operations in the same order (pixels in raster order), doubles, no fused
+// multiply-adds. The sums are finished on the host (finishIsophotal, describeFromSums: sqrt, atan2, log and
+// pow of the C library). Not a public API.
 #include <cstdint>
 #include <limits>
 
@@ -17,11 +17,13 @@ namespace gpuphot::detail {
 struct IsoPixel {
     float sub, det, rms;
     std::uint8_t state;
+    double thr; // the detection threshold at the pixel (DetectionImages::thresholdAt)
 };
 
 // Adds the pixels of run r (in order of x) to q; pix(x) gives the IsoPixel of (x, r.y). q.x0, q.y0 must be
 // set (the object's first pixel).
-template <class PixelOf> GPUPHOT_HD inline void isoAddRun(IsoSums& q, const Run& r, double gain, PixelOf pix) {
+template <class PixelOf>
+GPUPHOT_HD inline void isoAddRun(IsoSums& q, const Run& r, double gain, PixelOf pix) {
     q.xMin = r.x0 < q.xMin ? r.x0 : q.xMin; // std::min(xMin, x0)
     q.xMax = q.xMax < r.x1 ? r.x1 : q.xMax; // std::max(xMax, x1)
     const double dy = r.y - q.y0;
@@ -35,6 +37,14 @@ template <class PixelOf> GPUPHOT_HD inline void isoAddRun(IsoSums& q, const Run&
         q.sxx += v * dx * dx;
         q.syy += v * dy * dy;
         q.sxy += v * dx * dy;
+        const double d = px.det;
+        q.ds += d;
+        q.dsx += d * dx;
+        q.dsy += d * dy;
+        q.dsxx += d * dx * dx;
+        q.dsyy += d * dy * dy;
+        q.dsxy += d * dx * dy;
+        if (v > px.thr) q.nAbove += 1.0;
         q.n += 1.0;
         q.nx += dx;
         q.ny += dy;
@@ -67,7 +77,8 @@ struct CleanSums {
 };
 
 // Pass 1 of one pixel: d filtered, v unfiltered, t the pixel's threshold.
-GPUPHOT_HD inline void cleanAddPixel(CleanSums& c, std::int32_t x, std::int32_t y, double d, double v, double t) {
+GPUPHOT_HD inline void cleanAddPixel(CleanSums& c, std::int32_t x, std::int32_t y, double d, double v,
+                                     double t) {
     const double dx = x - c.x0, dy = y - c.y0;
     c.s += d;
     c.sx += d * dx;

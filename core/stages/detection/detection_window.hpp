@@ -1,7 +1,7 @@
 #pragma once
 // The arithmetic of the windowed positions (XWIN/YWIN, core/stages/detection/detection_measure.cpp's
-// measureWindowed), shared by the CPU stage and the CUDA finish step (kernels/detection/detection_finish.cu) so that
-// both give the same bits (docs/ARCHITECTURE.md, Determinism): the same operations in the same order,
+// measureWindowed), shared by the CPU stage and the CUDA finish step (kernels/detection/detection_finish.cu)
+// so that both give the same bits (docs/ARCHITECTURE.md, Determinism): the same operations in the same order,
 // doubles, no fused multiply-adds (-ffp-contract=off / -fmad=false), and an exp of our own (the C library's
 // exp and CUDA's differ in the last bit for some arguments). Not a public API.
 #include <cmath>
@@ -75,8 +75,14 @@ struct WindowConfig {
     double maxSigma = 0.0; // 0: no ceiling
 };
 inline WindowConfig windowConfig(const DetectionParams& p, int width, int height) {
-    return {p.windowSigmaFactor, p.windowMinSigma, p.windowTolerance, p.gain, p.windowMaxIterations, width,
-            height, p.windowMaxSigma};
+    return {p.windowSigmaFactor,
+            p.windowMinSigma,
+            p.windowTolerance,
+            p.gain,
+            p.windowMaxIterations,
+            width,
+            height,
+            p.windowMaxSigma};
 }
 
 // Squared distance of pixel (x, y) from the barycentre: the growth curve's sort key.
@@ -118,7 +124,8 @@ struct WindowState {
     double x = 0.0, y = 0.0, errx2 = 0.0, erry2 = 0.0;
     bool ok = false;
 };
-// Gaussian window of sigma = max(minSigma, sigmaFactor * halfLight) at the barycentre, at most maxSigma (> 0).
+// Gaussian window of sigma = max(minSigma, sigmaFactor * halfLight) at the barycentre, at most maxSigma (>
+// 0).
 GPUPHOT_HD inline WindowState windowStart(const WindowObject& m, double halfLight, const WindowConfig& p) {
     WindowState s;
     const double fromLight = p.sigmaFactor * halfLight;
@@ -131,11 +138,14 @@ GPUPHOT_HD inline WindowState windowStart(const WindowObject& m, double halfLigh
     s.y = m.yIso;
     return s;
 }
-GPUPHOT_HD inline int windowIterations(const WindowConfig& p) { return p.maxIterations > 1 ? p.maxIterations : 1; }
+GPUPHOT_HD inline int windowIterations(const WindowConfig& p) {
+    return p.maxIterations > 1 ? p.maxIterations : 1;
+}
 // The pixel box of the window at the current position (clipped to the image; empty: xa > xb or ya > yb).
 // False when the position is far off the frame or not finite (the box would be empty: said explicitly,
 // since converting such values to int differs between the host and the device).
-GPUPHOT_HD inline bool windowBox(const WindowState& s, const WindowConfig& p, int& xa, int& xb, int& ya, int& yb) {
+GPUPHOT_HD inline bool windowBox(const WindowState& s, const WindowConfig& p, int& xa, int& xb, int& ya,
+                                 int& yb) {
     if (!(std::fabs(s.x) < 1e9) || !(std::fabs(s.y) < 1e9)) return false;
     const int fxa = static_cast<int>(std::floor(s.x - s.rMax));
     const int fxb = static_cast<int>(std::ceil(s.x + s.rMax));
@@ -153,8 +163,8 @@ struct WindowSums {
 };
 // Pixel (xx, yy) of row `row`: false when it does not count (outside the circle, bad, a neighbour's).
 template <class Row>
-GPUPHOT_HD bool windowTerms(const WindowState& s, const WindowConfig& p, std::int32_t segId, const Row& row, int xx,
-                            int yy, WindowSums& t) {
+GPUPHOT_HD bool windowTerms(const WindowState& s, const WindowConfig& p, std::int32_t segId, const Row& row,
+                            int xx, int yy, WindowSums& t) {
     const double dy = yy - s.y;
     const double dx = xx - s.x;
     const double r2 = dx * dx + dy * dy;
@@ -255,7 +265,7 @@ inline void setSourceRow(Sources& s, std::size_t k, const IsoMeasure& m, std::ui
     s.theta[k] = m.theta;
     s.fluxIso[k] = m.flux;
     s.fluxIsoErr[k] = std::sqrt(m.fluxVar);
-    s.areaIso[k] = m.area;
+    s.areaIso[k] = m.isoArea;
     s.peak[k] = m.peak;
     s.xMin[k] = m.xMin;
     s.xMax[k] = m.xMax;

@@ -1,4 +1,5 @@
 #include "core/stages/prepare/prepare.hpp"
+#include "core/stages/prepare/weight_map.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -15,8 +16,6 @@
 namespace gpuphot {
 
 // ---- JSON -------------------------------------------------------------------------------------------
-
-
 
 void to_json(nlohmann::json& j, const PrepareResult& r) {
     j = nlohmann::json{{"steps", r.steps},
@@ -35,7 +34,9 @@ void to_json(nlohmann::json& j, const PrepareResult& r) {
                        {"badPixels", r.badPixels},
                        {"saltPepperPixels", r.saltPepperPixels},
                        {"cosmicPixels", r.cosmicPixels},
-                       {"bayer", r.bayerApplied}};
+                       {"bayer", r.bayerApplied},
+                       {"weightMap", r.weightMap},
+                       {"weightUnusablePixels", r.weightUnusablePixels}};
 }
 
 // ---- sections, overscan, trim ------------------------------------------------------------------------
@@ -46,7 +47,8 @@ bool parseFitsSection(const std::string& text, int& x0, int& y0, int& width, int
         if (!std::isspace(static_cast<unsigned char>(c))) s += c;
     long a = 0, b = 0, c = 0, d = 0;
     char close = 0;
-    if (std::sscanf(s.c_str(), "[%ld:%ld,%ld:%ld%c", &a, &b, &c, &d, &close) != 5 || close != ']') return false;
+    if (std::sscanf(s.c_str(), "[%ld:%ld,%ld:%ld%c", &a, &b, &c, &d, &close) != 5 || close != ']')
+        return false;
     if (a < 1 || b < 1 || c < 1 || d < 1) return false;
     if (a > b) std::swap(a, b);
     if (c > d) std::swap(c, d);
@@ -59,7 +61,9 @@ bool parseFitsSection(const std::string& text, int& x0, int& y0, int& width, int
 
 namespace {
 
-std::string describe(const Frame& f) { return f.path.empty() ? std::string("the frame") : f.path; }
+std::string describe(const Frame& f) {
+    return f.path.empty() ? std::string("the frame") : f.path;
+}
 
 struct Section {
     int x0 = 0, y0 = 0, w = 0, h = 0;
@@ -72,8 +76,8 @@ std::optional<Section> headerSection(const Frame& f, const char* key) {
     if (!parseFitsSection(*s, sec.x0, sec.y0, sec.w, sec.h))
         throw InvalidInput(describe(f) + ": " + key + " = '" + *s + "' is not a FITS section [x1:x2,y1:y2]");
     if (sec.x0 + sec.w > f.width() || sec.y0 + sec.h > f.height())
-        throw InvalidInput(describe(f) + ": " + key + " = '" + *s + "' lies outside the " + std::to_string(f.width()) +
-                           "x" + std::to_string(f.height()) + " image");
+        throw InvalidInput(describe(f) + ": " + key + " = '" + *s + "' lies outside the " +
+                           std::to_string(f.width()) + "x" + std::to_string(f.height()) + " image");
     return sec;
 }
 
@@ -99,14 +103,15 @@ std::optional<std::pair<long long, long long>> binningOf(const Header& h) {
 std::string normalisedFilter(std::string s) {
     std::string out;
     for (char c : s)
-        if (!std::isspace(static_cast<unsigned char>(c))) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (!std::isspace(static_cast<unsigned char>(c)))
+            out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     return out;
 }
 
 } // namespace
 
-std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, double saturation, double fraction,
-                            int grow) {
+std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, double saturation,
+                            double fraction, int grow) {
     if (!std::isfinite(saturation) || saturation <= 0.0) return 0;
     const int w = px.width, h = px.height;
     // Columns holding a saturated pixel (a row-wise scan, branch-free, rows split over the threads; trails
@@ -122,7 +127,8 @@ std::size_t maskBleedTrails(const ImageView& px, Image<std::uint8_t>& mask, doub
         for (int y = 0; y < h; ++y) {
             if (!ok) continue;
             const std::uint8_t* m = mask.row(y);
-            for (int x = 0; x < w; ++x) local[x] |= static_cast<std::uint8_t>(m[x] & MaskSaturated);
+            for (int x = 0; x < w; ++x)
+                local[x] |= static_cast<std::uint8_t>(m[x] & MaskSaturated);
         }
 #pragma omp critical(gpuphot_bleed_columns)
         if (ok)
@@ -179,10 +185,11 @@ namespace {
 
 // The overscan of a frame with BIASSEC (params.overscan): one level, or one per row.
 struct OverscanLevels {
-    double level = 0.0;            // the median of BIASSEC
-    std::vector<double> rowLevel;  // per row of the frame (NaN outside BIASSEC's rows or without finite pixels)
+    double level = 0.0; // the median of BIASSEC
+    std::vector<double>
+        rowLevel; // per row of the frame (NaN outside BIASSEC's rows or without finite pixels)
     bool perRow = false;
-    double reported = 0.0;         // PrepareResult::overscanLevel
+    double reported = 0.0; // PrepareResult::overscanLevel
     double sub(int y) const { return perRow && std::isfinite(rowLevel[y]) ? rowLevel[y] : level; }
 };
 
@@ -247,7 +254,8 @@ void trimHeader(Frame& frame, const Section& t) {
 }
 
 bool bleedApplies(const Frame& frame, const PrepareParams& params) {
-    return params.bleedTrails && std::isfinite(frame.instrument.saturation) && frame.instrument.saturation > 0.0;
+    return params.bleedTrails && std::isfinite(frame.instrument.saturation) &&
+           frame.instrument.saturation > 0.0;
 }
 
 void ensureMask(Frame& frame) {
@@ -263,8 +271,8 @@ PrepareResult applyOverscanAndTrim(Frame& frame, const PrepareParams& params, Ru
     r.rawHeight = frame.height();
     ensureMask(frame);
     if (bleedApplies(frame, params)) {
-        r.bleedPixels = maskBleedTrails(frame.view(), frame.mask, frame.instrument.saturation, params.bleedFraction,
-                                        params.bleedGrow);
+        r.bleedPixels = maskBleedTrails(frame.view(), frame.mask, frame.instrument.saturation,
+                                        params.bleedFraction, params.bleedGrow);
         if (r.bleedPixels > 0) r.steps.push_back("bleed trails");
     }
     const int w = frame.width(), h = frame.height();
@@ -274,7 +282,8 @@ PrepareResult applyOverscanAndTrim(Frame& frame, const PrepareParams& params, Ru
         for (int y = 0; y < h; ++y) {
             const double sub = o->sub(y);
             float* p = frame.pixels.row(y);
-            for (int x = 0; x < w; ++x) p[x] = static_cast<float>(p[x] - sub);
+            for (int x = 0; x < w; ++x)
+                p[x] = static_cast<float>(p[x] - sub);
         }
         r.overscanApplied = true;
         r.steps.push_back(o->perRow ? "overscan (per row)" : "overscan");
@@ -284,7 +293,8 @@ PrepareResult applyOverscanAndTrim(Frame& frame, const PrepareParams& params, Ru
         Image<std::uint8_t> m(t->w, t->h, Image<std::uint8_t>::NoInit{});
 #pragma omp parallel for num_threads(ctx.threadCount()) schedule(static)
         for (int y = 0; y < t->h; ++y) {
-            std::copy(frame.pixels.row(y + t->y0) + t->x0, frame.pixels.row(y + t->y0) + t->x0 + t->w, px.row(y));
+            std::copy(frame.pixels.row(y + t->y0) + t->x0, frame.pixels.row(y + t->y0) + t->x0 + t->w,
+                      px.row(y));
             std::copy(frame.mask.row(y + t->y0) + t->x0, frame.mask.row(y + t->y0) + t->x0 + t->w, m.row(y));
         }
         frame.pixels = std::move(px);
@@ -305,9 +315,9 @@ void completePrepareInputs(PrepareInputs& in, const PrepareParams& params) {
     for (const auto* m : {&in.bias, &in.dark, &in.flat}) {
         if (!*m) continue;
         if (ref && ((*m)->width() != ref->width() || (*m)->height() != ref->height()))
-            throw InvalidInput((*m)->path + " is " + std::to_string((*m)->width()) + "x" + std::to_string((*m)->height()) +
-                               " but " + ref->path + " is " + std::to_string(ref->width()) + "x" +
-                               std::to_string(ref->height()));
+            throw InvalidInput((*m)->path + " is " + std::to_string((*m)->width()) + "x" +
+                               std::to_string((*m)->height()) + " but " + ref->path + " is " +
+                               std::to_string(ref->width()) + "x" + std::to_string(ref->height()));
         if (!ref) ref = &**m;
     }
     if (in.dark) {
@@ -327,8 +337,10 @@ void completePrepareInputs(PrepareInputs& in, const PrepareParams& params) {
         if (in.badPixels.empty()) {
             in.badPixels = found.mask;
             in.badPixelPath = "masters";
-        } else if (in.badPixels.width() == found.mask.width() && in.badPixels.height() == found.mask.height()) {
-            for (std::size_t i = 0; i < found.mask.pixelCount(); ++i) in.badPixels.data()[i] |= found.mask.data()[i];
+        } else if (in.badPixels.width() == found.mask.width() &&
+                   in.badPixels.height() == found.mask.height()) {
+            for (std::size_t i = 0; i < found.mask.pixelCount(); ++i)
+                in.badPixels.data()[i] |= found.mask.data()[i];
         } else {
             throw InvalidInput(in.badPixelPath + " is " + std::to_string(in.badPixels.width()) + "x" +
                                std::to_string(in.badPixels.height()) + " but " + ref->path + " is " +
@@ -350,8 +362,8 @@ ImageViewT<T> aligned(const Image<T>& img, const std::string& what, const Frame&
     if (r.trimmed && v.width == r.rawWidth && v.height == r.rawHeight)
         return {v.data + static_cast<std::ptrdiff_t>(r.trimY0) * v.stride + r.trimX0, w, h, v.stride};
     throw InvalidInput(describe(frame) + " is " + std::to_string(w) + "x" + std::to_string(h) +
-                       (r.trimmed ? " (trimmed)" : "") + " but " + what + " is " + std::to_string(v.width) + "x" +
-                       std::to_string(v.height));
+                       (r.trimmed ? " (trimmed)" : "") + " but " + what + " is " + std::to_string(v.width) +
+                       "x" + std::to_string(v.height));
 }
 
 void checkCompatible(const Frame& frame, const CalibrationImage& c, const char* role) {
@@ -364,7 +376,8 @@ void checkCompatible(const Frame& frame, const CalibrationImage& c, const char* 
 
 // Steps 4-5's inputs checked and aligned with the (trimmed) w x h frame; r: the trim so far. Fills
 // r.darkScale.
-PrepareCalibration calibrationViews(const Frame& frame, int w, int h, const PrepareInputs* inputs, PrepareResult& r) {
+PrepareCalibration calibrationViews(const Frame& frame, int w, int h, const PrepareInputs* inputs,
+                                    PrepareResult& r) {
     PrepareCalibration cal;
     if (!inputs) return cal;
     if (inputs->bias) {
@@ -384,7 +397,8 @@ PrepareCalibration calibrationViews(const Frame& frame, int w, int h, const Prep
         if (!td || !(*td > 0.0))
             throw InvalidInput("the master dark " + inputs->dark->path + " has no positive EXPTIME");
         if (!std::isfinite(tf) || tf < 0.0)
-            throw InvalidInput(describe(frame) + " has no EXPTIME to scale the master dark " + inputs->dark->path);
+            throw InvalidInput(describe(frame) + " has no EXPTIME to scale the master dark " +
+                               inputs->dark->path);
         r.darkScale = tf / *td;
     }
     if (inputs->flat) {
@@ -398,7 +412,8 @@ PrepareCalibration calibrationViews(const Frame& frame, int w, int h, const Prep
         cal.flatMask = aligned(inputs->flat->mask, what, frame, w, h, r);
     }
     if (!inputs->badPixels.empty())
-        cal.badPixels = aligned(inputs->badPixels, "the bad-pixel mask " + inputs->badPixelPath, frame, w, h, r);
+        cal.badPixels =
+            aligned(inputs->badPixels, "the bad-pixel mask " + inputs->badPixelPath, frame, w, h, r);
     cal.darkScale = r.darkScale;
     return cal;
 }
@@ -430,8 +445,10 @@ std::size_t calibrateOnHost(Frame& frame, const PrepareCalibration& c, RunContex
             if (b) v -= b[x];
             if (d) v = static_cast<float>(v - ds * d[x]);
             if (f) {
-                if (std::isfinite(f[x]) && f[x] > minFlat) v /= f[x];
-                else isBad = true;
+                if (std::isfinite(f[x]) && f[x] > minFlat)
+                    v /= f[x];
+                else
+                    isBad = true;
             }
             p[x] = v;
             if (isBad && !(m[x] & MaskBad)) {
@@ -462,7 +479,8 @@ bool prepareOnDevice(Frame& frame, const PrepareInputs* inputs, const PreparePar
     if (o) {
         job.overscan = true;
         job.overscanRows.resize(frame.height());
-        for (int y = 0; y < frame.height(); ++y) job.overscanRows[y] = o->sub(y);
+        for (int y = 0; y < frame.height(); ++y)
+            job.overscanRows[y] = o->sub(y);
     }
     const auto t = trimSection(frame, params);
     job.outWidth = t ? t->w : frame.width();
@@ -476,7 +494,8 @@ bool prepareOnDevice(Frame& frame, const PrepareInputs* inputs, const PreparePar
     }
     cal = calibrationViews(frame, job.outWidth, job.outHeight, inputs, r);
     cal.minFlat = static_cast<float>(params.minFlat);
-    cal.keepOnDevice = !params.saltPepper && !params.cosmics && params.bayer == "none";
+    cal.keepOnDevice = !params.saltPepper && !params.cosmics && params.bayer == "none" &&
+                       !(inputs && !inputs->weight.empty());
     job.calibrate = anyCalibration(cal);
     job.cal = cal;
     bad = 0;
@@ -500,6 +519,26 @@ bool prepareOnDevice(Frame& frame, const PrepareInputs* inputs, const PreparePar
     return true;
 }
 
+// Step 9: the weight map's relative variance onto the frame, its unusable pixels MaskBad.
+void attachWeightMap(Frame& frame, const PrepareInputs& inputs, const PrepareParams& params,
+                     PrepareResult& r) {
+    const WeightMapType type = parseWeightMapType(params.weightType);
+    if (type == WeightMapType::None)
+        throw InvalidInput("weight map " + inputs.weightPath +
+                           ": say how to read it (--weight-type map_rms, map_var or map_weight)");
+    if (inputs.weight.width() != frame.width() || inputs.weight.height() != frame.height())
+        throw InvalidInput("weight map " + inputs.weightPath + " is " +
+                           std::to_string(inputs.weight.width()) + "x" +
+                           std::to_string(inputs.weight.height()) + " px, the prepared frame " +
+                           std::to_string(frame.width()) + "x" + std::to_string(frame.height()));
+    WeightVariance wv = weightToVariance(inputs.weight.view(), type, params.weightThreshold, frame.mask);
+    frame.weightVariance = std::make_shared<const Image<float>>(std::move(wv.variance));
+    frame.weightRescale = type != WeightMapType::Rms && params.rescaleWeights;
+    r.weightMap = inputs.weightPath.empty() ? std::string("(in memory)") : inputs.weightPath;
+    r.weightUnusablePixels = wv.unusable;
+    r.steps.push_back("weight map");
+}
+
 } // namespace
 
 double CalibrationImage::sectionMedian(const ImageView& section) const {
@@ -513,7 +552,8 @@ double CalibrationImage::sectionMedian(const ImageView& section) const {
     return m;
 }
 
-PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const PrepareParams& params, RunContext& ctx) {
+PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const PrepareParams& params,
+                           RunContext& ctx) {
     const double rawSaturation = frame.instrument.saturation;
     PrepareResult r;
     PrepareCalibration cal;
@@ -552,7 +592,8 @@ PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const Prep
     ctx.checkCancelled();
 
     if (params.saltPepper) {
-        const SaltPepperResult sp = saltPepperMask(frame.view(), frame.maskView(), params.saltPepperParams, ctx);
+        const SaltPepperResult sp =
+            saltPepperMask(frame.view(), frame.maskView(), params.saltPepperParams, ctx);
         std::size_t n = 0;
         for (std::size_t i = 0; i < sp.mask.pixelCount(); ++i)
             if (sp.mask.data()[i]) {
@@ -572,11 +613,14 @@ PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const Prep
         r.steps.push_back("bayer " + params.bayer);
     }
     if (params.cosmics) {
-        const CosmicRayResult cr = detectCosmicRays(frame.view(), frame.maskView(), frame.instrument, params.cosmic, ctx);
-        for (std::size_t i = 0; i < cr.mask.pixelCount(); ++i) frame.mask.data()[i] |= cr.mask.data()[i];
+        const CosmicRayResult cr =
+            detectCosmicRays(frame.view(), frame.maskView(), frame.instrument, params.cosmic, ctx);
+        for (std::size_t i = 0; i < cr.mask.pixelCount(); ++i)
+            frame.mask.data()[i] |= cr.mask.data()[i];
         r.cosmicPixels = cr.crPixels;
         r.steps.push_back("cosmic rays");
     }
+    if (inputs && !inputs->weight.empty()) attachWeightMap(frame, *inputs, params, r);
     return r;
 }
 

@@ -133,6 +133,23 @@ std::vector<ParamDef> prepare() {
             .lbl("Bayer (CFA)")
             .doc("Colour-filter-array frames: 2x2 super-pixel luminance or one colour")
             .oneOf({{"none", "none"}, {"lum", "luminance"}, {"r", "red"}, {"g", "green"}, {"b", "blue"}}),
+        F(weightType)
+            .flag("--weight-type")
+            .lbl("Weight map type")
+            .doc("How to read the weight map (--weight): RMS, variance or weight per pixel")
+            .sex("WEIGHT_TYPE")
+            .oneOf({{"none", "none"}, {"map_rms", "RMS"}, {"map_var", "variance"}, {"map_weight", "weight"}}),
+        F(weightThreshold)
+            .lbl("Weight threshold")
+            .doc("map_weight: weights at or below this are unusable; map_rms/map_var: values at or above "
+                 "(0: no limit)")
+            .sex("WEIGHT_THRESH")
+            .range(0, kNoLimit)
+            .ui(0.1, 3),
+        F(rescaleWeights)
+            .lbl("Rescale weights")
+            .doc("Scale a variance or weight map to the measured background noise")
+            .sex("RESCALE_WEIGHTS"),
     };
     params::append(v, params::nest(&P::saltPepperParams, "saltPepperParams", saltPepperTable()));
     params::append(v, params::nest(&P::cosmic, "cosmic", cosmicTable()));
