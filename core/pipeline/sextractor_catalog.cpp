@@ -17,6 +17,7 @@
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/sextractor_window.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/parallel.hpp"
 #include "core/util/text.hpp"
@@ -48,6 +49,10 @@ struct Inputs {
     }
     // The pixel minus the background (NaN stays NaN; masked pixels are not checked).
     double skySubtracted(int x, int y) const { return frame.pixels(x, y) - r.background.levelAt(x, y); }
+    // SExtractor's windowed measurement of every object (sextractor_window.hpp), made on first use.
+    const std::vector<SextractorWindow>& windows() const;
+    mutable std::vector<SextractorWindow> windowCache;
+    mutable bool windowsMade = false;
 };
 
 using Fill = std::function<void(const Inputs&, LdacColumn&)>;
@@ -154,13 +159,64 @@ Fill errorEllipse(int which) {
     };
 }
 
-// SExtractor's FLAGS bits 1, 2, 4, 8, 16 are gpuphot's bits 0..4; its 64 is gpuphot's deblend overflow.
+// SExtractor's APERT_PB (FLAGS 16) of its AUTO measurement: the box of the ellipse of 6 isophotal sigmas
+// (KRON_NSIG) about the barycentre, rounded as SExtractor does, leaves the frame.
+bool autoBoxLeavesFrame(double x, double y, double a, double b, double thetaDeg, int width, int height) {
+    if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(a) || !std::isfinite(b)) return false;
+    constexpr double kKronNSigma = 6.0;
+    const double t = thetaDeg * 3.14159265358979323846 / 180.0, c = std::cos(t), s = std::sin(t);
+    const double dx = kKronNSigma * std::sqrt(a * a * c * c + b * b * s * s);
+    const double dy = kKronNSigma * std::sqrt(a * a * s * s + b * b * c * c);
+    return std::lround(x - dx) < 0 || std::lround(x + dx) + 1 > width || std::lround(y - dy) < 0 ||
+           std::lround(y + dy) + 1 > height;
+}
+
+// SExtractor's CROWDED (FLAGS 1): more than 10 % of the pixels of the ellipse of 6 isophotal sigmas about
+// the barycentre (in the frame) belong to other objects or are unusable.
+bool crowdedAsSextractor(const Inputs& in, const Image<std::int32_t>& seg, std::int32_t own, double x,
+                         double y, double a, double b, double thetaDeg) {
+    if (!std::isfinite(x) || !std::isfinite(y) || !(a > 0.0) || !(b > 0.0)) return false;
+    const double t = thetaDeg * 3.14159265358979323846 / 180.0, c = std::cos(t), s = std::sin(t);
+    const double cxx = c * c / (a * a) + s * s / (b * b), cyy = s * s / (a * a) + c * c / (b * b);
+    const double cxy = 2.0 * c * s * (1.0 / (a * a) - 1.0 / (b * b));
+    const double dxl = 6.0 * std::sqrt(a * a * c * c + b * b * s * s),
+                 dyl = 6.0 * std::sqrt(a * a * s * s + b * b * c * c);
+    const int x0 = std::max(0, static_cast<int>(std::lround(x - dxl))),
+              x1 = std::min(in.frame.width(), static_cast<int>(std::lround(x + dxl)) + 1);
+    const int y0 = std::max(0, static_cast<int>(std::lround(y - dyl))),
+              y1 = std::min(in.frame.height(), static_cast<int>(std::lround(y + dyl)) + 1);
+    std::size_t area = 0, others = 0;
+    for (int py = y0; py < y1; ++py)
+        for (int px = x0; px < x1; ++px) {
+            const double dx = px - x, dy = py - y;
+            if (cxx * dx * dx + cyy * dy * dy + cxy * dx * dy > 36.0) continue;
+            ++area;
+            const std::int32_t id = seg.empty() ? 0 : seg(px, py);
+            if ((id != 0 && id != own) || in.frame.mask(px, py) != 0 ||
+                !std::isfinite(in.frame.pixels(px, py)))
+                ++others;
+        }
+    return area > 0 && static_cast<float>(others) / static_cast<float>(area) > 0.1f;
+}
+
+// SExtractor's FLAGS: 1 its CROWDED rule (crowdedAsSextractor); 2, 4, 8, 16 gpuphot's bits 1..4, and 16
+// also where an AUTO box or a window reaches the frame's edge (as SExtractor's APERT_PB); 64 gpuphot's
+// deblend overflow.
 std::vector<double> sextractorFlags(const Inputs& in) {
-    const std::vector<double> f = in.col("flags");
+    const std::vector<double> f = in.col("flags"), x = in.col("x_iso"), y = in.col("y_iso"), a = in.col("a"),
+                              b = in.col("b"), theta = in.col("theta"), id = in.col("id");
+    const std::vector<SextractorWindow>& win = in.windows();
+    const Image<std::int32_t>& seg = in.r.detection.segmentation.host();
     std::vector<double> out(in.n);
+#pragma omp parallel for schedule(dynamic, 64)
     for (std::size_t i = 0; i < in.n; ++i) {
         const auto bits = static_cast<std::uint32_t>(std::isfinite(f[i]) ? f[i] : 0.0);
-        out[i] = (bits & 31u) | ((bits & FlagDeblendOverflow) ? 64u : 0u);
+        const bool edge = win[i].truncated || autoBoxLeavesFrame(x[i] - 1.0, y[i] - 1.0, a[i], b[i], theta[i],
+                                                                 in.frame.width(), in.frame.height());
+        const bool crowded = crowdedAsSextractor(in, seg, static_cast<std::int32_t>(id[i]), x[i] - 1.0,
+                                                 y[i] - 1.0, a[i], b[i], theta[i]);
+        out[i] = (crowded ? 1u : 0u) | (bits & 30u) | ((bits & FlagDeblendOverflow) ? 64u : 0u) |
+                 (edge ? 16u : 0u);
     }
     return out;
 }
@@ -230,6 +286,64 @@ void fillFluxRadius(const Inputs& in, LdacColumn& c) {
         });
     errors.rethrow();
     putValues(c, flat);
+}
+
+// Each object's window from its isophotal barycentre, with FLUX_RADIUS(0.5) as the half-light radius; the
+// pixels' variance is the background RMS map's (the global RMS with WEIGHT_TYPE NONE, a weight map's).
+const std::vector<SextractorWindow>& Inputs::windows() const {
+    if (windowsMade) return windowCache;
+    const std::vector<double> xi = col("x_iso"), yi = col("y_iso"), x = col("x"), y = col("y"), a = col("a"),
+                              kron = col("kron_radius"), total = col("flux_auto");
+    windowCache.assign(n, SextractorWindow{kNan, kNan, kNan, kNan, kNan, kNan, kNan, false});
+    const WindowPixel pixel = [this](int px, int py, double& v, double& var) {
+        v = skySubtracted(px, py);
+        const double rms = r.background.rmsAt(px, py);
+        var = rms * rms;
+        return std::isfinite(v) && std::isfinite(var) && frame.mask(px, py) == 0;
+    };
+    // SExtractor's GAIN 0 (no photon noise) where the header has no gain
+    const double gain =
+        frame.instrument.gainSource != "default" && frame.instrument.gain > 0.0 ? frame.instrument.gain : 0.0;
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 64)
+    for (std::size_t i = 0; i < n; ++i)
+        errors.run([&] {
+            double rmax = std::isfinite(kron[i]) && std::isfinite(a[i]) ? kron[i] * a[i] : kNan;
+            if (!std::isfinite(rmax) || rmax < 3.0) rmax = 3.0;
+            double hl = kNan;
+            fluxRadius(*this, x[i] - 1.0, y[i] - 1.0, rmax, total[i], {0.5}, &hl);
+            if (!(hl > 0.0) || !std::isfinite(xi[i]) || !std::isfinite(yi[i])) return;
+            windowCache[i] =
+                sextractorWindow(pixel, frame.width(), frame.height(), xi[i] - 1.0, yi[i] - 1.0, hl, gain);
+        });
+    errors.rethrow();
+    windowsMade = true;
+    return windowCache;
+}
+
+// One value of every object's window (1-based positions), NaN where it could not be measured.
+Fill windowed(std::function<double(const SextractorWindow&)> of) {
+    return [of](const Inputs& in, LdacColumn& c) {
+        std::vector<double> v;
+        v.reserve(in.n);
+        for (const SextractorWindow& w : in.windows())
+            v.push_back(of(w));
+        putValues(c, v);
+    };
+}
+
+// Sky coordinates of the windowed positions.
+Fill windowedWorld(bool dec) {
+    return [dec](const Inputs& in, LdacColumn& c) {
+        const Wcs* wcs = in.r.fittedWcs ? in.r.fittedWcs.get() : in.frame.wcs.get();
+        std::vector<double> x, y, ra(in.n, kNan), de(in.n, kNan);
+        for (const SextractorWindow& w : in.windows()) {
+            x.push_back(w.x);
+            y.push_back(w.y);
+        }
+        if (wcs) wcs->pixelToWorld(x, y, ra, de);
+        putValues(c, dec ? de : ra);
+    };
 }
 
 // FWHM_IMAGE: 2 sqrt(A / pi), A the area above half the highest pixel, measured on the bilinear
@@ -309,14 +423,20 @@ const std::map<std::string, Builder>& builders() {
         m["NUMBER"] = {'J', "", "Running object number", S::Scalar, copyOf("id")};
         m["X_IMAGE"] = {'D', "pixel", "Object position along x", S::Scalar, copyOf("x_iso")};
         m["Y_IMAGE"] = {'D', "pixel", "Object position along y", S::Scalar, copyOf("y_iso")};
-        m["XWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along x", S::Scalar, copyOf("x")};
-        m["YWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along y", S::Scalar, copyOf("y")};
+        m["XWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along x", S::Scalar,
+                           windowed([](const SextractorWindow& w) { return w.x + 1.0; })};
+        m["YWIN_IMAGE"] = {'D', "pixel", "Windowed position estimate along y", S::Scalar,
+                           windowed([](const SextractorWindow& w) { return w.y + 1.0; })};
         m["ERRAWIN_IMAGE"] = {'E', "pixel", "RMS windowed pos error along major axis", S::Scalar,
-                              errorEllipse(0)};
+                              windowed([](const SextractorWindow& w) { return w.errA; })};
         m["ERRBWIN_IMAGE"] = {'E', "pixel", "RMS windowed pos error along minor axis", S::Scalar,
-                              errorEllipse(1)};
+                              windowed([](const SextractorWindow& w) { return w.errB; })};
         m["ERRTHETAWIN_IMAGE"] = {'E', "deg", "Windowed error ellipse pos angle (CCW/x)", S::Scalar,
-                                  errorEllipse(2)};
+                                  windowed([](const SextractorWindow& w) { return w.errTheta; })};
+        m["FLUX_WIN"] = {'E', "count", "Gaussian-weighted flux", S::Scalar,
+                         windowed([](const SextractorWindow& w) { return w.flux; })};
+        m["FLUXERR_WIN"] = {'E', "count", "RMS error for WIN flux", S::Scalar,
+                            windowed([](const SextractorWindow& w) { return w.fluxErr; })};
         m["ERRA_IMAGE"] = {'E', "pixel", "RMS position error along major axis", S::Scalar, errorEllipse(0)};
         m["ERRB_IMAGE"] = {'E', "pixel", "RMS position error along minor axis", S::Scalar, errorEllipse(1)};
         m["ERRTHETA_IMAGE"] = {'E', "deg", "Error ellipse position angle (CCW/x)", S::Scalar,
@@ -330,8 +450,8 @@ const std::map<std::string, Builder>& builders() {
         m["Y_WORLD"] = {'D', "deg", "Barycenter position along world y axis", S::Scalar,
                         world("x_iso", "y_iso", true)};
         m["ALPHAWIN_J2000"] = {'D', "deg", "Windowed right ascension (J2000)", S::Scalar,
-                               world("x", "y", false)};
-        m["DELTAWIN_J2000"] = {'D', "deg", "Windowed declination (J2000)", S::Scalar, world("x", "y", true)};
+                               windowedWorld(false)};
+        m["DELTAWIN_J2000"] = {'D', "deg", "Windowed declination (J2000)", S::Scalar, windowedWorld(true)};
         m["FLUX_AUTO"] = {'E', "count", "Flux within a Kron-like elliptical aperture", S::Scalar,
                           copyOf("flux_auto")};
         m["FLUXERR_AUTO"] = {'E', "count", "RMS error for AUTO flux", S::Scalar, copyOf("fluxerr_auto")};
@@ -371,13 +491,9 @@ const std::map<std::string, Builder>& builders() {
                                putValues(c, magErrors(in.col("flux_psf"), in.col("fluxerr_psf")));
                            }};
         m["SNR_WIN"] = {'E', "", "Signal-to-noise ratio in a Gaussian window", S::Scalar,
-                        [](const Inputs& in, LdacColumn& c) {
-                            const std::vector<double> f = in.col("flux_auto"), e = in.col("fluxerr_auto");
-                            std::vector<double> s(in.n);
-                            for (std::size_t i = 0; i < in.n; ++i)
-                                s[i] = e[i] > 0 ? f[i] / e[i] : 0.0;
-                            putValues(c, s);
-                        }};
+                        windowed([](const SextractorWindow& w) {
+                            return w.fluxErr > 0.0 ? w.flux / w.fluxErr : 1e30; // SExtractor's BIG
+                        })};
         m["BACKGROUND"] = {
             'E', "count", "Background at centroid position", S::Scalar, [](const Inputs& in, LdacColumn& c) {
                 const std::vector<double> x = in.col("x_iso"), y = in.col("y_iso");
@@ -441,7 +557,9 @@ void addExtractionCards(Header& h, const Frame& frame, const PipelineResult& r) 
     h.set("SEXBKGND", r.background.globalLevel, "Median background level (ADU)");
     h.set("SEXBKDEV", r.background.globalRms, "Median background RMS (ADU)");
     h.set("SEXNFIN", static_cast<long long>(r.detection.sources.size()), "Final number of extracted sources");
-    h.set("SEXGAIN", frame.instrument.gain, "Gain used (e-/ADU)");
+    // SExtractor's GAIN 0 where the header gives none (gpuphot's own errors then take a gain of 1)
+    h.set("SEXGAIN", frame.instrument.gainSource == "default" ? 0.0 : frame.instrument.gain,
+          "Gain used (e-/ADU)");
     if (std::isfinite(frame.instrument.saturation))
         h.set("SEXSATLV", frame.instrument.saturation, "Saturation level used for flagging (ADU)");
     for (std::size_t k = 0; k < r.aperture.radii.size(); ++k)

@@ -386,7 +386,8 @@ void applyDeblendKeys(KeyState& k, DetectionParams& d) {
     k.applied("DEBLEND_MINCONT", "detection.deblendContrast");
     k.applied("CLEAN", "detection.clean");
     k.applied("CLEAN_PARAM", "detection.cleanParam");
-    d.sextractorIso = true; // SExtractor's isophotal barycentre, shape and area
+    d.sextractorIso = true;   // SExtractor's isophotal barycentre, shape and area
+    d.sextractorClean = true; // and its CLEAN order
     if (k.v.count("MASK_TYPE") && r.upper(k.get("MASK_TYPE")) != "CORRECT") k.unsupported("MASK_TYPE");
 }
 

@@ -88,13 +88,13 @@ __global__ void gatherBoxesKernel(DeviceDetectionImages im, const Box* boxes, in
 }
 
 __device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, std::int64_t nr, int k,
-                                detail::CleanSums& out);
+                                bool sexOrder, detail::CleanSums& out);
 
 // The isophotal sums (threads 0..nObj-1) and with clean the CLEAN sums (threads nObj..2 nObj-1) of every
 // object: one thread per object and kind, its runs in order, core's accumulation functions.
 __global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, const std::int64_t* start,
-                                 int nObj, double gain, int k, bool clean, detail::IsoSums* iso,
-                                 detail::CleanSums* cs) {
+                                 int nObj, double gain, int k, bool clean, bool sexOrder,
+                                 detail::IsoSums* iso, detail::CleanSums* cs) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const bool cleanThread = t >= nObj;
     const int i = cleanThread ? t - nObj : t;
@@ -102,7 +102,7 @@ __global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, cons
     const Run* r = runs + start[i];
     const std::int64_t nr = start[i + 1] - start[i];
     if (cleanThread) {
-        deviceCleanSums(im, r, nr, k, cs[i]);
+        deviceCleanSums(im, r, nr, k, sexOrder, cs[i]);
         return;
     }
     detail::IsoSums q;
@@ -126,24 +126,30 @@ __global__ void objectSumsKernel(DeviceDetectionImages im, const Run* runs, cons
 }
 
 // core's cleanSumsOf (detection_clean.cpp) of one object: mthresh selected in a per-thread array (k <=
-// kMaxMinArea).
+// kMaxMinArea); sexOrder (DetectionParams::sextractorClean): SExtractor's heap, core's sextractorMthresh
+// (the (k + 1)-th pixel left out; an object of k pixels keeps its first pixel's value).
 __device__ void deviceCleanSums(const DeviceDetectionImages& im, const Run* r, std::int64_t nr, int k,
-                                detail::CleanSums& out) {
+                                bool sexOrder, detail::CleanSums& out) {
     detail::CleanSums c;
     c.x0 = r[0].x0;
     c.y0 = r[0].y;
     float top[kMaxMinArea];
     int count = 0;
+    std::int64_t seen = 0;
+    float first = 0.0f;
     for (std::int64_t j = 0; j < nr; ++j) {
         const Run rj = r[j];
         for (std::int32_t x = rj.x0; x <= rj.x1; ++x) {
             const double d = im.detAt(x, rj.y), t = im.thresholdAt(x, rj.y);
             detail::cleanAddPixel(c, x, rj.y, d, im.subAt(x, rj.y), t);
-            detail::topKInsert(top, count, k, static_cast<float>(d - t));
+            const float v = static_cast<float>(d - t);
+            if (seen == 0) first = v;
+            if (!sexOrder || seen != k) detail::topKInsert(top, count, k, v);
+            ++seen;
         }
     }
     if (count >= k) {
-        c.mthresh = top[k - 1];
+        c.mthresh = sexOrder && seen == k ? first : top[k - 1];
         c.hasMthresh = true;
     }
     for (std::int64_t j = 0; j < nr; ++j) {
@@ -547,7 +553,7 @@ SumsHost launchRootSums(DeviceContext& dc, ObjectsScratch& scratch, Roots& roots
         DeviceBuffer<detail::CleanSums> dClean(dc, cleanAny ? nRoots : 0);
         objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nRoots, 128), 128, 0, dc.stream()>>>(
             im, roots.dRuns.get(), roots.dStart.get(), static_cast<int>(nRoots), p.gain, kTop, cleanAny,
-            dIso.get(), dClean.get());
+            p.sextractorClean, dIso.get(), dClean.get());
         checkLaunch("the root sums");
         dIso.download(h.iso, nRoots); // pinned: asynchronous
         if (cleanAny) dClean.download(h.clean, nRoots);
@@ -642,8 +648,8 @@ void childSums(DeviceContext& dc, const detail::ObjectPlan& plan, const SumsHost
     dc.uploadStaged(dRuns.get(), childRuns.data(), childRuns.size() * sizeof(Run));
     dc.uploadStaged(dStart.get(), childStart.data(), childStart.size() * sizeof(std::int64_t));
     objectSumsKernel<<<gridFor((cleanAny ? 2 : 1) * nChildren, 128), 128, 0, dc.stream()>>>(
-        im, dRuns.get(), dStart.get(), static_cast<int>(nChildren), p.gain, kTop, cleanAny, dIso.get(),
-        dClean.get());
+        im, dRuns.get(), dStart.get(), static_cast<int>(nChildren), p.gain, kTop, cleanAny, p.sextractorClean,
+        dIso.get(), dClean.get());
     checkLaunch("the children's sums");
     dIso.download(child.iso, nChildren);
     if (cleanAny) dClean.download(child.clean, nChildren);

@@ -17,6 +17,7 @@
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/pipeline/sextractor_catalog.hpp"
+#include "core/pipeline/sextractor_window.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
 #include "tests/test_support.hpp"
@@ -124,7 +125,9 @@ TEST(SextractorCatalog, ColumnsFollowSextractorsDefinitions) {
         else
             EXPECT_EQ(mag.e[i], 99.0f) << "SExtractor's magnitude of a non-positive flux";
         const auto bits = static_cast<std::uint32_t>(flags[i]);
-        EXPECT_EQ(column(cols, "FLAGS").i[i], static_cast<std::int16_t>(bits & 31u)) << "bits 1..16 shared";
+        const auto sexFlags = static_cast<std::uint32_t>(column(cols, "FLAGS").i[i]);
+        EXPECT_EQ(sexFlags & 14u, bits & 14u) << "bits 2..8 shared (1 is SExtractor's CROWDED rule)";
+        if (bits & 16u) EXPECT_TRUE(sexFlags & 16u) << "16 shared, and set where an AUTO box leaves the frame";
         EXPECT_GT(column(cols, "THETA_IMAGE").e[i], -90.0001f);
         EXPECT_LE(column(cols, "THETA_IMAGE").e[i], 90.0f);
     }
@@ -193,7 +196,13 @@ TEST(SextractorCatalog, LdacHoldsTheImageHeaderAndTheObjects) {
     writeSextractorCatalog(path, f.frame, f.result, f.catalog, o);
     const Table objects = readFitsTable(path, "LDAC_OBJECTS");
     ASSERT_EQ(objects.rows(), f.catalog.rows());
-    EXPECT_EQ(objects.doubles("XWIN_IMAGE"), f.catalog.doubles("x"));
+    // SExtractor's window (sextractor_window.hpp), near gpuphot's own windowed centroid
+    const std::vector<double> xwin = objects.doubles("XWIN_IMAGE"), x = f.catalog.doubles("x");
+    std::vector<double> dx;
+    for (std::size_t i = 0; i < x.size(); ++i)
+        dx.push_back(std::fabs(xwin[i] - x[i]));
+    std::nth_element(dx.begin(), dx.begin() + dx.size() / 2, dx.end());
+    EXPECT_LT(dx[dx.size() / 2], 0.02);
     EXPECT_EQ(objects.at("XWIN_IMAGE").unit, "pixel");
     EXPECT_EQ(objects.find("VIGNET"), nullptr) << "an array column (the reader skips them)";
     const std::string bytes = slurp(path);
@@ -229,4 +238,44 @@ TEST(SextractorCatalog, AsciiHeadNumbersTheColumns) {
     fields >> number >> a1;
     EXPECT_EQ(number, 1);
     EXPECT_NEAR(a1, f.catalog.doubles("flux_aper_1")[0], 1e-6 * std::abs(a1) + 1e-6);
+}
+
+// SExtractor's windowed centroid of a Gaussian star: the true centre, the window-weighted flux of a Gaussian
+// (F / (1 + s^2/w^2) for star sigma s and window sigma w, all of it inside 4 w), and errors that scale
+// with the noise; a masked pixel is replaced by its mirror through the centre.
+TEST(SextractorWindow, GaussianStarGivesItsCentreFluxAndErrors) {
+    const int w = 64, h = 64;
+    const double cx = 31.37, cy = 30.81, s = 1.5, flux = 10000.0;
+    std::vector<double> img(static_cast<std::size_t>(w * h));
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+            const double r2 = (x - cx) * (x - cx) + (y - cy) * (y - cy);
+            img[static_cast<std::size_t>(y * w + x)] = flux / (2 * M_PI * s * s) * std::exp(-0.5 * r2 / (s * s));
+        }
+    double sigma = 2.0;
+    int masked = -1;
+    const WindowPixel pixel = [&](int x, int y, double& v, double& var) {
+        v = img[static_cast<std::size_t>(y * w + x)];
+        var = sigma * sigma;
+        return y * w + x != masked;
+    };
+    const double hl = s * std::sqrt(2.0 * std::log(2.0)); // a Gaussian's half-light radius
+    const SextractorWindow a = sextractorWindow(pixel, w, h, 31.0, 31.0, hl, 0.0);
+    EXPECT_NEAR(a.x, cx, 0.002);
+    EXPECT_NEAR(a.y, cy, 0.002);
+    const double ws = hl * 2.0 / 2.35;
+    EXPECT_NEAR(a.flux, flux / (1.0 + s * s / (ws * ws)), 0.01 * flux);
+    EXPECT_GT(a.errA, 0.0);
+    EXPECT_GE(a.errA, a.errB);
+    EXPECT_FALSE(a.truncated);
+    sigma = 4.0;
+    const SextractorWindow b = sextractorWindow(pixel, w, h, 31.0, 31.0, hl, 0.0);
+    EXPECT_NEAR(b.fluxErr / a.fluxErr, 2.0, 1e-9);
+    EXPECT_NEAR(b.errA / a.errA, 2.0, 1e-6);
+    masked = 31 * w + 30; // a pixel next to the peak: its mirror stands in
+    const SextractorWindow c = sextractorWindow(pixel, w, h, 31.0, 31.0, hl, 0.0);
+    EXPECT_NEAR(c.x, cx, 0.05);
+    EXPECT_NEAR(c.flux, b.flux, 0.02 * flux);
+    const SextractorWindow e = sextractorWindow(pixel, w, h, 1.0, 30.0, hl, 0.0);
+    EXPECT_TRUE(e.truncated) << "a window at the frame's edge";
 }

@@ -1,8 +1,8 @@
 #!/bin/bash
 # `gpuphot reduce --sex` against Debian's source-extractor with the same .sex / .conv files (issue bars:
 # >= 98 % of SExtractor's objects matched one to one, FLUX_AUTO and FLUX_APER within 1 % (median)). Asserted
-# on a simulated field in four configurations and on a noisier copy of it with an RMS map and a weight map
-# (with a hole of zero weight); the real frames of tests/data are printed (docs/SEXTRACTOR.md).
+# on a simulated field in four configurations, on a noisier copy of it with an RMS map and a weight map
+# (with a hole of zero weight), and on the real PANOPTES and DECam frames of tests/data (docs/SEXTRACTOR.md).
 #   sex_peer_test.sh GPUPHOT      (exit 77: source-extractor or its configuration files are not installed)
 set -uo pipefail
 gp=$1
@@ -65,8 +65,8 @@ run sim default.conv 5 "${bars[@]}" -- -WEIGHT_TYPE BACKGROUND
 run noisy default.conv 3 "${bars[@]}" -- -WEIGHT_TYPE MAP_RMS -WEIGHT_IMAGE noisy.rms.fits
 run noisy gauss_4.0_7x7.conv 5 "${bars[@]}" -- -WEIGHT_TYPE MAP_WEIGHT -WEIGHT_IMAGE noisy.weight.fits
 for f in panoptes decam; do
-    run $f default.conv 3
-    run $f gauss_4.0_7x7.conv 5
-    run $f default.conv 2
+    run $f default.conv 3 "${bars[@]}"
+    run $f gauss_4.0_7x7.conv 5 "${bars[@]}"
+    run $f default.conv 2 "${bars[@]}"
 done
 exit $status

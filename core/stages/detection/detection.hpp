@@ -44,6 +44,10 @@ struct DetectionParams {
     // ellipse) weighted by the filtered image, area_iso the pixels whose unfiltered value is above the
     // threshold (ISOAREA_IMAGE); false: weighted by the unfiltered image, area_iso the footprint.
     bool sextractorIso = false;
+    // SExtractor's CLEAN order: objects in the order a scan completes them, each against the kept ones
+    // before it, fluxes growing as objects merge; false: each against its brighter neighbours' original
+    // wings, in order of brightness (independent of the scan).
+    bool sextractorClean = false;
     // XWIN/YWIN window (SExtractor: Gaussian of sigma = d50 / 2.35, d50 = half-light diameter): here the
     // half-light radius comes from the isophotal pixels' growth curve around the barycentre.
     double windowSigmaFactor = 2.0 / 2.35482; // sigma = factor * half-light radius

@@ -29,7 +29,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <new>
+#include <numeric>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -47,6 +49,30 @@
 
 namespace gpuphot::detail {
 
+namespace {
+// SExtractor's mthresh (examineiso's heap, pixels in raster order): the first k values are kept; the
+// (k + 1)-th pixel only sorts them and is itself dropped; later pixels replace the smallest kept one when
+// larger. mthresh is the smallest kept value, or the first pixel's when the object has exactly k pixels
+// (the heap was never sorted); objects of fewer than k pixels have none.
+void sextractorMthresh(const std::vector<float>& above, std::size_t k, CleanSums& c) {
+    if (above.size() < k) return;
+    std::vector<float> heap(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(k));
+    if (above.size() == k) {
+        c.mthresh = heap.front();
+    } else {
+        std::make_heap(heap.begin(), heap.end(), std::greater<float>()); // min-heap
+        for (std::size_t i = k + 1; i < above.size(); ++i)
+            if (above[i] > heap.front()) {
+                std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+                heap.back() = above[i];
+                std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+            }
+        c.mthresh = heap.front();
+    }
+    c.hasMthresh = true;
+}
+} // namespace
+
 CleanSums cleanSumsOf(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p) {
     CleanSums c;
     c.x0 = runs.front().x0;
@@ -62,7 +88,9 @@ CleanSums cleanSumsOf(const std::vector<Run>& runs, const DetectionImages& im, c
             above.push_back(static_cast<float>(d - t));
         }
     }
-    if (above.size() >= k) {
+    if (p.sextractorClean) {
+        sextractorMthresh(above, k, c);
+    } else if (above.size() >= k) {
         std::nth_element(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(k - 1), above.end(),
                          std::greater<float>());
         c.mthresh = above[k - 1];
@@ -91,6 +119,7 @@ struct CleanObject {
     double thresh = 0.0, abcor = 1.0, mthresh = 0.0;
     // The wing: W(r2) = amp (1 + alpha r2)^-beta; amp <= 0 or alpha <= 0: no wing.
     double amp = 0.0, alpha = 0.0;
+    std::int32_t yLast = 0, xFirst = 0; // the footprint's last row and first column (sextractorClean's order)
 };
 
 CleanObject describeFromSums(const CleanSums& c, double beta) {
@@ -144,7 +173,12 @@ CleanObject describeFromSums(const CleanSums& c, double beta) {
 
 CleanObject describe(const std::vector<Run>& runs, const DetectionImages& im, const DetectionParams& p,
                      double beta) {
-    return describeFromSums(cleanSumsOf(runs, im, p), beta);
+    CleanObject o = describeFromSums(cleanSumsOf(runs, im, p), beta);
+    o.yLast = runs.back().y;
+    o.xFirst = runs.front().x0;
+    for (const Run& r : runs)
+        o.xFirst = std::min(o.xFirst, r.x0);
+    return o;
 }
 
 // All above-threshold runs of the frame in raster order (the detection's thresholding rule).
@@ -304,15 +338,22 @@ void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height,
                     int threads, CleanScratchImpl& s);
 
 // cleanTargetsFromSums (count >= 2, cleanParam > 0) into s.final.
+// isoSums (null: none) give the footprints' extents for sextractorClean's order.
 const std::vector<std::int32_t>& cleanTargetsInto(std::size_t count, const CleanSums* const* sums, int width,
                                                   int height, const DetectionParams& p, int threads,
-                                                  CleanScratchImpl& s) {
+                                                  CleanScratchImpl& s,
+                                                  const IsoSums* const* isoSums = nullptr) {
     const auto n = static_cast<std::int64_t>(count);
     s.o.reserve(count); // constructed below, in parallel
     CleanObject* o = s.o.data();
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
-    for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t i = 0; i < n; ++i) {
         new (o + i) CleanObject(describeFromSums(*sums[i], p.cleanParam));
+        if (isoSums) {
+            o[i].yLast = isoSums[i]->yMax;
+            o[i].xFirst = isoSums[i]->xMin;
+        }
+    }
     cleanDescribed(static_cast<std::int32_t>(n), o, width, height, p, threads, s);
     return s.final;
 }
@@ -525,8 +566,9 @@ void finishObjectsFromSums(std::size_t n, const ObjectRuns* objects, const IsoSu
     CleanScratchImpl& s = scratch ? static_cast<CleanScratchImpl&>(*scratch) : localScratch;
     const bool anyClean = p.clean && cleanSums && n >= 2 && p.cleanParam > 0.0;
     const std::vector<std::int32_t>* target =
-        anyClean ? &cleanTargetsInto(n, cleanSums, width, height, p, storage->teamThreads(threads), s)
-                 : nullptr;
+        anyClean
+            ? &cleanTargetsInto(n, cleanSums, width, height, p, storage->teamThreads(threads), s, isoSums)
+            : nullptr;
     timer.lap("CLEAN targets (host)");
     // The kept objects in order, and the CLEANed ones of each kept object j in increasing index (applyClean's
     // order of the additions): `merged` holds the CLEANed objects by target, then index (one pass over the
@@ -827,10 +869,100 @@ void decideTargets(std::int32_t n, const CleanObject* o, CleanScratchImpl& s) {
     }
 }
 
+// SExtractor's wing of object o, with its flux and pixel count as merges have grown them, at offset (dx, dy)
+// from its barycentre (0 outside its validity).
+double growingWing(const CleanObject& o, double flux, double npix, double dx, double dy, double beta) {
+    const double unitArea = kPi * o.a * o.b;
+    const double amp = flux / (2.0 * unitArea * o.abcor);
+    if (!(o.thresh > 0.0)) return 0.0;
+    const double alpha = (std::pow(amp / o.thresh, 1.0 / beta) - 1.0) * unitArea / npix;
+    const double val = 1.0 + alpha * (o.cxx * dx * dx + o.cyy * dy * dy + o.cxy * dx * dy);
+    return val > 1.0 && val < 1e10 ? amp * std::pow(val, -beta) : 0.0;
+}
+
+// DetectionParams::sextractorClean: the objects in the order a scan completes them (last row, then first
+// column, then index), each against the kept objects before it in their order, as SExtractor's clean():
+// a brighter one whose wing is above the newcomer's mthresh takes it (the first such); else the newcomer
+// takes the fainter ones its wing lifts above their mthresh. The taker's flux and pixel count grow by the
+// taken object's. The targets, resolved to kept objects, into s.final.
+void sequentialClean(std::int32_t n, const CleanObject* o, double beta, CleanScratchImpl& s) {
+    constexpr double kCellSize = 32.0;
+    std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [o](std::int32_t a, std::int32_t b) {
+        return o[a].yLast != o[b].yLast     ? o[a].yLast < o[b].yLast
+               : o[a].xFirst != o[b].xFirst ? o[a].xFirst < o[b].xFirst
+                                            : a < b;
+    });
+    std::vector<double> flux(static_cast<std::size_t>(n)), npix(static_cast<std::size_t>(n));
+    double aMax = 0.0;
+    for (std::int32_t i = 0; i < n; ++i) {
+        flux[i] = o[i].flux;
+        npix[i] = static_cast<double>(o[i].npix);
+        if (o[i].valid) aMax = std::max(aMax, o[i].a);
+    }
+    std::vector<std::int32_t>& final = s.final;
+    final.assign(static_cast<std::size_t>(n), -1);
+    std::vector<std::int64_t> seq(static_cast<std::size_t>(n), -1); // list position; -1: not in the list
+    std::map<std::pair<int, int>, std::vector<std::int32_t>> cells; // the list's objects by cell
+    auto cellOf = [](double v) { return static_cast<int>(std::floor(v / kCellSize)); };
+    std::int64_t next = 0;
+    std::vector<std::int32_t> near, victims;
+    for (const std::int32_t q : order) {
+        const CleanObject& oq = o[q];
+        if (!oq.valid) continue;
+        const double reach = kCleanZone * (oq.a + aMax);
+        near.clear();
+        for (int cy = cellOf(oq.my - reach); cy <= cellOf(oq.my + reach); ++cy)
+            for (int cx = cellOf(oq.mx - reach); cx <= cellOf(oq.mx + reach); ++cx) {
+                const auto it = cells.find({cx, cy});
+                if (it == cells.end()) continue;
+                for (const std::int32_t j : it->second)
+                    if (seq[j] >= 0) near.push_back(j);
+            }
+        std::sort(near.begin(), near.end(), [&](std::int32_t a, std::int32_t b) { return seq[a] < seq[b]; });
+        victims.clear();
+        bool taken = false;
+        for (const std::int32_t j : near) {
+            const CleanObject& oj = o[j];
+            const double dx = oq.mx - oj.mx, dy = oq.my - oj.my, rlim = oq.a + oj.a;
+            if (!(dx * dx + dy * dy < rlim * rlim * kCleanZone * kCleanZone)) continue;
+            if (flux[j] < flux[q]) {
+                if (static_cast<float>(growingWing(oq, flux[q], npix[q], dx, dy, beta)) >
+                    static_cast<float>(oj.mthresh))
+                    victims.push_back(j);
+            } else if (static_cast<float>(growingWing(oj, flux[j], npix[j], dx, dy, beta)) >
+                       static_cast<float>(oq.mthresh)) {
+                final[q] = j;
+                flux[j] += flux[q];
+                npix[j] += npix[q];
+                taken = true;
+                break;
+            }
+        }
+        if (taken) continue;
+        for (auto v = victims.rbegin(); v != victims.rend(); ++v) {
+            final[*v] = q;
+            flux[q] += flux[*v];
+            npix[q] += npix[*v];
+            seq[*v] = -1;
+        }
+        seq[q] = next++;
+        cells[{cellOf(oq.mx), cellOf(oq.my)}].push_back(q);
+    }
+    for (std::int32_t i = 0; i < n; ++i) { // a taker taken later: its objects go to the final taker
+        std::int32_t t = final[i];
+        while (t >= 0 && final[t] >= 0)
+            t = final[t];
+        final[i] = t;
+    }
+}
+
 // CLEAN of the n described objects: grid, candidate pairs, decisions; the targets into s.final.
 void cleanDescribed(std::int32_t n, const CleanObject* o, int width, int height, const DetectionParams& p,
                     int threads, CleanScratchImpl& s) {
     const double beta = p.cleanParam;
+    if (p.sextractorClean) return sequentialClean(n, o, beta, s);
     StepTimer timer;
     const CellGrid grid{(width + kCell - 1) / kCell, (height + kCell - 1) / kCell};
     buildGrid(n, o, grid, threads, s);

@@ -68,6 +68,12 @@ std::vector<ParamDef> detection() {
             .doc("Barycentre and shape weighted by the filtered image, isophotal area above the threshold "
                  "in the unfiltered one (SExtractor's X_IMAGE, A_IMAGE, ISOAREA_IMAGE)")
             .sex("X_IMAGE, A_IMAGE, ISOAREA_IMAGE"),
+        F(sextractorClean)
+            .lbl("SExtractor CLEAN order")
+            .doc(
+                "CLEAN in the order a scan completes the objects, fluxes growing as they merge (SExtractor's "
+                "order-dependent CLEAN); off: in order of brightness against the original wings")
+            .sex("CLEAN"),
         F(windowSigmaFactor)
             .lbl("Window σ factor")
             .doc("Windowed centroid (XWIN): window sigma = factor x half-light radius")
