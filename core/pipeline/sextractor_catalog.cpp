@@ -11,6 +11,7 @@
 
 #include "core/catalog/table.hpp"
 #include "core/io/atomic_file.hpp"
+#include "core/io/fits_image.hpp"
 #include "core/io/fits_ldac.hpp"
 #include "core/model/flags.hpp"
 #include "core/model/frame.hpp"
@@ -49,6 +50,10 @@ struct Inputs {
     }
     // The pixel minus the background (NaN stays NaN; masked pixels are not checked).
     double skySubtracted(int x, int y) const { return frame.pixels(x, y) - r.background.levelAt(x, y); }
+    // FLAG_IMAGE's composite flag and its pixel count per object and flag image, made on first use.
+    const std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>>& imageFlags() const;
+    mutable std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>> flagCache;
+    mutable bool flagsMade = false;
     // SExtractor's windowed measurement of every object (sextractor_window.hpp), made on first use.
     const std::vector<SextractorWindow>& windows() const;
     mutable std::vector<SextractorWindow> windowCache;
@@ -321,6 +326,91 @@ const std::vector<SextractorWindow>& Inputs::windows() const {
     return windowCache;
 }
 
+// One object's composite of the non-zero flag values `v` (SExtractor's getflags; AND over the non-zero
+// values, where SExtractor's starts from 0 and so always gives 0) and how many pixels it rests on: all the
+// non-zero ones (OR, AND), those equal to the result (MIN, MAX, MOST).
+std::pair<std::uint32_t, std::int32_t> compositeFlag(std::vector<std::uint32_t>& v, const std::string& type) {
+    if (v.empty()) return {0u, 0};
+    const auto n = static_cast<std::int32_t>(v.size());
+    if (type == "OR" || type == "AND") {
+        std::uint32_t f = type == "OR" ? 0u : ~0u;
+        for (const std::uint32_t x : v)
+            f = type == "OR" ? (f | x) : (f & x);
+        return {f, n};
+    }
+    std::sort(v.begin(), v.end());
+    if (type == "MIN" || type == "MAX") {
+        const std::uint32_t f = type == "MIN" ? v.front() : v.back();
+        return {f, static_cast<std::int32_t>(std::count(v.begin(), v.end(), f))};
+    }
+    std::uint32_t best = v.front(); // MOST: the most frequent value (ties: the smallest)
+    std::int32_t bestCount = 0;
+    for (std::size_t i = 0; i < v.size();) {
+        std::size_t j = i;
+        while (j < v.size() && v[j] == v[i])
+            ++j;
+        if (static_cast<std::int32_t>(j - i) > bestCount) {
+            best = v[i];
+            bestCount = static_cast<std::int32_t>(j - i);
+        }
+        i = j;
+    }
+    return {best, bestCount};
+}
+
+// The flag image as unsigned integers, of the frame's size (else InvalidInput naming it).
+Image<std::uint32_t> readFlagImage(const std::string& path, const Frame& frame) {
+    const Frame f = readFrame(path);
+    if (f.width() != frame.width() || f.height() != frame.height())
+        throw InvalidInput("FLAG_IMAGE " + path + " is " + std::to_string(f.width()) + "x" +
+                           std::to_string(f.height()) + " px, the frame " + std::to_string(frame.width()) +
+                           "x" + std::to_string(frame.height()));
+    Image<std::uint32_t> out(f.width(), f.height(), 0u);
+    for (std::size_t i = 0; i < f.pixels.pixelCount(); ++i) {
+        const float v = f.pixels.data()[i];
+        out.data()[i] = std::isfinite(v) && v > 0.0f ? static_cast<std::uint32_t>(std::lround(v)) : 0u;
+    }
+    return out;
+}
+
+const std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>>& Inputs::imageFlags() const {
+    if (flagsMade) return flagCache;
+    const Image<std::int32_t>& seg = r.detection.segmentation.host();
+    flagCache.assign(o.flagImages.size(), std::vector<std::pair<std::uint32_t, std::int32_t>>(n, {0u, 0}));
+    for (std::size_t k = 0; k < o.flagImages.size(); ++k) {
+        const Image<std::uint32_t> flags = readFlagImage(o.flagImages[k], frame);
+        const std::string type = k < o.flagTypes.size() ? o.flagTypes[k] : "OR";
+        std::vector<std::vector<std::uint32_t>> values(n);
+        for (int y = 0; y < seg.height(); ++y)
+            for (int x = 0; x < seg.width(); ++x) {
+                const std::int32_t id = seg(x, y);
+                if (id > 0 && static_cast<std::size_t>(id) <= n && flags(x, y) != 0u)
+                    values[static_cast<std::size_t>(id - 1)].push_back(flags(x, y));
+            }
+        for (std::size_t i = 0; i < n; ++i)
+            flagCache[k][i] = compositeFlag(values[i], type);
+    }
+    flagsMade = true;
+    return flagCache;
+}
+
+// IMAFLAGS_ISO(n) / NIMAFLAGS_ISO(n): the first n flag images' composites, or their pixel counts.
+Fill imageFlagColumn(bool count) {
+    return [count](const Inputs& in, LdacColumn& c) {
+        const long m = c.dims.empty() ? 1 : c.dims[0];
+        if (m > static_cast<long>(in.o.flagImages.size()))
+            throw InvalidInput("SExtractor parameter " + c.name + " asks for " + std::to_string(m) +
+                               " flag images; FLAG_IMAGE gives " + std::to_string(in.o.flagImages.size()));
+        const auto& f = in.imageFlags();
+        std::vector<double> v(in.n * static_cast<std::size_t>(m));
+        for (std::size_t i = 0; i < in.n; ++i)
+            for (long k = 0; k < m; ++k)
+                v[i * static_cast<std::size_t>(m) + static_cast<std::size_t>(k)] =
+                    count ? f[k][i].second : static_cast<double>(f[k][i].first);
+        putValues(c, v);
+    };
+}
+
 // One value of every object's window (1-based positions), NaN where it could not be measured.
 Fill windowed(std::function<double(const SextractorWindow&)> of) {
     return [of](const Inputs& in, LdacColumn& c) {
@@ -536,6 +626,10 @@ const std::map<std::string, Builder>& builders() {
         m["FLAGS"] = {'I', "", "Extraction flags", S::Scalar,
                       [](const Inputs& in, LdacColumn& c) { putValues(c, sextractorFlags(in)); }};
         m["VIGNET"] = {'E', "count", "Pixel data around detection", S::Image, fillVignet};
+        m["IMAFLAGS_ISO"] = {'J', "", "FLAG-image flags OR'ed over the iso. profile", S::Vector,
+                             imageFlagColumn(false)};
+        m["NIMAFLAGS_ISO"] = {'J', "", "Number of flagged pixels entering IMAFLAGS_ISO", S::Vector,
+                              imageFlagColumn(true)};
         return m;
     }();
     return b;
@@ -718,7 +812,12 @@ void checkSextractorCatalog(const SextractorCatalogOptions& o) {
         if (s == Shape::Scalar && !p.dims.empty()) add(p.text() + ": takes no size");
         if (s == Shape::Vector && p.dims.size() > 1) add(p.text() + ": takes one size");
         if (s == Shape::Image && p.dims.size() != 2) add(p.text() + ": needs a size (w,h)");
+        if ((p.name == "IMAFLAGS_ISO" || p.name == "NIMAFLAGS_ISO") && o.flagImages.empty())
+            add(p.text() + ": needs FLAG_IMAGE");
     }
+    for (const std::string& t : o.flagTypes)
+        if (t != "OR" && t != "AND" && t != "MIN" && t != "MAX" && t != "MOST")
+            add("FLAG_TYPE " + t + ": OR, AND, MIN, MAX or MOST");
     if (!problems.empty()) throw InvalidInput("SExtractor catalog cannot be written as asked:" + problems);
 }
 

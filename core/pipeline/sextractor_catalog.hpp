@@ -33,6 +33,10 @@ struct SextractorCatalogOptions {
     double magZeropoint = 0.0;           // MAG_ZEROPOINT: MAG_* = magZeropoint - 2.5 log10(FLUX_*)
     std::vector<double> fluxFrac{0.5};   // PHOT_FLUXFRAC, for FLUX_RADIUS
     bool prefixStem = false;             // several frames in one run: STEM.<name> for each
+    // FLAG_IMAGE (read when IMAFLAGS_ISO or NIMAFLAGS_ISO is asked for) and FLAG_TYPE per image: OR, AND,
+    // MIN, MAX or MOST over the non-zero flag pixels of each object's isophotal footprint.
+    std::vector<std::string> flagImages;
+    std::vector<std::string> flagTypes;
 };
 
 // The parameters this writer gives, in the order docs/SEXTRACTOR.md lists them.

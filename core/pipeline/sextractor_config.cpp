@@ -234,6 +234,29 @@ std::string resolveBeside(const std::string& name, const std::string& sexPath) {
     return fs::exists(beside) ? beside.string() : name;
 }
 
+// FLAG_IMAGE, FLAG_TYPE -> the catalog's flag images, when its parameters ask for IMAFLAGS_ISO or
+// NIMAFLAGS_ISO (as SExtractor reads them only then): each found as given or beside the file.
+void applyFlagImageKeys(const Reader& r, std::map<std::string, std::string>& v, std::set<std::string>& done,
+                        SextractorCatalogOptions& cat) {
+    const bool asked = std::any_of(cat.params.begin(), cat.params.end(), [](const SextractorParam& p) {
+        return p.name == "IMAFLAGS_ISO" || p.name == "NIMAFLAGS_ISO";
+    });
+    cat.flagImages.clear();
+    cat.flagTypes.clear();
+    if (!asked) return;
+    done.insert("FLAG_IMAGE");
+    done.insert("FLAG_TYPE");
+    for (const std::string& f : r.list("FLAG_IMAGE", v.count("FLAG_IMAGE") ? v["FLAG_IMAGE"] : "flag.fits")) {
+        cat.flagImages.push_back(resolveBeside(f, r.s.path));
+        if (!std::filesystem::exists(cat.flagImages.back()))
+            throw InvalidInput(r.where("FLAG_IMAGE") + ": " + f + " not found (as given or beside the file)");
+    }
+    for (const std::string& t : r.list("FLAG_TYPE", v.count("FLAG_TYPE") ? v["FLAG_TYPE"] : "OR"))
+        cat.flagTypes.push_back(r.upper(t));
+    while (cat.flagTypes.size() < cat.flagImages.size())
+        cat.flagTypes.push_back(cat.flagTypes.back());
+}
+
 // CATALOG_NAME, CATALOG_TYPE, PARAMETERS_NAME, MAG_ZEROPOINT, PHOT_FLUXFRAC -> m.catalog. PARAMETERS_NAME
 // is looked for as given, then beside the file; when it is not there (a .sex is often passed on without
 // its default.param) the SExtractor catalog is left out, said in a difference, and the reduction goes on.
@@ -263,6 +286,7 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
         return;
     }
     cat.params = readSextractorParams(param);
+    applyFlagImageKeys(r, v, done, cat);
     if (cat.params.empty()) {
         m.writesCatalog = false;
         m.differences.push_back("PARAMETERS_NAME " + v["PARAMETERS_NAME"] +

@@ -174,6 +174,28 @@ TEST(SextractorConfig, WeightMapsAreReadInPreparation) {
     EXPECT_THROW(applyText(dir, "WEIGHT_TYPE MAP_SIGMA\nWEIGHT_IMAGE w.fits\n", c3), InvalidInput);
 }
 
+TEST(SextractorConfig, FlagImagesAreReadWhenTheirParametersAreAsked) {
+    test::TempDir dir("gpuphot_sex");
+    write(dir, "f.param", "NUMBER\nIMAFLAGS_ISO(2)\nNIMAFLAGS_ISO\n");
+    write(dir, "plain.param", "NUMBER\n");
+    write(dir, "a.fits", "x");
+    write(dir, "b.fits", "x");
+    PipelineConfig c;
+    const SextractorMapping m =
+        applyText(dir, "PARAMETERS_NAME f.param\nFLAG_IMAGE a.fits,b.fits\nFLAG_TYPE max\n", c);
+    EXPECT_EQ(m.catalog.flagImages, (std::vector<std::string>{dir / "a.fits", dir / "b.fits"}));
+    EXPECT_EQ(m.catalog.flagTypes, (std::vector<std::string>{"MAX", "MAX"})) << "one type for every image";
+    PipelineConfig c2;
+    const SextractorMapping plain =
+        applyText(dir, "PARAMETERS_NAME plain.param\nFLAG_IMAGE absent.fits\n", c2);
+    EXPECT_TRUE(plain.catalog.flagImages.empty()) << "not read unless IMAFLAGS_ISO is asked for";
+    EXPECT_TRUE(listed(plain.applied, "FLAG_IMAGE absent.fits -> no effect here"));
+    PipelineConfig c3;
+    EXPECT_THROW(applyText(dir, "PARAMETERS_NAME f.param\nFLAG_IMAGE absent.fits\n", c3), InvalidInput);
+    EXPECT_THROW(applyText(dir, "PARAMETERS_NAME f.param\nFLAG_IMAGE a.fits\nFLAG_TYPE XOR\n", c3),
+                 InvalidInput);
+}
+
 TEST(SextractorConfig, SurfaceBrightnessThresholdNeedsAPixelScale) {
     test::TempDir dir("gpuphot_sex");
     PipelineConfig c;

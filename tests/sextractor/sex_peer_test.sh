@@ -64,6 +64,29 @@ run sim gauss_4.0_7x7.conv 5 "${bars[@]}"
 run sim default.conv 5 "${bars[@]}" -- -WEIGHT_TYPE BACKGROUND
 run noisy default.conv 3 "${bars[@]}" -- -WEIGHT_TYPE MAP_RMS -WEIGHT_IMAGE noisy.rms.fits
 run noisy gauss_4.0_7x7.conv 5 "${bars[@]}" -- -WEIGHT_TYPE MAP_WEIGHT -WEIGHT_IMAGE noisy.weight.fits
+# FLAG_IMAGE: IMAFLAGS_ISO and NIMAFLAGS_ISO of a flag map of overlapping bit regions, every seventh row
+# flagged and a corner of random values; the same composite for >= 95 % of the matched objects.
+/usr/bin/python3 -c "
+import numpy as np
+from astropy.io import fits
+f = np.zeros((1024, 1024), np.int16)
+f[200:400, 100:600] |= 1
+f[300:700, 500:900] |= 4
+f[::7, :] |= 2
+f[800:1000, 0:300] = np.random.default_rng(4).integers(0, 9, (200, 300)).astype(np.int16)
+fits.writeto('sim.flag.fits', f)
+" || exit 1
+printf 'X_IMAGE\nY_IMAGE\nIMAFLAGS_ISO\nNIMAFLAGS_ISO\n' > flag.param
+for t in OR AND MIN MAX MOST; do
+    source-extractor sim.fits -c default.sex -PARAMETERS_NAME flag.param -FLAG_IMAGE sim.flag.fits -FLAG_TYPE $t \
+        -CATALOG_NAME se_flag.cat -VERBOSE_TYPE QUIET 2>/dev/null || { echo "source-extractor failed (flags)"; status=1; continue; }
+    rm -rf gpf
+    "$gp" reduce sim.fits --sex default.sex -PARAMETERS_NAME flag.param -FLAG_IMAGE sim.flag.fits -FLAG_TYPE $t \
+        -CATALOG_NAME gp_flag.cat -o gpf --no-tycho2 -q || { echo "gpuphot failed (flags)"; status=1; continue; }
+    min=95
+    [ $t = AND ] && min=0 # SExtractor's AND starts from 0 and always gives 0; gpuphot ANDs the non-zero flags
+    /usr/bin/python3 "$here/match_flags.py" se_flag.cat gpf/gp_flag.cat "$t" "$min" || status=1
+done
 for f in panoptes decam; do
     run $f default.conv 3 "${bars[@]}"
     run $f gauss_4.0_7x7.conv 5 "${bars[@]}"
