@@ -176,11 +176,23 @@ Instrument readInstrument(const Header& h, const InstrumentKeywords& keys, const
             inst.gainSource = n == 1 ? used : "mean(" + used + ")";
         }
     }
+    if (inst.gainSource == "default" && ov.gainIfAbsent) {
+        if (!(*ov.gainIfAbsent > 0.0) || !std::isfinite(*ov.gainIfAbsent))
+            badOverride("gain where the header has none", *ov.gainIfAbsent, "must be > 0 e-/ADU");
+        inst.gain = *ov.gainIfAbsent;
+        inst.gainSource = "gainIfAbsent";
+    }
     readBounded(h, keys.readNoise, ov.readNoise, {"read noise", "read noise", true, "e-", false},
                 inst.readNoise, inst.readNoiseSource);
     // An infinite saturation override means "none".
     readBounded(h, keys.saturation, ov.saturation, {"saturation", "saturation level", false, "ADU", true},
                 inst.saturation, inst.saturationSource);
+    if (inst.saturationSource == "default" && ov.saturationIfAbsent) {
+        if (!(*ov.saturationIfAbsent > 0.0))
+            badOverride("saturation where the header has none", *ov.saturationIfAbsent, "must be > 0 ADU");
+        inst.saturation = *ov.saturationIfAbsent;
+        inst.saturationSource = "saturationIfAbsent";
+    }
     readBounded(h, keys.exptime, ov.exptime, {"exposure time", "exposure time", true, "s", false},
                 inst.exptime, inst.exptimeSource);
 

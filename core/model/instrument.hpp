@@ -15,8 +15,9 @@ class Header;
 
 // Which header keywords hold each fact, in order of preference.
 struct InstrumentKeywords {
-    std::vector<std::string> gain{"GAIN", "EGAIN", "CCDGAIN", "GAINEFF"};          // e-/ADU
-    std::vector<std::string> gainPerAmp{"GAINA", "GAINB", "GAINC", "GAIND"};       // fallback: mean of those present
+    std::vector<std::string> gain{"GAIN", "EGAIN", "CCDGAIN", "GAINEFF"}; // e-/ADU
+    std::vector<std::string> gainPerAmp{"GAINA", "GAINB", "GAINC",
+                                        "GAIND"}; // fallback: mean of those present
     std::vector<std::string> readNoise{"RDNOISE", "READNOIS", "RON", "READNOISE", "RDNOISEA"}; // e-
     std::vector<std::string> saturation{"SATURATE", "SATLEVEL", "MAXLIN", "SATURATN"};         // ADU
     std::vector<std::string> exptime{"EXPTIME", "EXPOSURE", "ITIME", "EXP_TIME"};              // s
@@ -31,13 +32,15 @@ struct InstrumentKeywords {
 struct InstrumentOverrides {
     std::optional<double> gain, readNoise, saturation, exptime, airmass;
     std::optional<std::string> filter, object;
+    // Used only where the header has none (SExtractor's GAIN and SATUR_LEVEL beside GAIN_KEY, SATUR_KEY).
+    std::optional<double> gainIfAbsent, saturationIfAbsent;
 };
 
 struct Instrument {
-    double gain = 1.0;        // e-/ADU (1 when the header has none: gainSource says "default")
-    double readNoise = 0.0;   // e- RMS
+    double gain = 1.0;      // e-/ADU (1 when the header has none: gainSource says "default")
+    double readNoise = 0.0; // e- RMS
     double saturation = std::numeric_limits<double>::infinity(); // ADU, after BZERO/BSCALE
-    double exptime = std::nan("");  // s
+    double exptime = std::nan("");                               // s
     double airmass = std::nan("");
     double mjdStart = std::nan(""); // from MJD-OBS or DATE-OBS
     double mjdMid = std::nan("");   // mjdStart + exptime/2

@@ -48,6 +48,20 @@ std::vector<ParamDef> instrumentOverrides() {
         F(airmass).lbl("Airmass").doc("Overrides the header").range(0, 100).ui(0.01, 3).none("header"),
         F(filter).lbl("Filter").doc("Overrides the header"),
         F(object).lbl("Object").doc("Overrides the header"),
+        F(gainIfAbsent)
+            .advanced()
+            .in("e⁻/ADU")
+            .doc("Gain where the header has none")
+            .sex("GAIN (with GAIN_KEY)")
+            .range(0, 1e4)
+            .none("none"),
+        F(saturationIfAbsent)
+            .advanced()
+            .in("ADU")
+            .doc("Saturation level where the header has none")
+            .sex("SATUR_LEVEL (with SATUR_KEY)")
+            .range(0, 1e12)
+            .none("none"),
     };
 }
 

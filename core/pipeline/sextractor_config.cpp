@@ -499,13 +499,27 @@ void applyInstrumentKeys(KeyState& k, PipelineConfig& c) {
     c.keywords.gainPerAmp.clear();
     k.applied("SATUR_KEY", "keywords.saturation");
     k.applied("GAIN_KEY", "keywords.gain");
-    if (k.v.count("SATUR_LEVEL"))
-        k.m.differences.push_back("SATUR_LEVEL " + k.get("SATUR_LEVEL") +
-                                  ": SExtractor's value where the header lacks " + k.v["SATUR_KEY"] +
-                                  "; gpuphot then has no saturation level (give --saturation)");
-    if (k.v.count("GAIN"))
-        k.m.differences.push_back("GAIN " + k.get("GAIN") + ": SExtractor's value where the header lacks " +
-                                  k.v["GAIN_KEY"] + "; gpuphot then takes gain 1 (give --gain)");
+    const Reader& r = k.r;
+    if (k.v.count("SATUR_LEVEL")) {
+        const double sat = r.number("SATUR_LEVEL", k.get("SATUR_LEVEL"));
+        if (!(sat > 0.0)) throw InvalidInput(r.where("SATUR_LEVEL") + ": must be > 0");
+        c.instrument.saturationIfAbsent = sat;
+        k.applied("SATUR_LEVEL",
+                  "instrument.saturationIfAbsent (where the header lacks " + k.v["SATUR_KEY"] + ")");
+    }
+    if (k.v.count("GAIN")) {
+        const double gain = r.number("GAIN", k.get("GAIN"));
+        if (gain > 0.0) {
+            c.instrument.gainIfAbsent = gain;
+            k.applied("GAIN", "instrument.gainIfAbsent (where the header lacks " + k.v["GAIN_KEY"] + ")");
+        } else if (gain == 0.0) {
+            k.m.differences.push_back("GAIN 0 (no photon noise where the header lacks " + k.v["GAIN_KEY"] +
+                                      "): gpuphot's own errors then take a gain of 1; the windowed "
+                                      "SNR_WIN and FLUXERR_WIN have no photon noise, as SExtractor's");
+        } else {
+            throw InvalidInput(r.where("GAIN") + ": must be >= 0");
+        }
+    }
     k.get("PIXEL_SCALE"); // (used by DETECT_THRESH in mag/arcsec^2)
 }
 

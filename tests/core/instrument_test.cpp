@@ -195,3 +195,26 @@ TEST(Instrument, JsonRoundTripAndPartialConfig) {
     EXPECT_THROW((nlohmann::json{{"gain", "high"}}.get<InstrumentOverrides>()), InvalidInput);
     EXPECT_THROW((nlohmann::json{{"bogus", 1}}.get<InstrumentOverrides>()), InvalidInput);
 }
+
+TEST(Instrument, ValuesIfAbsentFillOnlyWhatTheHeaderLacks) {
+    InstrumentOverrides ov;
+    ov.gainIfAbsent = 2.5;
+    ov.saturationIfAbsent = 50000.0;
+    Header silent;
+    const Instrument a = readInstrument(silent, {}, ov);
+    EXPECT_DOUBLE_EQ(a.gain, 2.5);
+    EXPECT_EQ(a.gainSource, "gainIfAbsent");
+    EXPECT_DOUBLE_EQ(a.saturation, 50000.0);
+    EXPECT_EQ(a.saturationSource, "saturationIfAbsent");
+    Header h;
+    h.set("GAIN", 1.6);
+    h.set("SATURATE", 60000.0);
+    const Instrument b = readInstrument(h, {}, ov);
+    EXPECT_DOUBLE_EQ(b.gain, 1.6) << "the header wins over SExtractor's GAIN";
+    EXPECT_DOUBLE_EQ(b.saturation, 60000.0);
+    ov.gain = 3.0;
+    EXPECT_DOUBLE_EQ(readInstrument(silent, {}, ov).gain, 3.0) << "an override wins over both";
+    InstrumentOverrides bad;
+    bad.gainIfAbsent = 0.0;
+    EXPECT_THROW(readInstrument(silent, {}, bad), InvalidInput);
+}
