@@ -31,7 +31,9 @@ def strip(src):
     """Comments, string and character literals out; line breaks kept so that line numbers hold."""
     src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
     src = re.sub(r"//[^\n]*", "", src)
-    src = re.sub(r'R"([^(]*)\(.*?\)\1"', lambda m: '""' + "\n" * m.group(0).count("\n"), src, flags=re.S)
+    # a raw string's R is a token of its own (not the last letter of "OR" or of an identifier)
+    src = re.sub(r'(?<![A-Za-z0-9_"])R"([^(]*)\(.*?\)\1"', lambda m: '""' + "\n" * m.group(0).count("\n"), src,
+                 flags=re.S)
     src = re.sub(r'"(\\.|[^"\\\n])*"', '""', src)
     return re.sub(r"'(\\.|[^'\\\n])*'", "''", src)
 
@@ -106,6 +108,10 @@ def self_test():
             "S::S(int a) : a_(a), b_{a} {\n    a_ = 1;\n}\nauto h() -> int {\n    return 1;\n}\n",
             [("S", 3), ("h", 3)]),
         "kernel": ("__global__ void k(float* p) {\n    if (p) {\n        p[0] = 1;\n    }\n}\n", [("k", 5)]),
+        "a string ending in R is not a raw string": (
+            'int p(int t) {\n    return "OR" ? (t | 1) : 0;\n}\nconst char* q(int t) {\n    return (t) ? "x" : "y";\n}\n'
+            'const char* r() {\n    return R"x(})x";\n}\n',
+            [("p", 3), ("q", 3), ("r", 3)]),
     }
     failures = 0
     for what, (src, expected) in cases.items():
