@@ -526,7 +526,16 @@ void applyInstrumentKeys(KeyState& k, PipelineConfig& c) {
 // BACK_TYPE, BACK_SIZE, BACK_FILTERSIZE, BACK_FILTTHRESH -> the background mesh (SExtractor's spline).
 void applyBackgroundKeys(KeyState& k, BackgroundParams& b) {
     const Reader& r = k.r;
-    if (r.upper(k.get("BACK_TYPE")) != "AUTO") k.unsupported("BACK_TYPE");
+    const std::string bt = r.upper(r.list("BACK_TYPE", k.get("BACK_TYPE"))[0]);
+    b.manualLevel.reset();
+    if (bt == "MANUAL") {
+        if (!k.v.count("BACK_VALUE") || trimmed(k.v["BACK_VALUE"]).empty())
+            throw InvalidInput(r.where("BACK_TYPE") + ": MANUAL needs BACK_VALUE");
+        b.manualLevel = r.number("BACK_VALUE", r.list("BACK_VALUE", k.get("BACK_VALUE"))[0]);
+        k.applied("BACK_TYPE", "background.manualLevel = BACK_VALUE");
+    } else if (bt != "AUTO") {
+        throw InvalidInput(r.where("BACK_TYPE") + ": AUTO or MANUAL");
+    }
     const std::vector<std::string> bs = r.list("BACK_SIZE", k.get("BACK_SIZE"));
     b.meshSize = r.integer("BACK_SIZE", bs[0]);
     b.meshHeight = bs.size() > 1 ? r.integer("BACK_SIZE", bs[1]) : 0;

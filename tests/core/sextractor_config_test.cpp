@@ -118,11 +118,11 @@ TEST(SextractorConfig, AbsentKeysTakeSextractorsDefaults) {
 
 TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
     test::TempDir dir("gpuphot_sex");
-    SextractorSettings s =
-        readSextractorSettings(write(dir, "t.sex",
-                                     "DETECT_THRESH 1.5\nBACK_TYPE MANUAL\nBACK_VALUE 100\n"
-                                     "PARAMETERS_NAME my.param\nSOME_FUTURE_KEY 3\nMAG_ZEROPOINT 25\n"
-                                     "MEMORY_PIXSTACK 300000\nFILTER N\n"));
+    SextractorSettings s = readSextractorSettings(
+        write(dir, "t.sex",
+              "DETECT_THRESH 1.5\nBACK_TYPE MANUAL\nBACK_VALUE 100\nDETECT_TYPE PHOTO\n"
+              "PARAMETERS_NAME my.param\nSOME_FUTURE_KEY 3\nMAG_ZEROPOINT 25\n"
+              "MEMORY_PIXSTACK 300000\nFILTER N\n"));
     addSextractorOverride(s, "DETECT_THRESH", "4");
     addSextractorOverride(s, "DETECT_MINAREA", " 9 ");
     addSextractorOverride(s, "CATALOG_TYPE", "FITS_LDAC");
@@ -139,7 +139,9 @@ TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
     EXPECT_DOUBLE_EQ(m.catalog.magZeropoint, 25.0);
     ASSERT_EQ(m.catalog.params.size(), 3u) << "PARAMETERS_NAME found beside the file";
     EXPECT_EQ(m.catalog.params[2].text(), "VIGNET(25,25)");
-    for (const char* k : {"BACK_TYPE MANUAL", "SOME_FUTURE_KEY 3"})
+    ASSERT_TRUE(c.background.manualLevel.has_value()) << "BACK_TYPE MANUAL";
+    EXPECT_DOUBLE_EQ(*c.background.manualLevel, 100.0);
+    for (const char* k : {"DETECT_TYPE PHOTO", "SOME_FUTURE_KEY 3"})
         EXPECT_EQ(std::count(m.unsupported.begin(), m.unsupported.end(), std::string(k)), 1) << k << "\n"
                                                                                              << m.warning();
     EXPECT_FALSE(listed(m.unsupported, "MEMORY_PIXSTACK")) << "no effect on the results: not a warning";

@@ -145,6 +145,13 @@ TEST(WeightMap, UniformRmsIsTheMedianOfTheMeshGrid) {
         for (int x = 0; x < f.width(); x += 41)
             ASSERT_NEAR(uniform.rms(x, y), mapped.globalRms, 1e-4 * mapped.globalRms) << x << "," << y;
     EXPECT_EQ(uniform.level(7, 9), mapped.level(7, 9)) << "the level map is unchanged";
+    p.uniformRms = false;
+    p.manualLevel = 123.5; // SExtractor's BACK_TYPE MANUAL
+    const BackgroundResult manual = cpu::estimateBackground(halves.view(), MaskView{}, p, ctx);
+    EXPECT_FLOAT_EQ(manual.level(7, 9), 123.5f);
+    EXPECT_FLOAT_EQ(manual.level(500, 300), 123.5f);
+    EXPECT_DOUBLE_EQ(manual.globalLevel, 123.5);
+    EXPECT_EQ(manual.rms(500, 256), mapped.rms(500, 256)) << "the RMS is still measured";
 }
 
 TEST(WeightMap, RescaledMapSetsEachPixelsNoiseInDetectionAndErrors) {

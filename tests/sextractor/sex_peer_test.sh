@@ -62,6 +62,7 @@ run sim default.conv 3 "${bars[@]}"
 run sim default.conv 2 "${bars[@]}"
 run sim gauss_4.0_7x7.conv 5 "${bars[@]}"
 run sim default.conv 5 "${bars[@]}" -- -WEIGHT_TYPE BACKGROUND
+run sim default.conv 3 "${bars[@]}" -- -BACK_TYPE MANUAL -BACK_VALUE 300
 run noisy default.conv 3 "${bars[@]}" -- -WEIGHT_TYPE MAP_RMS -WEIGHT_IMAGE noisy.rms.fits
 run noisy gauss_4.0_7x7.conv 5 "${bars[@]}" -- -WEIGHT_TYPE MAP_WEIGHT -WEIGHT_IMAGE noisy.weight.fits
 # FLAG_IMAGE: IMAFLAGS_ISO and NIMAFLAGS_ISO of a flag map of overlapping bit regions, every seventh row

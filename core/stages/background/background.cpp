@@ -516,6 +516,11 @@ void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const
     if (params.uniformRms)
         for (int i = 0; i < nx * ny; ++i)
             res.meshRms.data()[i] = static_cast<float>(res.globalRms);
+    if (params.manualLevel) {
+        for (int i = 0; i < nx * ny; ++i)
+            res.meshLevel.data()[i] = static_cast<float>(*params.manualLevel);
+        res.globalLevel = static_cast<float>(*params.manualLevel);
+    }
 }
 
 const ImageViewT<std::int32_t>* detail::validateBackgroundInputs(const ImageView& image, const MaskView& mask,

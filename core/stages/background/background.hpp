@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +58,8 @@ struct BackgroundParams {
                                    // spline back-substitution; false: exact natural splines, centred nodes
     bool uniformRms = false;       // one RMS for the frame, the median of the mesh RMS grid (SExtractor's
                                    // WEIGHT_TYPE NONE: thresholds and errors against its global RMS)
+    std::optional<double> manualLevel; // ADU, a constant background level instead of the measured one (the
+                                       // RMS is still measured); SExtractor's BACK_TYPE MANUAL, BACK_VALUE
 
     int meshW() const { return meshSize; }
     int meshH() const { return meshHeight > 0 ? meshHeight : meshSize; }

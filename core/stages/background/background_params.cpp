@@ -61,6 +61,14 @@ std::vector<ParamDef> background() {
             .lbl("Uniform RMS")
             .doc("One RMS for the frame, the median of the mesh RMS grid: thresholds and errors against it")
             .sex("WEIGHT_TYPE NONE"),
+        F(manualLevel)
+            .lbl("Manual level")
+            .in("ADU")
+            .doc("A constant background level instead of the measured one (the RMS is still measured)")
+            .sex("BACK_TYPE MANUAL, BACK_VALUE")
+            .range(-1e12, 1e12)
+            .ui(1, 2)
+            .none("measured"),
     };
     return v;
 }
