@@ -26,7 +26,9 @@ using namespace gpuphot::ui;
 
 namespace {
 
-QApplication& app() { return gpuphot::test::uiTestApp(); }
+QApplication& app() {
+    return gpuphot::test::uiTestApp();
+}
 
 // Values every editor kind can show exactly (spin box decimals) and that differ from the defaults.
 PipelineConfig customConfig() {
@@ -51,7 +53,9 @@ PipelineConfig customConfig() {
     return c;
 }
 
-nlohmann::json js(const PipelineConfig& c) { return nlohmann::json(c); }
+nlohmann::json js(const PipelineConfig& c) {
+    return nlohmann::json(c);
+}
 
 template <class W> W* editor(ParamDock& d, const std::string& key) {
     auto* w = qobject_cast<W*>(d.editorFor(key));
@@ -68,9 +72,12 @@ void typeInto(QLineEdit* e, const QString& text) {
 void userSets(ParamDock& d, const std::string& key, const nlohmann::json& v) {
     QWidget* w = d.editorFor(key);
     ASSERT_NE(w, nullptr) << key;
-    if (auto* s = qobject_cast<QDoubleSpinBox*>(w)) s->setValue(v.get<double>());
-    else if (auto* i = qobject_cast<QSpinBox*>(w)) i->setValue(v.get<int>());
-    else if (auto* c = qobject_cast<QCheckBox*>(w)) c->setChecked(v.get<bool>());
+    if (auto* s = qobject_cast<QDoubleSpinBox*>(w))
+        s->setValue(v.get<double>());
+    else if (auto* i = qobject_cast<QSpinBox*>(w))
+        i->setValue(v.get<int>());
+    else if (auto* c = qobject_cast<QCheckBox*>(w))
+        c->setChecked(v.get<bool>());
     else if (auto* b = qobject_cast<QComboBox*>(w)) {
         const ParamSpec* spec = findParamSpec(key);
         ASSERT_NE(spec, nullptr);
@@ -79,8 +86,11 @@ void userSets(ParamDock& d, const std::string& key, const nlohmann::json& v) {
     } else if (auto* e = qobject_cast<QLineEdit*>(w)) {
         QStringList parts;
         if (v.is_array())
-            for (const auto& x : v) parts << (x.is_string() ? QString::fromStdString(x.get<std::string>()) : QString::number(x.get<double>()));
-        else parts << QString::fromStdString(v.get<std::string>());
+            for (const auto& x : v)
+                parts << (x.is_string() ? QString::fromStdString(x.get<std::string>())
+                                        : QString::number(x.get<double>()));
+        else
+            parts << QString::fromStdString(v.get<std::string>());
         typeInto(e, parts.join(", "));
     }
 }
@@ -98,7 +108,8 @@ TEST(ParamDock, EveryConfigKeyHasAnEditorOrIsFrameDerived) {
                 const std::string key = it.key() + "." + jt.key();
                 const ParamSpec* s = findParamSpec(key);
                 if (!dock.editorFor(key) && !(s && s->kind == ParamKind::Hidden)) missing.push_back(key);
-                if (s && s->kind != ParamKind::Hidden) EXPECT_FALSE(s->tooltip.empty() && s->unit.empty() && s->label.empty()) << key;
+                if (s && s->kind != ParamKind::Hidden)
+                    EXPECT_FALSE(s->tooltip.empty() && s->unit.empty() && s->label.empty()) << key;
             }
         } else if (!dock.editorFor(it.key())) {
             missing.push_back(it.key());
@@ -107,7 +118,8 @@ TEST(ParamDock, EveryConfigKeyHasAnEditorOrIsFrameDerived) {
     EXPECT_TRUE(missing.empty()) << "no editor for " << nlohmann::json(missing).dump();
     // Schema entries name real keys (a typo would silently show a dead editor).
     for (const auto& s : paramSchema()) {
-        if (s.group == "instrument" || s.key == "crossmatch.refMagBright" || s.key == "crossmatch.refMagFaint" ||
+        if (s.group == "instrument" || s.kind == ParamKind::OptionalDouble ||
+            s.key == "crossmatch.refMagBright" || s.key == "crossmatch.refMagFaint" ||
             s.key == "detection.saturationLevel")
             continue; // optional keys: absent from the defaults' JSON by design
         EXPECT_NE(findPath(j, s.key), nullptr) << s.key;
@@ -152,7 +164,8 @@ TEST(ParamDock, UserEditsReproduceAConfigKeyByKey) {
             ++edits;
         };
         if (it.value().is_object() && !it.value().empty())
-            for (auto jt = it.value().begin(); jt != it.value().end(); ++jt) visit(it.key() + "." + jt.key(), jt.value());
+            for (auto jt = it.value().begin(); jt != it.value().end(); ++jt)
+                visit(it.key() + "." + jt.key(), jt.value());
         else if (!it.value().is_object())
             visit(it.key(), it.value());
     }
