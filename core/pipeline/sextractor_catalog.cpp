@@ -300,12 +300,20 @@ const std::vector<SextractorWindow>& Inputs::windows() const {
     const std::vector<double> xi = col("x_iso"), yi = col("y_iso"), x = col("x"), y = col("y"), a = col("a"),
                               kron = col("kron_radius"), total = col("flux_auto");
     windowCache.assign(n, SextractorWindow{kNan, kNan, kNan, kNan, kNan, kNan, kNan, false});
-    const WindowPixel pixel = [this](int px, int py, double& v, double& var) {
-        v = skySubtracted(px, py);
-        const double rms = r.background.rmsAt(px, py);
-        var = rms * rms;
-        return std::isfinite(v) && std::isfinite(var) && frame.mask(px, py) == 0;
+    const Image<std::int32_t>& seg = r.detection.segmentation.host();
+    const bool blank = o.maskType != "NONE" && !seg.empty();
+    // Object `own`'s pixels: masked, NaN and (unless MASK_TYPE NONE) other objects' are unusable.
+    auto pixelOf = [this, &seg, blank](std::int32_t own) -> WindowPixel {
+        return [this, &seg, blank, own](int px, int py, double& v, double& var) {
+            v = skySubtracted(px, py);
+            const double rms = r.background.rmsAt(px, py);
+            var = rms * rms;
+            const bool foreign = blank && seg(px, py) != 0 && seg(px, py) != own;
+            return std::isfinite(v) && std::isfinite(var) && frame.mask(px, py) == 0 && !foreign;
+        };
     };
+    const std::vector<double> id = col("id");
+    const bool mirror = o.maskType == "CORRECT";
     // SExtractor's GAIN 0 (no photon noise) where the header has no gain
     const double gain =
         frame.instrument.gainSource != "default" && frame.instrument.gain > 0.0 ? frame.instrument.gain : 0.0;
@@ -318,8 +326,9 @@ const std::vector<SextractorWindow>& Inputs::windows() const {
             double hl = kNan;
             fluxRadius(*this, x[i] - 1.0, y[i] - 1.0, rmax, total[i], {0.5}, &hl);
             if (!(hl > 0.0) || !std::isfinite(xi[i]) || !std::isfinite(yi[i])) return;
-            windowCache[i] =
-                sextractorWindow(pixel, frame.width(), frame.height(), xi[i] - 1.0, yi[i] - 1.0, hl, gain);
+            const auto own = std::isfinite(id[i]) ? static_cast<std::int32_t>(id[i]) : 0;
+            windowCache[i] = sextractorWindow(pixelOf(own), frame.width(), frame.height(), xi[i] - 1.0,
+                                              yi[i] - 1.0, hl, gain, mirror);
         });
     errors.rethrow();
     windowsMade = true;
@@ -824,7 +833,7 @@ void checkSextractorCatalog(const SextractorCatalogOptions& o) {
 std::vector<LdacColumn> sextractorColumns(const Frame& frame, const PipelineResult& r, const Table& catalog,
                                           const SextractorCatalogOptions& o) {
     checkSextractorCatalog(o);
-    const Inputs in{frame, r, catalog, o, catalog.rows()};
+    const Inputs in{frame, r, catalog, o, catalog.rows(), {}, false, {}, false}; // the caches empty
     std::vector<LdacColumn> cols;
     for (const SextractorParam& p : o.params) {
         const Builder& b = builders().at(p.name);

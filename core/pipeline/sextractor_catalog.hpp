@@ -37,6 +37,9 @@ struct SextractorCatalogOptions {
     // MIN, MAX or MOST over the non-zero flag pixels of each object's isophotal footprint.
     std::vector<std::string> flagImages;
     std::vector<std::string> flagTypes;
+    // MASK_TYPE for the windowed measurement: other objects' pixels are unusable (BLANK, CORRECT) or not
+    // (NONE); unusable pixels take their mirror's value (CORRECT), else 0.
+    std::string maskType = "CORRECT";
 };
 
 // The parameters this writer gives, in the order docs/SEXTRACTOR.md lists them.

@@ -31,6 +31,7 @@ const std::vector<std::pair<std::string, std::string>>& sextractorDefaults() {
         {"DEBLEND_MINCONT", "0.005"},
         {"CLEAN", "Y"},
         {"CLEAN_PARAM", "1.0"},
+        {"MASK_TYPE", "CORRECT"},
         {"WEIGHT_TYPE", "NONE"},
         {"WEIGHT_IMAGE", "weight.fits"},
         {"RESCALE_WEIGHTS", "Y"},
@@ -181,7 +182,9 @@ ConvFilter readConvFilter(const std::string& path) {
             else if (t == "CONV NONORM")
                 f.normalise = false;
             else
-                throw InvalidInput(path + ": a filter starts with CONV NORM or CONV NONORM");
+                throw InvalidInput(path +
+                                   ": a filter starts with CONV NORM or CONV NONORM (other filters are "
+                                   "SExtractor's neural-network retinas, which gpuphot does not run)");
             header = true;
             continue;
         }
@@ -375,7 +378,8 @@ void applyFilterKeys(KeyState& k, DetectionParams& d) {
                                    "SExtractor's default.conv)");
             if (name.size() > 5 && r.upper(name.substr(name.size() - 5)) == ".FITS")
                 throw InvalidInput(r.where("FILTER_NAME") +
-                                   ": FITS filters are not supported (use a .conv file)");
+                                   ": a FITS filter is SExtractor's neural-network retina (a BP-ANN table), "
+                                   "which gpuphot does not run (use a .conv file)");
             f = readConvFilter(resolveBeside(name, r.s.path));
         }
         double sum = 0.0;
@@ -396,7 +400,7 @@ void applyFilterKeys(KeyState& k, DetectionParams& d) {
               "detection.threshold = " + num(d.threshold) + (d.thresholdIsAbsolute ? " ADU" : " sigma"));
 }
 
-// FILTER_THRESH, DEBLEND_NTHRESH, DEBLEND_MINCONT, CLEAN, CLEAN_PARAM, MASK_TYPE -> detection's deblending
+// FILTER_THRESH, DEBLEND_NTHRESH, DEBLEND_MINCONT, CLEAN, CLEAN_PARAM -> detection's deblending
 // and cleaning.
 void applyDeblendKeys(KeyState& k, DetectionParams& d) {
     const Reader& r = k.r;
@@ -412,7 +416,6 @@ void applyDeblendKeys(KeyState& k, DetectionParams& d) {
     k.applied("CLEAN_PARAM", "detection.cleanParam");
     d.sextractorIso = true;   // SExtractor's isophotal barycentre, shape and area
     d.sextractorClean = true; // and its CLEAN order
-    if (k.v.count("MASK_TYPE") && r.upper(k.get("MASK_TYPE")) != "CORRECT") k.unsupported("MASK_TYPE");
 }
 
 // WEIGHT_TYPE, WEIGHT_IMAGE, WEIGHT_THRESH, RESCALE_WEIGHTS, WEIGHT_GAIN -> the background's RMS: one global
@@ -453,7 +456,8 @@ void applyWeightKeys(KeyState& k, PipelineConfig& c) {
                                   "not a gain scaled with the weight");
 }
 
-// PHOT_APERTURES, PHOT_AUTOPARAMS, PHOT_AUTOAPERS, BACKPHOTO_TYPE, BACKPHOTO_THICK -> aperture photometry.
+// PHOT_APERTURES, PHOT_AUTOPARAMS, PHOT_AUTOAPERS, BACKPHOTO_TYPE, BACKPHOTO_THICK, MASK_TYPE -> aperture
+// photometry.
 void applyPhotometryKeys(KeyState& k, ApertureParams& a) {
     const Reader& r = k.r;
     a.radii.clear();
@@ -468,7 +472,10 @@ void applyPhotometryKeys(KeyState& k, ApertureParams& a) {
     if (kron.size() != 2) throw InvalidInput(r.where("PHOT_AUTOPARAMS") + ": <Kron_fact>,<min_radius>");
     a.kronFactor = r.number("PHOT_AUTOPARAMS", kron[0]);
     a.kronMinRadius = r.number("PHOT_AUTOPARAMS", kron[1]);
-    k.applied("PHOT_AUTOPARAMS", "aperture.kronFactor, aperture.kronMinRadius");
+    a.kronPixelCentres = true;   // SExtractor's FLUX_AUTO sums whole pixels
+    a.centreOnBarycentre = true; // about X_IMAGE, Y_IMAGE
+    k.applied("PHOT_AUTOPARAMS", "aperture.kronFactor, aperture.kronMinRadius, aperture.kronPixelCentres, "
+                                 "aperture.centreOnBarycentre");
     if (k.v.count("PHOT_AUTOAPERS")) {
         for (const auto& t : r.list("PHOT_AUTOAPERS", k.get("PHOT_AUTOAPERS")))
             if (r.number("PHOT_AUTOAPERS", t) != 0.0) {
@@ -490,6 +497,17 @@ void applyPhotometryKeys(KeyState& k, ApertureParams& a) {
         throw InvalidInput(r.where("BACKPHOTO_TYPE") + ": GLOBAL or LOCAL");
     }
     if (k.v.count("BACKPHOTO_THICK") && bp == "GLOBAL") k.done.insert("BACKPHOTO_THICK");
+    const std::string mask = r.upper(k.get("MASK_TYPE"));
+    if (mask == "NONE")
+        a.neighbourPixels = NeighbourPixels::None;
+    else if (mask == "BLANK")
+        a.neighbourPixels = NeighbourPixels::Blank;
+    else if (mask == "CORRECT")
+        a.neighbourPixels = NeighbourPixels::Correct;
+    else
+        throw InvalidInput(r.where("MASK_TYPE") + ": NONE, BLANK or CORRECT");
+    k.m.catalog.maskType = mask;
+    k.applied("MASK_TYPE", "aperture.neighbourPixels");
 }
 
 // SATUR_KEY, GAIN_KEY, SATUR_LEVEL, GAIN, PIXEL_SCALE -> the header keywords of the instrument.

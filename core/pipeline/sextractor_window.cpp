@@ -39,7 +39,7 @@ double windowWeight(double dx, double dy, double raper, double invTwoSig2) {
 
 // One pass over the window about (mx, my).
 Sums windowSums(const WindowPixel& pixel, int width, int height, double mx, double my, double raper,
-                double invTwoSig2, double invGain, bool& truncated) {
+                double invTwoSig2, double invGain, bool mirror, bool& truncated) {
     const int x0 = static_cast<int>(mx - raper + 0.499999), x1 = static_cast<int>(mx + raper + 1.499999);
     const int y0 = static_cast<int>(my - raper + 0.499999), y1 = static_cast<int>(my + raper + 1.499999);
     truncated = truncated || x0 < 0 || y0 < 0 || x1 > width || y1 > height;
@@ -54,7 +54,7 @@ Sums windowSums(const WindowPixel& pixel, int width, int height, double mx, doub
             double pix = 0.0, var = 0.0;
             if (!pixel(x, y, pix, var)) {
                 const int xm = static_cast<int>(mirrorX - x), ym = static_cast<int>(mirrorY - y);
-                if (xm < 0 || ym < 0 || xm >= width || ym >= height || !pixel(xm, ym, pix, var))
+                if (!mirror || xm < 0 || ym < 0 || xm >= width || ym >= height || !pixel(xm, ym, pix, var))
                     pix = var = 0.0;
             }
             const double wp = w * pix;
@@ -75,14 +75,14 @@ Sums windowSums(const WindowPixel& pixel, int width, int height, double mx, doub
 } // namespace
 
 SextractorWindow sextractorWindow(const WindowPixel& pixel, int width, int height, double x0, double y0,
-                                  double hlRadius, double gain) {
+                                  double hlRadius, double gain, bool mirror) {
     SextractorWindow out;
     const double sig = hlRadius * 2.0 / 2.35, invTwoSig2 = 1.0 / (2.0 * sig * sig), raper = kNSigma * sig;
     const double invGain = gain > 0.0 ? 1.0 / gain : 0.0;
     double mx = x0, my = y0;
     Sums s;
     for (int i = 0; i < kMaxSteps; ++i) {
-        s = windowSums(pixel, width, height, mx, my, raper, invTwoSig2, invGain, out.truncated);
+        s = windowSums(pixel, width, height, mx, my, raper, invTwoSig2, invGain, mirror, out.truncated);
         if (!(s.tv > 0.0)) break;
         const double ddx = s.dx / s.tv, ddy = s.dy / s.tv;
         mx += ddx * kStepFactor;

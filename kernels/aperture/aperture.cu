@@ -478,8 +478,8 @@ __global__ void __launch_bounds__(kWarpSumWarps * 32)
             acc = 0.0; // lanes 0-3: flux, area, varSky, poisson
             for (WarpRaster px(x0, x1, y0, y1, lane); __any_sync(0xFFFFFFFFu, px.inside()); px.next()) {
                 ApertureSums t;
-                const bool use =
-                    px.inside() && detail::ellipsePixel(in, j.sky, e, j.ownId, px.x, px.y, t, flags);
+                const bool use = px.inside() && detail::ellipsePixel(in, j.sky, e, j.ownId, px.x, px.y,
+                                                                     p.pixelCentres != 0, t, flags);
                 const unsigned used = __ballot_sync(0xFFFFFFFFu, use);
                 if (!used) continue;
                 row[0][lane] = t.flux;
@@ -750,7 +750,8 @@ public:
     }
 
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
-               const ImageView& level, const ImageView& rms, double saturation) override {
+               const ImageView& level, const ImageView& rms, double saturation,
+               NeighbourPixels neighbours) override {
         const HostClock clock(m_times, "engine begin");
         const std::uint64_t uploadsBefore = m_dc.uploads();
         struct NoteUpload {
@@ -770,6 +771,7 @@ public:
             m_in.width = image.width;
             m_in.height = image.height;
             m_in.saturation = saturation;
+            m_in.neighbours = neighbours;
             const std::size_t perRow =
                 static_cast<std::size_t>(image.width) * (4 + (mask.empty() ? 0 : 1) + (seg.empty() ? 0 : 4) +
                                                          (m_hLevel.empty() ? 0 : 8));
@@ -808,6 +810,7 @@ public:
         m_in.width = image.width;
         m_in.height = image.height;
         m_in.saturation = saturation;
+        m_in.neighbours = neighbours;
     }
 
     // Lean background (no full host maps, core's sampler): the maps on the device from the mesh grid,
@@ -1634,7 +1637,7 @@ void debugLocalSkies(const ImageView& image, const MaskView& mask, const ImageVi
     DeviceContext& dc = DeviceContext::of(ctx);
     const BackgroundResult none;
     CudaEngine engine(dc, none);
-    engine.begin(image, mask, seg, ImageView{}, ImageView{}, saturation);
+    engine.begin(image, mask, seg, ImageView{}, ImageView{}, saturation, NeighbourPixels::Sum);
     est.assign(n, detail::SkyEstimate{});
     AnnulusDebug dbg;
     engine.localSkiesImpl(cx, cy, n, rin, rout, p, est.data(), &dbg);

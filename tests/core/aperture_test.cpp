@@ -551,6 +551,114 @@ TEST(ApertureFlags, EdgeMaskCrowdedSaturated) {
         InvalidInput);
 }
 
+// Other objects' pixels and masked ones under each NeighbourPixels (SExtractor's MASK_TYPE): summed,
+// blanked, or replaced by their mirror through the centre; NONE also counts them in the Kron moment.
+TEST(ApertureNeighbours, MaskTypeSumsBlanksOrMirrors) {
+    const int w = 60, h = 50;
+    Image<float> img(w, h, 0.0f);
+    Image<std::uint8_t> mask(w, h, 0);
+    Image<std::int32_t> seg(w, h, 0);
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            img(x, y) = static_cast<float>(1000.0 * gaussPixel(30.0, 1.5, x) * gaussPixel(25.0, 1.5, y));
+    for (int y = 23; y <= 27; ++y)
+        for (int x = 28; x <= 32; ++x)
+            seg(x, y) = 1;
+    img(33, 25) += 500.0f; // a neighbour (id 2) inside r = 4
+    img(33, 26) += 500.0f;
+    seg(33, 25) = seg(33, 26) = 2;
+    mask(30, 28) = MaskBad; // mirror (30, 22)
+    const Sources src = makeSources({30.0}, {25.0});
+    const BackgroundResult bkg = flatBackground(w, h, 0.0f, 1.0f);
+    RunContext ctx;
+    auto measure = [&](NeighbourPixels n) {
+        ApertureParams p = plainSumParams({4.0});
+        p.neighbourPixels = n;
+        p.kronMinRadius = 0.5;
+        return measureApertures(img.view(), mask.view(), bkg, seg.view(), src, 3.0, 0.0, 0.0, p, ctx);
+    };
+    const ApertureResult sum = measure(NeighbourPixels::Sum), none = measure(NeighbourPixels::None),
+                         blank = measure(NeighbourPixels::Blank), corr = measure(NeighbourPixels::Correct);
+    auto at = [&](int x, int y) { return static_cast<double>(img(x, y)); };
+    const double neighbour = at(33, 25) + at(33, 26), mirrors = at(27, 25) + at(27, 24);
+    EXPECT_NEAR(blank.flux[0][0], sum.flux[0][0] - neighbour, 1e-9);
+    EXPECT_NEAR(corr.flux[0][0], sum.flux[0][0] - neighbour + mirrors + at(30, 22), 1e-9)
+        << "neighbour and masked pixels take their mirrors' values";
+    EXPECT_EQ(none.flux[0][0], sum.flux[0][0]);
+    for (const ApertureResult* r : {&sum, &none, &blank, &corr}) {
+        EXPECT_TRUE(r->apertureFlags[0][0] & FlagCrowded);
+        EXPECT_TRUE(r->apertureFlags[0][0] & FlagApertureMasked);
+    }
+    EXPECT_EQ(sum.kronRadius[0], corr.kronRadius[0]) << "neighbours are out of the first moment";
+    EXPECT_GT(none.kronRadius[0], sum.kronRadius[0]) << "NONE: the neighbour widens the first moment";
+    EXPECT_LT(std::abs(corr.fluxAuto[0] - 1000.0), std::abs(sum.fluxAuto[0] - 1000.0));
+    // A pixel and its mirror both another object's: neither adds anything.
+    seg(27, 25) = seg(27, 24) = 3;
+    const ApertureResult both = measure(NeighbourPixels::Correct);
+    EXPECT_NEAR(both.flux[0][0], blank.flux[0][0] - mirrors + at(30, 22), 1e-9);
+}
+
+// kronPixelCentres: FLUX_AUTO as SExtractor sums it, the whole pixels whose centres lie in the Kron ellipse.
+TEST(ApertureKron, PixelCentresSumWholePixels) {
+    const int w = 80, h = 70;
+    Image<float> img(w, h, 1.0f);
+    Sources src = makeSources({40.3}, {35.1});
+    src.a[0] = 2.0;
+    src.b[0] = 1.3;
+    src.theta[0] = 0.4;
+    const BackgroundResult bkg = flatBackground(w, h, 0.0f, 1.0f);
+    RunContext ctx;
+    ApertureParams p = plainSumParams({3.0});
+    const ApertureResult exact =
+        measureApertures(img.view(), MaskView{}, bkg, ImageViewT<std::int32_t>{}, src, 3.0, 0.0, 0.0, p, ctx);
+    p.kronPixelCentres = true;
+    const ApertureResult centres =
+        measureApertures(img.view(), MaskView{}, bkg, ImageViewT<std::int32_t>{}, src, 3.0, 0.0, 0.0, p, ctx);
+    const double k = centres.kronRadius[0], A = k * 2.0, B = k * 1.3;
+    ASSERT_EQ(k, exact.kronRadius[0]);
+    EXPECT_NEAR(exact.fluxAuto[0], kPi * A * B, 1e-6 * kPi * A * B);
+    int inside = 0;
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+            const double dx = x - 40.3, dy = y - 35.1, c = std::cos(0.4), s = std::sin(0.4);
+            const double u = (dx * c + dy * s) / A, v = (-dx * s + dy * c) / B;
+            if (u * u + v * v <= 1.0) ++inside;
+        }
+    EXPECT_EQ(centres.fluxAuto[0], static_cast<double>(inside));
+    EXPECT_NE(centres.fluxAuto[0], exact.fluxAuto[0]);
+}
+
+// centreOnBarycentre: the apertures and the Kron ellipse about xIso, yIso, not x, y.
+TEST(ApertureKron, CentreOnBarycentreMovesEveryAperture) {
+    const int w = 60, h = 50;
+    Image<float> img(w, h, 0.0f);
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            img(x, y) = static_cast<float>(500.0 * gaussPixel(30.2, 1.6, x) * gaussPixel(24.7, 1.6, y));
+    const BackgroundResult bkg = flatBackground(w, h, 0.0f, 1.0f);
+    RunContext ctx;
+    Sources atIso = makeSources({30.2}, {24.7});
+    atIso.xIso = {30.2};
+    atIso.yIso = {24.7};
+    Sources moved = atIso;
+    moved.x = {31.0};
+    moved.y = {24.1};
+    ApertureParams p = plainSumParams({1.5, 3.0});
+    const auto measure = [&](const Sources& s, const ApertureParams& q) {
+        return measureApertures(img.view(), MaskView{}, bkg, ImageViewT<std::int32_t>{}, s, 3.0, 0.0, 0.0, q,
+                                ctx);
+    };
+    const ApertureResult want = measure(atIso, p), off = measure(moved, p);
+    p.centreOnBarycentre = true;
+    const ApertureResult got = measure(moved, p);
+    for (std::size_t k = 0; k < 2; ++k) {
+        EXPECT_EQ(got.flux[k][0], want.flux[k][0]);
+        EXPECT_NE(off.flux[k][0], want.flux[k][0]);
+    }
+    EXPECT_EQ(got.fluxAuto[0], want.fluxAuto[0]);
+    EXPECT_EQ(got.kronRadius[0], want.kronRadius[0]);
+}
+
 // ---- simulated stars: pulls, aperture correction, optimal aperture, threads ------------------------
 
 TEST(ApertureStars, FluxPullsHaveUnitWidth) {

@@ -137,7 +137,9 @@ TEST(CalibrationTrust, MagnitudeSourceIsChosenAndReported) {
         const double f = psf.psf.fluxPsf[i];
         if (f > 0.0) offset.push_back(psf.magInst[i] + 2.5 * std::log10(f));
         const double g = ap.aperture.fluxOpt[i];
-        if (g > 0.0) ASSERT_EQ(ap.magInst[i], -2.5 * std::log10(g)) << i;
+        if (g > 0.0) {
+            ASSERT_EQ(ap.magInst[i], -2.5 * std::log10(g)) << i;
+        }
     }
     ASSERT_GT(offset.size(), 100u);
     for (double o : offset)

@@ -62,7 +62,9 @@ TEST(ParamTable, EveryEntryIsDescribed) {
         EXPECT_TRUE(keys.insert(d.key).second) << "declared twice: " << d.key;
         if (d.access == ParamAccess::Internal) continue;
         EXPECT_FALSE(d.help.empty()) << d.key;
-        if (d.access == ParamAccess::Editable) EXPECT_FALSE(d.label.empty()) << d.key;
+        if (d.access == ParamAccess::Editable) {
+            EXPECT_FALSE(d.label.empty()) << d.key;
+        }
         EXPECT_LE(d.min, d.max) << d.key;
         EXPECT_FALSE(d.group.empty()) << d.key;
     }

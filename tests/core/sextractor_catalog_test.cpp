@@ -127,7 +127,9 @@ TEST(SextractorCatalog, ColumnsFollowSextractorsDefinitions) {
         const auto bits = static_cast<std::uint32_t>(flags[i]);
         const auto sexFlags = static_cast<std::uint32_t>(column(cols, "FLAGS").i[i]);
         EXPECT_EQ(sexFlags & 14u, bits & 14u) << "bits 2..8 shared (1 is SExtractor's CROWDED rule)";
-        if (bits & 16u) EXPECT_TRUE(sexFlags & 16u) << "16 shared, and set where an AUTO box leaves the frame";
+        if (bits & 16u) {
+            EXPECT_TRUE(sexFlags & 16u) << "16 shared, and set where an AUTO box leaves the frame";
+        }
         EXPECT_GT(column(cols, "THETA_IMAGE").e[i], -90.0001f);
         EXPECT_LE(column(cols, "THETA_IMAGE").e[i], 90.0f);
     }

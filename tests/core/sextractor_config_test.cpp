@@ -73,6 +73,8 @@ TEST(SextractorConfig, KeysMapOntoTheStages) {
     EXPECT_EQ(c.aperture.radii, (std::vector<double>{2.0, 4.0, 6.0})) << "diameters become radii";
     EXPECT_FALSE(c.aperture.radiiInFwhm);
     EXPECT_DOUBLE_EQ(c.aperture.kronFactor, 2.0);
+    EXPECT_TRUE(c.aperture.kronPixelCentres) << "SExtractor sums whole pixels in the Kron ellipse";
+    EXPECT_TRUE(c.aperture.centreOnBarycentre) << "apertures about X_IMAGE, Y_IMAGE";
     EXPECT_DOUBLE_EQ(c.aperture.kronMinRadius, 4.0);
     EXPECT_FALSE(c.aperture.useLocalSky);
     EXPECT_EQ(c.keywords.saturation, std::vector<std::string>{"SATLEV"});
@@ -147,6 +149,24 @@ TEST(SextractorConfig, OverridesWinAndUnsupportedKeysAreListedOnce) {
     EXPECT_FALSE(listed(m.unsupported, "MEMORY_PIXSTACK")) << "no effect on the results: not a warning";
     EXPECT_TRUE(listed(m.applied, "MEMORY_PIXSTACK 300000 -> no effect here"));
     EXPECT_NE(m.warning().find("SOME_FUTURE_KEY"), std::string::npos);
+}
+
+TEST(SextractorConfig, MaskTypeChoosesHowNeighbourPixelsAreSummed) {
+    test::TempDir dir("gpuphot_sex");
+    const std::pair<const char*, NeighbourPixels> cases[] = {
+        {"", NeighbourPixels::Correct}, // SExtractor's default
+        {"MASK_TYPE NONE\n", NeighbourPixels::None},
+        {"MASK_TYPE blank\n", NeighbourPixels::Blank},
+        {"MASK_TYPE CORRECT\n", NeighbourPixels::Correct}};
+    for (const auto& [text, want] : cases) {
+        PipelineConfig c;
+        const SextractorMapping m = applyText(dir, std::string("DETECT_THRESH 2\n") + text, c);
+        EXPECT_EQ(c.aperture.neighbourPixels, want) << text;
+        EXPECT_FALSE(listed(m.unsupported, "MASK_TYPE")) << m.warning();
+    }
+    EXPECT_EQ(PipelineConfig{}.aperture.neighbourPixels, NeighbourPixels::Sum) << "gpuphot's own default";
+    PipelineConfig c;
+    EXPECT_THROW(applyText(dir, "MASK_TYPE MIRROR\n", c), InvalidInput);
 }
 
 TEST(SextractorConfig, WeightMapsAreReadInPreparation) {
@@ -225,7 +245,7 @@ TEST(SextractorConfig, BadInputIsRefusedNamingKeyAndFile) {
     EXPECT_NE(refusal("CLEAN maybe\n").find("CLEAN"), std::string::npos);
     EXPECT_NE(refusal("detect_thresh 3\n").find("line 1"), std::string::npos);
     EXPECT_NE(refusal("FILTER_NAME nowhere.conv\n").find("nowhere.conv"), std::string::npos);
-    EXPECT_NE(refusal("FILTER_NAME psf.fits\n").find("FITS filters"), std::string::npos);
+    EXPECT_NE(refusal("FILTER_NAME psf.fits\n").find("neural-network retina"), std::string::npos);
     EXPECT_NE(refusal("PHOT_APERTURES 5,-2\n").find("PHOT_APERTURES"), std::string::npos);
     EXPECT_NE(refusal("BACKPHOTO_TYPE SOMETIMES\n").find("BACKPHOTO_TYPE"), std::string::npos);
     write(dir, "even.conv", "CONV NORM\n1 1\n1 1\n");

@@ -101,6 +101,14 @@ std::vector<std::pair<std::string, ApertureParams>> paramSets() {
     noclip.apertureCorrection = false;
     noclip.minSkyPixels = 400; // many sky failures: map fallback
     v.push_back({"no clipping, no aperture correction, sky failures", noclip});
+    for (const auto& [name, n] : {std::pair{"MASK_TYPE CORRECT", NeighbourPixels::Correct},
+                                  std::pair{"MASK_TYPE BLANK", NeighbourPixels::Blank},
+                                  std::pair{"MASK_TYPE NONE", NeighbourPixels::None}}) {
+        ApertureParams m;
+        m.neighbourPixels = n;
+        m.radii = {1.5, 3.0, 6.0};
+        v.push_back({name, m});
+    }
     return v;
 }
 

@@ -147,7 +147,8 @@ public:
         return true;
     }
     void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
-               const ImageView& level, const ImageView& rms, double saturation) override {
+               const ImageView& level, const ImageView& rms, double saturation,
+               NeighbourPixels neighbours) override {
         m_in = detail::AperturePlanes{};
         m_in.image = image.data;
         m_in.imageStride = image.stride;
@@ -167,6 +168,7 @@ public:
         m_in.width = image.width;
         m_in.height = image.height;
         m_in.saturation = saturation;
+        m_in.neighbours = neighbours;
     }
     bool setMapSampler(const BackgroundSampler* sampler) override {
         m_in.sampler = sampler;
@@ -589,6 +591,17 @@ bool wantsCurveOfGrowth(const ApertureParams& p) {
     return p.apertureCorrection || p.optimal;
 }
 
+// The sources with their centres moved to their isophotal barycentres where those are finite.
+Sources atBarycentres(const Sources& s) {
+    Sources c = s;
+    for (std::size_t i = 0; i < c.x.size() && i < c.xIso.size() && i < c.yIso.size(); ++i)
+        if (std::isfinite(c.xIso[i]) && std::isfinite(c.yIso[i])) {
+            c.x[i] = c.xIso[i];
+            c.y[i] = c.yIso[i];
+        }
+    return c;
+}
+
 // The mask, the segmentation map and the background map must have the image's size.
 void checkCompanionSizes(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                          const ImageViewT<std::int32_t>& segmentation) {
@@ -718,7 +731,7 @@ public:
           saturation((params.saturation > 0.0) ? params.saturation : kInf),
           kappa(skyMeanFactor(params.skyEstimator)),
           skyParams(skyParamsOf(params)), kronParams{params.kronFactor, params.kronMinRadius,
-                                                     params.kronMaxRadius},
+                                                     params.kronMaxRadius, params.kronPixelCentres ? 1 : 0},
           threads(ctx.threadCount()) {
         resolveRadii();
     }
@@ -726,7 +739,7 @@ public:
     // The frame and its companions handed to the engine (the background map, or its sampler).
     void beginEngine() {
         engine.begin(image, mask, segmentation, fullMap ? bkg.level.view() : ImageView{},
-                     fullMap ? bkg.rms.view() : ImageView{}, saturation);
+                     fullMap ? bkg.rms.view() : ImageView{}, saturation, p.neighbourPixels);
         if (haveMap && !fullMap && !engine.setMapSampler(bkg.sampler.get()))
             throw InvalidInput("aperture photometry: this backend needs the full-resolution background maps");
     }
@@ -1538,8 +1551,9 @@ ApertureResult detail::measureAperturesWith(ApertureEngine& engine, const ImageV
     SectionClock clock;
     clock.on = ctx.tuning.aperture.timing;
     validateApertureInputs(image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params);
-    ApertureRun run(engine, image, mask, bkg, segmentation, sources, fwhm, gain, readNoise, params, ctx,
-                    clock);
+    const Sources centred = params.centreOnBarycentre ? atBarycentres(sources) : Sources{};
+    ApertureRun run(engine, image, mask, bkg, segmentation, params.centreOnBarycentre ? centred : sources,
+                    fwhm, gain, readNoise, params, ctx, clock);
     clock.lap("validation");
     run.beginEngine();
     run.allocateColumns();

@@ -15,6 +15,7 @@
 
 #include "core/model/flags.hpp"
 #include "core/model/image.hpp"
+#include "core/stages/aperture/aperture.hpp"
 #include "core/stages/aperture/aperture_overlap.hpp"
 #include "core/util/hd.hpp"
 
@@ -52,6 +53,7 @@ struct AperturePlanes {
     const BackgroundSampler* sampler = nullptr; // CPU engine only: the maps on demand when level/rms are null
     int width = 0, height = 0;
     double saturation = std::numeric_limits<double>::infinity();
+    NeighbourPixels neighbours = NeighbourPixels::Sum;
 
     GPUPHOT_HD float value(int x, int y) const { return image[static_cast<std::ptrdiff_t>(y) * imageStride + x]; }
     GPUPHOT_HD std::uint8_t maskAt(int x, int y) const {
@@ -135,6 +137,46 @@ GPUPHOT_HD inline bool usePixel(const AperturePlanes& in, int x, int y, std::int
     return true;
 }
 
+// The mirror of pixel (x, y) through the centre (cx, cy), SExtractor's rounding; false when it is off the
+// frame, does not touch the aperture (touches(mx, my): so that it lies in the aperture's pixel box) or is
+// not usable for the source ownId (masked, NaN, another object's).
+template <class Touches>
+GPUPHOT_HD inline bool mirrorPixel(const AperturePlanes& in, double cx, double cy, std::int32_t ownId,
+                                   const Touches& touches, int x, int y, float& value, int& mx, int& my) {
+    mx = static_cast<int>(2.0 * cx + 0.49999 - x);
+    my = static_cast<int>(2.0 * cy + 0.49999 - y);
+    if (mx < 0 || mx >= in.width || my < 0 || my >= in.height || !touches(mx, my)) return false;
+    bool saturated = false, foreign = false;
+    return usePixel(in, mx, my, ownId, value, saturated, foreign) && !foreign;
+}
+
+// Pixel (x, y) in the sums of the source ownId centred on (cx, cy), under in.neighbours: usable, saturated
+// and foreign describe the pixel itself (usePixel, for the flags); true when it adds a value, its own or
+// (NeighbourPixels::Correct) its mirror's, and then (sx, sy) is the pixel that value and its sky are from.
+template <class Touches>
+GPUPHOT_HD inline bool sumPixel(const AperturePlanes& in, double cx, double cy, std::int32_t ownId,
+                                const Touches& touches, int x, int y, float& value, int& sx, int& sy,
+                                bool& usable, bool& saturated, bool& foreign) {
+    sx = x;
+    sy = y;
+    usable = usePixel(in, x, y, ownId, value, saturated, foreign);
+    if (usable &&
+        (!foreign || in.neighbours == NeighbourPixels::Sum || in.neighbours == NeighbourPixels::None))
+        return true;
+    return in.neighbours == NeighbourPixels::Correct &&
+           mirrorPixel(in, cx, cy, ownId, touches, x, y, value, sx, sy);
+}
+
+// sumPixel's touches for an ellipse (CircleTouch below, for circles).
+struct EllipseTouch {
+    const EllipseAperture& e;
+    GPUPHOT_HD bool operator()(int x, int y) const { // within ellipseBox's box, and overlapping
+        const double cx = e.centreX(), cy = e.centreY(), hx = e.halfWidthX(), hy = e.halfWidthY();
+        return x >= std::floor(cx - hx + 0.5) && x <= std::ceil(cx + hx - 0.5) &&
+               y >= std::floor(cy - hy + 0.5) && y <= std::ceil(cy + hy - 0.5) && e.pixelOverlap(x, y) > 0.0;
+    }
+};
+
 GPUPHOT_HD inline void pixelSky(const AperturePlanes& in, const ApertureSky& sky, int x, int y, double& level,
                                 double& var) {
     if (sky.perPixel) {
@@ -203,6 +245,16 @@ GPUPHOT_HD inline PixelGeometry pixelGeometry(int x, int y, double cx, double cy
     return g;
 }
 
+// sumPixel's touches for concentric circles about (cx, cy) of largest radius r (r2max = r * r).
+struct CircleTouch {
+    double cx, cy, r, r2max;
+    GPUPHOT_HD bool operator()(int x, int y) const { // within circleBox's box, and touching
+        return x >= std::floor(cx - r + 0.5) && x <= std::ceil(cx + r - 0.5) &&
+               y >= std::floor(cy - r + 0.5) && y <= std::ceil(cy + r - 0.5) &&
+               pixelGeometry(x, y, cx, cy).dmin2 < r2max;
+    }
+};
+
 // Pixel (x, y)'s part in radius j's sums of circleRadiusParts: 1, a partial term (exact overlap weight);
 // 2, a whole pixel; 0, nothing. fd, when not null, gets the pixel's flag distances (not the edge's).
 GPUPHOT_HD inline int circleRadiusPixel(const AperturePlanes& in, const ApertureSky& sky, double cx,
@@ -216,19 +268,19 @@ GPUPHOT_HD inline int circleRadiusPixel(const AperturePlanes& in, const Aperture
     const bool mine = (k0 <= j && j < kf) || kf == j;
     if (!mine && !fd) return 0;
     float value;
-    bool saturated = false, foreign = false;
+    int sx, sy;
+    bool usable = false, saturated = false, foreign = false;
     const double dmin = std::sqrt(g.dmin2);
-    if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
-        if (fd) fd->masked = std::min(fd->masked, dmin);
-        return 0;
-    }
+    const bool adds = sumPixel(in, cx, cy, ownId, CircleTouch{cx, cy, r[nr - 1], r2[nr - 1]}, x, y, value, sx,
+                               sy, usable, saturated, foreign);
     if (fd) {
-        if (saturated) fd->saturated = std::min(fd->saturated, dmin);
-        if (foreign) fd->crowded = std::min(fd->crowded, dmin);
+        if (!usable) fd->masked = std::min(fd->masked, dmin);
+        if (usable && saturated) fd->saturated = std::min(fd->saturated, dmin);
+        if (usable && foreign) fd->crowded = std::min(fd->crowded, dmin);
     }
-    if (!mine) return 0;
+    if (!mine || !adds) return 0;
     double level, var;
-    pixelSky(in, sky, x, y, level, var);
+    pixelSky(in, sky, sx, sy, level, var);
     const double v = static_cast<double>(value) - level;
     if (kf == j) { // what ApertureSums::addFull adds
         term.flux = v;
@@ -312,16 +364,17 @@ inline void circleSumsAll(const AperturePlanes& in, const ApertureSky& sky, doub
                 if (k0 == nr) continue;
             }
             float value;
-            bool saturated = false, foreign = false;
+            int sx, sy;
+            bool usable = false, saturated = false, foreign = false;
             const double dmin = std::sqrt(g.dmin2);
-            if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
-                fd.masked = std::min(fd.masked, dmin);
-                continue;
-            }
-            if (saturated) fd.saturated = std::min(fd.saturated, dmin);
-            if (foreign) fd.crowded = std::min(fd.crowded, dmin);
+            const bool adds = sumPixel(in, cx, cy, ownId, CircleTouch{cx, cy, r[nr - 1], r2[nr - 1]}, x, y,
+                                       value, sx, sy, usable, saturated, foreign);
+            if (!usable) fd.masked = std::min(fd.masked, dmin);
+            if (usable && saturated) fd.saturated = std::min(fd.saturated, dmin);
+            if (usable && foreign) fd.crowded = std::min(fd.crowded, dmin);
+            if (!adds) continue;
             double level, var;
-            pixelSky(in, sky, x, y, level, var);
+            pixelSky(in, sky, sx, sy, level, var);
             const double v = static_cast<double>(value) - level;
             for (std::size_t k = k0; k < kf; ++k)
                 partial[k].add(circleRectOverlap(g.dx0, g.dy0, g.dx1, g.dy1, r[k]), v, var);
@@ -348,22 +401,25 @@ GPUPHOT_HD inline void ellipseBox(const AperturePlanes& in, const EllipseApertur
 }
 
 // Pixel (x, y)'s term of an ellipse's sums (what ApertureSums::add / addFull would add): false when it adds
-// nothing; flags collects its aperture flags.
+// nothing; flags collects its aperture flags. Its weight is its exact overlap with the ellipse, or with
+// pixelCentres 1 or 0 as its centre lies in the ellipse or not.
 GPUPHOT_HD inline bool ellipsePixel(const AperturePlanes& in, const ApertureSky& sky,
                                     const EllipseAperture& e, std::int32_t ownId, int x, int y,
-                                    ApertureSums& term, std::uint32_t& flags) {
-    const double wgt = e.pixelOverlap(x, y);
+                                    bool pixelCentres, ApertureSums& term, std::uint32_t& flags) {
+    const double wgt = pixelCentres ? (e.normRadius2(x - e.centreX(), y - e.centreY()) <= 1.0 ? 1.0 : 0.0)
+                                    : e.pixelOverlap(x, y);
     if (wgt <= 0.0) return false;
     float value;
-    bool saturated = false, foreign = false;
-    if (!usePixel(in, x, y, ownId, value, saturated, foreign)) {
-        flags |= FlagApertureMasked;
-        return false;
-    }
-    if (saturated) flags |= FlagSaturated;
-    if (foreign) flags |= FlagCrowded;
+    int sx, sy;
+    bool usable = false, saturated = false, foreign = false;
+    const bool adds = sumPixel(in, e.centreX(), e.centreY(), ownId, EllipseTouch{e}, x, y, value, sx, sy,
+                               usable, saturated, foreign);
+    if (!usable) flags |= FlagApertureMasked;
+    if (usable && saturated) flags |= FlagSaturated;
+    if (usable && foreign) flags |= FlagCrowded;
+    if (!adds) return false;
     double level, var;
-    pixelSky(in, sky, x, y, level, var);
+    pixelSky(in, sky, sx, sy, level, var);
     const double v = static_cast<double>(value) - level;
     if (wgt >= 1.0) {
         term.flux = v;
@@ -382,7 +438,7 @@ GPUPHOT_HD inline bool ellipsePixel(const AperturePlanes& in, const ApertureSky&
 // Sums in one ellipse (exact overlap), raster order; returns the aperture's flags.
 GPUPHOT_HD inline std::uint32_t sumEllipse(const AperturePlanes& in, const ApertureSky& sky,
                                            const EllipseAperture& e, double cx, double cy, std::int32_t ownId,
-                                           ApertureSums& out) {
+                                           bool pixelCentres, ApertureSums& out) {
     out = ApertureSums{};
     std::uint32_t flags = 0;
     int x0, x1, y0, y1;
@@ -390,7 +446,7 @@ GPUPHOT_HD inline std::uint32_t sumEllipse(const AperturePlanes& in, const Apert
     for (int y = y0; y <= y1; ++y) {
         for (int x = x0; x <= x1; ++x) {
             ApertureSums term;
-            if (ellipsePixel(in, sky, e, ownId, x, y, term, flags)) out.addSums(term);
+            if (ellipsePixel(in, sky, e, ownId, x, y, pixelCentres, term, flags)) out.addSums(term);
         }
     }
     return flags;
@@ -414,7 +470,8 @@ GPUPHOT_HD inline bool kronMomentPixel(const AperturePlanes& in, const ApertureS
     if (rho2 > rmax2) return false;
     float value;
     bool saturated = false, foreign = false;
-    if (!usePixel(in, x, y, ownId, value, saturated, foreign) || foreign) return false;
+    if (!usePixel(in, x, y, ownId, value, saturated, foreign)) return false;
+    if (foreign && in.neighbours != NeighbourPixels::None) return false;
     double level, var;
     pixelSky(in, sky, x, y, level, var);
     v = static_cast<double>(value) - level;
@@ -457,6 +514,7 @@ struct KronJob {
 };
 struct KronParamsHD {
     double factor, minRadius, maxRadius;
+    int pixelCentres; // 1: the ellipse holds the whole pixels whose centres lie in it (SExtractor's sum)
 };
 struct KronOut {
     double kronRadius = 0.0;
@@ -481,7 +539,7 @@ GPUPHOT_HD inline KronOut kronAperture(const AperturePlanes& in, const KronJob& 
     o.kronRadius = kron;
     if (kron > 0.0) {
         const EllipseAperture e(j.cx, j.cy, j.a * kron, j.b * kron, j.cosT, j.sinT);
-        o.flags |= sumEllipse(in, j.sky, e, j.cx, j.cy, j.ownId, o.sums);
+        o.flags |= sumEllipse(in, j.sky, e, j.cx, j.cy, j.ownId, p.pixelCentres != 0, o.sums);
         o.measured = 1;
     }
     return o;
@@ -846,7 +904,8 @@ public:
     // Called once after validation, before any batch: the frame and its companions (views may be empty;
     // level/rms empty when there is no background map).
     virtual void begin(const ImageView& image, const MaskView& mask, const ImageViewT<std::int32_t>& seg,
-                       const ImageView& level, const ImageView& rms, double saturation) = 0;
+                       const ImageView& level, const ImageView& rms, double saturation,
+                       NeighbourPixels neighbours) = 0;
     // After begin, when the background has no full maps but an on-demand sampler: false when the engine
     // cannot use one (then the stage needs full maps).
     virtual bool setMapSampler(const BackgroundSampler* /*sampler*/) { return false; }

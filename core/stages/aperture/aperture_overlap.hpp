@@ -275,6 +275,8 @@ public:
         const double f = unit * m_a * m_b;
         return std::clamp(f, 0.0, 1.0);
     }
+    GPUPHOT_HD double centreX() const { return m_cx; }
+    GPUPHOT_HD double centreY() const { return m_cy; }
     // Half-widths of the ellipse's bounding box (px).
     GPUPHOT_HD double halfWidthX() const { return m_hx; }
     GPUPHOT_HD double halfWidthY() const { return m_hy; }

@@ -8,6 +8,10 @@ namespace gpuphot {
 NLOHMANN_JSON_SERIALIZE_ENUM(SkyEstimator, {{SkyEstimator::Mean, "mean"},
                                             {SkyEstimator::Median, "median"},
                                             {SkyEstimator::Mode, "mode"}})
+NLOHMANN_JSON_SERIALIZE_ENUM(NeighbourPixels, {{NeighbourPixels::Sum, "sum"},
+                                               {NeighbourPixels::None, "none"},
+                                               {NeighbourPixels::Blank, "blank"},
+                                               {NeighbourPixels::Correct, "correct"}})
 
 namespace {
 #define F(member) params::field(&P::member, #member)
@@ -68,6 +72,21 @@ std::vector<ParamDef> aperture() {
             .doc("Maximum Kron radius (units of a, b)")
             .range(0.1, 100)
             .ui(0.5, 2),
+        F(kronPixelCentres)
+            .lbl("Kron pixel centres")
+            .doc("FLUX_AUTO sums the pixels whose centres lie in the Kron ellipse (SExtractor), not exact "
+                 "overlaps"),
+        F(centreOnBarycentre)
+            .lbl("Centre on barycentre")
+            .doc("Apertures centred on the isophotal barycentre (SExtractor), not the windowed centroid"),
+        F(neighbourPixels)
+            .lbl("Neighbour pixels")
+            .doc("Other objects' pixels in the aperture and Kron sums")
+            .sex("MASK_TYPE")
+            .oneOf({{"sum", "summed"},
+                    {"none", "none (SExtractor)"},
+                    {"blank", "blanked (SExtractor)"},
+                    {"correct", "mirrored (SExtractor)"}}),
         F(apertureCorrection)
             .lbl("Aperture correction")
             .doc("Curve-of-growth correction from bright isolated stars"),

@@ -1,11 +1,13 @@
 // The background RMS from an external weight map (background.hpp, applyWeightVariance).
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background/background.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/robust_stats.hpp"
 
 namespace gpuphot {
 
@@ -34,12 +36,7 @@ double weightScaleOf(const BackgroundResult& bkg, const Image<float>& variance, 
             const double s = bkg.meshRms(mx, my);
             if (n > 0 && sum > 0.0 && s > 0.0) ratio.push_back(s / std::sqrt(sum / static_cast<double>(n)));
         }
-    if (ratio.empty()) return 1.0;
-    const auto mid = ratio.begin() + static_cast<std::ptrdiff_t>(ratio.size() / 2);
-    std::nth_element(ratio.begin(), mid, ratio.end());
-    double m = *mid;
-    if (ratio.size() % 2 == 0) m = 0.5 * (m + *std::max_element(ratio.begin(), mid));
-    return m;
+    return ratio.empty() ? 1.0 : robustMedian(std::move(ratio));
 }
 
 } // namespace
