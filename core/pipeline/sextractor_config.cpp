@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/pipeline/param_table.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/text.hpp"
@@ -588,6 +589,22 @@ void reportRemainingKeys(KeyState& k) {
     }
 }
 
+// Every parameter a SExtractor key sets must lie in its table's range, as a --config value must: an
+// error names the SExtractor key, the file and the parameter.
+void checkMappedRanges(const Reader& r, const PipelineConfig& c) {
+    for (const ParamDef& def : paramTable()) {
+        if (def.sextractor.empty()) continue;
+        const std::optional<nlohmann::json> v = encodedParam(def, c);
+        if (!v) continue;
+        try {
+            checkParamValue(def, *v);
+        } catch (const InvalidInput& e) {
+            const std::string key = def.sextractor.substr(0, def.sextractor.find(' '));
+            throw InvalidInput(r.where(key) + ": " + e.what());
+        }
+    }
+}
+
 } // namespace
 
 SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineConfig& c) {
@@ -602,6 +619,7 @@ SextractorMapping applySextractorSettings(const SextractorSettings& s, PipelineC
     applyBackgroundKeys(k, c.background);
     applyOutputKeys(k);
     reportRemainingKeys(k);
+    checkMappedRanges(k.r, c);
     return m;
 }
 

@@ -247,6 +247,10 @@ TEST(SextractorConfig, BadInputIsRefusedNamingKeyAndFile) {
     EXPECT_NE(refusal("FILTER_NAME nowhere.conv\n").find("nowhere.conv"), std::string::npos);
     EXPECT_NE(refusal("FILTER_NAME psf.fits\n").find("neural-network retina"), std::string::npos);
     EXPECT_NE(refusal("PHOT_APERTURES 5,-2\n").find("PHOT_APERTURES"), std::string::npos);
+    const std::string range = refusal("PHOT_AUTOPARAMS 2.5,-1\n"); // the table's range, as --config's
+    EXPECT_NE(range.find("PHOT_AUTOPARAMS in "), std::string::npos) << range;
+    EXPECT_NE(range.find("aperture.kronMinRadius"), std::string::npos) << range;
+    EXPECT_NE(refusal("DEBLEND_MINCONT 5\n").find("DEBLEND_MINCONT"), std::string::npos);
     EXPECT_NE(refusal("BACKPHOTO_TYPE SOMETIMES\n").find("BACKPHOTO_TYPE"), std::string::npos);
     write(dir, "even.conv", "CONV NORM\n1 1\n1 1\n");
     EXPECT_NE(refusal("FILTER_NAME even.conv\n").find("odd sizes"), std::string::npos);
