@@ -38,6 +38,7 @@ struct SeriesOptions {
     std::vector<double> radii; // --aper: for frames reduced first
     bool noTycho2 = false;
     std::string db; // --db: the frames reduced first and the light curves into the results store
+    bool noForcedSources = false; // --no-forced-sources: frames reduced first measure the targets only
     SeriesParams params;
 };
 
@@ -77,13 +78,16 @@ Inputs expandInputs(const std::vector<std::string>& inputs) {
 // Frames given instead of catalogs: reduced first (one warm pipeline, the batch runner's progress and
 // skip rule) into DIR/catalogs, with the series' reference catalog, targets (forced photometry) and
 // apertures. Returns the catalogs of the frames that were reduced.
-std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, const SeriesOptions& o) {
+// `targets` (default: the series' --targets) is the forced photometry's list; `force` reduces frames whose
+// catalogs are complete again.
+std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, const SeriesOptions& o,
+                                      const std::string& targets, bool force) {
     ReduceCliOptions r;
     r.common = o.common;
     r.common.outdir = (fs::path(o.common.outdir) / "catalogs").string();
     r.reference = o.params.reference;
     r.refColumns = o.params.referenceColumns;
-    r.targets = o.targets;
+    r.targets = targets.empty() ? o.targets : targets;
     if (!o.radii.empty()) {
         std::string radii;
         for (double v : o.radii)
@@ -93,6 +97,7 @@ std::vector<std::string> reduceFrames(const std::vector<std::string>& frames, co
     r.noTycho2 = o.noTycho2;
     BatchOptions b; // in this process, or one child per GPU with these reduce options
     b.db = o.db;
+    b.force = force;
     b.jsonl = (fs::path(r.common.outdir) / "gpuphot.jsonl").string();
     b.threadsGiven = o.common.threads > 0;
     b.childArgs = {"-o", r.common.outdir, "--backend", r.common.backend};
@@ -240,6 +245,36 @@ int storeSeries(const SeriesResult& r, const SeriesOptions& o) {
     }
 }
 
+// Frames given: reduced into DIR/catalogs with forced photometry at the targets and at every source of
+// the series' list (named sourceTargetName): the list of the state when there is one, else the list the
+// frames' own catalogs give, which takes a second reduction (unless --no-forced-sources).
+std::vector<std::string> reduceWithForcedSources(const std::vector<std::string>& frames, SeriesOptions& o,
+                                                 const std::vector<std::string>& catalogs) {
+    const std::string list = (fs::path(o.common.outdir) / "series.sources.csv").string();
+    const TargetList targets = readTargetList(o.targets);
+    std::optional<SeriesState> state =
+        o.fresh || o.noForcedSources ? std::nullopt : loadSeriesState(o.common.outdir);
+    if (state) {
+        writeSourceTargets(*state, targets, list);
+        return reduceFrames(frames, o, list, false);
+    }
+    std::vector<std::string> reduced = reduceFrames(frames, o, "", false);
+    if (o.noForcedSources || reduced.empty()) return reduced;
+    std::vector<std::string> all = catalogs;
+    all.insert(all.end(), reduced.begin(), reduced.end());
+    SeriesResult first;
+    try {
+        first = buildSeries(all, targets, o.params);
+    } catch (const InvalidInput&) {
+        return reduced; // no usable catalog: the build says why
+    }
+    if (o.common.verbosity >= 1)
+        std::printf("series: %zu sources listed: the frames again, with forced photometry at each\n",
+                    first.sources.size());
+    writeSourceTargets(first.state, targets, list);
+    return reduceFrames(frames, o, list, true);
+}
+
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
     SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode, true};
@@ -248,7 +283,7 @@ int runSeries(SeriesOptions& o) {
     Phases phases;
     Inputs in = expandInputs(o.inputs);
     if (!in.frames.empty()) {
-        const std::vector<std::string> reduced = reduceFrames(in.frames, o);
+        const std::vector<std::string> reduced = reduceWithForcedSources(in.frames, o, in.catalogs);
         in.catalogs.insert(in.catalogs.end(), reduced.begin(), reduced.end());
     }
     const SeriesResult r = runBuild(o, out, in.catalogs, fresh, phases);
@@ -344,6 +379,9 @@ Command registerSeries(CLI::App& app) {
         ->delimiter(',');
     sub->add_flag("--no-tycho2", o->noTycho2,
                   "Frames given instead of catalogs: no Tycho-2 fallback without --ref");
+    sub->add_flag("--no-forced-sources", o->noForcedSources,
+                  "Frames given instead of catalogs: forced photometry at the targets only, not at every "
+                  "listed source (which takes a second reduction when DIR holds no series yet)");
     sub->add_flag("--all-stars", p.allStars,
                   "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
     addDbOption(*sub, o->db);

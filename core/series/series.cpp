@@ -13,6 +13,7 @@
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/io/fits_table.hpp"
+#include "core/io/text_catalog.hpp"
 #include "core/model/flags.hpp"
 #include "core/series/series_internal.hpp"
 #include "core/sim/sim_series.hpp"
@@ -36,11 +37,21 @@ namespace {
 
 using namespace series_detail;
 
-// Forced photometry of the targets in one frame (reduce --targets: STEM.targets.fits), for the frames
-// where a target was not detected.
+// Forced photometry in one frame (reduce --targets: STEM.targets.fits), for the frames where a target, or
+// a listed source (a row named sourceTargetName(s)), was not detected.
 struct Forced {
     std::vector<double> ra, dec;
     std::vector<Meas> m;
+    std::unordered_map<std::string, std::size_t> byName; // the rows named after a listed source
+    // The measurement of listed source s at (sra, sdec), or none: a row of its name measured within
+    // `radius` arcsec of it (a list rebuilt from other catalogs may number its sources otherwise).
+    Meas ofSource(std::size_t s, double sra, double sdec, double radius) const {
+        if (byName.empty()) return Meas{};
+        const auto it = byName.find(sourceTargetName(s));
+        if (it == byName.end()) return Meas{};
+        const std::size_t i = it->second;
+        return angularSeparationDeg(ra[i], dec[i], sra, sdec) * 3600.0 < radius ? m[i] : Meas{};
+    }
     // The measurement at the target given at (ra, dec) (the list's position, to 0.01"), or none.
     Meas at(double r, double d) const {
         for (std::size_t i = 0; i < ra.size(); ++i)
@@ -76,6 +87,11 @@ Forced readForced(const std::string& catalog, const std::string& fluxCol, const 
         const auto flux = t.doubles(fluxCol), err = t.doubles(errCol), x = t.doubles("x"), y = t.doubles("y");
         const auto sky = t.find("sky") ? t.doubles("sky") : std::vector<double>(t.rows(), kNan);
         const auto flags = t.find("flags") ? t.doubles("flags") : std::vector<double>(t.rows(), 0.0);
+        if (const auto* c = t.find("name"); c && std::holds_alternative<std::vector<std::string>>(c->data)) {
+            const auto& names = std::get<std::vector<std::string>>(c->data);
+            for (std::size_t i = 0; i < names.size(); ++i)
+                if (names[i].rfind(kSourceTargetPrefix, 0) == 0) f.byName.emplace(names[i], i);
+        }
         f.ra = t.doubles("ra");
         f.dec = t.doubles("dec");
         for (std::size_t i = 0; i < t.rows(); ++i) {
@@ -451,6 +467,22 @@ void sortByTime(Assembly& a) {
     a.forced = std::move(forced);
 }
 
+// Listed sources not detected in a frame take its forced photometry where reduce --targets measured them.
+void fillForced(Assembly& a, double radius) {
+    if (!a.list) return;
+    const std::size_t ns = a.list->size();
+    for (std::size_t u = 0; u < a.meas.size(); ++u) {
+        if (a.forced[u].byName.empty()) continue;
+        a.meas[u].resize(ns);
+        for (std::size_t s = 0; s < ns; ++s) {
+            if (a.meas[u][s].good()) continue;
+            double ra, dec;
+            a.list->position(s, ra, dec);
+            a.meas[u][s] = a.forced[u].ofSource(s, ra, dec, radius);
+        }
+    }
+}
+
 Assembly assemble(const std::vector<std::string>& catalogs, const SeriesParams& p,
                   const SeriesProgress& progress) {
     Assembly a;
@@ -487,6 +519,7 @@ Assembly assemble(const std::vector<std::string>& catalogs, const SeriesParams& 
         dets[i] = Detections{};
     }
     sortByTime(a);
+    fillForced(a, p.matchRadius);
     return a;
 }
 
@@ -496,7 +529,7 @@ std::vector<SeriesSource> sourceStats(const Assembly& a, SeriesState& st) {
     std::vector<std::vector<double>> flux(ns), mag(ns);
     for (const auto& row : a.meas)
         for (std::size_t s = 0; s < row.size(); ++s) {
-            if (!row[s].good()) continue;
+            if (!row[s].good() || (row[s].flags & kForcedFlag)) continue; // detections only
             flux[s].push_back(row[s].flux);
             if (std::isfinite(row[s].magCal)) mag[s].push_back(row[s].magCal);
         }
@@ -817,6 +850,28 @@ nlohmann::json toJson(const SeriesParams& p) {
     return j;
 }
 
+std::string sourceTargetName(std::size_t s) {
+    return kSourceTargetPrefix + std::to_string(s + 1);
+}
+
+void writeSourceTargets(const SeriesState& state, const TargetList& targets, const std::string& path) {
+    std::vector<std::string> name = targets.name;
+    std::vector<double> ra = targets.ra, dec = targets.dec;
+    const SourceList list(state, 1.0);
+    for (std::size_t s = 0; s < list.size(); ++s) {
+        double r, d;
+        list.position(s, r, d);
+        name.push_back(sourceTargetName(s));
+        ra.push_back(r);
+        dec.push_back(d);
+    }
+    Table t;
+    t.add("name", std::move(name));
+    t.add("ra", std::move(ra), "deg");
+    t.add("dec", std::move(dec), "deg");
+    writeCsv(path, t);
+}
+
 std::string seriesFingerprint(const TargetList& targets, const SeriesParams& params) {
     nlohmann::json j = {
         {"params", toJson(params)}, {"names", targets.name}, {"ra", targets.ra}, {"dec", targets.dec}};
@@ -903,6 +958,14 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
     return r;
 }
 
+namespace {
+Meas forcedOf(const Forced& f, const SourceList& list, std::size_t s, const SeriesParams& p) {
+    double ra, dec;
+    list.position(s, ra, dec);
+    return f.ofSource(s, ra, dec, p.matchRadius);
+}
+} // namespace
+
 std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
                                          const TargetList& targets, const SeriesParams& params,
                                          const SeriesProgress& progress) {
@@ -943,7 +1006,7 @@ std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<s
             for (std::size_t s : tg.sources)
                 row.push_back(s < detOf.size() && detOf[s] >= 0
                                   ? dets[i].m[static_cast<std::size_t>(detOf[s])]
-                                  : Meas{});
+                                  : forcedOf(dets[i].forced, list, s, params));
             const std::size_t k = static_cast<std::size_t>(&tg - st.targets.data());
             if (!row.empty() && !row[0].good()) row[0] = dets[i].forced.at(targets.ra[k], targets.dec[k]);
             tg.meas.insert(tg.meas.begin() + static_cast<long>(uat), std::move(row));

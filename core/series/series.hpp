@@ -173,4 +173,12 @@ std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<s
 // The fingerprint an append compares: parameters and targets.
 std::string seriesFingerprint(const TargetList& targets, const SeriesParams& params);
 
+// Forced photometry at every listed source: a targets file (reduce --targets) of the user's targets, then
+// each source of the state's list at its mean position, named sourceTargetName(s). Where a source was not
+// detected, buildSeries and appendSeries take the STEM.targets.fits row of that name.
+inline constexpr const char* kSourceTargetPrefix = "series_src";
+std::string sourceTargetName(std::size_t s); // "series_src1" for source 0
+// Writes that file as CSV (name, ra, dec; atomically); throws IoError when it cannot.
+void writeSourceTargets(const SeriesState& state, const TargetList& targets, const std::string& path);
+
 } // namespace gpuphot

@@ -11,9 +11,11 @@
 #include <iomanip>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/catalog/table.hpp"
 #include "core/io/fits_table.hpp"
+#include "core/io/target_list.hpp"
 #include "core/io/text_catalog.hpp"
 #include "core/series/barycentric.hpp"
 #include "core/series/series.hpp"
@@ -109,6 +111,11 @@ struct Night {
     // Frames where the target is not in the catalog but in STEM.targets.fits (forced photometry).
     static bool undetected(int f) { return f >= 30 && f < 34; }
     bool hideTarget = false;
+    // A star left out of frames 10-12, measured there by forced photometry under the name `hiddenName`
+    // (a listed source's, sourceTargetName) when that is given.
+    static constexpr int kHidden = 5;
+    static bool hiddenIn(int f) { return f >= 10 && f < 13; }
+    std::string hiddenName;
     static double sine(int f) { return 0.05 * std::sin(2.0 * 3.14159265358979 * f / 20.0); }
     static void position(int k, double& ra, double& dec) {
         dec = kDec + (k / kSide - kSide / 2) * kStep;
@@ -160,6 +167,24 @@ struct Night {
                 v->erase(v->begin() + kTarget);
             flags.erase(flags.begin() + kTarget);
         }
+        if (!hiddenName.empty() && hiddenIn(f)) {
+            Table forced;
+            forced.add("name", std::vector<std::string>{hiddenName});
+            forced.add("ra", std::vector<double>{ra[kHidden]}, "deg");
+            forced.add("dec", std::vector<double>{dec[kHidden]}, "deg");
+            forced.add("x", std::vector<double>{x[kHidden]}, "pix");
+            forced.add("y", std::vector<double>{y[kHidden]}, "pix");
+            forced.add("flux_aper_2", std::vector<double>{flux[kHidden]}, "adu");
+            forced.add("fluxerr_aper_2", std::vector<double>{err[kHidden]}, "adu");
+            forced.add("sky", std::vector<double>{300.0}, "adu");
+            forced.add("flags", std::vector<std::int32_t>{0});
+            std::snprintf(name, sizeof name, "f%03d.targets.fits", f);
+            writeFitsTable(dir / name, forced);
+            std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
+            for (auto* v : {&ra, &dec, &flux, &err, &x, &y, &sky, &magCal})
+                v->erase(v->begin() + kHidden);
+            flags.erase(flags.begin() + kHidden);
+        }
         Table t;
         t.add("ra", ra, "deg");
         t.add("dec", dec, "deg");
@@ -184,7 +209,8 @@ struct Night {
         return dir / name;
     }
 
-    explicit Night(bool hide = false) : hideTarget(hide) {
+    explicit Night(bool hide = false, std::string hidden = {})
+        : hideTarget(hide), hiddenName(std::move(hidden)) {
         for (int f = 0; f < kFrames; ++f)
             catalogs.push_back(write(f, "V", "fitted (tycho2)", 0.0));
         catalogs.push_back(write(kFrames, "R", "fitted", 0.0));     // another filter
@@ -394,6 +420,57 @@ TEST(Series, ForcedPhotometryWhereTheTargetWasNotDetected) {
     const SeriesResult o = buildSeries(night.catalogs, night.targets(), SeriesParams{});
     for (int f = 30; f < 34; ++f)
         EXPECT_FALSE(std::isfinite(o.curves[0].relFlux[f])) << f;
+}
+
+// Forced photometry at every listed source: a star missing from a frame's catalog takes the
+// STEM.targets.fits row named after its list entry (what `series` asks reduce --targets for).
+TEST(Series, ForcedPhotometryAtEveryListedSource) {
+    SeriesParams p;
+    p.flux = "aper_2";
+    p.allStars = true;
+    double ra, dec;
+    Night::position(Night::kHidden, ra, dec);
+    const auto indexOf = [&](const SeriesResult& r) {
+        for (std::size_t s = 0; s < r.sources.size(); ++s)
+            if (std::fabs(r.sources[s].dec - dec) < 1e-4 && std::fabs(r.sources[s].ra - ra) < 1e-4) return s;
+        return r.sources.size();
+    };
+    Night plain;
+    const std::size_t idx = indexOf(buildSeries(plain.catalogs, plain.targets(), p));
+    ASSERT_LT(idx, std::size_t(Night::kSide * Night::kSide));
+    EXPECT_EQ(sourceTargetName(idx), "series_src" + std::to_string(idx + 1));
+
+    const auto curveOf = [&](const SeriesResult& r) -> const StarCurve& {
+        for (const auto& c : r.stars)
+            if (c.source == idx) return c;
+        throw std::runtime_error("no curve");
+    };
+    Night unnamed(false, sourceTargetName(idx + 1)); // another source's name: not at this one's position
+    Night named(false, sourceTargetName(idx));       // rows named after it are
+    const SeriesResult a = buildSeries(unnamed.catalogs, unnamed.targets(), p);
+    const SeriesResult b = buildSeries(named.catalogs, named.targets(), p);
+    ASSERT_EQ(indexOf(a), idx);
+    ASSERT_EQ(indexOf(b), idx);
+    EXPECT_EQ(a.sources[idx].frames, Night::kFrames - 3);
+    EXPECT_EQ(b.sources[idx].frames, Night::kFrames - 3) << "forced points are not detections";
+    EXPECT_EQ(curveOf(a).points, Night::kFrames - 3);
+    EXPECT_EQ(curveOf(b).points, Night::kFrames);
+    for (int f = 0; f < Night::kFrames; ++f) {
+        EXPECT_EQ(std::isfinite(curveOf(a).relFlux[f]), !Night::hiddenIn(f)) << f;
+        EXPECT_TRUE(std::isfinite(curveOf(b).relFlux[f])) << f;
+        if (Night::hiddenIn(f)) EXPECT_NEAR(curveOf(b).relFlux[f], 1.0, 0.02) << f;
+    }
+
+    // The targets file `series` writes for reduce --targets: the targets, then every listed source.
+    TempDir out("gpuphot_series_list");
+    const std::string list = out / "series.sources.csv";
+    writeSourceTargets(b.state, named.targets(), list);
+    const TargetList t = readTargetList(list);
+    ASSERT_EQ(t.size(), 2 + b.sources.size());
+    EXPECT_EQ(t.name[0], "planet");
+    EXPECT_EQ(t.name[2 + idx], sourceTargetName(idx));
+    EXPECT_NEAR(t.ra[2 + idx], b.sources[idx].ra, 1e-9);
+    EXPECT_NEAR(t.dec[2 + idx], b.sources[idx].dec, 1e-9);
 }
 
 TEST(Series, ComparisonsOfTheTargetsColourFirst) {
