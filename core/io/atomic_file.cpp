@@ -1,5 +1,6 @@
 #include "core/io/atomic_file.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -137,7 +138,19 @@ AtomicBatch::Join::~Join() {
     t_batch = m_previous;
 }
 
+// A durable file is flushed here, on the thread that wrote it, while the others write theirs.
 void AtomicBatch::add(std::string temp, std::string final) {
+    bool flush = false;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        flush = m_durable.count(final) != 0;
+    }
+    if (flush) {
+        const int fd = ::open(temp.c_str(), O_RDONLY);
+        if (fd < 0) throw IoError("cannot write " + final + ": temporary file " + temp + " missing");
+        ::fsync(fd);
+        ::close(fd);
+    }
     std::lock_guard<std::mutex> lock(m_mutex);
     m_files.emplace_back(std::move(temp), std::move(final));
 }
@@ -154,15 +167,11 @@ void AtomicBatch::durable(const std::string& final) {
 
 void AtomicBatch::finish() {
     std::lock_guard<std::mutex> lock(m_mutex);
-    std::set<std::string> dirs;
-    for (const auto& [temp, final] : m_files) {
-        dirs.insert(fs::path(final).parent_path().string());
-        if (!m_durable.count(final)) continue;
-        const int fd = ::open(temp.c_str(), O_RDONLY);
-        if (fd < 0) throw IoError("cannot write " + final + ": temporary file " + temp + " missing");
-        ::fsync(fd);
-        ::close(fd);
-    }
+    // The durable files were flushed by add(). Their directory is not: after a power cut a durable file
+    // holds its old content or its new one (as AtomicOutput's), and the renames are made again by the
+    // next call. The durable files last (the others derive from them), each group in commit order.
+    std::stable_partition(m_files.begin(), m_files.end(),
+                          [this](const auto& f) { return m_durable.count(f.second) == 0; });
     for (std::size_t k = 0; k < m_files.size(); ++k)
         if (::rename(m_files[k].first.c_str(), m_files[k].second.c_str()) != 0) {
             const std::string what =
@@ -171,12 +180,6 @@ void AtomicBatch::finish() {
             throw IoError(what);
         }
     m_files.clear();
-    if (!m_durable.empty())
-        for (const auto& d : dirs) // the renames themselves
-            if (const int fd = ::open(d.empty() ? "." : d.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-                ::fsync(fd);
-                ::close(fd);
-            }
 }
 
 void AtomicOutput::commit() {

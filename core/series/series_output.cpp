@@ -272,6 +272,12 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
         std::function<void(const std::string&)> write;
     };
     std::vector<Job> jobs;
+    // The state and the report first: the largest jobs, so that the two threads end together.
+    if (o.state)
+        jobs.push_back({(dir / "series.state").string(),
+                        [&s, &dir](const std::string&) { saveSeriesState(s.state, dir.string()); }});
+    jobs.push_back({(dir / "series.json").string(),
+                    [&s](const std::string& p) { writeTextFileAtomic(p, seriesReport(s).dump(1) + "\n"); }});
     std::set<std::string> stems;
     for (const auto& lc : s.curves) {
         if (!lc.problem.empty()) continue;
@@ -295,13 +301,8 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
         jobs.push_back({(dir / "series.curves.fits").string(),
                         [&s](const std::string& p) { writeFitsTable(p, curvesTable(s)); }});
     }
-    jobs.push_back({(dir / "series.json").string(),
-                    [&s](const std::string& p) { writeTextFileAtomic(p, seriesReport(s).dump(1) + "\n"); }});
-    if (o.state)
-        jobs.push_back({(dir / "series.state").string(),
-                        [&s, &dir](const std::string&) { saveSeriesState(s.state, dir.string()); }});
-    // Renamed in job order, the state last; only the state is flushed to disk first: the other files
-    // derive from it and the catalogs, and every call rewrites them.
+    // Only the state is flushed to disk, and renamed last: the other files derive from it and the
+    // catalogs, and every call rewrites them.
     AtomicBatch batch;
     if (o.state) batch.durable((dir / "series.state").string());
     std::exception_ptr failure;
