@@ -145,46 +145,32 @@ struct Night {
             flags.push_back(0);
         }
         char name[32];
-        std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
-        if (hideTarget &&
-            undetected(f)) { // the target below the detection limit: only reduce --targets measured it
+        // Star k left out of the catalog, measured only by forced photometry (STEM.targets.fits, one row
+        // named `who` at (r, d)).
+        const auto hide = [&](int k, const std::string& who, double r, double d) {
             Table forced;
-            double r, d;
-            position(kTarget, r, d);
-            forced.add("name", std::vector<std::string>{"planet"});
+            forced.add("name", std::vector<std::string>{who});
             forced.add("ra", std::vector<double>{r}, "deg");
             forced.add("dec", std::vector<double>{d}, "deg");
-            forced.add("x", std::vector<double>{x[kTarget]}, "pix");
-            forced.add("y", std::vector<double>{y[kTarget]}, "pix");
-            forced.add("flux_aper_2", std::vector<double>{flux[kTarget]}, "adu");
-            forced.add("fluxerr_aper_2", std::vector<double>{err[kTarget]}, "adu");
+            forced.add("x", std::vector<double>{x[k]}, "pix");
+            forced.add("y", std::vector<double>{y[k]}, "pix");
+            forced.add("flux_aper_2", std::vector<double>{flux[k]}, "adu");
+            forced.add("fluxerr_aper_2", std::vector<double>{err[k]}, "adu");
             forced.add("sky", std::vector<double>{300.0}, "adu");
             forced.add("flags", std::vector<std::int32_t>{0});
             std::snprintf(name, sizeof name, "f%03d.targets.fits", f);
             writeFitsTable(dir / name, forced);
-            std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
             for (auto* v : {&ra, &dec, &flux, &err, &x, &y, &sky, &magCal})
-                v->erase(v->begin() + kTarget);
-            flags.erase(flags.begin() + kTarget);
+                v->erase(v->begin() + k);
+            flags.erase(flags.begin() + k);
+        };
+        if (hideTarget && undetected(f)) { // the target below the detection limit
+            double r, d;
+            position(kTarget, r, d);
+            hide(kTarget, "planet", r, d);
         }
-        if (!hiddenName.empty() && hiddenIn(f)) {
-            Table forced;
-            forced.add("name", std::vector<std::string>{hiddenName});
-            forced.add("ra", std::vector<double>{ra[kHidden]}, "deg");
-            forced.add("dec", std::vector<double>{dec[kHidden]}, "deg");
-            forced.add("x", std::vector<double>{x[kHidden]}, "pix");
-            forced.add("y", std::vector<double>{y[kHidden]}, "pix");
-            forced.add("flux_aper_2", std::vector<double>{flux[kHidden]}, "adu");
-            forced.add("fluxerr_aper_2", std::vector<double>{err[kHidden]}, "adu");
-            forced.add("sky", std::vector<double>{300.0}, "adu");
-            forced.add("flags", std::vector<std::int32_t>{0});
-            std::snprintf(name, sizeof name, "f%03d.targets.fits", f);
-            writeFitsTable(dir / name, forced);
-            std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
-            for (auto* v : {&ra, &dec, &flux, &err, &x, &y, &sky, &magCal})
-                v->erase(v->begin() + kHidden);
-            flags.erase(flags.begin() + kHidden);
-        }
+        if (!hiddenName.empty() && hiddenIn(f)) hide(kHidden, hiddenName, ra[kHidden], dec[kHidden]);
+        std::snprintf(name, sizeof name, "f%03d.cat.fits", f);
         Table t;
         t.add("ra", ra, "deg");
         t.add("dec", dec, "deg");
