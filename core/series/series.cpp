@@ -43,14 +43,11 @@ struct Forced {
     std::vector<double> ra, dec;
     std::vector<Meas> m;
     std::unordered_map<std::string, std::size_t> byName; // the rows named after a listed source
-    // The measurement of listed source s at (sra, sdec), or none: a row of its name measured within
-    // `radius` arcsec of it (a list rebuilt from other catalogs may number its sources otherwise).
-    Meas ofSource(std::size_t s, double sra, double sdec, double radius) const {
-        if (byName.empty()) return Meas{};
+    // The row named after listed source s, or none (forcedOf checks where it was measured).
+    const std::size_t* rowOf(std::size_t s) const {
+        if (byName.empty()) return nullptr;
         const auto it = byName.find(sourceTargetName(s));
-        if (it == byName.end()) return Meas{};
-        const std::size_t i = it->second;
-        return angularSeparationDeg(ra[i], dec[i], sra, sdec) * 3600.0 < radius ? m[i] : Meas{};
+        return it == byName.end() ? nullptr : &it->second;
     }
     // The measurement at the target given at (ra, dec) (the list's position, to 0.01"), or none.
     Meas at(double r, double d) const {
@@ -467,6 +464,16 @@ void sortByTime(Assembly& a) {
     a.forced = std::move(forced);
 }
 
+// The forced measurement of listed source s in one frame, or none: the row of its name, if it was measured
+// within `radius` arcsec of the source (a list rebuilt from other catalogs may number its sources otherwise).
+Meas forcedOf(const Forced& f, const SourceList& list, std::size_t s, double radius) {
+    const std::size_t* i = f.rowOf(s);
+    if (!i) return Meas{};
+    double ra, dec;
+    list.position(s, ra, dec);
+    return angularSeparationDeg(f.ra[*i], f.dec[*i], ra, dec) * 3600.0 < radius ? f.m[*i] : Meas{};
+}
+
 // Listed sources not detected in a frame take its forced photometry where reduce --targets measured them.
 void fillForced(Assembly& a, double radius) {
     if (!a.list) return;
@@ -474,12 +481,8 @@ void fillForced(Assembly& a, double radius) {
     for (std::size_t u = 0; u < a.meas.size(); ++u) {
         if (a.forced[u].byName.empty()) continue;
         a.meas[u].resize(ns);
-        for (std::size_t s = 0; s < ns; ++s) {
-            if (a.meas[u][s].good()) continue;
-            double ra, dec;
-            a.list->position(s, ra, dec);
-            a.meas[u][s] = a.forced[u].ofSource(s, ra, dec, radius);
-        }
+        for (std::size_t s = 0; s < ns; ++s)
+            if (!a.meas[u][s].good()) a.meas[u][s] = forcedOf(a.forced[u], *a.list, s, radius);
     }
 }
 
@@ -958,14 +961,6 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
     return r;
 }
 
-namespace {
-Meas forcedOf(const Forced& f, const SourceList& list, std::size_t s, const SeriesParams& p) {
-    double ra, dec;
-    list.position(s, ra, dec);
-    return f.ofSource(s, ra, dec, p.matchRadius);
-}
-} // namespace
-
 std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
                                          const TargetList& targets, const SeriesParams& params,
                                          const SeriesProgress& progress) {
@@ -1006,7 +1001,7 @@ std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<s
             for (std::size_t s : tg.sources)
                 row.push_back(s < detOf.size() && detOf[s] >= 0
                                   ? dets[i].m[static_cast<std::size_t>(detOf[s])]
-                                  : forcedOf(dets[i].forced, list, s, params));
+                                  : forcedOf(dets[i].forced, list, s, params.matchRadius));
             const std::size_t k = static_cast<std::size_t>(&tg - st.targets.data());
             if (!row.empty() && !row[0].good()) row[0] = dets[i].forced.at(targets.ra[k], targets.dec[k]);
             tg.meas.insert(tg.meas.begin() + static_cast<long>(uat), std::move(row));
