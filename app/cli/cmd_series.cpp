@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -277,6 +278,7 @@ std::vector<std::string> reduceWithForcedSources(const std::vector<std::string>&
 
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
+    validate(o.params); // before any frame is reduced
     SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode, true};
     const auto t0 = Clock::now();
     std::size_t fresh = 0;
@@ -313,8 +315,12 @@ int runSeries(SeriesOptions& o) {
             int n = 0;
             for (const auto& e : lc.ensemble)
                 n += e.dropped ? 0 : 1;
-            std::printf("  %-20s %zu points, %d comparison stars, RMS %.5f (median error %.5f)\n",
-                        lc.name.c_str(), lc.frame.size(), n, lc.rms, lc.medianErr);
+            std::printf("  %-20s %zu points, %d comparison stars, RMS %.5f (median error %.5f), J %.2f%s\n",
+                        lc.name.c_str(), lc.frame.size(), n, lc.rms, lc.medianErr, lc.stetsonJ,
+                        lc.variable ? " variable" : "");
+            if (std::isfinite(lc.bestPeriod))
+                std::printf("  %-20s periodogram peak %.6f d (power %.3f, false alarm %.2g)\n", "",
+                            lc.bestPeriod, lc.bestPower, lc.falseAlarm);
         }
         std::printf("wrote %zu files into %s\n", written.size(), out.dir.c_str());
     }
@@ -332,7 +338,8 @@ Command registerSeries(CLI::App& app) {
     sub->footer(
         "A later call with the same -o appends its catalogs to the series recorded in DIR/series.state\n"
         "(--fresh starts anew). Files: NAME.lc.{ecsv,csv,fits}, NAME.aij.tbl, NAME.aavso.txt, series.json,\n"
-        "series.state; with --all-stars also series.stars.fits and series.curves.fits.");
+        "series.state; with --all-stars also series.stars.fits, series.curves.fits and "
+        "series.variables.csv.");
     addCommonOptions(*sub, o->common);
     SeriesParams& p = o->params;
     sub->add_option("inputs", o->inputs,
@@ -383,7 +390,26 @@ Command registerSeries(CLI::App& app) {
                   "Frames given instead of catalogs: forced photometry at the targets only, not at every "
                   "listed source (which takes a second reduction when DIR holds no series yet)");
     sub->add_flag("--all-stars", p.allStars,
-                  "Also every star's light curve: DIR/series.stars.fits and series.curves.fits");
+                  "Also every star's light curve: DIR/series.stars.fits, series.curves.fits and "
+                  "series.variables.csv");
+    sub->add_option("--detrend", p.detrend,
+                    "Decorrelate each target's curve against these terms: airmass, fwhm, sky, x, y, time")
+        ->delimiter(',');
+    sub->add_flag("--variability", p.findVariables,
+                  "Keep stars flagged variable (--stetson-j, --max-chi2) out of every ensemble; a "
+                  "Lomb-Scargle periodogram of each target and flagged star");
+    sub->add_option("--stetson-j", p.variability.stetsonJ, "Flag a star whose Stetson J exceeds this")
+        ->capture_default_str();
+    sub->add_option("--max-chi2", p.variability.chi2,
+                    "Flag a star whose reduced chi^2 about a constant exceeds this")
+        ->capture_default_str();
+    sub->add_option("--min-period", p.variability.minPeriod, "Periodogram: shortest period (d)")
+        ->capture_default_str();
+    sub->add_option("--max-period", p.variability.maxPeriod,
+                    "Periodogram: longest period (d; 0: half the series' time span)")
+        ->capture_default_str();
+    sub->add_option("--oversample", p.variability.oversample, "Periodogram: frequencies per 1/(time span)")
+        ->capture_default_str();
     addDbOption(*sub, o->db);
     sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");
     return {sub, [o] { return runSeries(*o); }};

@@ -746,6 +746,39 @@ std::vector<SeriesSource> sourcesOf(const SeriesState& st, const SourceList& lis
     return out;
 }
 
+// The peak of the periodogram of a curve into period, power and false alarm; the reason when there is none
+// (a series too short for the period range).
+std::string periodogramPeak(const std::vector<double>& time, const std::vector<double>& value,
+                            const std::vector<double>& err, const VariabilityParams& p, double& period,
+                            double& power, double& falseAlarm) {
+    try {
+        const Periodogram pg = lombScargle(time, value, err, p);
+        period = pg.bestPeriod;
+        power = pg.bestPower;
+        falseAlarm = pg.falseAlarm;
+        return "";
+    } catch (const InvalidInput& e) {
+        return e.what();
+    }
+}
+
+// A target's curve detrended (params.detrend), its variability indices and flag, and with findVariables
+// its periodogram's peak. Returns a warning ("" when none).
+std::string analyseCurve(LightCurve& lc, const SeriesParams& p) {
+    if (!lc.problem.empty()) return "";
+    if (!p.detrend.empty()) lc.detrendFit = detrend(lc, p.detrend);
+    lc.stetsonJ = stetsonJ(lc.relFlux, lc.relFluxErr);
+    lc.chi2 = chi2Constant(lc.relFlux, lc.relFluxErr);
+    lc.variable = isVariable(lc.stetsonJ, lc.chi2, p.variability);
+    std::string why;
+    if (p.findVariables)
+        why = periodogramPeak(lc.bjdTdb, lc.relFlux, lc.relFluxErr, p.variability, lc.bestPeriod,
+                              lc.bestPower, lc.falseAlarm);
+    if (!p.detrend.empty() && lc.detrendFit.points == 0)
+        why += std::string(why.empty() ? "" : "; ") + "too few points to detrend";
+    return why;
+}
+
 // The result's curves, frames and warnings from a state.
 void finish(SeriesResult& r, const TargetList& targets, const SeriesParams& p) {
     const SeriesState& st = r.state;
@@ -766,12 +799,39 @@ void finish(SeriesResult& r, const TargetList& targets, const SeriesParams& p) {
     r.curves.clear();
     for (std::size_t k = 0; k < targets.size(); ++k) {
         r.curves.push_back(curveFromState(st, k, targets, r.sources, scint, p));
-        if (!r.curves.back().problem.empty())
-            r.warnings.push_back("target " + r.curves.back().name + ": " + r.curves.back().problem);
+        LightCurve& lc = r.curves.back();
+        if (!lc.problem.empty()) r.warnings.push_back("target " + lc.name + ": " + lc.problem);
+        if (const std::string why = analyseCurve(lc, p); !why.empty())
+            r.warnings.push_back("target " + lc.name + ": " + why);
     }
 }
 
-// Every eligible-or-not well-covered source's curve against its own ensemble (params.allStars).
+// Source sc.source's curve against its own ensemble from the pool, with its variability indices and flag.
+void starCurve(StarCurve& sc, const Assembly& a, const Pool& pool, const std::vector<long>& pinned,
+               const std::vector<double>& scint, const SeriesParams& p) {
+    std::vector<EnsembleStar> ens = candidates(pool, *a.list, sc.source, pinned, p);
+    std::vector<Normalised> own; // pinned stars outside the pool
+    own.reserve(ens.size());
+    std::vector<const Normalised*> ptr;
+    for (const auto& e : ens)
+        ptr.push_back(pool.norm[e.source].c.empty() ? &own.emplace_back(normalise(a.column(e.source)))
+                                                    : &pool.norm[e.source]);
+    if (ens.size() < static_cast<std::size_t>(p.minEnsemble)) return;
+    vet(ptr, ens, scint, p);
+    const Relative rel = relativeFlux(a.column(sc.source), combine(ptr, ens, scint), scint);
+    for (const auto& e : ens)
+        sc.comparisons += e.dropped ? 0 : 1;
+    sc.points = rel.points;
+    sc.rms = rel.rms;
+    sc.medianErr = rel.medianErr;
+    sc.chi2 = rel.chi2;
+    sc.stetsonJ = stetsonJ(rel.ratio, rel.err);
+    sc.variable = isVariable(sc.stetsonJ, sc.chi2, p.variability);
+    sc.relFlux.assign(rel.ratio.begin(), rel.ratio.end());
+    sc.relFluxErr.assign(rel.err.begin(), rel.err.end());
+}
+
+// Every well-covered source's curve against its own ensemble (params.allStars).
 std::vector<StarCurve> allStarCurves(const Assembly& a, const Pool& pool,
                                      const std::vector<SeriesSource>& src, const std::vector<long>& pinned,
                                      const std::vector<double>& scint, const SeriesParams& p) {
@@ -784,29 +844,65 @@ std::vector<StarCurve> allStarCurves(const Assembly& a, const Pool& pool,
 #pragma omp parallel for schedule(dynamic, 16) num_threads(2)
     for (std::size_t i = 0; i < stars.size(); ++i)
         errors.run([&] {
-            StarCurve& sc = out[i];
-            sc.source = stars[i];
-            std::vector<EnsembleStar> ens = candidates(pool, *a.list, sc.source, pinned, p);
-            std::vector<Normalised> own; // pinned stars outside the pool
-            own.reserve(ens.size());
-            std::vector<const Normalised*> ptr;
-            for (const auto& e : ens)
-                ptr.push_back(pool.norm[e.source].c.empty() ? &own.emplace_back(normalise(a.column(e.source)))
-                                                            : &pool.norm[e.source]);
-            if (ens.size() < static_cast<std::size_t>(p.minEnsemble)) return;
-            vet(ptr, ens, scint, p);
-            const Relative rel = relativeFlux(a.column(sc.source), combine(ptr, ens, scint), scint);
-            for (const auto& e : ens)
-                sc.comparisons += e.dropped ? 0 : 1;
-            sc.points = rel.points;
-            sc.rms = rel.rms;
-            sc.medianErr = rel.medianErr;
-            sc.chi2 = rel.chi2;
-            sc.relFlux.assign(rel.ratio.begin(), rel.ratio.end());
-            sc.relFluxErr.assign(rel.err.begin(), rel.err.end());
+            out[i].source = stars[i];
+            starCurve(out[i], a, pool, pinned, scint, p);
         });
     errors.rethrow();
     return out;
+}
+
+// params.allStars with findVariables: the stars their own curves flag leave the pool, and every star's
+// curve is made again without them (a star flagged once stays flagged); then the flagged stars'
+// periodograms.
+void banVariableStars(SeriesResult& r, const Assembly& a, Pool& pool, const std::vector<long>& pinned,
+                      const std::vector<double>& scint, const SeriesParams& p) {
+    std::vector<char> flagged(pool.eligible.size(), 0);
+    std::size_t banned = 0;
+    for (const StarCurve& c : r.stars)
+        if (c.variable) {
+            flagged[c.source] = 1;
+            banned += pool.eligible[c.source] ? 1 : 0;
+            pool.eligible[c.source] = 0;
+        }
+    if (banned > 0) r.stars = allStarCurves(a, pool, r.sources, pinned, scint, p);
+    std::vector<double> time;
+    for (std::size_t i : a.used)
+        time.push_back(a.frames[i].mjdMid);
+    std::vector<double> value, err;
+    for (StarCurve& c : r.stars) {
+        c.variable = c.variable || flagged[c.source];
+        if (!c.variable || c.relFlux.empty()) continue;
+        value.assign(c.relFlux.begin(), c.relFlux.end());
+        err.assign(c.relFluxErr.begin(), c.relFluxErr.end());
+        double power;
+        periodogramPeak(time, value, err, p.variability, c.bestPeriod, power, c.falseAlarm);
+    }
+}
+
+// Each target's candidates from the pool (tSource[k]: its source, -1: none) and their measurements in
+// every used frame into the state (an empty row per frame for a target off the field, so that an
+// append inserts its rows where it inserts the others').
+void targetsIntoState(SeriesState& st, const Assembly& a, const Pool& pool, const std::vector<long>& tSource,
+                      const std::vector<long>& pinned, const TargetList& targets,
+                      const SeriesParams& params) {
+    st.targets.resize(targets.size());
+    for (std::size_t k = 0; k < targets.size(); ++k) {
+        st.targets[k].meas.resize(a.meas.size()); // a row per used frame (empty off the field), as loaded
+        if (tSource[k] < 0) continue;
+        const std::size_t t = static_cast<std::size_t>(tSource[k]);
+        SeriesState::Target& tg = st.targets[k];
+        tg.sources = {t};
+        tg.notes = {"target"};
+        for (const auto& e : candidates(pool, *a.list, t, pinned, params)) {
+            tg.sources.push_back(e.source);
+            tg.notes.push_back(e.why);
+        }
+        for (std::size_t u = 0; u < a.meas.size(); ++u) {
+            for (std::size_t s : tg.sources)
+                tg.meas[u].push_back(a.at(u, s));
+            if (!tg.meas[u][0].good()) tg.meas[u][0] = a.forced[u].at(targets.ra[k], targets.dec[k]);
+        }
+    }
 }
 
 } // namespace
@@ -826,6 +922,14 @@ void validate(const SeriesParams& p) {
     require(p.vetRatio > 1.0 && p.clipSigma > 1.0 && p.vetIterations >= 0,
             "vetRatio and clipSigma must be > 1, vetIterations >= 0");
     require(p.telescopeDiameter >= 0.0, "telescopeDiameter must be >= 0 m");
+    for (const auto& t : p.detrend)
+        require(std::find(detrendTerms().begin(), detrendTerms().end(), t) != detrendTerms().end(),
+                "unknown detrend term '" + t + "' (airmass, fwhm, sky, x, y, time)");
+    const VariabilityParams& v = p.variability;
+    require(std::isfinite(v.stetsonJ) && v.chi2 > 0.0, "the Stetson J bar must be finite, the chi^2 bar > 0");
+    require(v.minPeriod > 0.0 && v.maxPeriod >= 0.0 && (v.maxPeriod == 0.0 || v.maxPeriod > v.minPeriod),
+            "minPeriod must be > 0 d and maxPeriod 0 or > minPeriod");
+    require(v.oversample >= 1 && v.oversample <= 1000, "oversample must be in [1, 1000]");
 }
 
 nlohmann::json toJson(const SeriesParams& p) {
@@ -847,7 +951,15 @@ nlohmann::json toJson(const SeriesParams& p) {
                         {"excluded", p.excluded},
                         {"allStars", p.allStars},
                         {"vetIterations", p.vetIterations},
-                        {"clipSigma", p.clipSigma}};
+                        {"clipSigma", p.clipSigma},
+                        {"detrend", p.detrend},
+                        {"findVariables", p.findVariables}};
+    const VariabilityParams& v = p.variability;
+    j["variability"] = {{"stetsonJ", v.stetsonJ},
+                        {"chi2", v.chi2},
+                        {"minPeriod", v.minPeriod},
+                        {"maxPeriod", v.maxPeriod},
+                        {"oversample", v.oversample}};
     j["site"] =
         p.site ? nlohmann::json{p.site->latitude, p.site->longitude, p.site->elevation} : nlohmann::json();
     return j;
@@ -936,28 +1048,14 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
     };
     const std::vector<long> pinned = resolve(params.pinned, 0); // a pinned star is a comparison, not a target
     resolve(params.excluded, 1);
-    const Pool pool = comparisonPool(a, r.sources, banned, scint, params);
-
-    st.targets.resize(targets.size());
-    for (std::size_t k = 0; k < targets.size(); ++k) {
-        if (tSource[k] < 0) continue;
-        const std::size_t t = static_cast<std::size_t>(tSource[k]);
-        SeriesState::Target& tg = st.targets[k];
-        tg.sources = {t};
-        tg.notes = {"target"};
-        for (const auto& e : candidates(pool, *a.list, t, pinned, params)) {
-            tg.sources.push_back(e.source);
-            tg.notes.push_back(e.why);
-        }
-        tg.meas.resize(a.meas.size());
-        for (std::size_t u = 0; u < a.meas.size(); ++u) {
-            for (std::size_t s : tg.sources)
-                tg.meas[u].push_back(a.at(u, s));
-            if (!tg.meas[u][0].good()) tg.meas[u][0] = a.forced[u].at(targets.ra[k], targets.dec[k]);
-        }
+    Pool pool = comparisonPool(a, r.sources, banned, scint, params);
+    if (params.allStars) { // first: with findVariables, the stars it flags are no comparison of a target
+        r.stars = allStarCurves(a, pool, r.sources, pinned, scint, params);
+        if (params.findVariables) banVariableStars(r, a, pool, pinned, scint, params);
     }
+
+    targetsIntoState(st, a, pool, tSource, pinned, targets, params);
     finish(r, targets, params);
-    if (params.allStars) r.stars = allStarCurves(a, pool, r.sources, pinned, scint, params);
     return r;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/io/target_list.hpp"
 #include "core/series/barycentric.hpp"
+#include "core/series/variability.hpp"
 
 namespace gpuphot {
 
@@ -45,6 +46,10 @@ struct SeriesParams {
     std::vector<std::string> excluded; // stars never to use as comparisons
     bool allStars = false;             // also the light curve of every source measured in minCoverage of the
                                        // frames (each with its own ensemble), in one table
+    std::vector<std::string> detrend;  // terms (detrendTerms()) each target's curve is decorrelated against
+    VariabilityParams variability;     // the bars of the variable flag; the periodogram's period range
+    bool findVariables = false;        // stars whose curves the flag marks are kept out of every ensemble,
+                                       // and each target (and flagged star) gets a Lomb-Scargle periodogram
     // --- internal -------------------------------------------------------------------------------
     int vetIterations = 20; // at most this many comparison stars dropped per target
     double clipSigma = 5.0; // differential points this far out (MAD sigma) do not enter the scatter
@@ -109,6 +114,12 @@ struct LightCurve {
     std::vector<int> flags, detected, nComparison;
     double rms = 0.0;       // RMS of relFlux over the detected points
     double medianErr = 0.0; // median relFluxErr
+    // Of the (detrended) relFlux: the variability indices and the flag (SeriesParams::variability).
+    double stetsonJ = NAN, chi2 = NAN; // chi2: reduced, about the weighted mean
+    bool variable = false;
+    // SeriesParams::findVariables: the periodogram's peak (NaN otherwise).
+    double bestPeriod = NAN, bestPower = NAN, falseAlarm = NAN; // d, [0, 1], probability
+    Detrend detrendFit; // SeriesParams::detrend: the fitted coefficients (no terms: not detrended)
 };
 
 // The light curve of one source of the series in the all-stars table (compact: 10^4 stars x 10^3 frames).
@@ -118,6 +129,9 @@ struct StarCurve {
     int points = 0;                         // frames with a measurement
     double rms = NAN, medianErr = NAN;      // of rel_flux
     double chi2 = NAN;                      // reduced chi^2 about 1 (variability)
+    double stetsonJ = NAN;                  // Stetson J of rel_flux (variability.hpp)
+    bool variable = false;                  // flagged by isVariable (findVariables: no comparison star)
+    double bestPeriod = NAN, falseAlarm = NAN; // findVariables, flagged stars: the periodogram's peak (d)
     std::vector<float> relFlux, relFluxErr; // per used frame (NaN: not measured)
 };
 

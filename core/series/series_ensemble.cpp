@@ -208,35 +208,59 @@ Relative relativeFlux(const std::vector<Meas>& target, const EnsembleFlux& ens,
     return r;
 }
 
-std::size_t prevet(const std::vector<Normalised>& norm, const std::vector<double>& magnitude,
-                   std::vector<char>& eligible, const std::vector<double>& scint, const SeriesParams& p) {
-    const std::size_t nf = scint.size(), ns = norm.size();
-    // The field's median normalised flux per frame: its transparency.
+namespace {
+
+// The field's median normalised flux per frame (its transparency) over the eligible sources.
+std::vector<double> fieldCurve(const std::vector<Normalised>& norm, const std::vector<char>& eligible,
+                               std::size_t nf) {
     std::vector<double> field(nf, kNan);
     std::vector<double> v;
     for (std::size_t u = 0; u < nf; ++u) {
         v.clear();
-        for (std::size_t s = 0; s < ns; ++s)
+        for (std::size_t s = 0; s < norm.size(); ++s)
             if (eligible[s] && std::isfinite(norm[s].c[u])) v.push_back(norm[s].c[u]);
         if (v.size() >= 3) field[u] = robustMedian(v);
     }
-    std::vector<double> ratio(ns, kNan), d(nf);
+    return field;
+}
+
+// A source's curve against the field (d) and its errors (e: its own and the scintillation); returns
+// the points.
+std::size_t againstField(const Normalised& n, const std::vector<double>& field,
+                         const std::vector<double>& scint, std::vector<double>& d, std::vector<double>& e) {
+    std::size_t points = 0;
+    for (std::size_t u = 0; u < field.size(); ++u) {
+        d[u] = e[u] = kNan;
+        const double c = n.c[u];
+        if (!std::isfinite(c) || !std::isfinite(field[u])) continue;
+        d[u] = c / field[u];
+        const double rel = n.e[u] / c;
+        e[u] = d[u] * std::sqrt(rel * rel + scint[u] * scint[u]);
+        ++points;
+    }
+    return points;
+}
+
+} // namespace
+
+std::size_t prevet(const std::vector<Normalised>& norm, const std::vector<double>& magnitude,
+                   std::vector<char>& eligible, const std::vector<double>& scint, const SeriesParams& p) {
+    const std::size_t nf = scint.size(), ns = norm.size();
+    const std::vector<double> field = fieldCurve(norm, eligible, nf);
+    std::vector<double> ratio(ns, kNan), d(nf), e(nf);
+    std::vector<char> flagged(ns, 0);
     std::map<long, std::vector<double>> byMag; // 1-mag bins
     for (std::size_t s = 0; s < ns; ++s) {
         if (!eligible[s]) continue;
-        double var = 0.0;
-        std::size_t n = 0;
-        for (std::size_t u = 0; u < nf; ++u) {
-            d[u] = kNan;
-            const double c = norm[s].c[u];
-            if (!std::isfinite(c) || !std::isfinite(field[u])) continue;
-            d[u] = c / field[u];
-            var += (norm[s].e[u] / c) * (norm[s].e[u] / c) + scint[u] * scint[u];
-            ++n;
-        }
+        const std::size_t n = againstField(norm[s], field, scint, d, e);
         if (n < 3) continue;
+        double var = 0.0;
+        for (std::size_t u = 0; u < nf; ++u)
+            if (std::isfinite(d[u])) var += (e[u] / d[u]) * (e[u] / d[u]);
         ratio[s] = clippedRms(d, p.clipSigma) / std::sqrt(var / double(n));
         if (std::isfinite(ratio[s])) byMag[std::lround(std::floor(magnitude[s]))].push_back(ratio[s]);
+        // The variability flag on the same curve: a flagged star is no comparison either.
+        if (p.findVariables) flagged[s] = isVariable(stetsonJ(d, e), chi2Constant(d, e), p.variability);
     }
     std::vector<double> all;
     for (const auto& [bin, r] : byMag)
@@ -244,10 +268,10 @@ std::size_t prevet(const std::vector<Normalised>& norm, const std::vector<double
     const double global = robustMedian(all);
     std::size_t cleared = 0;
     for (std::size_t s = 0; s < ns; ++s) {
-        if (!eligible[s] || !std::isfinite(ratio[s])) continue;
+        if (!eligible[s]) continue;
         const auto& bin = byMag[std::lround(std::floor(magnitude[s]))];
         const double ref = bin.size() >= 5 ? robustMedian(bin) : global;
-        if (ratio[s] > p.vetRatio * ref) {
+        if (flagged[s] || (std::isfinite(ratio[s]) && ratio[s] > p.vetRatio * ref)) {
             eligible[s] = 0;
             ++cleared;
         }

@@ -84,7 +84,8 @@ Table starsTable(const SeriesResult& s) {
     t.name = "STARS";
     std::vector<int> id;
     std::vector<double> ra, dec, mag, rms, err, chi2;
-    std::vector<int> points, comps;
+    std::vector<double> stetson;
+    std::vector<int> points, comps, variable;
     for (const auto& c : s.stars) {
         const SeriesSource& src = s.sources[c.source];
         id.push_back(static_cast<int>(c.source));
@@ -94,6 +95,8 @@ Table starsTable(const SeriesResult& s) {
         rms.push_back(c.rms);
         err.push_back(c.medianErr);
         chi2.push_back(c.chi2);
+        stetson.push_back(c.stetsonJ);
+        variable.push_back(c.variable ? 1 : 0);
         points.push_back(c.points);
         comps.push_back(c.comparisons);
     }
@@ -104,11 +107,71 @@ Table starsTable(const SeriesResult& s) {
     t.add("rms", rms, "", "RMS of rel_flux about 1");
     t.add("median_err", err, "", "median rel_flux_err");
     t.add("chi2", chi2, "", "reduced chi^2 of rel_flux about 1 (variability)");
+    t.add("stetson_j", stetson, "", "Stetson J of rel_flux (variability)");
+    t.add("variable", variable, "", "1: flagged variable (J or chi2 above its bar), no comparison star");
     t.add("points", points, "", "frames with a measurement");
     t.add("n_comparison", comps, "", "comparison stars of its ensemble");
     t.meta.set("FILTER", s.filter);
     t.meta.set("FLUXCOL", s.params.flux, "catalog flux used");
     return t;
+}
+
+// The flagged stars of the all-stars table, one row each.
+Table variablesTable(const SeriesResult& s) {
+    std::vector<int> id;
+    std::vector<double> ra, dec, mag, rms, chi2, stetson, period, fap;
+    for (const auto& c : s.stars) {
+        if (!c.variable) continue;
+        const SeriesSource& src = s.sources[c.source];
+        id.push_back(static_cast<int>(c.source));
+        ra.push_back(src.ra);
+        dec.push_back(src.dec);
+        mag.push_back(src.medianMagCal);
+        rms.push_back(c.rms);
+        chi2.push_back(c.chi2);
+        stetson.push_back(c.stetsonJ);
+        period.push_back(c.bestPeriod);
+        fap.push_back(c.falseAlarm);
+    }
+    Table t;
+    t.add("source", id, "", "row of the series' source list");
+    t.add("ra", ra, "deg");
+    t.add("dec", dec, "deg");
+    t.add("mag_cal", mag, "mag", "median calibrated magnitude");
+    t.add("rms", rms, "", "RMS of rel_flux about 1");
+    t.add("chi2", chi2, "", "reduced chi^2 of rel_flux about 1");
+    t.add("stetson_j", stetson, "", "Stetson J of rel_flux");
+    t.add("best_period", period, "d", "Lomb-Scargle periodogram's peak");
+    t.add("false_alarm", fap, "", "false-alarm probability of that peak (Baluev 2008)");
+    return t;
+}
+
+nlohmann::json finiteOrNull(double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
+
+// A target's variability indices, periodogram peak and detrending in series.json.
+void addAnalysis(nlohmann::json& t, const LightCurve& lc, const SeriesParams& p) {
+    t["variability"] = {
+        {"stetson_j", finiteOrNull(lc.stetsonJ)}, {"chi2", finiteOrNull(lc.chi2)}, {"variable", lc.variable}};
+    if (p.findVariables) {
+        t["variability"]["best_period"] = finiteOrNull(lc.bestPeriod);
+        t["variability"]["best_power"] = finiteOrNull(lc.bestPower);
+        t["variability"]["false_alarm"] = finiteOrNull(lc.falseAlarm);
+    }
+    if (lc.detrendFit.terms.empty()) return;
+    const Detrend& d = lc.detrendFit;
+    nlohmann::json coef = nlohmann::json::array(), err = nlohmann::json::array();
+    for (std::size_t k = 0; k < d.coef.size(); ++k) {
+        coef.push_back(finiteOrNull(d.coef[k]));
+        err.push_back(finiteOrNull(d.coefErr[k]));
+    }
+    t["detrend"] = {{"terms", d.terms},
+                    {"coef", coef},
+                    {"coef_err", err},
+                    {"rms_before", finiteOrNull(d.rmsBefore)},
+                    {"rms_after", finiteOrNull(d.rmsAfter)},
+                    {"points", d.points}};
 }
 
 // One row per star and used frame, star by star.
@@ -235,6 +298,9 @@ nlohmann::json seriesReport(const SeriesResult& s) {
         used += f.used ? 1 : 0;
     }
     j["frames_used"] = used;
+    if (s.params.allStars)
+        j["variables"] =
+            std::count_if(s.stars.begin(), s.stars.end(), [](const StarCurve& c) { return c.variable; });
     for (const auto& lc : s.curves) {
         nlohmann::json t = {{"name", lc.name}, {"ra", lc.ra}, {"dec", lc.dec}, {"source", lc.source}};
         if (!lc.problem.empty()) t["problem"] = lc.problem;
@@ -242,6 +308,7 @@ nlohmann::json seriesReport(const SeriesResult& s) {
             t["colour"] = s.sources[lc.source].colour;
         t["rms"] = std::isfinite(lc.rms) ? nlohmann::json(lc.rms) : nlohmann::json();
         t["median_err"] = std::isfinite(lc.medianErr) ? nlohmann::json(lc.medianErr) : nlohmann::json();
+        if (lc.problem.empty()) addAnalysis(t, lc, s.params);
         t["ensemble"] = nlohmann::json::array();
         for (const auto& e : lc.ensemble) {
             const SeriesSource& src = s.sources[e.source];
@@ -300,6 +367,8 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
                         [&s](const std::string& p) { writeFitsTable(p, starsTable(s)); }});
         jobs.push_back({(dir / "series.curves.fits").string(),
                         [&s](const std::string& p) { writeFitsTable(p, curvesTable(s)); }});
+        jobs.push_back({(dir / "series.variables.csv").string(),
+                        [&s](const std::string& p) { writeCsv(p, variablesTable(s)); }});
     }
     // Only the state is flushed to disk, and renamed last: the other files derive from it and the
     // catalogs, and every call rewrites them.

@@ -5,8 +5,10 @@
 //   NAME.aavso.txt                             AAVSO extended format (ensemble photometry)
 //   series.json                                the series report (parameters, frames, ensembles)
 //   series.state                               what a later call appends to (CBOR; see SeriesState)
-//   series.stars.fits, series.curves.fits      with allStars: one row per star (its RMS, chi^2, ...)
-//                                              and one row per star and frame
+//   series.stars.fits, series.curves.fits      with allStars: one row per star (its RMS, chi^2, Stetson J,
+//                                              variable flag, ...) and one row per star and frame
+//   series.variables.csv                       with allStars: the flagged variables (position, median
+//                                              mag, RMS, chi^2, Stetson J, best period)
 #include <optional>
 #include <set>
 #include <string>

@@ -385,6 +385,84 @@ TEST(Series, EveryStarsCurveShowsWhichAreVariable) {
     EXPECT_EQ(readFitsTable(o.dir + "/series.curves.fits").rows(), r.stars.size() * Night::kFrames);
 }
 
+namespace {
+
+bool isSourceAt(const SeriesResult& r, std::size_t source, int gridIndex) {
+    double ra, dec;
+    Night::position(gridIndex, ra, dec);
+    return std::fabs(r.sources[source].dec - dec) < 1e-4 && std::fabs(r.sources[source].ra - ra) < 1e-4;
+}
+
+} // namespace
+
+TEST(Series, FlaggedVariablesAreNoComparisonsAndGetAPeriod) {
+    Night night;
+    SeriesParams p;
+    p.allStars = true;
+    p.findVariables = true;
+    p.detrend = {"airmass"};
+    const SeriesResult r = buildSeries(night.catalogs, night.targets(), p);
+    int flagged = 0;
+    for (const auto& c : r.stars) {
+        flagged += c.variable ? 1 : 0;
+        if (isSourceAt(r, c.source, Night::kVariable)) {
+            EXPECT_TRUE(c.variable);
+            EXPECT_GT(c.stetsonJ, 3.0);
+            // The sine's period: 20 frames of 60 s.
+            EXPECT_NEAR(c.bestPeriod * 86400.0, 1200.0, 12.0);
+            EXPECT_LT(c.falseAlarm, 1e-6);
+        } else if (!isSourceAt(r, c.source, Night::kTarget)) {
+            EXPECT_FALSE(c.variable) << "source " << c.source << " J " << c.stetsonJ << " chi2 " << c.chi2;
+            EXPECT_LT(c.stetsonJ, 0.3);
+        }
+    }
+    EXPECT_EQ(flagged, 2); // the sine and the dip
+    const LightCurve& lc = r.curves[0];
+    ASSERT_TRUE(lc.problem.empty());
+    EXPECT_TRUE(lc.variable) << "a 2 % dip at 0.3 % noise";
+    EXPECT_TRUE(std::isfinite(lc.bestPeriod));
+    for (const auto& e : lc.ensemble)
+        EXPECT_FALSE(isSourceAt(r, e.source, Night::kVariable)) << "the flagged star is no candidate";
+    ASSERT_EQ(lc.detrendFit.terms, std::vector<std::string>{"airmass"});
+    EXPECT_EQ(lc.detrendFit.points, Night::kFrames);
+    EXPECT_TRUE(std::isfinite(lc.detrendFit.coef[0]));
+    TempDir out("gpuphot_series_variables");
+    SeriesOutputOptions o;
+    o.dir = out.str();
+    o.formats = {};
+    writeSeriesOutputs(r, o);
+    EXPECT_EQ(readCsv(o.dir + "/series.variables.csv").rows(), 2u);
+    EXPECT_NE(readFitsTable(o.dir + "/series.stars.fits").find("stetson_j"), nullptr);
+    std::ifstream in(o.dir + "/series.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["variables"], 2);
+    EXPECT_TRUE(j["targets"][0]["variability"]["variable"].get<bool>());
+    EXPECT_EQ(j["targets"][0]["detrend"]["terms"][0], "airmass");
+    EXPECT_EQ(j["targets"][0]["detrend"]["coef"].size(), 1u);
+}
+
+TEST(Series, AnAppendDetrendsAndFlagsAsTheBuildDoes) {
+    Night night;
+    SeriesParams p;
+    p.findVariables = true;
+    p.detrend = {"airmass", "time"};
+    const SeriesResult full = buildSeries(night.catalogs, night.targets(), p);
+    std::vector<std::string> first(night.catalogs.begin(), night.catalogs.begin() + 40),
+        rest(night.catalogs.begin() + 40, night.catalogs.end());
+    SeriesResult early = buildSeries(first, night.targets(), p);
+    const auto r = appendSeries(early.state, rest, night.targets(), p);
+    ASSERT_TRUE(r.has_value());
+    const LightCurve &a = r->curves[0], &b = full.curves[0];
+    EXPECT_EQ(a.detrendFit.terms, b.detrendFit.terms);
+    EXPECT_EQ(a.detrendFit.points, b.detrendFit.points);
+    EXPECT_NEAR(a.detrendFit.coef[0], b.detrendFit.coef[0], 2.0 * b.detrendFit.coefErr[0]);
+    EXPECT_EQ(a.variable, b.variable);
+    EXPECT_NEAR(a.stetsonJ, b.stetsonJ, 0.1 * std::fabs(b.stetsonJ));
+    EXPECT_TRUE(std::isfinite(a.bestPeriod));
+    for (const auto& e : a.ensemble)
+        EXPECT_FALSE(isSourceAt(*r, e.source, Night::kVariable)) << "flagged against the field: no candidate";
+}
+
 TEST(Series, ForcedPhotometryWhereTheTargetWasNotDetected) {
     Night night(true);
     SeriesParams p;
