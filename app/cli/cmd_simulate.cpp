@@ -250,10 +250,11 @@ Command registerSimulate(CLI::App& app) {
                     "A night of N exposures of the field: NAME_0001.fits ... with truths and NAME.series.json "
                     "(jitter, airmass, clouds, seeing, scintillation, a transit and a sinusoidal variable)")
         ->check(CLI::Range(1, 100000));
-    sub->add_option("--series-set", o->seriesSets,
-                    "Set a series parameter KEY=VALUE (cadence, airmassStart, airmassEnd, extinction, transparency, "
-                    "seeing, jitter, telescopeDiameter, transitDepth, transitDuration, transitMid, transitSnr, "
-                    "sineAmplitude, sinePeriod, sineSnr), repeatable");
+    sub->add_option(
+        "--series-set", o->seriesSets,
+        "Set a series parameter KEY=VALUE (cadence, airmassStart, airmassEnd, extinction, colourExtinction, "
+        "transparency, seeing, jitter, telescopeDiameter, transitDepth, transitDuration, transitMid, "
+        "transitSnr, sineAmplitude, sinePeriod, sineSnr), repeatable");
     sub->add_flag("--dump-config", o->dumpConfig, "Print the resolved parameters as JSON and exit");
     return {sub, [o, given] { return runSimulate(*o, given); }};
 }

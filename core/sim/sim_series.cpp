@@ -23,6 +23,7 @@ template <class P, class F> void visitFields(P& s, F&& f) {
     f("airmassStart", s.airmassStart);
     f("airmassEnd", s.airmassEnd);
     f("extinction", s.extinction);
+    f("colourExtinction", s.colourExtinction);
     f("transparency", s.transparency);
     f("seeing", s.seeing);
     f("jitter", s.jitter);
@@ -109,6 +110,7 @@ nlohmann::json truthJson(const SimSeriesTruth& t) {
                                {"offset_x", f.offsetX},
                                {"offset_y", f.offsetY},
                                {"zero_point", f.zeroPoint},
+                               {"colour_term", f.colourTerm},
                                {"scintillation", f.scintillation},
                                {"seed", f.seed},
                                {"dmag", f.dmag}});
@@ -121,6 +123,7 @@ void validate(const SimSeriesParams& s) {
     require(s.frames >= 1 && s.frames <= 100000, "frames must be in [1, 100000]");
     require(s.cadence > 0.0, "cadence must be > 0 s");
     require(s.airmassStart >= 1.0 && s.airmassEnd >= 1.0, "airmasses must be >= 1");
+    require(std::isfinite(s.colourExtinction), "colourExtinction must be finite");
     require(s.extinction >= 0.0 && s.transparency >= 0.0 && s.transparency < 1.0,
             "extinction must be >= 0 and "
             "transparency in [0, 1)");
@@ -212,6 +215,7 @@ SimSeriesTruth writeSimulatedSeries(const SimParams& field, const SimSeriesParam
         f.scintillation =
             youngScintillation(series.telescopeDiameter, f.airmass, field.siteElevation, field.exptime);
         f.seed = field.seed + 7919ull * static_cast<std::uint64_t>(i + 1);
+        f.colourTerm = field.colourTerm - series.colourExtinction * (f.airmass - 1.0);
 
         SimParams p = t.field;
         p.seed = f.seed;
@@ -221,6 +225,8 @@ SimSeriesTruth writeSimulatedSeries(const SimParams& field, const SimSeriesParam
         p.offsetX = f.offsetX;
         p.offsetY = f.offsetY;
         p.zeroPoint = f.zeroPoint;
+        // m_inst = mag - zp - colourTerm * colour: a lower colour term dims the redder stars more.
+        p.colourTerm = f.colourTerm;
         p.scintillation = f.scintillation;
         SimResult r = simulateField(p, ctx);
         if (i == 0) { // the variables are chosen on the first exposure

@@ -22,6 +22,8 @@ struct SimSeriesParams {
     double airmassStart = 1.0; // airmass of the first exposure; it changes linearly to airmassEnd
     double airmassEnd = 2.0;
     double extinction = 0.15;       // mag per airmass
+    double colourExtinction = 0.0;  // mag per airmass per mag of colour (second-order extinction): a star
+                                    // of colour c is dimmed by colourExtinction * c * (airmass - 1) more
     double transparency = 0.10;     // fractional: clouds take up to this much light (smooth in time)
     double seeing = 0.15;           // fractional RMS change of the FWHM (smooth in time)
     double jitter = 2.0;            // px: RMS pointing offset per axis, independent per exposure
@@ -47,6 +49,7 @@ struct SimSeriesFrame {
     std::string file; // NAME_NNNN.fits
     double mjdStart = 0.0, mjdMid = 0.0, airmass = 1.0, transparency = 1.0, fwhm = 0.0;
     double offsetX = 0.0, offsetY = 0.0, zeroPoint = 0.0, scintillation = 0.0;
+    double colourTerm = 0.0; // the exposure's colour term (SimParams::colourTerm), with the colour extinction
     std::uint64_t seed = 0;
     std::vector<double> dmag; // per variable (same order as SimSeriesTruth::variables)
 };

@@ -3,7 +3,9 @@
 # on the catalogs, checked against the simulator's truth by check_series.py (issue 23's bars: the
 # transit's depth within 5 % and mid-time within 1 min, constant stars' RMS within 10 % of the noise the
 # simulator put in, no injected variable as a comparison star), with frames that do not belong (another
-# field, another filter, no WCS) and a target off the field reported, and an append of the last frames.
+# field, another filter, no WCS) and a target off the field reported, and an append of the last frames;
+# then the same catalogs with --all-stars --variability (issue 24's bars: the sinusoid flagged and its
+# period within 1 %, no constant target flagged, no injected variable an active comparison star).
 #
 #   series_e2e.sh GPUPHOT [FRAMES] [WxH] [STARS] [WORKDIR]
 #
@@ -70,6 +72,16 @@ assert "not detected" in off.get("problem", ""), off
 print("bad input reported: another field, another filter, no WCS, a target off the field")
 EOF
 $py "$here/check_series.py" check "$sim" night "$out" "$radius" --bars | tee "$work/figures.json"
+
+echo "== series --all-stars --variability (issue 24: the sinusoid flagged, its period)"
+var=$work/var
+set +e
+"$gpuphot" series "${cats[@]}" --targets "$work/targets.csv" -o "$var" --flux "aper_$aper" \
+    --telescope-diameter 0.5 --all-stars --variability -q
+rc=$?
+set -e
+[[ $rc == 1 ]] || { echo "FAIL: exit $rc, expected 1 (frames left out, a target off the field)"; exit 1; }
+$py "$here/check_series.py" variability "$sim" night "$var" --bars | tee "$work/variability.json"
 
 echo "== series on raw frames (reduced first into DIR/catalogs), then one more appended"
 raw=$work/raw
