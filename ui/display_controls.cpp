@@ -27,6 +27,7 @@ const LayerEntry kLayers[] = {
     {Layer::ReferenceStars, "Reference stars", true},
     {Layer::AstrometricResiduals, "Astrometric residuals", false},
     {Layer::Segmentation, "Segmentation map", false},
+    {Layer::SeriesStars, "Light-curve target and comparison stars", true},
 };
 } // namespace
 

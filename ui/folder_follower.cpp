@@ -3,8 +3,7 @@
 #include <QDir>
 #include <QFileInfo>
 
-#include "core/io/fits_image.hpp"
-#include "core/util/errors.hpp"
+#include "core/pipeline/frame_status.hpp"
 
 namespace gpuphot::ui {
 
@@ -17,8 +16,6 @@ FolderFollower::FolderFollower(QObject* parent) : QObject(parent) {
 void FolderFollower::follow(const QString& dir) {
     if (!m_watcher.directories().isEmpty()) m_watcher.removePaths(m_watcher.directories());
     m_dir = dir;
-    m_candidate.clear();
-    m_candidateSize = -1;
     m_lastPath.clear();
     m_lastAnnounced = QDateTime();
     if (dir.isEmpty()) {
@@ -60,23 +57,11 @@ void FolderFollower::poll() {
     if (newest.isEmpty()) return;
     const QFileInfo info(newest);
     if (newest == m_lastPath && info.lastModified() <= m_lastAnnounced) return;
-    if (newest != m_candidate) {
-        m_candidate = newest;
-        m_candidateSize = info.size();
-        return; // wait one more poll for the size to settle
-    }
-    if (info.size() != m_candidateSize || info.size() == 0) {
-        m_candidateSize = info.size();
-        return;
-    }
-    try {
-        (void)readHeader(newest.toStdString());
-    } catch (const Error&) {
-        return; // not complete (or not FITS) yet: try again at the next poll
-    }
+    // Complete when every HDU's header and data are on disk (as `gpuphot watch` asks): announced at the
+    // change of the folder that completes it, or at the next poll.
+    if (!fitsFileComplete(newest.toStdString())) return;
     m_lastPath = newest;
     m_lastAnnounced = info.lastModified();
-    m_candidate.clear();
     emit frameReady(newest);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // "Follow a folder": at the telescope the camera writes frames into a directory; the newest complete
-// FITS frame is announced as soon as it is ready. A file counts as complete when its size has not
-// changed between two polls and its header reads as valid FITS (the camera may still be writing).
+// FITS frame is announced as soon as it is ready. A file counts as complete when every HDU's header
+// and data are on disk (fitsFileComplete; the camera may still be writing), checked at each change of
+// the folder and each poll.
 #include <QDateTime>
 #include <QFileSystemWatcher>
 #include <QObject>
@@ -32,8 +33,6 @@ private:
     QString m_dir;
     QFileSystemWatcher m_watcher;
     QTimer m_poll;
-    QString m_candidate;
-    qint64 m_candidateSize = -1;
     QDateTime m_lastAnnounced; // modification time of the last announced frame
     QString m_lastPath;
 };

@@ -48,6 +48,7 @@
 #include "ui/elided_label.hpp"
 #include "ui/folder_follower.hpp"
 #include "ui/header_view.hpp"
+#include "ui/lightcurve_panel.hpp"
 #include "ui/log_panel.hpp"
 #include "ui/overlay_builder.hpp"
 #include "ui/param_dock.hpp"
@@ -129,6 +130,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     buildDocks();
     buildMenus();
+    buildLightCurveDock();
 
     m_readout = new QLabel(this);
     m_readout->setMinimumWidth(420);
@@ -492,6 +494,13 @@ void MainWindow::openDemo() {
 
 void MainWindow::followFolder(const QString& dir) {
     m_follower->follow(dir);
+    if (!dir.isEmpty()) { // the catalogs of the folder's frames reduced before join the light curves
+        QStringList cats;
+        const QDir catDir(followCatalogDir());
+        for (const QString& f : catDir.entryList({QStringLiteral("*.cat.fits")}, QDir::Files, QDir::Name))
+            cats << catDir.filePath(f);
+        m_curves->setCatalogs(cats);
+    }
     if (dir.isEmpty())
         m_log->append(LogLevel::Info, tr("stopped following"));
     else
@@ -503,6 +512,7 @@ void MainWindow::followFolder(const QString& dir) {
 
 void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
     m_frame = std::move(frame);
+    m_steppedFrame.reset();
     statusBar()->clearMessage();
     m_snapshot.reset();
     m_view->setImage(std::shared_ptr<const Image<float>>(m_frame, &m_frame->pixels));
@@ -578,7 +588,9 @@ void MainWindow::onResult(SnapshotPtr snap) {
                            new QTableWidgetItem(r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3)
                                                                : QStringLiteral("-")));
         m_history->scrollToBottom();
+        writeFollowCatalog(snap);
     }
+    updateSeriesMarkers();
     emit snapshotShown(snap);
 }
 

@@ -38,6 +38,7 @@ class HeaderView;
 class LogPanel;
 class FolderFollower;
 class DisplayControls;
+class LightCurvePanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -79,6 +80,12 @@ public:
     CalibrationFrames calibrationFrames() const { return m_calibration; } // as the worker took them
     CalibrationDialog* showCalibrationDialog(); // non-modal-loop (open()); OK applies the files
     QString statusTimesText() const;            // the status line (stage times; "provisional" while it is)
+    // Light curves (ui/lightcurve_panel.hpp). While a folder is followed, the catalog of each frame the
+    // workbench reduces is written to FOLDER/gpuphot/STEM.cat.fits (as `reduce -o FOLDER/gpuphot` would)
+    // and joins the panel's series; clicking a star then makes it the panel's target.
+    LightCurvePanel* lightCurvePanel() const { return m_curves; }
+    QString followCatalogDir() const; // "" when not following
+    bool openSeries(const QString& dir);
 
 signals:
     void frameShown(const QString& path);
@@ -88,6 +95,7 @@ signals:
     void provisionalShown(gpuphot::ui::SnapshotPtr snapshot);
     void calibrationFramesApplied(); // the worker took (or refused and cleared) the calibration frames
     void errorShown(const QString& message);
+    void followCatalogWritten(const QString& path);
 
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
@@ -107,6 +115,12 @@ private:
     void rebuildRecentMenu();
     void updateBackendLabel();
     void copyCliCommand();
+    // main_window_series.cpp: the light-curve dock and its links to the viewer and the followed folder.
+    void buildLightCurveDock();
+    void lightCurveTarget(int sourceIndex);
+    void updateSeriesMarkers();
+    void writeFollowCatalog(const SnapshotPtr& snap);
+    void showSeriesFrame(const QString& path);
 
     std::unique_ptr<PipelineWorkerThread> m_thread;
     RunScheduler* m_scheduler = nullptr;
@@ -123,6 +137,8 @@ private:
     QTableWidget* m_history = nullptr;
     DisplayControls* m_display = nullptr;
     FolderFollower* m_follower = nullptr;
+    LightCurvePanel* m_curves = nullptr;
+    std::shared_ptr<const Frame> m_steppedFrame; // a series frame shown by stepping (not reduced)
     QMenu* m_recentMenu = nullptr;
     QLabel* m_readout = nullptr;
     QLabel* m_times = nullptr;

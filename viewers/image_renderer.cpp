@@ -532,8 +532,12 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
         const float typicalPx = static_cast<float>(b.typicalAxis * view.zoom);
         if (typicalPx < skipBelowPx * dpr) return; // too small to read: not drawn at all
         const bool point = allowPoint && typicalPx < kPointLodPx * dpr;
-        const auto r = drawEllipses(b, view, (l == EllipseLayer::Selected ? 2.5f : 1.0f) * lw, minRadiusPx,
-                                    point, kPointPx * dpr);
+        const auto r = drawEllipses(b, view,
+                                    (l == EllipseLayer::Selected ? 2.5f
+                                     : l == EllipseLayer::Series ? 1.8f
+                                                                 : 1.0f) *
+                                        lw,
+                                    minRadiusPx, point, kPointPx * dpr);
         m_stats.instancesDrawn[i] = r[0];
         m_stats.verticesPerInstance[i] = r[1];
         m_stats.drawCalls[i] = r[2];
@@ -541,6 +545,7 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
     ellipses(EllipseLayer::Apertures, 0.0f, false, kApertureLodPx);
     ellipses(EllipseLayer::Sources, 2.0f * dpr, true, 0.0f);
     ellipses(EllipseLayer::ReferenceStars, 5.0f * dpr, false, 0.0f);
+    ellipses(EllipseLayer::Series, 7.0f * dpr, false, 0.0f);
     if (options.segments[0]) drawSegments(m_segments[0], view, lw, 0.0f);
     if (options.segments[1]) drawSegments(m_segments[1], view, lw, 6.0f * dpr);
     ellipses(EllipseLayer::Selected, 4.0f * dpr, false, 0.0f);

@@ -28,7 +28,7 @@ class QOpenGLShaderProgram;
 
 namespace gpuphot::viewers {
 
-enum class EllipseLayer { Sources, Apertures, ReferenceStars, Selected, Count };
+enum class EllipseLayer { Sources, Apertures, ReferenceStars, Series, Selected, Count };
 enum class SegmentLayer { PsfWhiskers, Residuals, Count };
 
 struct DisplaySettings {
@@ -47,13 +47,15 @@ inline constexpr float kApertureLodPx = 3.0f;
 
 // What the last render() drew per ellipse layer (diagnostics for tests and benchmarks).
 struct RenderStats {
-    std::array<int, 4> instancesDrawn{};     // instances submitted (after CPU grid culling)
-    std::array<int, 4> verticesPerInstance{}; // 4: dot (LOD), 2 (n + 1): outline of n segments, 0: skipped
-    std::array<int, 4> drawCalls{};
+    std::array<int, static_cast<int>(EllipseLayer::Count)>
+        instancesDrawn{}; // instances submitted (after CPU grid culling)
+    std::array<int, static_cast<int>(EllipseLayer::Count)>
+        verticesPerInstance{}; // 4: dot (LOD), 2 (n + 1): outline of n segments, 0: skipped
+    std::array<int, static_cast<int>(EllipseLayer::Count)> drawCalls{};
 };
 
 struct RenderOptions {
-    std::array<bool, static_cast<int>(EllipseLayer::Count)> ellipses{true, true, true, true};
+    std::array<bool, static_cast<int>(EllipseLayer::Count)> ellipses{true, true, true, true, true};
     std::array<bool, static_cast<int>(SegmentLayer::Count)> segments{true, true};
     bool segmentation = true;
     bool overview = true;

@@ -142,7 +142,7 @@ void ImageView::rebuildSelected() {
         e.rgba = m_style.selectedColour;
         m_selectedInst.push_back(e);
     }
-    m_ellipseDirty[3] = true;
+    m_ellipseDirty[4] = true;
     update();
 }
 
@@ -183,6 +183,12 @@ void ImageView::setWhiskerScale(float scale) {
 void ImageView::setReferenceStars(std::vector<Vector2> positions) {
     m_referenceInst = buildReferenceCircles(positions, m_style);
     m_ellipseDirty[2] = true;
+    update();
+}
+
+void ImageView::setSeriesMarkers(std::vector<EllipseInstance> circles) {
+    m_seriesInst = std::move(circles);
+    m_ellipseDirty[3] = true;
     update();
 }
 
@@ -346,8 +352,9 @@ void ImageView::syncRenderer() {
     d.stretch.logExponent = m_logExponent;
     d.colormap = m_colormap;
     r.setDisplay(d);
-    const std::vector<EllipseInstance>* ell[4] = {&m_sourceInst, &m_apertureInst, &m_referenceInst, &m_selectedInst};
-    for (int i = 0; i < 4; ++i)
+    const std::vector<EllipseInstance>* ell[5] = {&m_sourceInst, &m_apertureInst, &m_referenceInst,
+                                                  &m_seriesInst, &m_selectedInst};
+    for (int i = 0; i < 5; ++i)
         if (m_ellipseDirty[static_cast<std::size_t>(i)]) {
             r.setEllipses(static_cast<EllipseLayer>(i), *ell[i]);
             m_ellipseDirty[static_cast<std::size_t>(i)] = false;
@@ -370,7 +377,7 @@ void ImageView::paintGL() {
     v.height = std::round(v.height * dpr);
     RenderOptions o;
     o.devicePixelRatio = dpr;
-    o.ellipses = {m_visible[0], m_visible[1], m_visible[3], m_visible[0]};
+    o.ellipses = {m_visible[0], m_visible[1], m_visible[3], m_visible[6], m_visible[0]};
     o.segments = {m_visible[2], m_visible[4]};
     o.segmentation = m_visible[5];
     o.overview = m_overview;

@@ -22,7 +22,15 @@ namespace gpuphot::viewers {
 
 // Stretch, LimitMode, Colormap (viewers/stretch.hpp) and Marker, Vector2 (viewers/overlay_geometry.hpp) are
 // part of this API.
-enum class Layer { Sources, Apertures, PsfWhiskers, ReferenceStars, AstrometricResiduals, Segmentation };
+enum class Layer {
+    Sources,
+    Apertures,
+    PsfWhiskers,
+    ReferenceStars,
+    AstrometricResiduals,
+    Segmentation,
+    SeriesStars
+};
 
 class ImageRenderer;
 
@@ -58,6 +66,8 @@ public:
     void setPsfWhiskers(std::vector<Vector2> whiskers);
     void setWhiskerScale(float scale); // whisker length multiplier (default 1)
     void setReferenceStars(std::vector<Vector2> positions); // dx,dy ignored (circles)
+    // A light curve's target and comparison stars: circles of their own colour (radius in image px).
+    void setSeriesMarkers(std::vector<EllipseInstance> circles);
     void setResidualVectors(std::vector<Vector2> v, float exaggeration);
     void setSegmentation(std::shared_ptr<const Image<std::int32_t>> seg); // translucent colour layer
     void setLayerVisible(Layer layer, bool visible);
@@ -126,14 +136,14 @@ private:
     float m_annulusInner = 0, m_annulusOuter = 0;
     std::vector<Vector2> m_whiskers, m_residuals;
     float m_exaggeration = 1;
-    std::vector<EllipseInstance> m_sourceInst, m_apertureInst, m_referenceInst, m_selectedInst;
+    std::vector<EllipseInstance> m_sourceInst, m_apertureInst, m_referenceInst, m_seriesInst, m_selectedInst;
     std::vector<SegmentInstance> m_whiskerInst, m_residualInst;
-    std::array<bool, 6> m_visible{true, true, true, true, true, true};
+    std::array<bool, 7> m_visible{true, true, true, true, true, true, true};
     bool m_overview = true;
     float m_asinhSoftening = 0.1f, m_logExponent = 1000.f;
     // What paintGL must push to the renderer.
     bool m_imageDirty = false, m_segDirty = false, m_lutDirty = true;
-    std::array<bool, 4> m_ellipseDirty{};
+    std::array<bool, 5> m_ellipseDirty{};
     std::array<bool, 2> m_segmentDirty{};
     QString m_glFailure;
     QMetaObject::Connection m_contextConnection;
