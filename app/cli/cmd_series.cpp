@@ -40,6 +40,7 @@ struct SeriesOptions {
     bool noTycho2 = false;
     std::string db; // --db: the frames reduced first and the light curves into the results store
     bool noForcedSources = false; // --no-forced-sources: frames reduced first measure the targets only
+    double transitMinHours = 0.0, transitMaxHours = 0.0; // --transit-min/max-duration (0: the default)
     SeriesParams params;
 };
 
@@ -276,8 +277,32 @@ std::vector<std::string> reduceWithForcedSources(const std::vector<std::string>&
     return reduceFrames(frames, o, list, true);
 }
 
+// One line per target's curve (verbosity >= 1), with its periodogram's peak and its transit when made.
+void printCurves(const SeriesResult& r) {
+    for (const auto& lc : r.curves) {
+        if (!lc.problem.empty()) continue;
+        int n = 0;
+        for (const auto& e : lc.ensemble)
+            n += e.dropped ? 0 : 1;
+        std::printf("  %-20s %zu points, %d comparison stars, RMS %.5f (median error %.5f), J %.2f%s\n",
+                    lc.name.c_str(), lc.frame.size(), n, lc.rms, lc.medianErr, lc.stetsonJ,
+                    lc.variable ? " variable" : "");
+        if (std::isfinite(lc.bestPeriod))
+            std::printf("  %-20s periodogram peak %.6f d (power %.3f, false alarm %.2g)\n", "", lc.bestPeriod,
+                        lc.bestPower, lc.falseAlarm);
+        const TransitFit& tr = lc.transit;
+        if (r.params.fitTransits && std::isfinite(tr.depth))
+            std::printf("  %-20s transit%s: depth %.5f +- %.5f, mid BJD_TDB %.6f +- %.2f min, %.2f h, S/N "
+                        "%.1f\n",
+                        "", tr.found ? "" : " (not found)", tr.depth, tr.depthErr, tr.mid, tr.midErr * 1440.0,
+                        tr.duration * 24.0, tr.snr);
+    }
+}
+
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
+    if (o.transitMinHours != 0.0) o.params.transit.minDuration = o.transitMinHours / 24.0;
+    if (o.transitMaxHours != 0.0) o.params.transit.maxDuration = o.transitMaxHours / 24.0;
     validate(o.params); // before any frame is reduced
     SeriesOutputOptions out{o.common.outdir, parseFormats(o.formats), o.obscode, true};
     const auto t0 = Clock::now();
@@ -310,23 +335,45 @@ int runSeries(SeriesOptions& o) {
             "%.3f s (state %.3f, %s %.3f, files %.3f)\n",
             r.frames.size(), fresh, used, r.sources.size(), curves, r.curves.size(), secs, phases.state,
             r.appended ? "append" : "build", phases.series, phases.files);
-        for (const auto& lc : r.curves) {
-            if (!lc.problem.empty()) continue;
-            int n = 0;
-            for (const auto& e : lc.ensemble)
-                n += e.dropped ? 0 : 1;
-            std::printf("  %-20s %zu points, %d comparison stars, RMS %.5f (median error %.5f), J %.2f%s\n",
-                        lc.name.c_str(), lc.frame.size(), n, lc.rms, lc.medianErr, lc.stetsonJ,
-                        lc.variable ? " variable" : "");
-            if (std::isfinite(lc.bestPeriod))
-                std::printf("  %-20s periodogram peak %.6f d (power %.3f, false alarm %.2g)\n", "",
-                            lc.bestPeriod, lc.bestPower, lc.falseAlarm);
-        }
+        printCurves(r);
         std::printf("wrote %zu files into %s\n", written.size(), out.dir.c_str());
     }
     const int dbStatus = o.db.empty() ? 0 : storeSeries(r, o);
     if (dbStatus != 0) return dbStatus;
     return used == r.frames.size() && curves == r.curves.size() ? 0 : 1;
+}
+
+// Detrending, variability and transit options.
+void addAnalysisOptions(CLI::App& sub, SeriesOptions& o) {
+    SeriesParams& p = o.params;
+    sub.add_option("--detrend", p.detrend,
+                   "Decorrelate each target's curve against these terms: airmass, fwhm, sky, x, y, time")
+        ->delimiter(',');
+    sub.add_flag("--variability", p.findVariables,
+                 "Keep stars flagged variable (--stetson-j, --max-chi2) out of every ensemble; a "
+                 "Lomb-Scargle periodogram of each target and flagged star");
+    sub.add_option("--stetson-j", p.variability.stetsonJ, "Flag a star whose Stetson J exceeds this")
+        ->capture_default_str();
+    sub.add_option("--max-chi2", p.variability.chi2,
+                   "Flag a star whose reduced chi^2 about a constant exceeds this")
+        ->capture_default_str();
+    sub.add_option("--min-period", p.variability.minPeriod, "Periodogram: shortest period (d)")
+        ->capture_default_str();
+    sub.add_option("--max-period", p.variability.maxPeriod,
+                   "Periodogram: longest period (d; 0: half the series' time span)")
+        ->capture_default_str();
+    sub.add_option("--oversample", p.variability.oversample, "Periodogram: frequencies per 1/(time span)")
+        ->capture_default_str();
+    sub.add_flag("--transit", p.fitTransits,
+                 "Fit a transit (a trapezoid dip, searched blind) on each target's curve: series.json "
+                 "\"transit\"");
+    sub.add_option("--transit-min-duration", o.transitMinHours,
+                   "Transit search: shortest duration (h; default 0.48)");
+    sub.add_option("--transit-max-duration", o.transitMaxHours,
+                   "Transit search: longest duration (h; default: half the series' time span)");
+    sub.add_option("--transit-min-snr", p.transit.minSnr,
+                   "Transit search: depth / its error to count as found")
+        ->capture_default_str();
 }
 
 } // namespace
@@ -392,24 +439,7 @@ Command registerSeries(CLI::App& app) {
     sub->add_flag("--all-stars", p.allStars,
                   "Also every star's light curve: DIR/series.stars.fits, series.curves.fits and "
                   "series.variables.csv");
-    sub->add_option("--detrend", p.detrend,
-                    "Decorrelate each target's curve against these terms: airmass, fwhm, sky, x, y, time")
-        ->delimiter(',');
-    sub->add_flag("--variability", p.findVariables,
-                  "Keep stars flagged variable (--stetson-j, --max-chi2) out of every ensemble; a "
-                  "Lomb-Scargle periodogram of each target and flagged star");
-    sub->add_option("--stetson-j", p.variability.stetsonJ, "Flag a star whose Stetson J exceeds this")
-        ->capture_default_str();
-    sub->add_option("--max-chi2", p.variability.chi2,
-                    "Flag a star whose reduced chi^2 about a constant exceeds this")
-        ->capture_default_str();
-    sub->add_option("--min-period", p.variability.minPeriod, "Periodogram: shortest period (d)")
-        ->capture_default_str();
-    sub->add_option("--max-period", p.variability.maxPeriod,
-                    "Periodogram: longest period (d; 0: half the series' time span)")
-        ->capture_default_str();
-    sub->add_option("--oversample", p.variability.oversample, "Periodogram: frequencies per 1/(time span)")
-        ->capture_default_str();
+    addAnalysisOptions(*sub, *o);
     addDbOption(*sub, o->db);
     sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");
     return {sub, [o] { return runSeries(*o); }};

@@ -762,8 +762,8 @@ std::string periodogramPeak(const std::vector<double>& time, const std::vector<d
     }
 }
 
-// A target's curve detrended (params.detrend), its variability indices and flag, and with findVariables
-// its periodogram's peak. Returns a warning ("" when none).
+// A target's curve detrended (params.detrend), its variability indices and flag, with findVariables its
+// periodogram's peak, with fitTransits its transit. Returns a warning ("" when none).
 std::string analyseCurve(LightCurve& lc, const SeriesParams& p) {
     if (!lc.problem.empty()) return "";
     if (!p.detrend.empty()) lc.detrendFit = detrend(lc, p.detrend);
@@ -776,6 +776,13 @@ std::string analyseCurve(LightCurve& lc, const SeriesParams& p) {
                               lc.bestPower, lc.falseAlarm);
     if (!p.detrend.empty() && lc.detrendFit.points == 0)
         why += std::string(why.empty() ? "" : "; ") + "too few points to detrend";
+    if (p.fitTransits) {
+        try {
+            lc.transit = fitTransit(lc.bjdTdb, lc.relFlux, lc.relFluxErr, p.transit);
+        } catch (const InvalidInput& e) {
+            why += std::string(why.empty() ? "" : "; ") + e.what();
+        }
+    }
     return why;
 }
 
@@ -930,6 +937,11 @@ void validate(const SeriesParams& p) {
     require(v.minPeriod > 0.0 && v.maxPeriod >= 0.0 && (v.maxPeriod == 0.0 || v.maxPeriod > v.minPeriod),
             "minPeriod must be > 0 d and maxPeriod 0 or > minPeriod");
     require(v.oversample >= 1 && v.oversample <= 1000, "oversample must be in [1, 1000]");
+    const TransitSearch& t = p.transit;
+    require(std::isfinite(t.minDuration) && t.minDuration > 0.0 && std::isfinite(t.maxDuration) &&
+                (t.maxDuration == 0.0 || t.maxDuration >= t.minDuration),
+            "the transit's minDuration must be > 0 d and maxDuration 0 or >= minDuration");
+    require(std::isfinite(t.minSnr) && t.minSnr >= 0.0, "the transit's minSnr must be >= 0");
 }
 
 nlohmann::json toJson(const SeriesParams& p) {
@@ -960,6 +972,10 @@ nlohmann::json toJson(const SeriesParams& p) {
                         {"minPeriod", v.minPeriod},
                         {"maxPeriod", v.maxPeriod},
                         {"oversample", v.oversample}};
+    j["fitTransits"] = p.fitTransits;
+    j["transit"] = {{"minDuration", p.transit.minDuration},
+                    {"maxDuration", p.transit.maxDuration},
+                    {"minSnr", p.transit.minSnr}};
     j["site"] =
         p.site ? nlohmann::json{p.site->latitude, p.site->longitude, p.site->elevation} : nlohmann::json();
     return j;

@@ -50,6 +50,8 @@ struct SeriesParams {
     VariabilityParams variability;     // the bars of the variable flag; the periodogram's period range
     bool findVariables = false;        // stars whose curves the flag marks are kept out of every ensemble,
                                        // and each target (and flagged star) gets a Lomb-Scargle periodogram
+    bool fitTransits = false;          // each target's (detrended) curve gets a blind transit fit
+    TransitSearch transit;             // its duration range and detection bar
     // --- internal -------------------------------------------------------------------------------
     int vetIterations = 20; // at most this many comparison stars dropped per target
     double clipSigma = 5.0; // differential points this far out (MAD sigma) do not enter the scatter
@@ -120,6 +122,8 @@ struct LightCurve {
     // SeriesParams::findVariables: the periodogram's peak (NaN otherwise).
     double bestPeriod = NAN, bestPower = NAN, falseAlarm = NAN; // d, [0, 1], probability
     Detrend detrendFit; // SeriesParams::detrend: the fitted coefficients (no terms: not detrended)
+    TransitFit transit; // SeriesParams::fitTransits: the transit fitted on bjdTdb and relFlux (not fitted:
+                        // points 0)
 };
 
 // The light curve of one source of the series in the all-stars table (compact: 10^4 stars x 10^3 frames).

@@ -150,7 +150,25 @@ nlohmann::json finiteOrNull(double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
-// A target's variability indices, periodogram peak and detrending in series.json.
+// A target's fitted transit in series.json: times as BJD_TDB, the mid-time's error in minutes, the
+// duration in hours.
+nlohmann::json transitJson(const TransitFit& f) {
+    return {{"found", f.found},
+            {"covered", f.covered},
+            {"depth", finiteOrNull(f.depth)},
+            {"depth_err", finiteOrNull(f.depthErr)},
+            {"mid_bjd_tdb", finiteOrNull(f.mid)},
+            {"mid_err_min", finiteOrNull(f.midErr * 1440.0)},
+            {"duration_h", finiteOrNull(f.duration * 24.0)},
+            {"ingress", finiteOrNull(f.ingress)},
+            {"baseline", finiteOrNull(f.baseline)},
+            {"snr", finiteOrNull(f.snr)},
+            {"chi2", finiteOrNull(f.chi2)},
+            {"points", f.points},
+            {"in_transit", f.inTransit}};
+}
+
+// A target's variability indices, periodogram peak, transit and detrending in series.json.
 void addAnalysis(nlohmann::json& t, const LightCurve& lc, const SeriesParams& p) {
     t["variability"] = {
         {"stetson_j", finiteOrNull(lc.stetsonJ)}, {"chi2", finiteOrNull(lc.chi2)}, {"variable", lc.variable}};
@@ -159,6 +177,7 @@ void addAnalysis(nlohmann::json& t, const LightCurve& lc, const SeriesParams& p)
         t["variability"]["best_power"] = finiteOrNull(lc.bestPower);
         t["variability"]["false_alarm"] = finiteOrNull(lc.falseAlarm);
     }
+    if (p.fitTransits) t["transit"] = transitJson(lc.transit);
     if (lc.detrendFit.terms.empty()) return;
     const Detrend& d = lc.detrendFit;
     nlohmann::json coef = nlohmann::json::array(), err = nlohmann::json::array();

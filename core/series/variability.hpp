@@ -61,4 +61,33 @@ struct Detrend {
 // fewer points than terms + 2 is left as it was (points = 0).
 Detrend detrend(LightCurve& curve, const std::vector<std::string>& terms);
 
+// A transit or eclipse: a symmetric trapezoid dip, found blind (mid-time and duration searched over the
+// series, depth and baseline linear) and refined. Times in days on the curve's own scale (BJD_TDB).
+struct TransitFit {
+    bool found = false;                 // a dip with snr >= minSnr that the series covers
+    double depth = NAN, depthErr = NAN; // fractional flux loss at mid-transit, 1 sigma
+    double mid = NAN, midErr = NAN;     // d
+    double duration = NAN;              // d, first to last contact
+    double ingress = NAN;               // ingress (and egress) as a fraction of the duration
+    double baseline = NAN;              // out-of-transit level of the curve
+    double snr = NAN;                   // depth / depthErr
+    double chi2 = NAN;                  // reduced chi^2 of the fitted model
+    bool covered = false;          // both contacts observed (points in or before the ingress and in or after
+                                   // the egress) and mid within the series: a dip the series only half
+                                   // covers is fitted but not found, its mid-time being undetermined
+    int points = 0, inTransit = 0; // usable points; points between first and last contact
+};
+struct TransitSearch {
+    double minDuration = 0.02; // d (~30 min)
+    double maxDuration = 0.0;  // d (0: half the series' span)
+    double minSnr = 7.0;
+};
+// Points with a non-finite time, value or error, or an error <= 0, are left out; with fewer than 10 nothing
+// is fitted. Throws InvalidInput for an empty or impossible duration range (minDuration <= 0, maxDuration
+// below it, or a series too short for minDuration: its span, or half of it with maxDuration 0).
+TransitFit fitTransit(const std::vector<double>& time, const std::vector<double>& value,
+                      const std::vector<double>& err, const TransitSearch& search = {});
+// The fitted model at time t (baseline * (1 - depth * shape)); the baseline where nothing was found.
+double transitModel(const TransitFit& fit, double t);
+
 } // namespace gpuphot

@@ -2,7 +2,7 @@
 // tests/series/bjd_reference.py), the site keywords, and light curves from synthetic catalogs with
 // known truth: a transit recovered, a variable star vetted out of the ensemble, frames of another
 // filter or field, without WCS or unreadable left out with their reasons, a target off the field
-// reported, and the output files (their state read back for appending).
+// reported, the output files (their state read back for appending), and the target's transit fitted.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -461,6 +461,52 @@ TEST(Series, AnAppendDetrendsAndFlagsAsTheBuildDoes) {
     EXPECT_TRUE(std::isfinite(a.bestPeriod));
     for (const auto& e : a.ensemble)
         EXPECT_FALSE(isSourceAt(*r, e.source, Night::kVariable)) << "flagged against the field: no candidate";
+}
+
+// fitTransits: the target's 2 % box dip (frames 25-39 of 60) found by the blind fitter, in the build, in
+// an append of the last frames (the same fit), and in series.json.
+TEST(Series, FitsTheTargetsTransitInTheBuildAndTheAppend) {
+    Night night;
+    SeriesParams p;
+    p.fitTransits = true;
+    p.transit.minDuration = 0.005; // d: the dip lasts 15 min of the hour
+    const SeriesResult full = buildSeries(night.catalogs, night.targets(), p);
+    const LightCurve& lc = full.curves[0];
+    ASSERT_TRUE(lc.problem.empty());
+    const TransitFit& t = lc.transit;
+    ASSERT_TRUE(t.found) << "snr " << t.snr;
+    EXPECT_NEAR(t.depth, 0.02, 0.002);
+    const double mid = 0.5 * (lc.bjdTdb[24] + lc.bjdTdb[40]); // between the last and first frames outside
+    EXPECT_NEAR((t.mid - mid) * 1440.0, 0.0, 1.0);
+    EXPECT_NEAR(t.duration * 1440.0, 15.0, 2.0);
+    EXPECT_EQ(t.points, Night::kFrames);
+    EXPECT_EQ(full.curves[1].transit.points, 0) << "no curve, no fit";
+
+    std::vector<std::string> first(night.catalogs.begin(), night.catalogs.begin() + 45),
+        rest(night.catalogs.begin() + 45, night.catalogs.end());
+    SeriesResult early = buildSeries(first, night.targets(), p);
+    const auto r = appendSeries(early.state, rest, night.targets(), p);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->curves[0].transit.found);
+    EXPECT_NEAR(r->curves[0].transit.depth, t.depth, 2.0 * t.depthErr);
+    EXPECT_NEAR(r->curves[0].transit.mid, t.mid, 2.0 * t.midErr);
+
+    TempDir out("gpuphot_series_transit");
+    SeriesOutputOptions o;
+    o.dir = out.str();
+    o.formats = {};
+    writeSeriesOutputs(full, o);
+    std::ifstream in(o.dir + "/series.json");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json& tj = j["targets"][0]["transit"];
+    EXPECT_TRUE(tj["found"].get<bool>());
+    EXPECT_DOUBLE_EQ(tj["depth"].get<double>(), t.depth);
+    EXPECT_DOUBLE_EQ(tj["mid_bjd_tdb"].get<double>(), t.mid);
+    EXPECT_NEAR(tj["mid_err_min"].get<double>(), t.midErr * 1440.0, 1e-9);
+    EXPECT_NEAR(tj["duration_h"].get<double>(), t.duration * 24.0, 1e-12);
+    for (const char* k : {"depth_err", "ingress", "snr", "chi2"})
+        EXPECT_TRUE(tj[k].is_number()) << k;
+    EXPECT_TRUE(j["params"]["fitTransits"].get<bool>());
 }
 
 TEST(Series, ForcedPhotometryWhereTheTargetWasNotDetected) {
