@@ -13,7 +13,9 @@ true flux, the enclosed fraction of its true Moffat PSF in the aperture of RADIU
 read noise of the simulation, the sky annulus' own noise, and the exposure's scintillation; the
 differential noise adds the ensemble's (with the weights the series chose). With --bars it exits 1 when
 a bar of issue 23 is missed: depth within 5 %, mid-time within 1 min, the constant stars' median RMS
-ratio within 10 % (each within 20 %), no injected variable an active comparison star.
+ratio within 10 % (each within 20 %), no injected variable an active comparison star. With a series
+run with --transit the blind fit of series.json (depth, BJD_TDB mid-time, compared with the truth's mid-time
+made BJD_TDB by the curve's own bjd_tdb - jd_utc) is checked against the same depth and mid-time bars.
 
 `variability` (a series with --all-stars --variability; issue 24's bars): the injected sinusoid among the
 flagged stars of series.variables.csv with its period within 1 %, no constant target flagged, no
@@ -103,6 +105,23 @@ def fit_transit(mjd, flux, err, duration, mid0):
     return best[1], best[2]
 
 
+def fitted_transit(fit, lc, truth):
+    """series --transit's blind fit against the truth. The truth's mid-time is UTC MJD of mid-exposure;
+    ours is BJD_TDB: the truth becomes BJD_TDB with the light curve's own bjd_tdb - jd_utc at the point
+    nearest to it (that offset changes by well under a millisecond per hour)."""
+    mid_mjd = truth["transit_mid_mjd"]
+    i = int(np.argmin(np.abs(lc["mjd_mid"] - mid_mjd)))
+    mid_bjd = mid_mjd + 2400000.5 + (float(lc["bjd_tdb"][i]) - float(lc["jd_utc"][i]))
+    depth_true = truth["series"]["transitDepth"]
+    out = {"found": fit["found"], "depth": fit["depth"], "depth_err": fit["depth_err"], "snr": fit["snr"],
+           "duration_h": fit["duration_h"], "duration_true_h": truth["series"]["transitDuration"],
+           "ingress": fit["ingress"], "mid_err_min": fit["mid_err_min"]}
+    if fit["depth"] is not None and fit["mid_bjd_tdb"] is not None:
+        out["depth_error_fraction"] = fit["depth"] / depth_true - 1.0
+        out["mid_error_min"] = (fit["mid_bjd_tdb"] - mid_bjd) * 1440.0
+    return out
+
+
 def truth_variance(simdir, truth, frames, radius):
     """rel_var(ra, dec): per used frame, the variance of a star's relative flux from the truth alone."""
     field = truth["field"]
@@ -181,6 +200,8 @@ def cmd_check(simdir, name, outdir, radius, bars):
                 "mid_error_min": (mid - truth["transit_mid_mjd"]) * 1440.0,
                 "comparisons": sum(1 for c in t["ensemble"] if not c["dropped"]),
                 "median_err": t["median_err"]}
+            if "transit" in t:
+                result["fitted_transit"] = fitted_transit(t["transit"], lc, truth)
             continue
         var, ens = truth_noise(t, rel_var)
         expected = float(np.sqrt(np.mean(var[good])))
@@ -201,6 +222,15 @@ def cmd_check(simdir, name, outdir, radius, bars):
             fails.append("depth off by %.1f %%" % (100 * tr["depth_error_fraction"]))
         if abs(tr["mid_error_min"]) > 1.0:
             fails.append("mid-time off by %.2f min" % tr["mid_error_min"])
+    ft = result.get("fitted_transit")
+    if ft is not None:  # series --transit: the blind fit's figures have the same bars
+        if not ft["found"] or "depth_error_fraction" not in ft:
+            fails.append("the blind transit fit found no transit")
+        else:
+            if abs(ft["depth_error_fraction"]) > 0.05:
+                fails.append("fitted depth off by %.1f %%" % (100 * ft["depth_error_fraction"]))
+            if abs(ft["mid_error_min"]) > 1.0:
+                fails.append("fitted mid-time off by %.2f min" % ft["mid_error_min"])
     if not ratios or abs(result["constant_median_ratio"] - 1.0) > 0.10:
         fails.append("constant stars' median RMS / truth noise = %s" % result["constant_median_ratio"])
     fails += ["%s: RMS / truth noise %.3f" % (c["name"], c["ratio"]) for c in result["constant"]
