@@ -162,6 +162,11 @@ void LightCurvePanel::buildCurveTab(QWidget* tab) {
     }
     detrend->setMenu(menu);
     bar->addWidget(detrend);
+    m_transitButton = new QPushButton(tr("Transit fit"), tab);
+    m_transitButton->setCheckable(true);
+    m_transitButton->setToolTip(tr("Find and fit a transit (trapezoid) in the curve (series --transit)"));
+    connect(m_transitButton, &QPushButton::toggled, this, &LightCurvePanel::setFitTransit);
+    bar->addWidget(m_transitButton);
     bar->addStretch(1);
     const auto button = [&](const QString& text, auto slot) {
         auto* b = new QPushButton(text, tab);
@@ -315,6 +320,7 @@ void LightCurvePanel::applyInputs() {
     p.pinned.clear();
     p.excluded.clear();
     p.detrend = m_detrend;
+    p.fitTransits = m_fitTransit;
     for (const Chosen& c : m_chosen) {
         const std::string name = "cmp" + std::to_string(c.source + 1);
         t.name.push_back(name);
@@ -364,6 +370,15 @@ void LightCurvePanel::setDetrend(const std::vector<std::string>& terms) {
             const QSignalBlocker block(a);
             a->setChecked(on);
         }
+    }
+    applyInputs();
+}
+
+void LightCurvePanel::setFitTransit(bool on) {
+    m_fitTransit = on;
+    if (m_transitButton->isChecked() != on) {
+        const QSignalBlocker block(m_transitButton);
+        m_transitButton->setChecked(on);
     }
     applyInputs();
 }
@@ -434,6 +449,16 @@ QString LightCurvePanel::statusText() const {
                      .arg(c->detrendFit.coef[k], 0, 'g', 3)
                      .arg(c->detrendFit.coefErr[k], 0, 'g', 2);
     }
+    if (const TransitFit& t = c->transit; t.found)
+        s += tr("; transit: depth %1 ± %2 %, mid BJD_TDB %3 ± %4 min, duration %5 h (S/N %6)")
+                 .arg(t.depth * 100.0, 0, 'f', 3)
+                 .arg(t.depthErr * 100.0, 0, 'f', 3)
+                 .arg(t.mid, 0, 'f', 5)
+                 .arg(t.midErr * 1440.0, 0, 'f', 1)
+                 .arg(t.duration * 24.0, 0, 'f', 2)
+                 .arg(t.snr, 0, 'f', 0);
+    else if (m_fitTransit)
+        s += tr("; no transit found");
     return s;
 }
 
@@ -478,7 +503,26 @@ void LightCurvePanel::drawCurve() {
     }
     p->yAxis->setLabel(m_bin > 1 ? tr("relative flux (bins of %1)").arg(m_bin) : tr("relative flux"));
     p->rescaleAxes();
+    drawTransit(*c);
     p->replot();
+}
+
+// The fitted trapezoid over the curve's time range, sampled finely enough to show its corners.
+void LightCurvePanel::drawTransit(const LightCurve& c) {
+    if (!c.transit.found || c.bjdTdb.empty()) return;
+    const auto [lo, hi] = std::minmax_element(c.bjdTdb.begin(), c.bjdTdb.end());
+    const double utcMinusBjd = c.jdUtc.front() - c.bjdTdb.front(); // constant to far below a second per night
+    QVector<double> key, value;
+    const int n = 2000;
+    for (int k = 0; k <= n; ++k) {
+        const double t = *lo + (*hi - *lo) * k / n;
+        key.push_back(m_axis == TimeAxis::BjdTdb ? t : (t + utcMinusBjd - kUnixEpochJd) * 86400.0);
+        value.push_back(transitModel(c.transit, t));
+    }
+    QCPGraph* g = m_curvePlot->addGraph();
+    g->setName(tr("transit fit"));
+    g->setPen(QPen(QColor(220, 40, 40), 2));
+    g->setData(key, value, true);
 }
 
 void LightCurvePanel::drawPeriodogram() {

@@ -58,7 +58,8 @@ public:
     void setTimeAxis(TimeAxis axis);
     void setBinning(int points); // 1: none
     void setDetrend(const std::vector<std::string>& terms);
-    void findVariables(); // every star's curve (all-stars run) for the Variables tab
+    void setFitTransit(bool on); // a blind trapezoid fit on the curve (series --transit), drawn and reported
+    void findVariables();        // every star's curve (all-stars run) for the Variables tab
 
     // Exports: the target's light-curve table by extension (.csv, .ecsv, else FITS), or the curve's plot.
     bool exportCurve(const QString& path);
@@ -94,6 +95,7 @@ private:
     void onResult(SeriesResultPtr result);
     void onVariables(SeriesResultPtr result);
     void drawCurve();
+    void drawTransit(const LightCurve& c);
     void drawPeriodogram();
     void drawNight();
     void fillEnsemble();
@@ -114,6 +116,8 @@ private:
     };
     std::vector<Chosen> m_chosen;
     std::vector<std::string> m_detrend;
+    bool m_fitTransit = false;
+    QPushButton* m_transitButton = nullptr;
     TimeAxis m_axis = TimeAxis::BjdTdb;
     int m_bin = 1, m_frame = -1;
     bool m_filling = false;

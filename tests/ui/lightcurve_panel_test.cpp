@@ -21,6 +21,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/io/fits_table.hpp"
 #include "tests/test_support.hpp"
 #include "ui/lightcurve_panel.hpp"
@@ -43,8 +45,11 @@ std::string slurp(const fs::path& p) {
     return s.str();
 }
 
-// 14 exposures of a 320 x 320 field; the first 12 reduced by the CLI into FOLDER/gpuphot, where the
-// workbench writes the catalogs of a followed FOLDER's frames.
+// 42 exposures of a 400 x 400 field 2 minutes apart with a 5 % transit of 33 minutes mid-way; the first
+// 40 reduced by the CLI into FOLDER/gpuphot, where the workbench writes the catalogs of a followed
+// FOLDER's frames.
+constexpr int kFrames = 40;
+
 struct Night {
     gpuphot::test::TempDir dir{"gpuphot_lc"};
     fs::path sim, folder;
@@ -54,19 +59,23 @@ struct Night {
         sim = dir.path / "sim";
         folder = dir.path / "folder";
         const std::string cli = GPUPHOT_CLI;
-        if (sh(cli + " simulate --series 14 --size 320x320 --stars 260 --seed 31 -o " + sim.string() +
-               " --name night -q --set writeSite=true --set galaxies=0") != 0) {
+        if (sh(cli + " simulate --series 42 --size 400x400 --stars 150 --seed 31 -o " + sim.string() +
+               " --name night -q --set writeSite=true --set galaxies=0 --set magFaint=18 --series-set "
+               "cadence=120" +
+               " --series-set transitDuration=0.55 --series-set transitDepth=0.05 --series-set "
+               "transitSnr=300") != 0) {
             failure = "simulate failed";
             return;
         }
-        for (int i = 1; i <= 14; ++i) {
+        for (int i = 1; i <= kFrames + 2; ++i) {
             char b[32];
             std::snprintf(b, sizeof b, "night_%04d", i);
             frames.push_back((sim / (std::string(b) + ".fits")).string());
-            if (i <= 12) catalogs.push_back((folder / "gpuphot" / (std::string(b) + ".cat.fits")).string());
+            if (i <= kFrames)
+                catalogs.push_back((folder / "gpuphot" / (std::string(b) + ".cat.fits")).string());
         }
         std::string cmd = cli + " reduce";
-        for (int i = 0; i < 12; ++i)
+        for (int i = 0; i < kFrames; ++i)
             cmd += " " + frames[static_cast<std::size_t>(i)];
         cmd += " --ref " + (sim / "night_0001.ref.fits").string() + " --no-tycho2 -q -o " +
                (folder / "gpuphot").string();
@@ -94,7 +103,7 @@ Star brightIsolatedStar() {
                dec = t.doubles("dec");
     long best = -1;
     for (std::size_t i = 0; i < x.size(); ++i) {
-        if (x[i] < 30 || y[i] < 30 || x[i] > 290 || y[i] > 290 || !(f[i] > 0)) continue;
+        if (x[i] < 30 || y[i] < 30 || x[i] > 370 || y[i] > 370 || !(f[i] > 0)) continue;
         bool alone = true;
         for (std::size_t j = 0; j < x.size() && alone; ++j)
             alone = j == i || std::hypot(x[j] - x[i], y[j] - y[i]) > 12.0;
@@ -150,22 +159,21 @@ TEST(LightCurvePanel, ClickOnAStarGivesItsCurve) {
     ASSERT_NE(c, nullptr);
     EXPECT_TRUE(c->problem.empty()) << c->problem;
     EXPECT_EQ(c->name, "src" + std::to_string(idx + 1));
-    EXPECT_EQ(c->relFlux.size(), 12u);
+    EXPECT_EQ(c->relFlux.size(), std::size_t(kFrames));
     EXPECT_LT(c->rms, 0.05);
     EXPECT_GE(panel->ensembleTable()->rowCount(), 3);
     EXPECT_EQ(panel->markers().size(), c->ensemble.size() + 1);
     EXPECT_GT(panel->curvePlot()->graphCount(), 0);
-    EXPECT_EQ(panel->curvePlot()->graph(0)->dataCount(), 12);
+    EXPECT_EQ(panel->curvePlot()->graph(0)->dataCount(), kFrames);
     panel->setBinning(3);
-    EXPECT_EQ(panel->curvePlot()->graph(0)->dataCount(), 4);
+    EXPECT_EQ(panel->curvePlot()->graph(0)->dataCount(), (kFrames + 2) / 3);
     panel->setTimeAxis(LightCurvePanel::TimeAxis::Utc);
     EXPECT_NEAR(panel->curvePlot()->graph(0)->data()->at(0)->key,
                 (c->jdUtc[0] + c->jdUtc[1] + c->jdUtc[2]) / 3.0 * 86400.0 - 2440587.5 * 86400.0, 60.0);
     gpuphot::test::TempDir out;
     EXPECT_TRUE(panel->exportPng(QString::fromStdString((out.path / "curve.png").string())));
     EXPECT_GT(fs::file_size(out.path / "curve.png"), 1000u);
-    // Twelve minutes of data tell no period of the default range: the panel says so instead of a plot.
-    EXPECT_EQ(panel->periodogramPlot()->graphCount(), 0);
+    EXPECT_EQ(panel->periodogramPlot()->graphCount(), 1);
 
     // Stepping shows the series' frames in time order.
     QSignalSpy stepped(panel, &LightCurvePanel::frameStepped);
@@ -248,7 +256,7 @@ TEST(LightCurvePanel, ANewFrameInTheFollowedFolderAddsAPoint) {
     const Star star = brightIsolatedStar();
     panel->setTarget(QStringLiteral("tgt"), star.ra, star.dec);
     ASSERT_TRUE(waitFor(curve)) << panel->statusText().toStdString();
-    ASSERT_EQ(panel->curve()->relFlux.size(), 12u);
+    ASSERT_EQ(panel->curve()->relFlux.size(), std::size_t(kFrames));
 
     // The camera writes frame 13: the workbench reduces it, writes its catalog, the curve grows.
     curve.clear();
@@ -260,18 +268,46 @@ TEST(LightCurvePanel, ANewFrameInTheFollowedFolderAddsAPoint) {
     });
     QObject::connect(&w, &gpuphot::ui::MainWindow::followCatalogWritten, [&] { written = clock.elapsed(); });
     clock.start();
-    fs::copy_file(night().frames[12], d.path / "night_0013.fits");
+    fs::copy_file(night().frames[kFrames], d.path / "night_0041.fits");
     qint64 latency = -1;
     for (QElapsedTimer t; latency < 0;) {
         if (!t.isValid()) t.start();
         ASSERT_LT(t.elapsed(), 120000) << panel->statusText().toStdString();
         curve.wait(200);
-        if (panel->curve() && panel->curve()->relFlux.size() == 13u) latency = clock.elapsed();
+        if (panel->curve() && panel->curve()->relFlux.size() == kFrames + 1u) latency = clock.elapsed();
     }
-    EXPECT_TRUE(fs::exists(d.path / "gpuphot" / "night_0013.cat.fits"));
+    EXPECT_TRUE(fs::exists(d.path / "gpuphot" / "night_0041.cat.fits"));
     // The figure of docs/BENCHMARKS.md ("a new frame adds a point"); a benchmark, not a bar of this test.
     std::printf("new frame to new point: %lld ms (frame opened %lld, reduced %lld, catalog written %lld)\n",
                 static_cast<long long>(latency), static_cast<long long>(opened),
                 static_cast<long long>(reduced), static_cast<long long>(written));
     RecordProperty("latency_ms", static_cast<int>(latency));
+}
+
+TEST(LightCurvePanel, ATransitIsFoundFittedAndDrawn) {
+    REQUIRE_NIGHT();
+    const auto truth = nlohmann::json::parse(std::ifstream(night().sim / "night.series.json"));
+    const nlohmann::json* host = nullptr;
+    for (const auto& v : truth["variables"])
+        if (v["kind"] == "transit") host = &v;
+    ASSERT_NE(host, nullptr);
+    LightCurvePanel panel;
+    QSignalSpy curve(&panel, &LightCurvePanel::curveChanged);
+    panel.setCatalogs(night().catalogList());
+    panel.setTarget(QStringLiteral("transit"), (*host)["ra"].get<double>(), (*host)["dec"].get<double>());
+    ASSERT_TRUE(waitFor(curve));
+    const int graphs = panel.curvePlot()->graphCount();
+    curve.clear();
+    panel.setFitTransit(true);
+    ASSERT_TRUE(waitFor(curve));
+    const gpuphot::LightCurve* c = panel.curve();
+    ASSERT_TRUE(c && c->transit.found) << panel.statusText().toStdString();
+    // The truth's mid-time is UTC (MJD); the fit's is BJD_TDB: the curve's own offset between them.
+    const double midBjd = truth["transit_mid_mjd"].get<double>() + 2400000.5 + (c->bjdTdb[0] - c->jdUtc[0]);
+    EXPECT_NEAR(c->transit.depth, 0.05, 0.005);
+    EXPECT_NEAR((c->transit.mid - midBjd) * 1440.0, 0.0, 2.0);
+    EXPECT_NEAR(c->transit.duration * 24.0, 0.55, 0.1);
+    EXPECT_EQ(panel.curvePlot()->graphCount(), graphs + 1) << "the fitted model is drawn";
+    EXPECT_TRUE(panel.statusText().contains(QStringLiteral("transit: depth")))
+        << panel.statusText().toStdString();
 }
