@@ -668,6 +668,7 @@ void LightCurvePanel::onVariables(SeriesResultPtr result) {
     p->replot();
     m_status->setText(
         tr("%1 stars measured, %2 flagged variable").arg(mag[0].size() + mag[1].size()).arg(mag[1].size()));
+    emit variablesChanged();
 }
 
 // The star of the RMS-magnitude point: the nearest (in magnitude and log RMS) among the all-stars curves.

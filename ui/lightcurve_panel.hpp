@@ -66,6 +66,8 @@ public:
     bool exportPng(const QString& path);
 
     SeriesResultPtr result() const { return m_result; }
+    SeriesResultPtr variables() const { return m_variables; } // the last findVariables run
+    QCustomPlot* nightPlot() const { return m_nightPlot; }
     const LightCurve* curve() const; // the target's (nullptr before a result)
     std::vector<SkyMarker> markers() const;
     SeriesRunner* runner() const { return m_runner; }
@@ -81,8 +83,9 @@ public:
     void setBlinking(bool on);
 
 signals:
-    void curveChanged();   // a new result is shown
-    void markersChanged(); // markers() changed: the viewer redraws them
+    void curveChanged();     // a new result is shown
+    void variablesChanged(); // a findVariables result is shown
+    void markersChanged();   // markers() changed: the viewer redraws them
     void starChosen(double ra, double dec);
     void frameStepped(const QString& framePath);
     void errorShown(const QString& message);

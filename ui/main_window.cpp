@@ -546,7 +546,8 @@ void MainWindow::onResult(SnapshotPtr snap) {
     if (!snap->provisional) m_progress->setVisible(false); // the PSF stage is still running otherwise
     // The run measured the prepared frame (calibrated, trimmed, 2x2-binned for a CFA frame ...): show
     // those pixels, so that the overlays and the readout refer to the image on screen.
-    if (snap->frame && snap->frame != m_shownFrame) {
+    if (snap->frame && (snap->frame != m_shownFrame || m_steppedFrame)) {
+        m_steppedFrame.reset(); // a result ends the stepping through the series: its frame is shown
         m_shownFrame = snap->frame;
         m_view->setImage(std::shared_ptr<const Image<float>>(snap->frame, &snap->frame->pixels));
     }

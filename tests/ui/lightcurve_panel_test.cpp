@@ -9,6 +9,8 @@
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QSignalSpy>
+#include <QStatusBar>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QTest>
 
@@ -23,7 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/fits_image.hpp"
 #include "core/io/fits_table.hpp"
+#include "core/wcs/wcs.hpp"
 #include "tests/test_support.hpp"
 #include "ui/lightcurve_panel.hpp"
 #include "ui/main_window.hpp"
@@ -118,6 +122,20 @@ bool waitFor(QSignalSpy& spy, int ms = 120000) {
     return !spy.isEmpty() || spy.wait(ms);
 }
 
+// The complete (not provisional) result of the frame opened, or nullptr after two minutes.
+gpuphot::ui::SnapshotPtr completeSnapshot(QSignalSpy& shown) {
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < 120000) {
+        if (shown.isEmpty()) shown.wait(500);
+        while (!shown.isEmpty()) {
+            auto s = shown.takeFirst().at(0).value<gpuphot::ui::SnapshotPtr>();
+            if (s && !s->provisional) return s;
+        }
+    }
+    return nullptr;
+}
+
 #define REQUIRE_NIGHT()                                                                                      \
     gpuphot::test::uiTestApp();                                                                              \
     if (!night().failure.empty()) FAIL() << night().failure
@@ -133,13 +151,8 @@ TEST(LightCurvePanel, ClickOnAStarGivesItsCurve) {
     panel->setCatalogs(night().catalogList());
     QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
     ASSERT_TRUE(w.openFrame(QString::fromStdString(night().frames[0]), QStringLiteral("0")));
-    gpuphot::ui::SnapshotPtr snap;
-    for (QElapsedTimer t; !snap || snap->provisional;) {
-        if (!t.isValid()) t.start();
-        ASSERT_LT(t.elapsed(), 120000) << "no result";
-        if (shown.isEmpty()) shown.wait(500);
-        if (!shown.isEmpty()) snap = shown.takeFirst().at(0).value<gpuphot::ui::SnapshotPtr>();
-    }
+    const gpuphot::ui::SnapshotPtr snap = completeSnapshot(shown);
+    ASSERT_TRUE(snap) << "no result";
     const Star star = brightIsolatedStar();
     const auto& s = snap->result.detection.sources;
     std::size_t idx = 0;
@@ -310,4 +323,97 @@ TEST(LightCurvePanel, ATransitIsFoundFittedAndDrawn) {
     EXPECT_EQ(panel.curvePlot()->graphCount(), graphs + 1) << "the fitted model is drawn";
     EXPECT_TRUE(panel.statusText().contains(QStringLiteral("transit: depth")))
         << panel.statusText().toStdString();
+}
+
+TEST(LightCurvePanel, VariablesAreFlaggedAndAClickFollowsOne) {
+    REQUIRE_NIGHT();
+    const auto truth = nlohmann::json::parse(std::ifstream(night().sim / "night.series.json"));
+    LightCurvePanel panel;
+    panel.resize(1000, 500);
+    panel.show();
+    QSignalSpy curve(&panel, &LightCurvePanel::curveChanged),
+        vars(&panel, &LightCurvePanel::variablesChanged);
+    panel.setCatalogs(night().catalogList());
+    const Star star = brightIsolatedStar();
+    panel.setTarget(QStringLiteral("tgt"), star.ra, star.dec);
+    ASSERT_TRUE(waitFor(curve));
+    // The night plot: FWHM, zero point, sky and detections of each frame.
+    ASSERT_EQ(panel.nightPlot()->graphCount(), 4);
+    EXPECT_EQ(panel.nightPlot()->graph(0)->dataCount(), kFrames);
+    panel.findVariables();
+    ASSERT_TRUE(waitFor(vars));
+    const gpuphot::ui::SeriesResultPtr v = panel.variables();
+    ASSERT_TRUE(v && !v->stars.empty());
+    // The injected transit host is flagged.
+    for (const auto& var : truth["variables"]) {
+        if (var["kind"] != "transit") continue;
+        const gpuphot::StarCurve* host = nullptr;
+        double bestD = 1e9;
+        for (const auto& sc : v->stars) {
+            const auto& src = v->sources[sc.source];
+            const double d = std::hypot((src.ra - var["ra"].get<double>()) * std::cos(src.dec * M_PI / 180.0),
+                                        src.dec - var["dec"].get<double>()) *
+                             3600.0;
+            if (d < bestD) {
+                bestD = d;
+                host = &sc;
+            }
+        }
+        ASSERT_TRUE(host && bestD < 1.5);
+        EXPECT_TRUE(host->variable) << "J " << host->stetsonJ << " chi2 " << host->chi2;
+    }
+    QCustomPlot* rms = panel.variablesPlot();
+    ASSERT_EQ(rms->graphCount(), 2);
+    ASSERT_GE(rms->graph(1)->dataCount(), 1) << "no flagged variable drawn";
+    // A click on a flagged point makes that star the target.
+    panel.findChild<QTabWidget*>()->setCurrentIndex(1);
+    rms->replot();
+    QApplication::processEvents();
+    const auto point = rms->graph(1)->data()->at(0);
+    const QPoint at(static_cast<int>(rms->xAxis->coordToPixel(point->key)),
+                    static_cast<int>(rms->yAxis->coordToPixel(point->value)));
+    QSignalSpy chosen(&panel, &LightCurvePanel::starChosen);
+    curve.clear();
+    QTest::mouseClick(rms, Qt::LeftButton, {}, at);
+    ASSERT_EQ(chosen.count(), 1);
+    ASSERT_TRUE(waitFor(curve));
+    EXPECT_NE(panel.curve()->name, "tgt");
+}
+
+TEST(LightCurvePanel, SteppingShowsTheSeriesFramesAlignedByWcs) {
+    REQUIRE_NIGHT();
+    gpuphot::ui::MainWindow w;
+    w.resize(1300, 900);
+    w.show();
+    LightCurvePanel* panel = w.lightCurvePanel();
+    QSignalSpy curve(panel, &LightCurvePanel::curveChanged);
+    panel->setCatalogs(night().catalogList());
+    const Star star = brightIsolatedStar();
+    panel->setTarget(QStringLiteral("tgt"), star.ra, star.dec);
+    ASSERT_TRUE(waitFor(curve));
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(night().frames[0]), QStringLiteral("0")));
+    ASSERT_TRUE(completeSnapshot(shown));
+    QTest::qWait(50);
+    gpuphot::viewers::ImageView* view = w.imageView();
+    view->centerOn(star.x + 3.0, star.y - 2.0);
+    const QPointF c0 = view->center();
+    const auto limits = view->limits();
+    const gpuphot::Frame f0 = gpuphot::readFrame(night().frames[0]),
+                         f1 = gpuphot::readFrame(night().frames[1]);
+    const auto [ra, dec] = f0.wcs->pixelToWorld(c0.x(), c0.y());
+    const auto [x1, y1] = f1.wcs->worldToPixel(ra, dec);
+
+    panel->stepFrame(2); // from the start: the second frame of the series
+    for (QElapsedTimer t; !w.statusBar()->currentMessage().contains(QStringLiteral("series frame"));) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 30000) << "the stepped frame never showed";
+        QTest::qWait(20);
+    }
+    EXPECT_EQ(panel->currentFrame(), 1);
+    EXPECT_NEAR(view->center().x(), x1, 1e-6);
+    EXPECT_NEAR(view->center().y(), y1, 1e-6);
+    EXPECT_GT(std::hypot(x1 - c0.x(), y1 - c0.y()), 0.05)
+        << "the frames share their pointing: nothing tested";
+    EXPECT_EQ(view->limits(), limits);
 }
