@@ -83,6 +83,13 @@ int CatalogModel::sourceIndex(int row) const {
                : -1;
 }
 
+int CatalogModel::rowOfSource(int source) const {
+    if (!m_prep || source < 0) return -1;
+    const auto& ord = m_prep->order;
+    const auto it = std::find(ord.begin(), ord.end(), source); // O(n) once per click
+    return it == ord.end() ? -1 : static_cast<int>(it - ord.begin());
+}
+
 std::uint32_t CatalogModel::flags(int row) const {
     const int i = sourceIndex(row);
     return i >= 0 ? m_prep->flags[static_cast<std::size_t>(i)] : 0u;

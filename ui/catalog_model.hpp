@@ -48,8 +48,9 @@ public:
     Qt::SortOrder sortOrder() const { return m_sortOrder; }
     // True when the last setSnapshot took the worker's precomputed flags and order (no O(n) work).
     bool lastResetUsedPrep() const { return m_usedPrep; }
-    // The source index (into Sources) shown in a row.
+    // The source index (into Sources) shown in a row, and the row showing a source (-1: none).
     int sourceIndex(int row) const;
+    int rowOfSource(int source) const;
 
     // The numeric value of a cell (NaN when absent).
     double value(int row, int column) const;

@@ -252,6 +252,7 @@ void MainWindow::buildDocks() {
         m_thread->worker()->setCatalogSort(column, order == Qt::DescendingOrder, aperture);
     });
     m_table->setSortingEnabled(true);
+    m_table->sortByColumn(0, Qt::AscendingOrder); // ids ascending (Qt's header starts descending)
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->verticalHeader()->setVisible(false);
@@ -263,8 +264,8 @@ void MainWindow::buildDocks() {
     connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
             [this](const QModelIndex& cur) {
                 if (!cur.isValid()) return;
-                const int row = m_filter->mapToSource(cur).row();
-                selectSource(row, true);
+                // Rows follow the table's sort order: the row's source, not its position.
+                selectSource(m_model->sourceIndex(m_filter->mapToSource(cur).row()), true);
             });
     auto* tableDock =
         dock(this, tr("Catalog"), QStringLiteral("CatalogDock"), tableBox, Qt::BottomDockWidgetArea);
@@ -646,7 +647,7 @@ void MainWindow::selectSource(int index, bool centre) {
         m_view->centerOn(m_snapshot->result.detection.sources.x[index],
                          m_snapshot->result.detection.sources.y[index]);
     } else {
-        const QModelIndex proxy = m_filter->mapFromSource(m_model->index(index, 0));
+        const QModelIndex proxy = m_filter->mapFromSource(m_model->index(m_model->rowOfSource(index), 0));
         if (proxy.isValid()) {
             QSignalBlocker block(m_table->selectionModel());
             m_table->selectRow(proxy.row());

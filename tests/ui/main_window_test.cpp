@@ -7,18 +7,22 @@
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QApplication>
+#include <QElapsedTimer>
+#include <QHeaderView>
 #include <QImage>
+#include <QLineEdit>
 #include <QMessageBox>
 #include <QSignalSpy>
+#include <QSortFilterProxyModel>
 #include <QStatusBar>
 #include <QTableView>
 #include <QTest>
 #include <cmath>
 #include <filesystem>
 
+#include "core/db/results_store.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/sim/simulator.hpp"
-#include "core/db/results_store.hpp"
 #include "tests/test_support.hpp"
 #include "ui/catalog_model.hpp"
 #include "ui/main_window.hpp"
@@ -26,7 +30,9 @@
 #include "viewers/image_view.hpp"
 
 namespace {
-QApplication& app() { return gpuphot::test::uiTestApp(); }
+QApplication& app() {
+    return gpuphot::test::uiTestApp();
+}
 
 // A 512^2 field with a few hundred stars, header WCS and reference catalog, written once.
 struct Field {
@@ -88,7 +94,8 @@ TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
     // The status line leads with the source count and the total time (a narrow window cuts its end: the
     // per-stage times); its tooltip holds the whole line.
     const QString times = w.statusTimesText();
-    const qsizetype at = times.indexOf(QStringLiteral(" sources")), total = times.indexOf(QStringLiteral("total "));
+    const qsizetype at = times.indexOf(QStringLiteral(" sources")),
+                    total = times.indexOf(QStringLiteral("total "));
     EXPECT_TRUE(times.contains(QString::number(n) + QStringLiteral(" sources"))) << times.toStdString();
     EXPECT_GT(total, at) << times.toStdString();
     EXPECT_GT(times.indexOf(QStringLiteral("detection ")), total) << times.toStdString();
@@ -149,7 +156,8 @@ TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
         for (int k = 0; k < 64; ++k) {
             for (double rr = 0.5 * radiusPx; rr <= radiusPx * 1.5 + 2; rr += 1.0) {
                 const double a = k * 2 * M_PI / 64;
-                const int px = static_cast<int>(c.x() + rr * std::cos(a)), py = static_cast<int>(c.y() + rr * std::sin(a));
+                const int px = static_cast<int>(c.x() + rr * std::cos(a)),
+                          py = static_cast<int>(c.y() + rr * std::sin(a));
                 if (px < 0 || py < 0 || px >= img.width() || py >= img.height()) continue;
                 const QRgb p = img.pixel(px, py);
                 if (qGreen(p) > 180 && qRed(p) < 80 && qBlue(p) < 80) return true;
@@ -178,7 +186,8 @@ TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
         ++ctl;
         ctlHit += greenNear(x, y, 3.0 * view->zoom() * dpr) ? 1 : 0;
     }
-    if (ctl > 10) EXPECT_LT(ctlHit, 0.5 * ctl) << ctlHit << " of " << ctl << " empty positions look like sources";
+    if (ctl > 10)
+        EXPECT_LT(ctlHit, 0.5 * ctl) << ctlHit << " of " << ctl << " empty positions look like sources";
 }
 
 TEST(MainWindow, BadFileShowsTheErrorAndKeepsRunning) {
@@ -200,4 +209,60 @@ TEST(MainWindow, BadFileShowsTheErrorAndKeepsRunning) {
     std::fclose(fp);
     EXPECT_FALSE(w.openFrame(QString::fromStdString(p.string())));
     EXPECT_EQ(errors.size(), 2);
+}
+
+// The table and the image pick the same source whatever the table's sort column, order and filter.
+TEST(MainWindow, TableAndImageLinkTheSameSourceUnderEverySort) {
+    app();
+    const Field& f = field();
+    gpuphot::ui::MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
+    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, false);
+    ASSERT_TRUE(snap);
+    auto* table = w.findChild<QTableView*>(QStringLiteral("CatalogTable"));
+    ASSERT_NE(table, nullptr);
+    auto* model = w.findChild<gpuphot::ui::CatalogModel*>();
+    ASSERT_NE(model, nullptr);
+    EXPECT_EQ(table->horizontalHeader()->sortIndicatorOrder(), Qt::AscendingOrder);
+    EXPECT_EQ(model->sourceIndex(0), 0) << "opens with ids ascending";
+    gpuphot::viewers::ImageView* view = w.imageView();
+    const auto& src = snap->result.detection.sources;
+    const int columns = table->model()->columnCount();
+    QLineEdit* filter = nullptr;
+    for (auto* e : w.findChildren<QLineEdit*>())
+        if (e->placeholderText().startsWith(QStringLiteral("filter"))) filter = e;
+    ASSERT_NE(filter, nullptr);
+    for (const QString& text : {QString(), QStringLiteral("1")})
+        for (int column : {0, 1, 5, columns - 2})
+            for (Qt::SortOrder order : {Qt::AscendingOrder, Qt::DescendingOrder}) {
+                filter->setText(text); // "1": ids starting with 1 only
+                table->sortByColumn(column, order);
+                QApplication::processEvents();
+                for (int row : {0, 3, table->model()->rowCount() / 2}) {
+                    const QModelIndex at = table->model()->index(row, 0);
+                    table->selectionModel()->setCurrentIndex(at, QItemSelectionModel::ClearAndSelect |
+                                                                     QItemSelectionModel::Rows);
+                    const int source = model->sourceIndex(
+                        qobject_cast<QSortFilterProxyModel*>(table->model())->mapToSource(at).row());
+                    EXPECT_EQ(view->selectedSource(), source)
+                        << "column " << column << " order " << order << " row " << row;
+                    // The table's id column shows that source's id.
+                    EXPECT_EQ(table->model()->index(row, 0).data().toInt(), source + 1);
+                }
+                // Image to table: a click on a source selects its row.
+                const int k =
+                    text.isEmpty() ? static_cast<int>(src.size() / 3) : 9; // id 10 passes the filter
+                view->setZoom(2.0);
+                view->centerOn(src.x[static_cast<std::size_t>(k)], src.y[static_cast<std::size_t>(k)]);
+                QTest::mouseClick(view, Qt::LeftButton, {},
+                                  view->imageToWidget({src.x[static_cast<std::size_t>(k)],
+                                                       src.y[static_cast<std::size_t>(k)]})
+                                      .toPoint());
+                const QModelIndex cur = table->selectionModel()->currentIndex();
+                ASSERT_TRUE(cur.isValid());
+                EXPECT_EQ(table->model()->index(cur.row(), 0).data().toInt(), view->selectedSource() + 1);
+            }
 }
