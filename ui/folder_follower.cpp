@@ -7,6 +7,12 @@
 
 namespace gpuphot::ui {
 
+namespace {
+QString seenKey(const QFileInfo& f) {
+    return f.absoluteFilePath() + QLatin1Char('|') + QString::number(f.lastModified().toMSecsSinceEpoch());
+}
+} // namespace
+
 FolderFollower::FolderFollower(QObject* parent) : QObject(parent) {
     m_poll.setInterval(500);
     connect(&m_poll, &QTimer::timeout, this, &FolderFollower::poll);
@@ -28,31 +34,50 @@ void FolderFollower::follow(const QString& dir) {
         m_lastPath = newest;
         m_lastAnnounced = QFileInfo(newest).lastModified();
     }
+    m_seen.clear();
+    for (const QFileInfo& f : candidates())
+        m_seen.insert(seenKey(f));
     m_watcher.addPath(dir);
     m_poll.start();
 }
 
-QString FolderFollower::newestCandidate() const {
+QFileInfoList FolderFollower::candidates() const {
     const QDir d(m_dir);
-    const QFileInfoList files =
+    QFileInfoList files =
         d.entryInfoList({QStringLiteral("*.fits"), QStringLiteral("*.fit"), QStringLiteral("*.fts"),
                          QStringLiteral("*.fits.fz"), QStringLiteral("*.fz"), QStringLiteral("*.fits.gz")},
                         QDir::Files, QDir::Time);
-    for (const QFileInfo& f : files) {
-        // Our own outputs (catalogs, maps) are never frames to reduce.
+    // Our own outputs (catalogs, maps) are never frames to reduce.
+    files.removeIf([](const QFileInfo& f) {
         const QString n = f.fileName();
-        if (n.contains(QStringLiteral(".cat.")) || n.endsWith(QStringLiteral(".wcs")) ||
-            n.contains(QStringLiteral(".bkg.")) || n.contains(QStringLiteral(".rms.")) ||
-            n.contains(QStringLiteral(".seg.")) || n.contains(QStringLiteral(".resid.")) ||
-            n.contains(QStringLiteral(".psf.")) || n.contains(QStringLiteral(".solved.")) || n.startsWith('.'))
-            continue;
-        return f.absoluteFilePath();
+        return n.contains(QStringLiteral(".cat.")) || n.endsWith(QStringLiteral(".wcs")) ||
+               n.contains(QStringLiteral(".bkg.")) || n.contains(QStringLiteral(".rms.")) ||
+               n.contains(QStringLiteral(".seg.")) || n.contains(QStringLiteral(".resid.")) ||
+               n.contains(QStringLiteral(".psf.")) || n.contains(QStringLiteral(".solved.")) ||
+               n.startsWith('.');
+    });
+    return files;
+}
+
+QString FolderFollower::newestCandidate() const {
+    const QFileInfoList files = candidates();
+    return files.isEmpty() ? QString() : files.front().absoluteFilePath();
+}
+
+// Every complete frame not announced yet, oldest first; one still being written waits for the next poll.
+void FolderFollower::announceEvery() {
+    const QFileInfoList files = candidates();
+    for (auto it = files.crbegin(); it != files.crend(); ++it) {
+        const QString key = seenKey(*it);
+        if (m_seen.contains(key) || !fitsFileComplete(it->absoluteFilePath().toStdString())) continue;
+        m_seen.insert(key);
+        emit frameReady(it->absoluteFilePath());
     }
-    return {};
 }
 
 void FolderFollower::poll() {
     if (m_dir.isEmpty()) return;
+    if (m_everyFrame) return announceEvery();
     const QString newest = newestCandidate();
     if (newest.isEmpty()) return;
     const QFileInfo info(newest);

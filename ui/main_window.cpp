@@ -163,10 +163,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
                 m_log->append(LogLevel::Info, tr("calibration frames: %1").arg(m_calibration.details()));
                 emit calibrationFramesApplied();
             });
-    connect(w, &PipelineWorker::loadFailed, this, [this](const QString& m) { showError(m); });
+    connect(w, &PipelineWorker::loadFailed, this, [this](const QString& m) { frameFailed(m); });
     connect(w, &PipelineWorker::runFailed, this, [this](const QString& m, quint64) {
         m_progress->setVisible(false);
-        showError(m);
+        frameFailed(m);
     });
     connect(w, &PipelineWorker::referenceLoaded, this, [this](ReferencePtr r) {
         m_log->append(LogLevel::Info, r ? tr("reference catalog: %1 stars").arg(r->ra.size())
@@ -189,10 +189,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(m_psf, &PsfPanel::positionChosen, this, [this](double x, double y) { m_view->centerOn(x, y); });
 
     m_follower = new FolderFollower(this);
-    connect(m_follower, &FolderFollower::frameReady, this, [this](const QString& path) {
-        m_log->append(LogLevel::Info, tr("new frame: %1").arg(path));
-        openFrame(path, QStringLiteral("0"));
-    });
+    connect(m_follower, &FolderFollower::frameReady, this, &MainWindow::followedFrameReady);
 
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
@@ -277,9 +274,10 @@ void MainWindow::buildDocks() {
         dock(this, tr("FITS header"), QStringLiteral("HeaderDock"), m_header, Qt::BottomDockWidgetArea);
     m_log = new LogPanel(this);
     auto* logDock = dock(this, tr("Log"), QStringLiteral("LogDock"), m_log, Qt::BottomDockWidgetArea);
-    m_history = new QTableWidget(0, 5, this);
+    m_history = new QTableWidget(0, 6, this);
+    m_history->setObjectName(QStringLiteral("HistoryTable"));
     m_history->setHorizontalHeaderLabels(
-        {tr("frame"), tr("time"), tr("sources"), tr("FWHM [px]"), tr("zero point")});
+        {tr("frame"), tr("time"), tr("sources"), tr("FWHM [px]"), tr("zero point"), tr("status")});
     m_history->horizontalHeader()->setStretchLastSection(true);
     m_history->verticalHeader()->setVisible(false);
     auto* historyDock =
@@ -323,6 +321,9 @@ void MainWindow::buildMenus() {
         if (!dir.isEmpty()) followFolder(dir);
     });
     file->addAction(tr("Stop following"), this, [this] { followFolder(QString()); });
+    QAction* every = file->addAction(tr("Follow every frame (not only the newest)"));
+    every->setCheckable(true);
+    connect(every, &QAction::toggled, this, &MainWindow::setFollowEveryFrame);
     file->addSeparator();
     file->addAction(tr("Export &catalog..."), this, [this] {
         const QString p = QFileDialog::getSaveFileName(this, tr("Export catalog"), QString(),
@@ -578,19 +579,15 @@ void MainWindow::onResult(SnapshotPtr snap) {
     if (!snap->result.calibrationProblem.empty())
         m_log->append(LogLevel::Warning, QString::fromStdString(snap->result.calibrationProblem));
     if (m_fitOnResult) m_fitOnResult = false;
-    if (!m_follower->folder().isEmpty()) {
-        const int row = m_history->rowCount();
-        m_history->insertRow(row);
+    if (!m_follower->folder().isEmpty() && m_following == m_framePath) {
         const auto& r = snap->result;
-        m_history->setItem(row, 0, new QTableWidgetItem(QFileInfo(m_framePath).fileName()));
-        m_history->setItem(row, 1, new QTableWidgetItem(QTime::currentTime().toString()));
-        m_history->setItem(row, 2, new QTableWidgetItem(QString::number(r.detection.sources.size())));
-        m_history->setItem(row, 3, new QTableWidgetItem(QString::number(r.psf.medianFwhm, 'f', 2)));
-        m_history->setItem(row, 4,
-                           new QTableWidgetItem(r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3)
-                                                               : QStringLiteral("-")));
-        m_history->scrollToBottom();
+        const bool psf = std::isfinite(r.psf.medianFwhm) && r.psf.medianFwhm > 0.0;
+        addHistoryRow({QString::number(r.detection.sources.size()),
+                       psf ? QString::number(r.psf.medianFwhm, 'f', 2) : QStringLiteral("–"),
+                       r.zeropoint.ok ? QString::number(r.zeropoint.zp, 'f', 3) : QStringLiteral("–"),
+                       psf ? tr("reduced") : tr("reduced, no PSF model")});
         writeFollowCatalog(snap);
+        nextFollowedFrame();
     }
     updateSeriesMarkers();
     emit snapshotShown(snap);

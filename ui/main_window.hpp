@@ -56,6 +56,7 @@ public:
     // opens it with its reference catalog.
     void openDemo();
     void followFolder(const QString& dir); // "" stops
+    void setFollowEveryFrame(bool on);     // every new frame in turn, or only the newest (default)
     // File -> Import SExtractor configuration: its keys onto the parameters (ParamDock::importSextractor),
     // what it cannot reproduce in the log as a warning; errors in the log and the status bar.
     bool importSextractor(const QString& path);
@@ -121,6 +122,14 @@ private:
     void updateSeriesMarkers();
     void writeFollowCatalog(const SnapshotPtr& snap);
     void showSeriesFrame(const QString& path);
+    // Following a folder (main_window_series.cpp): each announced frame opens on its first 2-D image HDU,
+    // never with a dialog; in every-frame mode the frames queue and reduce one after the other. A frame
+    // that fails is logged and listed in History, and the next one goes on.
+    void followedFrameReady(const QString& path);
+    void openFollowedFrame(const QString& path);
+    void nextFollowedFrame();
+    void frameFailed(const QString& message);
+    void addHistoryRow(const QStringList& cells); // sources, FWHM, zero point, status
 
     std::unique_ptr<PipelineWorkerThread> m_thread;
     RunScheduler* m_scheduler = nullptr;
@@ -138,6 +147,8 @@ private:
     DisplayControls* m_display = nullptr;
     FolderFollower* m_follower = nullptr;
     LightCurvePanel* m_curves = nullptr;
+    QStringList m_followQueue; // every-frame mode: announced frames waiting for the one reducing
+    QString m_following;       // the followed frame being reduced ("" when none)
     std::shared_ptr<const Frame> m_steppedFrame; // a series frame shown by stepping (not reduced)
     QMenu* m_recentMenu = nullptr;
     QLabel* m_readout = nullptr;

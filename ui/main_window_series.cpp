@@ -10,7 +10,9 @@
 #include <QPointer>
 #include <QScrollArea>
 #include <QStatusBar>
+#include <QTableWidget>
 #include <QThread>
+#include <QTime>
 
 #include <cmath>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "core/io/fits_table.hpp"
 #include "core/pipeline/catalog_builder.hpp"
 #include "core/pipeline/outputs.hpp"
+#include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 #include "ui/folder_follower.hpp"
 #include "ui/lightcurve_panel.hpp"
@@ -197,6 +200,67 @@ void MainWindow::showSeriesFrame(const QString& path) {
     });
     connect(t, &QThread::finished, t, &QObject::deleteLater);
     t->start();
+}
+
+void MainWindow::setFollowEveryFrame(bool on) {
+    m_follower->setEveryFrame(on);
+    m_log->append(LogLevel::Info,
+                  on ? tr("following: every new frame, in turn") : tr("following: the newest frame"));
+}
+
+void MainWindow::followedFrameReady(const QString& path) {
+    m_log->append(LogLevel::Info, tr("new frame: %1").arg(path));
+    if (!m_follower->everyFrame()) { // the newest replaces whatever was reducing
+        m_followQueue.clear();
+        return openFollowedFrame(path);
+    }
+    m_followQueue << path;
+    if (m_following.isEmpty()) nextFollowedFrame();
+}
+
+void MainWindow::nextFollowedFrame() {
+    m_following.clear();
+    if (!m_followQueue.isEmpty()) openFollowedFrame(m_followQueue.takeFirst());
+}
+
+// The first 2-D image HDU, as a direct open of a file with one image picks it (a .fits.fz's is HDU 1).
+void MainWindow::openFollowedFrame(const QString& path) {
+    QString hdu;
+    try {
+        for (const HduSummary& h : listHdus(path.toStdString()))
+            if (h.type == "IMAGE" && h.axes.size() == 2) {
+                hdu = QString::number(h.index);
+                break;
+            }
+        if (hdu.isEmpty()) throw InvalidInput(path.toStdString() + ": no 2-D image HDU");
+    } catch (const std::exception& e) {
+        m_following = path;
+        m_framePath = path;
+        return frameFailed(QString::fromStdString(e.what()));
+    }
+    m_following = path;
+    openFrame(path, hdu);
+}
+
+// While following, a frame that cannot be read or reduced is a History row and a log entry, never a
+// dialog (the workbench may be unattended), and the next frame goes on; otherwise the error is shown.
+void MainWindow::frameFailed(const QString& message) {
+    if (m_following.isEmpty() || m_following != m_framePath) return showError(message);
+    m_log->append(LogLevel::Error, message);
+    statusBar()->showMessage(message, 15000);
+    addHistoryRow(
+        {QStringLiteral("–"), QStringLiteral("–"), QStringLiteral("–"), tr("failed: %1").arg(message)});
+    nextFollowedFrame();
+}
+
+void MainWindow::addHistoryRow(const QStringList& cells) {
+    const int row = m_history->rowCount();
+    m_history->insertRow(row);
+    m_history->setItem(row, 0, new QTableWidgetItem(QFileInfo(m_framePath).fileName()));
+    m_history->setItem(row, 1, new QTableWidgetItem(QTime::currentTime().toString()));
+    for (int k = 0; k < cells.size(); ++k)
+        m_history->setItem(row, 2 + k, new QTableWidgetItem(cells[k]));
+    m_history->scrollToBottom();
 }
 
 } // namespace gpuphot::ui

@@ -2,7 +2,9 @@
 //   gpuphot-studio                       the bundled demo field with its reference catalog
 //   gpuphot-studio FRAME [--ref CAT]     a frame (and a reference catalog for calibration)
 //   --follow DIR                         open and reduce the newest frame written into DIR
-//   --screenshot PNG                     after the first result: save the window to PNG and quit (docs, tests)
+//   --every-frame                        with --follow: every new frame in turn, not only the newest
+//   --screenshot PNG                     after the first result: save the window to PNG and quit (docs,
+//   tests)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QFileInfo>
@@ -42,13 +44,15 @@ int main(int argc, char** argv) {
                                     QStringLiteral("file"));
     const QCommandLineOption follow(QStringLiteral("follow"), QStringLiteral("Follow the newest frame in a folder"),
                                     QStringLiteral("dir"));
+    const QCommandLineOption everyFrame(QStringLiteral("every-frame"),
+                                        QStringLiteral("With --follow: reduce every new frame in turn"));
     const QCommandLineOption shot(QStringLiteral("screenshot"),
                                   QStringLiteral("Save the window to a PNG after the first result, then quit"),
                                   QStringLiteral("png"));
     const QCommandLineOption firstView(QStringLiteral("time-first-view"),
                                        QStringLiteral("Print the time from start to the first displayed view "
                                                       "of the frame, then quit (benchmarks)"));
-    cli.addOptions({ref, refCols, hdu, config, follow, shot, firstView});
+    cli.addOptions({ref, refCols, hdu, config, follow, everyFrame, shot, firstView});
     cli.process(app);
 
     gpuphot::ui::MainWindow window;
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
         if (window.openFrame(args.front(), cli.value(hdu)) && cli.isSet(ref))
             window.openReference(cli.value(ref), cli.value(refCols));
     }
+    if (cli.isSet(everyFrame)) window.setFollowEveryFrame(true);
     if (cli.isSet(follow)) window.followFolder(cli.value(follow));
     return app.exec();
 }

@@ -4,7 +4,12 @@
 
 #include "tests/ui/ui_test_app.hpp"
 
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QMessageBox>
 #include <QSignalSpy>
+#include <QTableWidget>
+#include <QTest>
 
 #include <filesystem>
 #include <fstream>
@@ -12,8 +17,10 @@
 
 #include "core/io/fits_image.hpp"
 #include "core/model/image.hpp"
+#include "core/sim/simulator.hpp"
 #include "tests/test_support.hpp"
 #include "ui/folder_follower.hpp"
+#include "ui/main_window.hpp"
 
 namespace fs = std::filesystem;
 
@@ -49,4 +56,50 @@ TEST(FolderFollower, AnnouncesAFrameOnlyWhenItsDataIsComplete) {
     fs::copy_file(frame, dir.path / "night_0001.cat.fits");
     EXPECT_FALSE(ready.wait(600));
     EXPECT_EQ(ready.count(), 1);
+}
+
+// Following every frame: a tile-compressed frame (its image in HDU 1), a file without an image and a
+// plain frame each get a History row, in order, without a dialog; the failure is logged and the next
+// frame goes on.
+TEST(FolderFollower, EveryFrameModeReducesEachAndListsFailures) {
+    gpuphot::test::uiTestApp();
+    gpuphot::test::TempDir src, dir;
+    gpuphot::SimParams p;
+    p.width = p.height = 256;
+    p.stars = 80;
+    p.galaxies = 0;
+    gpuphot::writeSimulation(gpuphot::simulateField(p), src.path.string(), "plain", -32);
+    gpuphot::writeFitsHeader((src.path / "empty.fits").string(), gpuphot::Header{});
+
+    gpuphot::ui::MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    w.setFollowEveryFrame(true);
+    w.followFolder(QString::fromStdString(dir.path.string()));
+    QSignalSpy errors(&w, &gpuphot::ui::MainWindow::errorShown);
+    fs::copy_file(fs::path(GPUPHOT_TEST_DATA) / "fits" / "astropy_rice_u16.fits.fz",
+                  dir.path / "a_rice.fits.fz");
+    QTest::qWait(30); // distinct modification times: the frames queue in this order
+    fs::copy_file(src.path / "empty.fits", dir.path / "b_empty.fits");
+    QTest::qWait(30);
+    fs::copy_file(src.path / "plain.fits", dir.path / "c_plain.fits");
+
+    auto* history = w.findChild<QTableWidget*>(QStringLiteral("HistoryTable"));
+    ASSERT_NE(history, nullptr);
+    for (QElapsedTimer t; history->rowCount() < 3;) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 120000) << history->rowCount() << " rows";
+        QTest::qWait(50);
+    }
+    const auto cell = [&](int r, int c) { return history->item(r, c)->text().toStdString(); };
+    EXPECT_EQ(cell(0, 0), "a_rice.fits.fz");
+    EXPECT_EQ(cell(0, 5).rfind("reduced", 0), 0u) << cell(0, 5);
+    EXPECT_EQ(cell(1, 0), "b_empty.fits");
+    EXPECT_EQ(cell(1, 5).rfind("failed", 0), 0u) << cell(1, 5);
+    EXPECT_EQ(cell(2, 0), "c_plain.fits");
+    EXPECT_EQ(cell(2, 5).rfind("reduced", 0), 0u) << cell(2, 5);
+    EXPECT_NE(cell(2, 2), "–");
+    for (QWidget* top : QApplication::topLevelWidgets())
+        EXPECT_FALSE(qobject_cast<QMessageBox*>(top) && top->isVisible()) << "a dialog during the follow";
+    EXPECT_TRUE(errors.isEmpty());
 }
