@@ -80,6 +80,11 @@ DisplayControls::DisplayControls(viewers::ImageView* view, QWidget* parent) : QW
         connect(c, &QCheckBox::toggled, this, [this, l = e.layer](bool on) { m_view->setLayerVisible(l, on); });
         m_view->setLayerVisible(e.layer, e.on);
     }
+    auto* overview = new QCheckBox(tr("Overview inset (lower right)"), layers);
+    overview->setObjectName(QStringLiteral("OverviewToggle"));
+    overview->setChecked(true);
+    connect(overview, &QCheckBox::toggled, m_view, &viewers::ImageView::setOverviewVisible);
+    ll->addWidget(overview);
     layout->addWidget(layers);
     layout->addStretch(1);
 

@@ -1,10 +1,36 @@
 #include "ui/overlay_builder.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot::ui {
+namespace {
+
+// Indices into the crossmatch's projected reference stars: all of them, or the `limit` brightest (by the
+// catalog's magnitude; stars without one last), in their original order.
+std::vector<std::size_t> brightestReferences(const CrossmatchResult& cm, const ReferenceCatalog* ref,
+                                             int limit) {
+    const std::size_t n = std::min(cm.refX.size(), cm.refY.size());
+    std::vector<std::size_t> idx(n);
+    std::iota(idx.begin(), idx.end(), std::size_t(0));
+    if (limit <= 0 || n <= static_cast<std::size_t>(limit) || !ref || cm.refSelected.size() < n) return idx;
+    const auto mag = [&](std::size_t k) {
+        const auto row = static_cast<std::size_t>(cm.refSelected[k]);
+        const double m = row < ref->mag.size() ? ref->mag[row] : NAN;
+        return std::isfinite(m) ? m : INFINITY;
+    };
+    std::nth_element(idx.begin(), idx.begin() + limit, idx.end(), [&](std::size_t a, std::size_t b) {
+        return mag(a) < mag(b) || (mag(a) == mag(b) && a < b);
+    });
+    idx.resize(static_cast<std::size_t>(limit));
+    std::sort(idx.begin(), idx.end());
+    return idx;
+}
+
+} // namespace
 
 OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
     OverlayGeometry g;
@@ -35,7 +61,7 @@ OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
     }
 
     const CrossmatchResult& cm = r.crossmatch;
-    for (std::size_t k = 0; k < cm.refX.size() && k < cm.refY.size(); ++k)
+    for (std::size_t k : brightestReferences(cm, snap.reference.get(), opt.maxReferenceStars))
         g.referenceStars.push_back({static_cast<float>(cm.refX[k]), static_cast<float>(cm.refY[k]), 0.0f, 0.0f});
 
     // Residuals: reference minus measured position through the fitted WCS, in pixels.

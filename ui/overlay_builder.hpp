@@ -20,6 +20,9 @@ struct OverlayGeometry {
 struct OverlayOptions {
     int whiskerGrid = 12;      // whiskers per axis
     double whiskerGain = 10.0; // px of whisker per px of FWHM*e
+    // Reference stars drawn: the brightest this many of those on the frame (a dense catalog on a large
+    // frame is otherwise a carpet that hides the image); <= 0: all.
+    int maxReferenceStars = 2000;
 };
 
 OverlayGeometry buildOverlays(const Snapshot& snapshot, const OverlayOptions& options = {});

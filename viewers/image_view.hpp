@@ -75,6 +75,7 @@ public:
     void setSelectedSource(int index); // -1: none; highlighted marker
     int selectedSource() const { return m_selected; }
     void setOverviewVisible(bool visible); // the panner inset in the lower-right corner
+    bool overviewVisible() const { return m_overview; }
 
     void zoomToFit();
     void zoomOneToOne();

@@ -7,6 +7,7 @@
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QApplication>
+#include <QCheckBox>
 #include <QElapsedTimer>
 #include <QHeaderView>
 #include <QImage>
@@ -265,4 +266,17 @@ TEST(MainWindow, TableAndImageLinkTheSameSourceUnderEverySort) {
                 ASSERT_TRUE(cur.isValid());
                 EXPECT_EQ(table->model()->index(cur.row(), 0).data().toInt(), view->selectedSource() + 1);
             }
+}
+
+// The overview inset covers the image's lower-right corner: Display, layers turns it off and on.
+TEST(MainWindow, OverviewInsetCanBeHidden) {
+    app();
+    gpuphot::ui::MainWindow w;
+    auto* toggle = w.findChild<QCheckBox*>(QStringLiteral("OverviewToggle"));
+    ASSERT_NE(toggle, nullptr);
+    EXPECT_TRUE(w.imageView()->overviewVisible());
+    toggle->setChecked(false);
+    EXPECT_FALSE(w.imageView()->overviewVisible());
+    toggle->setChecked(true);
+    EXPECT_TRUE(w.imageView()->overviewVisible());
 }
