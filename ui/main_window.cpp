@@ -523,6 +523,7 @@ void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
     m_view->setSegmentation(nullptr);
     m_model->setSnapshot(nullptr);
     m_header->setHeader(m_frame->header);
+    m_params->showFrameInstrument(m_frame->instrument);
     m_view->zoomToFit();
     setWindowTitle(tr("GPUPHOT Studio - %1 (%2 x %3)")
                        .arg(QFileInfo(m_framePath).fileName())

@@ -387,6 +387,27 @@ void ParamDock::setRunInputs(const QString& framePath, const QString& referenceP
     m_hdu = hdu;
 }
 
+void ParamDock::showFrameInstrument(const Instrument& in) {
+    const struct {
+        const char* key;
+        double value;
+        std::string source;
+    } used[] = {{"instrument.gain", in.gain, in.gainSource},
+                {"instrument.readNoise", in.readNoise, in.readNoiseSource},
+                {"instrument.saturation", in.saturation, in.saturationSource},
+                {"instrument.exptime", in.exptime, in.exptimeSource},
+                {"instrument.airmass", in.airmass, "header"}};
+    for (const auto& u : used) {
+        auto* w = qobject_cast<QDoubleSpinBox*>(editorFor(u.key));
+        if (!w || w->specialValueText().isEmpty()) continue;
+        const QString v = QString::number(u.value, 'g', 6);
+        w->setSpecialValueText(!std::isfinite(u.value) ? tr("header: none")
+                               : u.source == "default"
+                                   ? tr("header: none, %1 used").arg(v)
+                                   : tr("header: %1 (%2)").arg(v, QString::fromStdString(u.source)));
+    }
+}
+
 QWidget* ParamDock::editorFor(const std::string& key) const {
     auto it = m_editors.find(key);
     return it == m_editors.end() ? nullptr : it->second.widget;

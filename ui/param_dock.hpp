@@ -14,9 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/instrument.hpp"
 #include "core/pipeline/pipeline_config.hpp"
-#include "ui/pipeline_types.hpp"
 #include "ui/param_schema.hpp"
+#include "ui/pipeline_types.hpp"
 
 class QToolBox;
 class QWidget;
@@ -55,6 +56,10 @@ public:
 
     // Frame, reference and HDU the dock's "Copy command" button puts into the command.
     void setRunInputs(const QString& framePath, const QString& referencePath, const QString& hdu = QString());
+
+    // What the frame's header gave (gain, read noise, saturation, exposure time, airmass): an Instrument
+    // field left unset shows "header: VALUE (KEYWORD)" instead of just "header".
+    void showFrameInstrument(const Instrument& instrument);
 
     // The editor widget of a key ("detection.threshold"), for tests and for focusing a parameter.
     QWidget* editorFor(const std::string& key) const;

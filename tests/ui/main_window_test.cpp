@@ -8,6 +8,7 @@
 
 #include <QApplication>
 #include <QCheckBox>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QHeaderView>
 #include <QImage>
@@ -27,6 +28,7 @@
 #include "tests/test_support.hpp"
 #include "ui/catalog_model.hpp"
 #include "ui/main_window.hpp"
+#include "ui/param_dock.hpp"
 #include "ui/pipeline_worker.hpp"
 #include "viewers/image_view.hpp"
 
@@ -229,6 +231,11 @@ TEST(MainWindow, TableAndImageLinkTheSameSourceUnderEverySort) {
     ASSERT_NE(model, nullptr);
     EXPECT_EQ(table->horizontalHeader()->sortIndicatorOrder(), Qt::AscendingOrder);
     EXPECT_EQ(model->sourceIndex(0), 0) << "opens with ids ascending";
+    // The Instrument section says what the header gave, not just "header".
+    const auto* gain = qobject_cast<QDoubleSpinBox*>(w.paramDock()->editorFor("instrument.gain"));
+    ASSERT_NE(gain, nullptr);
+    EXPECT_TRUE(gain->text().startsWith(QStringLiteral("header: "))) << gain->text().toStdString();
+    EXPECT_NE(gain->text(), QStringLiteral("header: none")) << "the simulated frame has a GAIN";
     gpuphot::viewers::ImageView* view = w.imageView();
     const auto& src = snap->result.detection.sources;
     const int columns = table->model()->columnCount();
