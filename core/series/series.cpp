@@ -157,6 +157,7 @@ Detections readCatalog(const std::string& path, const SeriesParams& p, SeriesFra
     frame.zeroPoint = h.getDouble("ZP").value_or(kNan);
     frame.filter = h.getString("FILTER").value_or("");
     frame.object = h.getString("OBJECT").value_or("");
+    frame.sourceFrame = h.getString("SRCFILE").value_or("");
     try {
         frame.site = siteFromHeader(h);
     } catch (const InvalidInput& e) {

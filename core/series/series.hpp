@@ -72,6 +72,7 @@ struct SeriesMeasurement {
 
 struct SeriesFrame {
     std::string path;
+    std::string sourceFrame; // the reduced frame the catalog was made from (its SRCFILE; "": not said)
     double mjdMid = 0.0, exptime = 0.0, airmass = 0.0, fwhm = 0.0, zeroPoint = 0.0;
     std::string filter, object;
     std::optional<ObservingSite> site;

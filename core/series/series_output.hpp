@@ -4,7 +4,7 @@
 //   NAME.aij.tbl                               an AstroImageJ measurements table (tab-separated)
 //   NAME.aavso.txt                             AAVSO extended format (ensemble photometry)
 //   series.json                                the series report (parameters, frames, ensembles)
-//   series.state                               what a later call appends to (CBOR; see SeriesState)
+//   series.state                               what a later call appends to (binary; series_state.cpp)
 //   series.stars.fits, series.curves.fits      with allStars: one row per star (its RMS, chi^2, Stetson J,
 //                                              variable flag, ...) and one row per star and frame
 //   series.variables.csv                       with allStars: the flagged variables (position, median
@@ -18,6 +18,7 @@
 
 #include "core/catalog/table.hpp"
 #include "core/series/series.hpp"
+#include "core/util/errors.hpp"
 
 namespace gpuphot {
 
@@ -38,9 +39,30 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& series, const Se
 // InvalidInput for a series.json that is not one.
 std::vector<std::string> seriesCatalogsIn(const std::string& dir);
 
-// DIR/series.state, written atomically; read back (nullopt when there is none). Throws InvalidInput for
-// a file that is not a state of this version.
+// Why DIR/series.state was refused. Nothing in DIR is changed: the call fails (a later one with --fresh
+// rebuilds the series from its catalogs).
+class SeriesStateError : public InvalidInput {
+public:
+    enum class Reason {
+        NotAState,    // neither format 3 nor the CBOR of format 2
+        OtherVersion, // another format version or byte order
+        Truncated,    // shorter than its header says
+        Corrupt,      // its checksum or its fields do not agree
+    };
+    SeriesStateError(Reason reason, const std::string& what) : InvalidInput(what), m_reason(reason) {}
+    Reason reason() const { return m_reason; }
+
+private:
+    Reason m_reason;
+};
+
+// DIR/series.state, written atomically (format 3, series_state.cpp); read back (nullopt when there is
+// none; format 2 is read too and rewritten as 3 by the next save). Throws SeriesStateError for a file
+// that is not a whole state, IoError when it cannot be read.
 void saveSeriesState(const SeriesState& state, const std::string& dir);
 std::optional<SeriesState> loadSeriesState(const std::string& dir);
+// The bytes of that file, and the state from them (`what` names them in errors).
+std::string seriesStateBytes(const SeriesState& state);
+SeriesState parseSeriesState(const std::string& bytes, const std::string& what);
 
 } // namespace gpuphot

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <random>
@@ -191,6 +192,7 @@ struct Night {
         t.meta.set("FWHM", 3.0);
         t.meta.set("SITELAT", -30.24);
         t.meta.set("SITELONG", -70.74);
+        t.meta.set("SRCFILE", "/raw/" + std::string(name, std::strlen(name) - 9) + ".fits");
         writeFitsTable(dir / name, t);
         return dir / name;
     }
@@ -345,6 +347,8 @@ TEST(Series, AppendsFramesToItsStateAsAFullBuildWould) {
         EXPECT_DOUBLE_EQ(a.bjdTdb[u], b.bjdTdb[u]);
     }
     EXPECT_EQ(st->used.size(), std::size_t(Night::kFrames)) << "the state grew";
+    EXPECT_EQ(frameNamed(*r, "f050")->sourceFrame, "/raw/f050.fits") << "SRCFILE of an appended catalog";
+    EXPECT_EQ(frameNamed(*r, "f010")->sourceFrame, "/raw/f010.fits") << "SRCFILE kept in the state";
 
     std::ofstream(out / "series.state") << "garbage";
     EXPECT_THROW(loadSeriesState(out.str()), InvalidInput);
