@@ -35,6 +35,7 @@
 #include "core/io/target_list.hpp"
 #include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/device_registry.hpp"
+#include "core/pipeline/exposure.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/pointing.hpp"
@@ -43,6 +44,7 @@
 #include "core/pipeline/sextractor_config.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/memory.hpp"
+#include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot::cli {
@@ -96,6 +98,46 @@ ReferenceCatalog tycho2ForFrame(const std::string& path, const ReduceOptions& ro
     const double radius =
         ro.config.astrometry.searchRadiusDeg + halfDiag * ro.config.astrometry.scaleHigh / 3600.0;
     return loadTycho2Region(p->ra, p->dec, std::min(radius, 30.0), files);
+}
+
+// The Tycho-2 stars around every CCD of a mosaic exposure: a circle about the CCDs' mean centre that holds
+// each CCD's half diagonal (from the header WCS); the first CCD's cut when the headers give no WCS.
+ReferenceCatalog tycho2ForExposure(const std::string& path, const std::vector<ExposureExtension>& exts,
+                                   const ReduceOptions& ro, const std::vector<std::string>& files) {
+    struct Disc {
+        double ra, dec, radius;
+    };
+    std::vector<Disc> discs;
+    double vx = 0, vy = 0, vz = 0;
+    constexpr double d2r = M_PI / 180.0;
+    for (const ExposureExtension& e : exts) {
+        if (ro.ignoreHeaderWcs) break;
+        std::optional<Wcs> wcs;
+        try {
+            wcs = Wcs::tryFromHeader(readHeader(path, std::to_string(e.hdu)));
+        } catch (const InvalidInput&) {
+        }
+        if (!wcs) continue;
+        const double cx = 0.5 * (e.width - 1), cy = 0.5 * (e.height - 1);
+        const auto [ra, dec] = wcs->pixelToWorld(cx, cy);
+        const double scale = wcs->pixelScaleArcsec(cx, cy);
+        if (!std::isfinite(ra) || !std::isfinite(dec) || !(scale > 0)) continue;
+        discs.push_back({ra, dec, 0.5 * std::hypot(double(e.width), double(e.height)) * scale / 3600.0});
+        vx += std::cos(dec * d2r) * std::cos(ra * d2r);
+        vy += std::cos(dec * d2r) * std::sin(ra * d2r);
+        vz += std::sin(dec * d2r);
+    }
+    if (discs.empty()) {
+        ReduceOptions one = ro;
+        one.read.hdu = std::to_string(exts.front().hdu);
+        return tycho2ForFrame(path, one, files);
+    }
+    const double ra = std::fmod(std::atan2(vy, vx) / d2r + 360.0, 360.0);
+    const double dec = std::atan2(vz, std::hypot(vx, vy)) / d2r;
+    double radius = 0.0;
+    for (const Disc& d : discs)
+        radius = std::max(radius, angularSeparationDeg(ra, dec, d.ra, d.dec) + d.radius);
+    return loadTycho2Region(ra, dec, std::min(1.1 * radius + 0.05, 30.0), files);
 }
 
 bool isFitsName(const std::string& name) {
@@ -474,7 +516,14 @@ void applySextractorOutputs(const ReduceCliOptions& o, bool sexGiven, const Sext
 void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
     addCommonOptions(sub, o.common);
     addPrepareOptions(sub, o.prepare);
-    sub.add_option("--hdu", o.hdu, "HDU by 0-based number or EXTNAME (default: first image with data)");
+    sub.add_option("--hdu", o.hdu,
+                   "HDU by 0-based number or EXTNAME; several for a mosaic exposure: all, a list 1,3,5 or a "
+                   "range 1-60 (default: every image extension of a mosaic, else the first image with data)");
+    sub.add_option("--ccds-at-once", o.ccdsAtOnce,
+                   "Mosaic exposures: CCDs in their stages at once, each with its own CUDA stream and memory "
+                   "pool (0: 4 with the CUDA backend, 1 on the CPU)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub.add_option("--sex", o.sex,
                    "SExtractor configuration file (.sex): its detection, background and photometry keys, "
                    "SExtractor's defaults for the others; upper-case -KEY value pairs override it "
@@ -545,6 +594,7 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
                            std::to_string(config.astrometry.scaleHigh));
     ReduceOptions ro;
     ro.read.hdu = o.hdu;
+    ro.exposure.concurrent = o.ccdsAtOnce;
     ro.config = config;
     ro.output.outdir = o.common.outdir;
     ro.output.formats = splitList(o.formats);
@@ -560,6 +610,27 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
 }
 
 struct FrameReducer::State {
+    // RunContexts beside ctx for the CCDs of a mosaic exposure in flight at once (exposure.hpp), made on
+    // first use and kept warm; an exposure takes what it needs and gives them back.
+    std::vector<std::unique_ptr<RunContext>> takeContexts(std::size_t n, const FrameReducer& r) {
+        std::lock_guard lock(poolMutex);
+        std::vector<std::unique_ptr<RunContext>> out;
+        while (out.size() < n && !pool.empty()) {
+            out.push_back(std::move(pool.back()));
+            pool.pop_back();
+        }
+        while (out.size() < n)
+            out.push_back(std::make_unique<RunContext>(r.makeContext()));
+        return out;
+    }
+    void giveContexts(std::vector<std::unique_ptr<RunContext>>& used) {
+        std::lock_guard lock(poolMutex);
+        for (auto& c : used)
+            pool.push_back(std::move(c));
+        used.clear();
+    }
+    std::mutex poolMutex;
+    std::vector<std::unique_ptr<RunContext>> pool;
     ReduceOptions options;
     ReferenceCatalog reference;
     TargetList targets;
@@ -629,6 +700,8 @@ struct FrameReducer::Work {
     ReferenceCatalog tycho2;
     std::optional<LoadedFrame> loaded;
     std::optional<ComputedFrame> computed;
+    std::vector<ExposureExtension> exposure; // a mosaic exposure: its CCDs (reduced and written in compute)
+    std::optional<ReduceSummary> exposureSummary;
     std::optional<nlohmann::json> line; // decided: skipped, failed, or written
 };
 
@@ -665,12 +738,16 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
     runPhase(*w, "reading", [&] {
         const std::string& frame = w->task.frame;
         w->options = w->task.options ? *w->task.options : s.options;
-        if (!w->task.force && outputsComplete(frame, w->options.output)) {
-            w->line = frameStatusSkipped(frame, reportPath(frame, w->options.output));
+        const std::string& hdu = w->options.read.hdu;
+        if (!w->task.force && outputsComplete(frame, w->options.output, hdu)) {
+            w->line = frameStatusSkipped(frame, reportPath(frame, w->options.output, hdu));
             return;
         }
+        w->exposure = exposureExtensions(frame, hdu);
         if (!w->task.options && !s.tycho2Files.empty()) {
-            w->tycho2 = tycho2ForFrame(frame, w->options, s.tycho2Files);
+            w->tycho2 = w->exposure.empty()
+                            ? tycho2ForFrame(frame, w->options, s.tycho2Files)
+                            : tycho2ForExposure(frame, w->exposure, w->options, s.tycho2Files);
             w->options.reference = w->tycho2.size() ? &w->tycho2 : nullptr;
             if (!w->options.reference && s.verbosity > 0)
                 std::fprintf(stderr,
@@ -678,7 +755,7 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
                              "keywords, or none in the field): no calibration\n",
                              frame.c_str());
         }
-        w->loaded = readFramePhase(frame, w->options);
+        if (w->exposure.empty()) w->loaded = readFramePhase(frame, w->options);
     });
     return w;
 }
@@ -689,6 +766,23 @@ void FrameReducer::compute(Work& w) {
 
 void FrameReducer::compute(Work& w, RunContext& ctx) {
     runPhase(w, "reduction", [&] {
+        if (!w.exposure.empty()) {
+            int k = w.options.exposure.concurrent;
+            if (k <= 0) k = ctx.backend == Backend::Cuda ? 4 : 1;
+            k = std::min<int>(k, static_cast<int>(w.exposure.size()));
+            auto extra = m_state->takeContexts(static_cast<std::size_t>(k - 1), *this);
+            std::vector<RunContext*> contexts{&ctx};
+            for (auto& c : extra)
+                contexts.push_back(c.get());
+            try {
+                w.exposureSummary = reduceExposure(w.task.frame, w.exposure, w.options, contexts);
+            } catch (...) {
+                m_state->giveContexts(extra);
+                throw;
+            }
+            m_state->giveContexts(extra);
+            return;
+        }
         w.computed = computeFramePhase(std::move(*w.loaded), w.options, ctx);
         w.loaded.reset();
     });
@@ -696,6 +790,11 @@ void FrameReducer::compute(Work& w, RunContext& ctx) {
 
 nlohmann::json FrameReducer::write(Work& w) {
     runPhase(w, "writing the outputs", [&] {
+        if (w.exposureSummary) {
+            w.line = frameStatusOk(*w.exposureSummary);
+            w.exposureSummary.reset();
+            return;
+        }
         const ReduceSummary summary = writeFramePhase(std::move(*w.computed), w.options);
         w.computed.reset();
         w.line = frameStatusOk(summary);
@@ -1131,8 +1230,8 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
         // Skipped frames are decided here; the rest go to the children.
         std::vector<std::size_t> todo;
         for (std::size_t i = 0; i < frames.size(); ++i) {
-            if (!force && outputsComplete(frames[i], ro.output)) {
-                results[i] = frameStatusSkipped(frames[i], reportPath(frames[i], ro.output));
+            if (!force && outputsComplete(frames[i], ro.output, ro.read.hdu)) {
+                results[i] = frameStatusSkipped(frames[i], reportPath(frames[i], ro.output, ro.read.hdu));
                 if (!jsonl.empty()) appendJsonLine(jsonl, results[i]);
                 db.add(results[i]);
                 progress.frameDone(results[i]);

@@ -41,6 +41,8 @@ struct ReduceCliOptions {
     bool sexPerFrameNames = false;        // several frames: each SExtractor catalog is STEM.CATALOG_NAME
     int prefetch = 1;   // --prefetch N: frames read ahead of the one in its stages (0: one at a time)
     int concurrent = 1; // --concurrent K: frames in their stages at once, each with its own RunContext
+    int ccdsAtOnce =
+        0; // --ccds-at-once K: a mosaic's CCDs in their stages at once (ExposureParams::concurrent)
 };
 
 // Adds the common options (addCommonOptions) and every reduce option to `sub`.

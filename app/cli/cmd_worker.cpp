@@ -397,10 +397,10 @@ FrameTask Worker::makeTask(const Job& job) {
         if (job.attempt > 1) removeStaleTemporaries(ro->output.outdir);
         const std::string refPath = options.value("ref", std::string());
         testHooks(frame);
-        if (!options.value("force", false) && outputsComplete(frame, ro->output)) {
+        if (!options.value("force", false) && outputsComplete(frame, ro->output, ro->read.hdu)) {
             nlohmann::json report;
             try {
-                std::ifstream in(reportPath(frame, ro->output));
+                std::ifstream in(reportPath(frame, ro->output, ro->read.hdu));
                 report = nlohmann::json::parse(in);
             } catch (const std::exception&) {
                 report = nlohmann::json::object();
@@ -416,7 +416,7 @@ FrameTask Worker::makeTask(const Job& job) {
                 task.line = frameStatusOk(s);
                 (*task.line)["recovered"] = true;
             } else {
-                task.line = frameStatusSkipped(frame, reportPath(frame, ro->output));
+                task.line = frameStatusSkipped(frame, reportPath(frame, ro->output, ro->read.hdu));
             }
         } else {
             ro->reference = reference(refPath, options.value("ref_columns", std::string()));

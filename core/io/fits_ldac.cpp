@@ -160,4 +160,21 @@ void writeFitsLdac(const std::string& path, const Header& imageHeader, const std
     out.commit();
 }
 
+void writeFitsLdac(const std::string& path, const std::vector<LdacPart>& parts) {
+    for (const LdacPart& p : parts)
+        checkColumns(path, p.columns, p.rows);
+    AtomicOutput out(path);
+    FitsHandle h;
+    int status = 0;
+    if (fits_create_diskfile(&h.f, out.tempPath().c_str(), &status)) fail(path, "create", status);
+    if (fits_create_img(h.f, BYTE_IMG, 0, nullptr, &status)) fail(path, "primary HDU", status);
+    for (const LdacPart& p : parts) {
+        writeImageHeader(h.f, path, p.imageHeader);
+        writeObjects(h.f, path, p.columns, p.rows);
+    }
+    status = h.close();
+    if (status) fail(path, "close", status);
+    out.commit();
+}
+
 } // namespace gpuphot

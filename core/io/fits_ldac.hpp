@@ -32,4 +32,13 @@ struct LdacColumn {
 void writeFitsLdac(const std::string& path, const Header& imageHeader, const std::vector<LdacColumn>& columns,
                    std::size_t rows);
 
+// One image of a multi-image LDAC file (a mosaic exposure: one pair per CCD, as SExtractor writes them).
+struct LdacPart {
+    Header imageHeader;
+    std::vector<LdacColumn> columns;
+    std::size_t rows = 0;
+};
+// Writes `path` atomically: the primary HDU, then an LDAC_IMHEAD / LDAC_OBJECTS pair per part, in order.
+void writeFitsLdac(const std::string& path, const std::vector<LdacPart>& parts);
+
 } // namespace gpuphot

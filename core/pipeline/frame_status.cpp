@@ -70,10 +70,10 @@ nlohmann::json frameStatusSkipped(const std::string& frame, const std::string& r
     return j;
 }
 
-bool outputsComplete(const std::string& framePath, const OutputOptions& options) {
+bool outputsComplete(const std::string& framePath, const OutputOptions& options, const std::string& hduSpec) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    const std::string rep = reportPath(framePath, options);
+    const std::string rep = reportPath(framePath, options, hduSpec);
     // A CFITSIO suffix (file.fits[1]) is not part of the file's name.
     std::string file = framePath;
     if (const auto b = file.find('['); b != std::string::npos && file.back() == ']') file.resize(b);

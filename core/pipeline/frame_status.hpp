@@ -26,7 +26,8 @@ nlohmann::json frameStatusSkipped(const std::string& frame, const std::string& r
 // True when the frame's report STEM.report.json exists in options.outdir, parses, lists outputs that
 // all exist, and is not older than the frame file (the report is written last, so its presence marks
 // a complete reduction).
-bool outputsComplete(const std::string& framePath, const OutputOptions& options);
+bool outputsComplete(const std::string& framePath, const OutputOptions& options,
+                     const std::string& hduSpec = {});
 
 // True when `path` is a complete FITS file: every HDU's header parses and the file is at least as long as
 // the end of the last HDU's data (a camera still writing it, or a copy cut short, is not complete).

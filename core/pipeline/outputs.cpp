@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <regex>
 #include <set>
+#include <strings.h>
 
 #include <fitsio.h>
 
@@ -17,6 +18,7 @@
 #include "core/io/text_catalog.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/catalog_builder.hpp"
+#include "core/pipeline/exposure.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/stages/aperture/forced_photometry.hpp"
 #include "core/util/errors.hpp"
@@ -79,11 +81,39 @@ std::string frameStem(const std::string& path) {
     return name;
 }
 
-std::string catalogPath(const std::string& framePath, const OutputOptions& o) {
-    return (fs::path(o.outdir) / (frameStem(framePath) + ".cat.fits")).string();
+std::string outputStem(const std::string& framePath, const std::string& hduSpec) {
+    const std::string base = frameStem(framePath);
+    std::string selection = hduSpec, file = framePath;
+    if (const auto b = framePath.find('['); b != std::string::npos && framePath.back() == ']') {
+        const auto e = framePath.find(']', b);
+        selection = framePath.substr(b + 1, e - b - 1);
+        file = framePath.substr(0, b);
+    }
+    while (!selection.empty() && std::isspace(static_cast<unsigned char>(selection.back())))
+        selection.pop_back();
+    while (!selection.empty() && std::isspace(static_cast<unsigned char>(selection.front())))
+        selection.erase(0, 1);
+    if (selection.empty() || isExposureSelection(selection)) return base;
+    const bool numeric = std::all_of(selection.begin(), selection.end(),
+                                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    const std::string name = selection.substr(0, selection.find(','));
+    try {
+        for (const ExposureExtension& e : imageExtensions(file))
+            if (numeric ? std::to_string(e.hdu) == selection
+                        : strcasecmp(e.extname.c_str(), name.c_str()) == 0)
+                return base + "." + e.token;
+    } catch (const std::exception&) { // unreadable here: the reduction says why; the name still stands
+    }
+    return base + "." +
+           (numeric ? outputToken(std::stoi(selection.substr(0, 6)), {}, false)
+                    : outputToken(0, name, false));
 }
-std::string reportPath(const std::string& framePath, const OutputOptions& o) {
-    return (fs::path(o.outdir) / (frameStem(framePath) + ".report.json")).string();
+
+std::string catalogPath(const std::string& framePath, const OutputOptions& o, const std::string& hduSpec) {
+    return (fs::path(o.outdir) / (outputStem(framePath, hduSpec) + ".cat.fits")).string();
+}
+std::string reportPath(const std::string& framePath, const OutputOptions& o, const std::string& hduSpec) {
+    return (fs::path(o.outdir) / (outputStem(framePath, hduSpec) + ".report.json")).string();
 }
 
 Image<float> psfMosaic(const PsfResult& psf) {
@@ -138,48 +168,55 @@ Image<float> residualImage(const Frame& frame, const BackgroundResult& bkg, cons
     return out;
 }
 
-std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& r, const Table& catalog,
-                                               const OutputOptions& o, nlohmann::json& report,
-                                               const Table* targets) {
-    const fs::path dir(o.outdir);
-    const std::string stem = frameStem(frame.path.empty() ? std::string("frame") : frame.path);
-    std::vector<std::string> written;
-    nlohmann::json outputs;
-    auto path = [&](const std::string& suffix) { return (dir / (stem + suffix)).string(); };
+namespace {
 
+void writeMap(const std::string& kind, const std::string& p, const Frame& frame, const PipelineResult& r,
+              const Header& mapHeader) {
+    if (kind == "bkg" || kind == "rms") {
+        const Image<float>& kept = kind == "bkg" ? r.background.level : r.background.rms;
+        Image<float> made; // evaluated from the sampler when the run kept no full maps
+        if (kept.empty() && r.background.sampler) {
+            const BackgroundSampler& smp = *r.background.sampler;
+            made = Image<float>(smp.width(), smp.height(), Image<float>::NoInit{});
+#pragma omp parallel for schedule(static)
+            for (int y = 0; y < smp.height(); ++y)
+                smp.row(y, kind == "bkg" ? made.row(y) : nullptr, kind == "bkg" ? nullptr : made.row(y));
+        }
+        const Image<float>& img = kept.empty() ? made : kept;
+        Header hdr = mapHeader;
+        hdr.set("BUNIT", "adu");
+        writeFitsImage(p, img.view(), hdr);
+    } else if (kind == "seg") {
+        writeFitsImage(p, r.detection.segmentation.view(), mapHeader);
+    } else if (kind == "psf") {
+        Header hdr;
+        hdr.set("OVERSAMP", r.psf.epsf.empty() ? 0 : r.psf.epsf.front().oversampling, "ePSF nodes per pixel");
+        hdr.set("GRIDNX", r.psf.gridNx, "ePSF cells along x");
+        hdr.set("GRIDNY", r.psf.gridNy, "ePSF cells along y");
+        hdr.set("FWHM", r.psf.medianFwhm, "[pix] median FWHM");
+        writeFitsImage(p, psfMosaic(r.psf).view(), hdr);
+    } else if (kind == "resid") {
+        writeFitsImage(p, residualImage(frame, r.background, r.detection.sources, r.psf).view(), mapHeader);
+    }
+}
+
+} // namespace
+
+void writeImageProducts(const Frame& frame, const PipelineResult& r, const OutputOptions& o,
+                        const std::string& stem, const std::string& keyPrefix, nlohmann::json& outputs,
+                        std::vector<std::string>& written) {
+    auto path = [&](const std::string& suffix) { return (fs::path(o.outdir) / (stem + suffix)).string(); };
+    auto record = [&](const std::string& kind, const std::string& p) {
+        outputs[keyPrefix + kind] = p;
+        written.push_back(p);
+    };
     Header mapHeader;
     if (frame.wcs) mapHeader.update(frame.wcs->toHeader());
     mapHeader.set("SRCFILE", frame.path.empty() ? std::string("frame") : frame.path, "reduced frame");
+    if (!frame.extname.empty()) mapHeader.set("SRCEXT", frame.extname, "EXTNAME of the reduced HDU");
     for (const auto& m : o.maps) {
-        const std::string p = path("." + m + ".fits");
-        if (m == "bkg" || m == "rms") {
-            const Image<float>& kept = m == "bkg" ? r.background.level : r.background.rms;
-            Image<float> made; // evaluated from the sampler when the run kept no full maps
-            if (kept.empty() && r.background.sampler) {
-                const BackgroundSampler& smp = *r.background.sampler;
-                made = Image<float>(smp.width(), smp.height(), Image<float>::NoInit{});
-#pragma omp parallel for schedule(static)
-                for (int y = 0; y < smp.height(); ++y)
-                    smp.row(y, m == "bkg" ? made.row(y) : nullptr, m == "bkg" ? nullptr : made.row(y));
-            }
-            const Image<float>& img = kept.empty() ? made : kept;
-            Header hdr = mapHeader;
-            hdr.set("BUNIT", "adu");
-            writeFitsImage(p, img.view(), hdr);
-        } else if (m == "seg") {
-            writeFitsImage(p, r.detection.segmentation.view(), mapHeader);
-        } else if (m == "psf") {
-            Header hdr;
-            hdr.set("OVERSAMP", r.psf.epsf.empty() ? 0 : r.psf.epsf.front().oversampling, "ePSF nodes per pixel");
-            hdr.set("GRIDNX", r.psf.gridNx, "ePSF cells along x");
-            hdr.set("GRIDNY", r.psf.gridNy, "ePSF cells along y");
-            hdr.set("FWHM", r.psf.medianFwhm, "[pix] median FWHM");
-            writeFitsImage(p, psfMosaic(r.psf).view(), hdr);
-        } else if (m == "resid") {
-            writeFitsImage(p, residualImage(frame, r.background, r.detection.sources, r.psf).view(), mapHeader);
-        }
-        outputs[m] = p;
-        written.push_back(p);
+        writeMap(m, path("." + m + ".fits"), frame, r, mapHeader);
+        record(m, path("." + m + ".fits"));
     }
     if (r.fittedWcs) { // STEM.wcs: a header-only FITS file with the fitted WCS, as astrometry.net writes
         Header wcsHeader = r.astrometry.wcs.toHeader();
@@ -187,45 +224,44 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
         wcsHeader.set("ASTNUSED", r.astrometry.nUsed, "stars used");
         wcsHeader.set("IMAGEW", frame.width(), "image width");
         wcsHeader.set("IMAGEH", frame.height(), "image height");
-        const std::string p = path(".wcs");
-        writeFitsHeader(p, wcsHeader);
-        outputs["wcs"] = p;
-        written.push_back(p);
+        writeFitsHeader(path(".wcs"), wcsHeader);
+        record("wcs", path(".wcs"));
     }
     if (o.writeSolved && r.fittedWcs && !frame.path.empty()) {
-        const std::string p = path(".solved.fits");
         char history[80];
         std::snprintf(history, sizeof history, "WCS replaced by gpuphot's %s fit: RMS %.3f arcsec, %d stars",
                       r.astrometry.method.c_str(), r.astrometry.rmsArcsec, r.astrometry.nUsed);
-        writeSolvedFrame(frame.path, frame.hdu, r.astrometry.wcs.toHeader(), p, history);
-        outputs["solved"] = p;
-        written.push_back(p);
+        writeSolvedFrame(frame.path, frame.hdu, r.astrometry.wcs.toHeader(), path(".solved.fits"), history);
+        record("solved", path(".solved.fits"));
     }
-    if (targets) {
-        const std::string p = path(".targets.fits");
-        writeFitsTable(p, *targets);
-        outputs["targets"] = p;
-        written.push_back(p);
-        for (const auto& f : o.formats) {
-            if (f != "ecsv" && f != "csv") continue;
-            const std::string q = path(".targets." + f);
-            if (f == "ecsv") writeEcsv(q, *targets);
-            else writeCsv(q, *targets);
-            outputs["targets_" + f] = q;
-            written.push_back(q);
-        }
+}
+
+void writeTargetTables(const Table& targets, const OutputOptions& o, const std::string& stem,
+                       nlohmann::json& outputs, std::vector<std::string>& written) {
+    auto path = [&](const std::string& suffix) { return (fs::path(o.outdir) / (stem + suffix)).string(); };
+    writeFitsTable(path(".targets.fits"), targets);
+    outputs["targets"] = path(".targets.fits");
+    written.push_back(path(".targets.fits"));
+    for (const auto& f : o.formats) {
+        if (f != "ecsv" && f != "csv") continue;
+        const std::string q = path(".targets." + f);
+        if (f == "ecsv")
+            writeEcsv(q, targets);
+        else
+            writeCsv(q, targets);
+        outputs["targets_" + f] = q;
+        written.push_back(q);
     }
-    const std::string cat = path(".cat.fits");
-    writeFitsTable(cat, catalog);
-    outputs["catalog"] = cat;
-    written.push_back(cat);
+}
+
+void writeCatalogFormats(const Table& catalog, const OutputOptions& o, const std::string& stem,
+                         nlohmann::json& outputs, std::vector<std::string>& written) {
+    auto path = [&](const std::string& suffix) { return (fs::path(o.outdir) / (stem + suffix)).string(); };
     for (const auto& f : o.formats) {
         std::string p;
         if (f == "ecsv") writeEcsv(p = path(".cat.ecsv"), catalog);
-        else if (f == "csv") writeCsv(p = path(".cat.csv"), catalog);
-        else if (f == "ldac")
-            writeSextractorCatalog(p = path(".ldac"), frame, r, catalog,
-                                   ldacOptions(o, static_cast<int>(r.aperture.radii.size())));
+        else if (f == "csv")
+            writeCsv(p = path(".cat.csv"), catalog);
         else if (f == "reg") {
             RegionStyle style;
             style.aCol = "a";
@@ -238,6 +274,31 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
             continue;
         outputs[f] = p;
         written.push_back(p);
+    }
+}
+
+std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& r,
+                                               const Table& catalog, const OutputOptions& o,
+                                               nlohmann::json& report, const Table* targets,
+                                               const std::string& stemGiven) {
+    const fs::path dir(o.outdir);
+    const std::string stem =
+        !stemGiven.empty() ? stemGiven : frameStem(frame.path.empty() ? std::string("frame") : frame.path);
+    std::vector<std::string> written;
+    nlohmann::json outputs;
+    auto path = [&](const std::string& suffix) { return (dir / (stem + suffix)).string(); };
+    writeImageProducts(frame, r, o, stem, "", outputs, written);
+    if (targets) writeTargetTables(*targets, o, stem, outputs, written);
+    const std::string cat = path(".cat.fits");
+    writeFitsTable(cat, catalog);
+    outputs["catalog"] = cat;
+    written.push_back(cat);
+    writeCatalogFormats(catalog, o, stem, outputs, written);
+    if (std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end()) {
+        writeSextractorCatalog(path(".ldac"), frame, r, catalog,
+                               ldacOptions(o, static_cast<int>(r.aperture.radii.size())));
+        outputs["ldac"] = path(".ldac");
+        written.push_back(path(".ldac"));
     }
     if (o.sextractorCatalog) {
         const std::string p =
@@ -262,8 +323,51 @@ bool isPrimaryWcsKeyword(const std::string& key) {
     return std::regex_match(key, wcs);
 }
 
-void writeSolvedFrame(const std::string& framePath, int hdu, const Header& wcsCards, const std::string& outPath,
-                      const std::string& history) {
+namespace {
+
+// Replaces the primary WCS of HDU solved.hdu of the open file; throws IoError starting with `where`.
+void replaceWcs(fitsfile* f, const SolvedHdu& solved, const std::string& where) {
+    int status = 0, type = 0, nkeys = 0;
+    auto check = [&](const std::string& what) {
+        if (status)
+            throw IoError(where + ": HDU " + std::to_string(solved.hdu) + ": " + what + ": " +
+                          cfitsioText(status));
+    };
+    fits_movabs_hdu(f, solved.hdu + 1, &type, &status);
+    check("no HDU " + std::to_string(solved.hdu));
+    fits_get_hdrspace(f, &nkeys, nullptr, &status);
+    check("reading the header");
+    bool checksum = false;
+    for (int k = nkeys; k >= 1; --k) {
+        char name[FLEN_KEYWORD] = {}, value[FLEN_VALUE] = {}, comment[FLEN_COMMENT] = {};
+        fits_read_keyn(f, k, name, value, comment, &status);
+        check("reading the header");
+        const std::string key(name);
+        if (key == "CHECKSUM") checksum = true;
+        if (isPrimaryWcsKeyword(key)) fits_delete_record(f, k, &status), check("removing " + key);
+    }
+    for (const auto& card : solved.wcs.cards()) {
+        const std::string record = Header::formatCard(card);
+        if (card.key == "COMMENT" || card.key == "HISTORY" || card.key.empty() || card.key.size() > 8) {
+            fits_write_record(f, record.c_str(), &status);
+        } else {
+            char key[FLEN_KEYWORD] = {};
+            std::snprintf(key, sizeof key, "%s", card.key.c_str());
+            char rec[FLEN_CARD] = {};
+            std::snprintf(rec, sizeof rec, "%s", record.c_str());
+            fits_update_card(f, key, rec, &status);
+        }
+        check("writing " + card.key);
+    }
+    if (!solved.history.empty())
+        fits_write_history(f, solved.history.c_str(), &status), check("writing HISTORY");
+    if (checksum) fits_write_chksum(f, &status), check("updating CHECKSUM");
+}
+
+} // namespace
+
+void writeSolvedFrame(const std::string& framePath, const std::vector<SolvedHdu>& hdus,
+                      const std::string& outPath) {
     std::string source = framePath;
     if (!source.empty() && source.back() == ']')
         if (const auto b = source.find('['); b != std::string::npos) source.erase(b);
@@ -277,35 +381,16 @@ void writeSolvedFrame(const std::string& framePath, int hdu, const Header& wcsCa
     if (fits_open_file(&in.f, source.c_str(), READONLY, &status)) fail("cannot open the frame");
     if (fits_create_file(&copy.f, out.tempPath().c_str(), &status)) fail("cannot create the file");
     if (fits_copy_file(in.f, copy.f, 1, 1, 1, &status)) fail("copying the HDUs");
-    int type = 0;
-    if (fits_movabs_hdu(copy.f, hdu + 1, &type, &status)) fail("no HDU " + std::to_string(hdu));
-    int nkeys = 0;
-    if (fits_get_hdrspace(copy.f, &nkeys, nullptr, &status)) fail("reading the header");
-    bool checksum = false;
-    for (int k = nkeys; k >= 1; --k) {
-        char name[FLEN_KEYWORD] = {}, value[FLEN_VALUE] = {}, comment[FLEN_COMMENT] = {};
-        if (fits_read_keyn(copy.f, k, name, value, comment, &status)) fail("reading the header");
-        const std::string key(name);
-        if (key == "CHECKSUM") checksum = true;
-        if (isPrimaryWcsKeyword(key) && fits_delete_record(copy.f, k, &status)) fail("removing " + key);
-    }
-    for (const auto& card : wcsCards.cards()) {
-        const std::string record = Header::formatCard(card);
-        if (card.key == "COMMENT" || card.key == "HISTORY" || card.key.empty() || card.key.size() > 8) {
-            if (fits_write_record(copy.f, record.c_str(), &status)) fail("writing " + card.key);
-        } else {
-            char key[FLEN_KEYWORD] = {};
-            std::snprintf(key, sizeof key, "%s", card.key.c_str());
-            char rec[FLEN_CARD] = {};
-            std::snprintf(rec, sizeof rec, "%s", record.c_str());
-            if (fits_update_card(copy.f, key, rec, &status)) fail("writing " + card.key);
-        }
-    }
-    if (!history.empty() && fits_write_history(copy.f, history.c_str(), &status)) fail("writing HISTORY");
-    if (checksum && fits_write_chksum(copy.f, &status)) fail("updating CHECKSUM");
+    for (const SolvedHdu& h : hdus)
+        replaceWcs(copy.f, h, "writing " + outPath + " (copy of " + source + " with the fitted WCS)");
     in.close();
     if ((status = copy.close()) != 0) fail("closing");
     out.commit();
+}
+
+void writeSolvedFrame(const std::string& framePath, int hdu, const Header& wcsCards,
+                      const std::string& outPath, const std::string& history) {
+    writeSolvedFrame(framePath, std::vector<SolvedHdu>{{hdu, wcsCards, history}}, outPath);
 }
 
 Table buildTargetTable(const Frame& frame, const PipelineResult& r, const TargetList& targets,

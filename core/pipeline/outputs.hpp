@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/header.hpp"
+
 #include "core/pipeline/sextractor_catalog.hpp"
 
 namespace gpuphot {
@@ -42,15 +44,35 @@ SextractorCatalogOptions ldacOptions(const OutputOptions& options, int apertures
 void validateOutputOptions(const OutputOptions& options);
 // "dir/frame.fits.fz" -> "frame" (strips .fits/.fit/.fts/.fz/.gz and a CFITSIO [..] suffix).
 std::string frameStem(const std::string& path);
-// The catalog and report paths for a frame.
-std::string catalogPath(const std::string& framePath, const OutputOptions& options);
-std::string reportPath(const std::string& framePath, const OutputOptions& options);
+// The stem of a frame's outputs: frameStem, and ".TOKEN" when one extension of the file is chosen, by a
+// CFITSIO [..] suffix or by `hduSpec` (--hdu), TOKEN its EXTNAME or hduN (outputToken, exposure.hpp), so
+// that runs on different extensions of one file never collide. An exposure selection ("all", a list or
+// a range) gives the plain stem: the exposure's outputs.
+std::string outputStem(const std::string& framePath, const std::string& hduSpec = {});
+// The catalog and report paths for a frame (outputStem).
+std::string catalogPath(const std::string& framePath, const OutputOptions& options,
+                        const std::string& hduSpec = {});
+std::string reportPath(const std::string& framePath, const OutputOptions& options,
+                       const std::string& hduSpec = {});
 
 // Writes every output; `report` gains an "outputs" section and is written last. Returns the paths.
 // targets: the forced-photometry table (buildTargetTable), written as STEM.targets.fits (+ ecsv, csv).
-std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& result, const Table& catalog,
-                                               const OutputOptions& options, nlohmann::json& report,
-                                               const Table* targets = nullptr);
+// stem: the outputs' stem ("" : frameStem of the frame's path).
+std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& result,
+                                               const Table& catalog, const OutputOptions& options,
+                                               nlohmann::json& report, const Table* targets = nullptr,
+                                               const std::string& stem = {});
+// The products of the image itself: the maps asked for, STEM.wcs (a verified fit) and STEM.solved.fits
+// (--write-solved). Each path goes to outputs[keyPrefix + kind] and to `written`.
+void writeImageProducts(const Frame& frame, const PipelineResult& result, const OutputOptions& options,
+                        const std::string& stem, const std::string& keyPrefix, nlohmann::json& outputs,
+                        std::vector<std::string>& written);
+// The catalog's extra formats (ecsv, csv, reg; not ldac) as STEM.cat.ecsv, STEM.cat.csv, STEM.reg.
+void writeCatalogFormats(const Table& catalog, const OutputOptions& options, const std::string& stem,
+                         nlohmann::json& outputs, std::vector<std::string>& written);
+// The targets table as STEM.targets.fits (+ .ecsv, .csv as the formats ask).
+void writeTargetTables(const Table& targets, const OutputOptions& options, const std::string& stem,
+                       nlohmann::json& outputs, std::vector<std::string>& written);
 
 // Copies the FITS file `framePath` (every HDU; data bytes untouched; a CFITSIO [..] suffix is dropped,
 // compressed HDUs stay compressed) to `outPath` atomically, replacing the WCS keywords of HDU `hdu`
@@ -61,6 +83,14 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
 // card. Throws IoError naming the file.
 void writeSolvedFrame(const std::string& framePath, int hdu, const Header& wcsCards, const std::string& outPath,
                       const std::string& history = {});
+// The same for several HDUs of one file (a mosaic exposure's CCDs), each with its own WCS and HISTORY.
+struct SolvedHdu {
+    int hdu = 0;
+    Header wcs;
+    std::string history;
+};
+void writeSolvedFrame(const std::string& framePath, const std::vector<SolvedHdu>& hdus,
+                      const std::string& outPath);
 // True for a keyword writeSolvedFrame removes (primary WCS description, SIP and TPV terms).
 bool isPrimaryWcsKeyword(const std::string& key);
 

@@ -175,7 +175,8 @@ ReduceSummary writeFramePhase(ComputedFrame&& c, const ReduceOptions& options) {
     ReduceSummary summary = std::move(c.summary);
     if (options.write)
         summary.outputs = writeReductionOutputs(c.frame, c.result, c.catalog, options.output, summary.report,
-                                                c.targets ? &*c.targets : nullptr);
+                                                c.targets ? &*c.targets : nullptr,
+                                                outputStem(summary.frame, options.read.hdu));
     summary.seconds += secondsSince(start);
     return summary;
 }

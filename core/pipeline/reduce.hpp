@@ -12,6 +12,7 @@
 #include "core/catalog/table.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/target_list.hpp"
+#include "core/pipeline/exposure.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/pipeline_config.hpp"
@@ -44,6 +45,8 @@ struct ReduceOptions {
     // --ignore-header-wcs: reduce as if the header had no WCS (the solve is blind, from the pointing
     // keywords or none; RA/Dec come only from a verified solution).
     bool ignoreHeaderWcs = false;
+    // Mosaic exposures (several image extensions, or --hdu all / a list / a range): exposure.hpp.
+    ExposureParams exposure;
 };
 
 struct ReduceSummary {

@@ -859,4 +859,31 @@ void writeSextractorCatalog(const std::string& path, const Frame& frame, const P
         writeTextFileAtomic(path, asciiCatalog(cols, catalog.rows(), o.type == "ASCII_HEAD"));
 }
 
+LdacPart sextractorPart(const Frame& frame, const PipelineResult& r, const Table& catalog,
+                        const SextractorCatalogOptions& o) {
+    return {imageHeader(frame, r), sextractorColumns(frame, r, catalog, o), catalog.rows()};
+}
+
+void writeSextractorCatalog(const std::string& path, const std::vector<LdacPart>& parts,
+                            const SextractorCatalogOptions& o) {
+    if (o.type == "FITS_LDAC") return writeFitsLdac(path, parts);
+    if (parts.empty()) return writeTextFileAtomic(path, "");
+    std::vector<LdacColumn> cols = parts.front().columns;
+    std::size_t rows = parts.front().rows;
+    for (std::size_t k = 1; k < parts.size(); ++k) {
+        const LdacPart& p = parts[k];
+        if (p.columns.size() != cols.size())
+            throw InvalidInput(path + ": the images' catalog columns differ");
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+            const LdacColumn& from = p.columns[c];
+            cols[c].d.insert(cols[c].d.end(), from.d.begin(), from.d.end());
+            cols[c].e.insert(cols[c].e.end(), from.e.begin(), from.e.end());
+            cols[c].j.insert(cols[c].j.end(), from.j.begin(), from.j.end());
+            cols[c].i.insert(cols[c].i.end(), from.i.begin(), from.i.end());
+        }
+        rows += p.rows;
+    }
+    writeTextFileAtomic(path, asciiCatalog(cols, rows, o.type == "ASCII_HEAD"));
+}
+
 } // namespace gpuphot

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/io/fits_ldac.hpp"
+
 namespace gpuphot {
 
 struct Frame;
@@ -53,6 +55,15 @@ void checkSextractorCatalog(const SextractorCatalogOptions& options);
 // result). `apertures`: the number of aperture radii in the catalog (FLUX_APER(n) needs n of them).
 std::vector<LdacColumn> sextractorColumns(const Frame& frame, const PipelineResult& result,
                                           const Table& catalog, const SextractorCatalogOptions& options);
+
+// The catalog of one image as an LDAC part: the image's header as SExtractor writes it (the fitted WCS in
+// place of the header's) and the columns.
+LdacPart sextractorPart(const Frame& frame, const PipelineResult& result, const Table& catalog,
+                        const SextractorCatalogOptions& options);
+// Writes several images' catalogs to `path` (atomically) as options.type: FITS_LDAC one pair per part,
+// ASCII one table of every part's rows (their columns must agree).
+void writeSextractorCatalog(const std::string& path, const std::vector<LdacPart>& parts,
+                            const SextractorCatalogOptions& options);
 
 // Writes the catalog to `path` (atomically) as options.type.
 void writeSextractorCatalog(const std::string& path, const Frame& frame, const PipelineResult& result,
