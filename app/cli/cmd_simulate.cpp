@@ -14,6 +14,7 @@
 
 #include "app/cli/commands.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/sim/sim_mosaic.hpp"
 #include "core/sim/sim_series.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
@@ -41,6 +42,8 @@ struct SimulateOptions {
     int rawCount = 5;
     int series = 0;                  // --series N: a night of N exposures (NAME_NNNN.fits, NAME.series.json)
     std::vector<std::string> seriesSets;
+    int mosaic = 0; // --mosaic N: one exposure of N CCDs (NAME.fits MEF, NAME.mosaic.json)
+    std::vector<std::string> mosaicSets;
 };
 
 // --raw preset (before --config and --set, so both override it): a camera with a bias pattern, an
@@ -118,6 +121,45 @@ int runSeries(const SimulateOptions& o, const SimParams& p) {
     return 0;
 }
 
+// --mosaic N: an exposure of N CCDs of the field p's parameters (core/sim/sim_mosaic.hpp); --mosaic-set
+// changes the mosaic. Progress: a line per CCD with -v, else a counter on a terminal.
+int runMosaic(const SimulateOptions& o, const SimParams& p) {
+    nlohmann::json k = MosaicSimParams{};
+    k["ccds"] = o.mosaic;
+    for (const auto& s : o.mosaicSets)
+        applySet(s, k);
+    MosaicSimParams mp = k.get<MosaicSimParams>();
+    mp.ccd = p;
+    RunContext ctx;
+    ctx.backend = Backend::Cpu;
+    ctx.threads = o.common.threads;
+    const bool tty = o.common.verbosity == 1 && stderrIsTty();
+    const auto t0 = std::chrono::steady_clock::now();
+    const MosaicTruth t =
+        writeSimulatedMosaic(mp, o.common.outdir, o.name, o.bitpix, &ctx, [&](const MosaicCcd& c, int n) {
+            if (o.common.verbosity >= 2)
+                std::printf("%s (HDU %d, %s): gain %.3f e-/ADU, ZP offset %+.4f mag%s, rotation %+.4f deg, "
+                            "centre RA %.5f Dec %+.5f\n",
+                            c.extname.c_str(), c.hdu,
+                            ("R" + std::to_string(c.row + 1) + "C" + std::to_string(c.column + 1)).c_str(),
+                            c.gain, c.zpOffset, c.bad ? " (bad CCD)" : "", c.rotation, c.ra, c.dec);
+            if (o.common.verbosity >= 2) std::fflush(stdout);
+            if (tty) std::fprintf(stderr, "\rsimulate mosaic: %d / %d CCDs", c.number, n);
+            if (tty && c.number == n) std::fprintf(stderr, "\n");
+        });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.common.verbosity >= 1) {
+        const std::string base =
+            (o.common.outdir.empty() ? std::string(".") : o.common.outdir) + "/" + o.name;
+        std::printf("wrote %s.fits (%d CCDs of %d x %d in %d x %d, BITPIX %s, %d stars per CCD, seed %llu), "
+                    ".ref.fits (%zu rows), .truth.fits (%zu rows), .mosaic.json in %.1f s (%d threads)\n",
+                    base.c_str(), mp.ccds, p.width, p.height, t.columns, t.rows,
+                    o.bitpix == -32 ? "-32" : "16 unsigned", p.stars, static_cast<unsigned long long>(p.seed),
+                    t.referenceRows, t.truthRows, secs, ctx.threadCount());
+    }
+    return 0;
+}
+
 int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>& given) {
     auto isGiven = [&](const char* name) {
         for (const CLI::Option* opt : given)
@@ -126,6 +168,12 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
     };
     // Defaults, then --config, then the explicit options, then --set.
     nlohmann::json j = SimParams{};
+    if (o.mosaic > 0) {
+        if (o.raw || o.series > 0)
+            throw InvalidInput("simulate: --mosaic does not combine with --raw or --series");
+        j["width"] = MosaicSimParams{}.ccd.width; // a mosaic's CCD size unless --size, --config or --set say
+        j["height"] = MosaicSimParams{}.ccd.height;
+    }
     if (o.raw) j.update(rawPreset());
     if (!o.common.config.empty()) j.update(readJsonFile(o.common.config));
     SimParams p = j.get<SimParams>();
@@ -151,10 +199,13 @@ int runSimulate(const SimulateOptions& o, const std::vector<const CLI::Option*>&
         p = k.get<SimParams>();
     }
     validate(p);
+    SimulateOptions opts = o;
+    if (o.mosaic > 0 && !isGiven("--bitpix")) opts.bitpix = 16; // a mosaic is written as a camera writes it
     if (o.dumpConfig) {
         std::printf("%s\n", nlohmann::json(p).dump(2).c_str());
         return 0;
     }
+    if (o.mosaic > 0) return runMosaic(opts, p);
 
     if (o.series > 0) return runSeries(o, p);
 
@@ -231,9 +282,11 @@ Command registerSimulate(CLI::App& app) {
     given.push_back(sub->add_option("--ref-mag-limit", o->refMagLimit, "Reference catalog limiting magnitude"));
     given.push_back(sub->add_option("--ref-margin", o->refMargin, "Reference catalog margin around the frame (deg)"));
     sub->add_option("--name", o->name, "Output file stem")->capture_default_str();
-    sub->add_option("--bitpix", o->bitpix, "Image BITPIX: 16 (unsigned, BZERO 32768) or -32 (float)")
-        ->check(CLI::IsMember({16, -32}))
-        ->capture_default_str();
+    given.push_back(
+        sub->add_option("--bitpix", o->bitpix,
+                        "Image BITPIX: 16 (unsigned, BZERO 32768) or -32 (float); --mosaic: default 16")
+            ->check(CLI::IsMember({16, -32}))
+            ->capture_default_str());
     sub->add_flag("--no-noise", o->noNoise, "No photon or read noise");
     given.push_back(sub->add_option("--wcs-offset", o->wcsOffset, "Header WCS centre wrong by this much (arcmin)"));
     given.push_back(sub->add_option("--wcs-rotation", o->wcsRotation, "Header WCS rotated by this much (deg)"));
@@ -255,6 +308,16 @@ Command registerSimulate(CLI::App& app) {
         "Set a series parameter KEY=VALUE (cadence, airmassStart, airmassEnd, extinction, colourExtinction, "
         "transparency, seeing, jitter, telescopeDiameter, transitDepth, transitDuration, transitMid, "
         "transitSnr, sineAmplitude, sinePeriod, sineSnr), repeatable");
+    sub->add_option(
+           "--mosaic", o->mosaic,
+           "One exposure of a mosaic camera with N CCDs: NAME.fits (an image extension per CCD, each with "
+           "its own WCS, gain and ZP offset), NAME.ref.fits, NAME.truth.fits and NAME.mosaic.json; --size "
+           "is the CCD size (default 2048x4096), --stars per CCD")
+        ->check(CLI::Range(1, 999));
+    sub->add_option(
+        "--mosaic-set", o->mosaicSets,
+        "Set a mosaic parameter KEY=VALUE (columns, gapPx, gainSpread, zpSpread, rotationSpreadDeg, "
+        "badCcd, badCcdOffset, compressed=[1,2], tableExtension), repeatable");
     sub->add_flag("--dump-config", o->dumpConfig, "Print the resolved parameters as JSON and exit");
     return {sub, [o, given] { return runSimulate(*o, given); }};
 }
