@@ -198,7 +198,8 @@ SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const st
         if (tty && done == n) std::fprintf(stderr, "\n");
     };
     if (state) {
-        if (auto r = appendSeries(*state, given, targets, o.params, progress)) return std::move(*r);
+        if (auto r = appendSeries(std::move(*state), given, targets, o.params, progress))
+            return std::move(*r);
         if (o.common.verbosity >= 1)
             std::printf(
                 "series: parameters, targets or all-stars mode changed: rebuilding from %zu catalogs\n",

@@ -203,6 +203,7 @@ public:
         m_xi = st.xiSum;
         m_eta = st.etaSum;
         m_n = st.matched;
+        m_grid.reserve(m_xi.size());
         for (std::size_t s = 0; s < m_xi.size(); ++s)
             m_grid[key(m_xi[s] / m_n[s], m_eta[s] / m_n[s])].push_back(s);
     }
@@ -222,7 +223,8 @@ public:
     // twice keeps the nearer detection). Returns, per detection, the source or -1 (unmatched) or -2 (lost).
     std::vector<long> match(const Detections& d) const {
         std::vector<long> out(d.ra.size(), -1);
-        std::unordered_map<long, std::pair<std::size_t, double>> claim;
+        std::vector<long> claimedBy(m_xi.size(), -1); // the detection holding each source, its distance
+        std::vector<double> claimDist(m_xi.size());
         for (std::size_t i = 0; i < d.ra.size(); ++i) {
             if (!std::isfinite(d.ra[i]) || !std::isfinite(d.dec[i])) {
                 out[i] = -2;
@@ -240,12 +242,12 @@ public:
                 }
             });
             if (best < 0) continue;
-            auto [it, fresh] = claim.try_emplace(best, i, bestD);
-            if (fresh)
-                out[i] = best;
-            else if (bestD < it->second.second) {
-                out[it->second.first] = -2;
-                it->second = {i, bestD};
+            long& holder = claimedBy[static_cast<std::size_t>(best)];
+            double& held = claimDist[static_cast<std::size_t>(best)];
+            if (holder < 0 || bestD < held) {
+                if (holder >= 0) out[static_cast<std::size_t>(holder)] = -2;
+                holder = static_cast<long>(i);
+                held = bestD;
                 out[i] = best;
             } else
                 out[i] = -2;
@@ -738,6 +740,7 @@ LightCurve curveFromState(const SeriesState& st, std::size_t k, const TargetList
 
 std::vector<SeriesSource> sourcesOf(const SeriesState& st, const SourceList& list) {
     std::vector<SeriesSource> out(st.xiSum.size());
+#pragma omp parallel for schedule(static) num_threads(2)
     for (std::size_t s = 0; s < out.size(); ++s) {
         list.position(s, out[s].ra, out[s].dec);
         out[s].frames = st.matched[s];
@@ -804,13 +807,21 @@ void finish(SeriesResult& r, const TargetList& targets, const SeriesParams& p) {
         r.warnings.push_back(
             "no observatory (SITELAT/SITELONG, OBSGEO-* or --site) for some frames: their BJD is "
             "geocentric (up to 21 ms off)");
-    r.curves.clear();
+    // The targets' curves are independent: two at a time, their warnings in target-list order.
+    r.curves.assign(targets.size(), LightCurve{});
+    std::vector<std::string> why(targets.size());
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic) num_threads(2)
+    for (std::size_t k = 0; k < targets.size(); ++k)
+        errors.run([&] {
+            r.curves[k] = curveFromState(st, k, targets, r.sources, scint, p);
+            why[k] = analyseCurve(r.curves[k], p);
+        });
+    errors.rethrow();
     for (std::size_t k = 0; k < targets.size(); ++k) {
-        r.curves.push_back(curveFromState(st, k, targets, r.sources, scint, p));
-        LightCurve& lc = r.curves.back();
+        const LightCurve& lc = r.curves[k];
         if (!lc.problem.empty()) r.warnings.push_back("target " + lc.name + ": " + lc.problem);
-        if (const std::string why = analyseCurve(lc, p); !why.empty())
-            r.warnings.push_back("target " + lc.name + ": " + why);
+        if (!why[k].empty()) r.warnings.push_back("target " + lc.name + ": " + why[k]);
     }
 }
 
@@ -1076,23 +1087,38 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
     return r;
 }
 
-std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
-                                         const TargetList& targets, const SeriesParams& params,
-                                         const SeriesProgress& progress) {
+namespace {
+
+bool canAppend(const SeriesState& state, const TargetList& targets, const SeriesParams& params) {
     validate(params);
-    if (params.allStars || state.fingerprint != seriesFingerprint(targets, params) ||
-        state.targets.size() != targets.size() || state.used.empty())
-        return std::nullopt;
+    return !params.allStars && state.fingerprint == seriesFingerprint(targets, params) &&
+           state.targets.size() == targets.size() && !state.used.empty();
+}
+
+// appendSeries on its own copy of the state (the result holds it).
+std::optional<SeriesResult> appendTo(SeriesState st, const std::vector<std::string>& catalogs,
+                                     const TargetList& targets, const SeriesParams& params,
+                                     const SeriesProgress& progress) {
     std::vector<std::string> fresh;
     for (const auto& c : catalogs)
-        if (std::none_of(state.frames.begin(), state.frames.end(),
+        if (std::none_of(st.frames.begin(), st.frames.end(),
                          [&](const SeriesFrame& f) { return f.path == c; }))
             fresh.push_back(c);
 
-    SeriesState st = state;
-    SourceList list(st, params.matchRadius);
+    // One new catalog is read while the source list's grid is built; more are read two at a time.
+    std::unique_ptr<SourceList> grid;
     std::vector<SeriesFrame> frames;
-    std::vector<Detections> dets = readAll(fresh, params, frames, progress);
+    std::vector<Detections> dets;
+    ParallelErrors errors;
+#pragma omp parallel sections num_threads(fresh.size() <= 1 ? 2 : 1)
+    {
+#pragma omp section
+        errors.run([&] { dets = readAll(fresh, params, frames, progress); });
+#pragma omp section
+        errors.run([&] { grid = std::make_unique<SourceList>(st, params.matchRadius); });
+    }
+    errors.rethrow();
+    SourceList& list = *grid;
     for (std::size_t i : timeOrder(frames)) {
         SeriesFrame& f = frames[i];
         std::vector<long> detOf;
@@ -1134,8 +1160,25 @@ std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<s
     r.state = std::move(st);
     r.sources = sourcesOf(r.state, list);
     finish(r, targets, params);
-    state = r.state;
     return r;
+}
+
+} // namespace
+
+std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
+                                         const TargetList& targets, const SeriesParams& params,
+                                         const SeriesProgress& progress) {
+    if (!canAppend(state, targets, params)) return std::nullopt;
+    std::optional<SeriesResult> r = appendTo(state, catalogs, targets, params, progress);
+    if (r) state = r->state;
+    return r;
+}
+
+std::optional<SeriesResult> appendSeries(SeriesState&& state, const std::vector<std::string>& catalogs,
+                                         const TargetList& targets, const SeriesParams& params,
+                                         const SeriesProgress& progress) {
+    if (!canAppend(state, targets, params)) return std::nullopt;
+    return appendTo(std::move(state), catalogs, targets, params, progress);
 }
 
 } // namespace gpuphot

@@ -130,14 +130,14 @@ struct LightCurve {
 // The light curve of one source of the series in the all-stars table (compact: 10^4 stars x 10^3 frames).
 struct StarCurve {
     std::size_t source = 0;
-    int comparisons = 0;                    // active stars of its ensemble (0: no curve)
-    int points = 0;                         // frames with a measurement
-    double rms = NAN, medianErr = NAN;      // of rel_flux
-    double chi2 = NAN;                      // reduced chi^2 about 1 (variability)
-    double stetsonJ = NAN;                  // Stetson J of rel_flux (variability.hpp)
-    bool variable = false;                  // flagged by isVariable (findVariables: no comparison star)
+    int comparisons = 0;                       // active stars of its ensemble (0: no curve)
+    int points = 0;                            // frames with a measurement
+    double rms = NAN, medianErr = NAN;         // of rel_flux
+    double chi2 = NAN;                         // reduced chi^2 about 1 (variability)
+    double stetsonJ = NAN;                     // Stetson J of rel_flux (variability.hpp)
+    bool variable = false;                     // flagged by isVariable (findVariables: no comparison star)
     double bestPeriod = NAN, falseAlarm = NAN; // findVariables, flagged stars: the periodogram's peak (d)
-    std::vector<float> relFlux, relFluxErr; // per used frame (NaN: not measured)
+    std::vector<float> relFlux, relFluxErr;    // per used frame (NaN: not measured)
 };
 
 // What a later call needs to append frames without reading the earlier ones again: the source list,
@@ -186,6 +186,10 @@ SeriesResult buildSeries(const std::vector<std::string>& catalogs, const TargetL
 // stars wanted, or a target without a source that the new frames detect. The state is updated only when a
 // result is returned.
 std::optional<SeriesResult> appendSeries(SeriesState& state, const std::vector<std::string>& catalogs,
+                                         const TargetList& targets, const SeriesParams& params,
+                                         const SeriesProgress& progress = {});
+// The same with the state moved into the result (no copy of it is made; nullopt leaves it unspecified).
+std::optional<SeriesResult> appendSeries(SeriesState&& state, const std::vector<std::string>& catalogs,
                                          const TargetList& targets, const SeriesParams& params,
                                          const SeriesProgress& progress = {});
 

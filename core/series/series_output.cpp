@@ -10,7 +10,9 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 
 #include <fitsio.h>
@@ -25,11 +27,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fmt(double v, int digits) {
-    if (!std::isfinite(v)) return "nan";
+// `v` with `digits` decimals ("nan" when not finite), appended.
+void put(std::string& out, double v, int digits) {
+    if (!std::isfinite(v)) {
+        out += "nan";
+        return;
+    }
     char b[64];
     const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits);
-    return std::string(b, r.ptr);
+    out.append(b, r.ptr);
+}
+
+void put(std::string& out, std::size_t v) {
+    char b[24];
+    const auto r = std::to_chars(b, b + sizeof b, v);
+    out.append(b, r.ptr);
 }
 
 // AAVSO filter codes for the common names (docs: AAVSO extended file format).
@@ -44,73 +56,109 @@ std::string aavsoFilter(const std::string& f) {
 }
 
 std::string aijTable(const SeriesResult& s, const LightCurve& lc) {
-    std::ostringstream o;
-    o << " \tLabel\tslice\tJD_UTC\tJ.D.-2400000\tBJD_TDB\tHJD_UTC\tAIRMASS\tEXPTIME\trel_flux_T1\trel_flux_"
-         "err_T1"
-         "\tSource-Sky_T1\tSource_Error_T1\tX(FITS)_T1\tY(FITS)_T1\tSky/Pixel_T1\ttot_C_cnts\tFWHM_Mean\n";
+    std::string o =
+        " \tLabel\tslice\tJD_UTC\tJ.D.-2400000\tBJD_TDB\tHJD_UTC\tAIRMASS\tEXPTIME\trel_flux_T1\trel_flux_"
+        "err_T1"
+        "\tSource-Sky_T1\tSource_Error_T1\tX(FITS)_T1\tY(FITS)_T1\tSky/Pixel_T1\ttot_C_cnts\tFWHM_Mean\n";
+    o.reserve(lc.frame.size() * 200);
     for (std::size_t k = 0; k < lc.frame.size(); ++k) {
-        o << k + 1 << '\t' << fs::path(s.frames[lc.frame[k]].path).filename().string() << '\t' << k + 1
-          << '\t' << fmt(lc.jdUtc[k], 7) << '\t' << fmt(lc.jdUtc[k] - 2400000.0, 7) << '\t'
-          << fmt(lc.bjdTdb[k], 7) << '\t' << fmt(lc.hjdUtc[k], 7) << '\t' << fmt(lc.airmass[k], 4) << '\t'
-          << fmt(lc.exptime[k], 3) << '\t' << fmt(lc.relFlux[k], 7) << '\t' << fmt(lc.relFluxErr[k], 7)
-          << '\t' << fmt(lc.flux[k], 3) << '\t' << fmt(lc.fluxErr[k], 3) << '\t' << fmt(lc.x[k], 3) << '\t'
-          << fmt(lc.y[k], 3) << '\t' << fmt(lc.sky[k], 3) << '\t' << fmt(lc.ensembleFlux[k], 7) << '\t'
-          << fmt(lc.fwhm[k], 3) << '\n';
+        put(o, k + 1);
+        o += '\t';
+        o += fs::path(s.frames[lc.frame[k]].path).filename().string();
+        o += '\t';
+        put(o, k + 1);
+        const std::pair<double, int> cells[] = {
+            {lc.jdUtc[k], 7},   {lc.jdUtc[k] - 2400000.0, 7}, {lc.bjdTdb[k], 7},  {lc.hjdUtc[k], 7},
+            {lc.airmass[k], 4}, {lc.exptime[k], 3},           {lc.relFlux[k], 7}, {lc.relFluxErr[k], 7},
+            {lc.flux[k], 3},    {lc.fluxErr[k], 3},           {lc.x[k], 3},       {lc.y[k], 3},
+            {lc.sky[k], 3},     {lc.ensembleFlux[k], 7},      {lc.fwhm[k], 3}};
+        for (const auto& [v, digits] : cells) {
+            o += '\t';
+            put(o, v, digits);
+        }
+        o += '\n';
     }
-    return o.str();
+    return o;
 }
 
 std::string aavsoReport(const SeriesResult& s, const LightCurve& lc, const std::string& obscode) {
-    std::ostringstream o;
-    o << "#TYPE=EXTENDED\n#OBSCODE=" << obscode
-      << "\n#SOFTWARE=gpuphot " GPUPHOT_VERSION "\n#DELIM=,\n#DATE=JD\n"
-      << "#OBSTYPE=CCD\n#NAME,DATE,MAG,MERR,FILT,TRANS,MTYPE,CNAME,CMAG,KNAME,KMAG,AMASS,GROUP,CHART,NOTES\n";
+    std::string o =
+        "#TYPE=EXTENDED\n#OBSCODE=" + obscode +
+        "\n#SOFTWARE=gpuphot " GPUPHOT_VERSION "\n#DELIM=,\n#DATE=JD\n"
+        "#OBSTYPE=CCD\n#NAME,DATE,MAG,MERR,FILT,TRANS,MTYPE,CNAME,CMAG,KNAME,KMAG,AMASS,GROUP,CHART,"
+        "NOTES\n";
     int used = 0;
     for (const auto& e : lc.ensemble)
         used += e.dropped ? 0 : 1;
+    const std::string filter = aavsoFilter(s.filter),
+                      notes = "ensemble of " + std::to_string(used) + " comparison stars\n";
+    o.reserve(lc.frame.size() * 120);
     for (std::size_t k = 0; k < lc.frame.size(); ++k) {
         const bool std = std::isfinite(lc.mag[k]);
         const double mag = std ? lc.mag[k] : lc.diffMag[k];
         if (!std::isfinite(mag)) continue;
-        o << lc.name << ',' << fmt(lc.jdUtc[k], 5) << ',' << fmt(mag, 4) << ',' << fmt(lc.magErr[k], 4) << ','
-          << aavsoFilter(s.filter) << ",NO," << (std ? "STD" : "DIF") << ",ENSEMBLE,na,na,na,"
-          << fmt(lc.airmass[k], 4) << ",na,na,ensemble of " << used << " comparison stars\n";
+        o += lc.name;
+        o += ',';
+        put(o, lc.jdUtc[k], 5);
+        o += ',';
+        put(o, mag, 4);
+        o += ',';
+        put(o, lc.magErr[k], 4);
+        o += ',';
+        o += filter;
+        o += std ? ",NO,STD,ENSEMBLE,na,na,na," : ",NO,DIF,ENSEMBLE,na,na,na,";
+        put(o, lc.airmass[k], 4);
+        o += ",na,na,";
+        o += notes;
     }
-    return o.str();
+    return o;
+}
+
+// The per-star columns of the all-stars outputs (series.stars.fits, series.variables.csv), of every
+// star or of the flagged ones only.
+struct StarColumns {
+    std::vector<int> id, variable, points, comparisons;
+    std::vector<double> ra, dec, mag, rms, medianErr, chi2, stetson, period, falseAlarm;
+};
+
+StarColumns gatherStars(const SeriesResult& s, bool variablesOnly) {
+    StarColumns g;
+    for (const auto& c : s.stars) {
+        if (variablesOnly && !c.variable) continue;
+        const SeriesSource& src = s.sources[c.source];
+        g.id.push_back(static_cast<int>(c.source));
+        g.ra.push_back(src.ra);
+        g.dec.push_back(src.dec);
+        g.mag.push_back(src.medianMagCal);
+        g.rms.push_back(c.rms);
+        g.medianErr.push_back(c.medianErr);
+        g.chi2.push_back(c.chi2);
+        g.stetson.push_back(c.stetsonJ);
+        g.variable.push_back(c.variable ? 1 : 0);
+        g.points.push_back(c.points);
+        g.comparisons.push_back(c.comparisons);
+        g.period.push_back(c.bestPeriod);
+        g.falseAlarm.push_back(c.falseAlarm);
+    }
+    return g;
 }
 
 Table starsTable(const SeriesResult& s) {
+    StarColumns g = gatherStars(s, false);
     Table t;
     t.name = "STARS";
-    std::vector<int> id;
-    std::vector<double> ra, dec, mag, rms, err, chi2;
-    std::vector<double> stetson;
-    std::vector<int> points, comps, variable;
-    for (const auto& c : s.stars) {
-        const SeriesSource& src = s.sources[c.source];
-        id.push_back(static_cast<int>(c.source));
-        ra.push_back(src.ra);
-        dec.push_back(src.dec);
-        mag.push_back(src.medianMagCal);
-        rms.push_back(c.rms);
-        err.push_back(c.medianErr);
-        chi2.push_back(c.chi2);
-        stetson.push_back(c.stetsonJ);
-        variable.push_back(c.variable ? 1 : 0);
-        points.push_back(c.points);
-        comps.push_back(c.comparisons);
-    }
-    t.add("source", id, "", "row of the series' source list");
-    t.add("ra", ra, "deg", "mean position of the matched detections (ICRS)");
-    t.add("dec", dec, "deg", "");
-    t.add("mag_cal", mag, "mag", "median calibrated magnitude (NaN: not calibrated)");
-    t.add("rms", rms, "", "RMS of rel_flux about 1");
-    t.add("median_err", err, "", "median rel_flux_err");
-    t.add("chi2", chi2, "", "reduced chi^2 of rel_flux about 1 (variability)");
-    t.add("stetson_j", stetson, "", "Stetson J of rel_flux (variability)");
-    t.add("variable", variable, "", "1: flagged variable (J or chi2 above its bar), no comparison star");
-    t.add("points", points, "", "frames with a measurement");
-    t.add("n_comparison", comps, "", "comparison stars of its ensemble");
+    t.add("source", std::move(g.id), "", "row of the series' source list");
+    t.add("ra", std::move(g.ra), "deg", "mean position of the matched detections (ICRS)");
+    t.add("dec", std::move(g.dec), "deg", "");
+    t.add("mag_cal", std::move(g.mag), "mag", "median calibrated magnitude (NaN: not calibrated)");
+    t.add("rms", std::move(g.rms), "", "RMS of rel_flux about 1");
+    t.add("median_err", std::move(g.medianErr), "", "median rel_flux_err");
+    t.add("chi2", std::move(g.chi2), "", "reduced chi^2 of rel_flux about 1 (variability)");
+    t.add("stetson_j", std::move(g.stetson), "", "Stetson J of rel_flux (variability)");
+    t.add("variable", std::move(g.variable), "",
+          "1: flagged variable (J or chi2 above its bar), no comparison star");
+    t.add("points", std::move(g.points), "", "frames with a measurement");
+    t.add("n_comparison", std::move(g.comparisons), "", "comparison stars of its ensemble");
     t.meta.set("FILTER", s.filter);
     t.meta.set("FLUXCOL", s.params.flux, "catalog flux used");
     return t;
@@ -118,31 +166,17 @@ Table starsTable(const SeriesResult& s) {
 
 // The flagged stars of the all-stars table, one row each.
 Table variablesTable(const SeriesResult& s) {
-    std::vector<int> id;
-    std::vector<double> ra, dec, mag, rms, chi2, stetson, period, fap;
-    for (const auto& c : s.stars) {
-        if (!c.variable) continue;
-        const SeriesSource& src = s.sources[c.source];
-        id.push_back(static_cast<int>(c.source));
-        ra.push_back(src.ra);
-        dec.push_back(src.dec);
-        mag.push_back(src.medianMagCal);
-        rms.push_back(c.rms);
-        chi2.push_back(c.chi2);
-        stetson.push_back(c.stetsonJ);
-        period.push_back(c.bestPeriod);
-        fap.push_back(c.falseAlarm);
-    }
+    StarColumns g = gatherStars(s, true);
     Table t;
-    t.add("source", id, "", "row of the series' source list");
-    t.add("ra", ra, "deg");
-    t.add("dec", dec, "deg");
-    t.add("mag_cal", mag, "mag", "median calibrated magnitude");
-    t.add("rms", rms, "", "RMS of rel_flux about 1");
-    t.add("chi2", chi2, "", "reduced chi^2 of rel_flux about 1");
-    t.add("stetson_j", stetson, "", "Stetson J of rel_flux");
-    t.add("best_period", period, "d", "Lomb-Scargle periodogram's peak");
-    t.add("false_alarm", fap, "", "false-alarm probability of that peak (Baluev 2008)");
+    t.add("source", std::move(g.id), "", "row of the series' source list");
+    t.add("ra", std::move(g.ra), "deg");
+    t.add("dec", std::move(g.dec), "deg");
+    t.add("mag_cal", std::move(g.mag), "mag", "median calibrated magnitude");
+    t.add("rms", std::move(g.rms), "", "RMS of rel_flux about 1");
+    t.add("chi2", std::move(g.chi2), "", "reduced chi^2 of rel_flux about 1");
+    t.add("stetson_j", std::move(g.stetson), "", "Stetson J of rel_flux");
+    t.add("best_period", std::move(g.period), "d", "Lomb-Scargle periodogram's peak");
+    t.add("false_alarm", std::move(g.falseAlarm), "", "false-alarm probability of that peak (Baluev 2008)");
     return t;
 }
 
@@ -358,10 +392,7 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
         std::function<void(const std::string&)> write;
     };
     std::vector<Job> jobs;
-    // The state and the report first: the largest jobs, so that the two threads end together.
-    if (o.state)
-        jobs.push_back({(dir / "series.state").string(),
-                        [&s, &dir](const std::string&) { saveSeriesState(s.state, dir.string()); }});
+    // The report first: the largest job, so that the two threads end together.
     jobs.push_back({(dir / "series.json").string(),
                     [&s](const std::string& p) { writeTextFileAtomic(p, seriesReport(s).dump(1) + "\n"); }});
     std::set<std::string> stems;
@@ -390,24 +421,35 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
                         [&s](const std::string& p) { writeCsv(p, variablesTable(s)); }});
     }
     // Only the state is flushed to disk, and renamed last: the other files derive from it and the
-    // catalogs, and every call rewrites them.
+    // catalogs, and every call rewrites them. Its flush waits on the disk, not on a core: it has a thread
+    // of its own beside the two that write the other files.
     AtomicBatch batch;
-    if (o.state) batch.durable((dir / "series.state").string());
     std::exception_ptr failure;
-    const int threads = fits_is_reentrant() ? 2 : 1;
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-    for (std::size_t k = 0; k < jobs.size(); ++k) {
+    std::mutex failureMutex;
+    const auto attempt = [&](const std::function<void()>& write) {
         try {
             AtomicBatch::Join join(batch);
-            jobs[k].write(jobs[k].path);
+            write();
         } catch (...) {
-#pragma omp critical(series_output_failure)
+            const std::lock_guard<std::mutex> lock(failureMutex);
             if (!failure) failure = std::current_exception();
         }
+    };
+    const std::string statePath = (dir / "series.state").string();
+    std::thread stateWriter;
+    if (o.state) {
+        batch.durable(statePath);
+        stateWriter = std::thread([&] { attempt([&] { saveSeriesState(s.state, dir.string()); }); });
     }
+    const int threads = fits_is_reentrant() ? 2 : 1;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+    for (std::size_t k = 0; k < jobs.size(); ++k)
+        attempt([&] { jobs[k].write(jobs[k].path); });
+    if (stateWriter.joinable()) stateWriter.join();
     if (failure) std::rethrow_exception(failure);
     batch.finish();
     std::vector<std::string> written;
+    if (o.state) written.push_back(statePath);
     for (const auto& j : jobs)
         written.push_back(j.path);
     return written;
