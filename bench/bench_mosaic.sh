@@ -55,7 +55,7 @@ common=(--ref "$sim/mos.ref.fits" --no-tycho2 --backend "$backend" -q --force)
 run() { # wall seconds of one reduce process over the given frames
     local t
     t=$(now)
-    "$gpuphot" reduce "$@" "${common[@]}" >/dev/null 2>>"$out/reduce.log"
+    "$gpuphot" reduce "$@" "${common[@]}" >/dev/null 2>>"$work/reduce.log"
     since "$t"
 }
 # Page cache: read the exposure once before timing.

@@ -173,26 +173,22 @@ ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, con
     for (const CcdZeroPoint& c : ccds)
         if (c.ok && std::isfinite(c.zp)) zps.push_back(c.zp);
     if (zps.empty()) return cal;
-    // The median of every CCD first, then again without the CCDs that lie far from it.
-    double zp = median(zps);
+    // The median of every CCD's zero point: a bad CCD or two cannot move it. The outliers are judged
+    // against the robust scatter of the CCDs about it, and that scatter, without them, is its error.
+    cal.zp = median(zps);
     std::vector<double> dev;
     for (double z : zps)
-        dev.push_back(std::abs(z - zp));
-    const double sigma = 1.4826 * median(dev);
-    const double limit = std::max(p.outlierSigma * sigma, p.outlierMinMag);
-    std::vector<double> kept, keptErr;
+        dev.push_back(std::abs(z - cal.zp));
+    const double limit = std::max(p.outlierSigma * 1.4826 * median(dev), p.outlierMinMag);
+    std::vector<double> keptDev, keptErr;
     for (std::size_t i = 0; i < n; ++i) {
         if (!ccds[i].ok || !std::isfinite(ccds[i].zp)) continue;
-        cal.outlier[i] = std::abs(ccds[i].zp - zp) > limit;
-        if (!cal.outlier[i]) kept.push_back(ccds[i].zp), keptErr.push_back(ccds[i].zpErr);
+        cal.outlier[i] = std::abs(ccds[i].zp - cal.zp) > limit;
+        if (!cal.outlier[i]) keptDev.push_back(std::abs(ccds[i].zp - cal.zp)), keptErr.push_back(ccds[i].zpErr);
     }
-    cal.zp = median(kept);
-    cal.ccdsUsed = static_cast<int>(kept.size());
-    std::vector<double> offs;
-    for (double z : kept)
-        offs.push_back(std::abs(z - cal.zp));
-    cal.scatter = 1.4826 * median(offs);
-    const double k = static_cast<double>(kept.size());
+    cal.ccdsUsed = static_cast<int>(zps.size());
+    cal.scatter = 1.4826 * median(keptDev);
+    const double k = static_cast<double>(keptDev.size());
     cal.zpErr = std::hypot(1.2533 * cal.scatter / std::sqrt(k), median(keptErr) / std::sqrt(k));
     for (std::size_t i = 0; i < n; ++i) {
         if (!ccds[i].ok || !std::isfinite(ccds[i].zp)) continue;

@@ -55,7 +55,7 @@ struct ExposureParams {
     // CPU, whose stages already use every core).
     int concurrent = 0;
     // A CCD whose offset from the exposure's zero point exceeds both this many robust sigmas of the
-    // CCDs' offsets and outlierMinMag is flagged as an outlier (and left out of the exposure's zero point).
+    // CCDs' offsets and outlierMinMag is flagged as an outlier (its offset stands; the median is robust).
     double outlierSigma = 5.0;
     double outlierMinMag = 0.05; // mag
 };
@@ -68,10 +68,11 @@ struct CcdZeroPoint {
 
 struct ExposureCalibration {
     bool ok = false; // at least one CCD had a zero point
-    double zp = 0.0; // median of the CCDs' zero points, outliers left out (mag)
-    double zpErr =
-        0.0; // its error: 1.2533 sigma / sqrt(n) of the offsets (+) the median CCD's zpErr / sqrt(n)
-    double scatter = 0.0;          // robust sigma (1.4826 MAD) of the CCDs' offsets (mag)
+    // The median of the zero points of every CCD that has one (mag): a bad CCD cannot move it.
+    double zp = 0.0;
+    // Its error: 1.2533 scatter / sqrt(n) (+) the median CCD's zpErr / sqrt(n), n the CCDs not outliers.
+    double zpErr = 0.0;
+    double scatter = 0.0;          // robust sigma (1.4826 MAD) of the CCDs' offsets, outliers left out (mag)
     int ccdsUsed = 0;              // CCDs in the median
     std::vector<double> offset;    // per CCD: zp_ccd - zp (NaN without a zero point of its own)
     std::vector<double> offsetErr; // per CCD: its zpErr

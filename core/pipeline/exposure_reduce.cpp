@@ -249,7 +249,7 @@ nlohmann::json exposureSection(const std::string& path, const std::vector<CcdOut
             {"failed", failed},
             {"zp", cal.ok ? num(cal.zp) : nlohmann::json(nullptr)},
             {"zp_err", cal.ok ? num(cal.zpErr) : nlohmann::json(nullptr)},
-            {"zp_method", "median of the CCDs' own zero points, outliers left out"},
+            {"zp_method", "median of the CCDs' own zero points"},
             {"zp_ccds_used", cal.ccdsUsed},
             {"zp_offset_scatter", cal.ok ? num(cal.scatter) : nlohmann::json(nullptr)},
             {"zp_outliers", outliers},
