@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/pipeline/sextractor_catalog.hpp"
 #include "core/util/errors.hpp"
+#include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
 namespace fs = std::filesystem;
@@ -40,23 +42,60 @@ struct CcdOutcome {
     CcdZeroPoint zp;
     std::vector<double> magInst, magInstErr;
     std::optional<LdacPart> ldac, sextractor;
-    std::optional<SolvedHdu> solved;
+    std::optional<SolvedHdu> solvedHdu;
     bool calibrationFailed = false;
     std::size_t sources = 0;
     double seconds = 0.0;
+    // Astrometry: a verified fit, and where the header and the fit put the CCD's centre (deg).
+    bool solved = false;
+    std::string astrometry; // "own" (its header WCS refined, or its blind solve), "exposure" (the header
+                            // moved by the exposure's pointing error, then refined), "none"
+    bool headerWcs = false;
+    double headerRa = NAN, headerDec = NAN, fitRa = NAN, fitDec = NAN;
+};
+
+// The exposure's pointing error: where the fits put the solved CCDs' centres less where their headers do
+// (deg: RA times cos Dec, and Dec).
+struct PointingShift {
+    double east = 0.0, north = 0.0;
 };
 
 bool wantsLdac(const OutputOptions& o) {
     return std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end();
 }
 
+// The header WCS moved by the pointing error (CRVAL shifted; CD and distortion kept).
+std::shared_ptr<const Wcs> shifted(const Wcs& wcs, const PointingShift& shift) {
+    Header h = wcs.toHeader();
+    const double ra = h.getDouble("CRVAL1").value_or(0.0), dec = h.getDouble("CRVAL2").value_or(0.0);
+    h.set("CRVAL1", ra + shift.east / std::max(1e-6, std::cos(dec * M_PI / 180.0)));
+    h.set("CRVAL2", std::clamp(dec + shift.north, -90.0, 90.0));
+    return std::make_shared<const Wcs>(Wcs::fromHeader(h));
+}
+
+void noteAstrometry(const Frame& frame, const PipelineResult& r, CcdOutcome& out) {
+    out.solved = r.fittedWcs != nullptr;
+    out.headerWcs = frame.wcs != nullptr;
+    if (!out.solved || !frame.wcs) return;
+    const double cx = 0.5 * (frame.width() - 1), cy = 0.5 * (frame.height() - 1);
+    std::tie(out.headerRa, out.headerDec) = frame.wcs->pixelToWorld(cx, cy);
+    std::tie(out.fitRa, out.fitDec) = r.fittedWcs->pixelToWorld(cx, cy);
+}
+
 void reduceCcd(const std::string& path, const ReduceOptions& base, const std::string& stem, CcdOutcome& out,
-               RunContext& ctx) {
+               RunContext& ctx, const PointingShift* shift) {
     ReduceOptions o = base;
     o.read.hdu = std::to_string(out.ext.hdu);
     o.output.writeSolved = false; // one STEM.solved.fits for the exposure
-    ComputedFrame c = computeFramePhase(readFramePhase(path, o), o, ctx);
+    LoadedFrame loaded = readFramePhase(path, o);
+    if (shift && loaded.frame.wcs) loaded.frame.wcs = shifted(*loaded.frame.wcs, *shift);
+    ComputedFrame c = computeFramePhase(std::move(loaded), o, ctx);
     const PipelineResult& r = c.result;
+    CcdOutcome fresh; // a second try replaces the first
+    fresh.ext = out.ext;
+    out = std::move(fresh);
+    noteAstrometry(c.frame, r, out);
+    out.astrometry = !out.solved ? "none" : shift ? "exposure" : "own";
     if (o.write) {
         writeImageProducts(c.frame, r, o.output, stem + "." + out.ext.token, out.ext.token + ".", out.outputs,
                            out.written);
@@ -70,7 +109,7 @@ void reduceCcd(const std::string& path, const ReduceOptions& base, const std::st
         char history[80];
         std::snprintf(history, sizeof history, "WCS replaced by gpuphot's %s fit: RMS %.3f arcsec, %d stars",
                       r.astrometry.method.c_str(), r.astrometry.rmsArcsec, r.astrometry.nUsed);
-        out.solved = SolvedHdu{out.ext.hdu, r.astrometry.wcs.toHeader(), history};
+        out.solvedHdu = SolvedHdu{out.ext.hdu, r.astrometry.wcs.toHeader(), history};
     }
     out.zp = {r.zeropoint.ok, r.zeropoint.zp, r.zeropoint.zpErr, r.zeropoint.nUsed};
     out.magInst = r.magInst;
@@ -88,27 +127,31 @@ void reduceCcd(const std::string& path, const ReduceOptions& base, const std::st
 // K threads, each with its own context, take the CCDs in order. A CCD's error is kept with it; Cancelled
 // stops every thread and is rethrown.
 void reduceCcds(const std::string& path, const ReduceOptions& options, const std::string& stem,
-                std::vector<CcdOutcome>& ccds, const std::vector<RunContext*>& contexts) {
+                std::vector<CcdOutcome>& ccds, const std::vector<std::size_t>& which,
+                const std::vector<RunContext*>& contexts, const PointingShift* shift = nullptr) {
     std::atomic<std::size_t> next{0}, finished{0};
     std::atomic<bool> cancelled{false};
     std::exception_ptr cancel;
     std::mutex m;
     auto worker = [&](RunContext& ctx) {
-        for (std::size_t i; !cancelled && (i = next++) < ccds.size();) {
+        for (std::size_t n; !cancelled && (n = next++) < which.size();) {
+            const std::size_t i = which[n];
             try {
-                reduceCcd(path, options, stem, ccds[i], ctx);
+                reduceCcd(path, options, stem, ccds[i], ctx, shift);
             } catch (const Cancelled&) {
                 std::lock_guard lock(m);
                 cancelled = true;
                 cancel = std::current_exception();
             } catch (const std::exception& e) {
-                ccds[i].error = e.what();
-                ccds[i].failure = std::current_exception();
+                if (!ccds[i].done) { // a second try that fails keeps the first one's result
+                    ccds[i].error = e.what();
+                    ccds[i].failure = std::current_exception();
+                }
             }
-            ctx.report("exposure", static_cast<double>(++finished) / static_cast<double>(ccds.size()));
+            ctx.report("exposure", static_cast<double>(++finished) / static_cast<double>(which.size()));
         }
     };
-    const std::size_t k = std::min(contexts.size(), ccds.size());
+    const std::size_t k = std::min(contexts.size(), which.size());
     std::vector<std::thread> threads;
     for (std::size_t t = 1; t < k; ++t)
         threads.emplace_back(worker, std::ref(*contexts[t]));
@@ -116,6 +159,68 @@ void reduceCcds(const std::string& path, const ReduceOptions& options, const std
     for (auto& t : threads)
         t.join();
     if (cancel) std::rethrow_exception(cancel);
+}
+
+std::vector<std::size_t> unsolved(const std::vector<CcdOutcome>& ccds, bool withHeaderWcs) {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < ccds.size(); ++i)
+        if (ccds[i].done && !ccds[i].solved && ccds[i].headerWcs == withHeaderWcs) out.push_back(i);
+    return out;
+}
+
+// The median of (fit - header) over the CCDs solved from their header WCS; nullopt when none was.
+std::optional<PointingShift> pointingShift(const std::vector<CcdOutcome>& ccds) {
+    std::vector<double> east, north;
+    for (const CcdOutcome& c : ccds)
+        if (c.done && c.solved && std::isfinite(c.headerRa) && std::isfinite(c.fitRa)) {
+            double dra = c.fitRa - c.headerRa;
+            dra -= 360.0 * std::round(dra / 360.0);
+            east.push_back(dra * std::cos(c.fitDec * M_PI / 180.0));
+            north.push_back(c.fitDec - c.headerDec);
+        }
+    if (east.empty()) return std::nullopt;
+    for (auto* v : {&east, &north})
+        std::nth_element(v->begin(), v->begin() + static_cast<std::ptrdiff_t>(v->size() / 2), v->end());
+    return PointingShift{east[east.size() / 2], north[north.size() / 2]};
+}
+
+// Astrometry across the exposure when the blind solve is automatic: every CCD is first refined from its
+// header only. When some fail (the headers are wrong), the failed CCD with the most sources is solved
+// blind unless another already solved, the exposure's pointing error is measured from the solved CCDs,
+// the failed CCDs' headers are moved by it and refined again; a CCD still unsolved, or without any header
+// WCS, gets its own blind solve. Good headers cost nothing more; wrong ones cost one blind solve instead of
+// one per CCD. Returns the pointing shift applied (nullopt: none).
+std::optional<PointingShift> solveExposure(const std::string& path, const ReduceOptions& options,
+                                           const std::string& stem, std::vector<CcdOutcome>& ccds,
+                                           const std::vector<RunContext*>& contexts) {
+    std::vector<std::size_t> all(ccds.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    const bool common = options.reference && options.config.fitAstrometry &&
+                        options.config.astrometry.blind < 0 && ccds.size() > 1;
+    if (!common) {
+        reduceCcds(path, options, stem, ccds, all, contexts);
+        return std::nullopt;
+    }
+    ReduceOptions refineOnly = options;
+    refineOnly.config.astrometry.blind = 0;
+    reduceCcds(path, refineOnly, stem, ccds, all, contexts);
+    std::vector<std::size_t> failed = unsolved(ccds, true);
+    std::optional<PointingShift> shift;
+    if (!failed.empty()) {
+        if (!pointingShift(ccds)) {
+            const auto most =
+                std::max_element(failed.begin(), failed.end(), [&](std::size_t a, std::size_t b) {
+                    return ccds[a].sources < ccds[b].sources;
+                });
+            reduceCcds(path, options, stem, ccds, {*most}, contexts);
+        }
+        shift = pointingShift(ccds);
+        if (shift) reduceCcds(path, refineOnly, stem, ccds, unsolved(ccds, true), contexts, &*shift);
+    }
+    std::vector<std::size_t> rest = unsolved(ccds, true), bare = unsolved(ccds, false);
+    rest.insert(rest.end(), bare.begin(), bare.end());
+    if (!rest.empty()) reduceCcds(path, options, stem, ccds, rest, contexts);
+    return shift;
 }
 
 // Appends column `from` to `to` (same type; the other's length of NaN / -1 / "" when absent).
@@ -229,6 +334,7 @@ nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std
     j["zp_offset_err"] = num(cal.offsetErr[k]);
     j["zp_outlier"] = static_cast<bool>(cal.outlier[k]);
     j["zp_used"] = c.zp.ok ? "own" : cal.ok ? "exposure" : "none";
+    j["astrometry"] = c.astrometry;
     j["warnings"] = c.warnings;
     j["report"] = c.report;
     return j;
@@ -310,7 +416,7 @@ void writeExposureOutputs(const std::string& path, const std::string& stem,
         s.outputs.insert(s.outputs.end(), c.written.begin(), c.written.end());
         if (c.ldac) ldac.push_back(*c.ldac);
         if (c.sextractor) sex.push_back(*c.sextractor);
-        if (c.solved) solved.push_back(*c.solved);
+        if (c.solvedHdu) solved.push_back(*c.solvedHdu);
     }
     auto record = [&](const std::string& key, const std::string& p) {
         outputs[key] = p;
@@ -352,7 +458,7 @@ ReduceSummary reduceExposure(const std::string& path, const std::vector<Exposure
     std::vector<CcdOutcome> ccds(extensions.size());
     for (std::size_t k = 0; k < ccds.size(); ++k)
         ccds[k].ext = extensions[k];
-    reduceCcds(path, options, stem, ccds, contexts);
+    const std::optional<PointingShift> shift = solveExposure(path, options, stem, ccds, contexts);
     const auto ok = std::count_if(ccds.begin(), ccds.end(), [](const CcdOutcome& c) { return c.done; });
     if (ok == 0) std::rethrow_exception(ccds.front().failure);
 
@@ -394,6 +500,9 @@ ReduceSummary reduceExposure(const std::string& path, const std::vector<Exposure
     summarise(s.report, ccds, cal, catalog);
     const int concurrent = static_cast<int>(std::min(contexts.size(), ccds.size()));
     s.report["exposure"] = exposureSection(path, ccds, cal, options.exposure, concurrent);
+    if (shift)
+        s.report["exposure"]["pointing_shift_arcsec"] = {{"east", shift->east * 3600.0},
+                                                         {"north", shift->north * 3600.0}};
     std::optional<Table> targetTable;
     if (options.targets) {
         targetTable = concatenate(ccds, targets, &onCcd);

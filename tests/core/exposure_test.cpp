@@ -140,8 +140,9 @@ struct MosaicRun {
 };
 
 // Reduces a small simulated mosaic (4 CCDs; CCD 2 tile-compressed, CCD 3 a bad one, a table extension).
-void simulateSmallMosaic(const test::TempDir& dir, MosaicRun& run) {
+void simulateSmallMosaic(const test::TempDir& dir, MosaicRun& run, double wcsOffsetArcmin = 0.0) {
     MosaicSimParams m;
+    m.ccd.wcsOffset = wcsOffsetArcmin;
     m.ccd.width = 384;
     m.ccd.height = 768;
     m.ccd.stars = 450;
@@ -232,4 +233,27 @@ TEST(Exposure, WholeExposureEqualsItsCcdsReducedAlone) {
     }
     fits_close_file(f, &status);
     EXPECT_EQ(pairs, 4);
+}
+
+TEST(Exposure, WrongHeadersCostOneBlindSolveForTheWholeExposure) {
+    test::TempDir dir("gpuphot_exposure");
+    MosaicRun run;
+    simulateSmallMosaic(dir, run, 4.0); // every CCD's header 4' off, as a telescope's pointing error
+    const std::string path = dir / "mos.fits";
+    RunContext ctx;
+    reduceExposure(path, exposureExtensions(path, ""), run.options, {&ctx});
+    const auto report = nlohmann::json::parse(std::ifstream(dir / "out/mos.report.json"));
+    const auto& exposure = report.at("exposure");
+    int blind = 0, moved = 0;
+    for (const auto& e : exposure.at("extensions")) {
+        const auto& a = e.at("report").at("astrometry");
+        ASSERT_TRUE(a.at("ok").get<bool>()) << e.at("extname");
+        EXPECT_LT(e.at("astrometric_rms_arcsec").get<double>(), 0.5);
+        blind += a.at("method") == "blind";
+        moved += e.at("astrometry") == "exposure";
+    }
+    EXPECT_EQ(blind, 1);
+    EXPECT_EQ(moved, 3);
+    const auto& shift = exposure.at("pointing_shift_arcsec");
+    EXPECT_NEAR(std::hypot(shift.at("east").get<double>(), shift.at("north").get<double>()), 240.0, 5.0);
 }
