@@ -50,6 +50,7 @@
 #include "ui/header_view.hpp"
 #include "ui/lightcurve_panel.hpp"
 #include "ui/log_panel.hpp"
+#include "ui/mosaic_panel.hpp"
 #include "ui/overlay_builder.hpp"
 #include "ui/param_dock.hpp"
 #include "ui/pipeline_worker.hpp"
@@ -129,6 +130,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     setCentralWidget(m_view);
 
     buildDocks();
+    buildMosaicDock();
     buildMenus();
     buildLightCurveDock();
 
@@ -195,6 +197,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     if (!s.contains(QStringLiteral("window/geometry"))) resize(1500, 950);
+    m_mosaicDock->hide(); // shown when a mosaic exposure opens, whatever the last session left
     m_display->restoreSettings();
     // The calibration frames of the last session (the worker reads them; a file gone is an error dialog).
     const CalibrationFrames calib = loadCalibrationSettings();
@@ -413,31 +416,7 @@ void MainWindow::showError(const QString& message) {
 bool MainWindow::openFrame(const QString& path, const QString& hduIn) {
     QString hdu = hduIn;
     try {
-        const std::vector<HduSummary> hdus = listHdus(path.toStdString());
-        QStringList images;
-        QStringList ids;
-        for (const HduSummary& h : hdus)
-            if (h.type == "IMAGE" && h.axes.size() == 2) {
-                images << QStringLiteral("%1: %2 %3 x %4")
-                              .arg(h.index)
-                              .arg(QString::fromStdString(h.extname.empty() ? std::string("(primary)")
-                                                                            : h.extname))
-                              .arg(h.axes[0])
-                              .arg(h.axes[1]);
-                ids << QString::number(h.index);
-            }
-        if (images.isEmpty()) throw InvalidInput(path.toStdString() + ": no 2-D image HDU");
-        if (hdu.isEmpty()) {
-            if (images.size() == 1) {
-                hdu = ids.front();
-            } else {
-                bool ok = false;
-                const QString item = QInputDialog::getItem(this, tr("Choose an image HDU"),
-                                                           QFileInfo(path).fileName(), images, 0, false, &ok);
-                if (!ok) return false;
-                hdu = ids.at(images.indexOf(item));
-            }
-        }
+        if (!openAsMosaic(path, hdu) && !chooseImageHdu(path, hdu)) return false;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
         return false;
@@ -446,7 +425,36 @@ bool MainWindow::openFrame(const QString& path, const QString& hduIn) {
     m_fitOnResult = true;
     m_params->setRunInputs(path, m_refPath, hdu);
     m_thread->worker()->loadFrame(path, hdu);
+    if (m_mosaic->path() == path) m_mosaic->setCurrentHdu(hdu);
     addRecent(path);
+    return true;
+}
+
+bool MainWindow::chooseImageHdu(const QString& path, QString& hdu) {
+    const std::vector<HduSummary> hdus = listHdus(path.toStdString());
+    QStringList images;
+    QStringList ids;
+    for (const HduSummary& h : hdus)
+        if (h.type == "IMAGE" && h.axes.size() == 2) {
+            images << QStringLiteral("%1: %2 %3 x %4")
+                          .arg(h.index)
+                          .arg(QString::fromStdString(h.extname.empty() ? std::string("(primary)")
+                                                                        : h.extname))
+                          .arg(h.axes[0])
+                          .arg(h.axes[1]);
+            ids << QString::number(h.index);
+        }
+    if (images.isEmpty()) throw InvalidInput(path.toStdString() + ": no 2-D image HDU");
+    if (!hdu.isEmpty()) return true;
+    if (images.size() == 1) {
+        hdu = ids.front();
+        return true;
+    }
+    bool ok = false;
+    const QString item = QInputDialog::getItem(this, tr("Choose an image HDU"), QFileInfo(path).fileName(),
+                                               images, 0, false, &ok);
+    if (!ok) return false;
+    hdu = ids.at(images.indexOf(item));
     return true;
 }
 

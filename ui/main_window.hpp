@@ -18,6 +18,7 @@ class QMenu;
 class QDragEnterEvent;
 class QDropEvent;
 class QMessageBox;
+class QDockWidget;
 
 namespace gpuphot::viewers {
 class ImageView;
@@ -39,6 +40,7 @@ class LogPanel;
 class FolderFollower;
 class DisplayControls;
 class LightCurvePanel;
+class MosaicPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -47,6 +49,8 @@ public:
     ~MainWindow() override;
 
     // Opens a FITS frame (HDU: "" = ask when the file has several images, else the number or EXTNAME).
+    // A mosaic exposure (exposureExtensions non-empty) never asks: the Mosaic panel shows its CCDs and
+    // the CCD last shown of that file opens, else the first.
     // Returns false, with an error dialog and status message, when the file cannot be read; otherwise the
     // frame loads on the worker thread and reduces with the current parameters (frameShown, then
     // snapshotShown when the result lands).
@@ -87,6 +91,8 @@ public:
     LightCurvePanel* lightCurvePanel() const { return m_curves; }
     QString followCatalogDir() const; // "" when not following
     bool openSeries(const QString& dir);
+    // The Mosaic dock (ui/mosaic_panel.hpp): visible while a mosaic exposure is open.
+    MosaicPanel* mosaicPanel() const { return m_mosaic; }
 
 signals:
     void frameShown(const QString& path);
@@ -130,6 +136,13 @@ private:
     void nextFollowedFrame();
     void frameFailed(const QString& message);
     void addHistoryRow(const QStringList& cells); // sources, FWHM, zero point, status
+    // Which image HDU of a single-frame file to open: *hdu unchanged when given, the only image, else a
+    // choice in a dialog (false when cancelled). Throws for a file without a 2-D image.
+    bool chooseImageHdu(const QString& path, QString& hdu);
+    // ui/mosaic_dock.cpp: the Mosaic dock. openAsMosaic is false for a file that is no mosaic exposure
+    // (the dock hides); otherwise the panel shows it and an empty *hdu becomes the CCD to open.
+    void buildMosaicDock();
+    bool openAsMosaic(const QString& path, QString& hdu);
 
     std::unique_ptr<PipelineWorkerThread> m_thread;
     RunScheduler* m_scheduler = nullptr;
@@ -147,6 +160,8 @@ private:
     DisplayControls* m_display = nullptr;
     FolderFollower* m_follower = nullptr;
     LightCurvePanel* m_curves = nullptr;
+    MosaicPanel* m_mosaic = nullptr;
+    QDockWidget* m_mosaicDock = nullptr;
     QStringList m_followQueue; // every-frame mode: announced frames waiting for the one reducing
     QString m_following;       // the followed frame being reduced ("" when none)
     std::shared_ptr<const Frame> m_steppedFrame; // a series frame shown by stepping (not reduced)
