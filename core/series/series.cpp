@@ -740,13 +740,15 @@ LightCurve curveFromState(const SeriesState& st, std::size_t k, const TargetList
 
 std::vector<SeriesSource> sourcesOf(const SeriesState& st, const SourceList& list) {
     std::vector<SeriesSource> out(st.xiSum.size());
-#pragma omp parallel for schedule(static) num_threads(2)
-    for (std::size_t s = 0; s < out.size(); ++s) {
-        list.position(s, out[s].ra, out[s].dec);
-        out[s].frames = st.matched[s];
-        out[s].medianFlux = s < st.medianFlux.size() ? st.medianFlux[s] : kNan;
-        out[s].medianMagCal = s < st.medianMagCal.size() ? st.medianMagCal[s] : kNan;
-    }
+    constexpr std::size_t kBlock = 1024;
+    forEachShared((out.size() + kBlock - 1) / kBlock, 2, [&](std::size_t b) {
+        for (std::size_t s = b * kBlock; s < std::min(out.size(), (b + 1) * kBlock); ++s) {
+            list.position(s, out[s].ra, out[s].dec);
+            out[s].frames = st.matched[s];
+            out[s].medianFlux = s < st.medianFlux.size() ? st.medianFlux[s] : kNan;
+            out[s].medianMagCal = s < st.medianMagCal.size() ? st.medianMagCal[s] : kNan;
+        }
+    });
     return out;
 }
 
@@ -810,14 +812,10 @@ void finish(SeriesResult& r, const TargetList& targets, const SeriesParams& p) {
     // The targets' curves are independent: two at a time, their warnings in target-list order.
     r.curves.assign(targets.size(), LightCurve{});
     std::vector<std::string> why(targets.size());
-    ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic) num_threads(2)
-    for (std::size_t k = 0; k < targets.size(); ++k)
-        errors.run([&] {
-            r.curves[k] = curveFromState(st, k, targets, r.sources, scint, p);
-            why[k] = analyseCurve(r.curves[k], p);
-        });
-    errors.rethrow();
+    forEachShared(targets.size(), 2, [&](std::size_t k) {
+        r.curves[k] = curveFromState(st, k, targets, r.sources, scint, p);
+        why[k] = analyseCurve(r.curves[k], p);
+    });
     for (std::size_t k = 0; k < targets.size(); ++k) {
         const LightCurve& lc = r.curves[k];
         if (!lc.problem.empty()) r.warnings.push_back("target " + lc.name + ": " + lc.problem);
@@ -1105,19 +1103,16 @@ std::optional<SeriesResult> appendTo(SeriesState st, const std::vector<std::stri
                          [&](const SeriesFrame& f) { return f.path == c; }))
             fresh.push_back(c);
 
-    // One new catalog is read while the source list's grid is built; more are read two at a time.
+    // The new catalogs are read while the source list's grid is built.
     std::unique_ptr<SourceList> grid;
     std::vector<SeriesFrame> frames;
     std::vector<Detections> dets;
-    ParallelErrors errors;
-#pragma omp parallel sections num_threads(fresh.size() <= 1 ? 2 : 1)
-    {
-#pragma omp section
-        errors.run([&] { dets = readAll(fresh, params, frames, progress); });
-#pragma omp section
-        errors.run([&] { grid = std::make_unique<SourceList>(st, params.matchRadius); });
-    }
-    errors.rethrow();
+    forEachShared(2, 2, [&](std::size_t job) {
+        if (job == 0)
+            dets = readAll(fresh, params, frames, progress);
+        else
+            grid = std::make_unique<SourceList>(st, params.matchRadius);
+    });
     SourceList& list = *grid;
     for (std::size_t i : timeOrder(frames)) {
         SeriesFrame& f = frames[i];

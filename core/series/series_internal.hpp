@@ -1,7 +1,12 @@
 #pragma once
 // Internals of `series` shared by the driver (series.cpp) and the ensemble arithmetic
 // (series_ensemble.cpp). Not a public header.
+#include <atomic>
+#include <cstddef>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/series/series.hpp"
@@ -48,5 +53,33 @@ Relative relativeFlux(const std::vector<Meas>& target, const EnsembleFlux& ens,
 // `norm[s]` may be empty for sources that are not eligible. Returns the sources cleared.
 std::size_t prevet(const std::vector<Normalised>& norm, const std::vector<double>& magnitude,
                    std::vector<char>& eligible, const std::vector<double>& scint, const SeriesParams& p);
+
+// Runs body(i) for every i in [0, n), `threads` at a time: the calling thread and threads - 1 std::threads
+// taking the next i in turn. Unlike an OpenMP team, whose idle threads spin for milliseconds, a thread
+// that runs out of work ends, leaving its core to the others (an append's short parallel steps on a
+// 2-core machine). The first exception is rethrown on the calling thread once all have ended.
+template <class Body> void forEachShared(std::size_t n, int threads, const Body& body) {
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failureMutex;
+    const auto work = [&] {
+        for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+            try {
+                body(i);
+            } catch (...) {
+                const std::lock_guard<std::mutex> lock(failureMutex);
+                if (!failure) failure = std::current_exception();
+                next = n;
+            }
+        }
+    };
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads && static_cast<std::size_t>(t) < n; ++t)
+        helpers.emplace_back(work);
+    work();
+    for (auto& h : helpers)
+        h.join();
+    if (failure) std::rethrow_exception(failure);
+}
 
 } // namespace gpuphot::series_detail

@@ -20,6 +20,7 @@
 #include "core/io/atomic_file.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/io/text_catalog.hpp"
+#include "core/series/series_internal.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
@@ -441,10 +442,8 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
         batch.durable(statePath);
         stateWriter = std::thread([&] { attempt([&] { saveSeriesState(s.state, dir.string()); }); });
     }
-    const int threads = fits_is_reentrant() ? 2 : 1;
-#pragma omp parallel for schedule(dynamic) num_threads(threads)
-    for (std::size_t k = 0; k < jobs.size(); ++k)
-        attempt([&] { jobs[k].write(jobs[k].path); });
+    series_detail::forEachShared(jobs.size(), fits_is_reentrant() ? 2 : 1,
+                                 [&](std::size_t k) { attempt([&] { jobs[k].write(jobs[k].path); }); });
     if (stateWriter.joinable()) stateWriter.join();
     if (failure) std::rethrow_exception(failure);
     batch.finish();
