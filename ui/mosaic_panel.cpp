@@ -335,23 +335,30 @@ void MosaicPanel::setExposure(const QString& path, const std::vector<ExposureExt
         };
         MosaicOverviewPtr overview;
         MosaicReductionPtr report;
+        QString error;
         try {
             overview = computeMosaicOverview(file, extensions, progress, *cancel);
             report = findExposureReport(file);
-        } catch (const std::exception&) {
+        } catch (const std::exception& e) { // unreadable CCDs are kept per CCD; this is anything else
+            error = QString::fromStdString(e.what());
         }
         QMetaObject::invokeMethod(
-            this, [this, generation, overview, report] { overviewDone(generation, overview, report); },
+            this,
+            [this, generation, overview, report, error] {
+                overviewDone(generation, overview, report, error);
+            },
             Qt::QueuedConnection);
     });
 }
 
-void MosaicPanel::overviewDone(quint64 generation, MosaicOverviewPtr overview, MosaicReductionPtr report) {
+void MosaicPanel::overviewDone(quint64 generation, MosaicOverviewPtr overview, MosaicReductionPtr report,
+                               const QString& error) {
     if (generation != m_generation) return; // another exposure opened since
     m_overviewCancel.reset();
     if (!m_reduceCancel) setBusy(QString(), false);
     if (!overview) {
-        showStatus(tr("overview cancelled"));
+        showStatus(error.isEmpty() ? tr("overview cancelled") : tr("overview failed: %1").arg(error));
+        if (!error.isEmpty()) emit logMessage(LogLevel::Error, tr("mosaic: overview failed: %1").arg(error));
         return;
     }
     m_overview = std::move(overview);

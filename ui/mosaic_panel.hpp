@@ -141,7 +141,8 @@ signals:
 private:
     void buildUi();
     void runJob(std::function<void()> job); // on a thread of its own, waited for by the destructor
-    void overviewDone(quint64 generation, MosaicOverviewPtr overview, MosaicReductionPtr report);
+    void overviewDone(quint64 generation, MosaicOverviewPtr overview, MosaicReductionPtr report,
+                      const QString& error);
     void reductionDone(const std::string& file, MosaicReductionPtr reduction, const QString& error,
                        const QStringList& warnings);
     void fillTable();
