@@ -19,6 +19,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 
 #include <fitsio.h>
 #include <nlohmann/json.hpp>
@@ -166,6 +167,7 @@ TEST(MosaicPanel, OpensAMosaicReducesItAndFlagsTheBadCcd) {
     EXPECT_TRUE(dock->isVisible());
     EXPECT_EQ(panel->path(), m.file);
     EXPECT_EQ(panel->table()->rowCount(), 4); // listed at once, before the overview lands
+    EXPECT_TRUE(panel->overviewBusy());       // the pixels are read off the UI thread
     EXPECT_EQ(loadedHdu(loaded), 1);          // the first CCD opens
     EXPECT_EQ(w.framePath(), m.file);
 
@@ -289,23 +291,28 @@ TEST(MosaicPanel, SingleFrameOpensWithoutThePanel) {
                     ->ccds.empty());
 }
 
-// A science image with its error plane is one frame, not a mosaic: the HDU choice is asked as before.
-TEST(MosaicPanel, ImageWithAnErrorPlaneStillAsksForTheHdu) {
-    gpuphot::test::uiTestApp();
-    gpuphot::test::TempDir dir("gpuphot_mosaic_err");
-    const std::string path = dir / "sci.fits";
+// Two float images of 64 x 48 named `names` (the first in the primary HDU), no WCS; false on error.
+bool writeImages(const std::string& path, std::initializer_list<const char*> names) {
     int status = 0;
     fitsfile* f = nullptr;
     long axes[2] = {64, 48};
     std::vector<float> pixels(64 * 48, 100.0f);
     fits_create_file(&f, path.c_str(), &status);
-    for (const char* name : {"SCI", "ERR"}) {
+    for (const char* name : names) {
         fits_create_img(f, FLOAT_IMG, 2, axes, &status);
         fits_write_key(f, TSTRING, "EXTNAME", const_cast<char*>(name), nullptr, &status);
         fits_write_img(f, TFLOAT, 1, static_cast<LONGLONG>(pixels.size()), pixels.data(), &status);
     }
     fits_close_file(f, &status);
-    ASSERT_EQ(status, 0);
+    return status == 0;
+}
+
+// A science image with its error plane is one frame, not a mosaic: the HDU choice is asked as before.
+TEST(MosaicPanel, ImageWithAnErrorPlaneStillAsksForTheHdu) {
+    gpuphot::test::uiTestApp();
+    gpuphot::test::TempDir dir("gpuphot_mosaic_err");
+    const std::string path = dir / "sci.fits";
+    ASSERT_TRUE(writeImages(path, {"SCI", "ERR"}));
 
     MainWindow w;
     w.show();
@@ -314,4 +321,27 @@ TEST(MosaicPanel, ImageWithAnErrorPlaneStillAsksForTheHdu) {
     EXPECT_TRUE(modal.seen) << "no HDU choice for a file with two images";
     EXPECT_TRUE(w.mosaicPanel()->path().isEmpty());
     EXPECT_FALSE(w.findChild<QDockWidget*>(QStringLiteral("MosaicDock"))->isVisible());
+}
+
+// CCDs without a WCS are laid out in HDU order, left to right.
+TEST(MosaicPanel, CcdsWithoutWcsAreLaidOutInHduOrder) {
+    gpuphot::test::uiTestApp();
+    gpuphot::test::TempDir dir("gpuphot_mosaic_nowcs");
+    const std::string path = dir / "two.fits";
+    ASSERT_TRUE(writeImages(path, {"A", "B"}));
+    MainWindow w;
+    w.show();
+    MosaicPanel* panel = w.mosaicPanel();
+    QSignalSpy ready(panel, &MosaicPanel::overviewReady);
+    ModalWatch modal;
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(path)));
+    EXPECT_FALSE(modal.seen);
+    ASSERT_TRUE(ready.wait(60000) || !ready.isEmpty());
+    ASSERT_TRUE(panel->overview());
+    EXPECT_FALSE(panel->overview()->placedByWcs);
+    EXPECT_LT(panel->view()->planeCentre(0).x(), panel->view()->planeCentre(1).x());
+    EXPECT_NEAR(panel->overview()->ccds[1].sky, 100.0, 1e-6);
+    EXPECT_NEAR(panel->overview()->ccds[1].sigma, 0.0, 1e-6);
+    EXPECT_TRUE(std::isnan(panel->overview()->ccds[1].gain)); // none in the header
+    EXPECT_EQ(cell(panel, 1, MosaicPanel::Gain), QStringLiteral("–"));
 }
