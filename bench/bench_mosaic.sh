@@ -3,6 +3,7 @@
 #   1. as one exposure, warm: one `gpuphot reduce` process with a warm-up frame first (CCD 1 alone), then
 #      the exposure under R names (hard links); the process's wall time less that of the warm-up alone,
 #      divided by R, is the exposure's warm end-to-end time (read, every CCD, calibration, every output);
+#      each exposure's own seconds (its report) are listed too: the first also starts the extra contexts;
 #   2. as N separate warm reductions: the warm-up frame, then FILE[1] ... FILE[N] as N frames in one
 #      process (the batch pipeline reads ahead and writes behind); wall time less the warm-up's;
 #   3. accuracy: the exposure's zero point and each CCD's offset against NAME.mosaic.json (the truth), and
@@ -70,8 +71,10 @@ sep=$(run "$warmup" "${separate[@]}" -o "$work/o-sep")
 
 python3 - "$sim/mos.mosaic.json" "$work/o-exp/exp1.report.json" "$warm" "$exp" "$sep" "$repeat" "$ccds" \
     "$size" "$stars" "$backend" "$out/mosaic_bench.json" <<'PY'
-import json, sys
+import json, os, sys
 truth_path, report_path, warm, exp, sep, repeat, ccds, size, stars, backend, out = sys.argv[1:]
+# Each exposure's own end-to-end seconds (its report): the first one also brings up the extra contexts.
+own = [json.load(open(report_path.replace("exp1.", "exp%d." % k)))["seconds"] for k in range(1, int(repeat) + 1)]
 warm, exp, sep, repeat, ccds = float(warm), float(exp), float(sep), int(repeat), int(ccds)
 truth = json.load(open(truth_path))
 report = json.load(open(report_path))
@@ -96,6 +99,7 @@ separate = sep - warm
 mp = ccds * eval(size.replace("x", "*")) / 1e6
 res = {"ccds": ccds, "size": size, "stars_per_ccd": int(stars), "megapixels": round(mp, 1), "backend": backend,
        "sources": report["sources"], "exposure_warm_s": round(per_exposure, 3),
+       "exposure_reports_s": [round(x, 3) for x in own],
        "separate_warm_s": round(separate, 3), "warmup_process_s": round(warm, 3),
        "zp": zp, "zp_true": zp_true, "zp_error": abs(zp - zp_true) if zp is not None else None,
        "offset_error_max": max(errs) if errs else None,

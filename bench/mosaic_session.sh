@@ -2,7 +2,7 @@
 # Mosaic exposures on a GPU machine that has only the driver (binaries from bench/pack_device.sh in
 # DEVICE_DIR, default .device):
 #   1. bench_mosaic.sh on a simulated exposure of CCDS CCDs of 2048 x 4096 (STARS stars each) with
-#      --ccds-at-once 1, 2, 4 and 8: the exposure warm against its CCDs as separate warm reductions, the
+#      --ccds-at-once K for K in KS (default "4 8 12 16"): the exposure warm against its CCDs as separate warm reductions, the
 #      zero point and per-CCD offsets against the truth;
 #   2. CUDA = CPU: the exposure's catalog (CSV) from both backends, compared byte for byte;
 #   3. the exposure's report (per-CCD numbers) and nvidia-smi.
@@ -21,14 +21,14 @@ mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/session.log") 2>&1
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 echo "== mosaic session: $CCDS CCDs of 2048x4096, $STARS stars each; $(date -u)"
-for k in 1 2 4 8; do
+for k in ${KS:-4 8 12 16}; do
     echo "== --ccds-at-once $k"
-    "$HERE/bench_mosaic.sh" -g "$G" -n "$CCDS" --stars "$STARS" -w "$WORK" -o "$WORK/out-k$k" --ccds-at-once "$k"
+    "$HERE/bench_mosaic.sh" -g "$G" -n "$CCDS" --stars "$STARS" -w "$WORK" -o "$WORK/out-k$k" --ccds-at-once "$k" --repeat "${REPEAT:-3}"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d))" \
         "$WORK/out-k$k/mosaic_bench.json" >> "$OUT/mosaic_bench.jsonl"
 done
 sim="$WORK/${CCDS}x2048x4096_${STARS}"
-cp "$WORK/o-exp/exp1.report.json" "$OUT/exposure.report.json"
+cp "$(ls "$WORK"/o-exp/exp*.report.json | sort -V | tail -1)" "$OUT/exposure.report.json"
 echo "== CUDA = CPU"
 for b in cuda cpu; do
     /usr/bin/time -f "$b reduce wall %e s, max RSS %M KB" "$G" reduce "$sim/mos.fits" --ref "$sim/mos.ref.fits" \

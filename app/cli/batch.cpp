@@ -521,7 +521,7 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
                    "range 1-60 (default: every image extension of a mosaic, else the first image with data)");
     sub.add_option("--ccds-at-once", o.ccdsAtOnce,
                    "Mosaic exposures: CCDs in their stages at once, each with its own CUDA stream and memory "
-                   "pool (0: 4 with the CUDA backend, 1 on the CPU)")
+                   "pool (0: 16 with the CUDA backend, 1 on the CPU)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     sub.add_option("--sex", o.sex,
@@ -768,7 +768,7 @@ void FrameReducer::compute(Work& w, RunContext& ctx) {
     runPhase(w, "reduction", [&] {
         if (!w.exposure.empty()) {
             int k = w.options.exposure.concurrent;
-            if (k <= 0) k = ctx.backend == Backend::Cuda ? 4 : 1;
+            if (k <= 0) k = ctx.backend == Backend::Cuda ? 16 : 1;
             k = std::min<int>(k, static_cast<int>(w.exposure.size()));
             auto extra = m_state->takeContexts(static_cast<std::size_t>(k - 1), *this);
             std::vector<RunContext*> contexts{&ctx};

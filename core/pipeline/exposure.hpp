@@ -51,8 +51,9 @@ std::vector<ExposureExtension> exposureExtensions(const std::string& path, const
 
 // The exposure's photometric calibration from its CCDs' own zero points.
 struct ExposureParams {
-    // CCDs in their stages at once, each with a RunContext of its own (0: 4 on the CUDA backend, 1 on the
-    // CPU, whose stages already use every core).
+    // CCDs in their stages at once, each with a RunContext of its own (0: 16 on the CUDA backend, 1 on the
+    // CPU, whose stages already use every core). A context left to take every core (threads 0) gets its
+    // share, ceil(threads / K), while the exposure runs.
     int concurrent = 0;
     // A CCD whose offset from the exposure's zero point exceeds both this many robust sigmas of the
     // CCDs' offsets and outlierMinMag is flagged as an outlier (its offset stands; the median is robust).
