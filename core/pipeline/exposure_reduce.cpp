@@ -458,6 +458,23 @@ ReduceSummary reduceExposure(const std::string& path, const std::vector<Exposure
     std::vector<CcdOutcome> ccds(extensions.size());
     for (std::size_t k = 0; k < ccds.size(); ++k)
         ccds[k].ext = extensions[k];
+    // The cores are shared among the CCDs in flight: a context that would take them all gets its share.
+    const std::size_t inFlight = std::min(contexts.size(), ccds.size());
+    std::vector<int> threads;
+    for (std::size_t k = 0; k < inFlight; ++k) {
+        threads.push_back(contexts[k]->threads);
+        if (contexts[k]->threads == 0 && inFlight > 1)
+            contexts[k]->threads =
+                (contexts[k]->threadCount() + static_cast<int>(inFlight) - 1) / static_cast<int>(inFlight);
+    }
+    struct Restore {
+        const std::vector<RunContext*>& contexts;
+        const std::vector<int>& threads;
+        ~Restore() {
+            for (std::size_t k = 0; k < threads.size(); ++k)
+                contexts[k]->threads = threads[k];
+        }
+    } restore{contexts, threads};
     const std::optional<PointingShift> shift = solveExposure(path, options, stem, ccds, contexts);
     const auto ok = std::count_if(ccds.begin(), ccds.end(), [](const CcdOutcome& c) { return c.done; });
     if (ok == 0) std::rethrow_exception(ccds.front().failure);
