@@ -450,35 +450,63 @@ void PlotsPanel::buildSnr() {
         return;
     }
     setEmpty(w, QString());
-    setTitle(w, QString::fromStdString(d.summary));
+    setTitle(w, snrTitle(d));
     p->xAxis->setLabel(d.calibrated ? tr("calibrated magnitude") : tr("instrumental magnitude"));
     addScatter(w, tr("sources"), d.mag, d.snr, d.sourceIndex, QCPScatterStyle::ssDisc, kUsed, 3);
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
     p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    // both axes stay on the data (with a margin): the guides below never widen them
     const auto [slo, shi] = finiteMinMax({&d.snr});
-    p->yAxis->setRange(std::max(0.5, slo * 0.7), std::max(10.0, shi * 1.5));
-    p->xAxis->setRange(padded(finiteMinMax({&d.mag})));
-    auto* five = new QCPItemStraightLine(p);
-    five->setObjectName(QStringLiteral("snr5"));
-    five->point1->setCoords(0, 5);
-    five->point2->setCoords(1, 5);
-    five->setPen(QPen(Qt::gray, 1, Qt::DashLine));
-    if (std::isfinite(d.limitingMag)) {
+    p->yAxis->setRange(slo * 0.7, shi * 1.5);
+    const QCPRange xr = padded(finiteMinMax({&d.mag}));
+    p->xAxis->setRange(xr);
+    if (slo * 0.7 < 5.0 && 5.0 < shi * 1.5) {
+        auto* five = new QCPItemStraightLine(p);
+        five->setObjectName(QStringLiteral("snr5"));
+        five->point1->setCoords(0, 5);
+        five->point2->setCoords(1, 5);
+        five->setPen(QPen(Qt::gray, 1, Qt::DashLine));
+    }
+    if (std::isfinite(d.limitingMag)) addLimitingMag(d.limitingMag, xr);
+    p->replot();
+}
+
+QString PlotsPanel::snrTitle(const SnrPlotData& d) const {
+    // as many sources as the catalog table has rows; those without a positive, finite S/N are named
+    const PipelineResult& r = m_snapshot->result;
+    const std::size_t total = std::max({r.detection.sources.size(), r.magInst.size(), d.mag.size()});
+    const std::size_t missing = total - d.mag.size();
+    QString text = total == 1 ? tr("1 source") : tr("%1 sources").arg(total);
+    if (missing > 0) text += tr(", %1 without S/N").arg(missing);
+    text += d.calibrated ? tr("; calibrated magnitudes") : tr("; instrumental magnitudes");
+    text += tr("; limiting magnitude (S/N 5) ");
+    text += std::isfinite(d.limitingMag) ? QString::number(d.limitingMag, 'f', 2) : tr("not determinable");
+    return text;
+}
+
+void PlotsPanel::addLimitingMag(double limit, const QCPRange& xr) {
+    // Inside the plotted magnitudes: a line at the limit. Beyond them the axis is not widened: the label
+    // sits at the edge on the limit's side and says where the limit is.
+    QCustomPlot* p = plot(Plot::SnrVsMag);
+    const bool inside = xr.contains(limit);
+    if (inside) {
         auto* lim = new QCPItemStraightLine(p);
         lim->setObjectName(QStringLiteral("limitingMag"));
-        lim->point1->setCoords(d.limitingMag, 1);
-        lim->point2->setCoords(d.limitingMag, 10);
+        lim->point1->setCoords(limit, 1);
+        lim->point2->setCoords(limit, 10);
         lim->setPen(QPen(kClipped, 1.5));
-        auto* label = new QCPItemText(p);
-        label->setObjectName(QStringLiteral("limitingMagLabel"));
-        label->position->setTypeX(QCPItemPosition::ptPlotCoords);
-        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        label->position->setCoords(d.limitingMag, 0.05);
-        label->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
-        label->setText(tr("limit %1 ").arg(d.limitingMag, 0, 'f', 2));
-        label->setColor(kClipped);
     }
-    p->replot();
+    const bool right = limit > xr.center();
+    auto* label = new QCPItemText(p);
+    label->setObjectName(QStringLiteral("limitingMagLabel"));
+    label->position->setTypeX(QCPItemPosition::ptPlotCoords);
+    label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+    label->position->setCoords(inside ? limit : (right ? xr.upper : xr.lower), 0.05);
+    label->setPositionAlignment((inside || right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignTop);
+    const QString value = QString::number(limit, 'f', 2);
+    label->setText(inside ? tr("limit %1 ").arg(value)
+                          : (right ? tr("limit %1 → ").arg(value) : tr(" ← limit %1").arg(value)));
+    label->setColor(kClipped);
 }
 
 void PlotsPanel::buildBackground() {

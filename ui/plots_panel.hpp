@@ -17,11 +17,14 @@ class QCPAbstractPlottable;
 class QCPGraph;
 class QCPItemLine;
 class QCPItemText;
+class QCPRange;
 class QCPTextElement;
 class QTabWidget;
 class QMouseEvent;
 
 namespace gpuphot::ui {
+
+struct SnrPlotData;
 
 class PlotsPanel : public QWidget {
     Q_OBJECT
@@ -73,6 +76,8 @@ private:
     void buildAstrometry();
     void buildSnr();
     void buildBackground();
+    QString snrTitle(const SnrPlotData& d) const;
+    void addLimitingMag(double limit, const QCPRange& xr);
     void updateSelection();
     void setEmpty(Plot which, const QString& why);
     void setTitle(Plot which, const QString& text);
