@@ -725,7 +725,11 @@ QStringList LightCurvePanel::framePaths() const {
     QStringList& out = m_framePaths;
     if (!m_result || !out.isEmpty()) return out;
     for (std::size_t i : m_result->used) {
-        try {
+        if (!m_result->frames[i].sourceFrame.empty()) { // recorded in the series: no header to read
+            out << QString::fromStdString(m_result->frames[i].sourceFrame);
+            continue;
+        }
+        try { // a series migrated from an older state: the catalog's header says it
             const Table t = readFitsTable(m_result->frames[i].path, {}, [](const std::vector<std::string>&) {
                 return std::vector<std::string>{};
             });
