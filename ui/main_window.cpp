@@ -4,6 +4,9 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QCloseEvent>
+#include <QDesktopServices>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
@@ -26,7 +29,9 @@
 #include <QTableWidget>
 #include <QThread>
 #include <QTime>
+#include <QUrl>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -395,6 +400,78 @@ void MainWindow::buildMenus() {
     });
     run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this,
                    [this] { m_thread->worker()->cancel(); });
+    buildHelpMenu();
+}
+
+void MainWindow::buildHelpMenu() {
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->setObjectName(QStringLiteral("helpMenu"));
+    QAction* keys = help->addAction(tr("&Keyboard shortcuts"), this, [this] { showShortcutsDialog(); });
+    keys->setObjectName(QStringLiteral("actionShortcuts"));
+    QAction* docs = help->addAction(tr("&Documentation"), this, [this] {
+        const QUrl url = documentationUrl();
+        if (url.isEmpty() || !QDesktopServices::openUrl(url))
+            showError(tr("The documentation was not found (README.md, docs/)."));
+    });
+    docs->setObjectName(QStringLiteral("actionDocumentation"));
+}
+
+QList<QPair<QString, QString>> MainWindow::shortcuts() const {
+    // every action of the window with a shortcut, as its menu names it: the list stays current
+    QList<QPair<QString, QString>> rows;
+    for (const QAction* a : findChildren<QAction*>()) {
+        if (a->shortcuts().isEmpty()) continue;
+        QString name = a->text().remove(QLatin1Char('&'));
+        while (name.endsWith(QLatin1Char('.')) || name.endsWith(QChar(0x2026)))
+            name.chop(1);
+        QStringList keys;
+        for (const QKeySequence& k : a->shortcuts())
+            keys << k.toString(QKeySequence::NativeText);
+        const QPair<QString, QString> row(name, keys.join(QStringLiteral(", ")));
+        if (!rows.contains(row)) rows << row;
+    }
+    std::sort(rows.begin(), rows.end());
+    return rows;
+}
+
+QDialog* MainWindow::showShortcutsDialog() {
+    auto* dialog = new QDialog(this);
+    dialog->setObjectName(QStringLiteral("shortcutsDialog"));
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    dialog->setWindowTitle(tr("Keyboard shortcuts"));
+    auto* layout = new QVBoxLayout(dialog);
+    const auto rows = shortcuts();
+    auto* table = new QTableWidget(static_cast<int>(rows.size()), 2, dialog);
+    table->setHorizontalHeaderLabels({tr("Action"), tr("Shortcut")});
+    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    table->verticalHeader()->hide();
+    table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    for (int r = 0; r < rows.size(); ++r) {
+        table->setItem(r, 0, new QTableWidgetItem(rows[r].first));
+        table->setItem(r, 1, new QTableWidgetItem(rows[r].second));
+    }
+    layout->addWidget(table);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, dialog);
+    connect(buttons, &QDialogButtonBox::rejected, dialog, &QDialog::reject);
+    layout->addWidget(buttons);
+    dialog->resize(420, 360);
+    dialog->open();
+    return dialog;
+}
+
+QUrl MainWindow::documentationUrl() {
+    // installed: <prefix>/bin/gpuphot-studio with <prefix>/share/doc/gpuphot/README.md; from a build
+    // tree: the repository's README.md (beside docs/) in a folder above the executable
+    const QDir bin(QCoreApplication::applicationDirPath());
+    const QString installed = bin.absoluteFilePath(QStringLiteral("../share/doc/gpuphot/README.md"));
+    if (QFileInfo::exists(installed)) return QUrl::fromLocalFile(QDir::cleanPath(installed));
+    for (QDir dir = bin;;) {
+        if (QFileInfo::exists(dir.filePath(QStringLiteral("README.md"))) &&
+            QFileInfo(dir.filePath(QStringLiteral("docs"))).isDir())
+            return QUrl::fromLocalFile(dir.filePath(QStringLiteral("README.md")));
+        if (!dir.cdUp()) break;
+    }
+    return {}; // no documentation found: the action says so
 }
 
 void MainWindow::showError(const QString& message) {

@@ -19,6 +19,8 @@ class QDragEnterEvent;
 class QDropEvent;
 class QMessageBox;
 class QDockWidget;
+class QDialog;
+class QUrl;
 
 namespace gpuphot::viewers {
 class ImageView;
@@ -93,6 +95,13 @@ public:
     bool openSeries(const QString& dir);
     // The Mosaic dock (ui/mosaic_panel.hpp): visible while a mosaic exposure is open.
     MosaicPanel* mosaicPanel() const { return m_mosaic; }
+    // Help menu: the window's actions that have a shortcut (name without "&" and "...", key sequences),
+    // sorted; the dialog listing them (non-modal, deletes itself on close); the documentation Help >
+    // Documentation opens (installed README, else the repository's README beside docs/; empty when neither is
+    // found).
+    QList<QPair<QString, QString>> shortcuts() const;
+    QDialog* showShortcutsDialog();
+    static QUrl documentationUrl();
 
 signals:
     void frameShown(const QString& path);
@@ -112,6 +121,7 @@ protected:
 private:
     std::string defaultDatabasePath() const; // gpuphot.sqlite beside the frame
     void buildMenus();
+    void buildHelpMenu();
     void buildDocks();
     void showError(const QString& message);
     void onFrameLoaded(std::shared_ptr<const Frame> frame);
