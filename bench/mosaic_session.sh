@@ -4,7 +4,8 @@
 #   1. bench_mosaic.sh on a simulated exposure of CCDS CCDs of 2048 x 4096 (STARS stars each) with
 #      --ccds-at-once K for K in KS (default "4 8 12 16"): the exposure warm against its CCDs as separate warm reductions, the
 #      zero point and per-CCD offsets against the truth;
-#   2. CUDA = CPU: the exposure's catalog (CSV) from both backends, compared byte for byte;
+#   2. CUDA = CPU: the exposure's catalog (CSV) from both backends, compared byte for byte; and its rows
+#      against its CCDs reduced alone as 60 frames (compare_exposure_csv.py);
 #   3. the exposure's report (per-CCD numbers) and nvidia-smi.
 # OUT (default ./mosaic-session-out) gets: session.log, mosaic_bench.jsonl (one line per K),
 # identity.txt, exposure.report.json, nvidia-smi.txt. WORK (default /tmp/gpuphot-mosaic) holds the frames.
@@ -39,4 +40,10 @@ if cmp "$WORK/id-cuda/mos.cat.csv" "$WORK/id-cpu/mos.cat.csv"; then
 else
     echo "DIFFERENT" | tee "$OUT/identity.txt"
 fi
+echo "== the exposure's rows against its CCDs reduced alone (CUDA)"
+singles=()
+for ((k = 1; k <= CCDS; k++)); do singles+=("$sim/mos.fits[$k]"); done
+"$G" reduce "${singles[@]}" --ref "$sim/mos.ref.fits" --no-tycho2 --backend cuda -o "$WORK/id-alone" --formats csv -q \
+    --force 2>/dev/null
+python3 "$HERE/compare_exposure_csv.py" "$WORK/id-cuda/mos.cat.csv" "$WORK/id-alone" mos | tee -a "$OUT/identity.txt"
 echo "== done $(date -u)"
