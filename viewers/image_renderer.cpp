@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <stdexcept>
 
-static void gpuphotInitShaderResources() { Q_INIT_RESOURCE(shaders); }
+static void gpuphotInitShaderResources() {
+    Q_INIT_RESOURCE(shaders);
+}
 
 namespace gpuphot::viewers {
 
@@ -20,9 +22,10 @@ QByteArray readShader(const char* name, bool es) {
     QFile f(QStringLiteral(":/shaders/") + QString::fromLatin1(name));
     if (!f.open(QIODevice::ReadOnly))
         throw std::runtime_error(std::string("viewers: shader resource :/shaders/") + name + " missing");
-    const QByteArray header = es ? QByteArray("#version 300 es\nprecision highp float;\nprecision highp int;\n"
-                                              "precision highp sampler2D;\nprecision highp isampler2D;\n")
-                                 : QByteArray("#version 330 core\n");
+    const QByteArray header =
+        es ? QByteArray("#version 300 es\nprecision highp float;\nprecision highp int;\n"
+                        "precision highp sampler2D;\nprecision highp isampler2D;\n")
+           : QByteArray("#version 330 core\n");
     return header + f.readAll();
 }
 
@@ -35,12 +38,23 @@ std::unique_ptr<QOpenGLShaderProgram> buildProgram(const char* vert, const char*
     return prog;
 }
 
+// Image to clip space of every vertex shader: (orient(p - u_center)) * u_scale.
+void setViewUniforms(QOpenGLShaderProgram& p, const ViewTransform& view) {
+    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
+    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
+                      static_cast<float>(2 * view.zoom / view.height));
+    const auto m = view.orientation.matrix();
+    p.setUniformValue("u_orient", m[0], m[1], m[2], m[3]);
+}
+
 constexpr int kEllipseStride = sizeof(EllipseInstance);
 constexpr int kSegmentStride = sizeof(SegmentInstance);
 
 } // namespace
 
-ImageRenderer::ImageRenderer() { gpuphotInitShaderResources(); }
+ImageRenderer::ImageRenderer() {
+    gpuphotInitShaderResources();
+}
 
 ImageRenderer::~ImageRenderer() {
     // GL objects must be freed by destroy() with the context current; a renderer destroyed without it
@@ -113,9 +127,13 @@ void ImageRenderer::destroy() {
         if (b.vao) glDeleteVertexArrays(1, &b.vao);
         b = {};
     };
-    for (auto& b : m_ellipses) delBuf(b);
-    for (auto& b : m_segments) delBuf(b);
+    for (auto& b : m_ellipses)
+        delBuf(b);
+    for (auto& b : m_segments)
+        delBuf(b);
     delBuf(m_frameSegments);
+    delBuf(m_crosshairSegments);
+    delBuf(m_magnifierSegments);
     glDeleteBuffers(1, &m_quadVbo);
     glDeleteVertexArrays(1, &m_quadVao);
     const unsigned texs[3] = {m_lutTex, m_cmapTex, m_dummySeg};
@@ -155,7 +173,8 @@ void ImageRenderer::uploadLodLevel(int factor, const ImageViewT<float>& level) {
     l.height = level.height;
     uploadTiles(level, l.tiles);
     m_lod.push_back(std::move(l));
-    std::sort(m_lod.begin(), m_lod.end(), [](const LodTiles& a, const LodTiles& b) { return a.factor < b.factor; });
+    std::sort(m_lod.begin(), m_lod.end(),
+              [](const LodTiles& a, const LodTiles& b) { return a.factor < b.factor; });
     checkGl("ImageRenderer::uploadLodLevel");
 }
 
@@ -242,7 +261,8 @@ void ImageRenderer::setHistEqLut(std::span<const float> lut) {
     if (lut.size() < 2) return;
     glBindTexture(GL_TEXTURE_2D, m_lutTex);
     glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
-    glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, static_cast<GLsizei>(lut.size()), 1, 0, GL_RED, GL_FLOAT, lut.data());
+    glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, static_cast<GLsizei>(lut.size()), 1, 0, GL_RED, GL_FLOAT,
+                 lut.data());
     glBindTexture(GL_TEXTURE_2D, 0);
     m_lutSize = static_cast<int>(lut.size());
     ++m_lutUploads;
@@ -264,14 +284,16 @@ void ImageRenderer::uploadInstances(InstanceBuffer& buf, const void* data, std::
             glVertexAttribPointer(2, 3, GL_FLOAT, GL_FALSE, kEllipseStride, reinterpret_cast<void*>(8));
             glVertexAttribDivisor(2, 1);
             glEnableVertexAttribArray(3);
-            glVertexAttribPointer(3, 4, GL_UNSIGNED_BYTE, GL_TRUE, kEllipseStride, reinterpret_cast<void*>(20));
+            glVertexAttribPointer(3, 4, GL_UNSIGNED_BYTE, GL_TRUE, kEllipseStride,
+                                  reinterpret_cast<void*>(20));
             glVertexAttribDivisor(3, 1);
         } else {
             glEnableVertexAttribArray(1);
             glVertexAttribPointer(1, 4, GL_FLOAT, GL_FALSE, kSegmentStride, reinterpret_cast<void*>(0));
             glVertexAttribDivisor(1, 1);
             glEnableVertexAttribArray(2);
-            glVertexAttribPointer(2, 4, GL_UNSIGNED_BYTE, GL_TRUE, kSegmentStride, reinterpret_cast<void*>(16));
+            glVertexAttribPointer(2, 4, GL_UNSIGNED_BYTE, GL_TRUE, kSegmentStride,
+                                  reinterpret_cast<void*>(16));
             glVertexAttribDivisor(2, 1);
         }
         glBindVertexArray(0);
@@ -355,7 +377,8 @@ void ImageRenderer::setSegments(SegmentLayer layer, std::span<const SegmentInsta
                     static_cast<int>(instances.size()), false);
 }
 
-std::array<int, 4> ImageRenderer::overviewRect(const ViewTransform& view, const RenderOptions& options) const {
+std::array<int, 4> ImageRenderer::overviewRect(const ViewTransform& view,
+                                               const RenderOptions& options) const {
     if (!options.overview || m_width <= 0 || m_height <= 0) return {0, 0, 0, 0};
     const double dpr = options.devicePixelRatio;
     const double side = std::min({160.0 * dpr, view.width * 0.3, view.height * 0.3});
@@ -367,7 +390,8 @@ std::array<int, 4> ImageRenderer::overviewRect(const ViewTransform& view, const 
     return {static_cast<int>(view.width) - w - margin, static_cast<int>(view.height) - h - margin, w, h};
 }
 
-ViewTransform ImageRenderer::overviewTransform(const ViewTransform& view, const RenderOptions& options) const {
+ViewTransform ImageRenderer::overviewTransform(const ViewTransform& view,
+                                               const RenderOptions& options) const {
     const auto r = overviewRect(view, options);
     ViewTransform t;
     t.width = std::max(1, r[2]);
@@ -385,9 +409,7 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
     p.setUniformValue("u_seg", 1);
     p.setUniformValue("u_lut", 2);
     p.setUniformValue("u_cmap", 3);
-    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
-    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
-                      static_cast<float>(2 * view.zoom / view.height));
+    setViewUniforms(p, view);
     const StretchParams& s = m_display.stretch;
     p.setUniformValue("u_stretch", static_cast<int>(s.stretch));
     p.setUniformValue("u_lo", static_cast<float>(s.lo));
@@ -435,13 +457,12 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
 }
 
 std::array<int, 3> ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform& view,
-                                               float lineWidthPx, float minRadiusPx, bool point, float pointPx) {
+                                               float lineWidthPx, float minRadiusPx, bool point,
+                                               float pointPx) {
     if (buf.count <= 0) return {0, 0, 0};
     QOpenGLShaderProgram& p = *m_ellipseProg;
     p.bind();
-    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
-    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
-                      static_cast<float>(2 * view.zoom / view.height));
+    setViewUniforms(p, view);
     p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
     p.setUniformValue("u_zoom", static_cast<float>(view.zoom));
     const int n = ellipseSegments(std::max(minRadiusPx, static_cast<float>(buf.maxAxis * view.zoom)));
@@ -495,9 +516,7 @@ void ImageRenderer::drawSegments(const InstanceBuffer& buf, const ViewTransform&
     if (buf.count <= 0) return;
     QOpenGLShaderProgram& p = *m_segmentProg;
     p.bind();
-    p.setUniformValue("u_center", static_cast<float>(view.cx), static_cast<float>(view.cy));
-    p.setUniformValue("u_scale", static_cast<float>(2 * view.zoom / view.width),
-                      static_cast<float>(2 * view.zoom / view.height));
+    setViewUniforms(p, view);
     p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
     p.setUniformValue("u_lineWidth", lineWidthPx);
     p.setUniformValue("u_headPx", headPx);
@@ -549,6 +568,7 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
     if (options.segments[0]) drawSegments(m_segments[0], view, lw, 0.0f);
     if (options.segments[1]) drawSegments(m_segments[1], view, lw, 6.0f * dpr);
     ellipses(EllipseLayer::Selected, 4.0f * dpr, false, 0.0f);
+    drawCrosshair(view, options);
 
     const auto r = overviewRect(view, options);
     if (r[2] > 0 && !m_tiles.empty()) {
@@ -580,10 +600,65 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
         glDisable(GL_SCISSOR_TEST);
         glViewport(0, 0, static_cast<int>(view.width), static_cast<int>(view.height));
     }
+    drawMagnifier(view, options); // over the overview where they meet: it follows the cursor
     glDisable(GL_BLEND);
     if (m_finishEachFrame) glFinish();
     checkGl("ImageRenderer::render");
     m_lastRenderMs = static_cast<double>(timer.nsecsElapsed()) * 1e-6;
+}
+
+} // namespace gpuphot::viewers
+
+namespace gpuphot::viewers {
+
+void ImageRenderer::drawCrosshair(const ViewTransform& view, const RenderOptions& options) {
+    const double x = options.crosshairX, y = options.crosshairY;
+    if (!std::isfinite(x) || !std::isfinite(y) || m_tiles.empty()) return;
+    // Two lines through (x, y), across the whole view whatever the orientation: along the image axes
+    // that lie horizontal and vertical on screen.
+    const double reach = (view.width + view.height) / view.zoom;
+    const auto h = view.orientation.invert(1, 0), v = view.orientation.invert(0, 1);
+    const auto f = [](double d) { return static_cast<float>(d); };
+    const std::uint32_t c = options.crosshairColour;
+    const SegmentInstance segs[2] = {
+        {f(x - reach * h[0]), f(y - reach * h[1]), f(2 * reach * h[0]), f(2 * reach * h[1]), c},
+        {f(x - reach * v[0]), f(y - reach * v[1]), f(2 * reach * v[0]), f(2 * reach * v[1]), c}};
+    uploadInstances(m_crosshairSegments, segs, sizeof segs, 2, false);
+    drawSegments(m_crosshairSegments, view, static_cast<float>(options.devicePixelRatio), 0.0f);
+}
+
+void ImageRenderer::drawMagnifier(const ViewTransform& view, const RenderOptions& options) {
+    const MagnifierOptions& m = options.magnifier;
+    if (m.side <= 0 || !std::isfinite(m.x) || !std::isfinite(m.y) || m_tiles.empty()) return;
+    const int glY = static_cast<int>(view.height) - m.top - m.side;
+    glEnable(GL_SCISSOR_TEST);
+    glScissor(m.left, glY, m.side, m.side);
+    glViewport(m.left, glY, m.side, m.side);
+    const auto& bg = m_display.background;
+    glClearColor(bg[0], bg[1], bg[2], bg[3]);
+    glClear(GL_COLOR_BUFFER_BIT);
+    ViewTransform mv = view;
+    mv.cx = m.x;
+    mv.cy = m.y;
+    mv.zoom = m.zoom;
+    mv.width = mv.height = m.side;
+    glDisable(GL_BLEND);
+    drawImage(mv, options, true);
+    glEnable(GL_BLEND);
+    // The border of the inset and the outline of the pixel under the cursor.
+    const double half = 0.5 * m.side / m.zoom;
+    const float px = static_cast<float>(std::round(m.x)), py = static_cast<float>(std::round(m.y));
+    const float b0x = static_cast<float>(m.x - half), b0y = static_cast<float>(m.y - half);
+    const float b1x = static_cast<float>(m.x + half), b1y = static_cast<float>(m.y + half);
+    const std::uint32_t grey = packRgba(200, 200, 200), c = options.crosshairColour;
+    const SegmentInstance segs[8] = {{b0x, b0y, b1x - b0x, 0, grey},   {b1x, b0y, 0, b1y - b0y, grey},
+                                     {b1x, b1y, b0x - b1x, 0, grey},   {b0x, b1y, 0, b0y - b1y, grey},
+                                     {px - 0.5f, py - 0.5f, 1, 0, c},  {px + 0.5f, py - 0.5f, 0, 1, c},
+                                     {px + 0.5f, py + 0.5f, -1, 0, c}, {px - 0.5f, py + 0.5f, 0, -1, c}};
+    uploadInstances(m_magnifierSegments, segs, sizeof segs, 8, false);
+    drawSegments(m_magnifierSegments, mv, 2.0f * static_cast<float>(options.devicePixelRatio), 0.0f);
+    glDisable(GL_SCISSOR_TEST);
+    glViewport(0, 0, static_cast<int>(view.width), static_cast<int>(view.height));
 }
 
 } // namespace gpuphot::viewers

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -54,6 +55,14 @@ struct RenderStats {
     std::array<int, static_cast<int>(EllipseLayer::Count)> drawCalls{};
 };
 
+// The magnifier inset (DS9's magnifier): the pixels around (x, y) at `zoom` device px per image px in a
+// square of `side` device px whose top-left corner is (left, top), origin top-left; side 0: none.
+struct MagnifierOptions {
+    double x = 0, y = 0;
+    double zoom = 8;
+    int left = 0, top = 0, side = 0;
+};
+
 struct RenderOptions {
     std::array<bool, static_cast<int>(EllipseLayer::Count)> ellipses{true, true, true, true, true};
     std::array<bool, static_cast<int>(SegmentLayer::Count)> segments{true, true};
@@ -61,6 +70,12 @@ struct RenderOptions {
     bool overview = true;
     double devicePixelRatio = 1.0;
     float lineWidth = 1.5f; // logical px
+    // DS9's crosshair: a horizontal and a vertical line across the view through this image position
+    // (NaN: none).
+    double crosshairX = std::numeric_limits<double>::quiet_NaN();
+    double crosshairY = std::numeric_limits<double>::quiet_NaN();
+    std::uint32_t crosshairColour = packRgba(80, 255, 80);
+    MagnifierOptions magnifier;
 };
 
 class ImageRenderer : protected QOpenGLExtraFunctions {
@@ -89,14 +104,14 @@ public:
     void uploadLodLevel(int factor, const ImageViewT<float>& level);
     void clearLod();
     int lodLevelCount() const { return static_cast<int>(m_lod.size()); }
-    void setLodEnabled(bool on) { m_lodEnabled = on; } // default on (off: always full resolution)
+    void setLodEnabled(bool on) { m_lodEnabled = on; }    // default on (off: always full resolution)
     int lastLodFactor() const { return m_lastLodFactor; } // main view of the last render (1: full resolution)
     int imageWidth() const { return m_width; }
     int imageHeight() const { return m_height; }
     int tileCount() const { return static_cast<int>(m_tiles.size()); }
 
-    void setDisplay(const DisplaySettings& display);   // uniforms; the colormap texture when it changes
-    void setHistEqLut(std::span<const float> lut);     // the small LUT texture
+    void setDisplay(const DisplaySettings& display); // uniforms; the colormap texture when it changes
+    void setHistEqLut(std::span<const float> lut);   // the small LUT texture
 
     void setEllipses(EllipseLayer layer, std::span<const EllipseInstance> instances);
     void setSegments(SegmentLayer layer, std::span<const SegmentInstance> instances);
@@ -108,11 +123,11 @@ public:
     ViewTransform overviewTransform(const ViewTransform& view, const RenderOptions& options) const;
 
     // Counters and diagnostics.
-    int pixelUploads() const { return m_pixelUploads; }   // R32F tile uploads since construction
+    int pixelUploads() const { return m_pixelUploads; } // R32F tile uploads since construction
     int segmentationUploads() const { return m_segUploads; }
     int lutUploads() const { return m_lutUploads; }
     int colormapUploads() const { return m_cmapUploads; }
-    std::vector<std::string> takeGlErrors();             // glGetError results recorded so far, "where: 0x...."
+    std::vector<std::string> takeGlErrors(); // glGetError results recorded so far, "where: 0x...."
     void setTiming(bool finish) { m_finishEachFrame = finish; } // glFinish at the end of render (benchmarks)
     double lastRenderMs() const { return m_lastRenderMs; }
     const RenderStats& lastStats() const { return m_stats; }
@@ -146,6 +161,8 @@ private:
                                     float minRadiusPx, bool point, float pointPx);
     void setEllipseAttributes(std::size_t firstInstance);
     void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx);
+    void drawCrosshair(const ViewTransform& view, const RenderOptions& options);
+    void drawMagnifier(const ViewTransform& view, const RenderOptions& options);
     void uploadInstances(InstanceBuffer& buf, const void* data, std::size_t bytes, int count, bool ellipse);
     void uploadColormap();
 
@@ -169,6 +186,7 @@ private:
     std::array<InstanceBuffer, static_cast<int>(EllipseLayer::Count)> m_ellipses;
     std::array<InstanceBuffer, static_cast<int>(SegmentLayer::Count)> m_segments;
     InstanceBuffer m_frameSegments; // overview border and visible rectangle
+    InstanceBuffer m_crosshairSegments, m_magnifierSegments;
     int m_pixelUploads = 0, m_segUploads = 0, m_lutUploads = 0, m_cmapUploads = 0;
     std::vector<std::string> m_glErrors;
     bool m_finishEachFrame = false;

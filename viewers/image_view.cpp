@@ -45,7 +45,9 @@ ImageView::~ImageView() {
 
 // ---- data -------------------------------------------------------------------------------------------
 
-void ImageView::setLodMinPixels(std::int64_t pixels) { m_lodMinPixels = std::max<std::int64_t>(0, pixels); }
+void ImageView::setLodMinPixels(std::int64_t pixels) {
+    m_lodMinPixels = std::max<std::int64_t>(0, pixels);
+}
 
 void ImageView::setImage(std::shared_ptr<const Image<float>> image) {
     m_image = std::move(image);
@@ -61,7 +63,8 @@ void ImageView::setImage(std::shared_ptr<const Image<float>> image) {
         const std::int64_t minPixels = m_lodMinPixels;
         QThreadPool::globalInstance()->start([this, token, img, minPixels] {
             auto levels = std::make_shared<std::vector<LodLevel>>(buildLodLevels(img->view(), minPixels));
-            // Back on the UI thread; the token (reset only there) says whether this view and image still exist.
+            // Back on the UI thread; the token (reset only there) says whether this view and image still
+            // exist.
             QMetaObject::invokeMethod(
                 qApp,
                 [this, token, levels] {
@@ -91,11 +94,13 @@ void ImageView::recomputeLimits() {
     }
     m_lutDirty = true;
     update();
+    emit displayChanged();
 }
 
 void ImageView::setStretch(Stretch s) {
     m_stretch = s;
     update();
+    emit displayChanged();
 }
 
 void ImageView::setLimitMode(LimitMode mode, double lowPercent, double highPercent) {
@@ -115,11 +120,14 @@ void ImageView::setManualLimits(double lo, double hi) {
     recomputeLimits();
 }
 
-std::pair<double, double> ImageView::limits() const { return {m_lo, m_hi}; }
+std::pair<double, double> ImageView::limits() const {
+    return {m_lo, m_hi};
+}
 
 void ImageView::setColormap(Colormap c) {
     m_colormap = c;
     update();
+    emit displayChanged();
 }
 
 void ImageView::setStretchParameters(float asinhSoftening, float logExponent) {
@@ -130,7 +138,8 @@ void ImageView::setStretchParameters(float asinhSoftening, float logExponent) {
 
 void ImageView::rebuildSourceLayers() {
     m_sourceInst = buildSourceEllipses(m_markers, m_style);
-    m_apertureInst = buildApertureCircles(m_markers, m_apertureRadii, m_annulusInner, m_annulusOuter, m_style);
+    m_apertureInst =
+        buildApertureCircles(m_markers, m_apertureRadii, m_annulusInner, m_annulusOuter, m_style);
     m_ellipseDirty[0] = m_ellipseDirty[1] = true;
     rebuildSelected();
 }
@@ -162,7 +171,8 @@ void ImageView::setApertures(std::vector<float> radii, float annulusInner, float
     m_apertureRadii = std::move(radii);
     m_annulusInner = annulusInner;
     m_annulusOuter = annulusOuter;
-    m_apertureInst = buildApertureCircles(m_markers, m_apertureRadii, m_annulusInner, m_annulusOuter, m_style);
+    m_apertureInst =
+        buildApertureCircles(m_markers, m_apertureRadii, m_annulusInner, m_annulusOuter, m_style);
     m_ellipseDirty[1] = true;
     update();
 }
@@ -211,7 +221,9 @@ void ImageView::setLayerVisible(Layer layer, bool visible) {
     update();
 }
 
-bool ImageView::layerVisible(Layer layer) const { return m_visible[static_cast<std::size_t>(layer)]; }
+bool ImageView::layerVisible(Layer layer) const {
+    return m_visible[static_cast<std::size_t>(layer)];
+}
 
 void ImageView::setSelectedSource(int index) {
     m_selected = (index >= 0 && index < static_cast<int>(m_markers.size())) ? index : -1;
@@ -223,25 +235,30 @@ void ImageView::setOverviewVisible(bool visible) {
     update();
 }
 
-int ImageView::pixelUploadCount() const { return m_renderer->pixelUploads(); }
+int ImageView::pixelUploadCount() const {
+    return m_renderer->pixelUploads();
+}
 
 // ---- view -------------------------------------------------------------------------------------------
 
 ViewTransform ImageView::viewTransform() const {
-    return {m_cx, m_cy, m_zoom, static_cast<double>(std::max(1, width())), static_cast<double>(std::max(1, height()))};
+    return {m_cx,
+            m_cy,
+            m_zoom,
+            static_cast<double>(std::max(1, width())),
+            static_cast<double>(std::max(1, height())),
+            m_orientation};
 }
 
 void ImageView::clampZoom() {
     double minZoom = 1e-3;
-    if (m_image && !m_image->empty())
-        minZoom = std::min(1.0, ViewTransform::fitZoom(m_image->width(), m_image->height(), std::max(1, width()),
-                                                       std::max(1, height())) / 4.0);
+    if (m_image && !m_image->empty()) minZoom = std::min(1.0, fitZoom() / 4.0);
     m_zoom = std::clamp(m_zoom, minZoom, kMaxZoom);
 }
 
 void ImageView::zoomToFit() {
     if (!m_image || m_image->empty()) return;
-    m_zoom = ViewTransform::fitZoom(m_image->width(), m_image->height(), std::max(1, width()), std::max(1, height()));
+    m_zoom = fitZoom();
     m_cx = 0.5 * (m_image->width() - 1);
     m_cy = 0.5 * (m_image->height() - 1);
     m_fitPending = true; // stays fitted through resizes until the user zooms or pans
@@ -249,7 +266,9 @@ void ImageView::zoomToFit() {
     update();
 }
 
-void ImageView::zoomOneToOne() { setZoom(1.0); }
+void ImageView::zoomOneToOne() {
+    setZoom(1.0);
+}
 
 void ImageView::setZoom(double zoom) {
     zoomAbout(QPointF(0.5 * width(), 0.5 * height()), zoom);
@@ -261,8 +280,10 @@ void ImageView::zoomAbout(QPointF widgetPos, double newZoom) {
     m_zoom = newZoom;
     clampZoom();
     // Keep the image point under widgetPos fixed.
-    m_cx = before.x() - (widgetPos.x() - 0.5 * width()) / m_zoom;
-    m_cy = before.y() + (widgetPos.y() - 0.5 * height()) / m_zoom;
+    const auto d =
+        viewTransform().widgetDeltaToImage(widgetPos.x() - 0.5 * width(), widgetPos.y() - 0.5 * height());
+    m_cx = before.x() - d[0];
+    m_cy = before.y() - d[1];
     m_fitPending = false;
     emit viewChanged();
     update();
@@ -277,8 +298,12 @@ void ImageView::centerOn(double x, double y) {
     update();
 }
 
-double ImageView::zoom() const { return m_zoom; }
-QPointF ImageView::center() const { return {m_cx, m_cy}; }
+double ImageView::zoom() const {
+    return m_zoom;
+}
+QPointF ImageView::center() const {
+    return {m_cx, m_cy};
+}
 
 QPointF ImageView::imageToWidget(QPointF p) const {
     const auto w = viewTransform().imageToWidget(p.x(), p.y());
@@ -288,6 +313,132 @@ QPointF ImageView::imageToWidget(QPointF p) const {
 QPointF ImageView::widgetToImage(QPointF p) const {
     const auto i = viewTransform().widgetToImage(p.x(), p.y());
     return {i[0], i[1]};
+}
+
+// ---- DS9's habits: cursor, crosshair, magnifier, orientation ----------------------------------------
+
+double ImageView::fitZoom() const {
+    const bool swap = m_orientation.swapsAxes();
+    return ViewTransform::fitZoom(swap ? m_image->height() : m_image->width(),
+                                  swap ? m_image->width() : m_image->height(), std::max(1, width()),
+                                  std::max(1, height()));
+}
+
+void ImageView::setCursorPosition(double x, double y) {
+    emitCursorAt({x, y});
+}
+
+void ImageView::setCrosshair(bool on) {
+    m_crosshair = on;
+    update();
+}
+
+void ImageView::setMagnifier(bool on) {
+    m_magnifier = on;
+    update();
+}
+
+QRect ImageView::magnifierRect() const {
+    if (!m_magnifier || !std::isfinite(m_cursor.x()) || !std::isfinite(m_cursor.y())) return {};
+    // Below and right of the cursor, on the other side where that leaves the view, then clamped into it.
+    const int side = std::min({kMagnifierSidePx, width(), height()});
+    const int gap = 16;
+    const QPointF w = imageToWidget(m_cursor);
+    int left = static_cast<int>(w.x()) + gap, top = static_cast<int>(w.y()) + gap;
+    if (left + side > width()) left = static_cast<int>(w.x()) - gap - side;
+    if (top + side > height()) top = static_cast<int>(w.y()) - gap - side;
+    left = std::clamp(left, 0, width() - side);
+    top = std::clamp(top, 0, height() - side);
+    return {left, top, side, side};
+}
+
+void ImageView::fillToolOptions(RenderOptions& o, double dpr) const {
+    if (m_crosshair) {
+        o.crosshairX = m_cursor.x();
+        o.crosshairY = m_cursor.y();
+    }
+    const QRect r = magnifierRect();
+    if (r.isEmpty()) return;
+    o.magnifier.x = m_cursor.x();
+    o.magnifier.y = m_cursor.y();
+    o.magnifier.zoom = kMagnifierZoom * dpr;
+    o.magnifier.left = static_cast<int>(std::round(r.left() * dpr));
+    o.magnifier.top = static_cast<int>(std::round(r.top() * dpr));
+    o.magnifier.side = static_cast<int>(std::round(r.width() * dpr));
+}
+
+void ImageView::setOrientation(Orientation orientation) {
+    orientation.quarterTurns = orientation.turns();
+    m_orientation = orientation;
+    if (m_fitPending && m_image) zoomToFit(); // a turned frame fits differently
+    emit viewChanged();
+    update();
+}
+
+void ImageView::toggleFlipX() {
+    Orientation o = m_orientation;
+    o.flipX = !o.flipX;
+    setOrientation(o);
+}
+
+void ImageView::toggleFlipY() {
+    Orientation o = m_orientation;
+    o.flipY = !o.flipY;
+    setOrientation(o);
+}
+
+void ImageView::rotate90() {
+    Orientation o = m_orientation;
+    o.quarterTurns = o.turns() + 1;
+    setOrientation(o);
+}
+
+void ImageView::moveCursorBy(double screenDx, double screenDy) {
+    if (!m_image || m_image->empty()) return;
+    QPointF c = m_cursor;
+    if (!std::isfinite(c.x()) || !std::isfinite(c.y())) c = center();
+    // screen right/up to image axes: one image pixel per step whatever the zoom and orientation
+    const auto d = m_orientation.invert(screenDx, screenDy);
+    const double x = std::clamp(std::round(c.x()) + std::round(d[0]), 0.0, m_image->width() - 1.0);
+    const double y = std::clamp(std::round(c.y()) + std::round(d[1]), 0.0, m_image->height() - 1.0);
+    emitCursorAt({x, y});
+}
+
+void ImageView::panBy(double widgetDx, double widgetDy) {
+    const auto d = viewTransform().widgetDeltaToImage(widgetDx, widgetDy);
+    m_cx += d[0];
+    m_cy += d[1];
+    m_fitPending = false;
+    emit viewChanged();
+    update();
+}
+
+bool ImageView::arrowKey(QKeyEvent* e) {
+    int dx = 0, dy = 0; // screen: right, up
+    switch (e->key()) {
+    case Qt::Key_Left:
+        dx = -1;
+        break;
+    case Qt::Key_Right:
+        dx = 1;
+        break;
+    case Qt::Key_Up:
+        dy = 1;
+        break;
+    case Qt::Key_Down:
+        dy = -1;
+        break;
+    default:
+        return false;
+    }
+    if (e->modifiers() & Qt::ControlModifier) { // pan by an eighth of the view
+        const double step = 0.125 * std::min(width(), height());
+        panBy(dx * step, -dy * step);
+        return true;
+    }
+    const int step = (e->modifiers() & Qt::ShiftModifier) ? 10 : 1;
+    moveCursorBy(dx * step, dy * step);
+    return true;
 }
 
 // ---- GL ---------------------------------------------------------------------------------------------
@@ -317,27 +468,34 @@ void ImageView::initializeGL() {
 }
 
 void ImageView::resizeGL(int, int) {
-    if (m_fitPending && m_image) zoomToFit();
-    else clampZoom();
+    if (m_fitPending && m_image)
+        zoomToFit();
+    else
+        clampZoom();
 }
 
 void ImageView::syncRenderer() {
     ImageRenderer& r = *m_renderer;
     if (m_imageDirty) {
-        if (m_image) r.uploadImage(m_image->view());
-        else r.clearImage();
+        if (m_image)
+            r.uploadImage(m_image->view());
+        else
+            r.clearImage();
         m_imageDirty = false;
         m_segDirty = true;
         m_lodDirty = !m_lod.empty(); // uploadImage dropped the levels
     }
     if (m_lodDirty) {
         r.clearLod();
-        for (const LodLevel& l : m_lod) r.uploadLodLevel(l.factor, l.image->view());
+        for (const LodLevel& l : m_lod)
+            r.uploadLodLevel(l.factor, l.image->view());
         m_lodDirty = false;
     }
     if (m_segDirty) {
-        if (m_seg && m_image) r.uploadSegmentation(m_seg->view());
-        else r.clearSegmentation();
+        if (m_seg && m_image)
+            r.uploadSegmentation(m_seg->view());
+        else
+            r.clearSegmentation();
         m_segDirty = false;
     }
     if (m_lutDirty && m_stretch == Stretch::HistEq) {
@@ -381,9 +539,11 @@ void ImageView::paintGL() {
     o.segments = {m_visible[2], m_visible[4]};
     o.segmentation = m_visible[5];
     o.overview = m_overview;
+    fillToolOptions(o, dpr);
     m_renderer->render(v, o);
 #ifndef NDEBUG
-    for (const std::string& e : m_renderer->takeGlErrors()) qWarning("ImageView: %s", e.c_str());
+    for (const std::string& e : m_renderer->takeGlErrors())
+        qWarning("ImageView: %s", e.c_str());
 #endif
 }
 
@@ -414,7 +574,8 @@ void ImageView::centerFromOverview(QPointF p) {
     if (r[2] <= 0) return;
     const ViewTransform ov = m_renderer->overviewTransform(v, o);
     const auto img = ov.widgetToImage(p.x() * dpr - r[0], p.y() * dpr - r[1]);
-    centerOn(std::clamp(img[0], -0.5, m_image->width() - 0.5), std::clamp(img[1], -0.5, m_image->height() - 0.5));
+    centerOn(std::clamp(img[0], -0.5, m_image->width() - 0.5),
+             std::clamp(img[1], -0.5, m_image->height() - 0.5));
 }
 
 int ImageView::pickSource(QPointF p) const {
@@ -437,11 +598,20 @@ int ImageView::pickSource(QPointF p) const {
 }
 
 void ImageView::emitCursor(QPointF p) {
-    const QPointF img = widgetToImage(p);
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    const bool inside = m_image && img.x() >= -0.5 && img.y() >= -0.5 && img.x() < m_image->width() - 0.5 &&
-                        img.y() < m_image->height() - 0.5 && !overviewContains(p);
-    emit cursorMoved(inside ? img.x() : nan, inside ? img.y() : nan);
+    emitCursorAt(overviewContains(p) ? QPointF(nan, nan) : widgetToImage(p));
+}
+
+bool ImageView::insideImage(QPointF img) const {
+    return m_image && img.x() >= -0.5 && img.y() >= -0.5 && img.x() < m_image->width() - 0.5 &&
+           img.y() < m_image->height() - 0.5;
+}
+
+void ImageView::emitCursorAt(QPointF img) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    m_cursor = insideImage(img) ? img : QPointF(nan, nan);
+    if (m_crosshair || m_magnifier) update();
+    emit cursorMoved(m_cursor.x(), m_cursor.y());
 }
 
 void ImageView::mousePressEvent(QMouseEvent* e) {
@@ -461,16 +631,10 @@ void ImageView::mouseMoveEvent(QMouseEvent* e) {
         centerFromOverview(p);
     } else if (m_dragging) {
         const QPointF d = p - m_lastMouse;
-        if (d.manhattanLength() > 0) {
-            m_cx -= d.x() / m_zoom;
-            m_cy += d.y() / m_zoom;
-            m_fitPending = false;
-            emit viewChanged();
-            update();
-        }
+        if (d.manhattanLength() > 0) panBy(-d.x(), -d.y());
     }
     m_lastMouse = p;
-    emitCursor(p);
+    if (!m_crosshair) emitCursor(p);
 }
 
 void ImageView::mouseReleaseEvent(QMouseEvent* e) {
@@ -478,6 +642,7 @@ void ImageView::mouseReleaseEvent(QMouseEvent* e) {
     const bool click = m_dragging && (e->position() - m_pressPos).manhattanLength() < 4;
     m_dragging = m_draggingOverview = false;
     if (click) {
+        if (m_crosshair) emitCursorAt(widgetToImage(e->position()));
         const int idx = pickSource(e->position());
         if (idx >= 0) emit sourceClicked(idx);
     }
@@ -490,7 +655,6 @@ void ImageView::wheelEvent(QWheelEvent* e) {
 }
 
 void ImageView::keyPressEvent(QKeyEvent* e) {
-    const double panPx = 0.125 * std::min(width(), height());
     switch (e->key()) {
     case Qt::Key_Plus:
     case Qt::Key_Equal:
@@ -505,19 +669,8 @@ void ImageView::keyPressEvent(QKeyEvent* e) {
     case Qt::Key_1:
         zoomOneToOne();
         break;
-    case Qt::Key_Left:
-        centerOn(m_cx - panPx / m_zoom, m_cy);
-        break;
-    case Qt::Key_Right:
-        centerOn(m_cx + panPx / m_zoom, m_cy);
-        break;
-    case Qt::Key_Up:
-        centerOn(m_cx, m_cy + panPx / m_zoom);
-        break;
-    case Qt::Key_Down:
-        centerOn(m_cx, m_cy - panPx / m_zoom);
-        break;
     default:
+        if (arrowKey(e)) break;
         QOpenGLWidget::keyPressEvent(e);
         return;
     }
@@ -526,7 +679,7 @@ void ImageView::keyPressEvent(QKeyEvent* e) {
 
 void ImageView::leaveEvent(QEvent* e) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    emit cursorMoved(nan, nan);
+    if (!m_crosshair) emitCursorAt({nan, nan}); // the crosshair stays where it was put
     QOpenGLWidget::leaveEvent(e);
 }
 

@@ -5,9 +5,11 @@
 // 0-based image pixels with pixel centres at integers (what a user sees is 1-based: ui/ adds 1).
 #include <QOpenGLWidget>
 #include <QPointF>
+#include <QRect>
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -33,6 +35,7 @@ enum class Layer {
 };
 
 class ImageRenderer;
+struct RenderOptions;
 
 class ImageView : public QOpenGLWidget {
     Q_OBJECT
@@ -40,7 +43,8 @@ public:
     explicit ImageView(QWidget* parent = nullptr);
     ~ImageView() override;
 
-    void setImage(std::shared_ptr<const Image<float>> image); // uploads once (tiled above GL_MAX_TEXTURE_SIZE)
+    void
+    setImage(std::shared_ptr<const Image<float>> image); // uploads once (tiled above GL_MAX_TEXTURE_SIZE)
     // Level of detail for far zoomed-out views (viewers/image_lod.hpp): for an image of at least this many
     // pixels (default 16 M) setImage also builds reduced levels on Qt's global thread pool; they are
     // uploaded when ready (lodReady) and drawn instead of the full-resolution texture where the zoom allows.
@@ -61,10 +65,11 @@ public:
     void setStretchParameters(float asinhSoftening, float logExponent);
 
     void setSources(std::vector<Marker> markers); // ellipses (kron-like scale factor settable)
-    void setSourceScale(float scale);              // ellipse semi-axes drawn as scale * (a, b); default 3
-    void setApertures(std::vector<float> radii, float annulusInner, float annulusOuter); // drawn around sources
+    void setSourceScale(float scale);             // ellipse semi-axes drawn as scale * (a, b); default 3
+    void setApertures(std::vector<float> radii, float annulusInner,
+                      float annulusOuter); // drawn around sources
     void setPsfWhiskers(std::vector<Vector2> whiskers);
-    void setWhiskerScale(float scale); // whisker length multiplier (default 1)
+    void setWhiskerScale(float scale);                      // whisker length multiplier (default 1)
     void setReferenceStars(std::vector<Vector2> positions); // dx,dy ignored (circles)
     // A light curve's target and comparison stars: circles of their own colour (radius in image px).
     void setSeriesMarkers(std::vector<EllipseInstance> circles);
@@ -86,6 +91,31 @@ public:
     QPointF imageToWidget(QPointF p) const;
     QPointF widgetToImage(QPointF p) const;
 
+    // DS9's viewing habits (README.md, Workbench).
+    // The cursor: the image position the readout shows (cursorMoved). The mouse sets it; the arrow keys
+    // move it by one image pixel (Shift: ten) on screen from the pixel centre nearest to it (from the
+    // view centre when there is none); Ctrl+arrows pan. NaN when none.
+    void setCursorPosition(double x, double y);
+    QPointF cursorPosition() const { return m_cursor; }
+    // Crosshair mode: lines across the view through the cursor; the mouse no longer moves the cursor,
+    // a click does (and still selects the source under it).
+    void setCrosshair(bool on);
+    bool crosshair() const { return m_crosshair; }
+    // The magnifier: kMagnifierZoom screen px per image px of the pixels around the cursor, in a square
+    // of kMagnifierSidePx beside the cursor, kept inside the view.
+    static constexpr double kMagnifierZoom = 8.0;
+    static constexpr int kMagnifierSidePx = 128;
+    void setMagnifier(bool on);
+    bool magnifier() const { return m_magnifier; }
+    QRect magnifierRect() const; // logical widget px; empty when it is not drawn
+    // Flips and quarter turns of the view (viewers/view_transform.hpp); overlays, clicks and the cursor
+    // follow. The image point at the view centre stays there.
+    void setOrientation(Orientation orientation);
+    Orientation orientation() const { return m_orientation; }
+    void toggleFlipX();
+    void toggleFlipY();
+    void rotate90(); // a quarter turn counter-clockwise
+
     // Diagnostics (tests, benchmarks): number of pixel texture uploads (tiles) since construction,
     // and the renderer (nullptr before the GL context exists).
     int pixelUploadCount() const;
@@ -98,7 +128,8 @@ signals:
     void cursorMoved(double x, double y); // 0-based image px (NaN when outside)
     void sourceClicked(int index);        // nearest marker within a few screen px
     void viewChanged();
-    void lodReady(); // the reduced levels of the current image exist (drawn from the next frame on)
+    void displayChanged(); // stretch, limits or colormap changed (the colorbar follows)
+    void lodReady();       // the reduced levels of the current image exist (drawn from the next frame on)
 
 protected:
     void initializeGL() override;
@@ -122,14 +153,22 @@ private:
     int pickSource(QPointF widgetPos) const;
     bool overviewContains(QPointF widgetPos) const;
     void centerFromOverview(QPointF widgetPos);
+    bool insideImage(QPointF imagePos) const;
+    double fitZoom() const; // the whole image in the view, as the orientation turns it
+    void emitCursorAt(QPointF imagePos);
+    void moveCursorBy(double screenDx, double screenDy);
+    void panBy(double widgetDx, double widgetDy);
+    bool arrowKey(QKeyEvent* e);
+    void fillToolOptions(RenderOptions& o, double dpr) const;
 
     std::unique_ptr<ImageRenderer> m_renderer;
     std::shared_ptr<const Image<float>> m_image;
     std::shared_ptr<const Image<std::int32_t>> m_seg;
     std::vector<Marker> m_markers;
     std::vector<float> m_sample; // deterministic pixel sample for limits and the histogram-equalisation LUT
-    std::vector<LodLevel> m_lod;   // reduced levels of m_image (empty until built)
-    std::shared_ptr<int> m_lodToken; // a build's result is taken only while its token lives (same image, view alive)
+    std::vector<LodLevel> m_lod; // reduced levels of m_image (empty until built)
+    std::shared_ptr<int>
+        m_lodToken; // a build's result is taken only while its token lives (same image, view alive)
     std::int64_t m_lodMinPixels = 16'000'000;
     bool m_lodDirty = false;
     OverlayStyle m_style;
@@ -157,6 +196,10 @@ private:
     bool m_fitPending = true;
     double m_zoom = 1.0;
     double m_cx = 0.0, m_cy = 0.0; // image coordinate at the widget centre
+    Orientation m_orientation;
+    QPointF m_cursor{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+    bool m_crosshair = false;
+    bool m_magnifier = false;
     bool m_dragging = false;
     bool m_draggingOverview = false;
     QPointF m_lastMouse;

@@ -14,11 +14,13 @@ uniform float u_lineWidth;   // device px
 uniform float u_minRadiusPx; // device px
 uniform int u_point;         // 1: draw a square dot of u_pointPx device px instead of the outline
 uniform float u_pointPx;
+uniform vec4 u_orient;   // row-major 2x2: image offset -> screen offset (flips, quarter turns)
+vec2 orient(vec2 d) { return vec2(u_orient.x * d.x + u_orient.y * d.y, u_orient.z * d.x + u_orient.w * d.y); }
 out vec4 v_color;
 void main() {
     float a = max(i_abt.x, u_minRadiusPx / u_zoom);
     float b = max(i_abt.y, u_minRadiusPx / u_zoom);
-    vec2 cclip = (i_center - u_center) * u_scale;
+    vec2 cclip = orient(i_center - u_center) * u_scale;
     float rclip = a * max(u_scale.x, u_scale.y) + 4.0 * u_lineWidth / min(u_viewport.x, u_viewport.y);
     v_color = i_rgba;
     if (abs(cclip.x) > 1.0 + rclip || abs(cclip.y) > 1.0 + rclip) { // culled: a degenerate strip off-screen
@@ -38,6 +40,6 @@ void main() {
     vec2 p = i_center + vec2(c * uv.x - s * uv.y, s * uv.x + c * uv.y);
     vec2 nl = vec2(b * cos(phi), a * sin(phi));
     vec2 n = normalize(vec2(c * nl.x - s * nl.y, s * nl.x + c * nl.y));
-    vec2 clip = (p - u_center) * u_scale + n * side * u_lineWidth * 2.0 / u_viewport;
+    vec2 clip = orient(p - u_center) * u_scale + orient(n) * side * u_lineWidth * 2.0 / u_viewport;
     gl_Position = vec4(clip, 0.0, 1.0);
 }

@@ -78,7 +78,7 @@ TEST(ViewerOverlay, SegmentCountGrowsWithSize) {
 }
 
 TEST(ViewerTransform, RoundTripAndOrientation) {
-    const ViewTransform t{123.25, 456.5, 2.5, 800, 600};
+    const ViewTransform t{123.25, 456.5, 2.5, 800, 600, {}};
     for (double x : {-3.0, 0.0, 17.5, 1234.0})
         for (double y : {-1.0, 0.0, 99.25, 4000.0}) {
             const auto w = t.imageToWidget(x, y);
@@ -94,7 +94,7 @@ TEST(ViewerTransform, RoundTripAndOrientation) {
     const double z = ViewTransform::fitZoom(2000, 1000, 800, 600);
     EXPECT_LE(2000 * z, 800.0);
     EXPECT_GT(2000 * z, 700.0);
-    const ViewTransform f{999.5, 499.5, z, 800, 600};
+    const ViewTransform f{999.5, 499.5, z, 800, 600, {}};
     const auto r = f.visibleImageRect();
     EXPECT_LT(r[0], -0.5);
     EXPECT_GT(r[2], 1999.5);
