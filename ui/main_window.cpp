@@ -138,6 +138,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     buildMosaicDock();
     buildMenus();
     buildLightCurveDock();
+    buildViewTools();
 
     m_readout = new QLabel(this);
     m_readout->setMinimumWidth(420);

@@ -43,6 +43,7 @@ class FolderFollower;
 class DisplayControls;
 class LightCurvePanel;
 class MosaicPanel;
+class PanDialog;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -101,6 +102,8 @@ public:
     // found).
     QList<QPair<QString, QString>> shortcuts() const;
     QDialog* showShortcutsDialog();
+    // View > Pan to coordinates (ui/main_window_view.cpp): non-modal, one at a time.
+    PanDialog* showPanDialog();
     static QUrl documentationUrl();
 
 signals:
@@ -153,6 +156,12 @@ private:
     // (the dock hides); otherwise the panel shows it and an empty *hdu becomes the CCD to open.
     void buildMosaicDock();
     bool openAsMosaic(const QString& path, QString& hdu);
+    // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,
+    // pan to coordinates, orientation); viewWcs is the WCS the readout uses.
+    void buildViewTools();
+    void buildOrientationActions(QMenu* view);
+    void buildPixelTableDock(QMenu* view);
+    const Wcs* viewWcs() const;
 
     std::unique_ptr<PipelineWorkerThread> m_thread;
     RunScheduler* m_scheduler = nullptr;

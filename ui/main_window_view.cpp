@@ -1,0 +1,102 @@
+// The main window's DS9 viewing habits (README.md, Workbench): View-menu actions for the crosshair, the
+// magnifier, the pixel-table dock, panning to typed coordinates and the view's flips and quarter turns.
+// The image view does the work (viewers/image_view.hpp); this file only wires actions and docks.
+#include <QAction>
+#include <QDockWidget>
+#include <QMenu>
+#include <QMenuBar>
+
+#include "core/wcs/wcs.hpp"
+#include "ui/main_window.hpp"
+#include "ui/pan_dialog.hpp"
+#include "ui/pixel_table.hpp"
+#include "viewers/image_view.hpp"
+
+namespace gpuphot::ui {
+
+namespace {
+QAction* addToggle(QMenu* menu, const QString& text, const QString& name, const QKeySequence& key) {
+    QAction* a = menu->addAction(text);
+    a->setObjectName(name);
+    a->setCheckable(true);
+    a->setShortcut(key);
+    return a;
+}
+} // namespace
+
+const Wcs* MainWindow::viewWcs() const {
+    if (m_snapshot && m_snapshot->result.fittedWcs) return m_snapshot->result.fittedWcs.get();
+    return m_frame ? m_frame->wcs.get() : nullptr;
+}
+
+void MainWindow::buildViewTools() {
+    QMenu* view = nullptr;
+    for (QAction* a : menuBar()->actions())
+        if (a->menu() && a->menu()->title() == tr("&View")) view = a->menu();
+    if (!view) view = menuBar()->addMenu(tr("&View"));
+    view->addSeparator();
+    QAction* cross = addToggle(view, tr("&Crosshair"), QStringLiteral("actionCrosshair"),
+                               QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+    connect(cross, &QAction::toggled, m_view, &viewers::ImageView::setCrosshair);
+    QAction* magnifier = addToggle(view, tr("&Magnifier"), QStringLiteral("actionMagnifier"),
+                                   QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M));
+    connect(magnifier, &QAction::toggled, m_view, &viewers::ImageView::setMagnifier);
+    QAction* pan = view->addAction(tr("&Pan to coordinates..."), QKeySequence(Qt::CTRL | Qt::Key_G), this,
+                                   [this] { showPanDialog(); });
+    pan->setObjectName(QStringLiteral("actionPanTo"));
+    buildOrientationActions(view);
+    buildPixelTableDock(view);
+}
+
+void MainWindow::buildOrientationActions(QMenu* view) {
+    QMenu* orient = view->addMenu(tr("&Orientation"));
+    QAction* fx = addToggle(orient, tr("Flip &X"), QStringLiteral("actionFlipX"),
+                            QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H));
+    QAction* fy = addToggle(orient, tr("Flip &Y"), QStringLiteral("actionFlipY"),
+                            QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_V));
+    connect(fx, &QAction::triggered, m_view, &viewers::ImageView::toggleFlipX);
+    connect(fy, &QAction::triggered, m_view, &viewers::ImageView::toggleFlipY);
+    QAction* rot = orient->addAction(tr("&Rotate 90 degrees"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R),
+                                     m_view, &viewers::ImageView::rotate90);
+    rot->setObjectName(QStringLiteral("actionRotate90"));
+    QAction* reset = orient->addAction(tr("&Normal orientation"), m_view,
+                                       [this] { m_view->setOrientation(viewers::Orientation{}); });
+    reset->setObjectName(QStringLiteral("actionOrientationReset"));
+    // The check marks follow the view, whoever changed it.
+    connect(m_view, &viewers::ImageView::viewChanged, fx, [this, fx, fy] {
+        fx->setChecked(m_view->orientation().flipX);
+        fy->setChecked(m_view->orientation().flipY);
+    });
+}
+
+void MainWindow::buildPixelTableDock(QMenu* view) {
+    auto* table = new PixelTable(m_view, this);
+    auto* d = new QDockWidget(tr("Pixel table"), this);
+    d->setObjectName(QStringLiteral("PixelTableDock"));
+    d->setWidget(table);
+    addDockWidget(Qt::RightDockWidgetArea, d);
+    d->hide(); // shown from the View menu (restoreState brings back what the last session left)
+    QAction* toggle = d->toggleViewAction();
+    toggle->setObjectName(QStringLiteral("actionPixelTable"));
+    toggle->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T));
+    view->addAction(toggle);
+    // A new frame's pixels under the same cursor position.
+    connect(this, &MainWindow::frameShown, table, [this, table] {
+        table->setPosition(m_view->cursorPosition().x(), m_view->cursorPosition().y());
+    });
+}
+
+PanDialog* MainWindow::showPanDialog() {
+    auto* dialog = findChild<PanDialog*>();
+    if (!dialog) {
+        dialog = new PanDialog(
+            m_view, [this] { return viewWcs(); }, this);
+        dialog->setAttribute(Qt::WA_DeleteOnClose);
+    }
+    dialog->showCurrentCentre();
+    dialog->show();
+    dialog->raise();
+    return dialog;
+}
+
+} // namespace gpuphot::ui
