@@ -383,7 +383,10 @@ std::array<int, 4> ImageRenderer::overviewRect(const ViewTransform& view,
     const double dpr = options.devicePixelRatio;
     const double side = std::min({160.0 * dpr, view.width * 0.3, view.height * 0.3});
     if (side < 24 * dpr) return {0, 0, 0, 0};
-    const double aspect = static_cast<double>(m_width) / m_height;
+    // as the view shows the frame: a quarter turn swaps its sides
+    const bool swap = view.orientation.swapsAxes();
+    const double aspect =
+        swap ? static_cast<double>(m_height) / m_width : static_cast<double>(m_width) / m_height;
     const int w = static_cast<int>(aspect >= 1 ? side : side * aspect);
     const int h = static_cast<int>(aspect >= 1 ? side / aspect : side);
     const int margin = static_cast<int>(8 * dpr);
@@ -398,7 +401,10 @@ ViewTransform ImageRenderer::overviewTransform(const ViewTransform& view,
     t.height = std::max(1, r[3]);
     t.cx = 0.5 * (m_width - 1);
     t.cy = 0.5 * (m_height - 1);
-    t.zoom = ViewTransform::fitZoom(m_width, m_height, t.width, t.height, 1.0);
+    t.orientation = view.orientation; // the inset turns and flips with the view
+    const bool swap = view.orientation.swapsAxes();
+    t.zoom =
+        ViewTransform::fitZoom(swap ? m_height : m_width, swap ? m_width : m_height, t.width, t.height, 1.0);
     return t;
 }
 

@@ -27,6 +27,7 @@
 #include "ui/pan_dialog.hpp"
 #include "ui/pixel_table.hpp"
 #include "ui/readout.hpp"
+#include "viewers/image_renderer.hpp"
 #include "viewers/image_view.hpp"
 
 namespace {
@@ -271,6 +272,21 @@ TEST(ViewTools, FlipsAndTurnsKeepClicksOnTheirSources) {
     view.rotate90();
     const QImage turned = view.grabFramebuffer();
     EXPECT_GT(pixelAt(turned, view, view.imageToWidget(QPointF(71.5, 11.5))).red(), 200);
+    // The overview inset turns with the view: the block drawn where its transform says, and a click there
+    // centres the view on it.
+    if (view.devicePixelRatioF() != 1.0) return;
+    view.setOverviewVisible(true);
+    const gpuphot::viewers::RenderOptions o;
+    const auto r = view.renderer()->overviewRect(view.viewTransform(), o);
+    const auto ov = view.renderer()->overviewTransform(view.viewTransform(), o);
+    ASSERT_GT(r[2], 0);
+    EXPECT_LT(r[2], r[3]); // the 96 x 64 frame turned: taller than wide
+    const auto b = ov.imageToWidget(71.5, 11.5);
+    const QPointF inset(r[0] + b[0], r[1] + b[1]);
+    EXPECT_GT(pixelAt(view.grabFramebuffer(), view, inset).red(), 200);
+    QTest::mouseClick(&view, Qt::LeftButton, Qt::NoModifier, inset.toPoint());
+    EXPECT_NEAR(view.center().x(), 71.5, 1.5);
+    EXPECT_NEAR(view.center().y(), 11.5, 1.5);
 }
 
 TEST(ViewTools, CrosshairIsDrawnAndMovedByClicks) {
