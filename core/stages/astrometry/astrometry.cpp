@@ -168,13 +168,48 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
     return r;
 }
 
-} // namespace
+// Where the reference stars come from: the catalog, prepared per call (only a cone around the frame for a
+// refinement, the whole of it for a blind search), or an AstrometryIndex prepared once.
+class RefAccess {
+public:
+    RefAccess(const ReferenceCatalog& cat, int threads) : m_cat(&cat), m_threads(threads) {}
+    explicit RefAccess(const AstrometryIndex::Impl& index) : m_index(&index) {}
 
-AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
-                                 const std::vector<double>& flux, int width, int height,
-                                 const ReferenceCatalog& ref, const Wcs* headerWcs,
-                                 std::optional<std::pair<double, double>> pointingRaDec,
-                                 const AstrometryParams& params, RunContext& ctx) {
+    // The stars a refinement starting at frame centre `c` can reach (chord^2 bound).
+    const astrom::RefStars& aroundFrame(const std::array<double, 3>& c, double chord2) {
+        if (m_index) return all();
+        m_own = prepareRefs(*m_cat, m_threads, &c, chord2);
+        m_ownAll = false;
+        m_cur = &m_own;
+        return m_own;
+    }
+    const astrom::RefStars& all() {
+        if (m_index) m_cur = &m_index->refs;
+        if (!m_index && !m_ownAll) {
+            m_own = prepareRefs(*m_cat, m_threads);
+            m_ownAll = true;
+            m_cur = &m_own;
+        }
+        return *m_cur;
+    }
+    // The sky tree over all(): the index's; without an index none (one blind search scans the stars in
+    // less time than a tree over them takes to build).
+    const astrom::SkyTree* tree() const { return m_index ? m_index->tree.get() : nullptr; }
+    const astrom::QuadLevels* levels() const { return m_index ? m_index->levels.get() : nullptr; }
+    // The stars the last outcome's indices refer to.
+    const astrom::RefStars& current() const { return *m_cur; }
+
+private:
+    const ReferenceCatalog* m_cat = nullptr;
+    const AstrometryIndex::Impl* m_index = nullptr;
+    int m_threads = 1;
+    astrom::RefStars m_own;
+    bool m_ownAll = false;
+    const astrom::RefStars* m_cur = &m_own;
+};
+
+void checkInputs(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& flux,
+                 int width, int height, const AstrometryParams& params) {
     if (x.size() != y.size() || x.size() != flux.size())
         throw InvalidInput("astrometry: x, y and flux have different lengths (" + std::to_string(x.size()) +
                            ", " + std::to_string(y.size()) + ", " + std::to_string(flux.size()) + ")");
@@ -185,109 +220,48 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
         !(params.scaleHigh >= params.scaleLow) || params.nBrightest < 4)
         throw InvalidInput("astrometry: unusable parameters (matchRadiusPx > 0, maxSipOrder <= 9, "
                            "0 < scaleLow <= scaleHigh, nBrightest >= 4)");
-    AstrometryResult res;
-    const astrom::Detections det = prepareDetections(x, y, flux, width, height);
-    if (det.size() < 6) {
-        res.message = "astrometry: too few detections (" + std::to_string(det.size()) + ")";
-        return res;
-    }
-    // The sky k-d tree over the whole catalog is needed by the blind search only (refinement cuts the
-    // catalog to the frame by one linear scan): built on demand.
-    std::unique_ptr<astrom::SkyTree> tree;
+}
 
-    std::optional<TanSip> start;
-    std::string headerNote;
-    if (headerWcs) {
-        try {
-            start = tanSipFromWcs(*headerWcs, width, height, params.maxSipOrder);
-        } catch (const InvalidInput& e) {
-            headerNote = std::string(" (header WCS unusable: ") + e.what() + ")";
+// The blind search's area and scales: around the header WCS (its scale within headerScaleTolerance), else
+// around the pointing, else the whole sky around the reference stars' mean direction.
+astrom::BlindSearch blindSearchOf(const std::optional<TanSip>& start,
+                                  const std::optional<std::pair<double, double>>& pointingRaDec,
+                                  const astrom::RefStars& refs, int width, int height,
+                                  const AstrometryParams& params) {
+    astrom::BlindSearch search;
+    search.scaleLow = params.scaleLow;
+    search.scaleHigh = params.scaleHigh;
+    if (start) {
+        start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), search.centre[0], search.centre[1]);
+        search.radiusDeg = params.searchRadiusDeg;
+        const double s = start->pixelScaleArcsec();
+        search.scaleLow = s * (1.0 - params.headerScaleTolerance);
+        search.scaleHigh = s * (1.0 + params.headerScaleTolerance);
+    } else if (pointingRaDec) {
+        search.centre[0] = pointingRaDec->first;
+        search.centre[1] = pointingRaDec->second;
+        search.radiusDeg = params.searchRadiusDeg;
+    } else { // the whole reference catalog: centre on its mean direction
+        double sx = 0, sy = 0, sz = 0;
+        for (const auto& v : refs.xyz) {
+            sx += v[0];
+            sy += v[1];
+            sz += v[2];
         }
+        const double n = std::sqrt(sx * sx + sy * sy + sz * sz);
+        if (n > 0) {
+            search.centre[0] = std::atan2(sy, sx) * 180.0 / std::numbers::pi;
+            if (search.centre[0] < 0) search.centre[0] += 360.0;
+            search.centre[1] = std::asin(std::clamp(sz / n, -1.0, 1.0)) * 180.0 / std::numbers::pi;
+        }
+        search.radiusDeg = 180.0;
     }
+    return search;
+}
 
-    // The refinement only ever looks at stars within twice its first projection cone of the starting
-    // frame centre (RefPool in astrometry_refine.cpp): it is handed the stars of a cone 1.25 times wider
-    // than that, prepared (sorted, unit vectors) without touching the rest of a large catalog. The blind
-    // search prepares the whole catalog.
-    astrom::RefStars refs;
-    bool refsAll = false;
-    auto prepareAll = [&] {
-        if (!refsAll) refs = prepareRefs(ref, ctx.threadCount());
-        refsAll = true;
-    };
-    astrom::RefineOutcome outcome;
-    std::string refineWhy;
-    if (start && params.blind != 1) {
-        double ra0 = 0, dec0 = 0;
-        start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
-        const double r = std::max(params.refineRadiusPx, std::max(params.matchRadiusPx, 0.1));
-        const double coneDeg =
-            2.5 * (0.5 * std::hypot(width, height) * 1.2 + r) * start->pixelScaleArcsec() / 3600.0;
-        if (std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0) {
-            const std::array<double, 3> c = astrom::unitVector(ra0, dec0);
-            const double ch = astrom::chordFromDeg(coneDeg);
-            refs = prepareRefs(ref, ctx.threadCount(), &c, ch * ch);
-        } else {
-            prepareAll();
-        }
-        if (refs.size() >= 6) {
-            outcome = astrom::refine(det, refs, nullptr, *start, params.refineRadiusPx, true, params,
-                                     ctx.threadCount());
-            if (outcome.ok)
-                res.method = "refined";
-            else
-                refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
-        } else {
-            refineWhy = "refining the header WCS failed: " + std::to_string(refs.size()) +
-                        " reference stars around the frame; ";
-        }
-    }
-    if (!outcome.ok && params.blind != 0) prepareAll();
-    if (!outcome.ok && params.blind != 0 && refs.size() < 6) {
-        res.message = "astrometry: too few reference stars (" + std::to_string(refs.size()) + ")";
-        return res;
-    }
-    if (!outcome.ok && params.blind != 0) {
-        astrom::BlindSearch search;
-        search.scaleLow = params.scaleLow;
-        search.scaleHigh = params.scaleHigh;
-        if (start) {
-            start->pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), search.centre[0], search.centre[1]);
-            search.radiusDeg = params.searchRadiusDeg;
-            const double s = start->pixelScaleArcsec();
-            search.scaleLow = s * (1.0 - params.headerScaleTolerance);
-            search.scaleHigh = s * (1.0 + params.headerScaleTolerance);
-        } else if (pointingRaDec) {
-            search.centre[0] = pointingRaDec->first;
-            search.centre[1] = pointingRaDec->second;
-            search.radiusDeg = params.searchRadiusDeg;
-        } else { // the whole reference catalog: centre on its mean direction
-            double sx = 0, sy = 0, sz = 0;
-            for (const auto& v : refs.xyz) {
-                sx += v[0];
-                sy += v[1];
-                sz += v[2];
-            }
-            const double n = std::sqrt(sx * sx + sy * sy + sz * sz);
-            if (n > 0) {
-                search.centre[0] = std::atan2(sy, sx) * 180.0 / std::numbers::pi;
-                if (search.centre[0] < 0) search.centre[0] += 360.0;
-                search.centre[1] = std::asin(std::clamp(sz / n, -1.0, 1.0)) * 180.0 / std::numbers::pi;
-            }
-            search.radiusDeg = 180.0;
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        if (!tree) tree = std::make_unique<astrom::SkyTree>(refs.xyz);
-        outcome = astrom::solveBlind(det, refs, *tree, search, params, ctx);
-        res.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (outcome.ok) res.method = "blind";
-    }
-    if (!outcome.ok) {
-        res.message = "astrometry: no solution: " + refineWhy +
-                      (params.blind != 0 ? "blind solve failed: " : "") + outcome.why + headerNote;
-        return res;
-    }
-
+// The result of a verified outcome: WCS, residuals per match, RMS.
+void fillResult(const astrom::RefineOutcome& outcome, const astrom::Detections& det,
+                const astrom::RefStars& refs, AstrometryResult& res) {
     res.ok = true;
     res.wcs = outcome.wcs;
     res.sipOrder = outcome.sipOrder;
@@ -315,8 +289,145 @@ AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector
     res.rmsPx = res.rmsArcsec / res.wcs.pixelScaleArcsec();
     res.message = "astrometry: " + res.method + " solution, " + std::to_string(res.nUsed) + " of " +
                   std::to_string(res.nMatched) + " matches used, SIP order " + std::to_string(res.sipOrder);
+}
+
+// Refines the header WCS (when there is one and blind != 1); on success sets res.method.
+astrom::RefineOutcome refineHeader(const astrom::Detections& det, const TanSip& start, RefAccess& refs,
+                                   const AstrometryParams& params, RunContext& ctx, AstrometryResult& res,
+                                   std::string& refineWhy) {
+    const int width = det.width, height = det.height;
+    double ra0 = 0, dec0 = 0;
+    start.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
+    const double r = std::max(params.refineRadiusPx, std::max(params.matchRadiusPx, 0.1));
+    const double coneDeg =
+        2.5 * (0.5 * std::hypot(width, height) * 1.2 + r) * start.pixelScaleArcsec() / 3600.0;
+    // The refinement only ever looks at stars within twice its first projection cone of the starting frame
+    // centre (RefPool in astrometry_refine.cpp): it is handed the stars of a cone 1.25 times wider than
+    // that, prepared (sorted, unit vectors) without touching the rest of a large catalog.
+    const astrom::RefStars* cut = nullptr;
+    if (std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0) {
+        const std::array<double, 3> c = astrom::unitVector(ra0, dec0);
+        const double ch = astrom::chordFromDeg(coneDeg);
+        cut = &refs.aroundFrame(c, ch * ch);
+    } else {
+        cut = &refs.all();
+    }
+    astrom::RefineOutcome outcome;
+    if (cut->size() >= 6) {
+        outcome = astrom::refine(det, *cut, refs.tree(), start, params.refineRadiusPx, true, params,
+                                 ctx.threadCount());
+        if (outcome.ok)
+            res.method = "refined";
+        else
+            refineWhy = "refining the header WCS failed: " + outcome.why + "; ";
+    } else {
+        refineWhy = "refining the header WCS failed: " + std::to_string(cut->size()) +
+                    " reference stars around the frame; ";
+    }
+    return outcome;
+}
+
+AstrometryResult solveWith(const std::vector<double>& x, const std::vector<double>& y,
+                           const std::vector<double>& flux, int width, int height, RefAccess& refs,
+                           const Wcs* headerWcs, std::optional<std::pair<double, double>> pointingRaDec,
+                           const AstrometryParams& params, RunContext& ctx) {
+    AstrometryResult res;
+    const astrom::Detections det = prepareDetections(x, y, flux, width, height);
+    if (det.size() < 6) {
+        res.message = "astrometry: too few detections (" + std::to_string(det.size()) + ")";
+        return res;
+    }
+    std::optional<TanSip> start;
+    std::string headerNote;
+    if (headerWcs) {
+        try {
+            start = tanSipFromWcs(*headerWcs, width, height, params.maxSipOrder);
+        } catch (const InvalidInput& e) {
+            headerNote = std::string(" (header WCS unusable: ") + e.what() + ")";
+        }
+    }
+    astrom::RefineOutcome outcome;
+    std::string refineWhy;
+    if (start && params.blind != 1) outcome = refineHeader(det, *start, refs, params, ctx, res, refineWhy);
+    if (!outcome.ok && params.blind != 0) {
+        const astrom::RefStars& all = refs.all();
+        if (all.size() < 6) {
+            res.message = "astrometry: too few reference stars (" + std::to_string(all.size()) + ")";
+            return res;
+        }
+        const astrom::BlindSearch search = blindSearchOf(start, pointingRaDec, all, width, height, params);
+        const auto t0 = std::chrono::steady_clock::now();
+        outcome = astrom::solveBlind(det, all, refs.tree(), search, params, ctx, refs.levels());
+        res.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (outcome.ok) res.method = "blind";
+    }
+    if (!outcome.ok) {
+        res.message = "astrometry: no solution: " + refineWhy +
+                      (params.blind != 0 ? "blind solve failed: " : "") + outcome.why + headerNote;
+        return res;
+    }
+    fillResult(outcome, det, refs.current(), res);
     ctx.report("astrometry", 1.0);
     return res;
+}
+
+} // namespace
+
+AstrometryIndex::AstrometryIndex(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+AstrometryIndex::~AstrometryIndex() = default;
+std::size_t AstrometryIndex::stars() const {
+    return m_impl->refs.size();
+}
+std::size_t AstrometryIndex::quads() const {
+    return astrom::quadCount(*m_impl->levels);
+}
+int AstrometryIndex::width() const {
+    return m_impl->width;
+}
+int AstrometryIndex::height() const {
+    return m_impl->height;
+}
+double AstrometryIndex::buildSeconds() const {
+    return m_impl->seconds;
+}
+
+std::shared_ptr<const AstrometryIndex> buildAstrometryIndex(const ReferenceCatalog& ref, int width,
+                                                            int height, const AstrometryParams& params,
+                                                            RunContext& ctx) {
+    checkInputs({}, {}, {}, width, height, params);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto impl = std::make_unique<AstrometryIndex::Impl>();
+    impl->width = width;
+    impl->height = height;
+    impl->refs = prepareRefs(ref, ctx.threadCount());
+    impl->tree = std::make_unique<astrom::SkyTree>(impl->refs.xyz);
+    impl->levels = astrom::buildQuadLevels(impl->refs, width, height, params, ctx.threadCount());
+    impl->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::make_shared<const AstrometryIndex>(std::move(impl));
+}
+
+AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
+                                 const std::vector<double>& flux, int width, int height,
+                                 const ReferenceCatalog& ref, const Wcs* headerWcs,
+                                 std::optional<std::pair<double, double>> pointingRaDec,
+                                 const AstrometryParams& params, RunContext& ctx) {
+    checkInputs(x, y, flux, width, height, params);
+    RefAccess refs(ref, ctx.threadCount());
+    return solveWith(x, y, flux, width, height, refs, headerWcs, pointingRaDec, params, ctx);
+}
+
+AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
+                                 const std::vector<double>& flux, int width, int height,
+                                 const AstrometryIndex& index, const Wcs* headerWcs,
+                                 std::optional<std::pair<double, double>> pointingRaDec,
+                                 const AstrometryParams& params, RunContext& ctx) {
+    checkInputs(x, y, flux, width, height, params);
+    if (width != index.width() || height != index.height())
+        throw InvalidInput("astrometry: the index was built for " + std::to_string(index.width()) + "x" +
+                           std::to_string(index.height()) + " frames, not " + std::to_string(width) + "x" +
+                           std::to_string(height));
+    RefAccess refs(index.impl());
+    return solveWith(x, y, flux, width, height, refs, headerWcs, pointingRaDec, params, ctx);
 }
 
 } // namespace gpuphot

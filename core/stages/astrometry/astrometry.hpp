@@ -7,6 +7,7 @@
 //
 // Deterministic: serial, seeded, stable sorts with index tie-breaks; independent of the thread count.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,7 @@ struct AstrometryParams {
     double searchRadiusDeg = 3.0;       // deg: field centre searched within this of the pointing
     int nBrightest = 60;                // brightest detections used to build quads
     int refPerCell = 6;                 // reference stars kept per uniformisation cell (16 cells per field)
+    int maxQuadsPerStar = 8;            // reference quads with a star as their first star (A), at most
     double codeTolerance = 0.025;       // quad code distance accepted as a hit
     int maxFullVerifications = 200;     // candidate solutions refined and verified before giving up
     std::uint64_t seed = 1;             // reserved for randomised steps (none yet; the solver is exhaustive)
@@ -78,6 +80,44 @@ struct AstrometryResult {
 AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
                                  const std::vector<double>& flux, int width, int height,
                                  const ReferenceCatalog& ref, const Wcs* headerWcs,
+                                 std::optional<std::pair<double, double>> pointingRaDec,
+                                 const AstrometryParams& params, RunContext& ctx);
+
+// A reference catalog prepared once for many blind solves of frames of one size: its stars sorted, their
+// sky tree, and the reference quads of every scale level between params.scaleLow and params.scaleHigh over
+// the whole catalog (no search area: any pointing, or none). Solving with it skips that work per frame; a
+// search with narrower scales uses the levels that overlap them. Memory: about 100 bytes per star and per
+// quad (quads: about maxQuadsPerStar per thinned star per level).
+class AstrometryIndex {
+public:
+    struct Impl; // astrometry_internal.hpp
+    explicit AstrometryIndex(std::unique_ptr<Impl> impl);
+    ~AstrometryIndex();
+    AstrometryIndex(const AstrometryIndex&) = delete;
+    AstrometryIndex& operator=(const AstrometryIndex&) = delete;
+    std::size_t stars() const;
+    std::size_t quads() const;
+    int width() const;
+    int height() const;
+    double buildSeconds() const; // wall time of buildAstrometryIndex
+    const Impl& impl() const { return *m_impl; }
+
+private:
+    std::unique_ptr<Impl> m_impl;
+};
+
+// Builds the index of `ref` for frames of width x height with params (scaleLow, scaleHigh, refPerCell,
+// maxQuadsPerStar); throws InvalidInput as solveAstrometry does.
+std::shared_ptr<const AstrometryIndex> buildAstrometryIndex(const ReferenceCatalog& ref, int width,
+                                                            int height, const AstrometryParams& params,
+                                                            RunContext& ctx);
+
+// solveAstrometry against a prepared index (frames of the index's size, else InvalidInput); refIndex of
+// the result refers to the catalog the index was built from. The same answer as with the catalog itself
+// whenever both find the same first verified candidate.
+AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
+                                 const std::vector<double>& flux, int width, int height,
+                                 const AstrometryIndex& index, const Wcs* headerWcs,
                                  std::optional<std::pair<double, double>> pointingRaDec,
                                  const AstrometryParams& params, RunContext& ctx);
 

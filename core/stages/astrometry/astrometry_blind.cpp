@@ -2,12 +2,14 @@
 //
 // Reference side, per scale level (levels sqrt(2) apart between scaleLow and scaleHigh): the
 // reference stars of the search area are thinned to the brightest `refPerCell` per cell of a sky grid
-// (16 cells per field at that scale); every pair (A, B) of them whose separation is a fraction
-// 0.15..0.6 of the field size forms one quad with the two brightest stars (C, D) inside the circle of
-// diameter AB. Its code is the position of C and D in the frame that puts A at (0, 0) and B at (1, 1)
-// (on the tangent plane at the quad's midpoint), made unique by xC + xD <= 1 and xC <= xD. All codes
-// go into one 4-D k-d tree. Detection side: the nBrightest detections form the same quads (up to the
-// 4 brightest inside the circle, every pair of them), in both parities, brightest quads first. Each
+// (16 cells per field at that scale); each of them (A) pairs with its brightest fainter neighbours (B) at a
+// separation of 0.15..0.6 of the field size, at most maxQuadsPerStar quads per A, each quad with the two
+// brightest stars (C, D) inside the circle of diameter AB. Its code is the position of C and D in the frame
+// that puts A at (0, 0) and B at (1, 1) (on the tangent plane at the quad's midpoint), made unique by
+// xC + xD <= 1 and xC <= xD. A level's codes go into one 4-D k-d tree; a level is built (in parallel,
+// the same for any thread count) only when the search reaches it, or taken from an AstrometryIndex that
+// holds every level of a whole catalog. Detection side: the nBrightest detections form the same quads (up
+// to the 4 brightest inside the circle, every pair of them), in both parities, brightest quads first. Each
 // code hit gives a similarity transform (scale, rotation, parity, shift) from 4 stars; it must give a
 // pixel scale and centre within the search, match many of the bright detections to thinned reference
 // stars (cheap check), then survive the full refinement and its verification (refine()).
@@ -115,44 +117,43 @@ Cplx tanPoint(double ra0, double dec0, double ra, double dec) {
     return {xi, eta};
 }
 
-void raDecOf(const std::array<double, 3>& v, double& ra, double& dec) {
-    ra = std::atan2(v[1], v[0]) / kDeg;
-    if (ra < 0) ra += 360.0;
-    dec = std::asin(std::clamp(v[2], -1.0, 1.0)) / kDeg;
-}
-
 // Half a level step on a log scale (the levels are sqrt(2) apart): a level covers the scales within this
 // factor of its own.
 double levelHalfStep() {
     return std::pow(2.0, 0.25);
 }
 
-// Scale levels sqrt(2) apart from sLo to sHi, each with the reference stars of `area` thinned to the
-// brightest refPerCell per sky cell (16 cells per field at that scale) and a sky tree over them.
-std::vector<Level> buildLevels(const std::vector<std::uint32_t>& area, const RefStars& refs,
-                               const AstrometryParams& p, double sizePx, double sLo, double sHi) {
+// Level `lv` (its scale set) filled with the reference stars of `area` thinned to the brightest refPerCell
+// per sky cell (16 cells per field at that scale) and a sky tree over them.
+void fillLevel(const std::vector<std::uint32_t>& area, const RefStars& refs, const AstrometryParams& p,
+               double sizePx, Level& lv) {
+    const double cellDeg = lv.scale / 3600.0 * sizePx / 4.0;
+    std::unordered_map<std::int64_t, int> counts;
+    counts.reserve(std::min<std::size_t>(area.size(), 1u << 20));
+    for (std::uint32_t id : area) {
+        const double dec = refs.dec[id];
+        const auto iy = static_cast<std::int64_t>(std::floor((dec + 90.0) / cellDeg));
+        const double bandDec = std::clamp(-90.0 + (iy + 0.5) * cellDeg, -89.9, 89.9);
+        const double cellRa = cellDeg / std::max(std::cos(bandDec * kDeg), 1e-3);
+        const auto ix = static_cast<std::int64_t>(std::floor(refs.ra[id] / cellRa));
+        int& c = counts[iy * 4000000 + ix];
+        if (c >= p.refPerCell) continue;
+        ++c;
+        lv.sel.push_back(static_cast<std::int32_t>(id));
+        lv.xyz.push_back(refs.xyz[id]);
+    }
+    lv.tree = std::make_unique<SkyTree>(lv.xyz);
+    const double cellPx = sizePx / 4.0;
+    lv.density = p.refPerCell / (cellPx * cellPx);
+}
+
+// Scale levels sqrt(2) apart from sLo to sHi, their stars not filled yet.
+std::vector<Level> levelScales(double sLo, double sHi) {
     const double step = std::sqrt(2.0), half = levelHalfStep();
     std::vector<Level> levels;
     for (double s = sLo * half; s / half < sHi * 1.0000001; s *= step) {
         Level lv;
         lv.scale = s;
-        const double cellDeg = s / 3600.0 * sizePx / 4.0;
-        std::unordered_map<std::int64_t, int> counts;
-        for (std::uint32_t id : area) {
-            const double dec = refs.dec[id];
-            const auto iy = static_cast<std::int64_t>(std::floor((dec + 90.0) / cellDeg));
-            const double bandDec = std::clamp(-90.0 + (iy + 0.5) * cellDeg, -89.9, 89.9);
-            const double cellRa = cellDeg / std::max(std::cos(bandDec * kDeg), 1e-3);
-            const auto ix = static_cast<std::int64_t>(std::floor(refs.ra[id] / cellRa));
-            int& c = counts[iy * 4000000 + ix];
-            if (c >= p.refPerCell) continue;
-            ++c;
-            lv.sel.push_back(static_cast<std::int32_t>(id));
-            lv.xyz.push_back(refs.xyz[id]);
-        }
-        lv.tree = std::make_unique<SkyTree>(lv.xyz);
-        const double cellPx = sizePx / 4.0;
-        lv.density = p.refPerCell / (cellPx * cellPx);
         levels.push_back(std::move(lv));
     }
     return levels;
@@ -191,91 +192,129 @@ std::vector<DetQuad> detectionQuads(const Detections& det, std::size_t nq, doubl
     return dq;
 }
 
-// The reference quad on the pair (ia, ib) of level `lv` (sortedNb: ia's neighbours within dMax, brightest
-// first): the two brightest stars inside the circle AB and the canonical code; false when there is none.
-bool makeRefQuad(const Level& lv, int l, const RefStars& refs, std::size_t ia, std::uint32_t ib,
-                 const std::vector<std::uint32_t>& sortedNb, double dMin, double dMax, RefQuad& q,
-                 std::array<double, 4>& code) {
-    const auto& va = lv.xyz[ia];
-    const auto& vb = lv.xyz[ib];
-    const double chordAB = std::sqrt((va[0] - vb[0]) * (va[0] - vb[0]) + (va[1] - vb[1]) * (va[1] - vb[1]) +
-                                     (va[2] - vb[2]) * (va[2] - vb[2]));
-    const double dAB = degFromChord(chordAB);
+// The gnomonic projection on the plane tangent at a unit vector (east, north axes): tanProject's standard
+// coordinates up to a common factor, without trigonometry (a quad's code ignores the scale).
+struct TangentPlane {
+    std::array<double, 3> m, e, n;
+    explicit TangentPlane(const std::array<double, 3>& centre) : m(centre) {
+        const double h = std::hypot(m[0], m[1]);
+        e = h > 1e-12 ? std::array<double, 3>{-m[1] / h, m[0] / h, 0.0}
+                      : std::array<double, 3>{0.0, 1.0, 0.0};
+        n = {m[1] * e[2] - m[2] * e[1], m[2] * e[0] - m[0] * e[2], m[0] * e[1] - m[1] * e[0]};
+    }
+    Cplx operator()(const std::array<double, 3>& v) const {
+        const double w = v[0] * m[0] + v[1] * m[1] + v[2] * m[2];
+        return {(v[0] * e[0] + v[1] * e[1] + v[2] * e[2]) / w, (v[0] * n[0] + v[1] * n[1] + v[2] * n[2]) / w};
+    }
+};
+
+double chordOf(const std::array<double, 3>& a, const std::array<double, 3>& b) {
+    return std::sqrt((a[0] - b[0]) * (a[0] - b[0]) + (a[1] - b[1]) * (a[1] - b[1]) +
+                     (a[2] - b[2]) * (a[2] - b[2]));
+}
+
+// The reference quad on A = nb[0] and B = nb[b] (nb: A and its neighbours within dMax of the level, ascending
+// star order, i.e. brightest first; v: their unit vectors): the two brightest stars inside the circle AB and
+// the canonical code; false when there is none.
+bool makeRefQuad(const Level& lv, int l, const std::vector<std::uint32_t>& nb,
+                 const std::vector<std::array<double, 3>>& v, std::size_t b, double dMin, double dMax,
+                 RefQuad& q, std::array<double, 4>& code) {
+    const auto& va = v[0];
+    const auto& vb = v[b];
+    const double dAB = degFromChord(chordOf(va, vb));
     if (dAB < dMin || dAB > dMax) return false;
     std::array<double, 3> m = {va[0] + vb[0], va[1] + vb[1], va[2] + vb[2]};
     const double norm = std::sqrt(m[0] * m[0] + m[1] * m[1] + m[2] * m[2]);
     for (double& c : m)
         c /= norm;
-    const double rc = chordFromDeg(0.5 * dAB);
-    std::uint32_t inside[2];
+    const double rc = chordFromDeg(0.5 * dAB), rc2 = rc * rc;
+    std::size_t inside[2];
     int nIn = 0;
-    for (std::uint32_t ic : sortedNb) {
-        if (ic == ia || ic == ib) continue;
-        const auto& vc = lv.xyz[ic];
+    for (std::size_t k = 1; k < nb.size() && nIn < 2; ++k) {
+        if (k == b) continue;
+        const auto& vc = v[k];
         const double d2 = (vc[0] - m[0]) * (vc[0] - m[0]) + (vc[1] - m[1]) * (vc[1] - m[1]) +
                           (vc[2] - m[2]) * (vc[2] - m[2]);
-        if (d2 > rc * rc) continue;
-        inside[nIn++] = ic;
-        if (nIn == 2) break;
+        if (d2 <= rc2) inside[nIn++] = k;
     }
     if (nIn < 2) return false;
-    double mra = 0, mdec = 0;
-    raDecOf(m, mra, mdec);
-    const std::uint32_t ids[4] = {static_cast<std::uint32_t>(ia), ib, inside[0], inside[1]};
+    const TangentPlane plane(m);
+    const std::size_t ids[4] = {0, b, inside[0], inside[1]};
     std::array<Cplx, 4> pts;
-    for (int k = 0; k < 4; ++k) {
-        const std::int32_t r = lv.sel[ids[k]];
-        pts[k] = tanPoint(mra, mdec, refs.ra[r], refs.dec[r]);
-    }
-    std::vector<std::pair<std::array<int, 4>, std::array<double, 4>>> vars;
-    codeVariants(pts, 0.0, vars);
-    if (vars.empty()) return false;
     for (int k = 0; k < 4; ++k)
-        q.star[k] = lv.sel[ids[vars[0].first[k]]];
-    q.level = l;
-    q.abDeg = dAB;
-    code = vars[0].second;
-    return true;
+        pts[k] = plane(v[ids[k]]);
+    for (int var = 0; var < 4; ++var) { // the canonical variant (codeVariants with no slack, first one)
+        std::array<int, 4> order;
+        if (!quadCode(pts, var & 1, var & 2, order, code)) continue;
+        if (code[0] + code[2] > 1.0 || code[0] > code[2]) continue;
+        for (int k = 0; k < 4; ++k)
+            q.star[k] = lv.sel[nb[ids[order[k]]]];
+        q.level = l;
+        q.abDeg = dAB;
+        return true;
+    }
+    return false;
 }
 
-// Reference quads of level l, with their k-d tree on the code.
-void buildLevelIndex(const std::vector<Level>& levels, int l, const RefStars& refs, double sizePx,
-                     LevelIndex& out) {
+// The quads with star ia of level l as A (at most maxPerStar, partners B fainter than A, brightest first),
+// appended. C and D may be brighter than A.
+void quadsOfStar(const Level& lv, int l, std::size_t ia, double dMin, double dMax, int maxPerStar,
+                 std::vector<RefQuad>& quads, std::vector<std::array<double, 4>>& codes) {
+    std::vector<std::uint32_t> nb = lv.tree->coneByIndex(lv.xyz[ia], dMax);
+    // A first, then the others in star order.
+    const auto self = std::find(nb.begin(), nb.end(), static_cast<std::uint32_t>(ia));
+    if (self != nb.end())
+        std::rotate(nb.begin(), self, self + 1);
+    else
+        nb.insert(nb.begin(), static_cast<std::uint32_t>(ia));
+    std::vector<std::array<double, 3>> v(nb.size());
+    for (std::size_t k = 0; k < nb.size(); ++k)
+        v[k] = lv.xyz[nb[k]];
+    int made = 0;
+    for (std::size_t b = 1; b < nb.size() && made < maxPerStar; ++b) {
+        if (nb[b] <= ia) continue;
+        RefQuad q;
+        std::array<double, 4> code;
+        if (!makeRefQuad(lv, l, nb, v, b, dMin, dMax, q, code)) continue;
+        quads.push_back(q);
+        codes.push_back(code);
+        ++made;
+    }
+}
+
+// Reference quads of level l, with their k-d tree on the code. The stars are cut into a fixed number of
+// chunks built on `threads` threads and joined in star order: the same index for any thread count.
+void buildLevelIndex(const std::vector<Level>& levels, int l, double sizePx, const AstrometryParams& p,
+                     int threads, LevelIndex& out) {
     const double half = levelHalfStep();
     const Level& lv = levels[l];
     const double dMin = kQuadMin * sizePx * lv.scale / half / 3600.0;
     const double dMax = kQuadMax * sizePx * lv.scale * half / 3600.0;
-    for (std::size_t ia = 0; ia < lv.sel.size(); ++ia) {
-        std::vector<std::uint32_t> sortedNb = lv.tree->cone(lv.xyz[ia], dMax);
-        std::sort(sortedNb.begin(), sortedNb.end()); // brightness order
-        for (std::uint32_t ib : sortedNb) {
-            if (ib <= ia) continue;
-            RefQuad q;
-            std::array<double, 4> code;
-            if (!makeRefQuad(lv, l, refs, ia, ib, sortedNb, dMin, dMax, q, code)) continue;
-            out.quads.push_back(q);
-            out.codes.pts.push_back(code);
-        }
+    const std::size_t n = lv.sel.size();
+    const std::size_t nChunks = std::min<std::size_t>(n, 64);
+    std::vector<std::vector<RefQuad>> cq(nChunks);
+    std::vector<std::vector<std::array<double, 4>>> cc(nChunks);
+    ParallelErrors errors;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, threads)) if (n > 256)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c)
+        errors.run([&] {
+            const std::size_t b = n * c / nChunks, e = n * (c + 1) / nChunks;
+            for (std::size_t ia = b; ia < e; ++ia)
+                quadsOfStar(lv, l, ia, dMin, dMax, p.maxQuadsPerStar, cq[c], cc[c]);
+        });
+    errors.rethrow();
+    for (std::size_t c = 0; c < nChunks; ++c) {
+        out.quads.insert(out.quads.end(), cq[c].begin(), cq[c].end());
+        out.codes.pts.insert(out.codes.pts.end(), cc[c].begin(), cc[c].end());
     }
     out.tree = std::make_unique<Tree4>(4, out.codes, nanoflann::KDTreeSingleIndexAdaptorParams(16));
-}
-
-// Builds the indexes of levels first, first - 1, ..., first - count + 1 into built[0..count) in parallel
-// (one level per thread; each level's index does not depend on the thread count).
-void buildLevelBatch(const std::vector<Level>& levels, int first, int count, const RefStars& refs,
-                     double sizePx, std::vector<LevelIndex>& built) {
-    ParallelErrors errors;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(count)
-    for (int k = 0; k < count; ++k)
-        errors.run([&] { buildLevelIndex(levels, first - k, refs, sizePx, built[k]); });
-    errors.rethrow();
 }
 
 // The search proper: every detection quad against one level's reference quads, each code hit turned into
 // a candidate WCS that must pass the search limits, the cheap check and finally refine()'s verification.
 class QuadSearch {
 public:
-    QuadSearch(const Detections& det, const RefStars& refs, const SkyTree& tree, const BlindSearch& search,
+    QuadSearch(const Detections& det, const RefStars& refs, const SkyTree* tree, const BlindSearch& search,
                const AstrometryParams& p, RunContext& ctx, const std::vector<Level>& levels,
                const std::vector<DetQuad>& dq, double sizePx, std::size_t nq, double sLo, double sHi)
         : m_det(det), m_refs(refs), m_tree(tree), m_search(search), m_p(p), m_ctx(ctx), m_levels(levels),
@@ -323,7 +362,7 @@ private:
         if (!passesCheapCheck(w, m_levels[rq.level])) return std::nullopt;
         // Full refinement and verification.
         ++m_fullVerifications;
-        RefineOutcome r = refine(m_det, m_refs, &m_tree, w, m_rCheap, false, m_p, m_ctx.threadCount());
+        RefineOutcome r = refine(m_det, m_refs, m_tree, w, m_rCheap, false, m_p, m_ctx.threadCount());
         if (r.ok) return r;
         m_lastWhy = r.why;
         if (m_fullVerifications >= m_p.maxFullVerifications) {
@@ -397,7 +436,7 @@ private:
 
     const Detections& m_det;
     const RefStars& m_refs;
-    const SkyTree& m_tree;
+    const SkyTree* m_tree;
     const BlindSearch& m_search;
     const AstrometryParams& m_p;
     RunContext& m_ctx;
@@ -417,46 +456,62 @@ private:
 };
 } // namespace
 
-RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyTree& tree,
-                         const BlindSearch& search, const AstrometryParams& p, RunContext& ctx) {
-    RefineOutcome fail;
-    const int width = det.width, height = det.height;
+struct QuadLevels {
+    std::vector<Level> levels;
+    std::vector<LevelIndex> index; // one per level
+};
+
+std::shared_ptr<const QuadLevels> buildQuadLevels(const RefStars& refs, int width, int height,
+                                                  const AstrometryParams& p, int threads) {
+    auto out = std::make_shared<QuadLevels>();
     const double sizePx = std::sqrt(double(width) * height);
-    const double halfDiagPx = 0.5 * std::hypot(width, height);
-    const double sLo = std::max(search.scaleLow, 1e-3), sHi = std::max(search.scaleHigh, sLo);
-
-    // Reference stars of the search area (brightest first).
-    const double areaRadius = std::min(180.0, search.radiusDeg + halfDiagPx * sHi / 3600.0 * 1.1);
-    std::vector<std::uint32_t> area = tree.cone(unitVector(search.centre[0], search.centre[1]), areaRadius);
-    std::sort(area.begin(), area.end());
-    if (area.size() < 6) {
-        fail.why = "fewer than 6 reference stars in the search area";
-        return fail;
+    const double sLo = std::max(p.scaleLow, 1e-3), sHi = std::max(p.scaleHigh, sLo);
+    std::vector<std::uint32_t> all(refs.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+        all[i] = static_cast<std::uint32_t>(i);
+    out->levels = levelScales(sLo, sHi);
+    out->index.resize(out->levels.size());
+    for (std::size_t l = 0; l < out->levels.size(); ++l) {
+        fillLevel(all, refs, p, sizePx, out->levels[l]);
+        buildLevelIndex(out->levels, static_cast<int>(l), sizePx, p, threads, out->index[l]);
     }
+    return out;
+}
 
-    const std::vector<Level> levels = buildLevels(area, refs, p, sizePx, sLo, sHi);
-    const std::size_t nq = std::min<std::size_t>(det.size(), std::max(p.nBrightest, 4));
-    const std::vector<DetQuad> dq = detectionQuads(det, nq, sizePx);
-    QuadSearch quadSearch(det, refs, tree, search, p, ctx, levels, dq, sizePx, nq, sLo, sHi);
+std::size_t quadCount(const QuadLevels& q) {
+    std::size_t n = 0;
+    for (const LevelIndex& li : q.index)
+        n += li.quads.size();
+    return n;
+}
 
-    // Levels from the largest scale down (the cheap ones first), built in batches in parallel; the
-    // search order (level, then detection quad) and so the answer do not depend on the batch size.
+namespace {
+// Levels from the largest scale down (the cheap ones first), each built (in parallel inside) just before it
+// is searched, or taken from `prebuilt` (the levels that overlap the searched scales); the search order
+// (level, then detection quad) and so the answer do not depend on the thread count.
+// `levels` is `own` (filled here) or prebuilt's levels.
+RefineOutcome searchLevels(QuadSearch& quadSearch, const std::vector<Level>& levels, std::vector<Level>& own,
+                           const QuadLevels* prebuilt, const std::vector<std::uint32_t>& area,
+                           const RefStars& refs, double sizePx, double sLo, double sHi,
+                           const AstrometryParams& p, RunContext& ctx) {
     const int nLevels = static_cast<int>(levels.size());
-    const int batch = std::max(1, std::min(ctx.threadCount(), nLevels));
+    const double half = levelHalfStep();
     std::size_t totalQuads = 0;
-    for (int first = nLevels - 1; first >= 0; first -= batch) {
-        const int count = std::min(batch, first + 1);
-        std::vector<LevelIndex> built(count);
-        buildLevelBatch(levels, first, count, refs, sizePx, built);
-        ctx.checkCancelled();
-        for (int k = 0; k < count; ++k) {
-            const LevelIndex& li = built[k];
-            totalQuads += li.quads.size();
-            if (li.quads.empty()) continue;
-            ctx.report("astrometry", 0.9 * (nLevels - first + k) / double(nLevels));
-            if (auto r = quadSearch.searchLevel(li)) return std::move(*r);
+    for (int l = nLevels - 1; l >= 0; --l) {
+        if (levels[l].scale * half < sLo || levels[l].scale / half > sHi) continue;
+        LevelIndex built;
+        if (!prebuilt) {
+            fillLevel(area, refs, p, sizePx, own[l]);
+            buildLevelIndex(levels, l, sizePx, p, ctx.threadCount(), built);
         }
+        const LevelIndex& li = prebuilt ? prebuilt->index[l] : built;
+        ctx.checkCancelled();
+        totalQuads += li.quads.size();
+        if (li.quads.empty()) continue;
+        ctx.report("astrometry", 0.9 * (nLevels - l) / double(nLevels));
+        if (auto r = quadSearch.searchLevel(li)) return std::move(*r);
     }
+    RefineOutcome fail;
     if (totalQuads == 0) {
         fail.why = "no reference quads in the search area";
         return fail;
@@ -468,6 +523,54 @@ RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyT
                          " tried; last: " + lastWhy + ")"
                    : lastWhy;
     return fail;
+}
+
+// The stars within radiusDeg of the unit vector c, in ascending order: through the tree when given, else by a
+// linear scan (cheaper than building a tree for one search).
+std::vector<std::uint32_t> areaStars(const RefStars& refs, const SkyTree* tree,
+                                     const std::array<double, 3>& c, double radiusDeg) {
+    std::vector<std::uint32_t> area;
+    if (tree) {
+        area = tree->cone(c, radiusDeg);
+        std::sort(area.begin(), area.end());
+        return area;
+    }
+    const double ch = chordFromDeg(radiusDeg), ch2 = ch * ch;
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+        const auto& v = refs.xyz[i];
+        const double d2 =
+            (v[0] - c[0]) * (v[0] - c[0]) + (v[1] - c[1]) * (v[1] - c[1]) + (v[2] - c[2]) * (v[2] - c[2]);
+        if (d2 < ch2) area.push_back(static_cast<std::uint32_t>(i));
+    }
+    return area;
+}
+} // namespace
+
+RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyTree* tree,
+                         const BlindSearch& search, const AstrometryParams& p, RunContext& ctx,
+                         const QuadLevels* prebuilt) {
+    RefineOutcome fail;
+    const int width = det.width, height = det.height;
+    const double sizePx = std::sqrt(double(width) * height);
+    const double halfDiagPx = 0.5 * std::hypot(width, height);
+    const double sLo = std::max(search.scaleLow, 1e-3), sHi = std::max(search.scaleHigh, sLo);
+
+    std::vector<Level> ownLevels; // filled level by level as the search reaches them
+    std::vector<std::uint32_t> area;
+    if (!prebuilt) { // the reference stars of the search area (brightest first)
+        const double areaRadius = std::min(180.0, search.radiusDeg + halfDiagPx * sHi / 3600.0 * 1.1);
+        area = areaStars(refs, tree, unitVector(search.centre[0], search.centre[1]), areaRadius);
+        if (area.size() < 6) {
+            fail.why = "fewer than 6 reference stars in the search area";
+            return fail;
+        }
+        ownLevels = levelScales(sLo, sHi);
+    }
+    const std::vector<Level>& levels = prebuilt ? prebuilt->levels : ownLevels;
+    const std::size_t nq = std::min<std::size_t>(det.size(), std::max(p.nBrightest, 4));
+    const std::vector<DetQuad> dq = detectionQuads(det, nq, sizePx);
+    QuadSearch quadSearch(det, refs, tree, search, p, ctx, levels, dq, sizePx, nq, sLo, sHi);
+    return searchLevels(quadSearch, levels, ownLevels, prebuilt, area, refs, sizePx, sLo, sHi, p, ctx);
 }
 
 } // namespace gpuphot::astrom

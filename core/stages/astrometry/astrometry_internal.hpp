@@ -40,6 +40,8 @@ public:
     SkyTree& operator=(const SkyTree&) = delete;
     // Indices within radiusDeg of p, sorted by distance then index.
     std::vector<std::uint32_t> cone(const std::array<double, 3>& p, double radiusDeg) const;
+    // The same indices in ascending order.
+    std::vector<std::uint32_t> coneByIndex(const std::array<double, 3>& p, double radiusDeg) const;
     // Nearest point: index and chord distance; index -1 when empty.
     std::pair<std::int64_t, double> nearest(const std::array<double, 3>& p) const;
 
@@ -119,7 +121,28 @@ struct BlindSearch {
     double radiusDeg = 180.0;                // deg: field centre within this of `centre`
     double scaleLow = 0.5, scaleHigh = 20.0; // arcsec/px
 };
-RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyTree& tree,
-                         const BlindSearch& search, const AstrometryParams& p, RunContext& ctx);
+// The thinned reference stars and the reference quads of every scale level (opaque; astrometry_blind.cpp).
+struct QuadLevels;
+// The quads of the whole of `refs` at the levels between p.scaleLow and p.scaleHigh, for frames of
+// width x height: what solveBlind builds per call over its search area, built once (AstrometryIndex).
+std::shared_ptr<const QuadLevels> buildQuadLevels(const RefStars& refs, int width, int height,
+                                                  const AstrometryParams& p, int threads);
+std::size_t quadCount(const QuadLevels& q);
+// With `prebuilt` (from buildQuadLevels over the same refs and frame size) the levels that overlap the
+// searched scales are searched as they are; otherwise they are built over the search area level by level.
+// tree: a sky tree over refs (may be null: linear scans instead).
+RefineOutcome solveBlind(const Detections& det, const RefStars& refs, const SkyTree* tree,
+                         const BlindSearch& search, const AstrometryParams& p, RunContext& ctx,
+                         const QuadLevels* prebuilt = nullptr);
 
 } // namespace gpuphot::astrom
+
+namespace gpuphot {
+struct AstrometryIndex::Impl {
+    astrom::RefStars refs; // the whole catalog, brightest first
+    std::unique_ptr<astrom::SkyTree> tree;
+    std::shared_ptr<const astrom::QuadLevels> levels;
+    int width = 0, height = 0;
+    double seconds = 0.0;
+};
+} // namespace gpuphot

@@ -68,6 +68,10 @@ std::vector<ParamDef> astrometry() {
             .ui(0.5, 2),
         F(nBrightest).lbl("Brightest detections").doc("Used to build quads").range(4, 10000),
         F(refPerCell).lbl("Ref. stars per cell").doc("Uniformisation (16 cells per field)").range(1, 1000),
+        F(maxQuadsPerStar)
+            .lbl("Quads per star")
+            .doc("Reference quads built on a star as first star, at most")
+            .range(1, 100000),
         F(codeTolerance)
             .lbl("Code tolerance")
             .doc("Quad code distance accepted as a hit")
