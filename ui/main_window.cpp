@@ -38,6 +38,7 @@
 #include "core/catalog/table.hpp"
 #include "core/db/db_writer.hpp"
 #include "core/db/results_store.hpp"
+#include "core/io/ds9_regions.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/io/text_catalog.hpp"
@@ -138,6 +139,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     buildMosaicDock();
     buildMenus();
     buildLightCurveDock();
+    buildRegions();
     buildViewTools();
 
     m_readout = new QLabel(this);
@@ -803,7 +805,7 @@ bool MainWindow::exportRegions(const QString& path) {
     try {
         const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
                                      m_snapshot->reference.get());
-        writeDs9Regions(path.toStdString(), t);
+        writeDs9RegionFile(path.toStdString(), catalogRegions(t, viewWcs())); // ids, colour by flag, fk5
         return true;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));

@@ -6,6 +6,7 @@
 #include <QMainWindow>
 #include <QPointer>
 #include <memory>
+#include <vector>
 
 #include "ui/calibration_dialog.hpp"
 #include "ui/snapshot.hpp"
@@ -25,6 +26,10 @@ class QUrl;
 namespace gpuphot::viewers {
 class ImageView;
 }
+namespace gpuphot {
+struct RegionFile;
+struct RegionStats;
+} // namespace gpuphot
 
 namespace gpuphot::ui {
 
@@ -43,6 +48,7 @@ class FolderFollower;
 class DisplayControls;
 class LightCurvePanel;
 class MosaicPanel;
+class RegionLayer;
 class PanDialog;
 
 class MainWindow : public QMainWindow {
@@ -105,6 +111,16 @@ public:
     // View > Pan to coordinates (ui/main_window_view.cpp): non-modal, one at a time.
     PanDialog* showPanDialog();
     static QUrl documentationUrl();
+    // DS9 regions (main_window_regions.cpp): File > Load / Save DS9 regions, drawn by the regions layer
+    // (View > Show DS9 regions); statistics of the pixels inside each (File > Statistics in regions);
+    // forced aperture photometry at a Ctrl+click (x, y 0-based) into the Source panel. Return false
+    // (or an empty list) and show the error on failure.
+    bool loadRegions(const QString& path);
+    bool saveRegions(const QString& path);
+    RegionLayer* regionLayer() const { return m_regionLayer; }
+    std::vector<RegionStats> regionStatistics(); // one per region that holds pixels (points left out)
+    QDialog* showRegionStatistics();
+    bool photometryAt(double x, double y);
 
 signals:
     void frameShown(const QString& path);
@@ -156,6 +172,8 @@ private:
     // (the dock hides); otherwise the panel shows it and an empty *hdu becomes the CCD to open.
     void buildMosaicDock();
     bool openAsMosaic(const QString& path, QString& hdu);
+    void buildRegions(); // main_window_regions.cpp: menus, the layer, Ctrl+click
+    void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,
     // pan to coordinates, orientation); viewWcs is the WCS the readout uses.
     void buildViewTools();
@@ -181,6 +199,8 @@ private:
     LightCurvePanel* m_curves = nullptr;
     MosaicPanel* m_mosaic = nullptr;
     QDockWidget* m_mosaicDock = nullptr;
+    RegionLayer* m_regionLayer = nullptr;
+    std::shared_ptr<RegionFile> m_regions; // as loaded (null: none)
     QStringList m_followQueue; // every-frame mode: announced frames waiting for the one reducing
     QString m_following;       // the followed frame being reduced ("" when none)
     std::shared_ptr<const Frame> m_steppedFrame; // a series frame shown by stepping (not reduced)

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <QColor>
+
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot::ui {
@@ -38,8 +40,9 @@ OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
     const Sources& s = r.detection.sources;
     g.sources.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i)
-        g.sources.push_back({static_cast<float>(s.x[i]), static_cast<float>(s.y[i]), static_cast<float>(s.a[i]),
-                             static_cast<float>(s.b[i]), static_cast<float>(s.theta[i]), s.flags[i]});
+        g.sources.push_back({static_cast<float>(s.x[i]), static_cast<float>(s.y[i]),
+                             static_cast<float>(s.a[i]), static_cast<float>(s.b[i]),
+                             static_cast<float>(s.theta[i]), s.flags[i]});
     for (double rad : r.aperture.radii)
         g.apertureRadii.push_back(static_cast<float>(rad));
     const ApertureParams& ap = snap.config.aperture;
@@ -56,13 +59,15 @@ OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
                 const double len = psf.fwhmAt(x, y) * psf.ellipticityAt(x, y) * opt.whiskerGain;
                 const double th = psf.thetaAt(x, y) * M_PI / 180.0;
                 g.whiskers.push_back({static_cast<float>(x), static_cast<float>(y),
-                                      static_cast<float>(len * std::cos(th)), static_cast<float>(len * std::sin(th))});
+                                      static_cast<float>(len * std::cos(th)),
+                                      static_cast<float>(len * std::sin(th))});
             }
     }
 
     const CrossmatchResult& cm = r.crossmatch;
     for (std::size_t k : brightestReferences(cm, snap.reference.get(), opt.maxReferenceStars))
-        g.referenceStars.push_back({static_cast<float>(cm.refX[k]), static_cast<float>(cm.refY[k]), 0.0f, 0.0f});
+        g.referenceStars.push_back(
+            {static_cast<float>(cm.refX[k]), static_cast<float>(cm.refY[k]), 0.0f, 0.0f});
 
     // Residuals: reference minus measured position through the fitted WCS, in pixels.
     const AstrometryResult& as = r.astrometry;
@@ -80,6 +85,69 @@ OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
         }
     }
     return g;
+}
+
+// ---- DS9 regions -----------------------------------------------------------------------------------
+namespace {
+
+// The outline of a circle, ellipse or box: the shape's own axes rotated by its angle about its centre.
+std::vector<double> outline(const PixelRegion& p, int segments) {
+    const double cx = p.points[0], cy = p.points[1];
+    const double t = p.angle * M_PI / 180.0, c = std::cos(t), s = std::sin(t);
+    std::vector<std::pair<double, double>> local;
+    if (p.shape == RegionShape::Box) {
+        const double hw = 0.5 * p.sizes[0], hh = 0.5 * p.sizes[1];
+        local = {{-hw, -hh}, {hw, -hh}, {hw, hh}, {-hw, hh}};
+    } else {
+        const double a = p.sizes[0], b = p.shape == RegionShape::Ellipse ? p.sizes[1] : p.sizes[0];
+        for (int k = 0; k < segments; ++k) {
+            const double u = 2.0 * M_PI * k / segments;
+            local.emplace_back(a * std::cos(u), b * std::sin(u));
+        }
+    }
+    std::vector<double> xy;
+    for (const auto& [u, v] : local) {
+        xy.push_back(cx + u * c - v * s);
+        xy.push_back(cy + u * s + v * c);
+    }
+    return xy;
+}
+
+std::string globalColour(const std::string& global) {
+    const std::size_t at = global.find("color=");
+    if (at == std::string::npos) return "green";
+    const std::size_t end = global.find(' ', at);
+    return global.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+}
+
+} // namespace
+
+std::uint32_t regionColour(const std::string& name) {
+    const QColor c(QString::fromStdString(name));
+    return c.isValid() ? viewers::packRgba(c.red(), c.green(), c.blue()) : viewers::packRgba(0, 255, 0);
+}
+
+RegionOverlay buildRegionOverlay(const RegionFile& file, const Wcs* wcs, int ellipseSegments) {
+    RegionOverlay o;
+    const std::string fallback = globalColour(file.global);
+    for (const Region& r : file.regions) {
+        PixelRegion p;
+        try {
+            p = toPixels(r, wcs);
+        } catch (const std::exception& e) {
+            o.problems.push_back("line " + std::to_string(r.line) + ": " + e.what());
+            continue;
+        }
+        RegionOutline out;
+        out.point = p.shape == RegionShape::Point;
+        out.exclude = p.exclude;
+        out.rgba = regionColour(r.color.empty() ? fallback : r.color);
+        out.text = r.text;
+        const bool vertices = p.shape == RegionShape::Polygon || out.point;
+        out.xy = vertices ? p.points : outline(p, ellipseSegments);
+        o.outlines.push_back(std::move(out));
+    }
+    return o;
 }
 
 } // namespace gpuphot::ui

@@ -76,12 +76,20 @@ QString SourceInspector::flagsText() const {
 
 void SourceInspector::setSnapshot(SnapshotPtr snapshot) {
     m_snapshot = std::move(snapshot);
+    m_click.reset();
     if (!m_snapshot || m_index >= static_cast<int>(m_snapshot->result.detection.sources.size())) m_index = -1;
     refresh();
 }
 
 void SourceInspector::setSelectedSource(int index) {
     m_index = index;
+    m_click.reset();
+    refresh();
+}
+
+void SourceInspector::setClickPhotometry(const ClickPhotometry& measurement) {
+    m_click = measurement;
+    m_index = -1;
     refresh();
 }
 
@@ -97,6 +105,7 @@ void SourceInspector::refresh() {
     m_growth->clearGraphs();
     m_details->setRowCount(0);
     m_image = QImage();
+    if (m_click && m_snapshot && m_snapshot->frame) return refreshClick();
     const bool valid = m_snapshot && m_snapshot->frame && m_index >= 0 &&
                        static_cast<std::size_t>(m_index) < m_snapshot->result.detection.sources.size();
     if (!valid) {
@@ -113,53 +122,11 @@ void SourceInspector::refresh() {
     const ApertureResult& ap = r.aperture;
     const bool haveAp = ap.count == src.size();
 
-    // ---- stamp: asinh stretch between the local sky and the peak, y up (FITS orientation) ----------
-    const Stamp st = extractStamp(*s.frame, x, y, m_half);
-    const double sky =
-        haveAp && std::isfinite(ap.sky[m_index]) ? ap.sky[m_index] : percentile(st.values, 0.5);
-    const double rms =
-        haveAp && std::isfinite(ap.skyRms[m_index]) && ap.skyRms[m_index] > 0 ? ap.skyRms[m_index] : 1.0;
-    const double lo = sky - 2.0 * rms;
-    const double hi = std::max(lo + 1.0, percentile(st.values, 0.999));
-    const auto grey = asinhStretch(st.values, lo, hi, 3.0 * rms);
-    QImage img(st.width, st.height, QImage::Format_RGB32);
-    for (int j = 0; j < st.height; ++j) {
-        auto* line = reinterpret_cast<QRgb*>(img.scanLine(st.height - 1 - j));
-        for (int i = 0; i < st.width; ++i) {
-            const std::size_t k = static_cast<std::size_t>(j) * st.width + i;
-            const int g = grey[k];
-            line[i] = st.masked[k] ? qRgb(g / 2 + 60, g / 2, g / 2) : qRgb(g, g, g);
-        }
-    }
-    const double scale = static_cast<double>(kStampView) / st.width;
-    m_image = img.scaled(kStampView, kStampView, Qt::IgnoreAspectRatio, Qt::FastTransformation);
-    {
-        QPainter p(&m_image);
-        p.setRenderHint(QPainter::Antialiasing);
-        // frame pixel (fx, fy) centre -> image ((fx - x0 + 0.5) s, (y0 + h - 1 - fy + 0.5) s)
-        const QPointF c((x - st.x0 + 0.5) * scale, (st.y0 + st.height - 1 - y + 0.5) * scale);
-        if (haveAp) {
-            p.setPen(QPen(QColor(0, 220, 255), 1.2));
-            for (double rad : ap.radii)
-                p.drawEllipse(c, rad * scale, rad * scale);
-            const double a1 = ap.skyAnnulusInner, a2 = ap.skyAnnulusOuter;
-            if (a2 > a1 && a1 > 0) {
-                p.setPen(QPen(QColor(255, 220, 0), 1.2, Qt::DashLine));
-                p.drawEllipse(c, a1 * scale, a1 * scale);
-                p.drawEllipse(c, a2 * scale, a2 * scale);
-            }
-            const double ro = ap.radiusOpt.size() == src.size() ? ap.radiusOpt[m_index] : 0.0;
-            if (ro > 0) {
-                p.setPen(QPen(QColor(0, 255, 0), 1.2, Qt::DotLine));
-                p.drawEllipse(c, ro * scale, ro * scale);
-            }
-        }
-        p.setPen(QPen(QColor(255, 0, 255), 1));
-        p.drawLine(c + QPointF(-4, 0), c + QPointF(4, 0));
-        p.drawLine(c + QPointF(0, -4), c + QPointF(0, 4));
-    }
-    m_stamp->setText(QString());
-    m_stamp->setPixmap(QPixmap::fromImage(m_image));
+    const double sky0 = haveAp && std::isfinite(ap.sky[m_index]) ? ap.sky[m_index] : std::nan("");
+    const double rms0 = haveAp ? ap.skyRms[m_index] : std::nan("");
+    const double ro = haveAp && ap.radiusOpt.size() == src.size() ? ap.radiusOpt[m_index] : 0.0;
+    drawStamp(x, y, sky0, rms0, haveAp ? ap.radii : std::vector<double>{}, haveAp ? ap.skyAnnulusInner : 0.0,
+              haveAp ? ap.skyAnnulusOuter : 0.0, ro);
 
     // ---- curve of growth ----------------------------------------------------------------------------
     if (haveAp) {
@@ -198,17 +165,97 @@ void SourceInspector::refresh() {
 
     // ---- numbers and flags --------------------------------------------------------------------------
     const auto rows = sourceDetails(s, m_index);
-    m_details->setRowCount(static_cast<int>(rows.size()));
+    fillDetails(rows);
     QString flags;
+    for (const DetailRow& row : rows)
+        if (row.label == "flags") flags = QString::fromStdString(row.value);
+    m_flags->setText(tr("Source %1 — flags %2").arg(m_index + 1).arg(flags));
+}
+
+// The stamp around (x, y): asinh stretch between the sky and the peak, y up (FITS orientation), the
+// apertures in cyan, the sky annulus in yellow, radiusOpt (when > 0) dotted green.
+void SourceInspector::drawStamp(double x, double y, double sky, double rms, const std::vector<double>& radii,
+                                double annulusInner, double annulusOuter, double radiusOpt) {
+    const Stamp st = extractStamp(*m_snapshot->frame, x, y, m_half);
+    if (!std::isfinite(sky)) sky = percentile(st.values, 0.5);
+    if (!std::isfinite(rms) || rms <= 0) rms = 1.0;
+    const double lo = sky - 2.0 * rms;
+    const double hi = std::max(lo + 1.0, percentile(st.values, 0.999));
+    const auto grey = asinhStretch(st.values, lo, hi, 3.0 * rms);
+    QImage img(st.width, st.height, QImage::Format_RGB32);
+    for (int j = 0; j < st.height; ++j) {
+        auto* line = reinterpret_cast<QRgb*>(img.scanLine(st.height - 1 - j));
+        for (int i = 0; i < st.width; ++i) {
+            const std::size_t k = static_cast<std::size_t>(j) * st.width + i;
+            const int g = grey[k];
+            line[i] = st.masked[k] ? qRgb(g / 2 + 60, g / 2, g / 2) : qRgb(g, g, g);
+        }
+    }
+    const double scale = static_cast<double>(kStampView) / st.width;
+    m_image = img.scaled(kStampView, kStampView, Qt::IgnoreAspectRatio, Qt::FastTransformation);
+    {
+        QPainter p(&m_image);
+        p.setRenderHint(QPainter::Antialiasing);
+        // frame pixel (fx, fy) centre -> image ((fx - x0 + 0.5) s, (y0 + h - 1 - fy + 0.5) s)
+        const QPointF c((x - st.x0 + 0.5) * scale, (st.y0 + st.height - 1 - y + 0.5) * scale);
+        p.setPen(QPen(QColor(0, 220, 255), 1.2));
+        for (double rad : radii)
+            p.drawEllipse(c, rad * scale, rad * scale);
+        if (annulusOuter > annulusInner && annulusInner > 0) {
+            p.setPen(QPen(QColor(255, 220, 0), 1.2, Qt::DashLine));
+            p.drawEllipse(c, annulusInner * scale, annulusInner * scale);
+            p.drawEllipse(c, annulusOuter * scale, annulusOuter * scale);
+        }
+        if (radiusOpt > 0) {
+            p.setPen(QPen(QColor(0, 255, 0), 1.2, Qt::DotLine));
+            p.drawEllipse(c, radiusOpt * scale, radiusOpt * scale);
+        }
+        p.setPen(QPen(QColor(255, 0, 255), 1));
+        p.drawLine(c + QPointF(-4, 0), c + QPointF(4, 0));
+        p.drawLine(c + QPointF(0, -4), c + QPointF(0, 4));
+    }
+    m_stamp->setText(QString());
+    m_stamp->setPixmap(QPixmap::fromImage(m_image));
+}
+
+void SourceInspector::fillDetails(const std::vector<DetailRow>& rows) {
+    m_details->setRowCount(static_cast<int>(rows.size()));
     for (std::size_t k = 0; k < rows.size(); ++k) {
         m_details->setItem(static_cast<int>(k), 0,
                            new QTableWidgetItem(QString::fromStdString(rows[k].label)));
         m_details->setItem(static_cast<int>(k), 1,
                            new QTableWidgetItem(QString::fromStdString(rows[k].value)));
-        if (rows[k].label == "flags") flags = QString::fromStdString(rows[k].value);
     }
     m_details->resizeColumnToContents(0);
-    m_flags->setText(tr("Source %1 — flags %2").arg(m_index + 1).arg(flags));
+}
+
+// A Ctrl+click measurement: its stamp and apertures, the fine curve of growth about its own sky, its numbers.
+void SourceInspector::refreshClick() {
+    const ClickPhotometry& m = *m_click;
+    drawStamp(m.x, m.y, m.sky, m.skyRms, m.radii, m.annulusInner, m.annulusOuter, 0.0);
+    double rMax = 3.0;
+    for (double rad : m.radii)
+        rMax = std::max(rMax, 1.5 * rad);
+    if (std::isfinite(m.sky)) {
+        const CurveOfGrowth fine = fineCurveOfGrowth(*m_snapshot->frame, m.x, m.y, m.sky, rMax, 0.25);
+        QCPGraph* gf = m_growth->addGraph();
+        gf->setPen(QPen(QColor(31, 119, 180), 1.5));
+        gf->setData(QVector<double>(fine.radius.begin(), fine.radius.end()),
+                    QVector<double>(fine.flux.begin(), fine.flux.end()), true);
+        QCPGraph* gc = m_growth->addGraph();
+        gc->setLineStyle(QCPGraph::lsNone);
+        gc->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, QColor(214, 39, 40), 8));
+        gc->setData(QVector<double>(m.radii.begin(), m.radii.end()),
+                    QVector<double>(m.flux.begin(), m.flux.end()));
+        m_growth->legend->setVisible(false);
+        m_growth->rescaleAxes();
+        m_growth->xAxis->setRangeLower(0.0);
+    }
+    m_growth->replot();
+    fillDetails(clickPhotometryDetails(m));
+    m_flags->setText(tr("Forced aperture photometry at %1, %2 (1-based)")
+                         .arg(m.x + 1.0, 0, 'f', 2)
+                         .arg(m.y + 1.0, 0, 'f', 2));
 }
 
 } // namespace gpuphot::ui
