@@ -256,26 +256,34 @@ bool makeRefQuad(const Level& lv, int l, const std::vector<std::uint32_t>& nb,
     return false;
 }
 
+// Buffers of quadsOfStar, reused from star to star.
+struct StarScratch {
+    std::vector<std::uint32_t> nb;
+    std::vector<std::pair<std::uint32_t, double>> hits;
+    std::vector<std::array<double, 3>> v;
+};
+
 // The quads with star ia of level l as A (at most maxPerStar, partners B fainter than A, brightest first),
 // appended. C and D may be brighter than A.
 void quadsOfStar(const Level& lv, int l, std::size_t ia, double dMin, double dMax, int maxPerStar,
-                 std::vector<RefQuad>& quads, std::vector<std::array<double, 4>>& codes) {
-    std::vector<std::uint32_t> nb = lv.tree->coneByIndex(lv.xyz[ia], dMax);
+                 StarScratch& s, std::vector<RefQuad>& quads, std::vector<std::array<double, 4>>& codes) {
+    std::vector<std::uint32_t>& nb = s.nb;
+    lv.tree->coneByIndex(lv.xyz[ia], dMax, nb, s.hits);
     // A first, then the others in star order.
     const auto self = std::find(nb.begin(), nb.end(), static_cast<std::uint32_t>(ia));
     if (self != nb.end())
         std::rotate(nb.begin(), self, self + 1);
     else
         nb.insert(nb.begin(), static_cast<std::uint32_t>(ia));
-    std::vector<std::array<double, 3>> v(nb.size());
+    s.v.resize(nb.size());
     for (std::size_t k = 0; k < nb.size(); ++k)
-        v[k] = lv.xyz[nb[k]];
+        s.v[k] = lv.xyz[nb[k]];
     int made = 0;
     for (std::size_t b = 1; b < nb.size() && made < maxPerStar; ++b) {
         if (nb[b] <= ia) continue;
         RefQuad q;
         std::array<double, 4> code;
-        if (!makeRefQuad(lv, l, nb, v, b, dMin, dMax, q, code)) continue;
+        if (!makeRefQuad(lv, l, nb, s.v, b, dMin, dMax, q, code)) continue;
         quads.push_back(q);
         codes.push_back(code);
         ++made;
@@ -299,8 +307,9 @@ void buildLevelIndex(const std::vector<Level>& levels, int l, double sizePx, con
     for (long long c = 0; c < static_cast<long long>(nChunks); ++c)
         errors.run([&] {
             const std::size_t b = n * c / nChunks, e = n * (c + 1) / nChunks;
+            StarScratch scratch;
             for (std::size_t ia = b; ia < e; ++ia)
-                quadsOfStar(lv, l, ia, dMin, dMax, p.maxQuadsPerStar, cq[c], cc[c]);
+                quadsOfStar(lv, l, ia, dMin, dMax, p.maxQuadsPerStar, scratch, cq[c], cc[c]);
         });
     errors.rethrow();
     for (std::size_t c = 0; c < nChunks; ++c) {

@@ -66,15 +66,23 @@ std::vector<std::uint32_t> SkyTree::cone(const std::array<double, 3>& p, double 
 }
 
 std::vector<std::uint32_t> SkyTree::coneByIndex(const std::array<double, 3>& p, double radiusDeg) const {
+    std::vector<std::uint32_t> out;
     std::vector<std::pair<std::uint32_t, double>> hits;
-    if (m_impl->cloud.pts->empty()) return {};
+    coneByIndex(p, radiusDeg, out, hits);
+    return out;
+}
+
+void SkyTree::coneByIndex(const std::array<double, 3>& p, double radiusDeg, std::vector<std::uint32_t>& out,
+                          std::vector<std::pair<std::uint32_t, double>>& hits) const {
+    out.clear();
+    hits.clear();
+    if (m_impl->cloud.pts->empty()) return;
     const double c = chordFromDeg(radiusDeg);
     m_impl->tree->radiusSearch(p.data(), c * c, hits, nanoflann::SearchParams(32, 0.0f, false));
-    std::vector<std::uint32_t> out(hits.size());
+    out.resize(hits.size());
     for (std::size_t i = 0; i < hits.size(); ++i)
         out[i] = hits[i].first;
     std::sort(out.begin(), out.end());
-    return out;
 }
 
 std::pair<std::int64_t, double> SkyTree::nearest(const std::array<double, 3>& p) const {

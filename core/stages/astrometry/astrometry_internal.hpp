@@ -42,6 +42,9 @@ public:
     std::vector<std::uint32_t> cone(const std::array<double, 3>& p, double radiusDeg) const;
     // The same indices in ascending order.
     std::vector<std::uint32_t> coneByIndex(const std::array<double, 3>& p, double radiusDeg) const;
+    // The same into `out`, with `hits` as scratch (buffers reused across calls).
+    void coneByIndex(const std::array<double, 3>& p, double radiusDeg, std::vector<std::uint32_t>& out,
+                     std::vector<std::pair<std::uint32_t, double>>& hits) const;
     // Nearest point: index and chord distance; index -1 when empty.
     std::pair<std::int64_t, double> nearest(const std::array<double, 3>& p) const;
 
