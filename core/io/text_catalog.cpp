@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <utility>
+#include <variant>
 
 #include "core/io/atomic_file.hpp"
 #include "core/util/errors.hpp"
@@ -113,27 +116,57 @@ void appendCell(std::string& out, const Column& c, std::size_t row, bool csv) {
         c.data);
 }
 
-// The line of column names and one line per row (ECSV: blank-separated, ECSV quoting; CSV: commas,
-// RFC 4180 quoting), then the file is renamed into place.
-void finishNamesAndRows(TextOut& out, const Table& table, bool csv) {
-    std::string& b = out.buffer();
-    const char sep = csv ? ',' : ' ';
+// The line of column names (ECSV: blank-separated, ECSV quoting; CSV: commas, RFC 4180 quoting).
+void appendNames(std::string& b, const Table& table, bool csv) {
     for (std::size_t i = 0; i < table.columns().size(); ++i) {
-        if (i) b += sep;
+        if (i) b += csv ? ',' : ' ';
         csv ? appendCsvString(b, table.columns()[i].name) : appendEcsvString(b, table.columns()[i].name);
     }
     b += '\n';
-    const std::size_t rows = table.rows();
-    for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t i = 0; i < table.columns().size(); ++i) {
-            if (i) b += sep;
-            appendCell(b, table.columns()[i], r, csv);
-        }
-        b += '\n';
-        out.flushIfLarge();
-    }
-    out.finish();
 }
+
+bool isStringColumn(const Column& c) {
+    return std::holds_alternative<std::vector<std::string>>(c.data);
+}
+
+// The numbers of a block of rows as text, each formatted once for the ECSV and the CSV file alike
+// (string cells differ in quoting, so they are quoted by each file's writer).
+class CellBlock {
+public:
+    void format(const Table& table, std::size_t begin, std::size_t end) {
+        m_text.clear();
+        m_end.clear();
+        m_begin = begin;
+        for (std::size_t r = begin; r < end; ++r)
+            for (const Column& c : table.columns()) {
+                if (!isStringColumn(c)) appendCell(m_text, c, r, true);
+                m_end.push_back(static_cast<std::uint32_t>(m_text.size()));
+            }
+    }
+    // Rows [begin, end) of the block, one line each.
+    void appendRows(std::string& b, const Table& table, bool csv) const {
+        const auto& cols = table.columns();
+        const std::size_t n = cols.size(), rows = n ? m_end.size() / n : 0;
+        std::uint32_t start = 0;
+        for (std::size_t i = 0; i < rows; ++i) {
+            for (std::size_t c = 0; c < n; ++c) {
+                if (c) b += csv ? ',' : ' ';
+                const std::uint32_t stop = m_end[i * n + c];
+                if (isStringColumn(cols[c]))
+                    appendCell(b, cols[c], m_begin + i, csv);
+                else
+                    b.append(m_text, start, stop - start);
+                start = stop;
+            }
+            b += '\n';
+        }
+    }
+
+private:
+    std::string m_text;
+    std::vector<std::uint32_t> m_end; // per cell, row-major: where its text ends
+    std::size_t m_begin = 0;
+};
 
 void checkLengths(const std::string& path, const Table& table) {
     for (const Column& c : table.columns())
@@ -379,10 +412,9 @@ void splitRecord(std::string_view line, char delim, std::vector<std::string_view
 }
 
 // ---------------------------------------------------------------------------------------------------
-void writeEcsv(const std::string& path, const Table& table) {
-    checkLengths(path, table);
-    TextOut out(path);
-    std::string& b = out.buffer();
+namespace {
+
+void appendEcsvHeader(std::string& b, const Table& table) {
     b += "# %ECSV 1.0\n# ---\n# datatype:\n";
     for (const Column& c : table.columns()) {
         b += "# - {name: " + yamlKey(c.name);
@@ -411,13 +443,42 @@ void writeEcsv(const std::string& path, const Table& table) {
     list("history", history);
     if (!metaLines.empty()) b += "# meta: !!omap\n" + metaLines;
     b += "# schema: astropy-2.0\n";
-    finishNamesAndRows(out, table, false);
+}
+
+} // namespace
+
+void writeTextTables(const std::string& ecsvPath, const std::string& csvPath, const Table& table) {
+    checkLengths(ecsvPath.empty() ? csvPath : ecsvPath, table);
+    std::optional<TextOut> ecsv, csv;
+    if (!ecsvPath.empty()) {
+        ecsv.emplace(ecsvPath);
+        appendEcsvHeader(ecsv->buffer(), table);
+        appendNames(ecsv->buffer(), table, false);
+    }
+    if (!csvPath.empty()) {
+        csv.emplace(csvPath);
+        appendNames(csv->buffer(), table, true);
+    }
+    constexpr std::size_t kBlockRows = 4096;
+    CellBlock cells;
+    for (std::size_t begin = 0; begin < table.rows(); begin += kBlockRows) {
+        cells.format(table, begin, std::min(table.rows(), begin + kBlockRows));
+        for (auto [out, isCsv] : {std::pair{&ecsv, false}, std::pair{&csv, true}})
+            if (*out) {
+                cells.appendRows((*out)->buffer(), table, isCsv);
+                (*out)->flushIfLarge();
+            }
+    }
+    if (ecsv) ecsv->finish();
+    if (csv) csv->finish();
+}
+
+void writeEcsv(const std::string& path, const Table& table) {
+    writeTextTables(path, "", table);
 }
 
 void writeCsv(const std::string& path, const Table& table) {
-    checkLengths(path, table);
-    TextOut out(path);
-    finishNamesAndRows(out, table, true);
+    writeTextTables("", path, table);
 }
 
 Table readCsv(const std::string& path) {

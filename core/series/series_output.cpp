@@ -65,7 +65,8 @@ std::string aijTable(const SeriesResult& s, const LightCurve& lc) {
     for (std::size_t k = 0; k < lc.frame.size(); ++k) {
         put(o, k + 1);
         o += '\t';
-        o += fs::path(s.frames[lc.frame[k]].path).filename().string();
+        const std::string& path = s.frames[lc.frame[k]].path;
+        o.append(path, path.find_last_of('/') + 1); // the file name (npos + 1 = 0: no directory)
         o += '\t';
         put(o, k + 1);
         const std::pair<double, int> cells[] = {
@@ -391,6 +392,7 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
     struct Job {
         std::string path;
         std::function<void(const std::string&)> write;
+        std::string alsoWritten = {}; // a second file the job writes
     };
     std::vector<Job> jobs;
     // The report first: the largest job, so that the two threads end together.
@@ -406,8 +408,13 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
         const auto add = [&](const char* format, const char* ext, std::function<void(const std::string&)> w) {
             if (o.formats.count(format)) jobs.push_back({(dir / (stem + ext)).string(), std::move(w)});
         };
-        add("ecsv", ".lc.ecsv", [table](const std::string& p) { writeEcsv(p, *table); });
-        add("csv", ".lc.csv", [table](const std::string& p) { writeCsv(p, *table); });
+        // ECSV and CSV hold the same numbers: one job formats them once for both files.
+        const std::string ecsv = o.formats.count("ecsv") ? (dir / (stem + ".lc.ecsv")).string() : "",
+                          csv = o.formats.count("csv") ? (dir / (stem + ".lc.csv")).string() : "";
+        if (!ecsv.empty() || !csv.empty())
+            jobs.push_back({ecsv.empty() ? csv : ecsv,
+                            [table, ecsv, csv](const std::string&) { writeTextTables(ecsv, csv, *table); },
+                            ecsv.empty() ? "" : csv});
         add("fits", ".lc.fits", [table](const std::string& p) { writeFitsTable(p, *table); });
         add("aij", ".aij.tbl", [&s, &lc](const std::string& p) { writeTextFileAtomic(p, aijTable(s, lc)); });
         add("aavso", ".aavso.txt",
@@ -449,8 +456,10 @@ std::vector<std::string> writeSeriesOutputs(const SeriesResult& s, const SeriesO
     batch.finish();
     std::vector<std::string> written;
     if (o.state) written.push_back(statePath);
-    for (const auto& j : jobs)
+    for (const auto& j : jobs) {
         written.push_back(j.path);
+        if (!j.alsoWritten.empty()) written.push_back(j.alsoWritten);
+    }
     return written;
 }
 
