@@ -1149,6 +1149,10 @@ std::optional<SeriesResult> appendTo(SeriesState st, const std::vector<std::stri
             !list.within(targets.ra[k], targets.dec[k], params.matchRadius).empty())
             return std::nullopt;
     list.save(st);
+    // Sources the new frames added have no median yet (as sourcesOf reports them): the state stays one
+    // entry per source, as its reader checks.
+    st.medianFlux.resize(st.xiSum.size(), kNan);
+    st.medianMagCal.resize(st.xiSum.size(), kNan);
     SeriesResult r;
     r.params = params;
     r.appended = true;
