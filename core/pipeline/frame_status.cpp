@@ -94,6 +94,18 @@ bool outputsComplete(const std::string& framePath, const OutputOptions& options,
     return true;
 }
 
+namespace {
+
+// True when the bytes of `path` at `offset` begin an extension's header.
+bool extensionStartsAt(const std::string& path, long long offset) {
+    std::ifstream in(path, std::ios::binary);
+    char key[8] = {};
+    in.seekg(offset);
+    return static_cast<bool>(in.read(key, sizeof key)) && std::string(key, sizeof key) == "XTENSION";
+}
+
+} // namespace
+
 bool fitsFileComplete(const std::string& path, std::string* why) {
     auto fail = [why](std::string text) {
         if (why) *why = std::move(text);
@@ -139,6 +151,10 @@ bool fitsFileComplete(const std::string& path, std::string* why) {
     // dataEnd counts the data's padding to a whole 2880-byte block; writers pad, so compare with it.
     if (!gz && static_cast<LONGLONG>(size) < dataEnd)
         return fail("truncated: " + std::to_string(size) + " of " + std::to_string(dataEnd) + " bytes");
+    // CFITSIO counts only the HDUs whose header has its END card: bytes after the last one that begin
+    // another ("XTENSION") are an extension whose header is still being written.
+    if (!gz && static_cast<LONGLONG>(size) > dataEnd && extensionStartsAt(path, dataEnd))
+        return fail("the extension after byte " + std::to_string(dataEnd) + " has no complete header yet");
     return true;
 }
 

@@ -1,12 +1,15 @@
 #pragma once
 // Runs the gpuphot binary in the app tests and captures its exit code, stdout and stderr.
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 #include "tests/test_support.hpp"
@@ -46,5 +49,31 @@ inline CliResult runCli(const std::string& args, const std::string& env = "GPUPH
     return r;
 }
 
+// Starts gpuphot in the background (exec'd by the shell, so the pid is gpuphot's); output to `log`.
+inline pid_t startCli(const std::string& args, const std::string& log) {
+    const std::string cmd =
+        "exec env GPUPHOT_NO_TYCHO2=1 " + std::string(GPUPHOT_CLI) + " " + args + " >" + log + " 2>&1";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    return pid;
+}
+
+// Waits for the process (at most `limitSeconds`, then kills it); its exit code, -1 when killed.
+inline int waitCli(pid_t pid, double limitSeconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limitSeconds);
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > end) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return -1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 } // namespace gpuphot::test

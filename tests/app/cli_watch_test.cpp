@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstring>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -28,8 +28,8 @@ const TempDir& simDir() {
     static TempDir sim("gpuphot_watch_sim");
     static bool done = [] {
         for (int i = 1; i <= 3; ++i) {
-            const CliResult r = runCli("simulate --size 256x256 --stars 50 --seed " + std::to_string(30 + i) + " -o " +
-                                       sim.str() + " --name w" + std::to_string(i) + " -q");
+            const CliResult r = runCli("simulate --size 256x256 --stars 50 --seed " + std::to_string(30 + i) +
+                                       " -o " + sim.str() + " --name w" + std::to_string(i) + " -q");
             EXPECT_EQ(r.exitCode, 0) << r.err;
         }
         return true;
@@ -38,35 +38,13 @@ const TempDir& simDir() {
     return sim;
 }
 
-// Starts gpuphot in the background (exec'd by the shell, so the pid is gpuphot's); output to `log`.
-pid_t startCli(const std::string& args, const std::string& log) {
-    const std::string cmd = "exec env GPUPHOT_NO_TYCHO2=1 " + std::string(GPUPHOT_CLI) + " " + args + " >" + log + " 2>&1";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-        _exit(127);
-    }
-    return pid;
+void sleepSeconds(double s) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(s));
 }
 
-// Waits for the process (at most `limitSeconds`, then kills it); its exit code, -1 when killed.
-int waitCli(pid_t pid, double limitSeconds) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limitSeconds);
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > end) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, &status, 0);
-            return -1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+std::string readAll(const std::string& path) {
+    return slurp(path);
 }
-
-void sleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
-
-std::string readAll(const std::string& path) { return slurp(path); }
 
 } // namespace
 
@@ -75,8 +53,10 @@ TEST(CliWatch, ReducesPresentSlowlyWrittenAndRenamedFramesOnceEach) {
     TempDir watch("gpuphot_watch_in"), out("gpuphot_watch_out");
     fs::copy_file(sim / "w1.fits", watch / "w1.fits"); // present at start
     const std::string log = out / "watch.log";
-    const pid_t pid = startCli("watch " + watch.str() + " -o " + out.str() + " --settle 0.3 --timeout 60", log);
-    for (int i = 0; i < 200 && readAll(log).find("watching") == std::string::npos; ++i) sleepSeconds(0.05);
+    const pid_t pid =
+        startCli("watch " + watch.str() + " -o " + out.str() + " --settle 0.3 --timeout 60", log);
+    for (int i = 0; i < 200 && readAll(log).find("watching") == std::string::npos; ++i)
+        sleepSeconds(0.05);
 
     // w2: written in two halves with a pause longer than --settle in between (a slow camera).
     const std::string bytes = readAll(sim / "w2.fits");
@@ -87,14 +67,16 @@ TEST(CliWatch, ReducesPresentSlowlyWrittenAndRenamedFramesOnceEach) {
     sleepSeconds(1.2);
     {
         std::ofstream f(watch / "w2.fits", std::ios::binary | std::ios::app);
-        f.write(bytes.data() + bytes.size() / 2, static_cast<std::streamsize>(bytes.size() - bytes.size() / 2));
+        f.write(bytes.data() + bytes.size() / 2,
+                static_cast<std::streamsize>(bytes.size() - bytes.size() / 2));
     }
     // w3: written under a hidden temporary name, then renamed into place.
     fs::copy_file(sim / "w3.fits", watch / ".w3.fits.part");
     fs::rename(watch / ".w3.fits.part", watch / "w3.fits");
 
     // Stop it (SIGTERM, after the current frame) once three lines are in, or after 30 s.
-    for (int i = 0; i < 600 && readJsonLines(out / "gpuphot.jsonl").size() < 3; ++i) sleepSeconds(0.05);
+    for (int i = 0; i < 600 && readJsonLines(out / "gpuphot.jsonl").size() < 3; ++i)
+        sleepSeconds(0.05);
     sleepSeconds(0.5); // a fourth (duplicate) line would come now
     ::kill(pid, SIGTERM);
     const int rc = waitCli(pid, 30.0);
@@ -106,7 +88,8 @@ TEST(CliWatch, ReducesPresentSlowlyWrittenAndRenamedFramesOnceEach) {
         ++count[fs::path(j.value("frame", "")).filename().string()];
     }
     EXPECT_EQ(lines.size(), 3u) << readAll(log);
-    for (const char* f : {"w1.fits", "w2.fits", "w3.fits"}) EXPECT_EQ(count[f], 1) << f << " reduced once";
+    for (const char* f : {"w1.fits", "w2.fits", "w3.fits"})
+        EXPECT_EQ(count[f], 1) << f << " reduced once";
     // The slowly written frame was reduced from its complete bytes: its catalog is the one of the original.
     TempDir refOut("gpuphot_watch_ref");
     ASSERT_EQ(runCli("reduce " + (sim / "w2.fits") + " -q -o " + refOut.str()).exitCode, 0);
@@ -116,10 +99,12 @@ TEST(CliWatch, ReducesPresentSlowlyWrittenAndRenamedFramesOnceEach) {
         const auto da = a.doubles(c.name), db = b.doubles(c.name);
         EXPECT_EQ(0, std::memcmp(da.data(), db.data(), da.size() * sizeof(double))) << c.name;
     }
-    for (const char* f : {"w1", "w2", "w3"}) EXPECT_TRUE(fs::exists(out / (std::string(f) + ".cat.fits"))) << f;
+    for (const char* f : {"w1", "w2", "w3"})
+        EXPECT_TRUE(fs::exists(out / (std::string(f) + ".cat.fits"))) << f;
     // One line per frame on stdout.
     const std::string text = readAll(log);
-    for (const char* f : {"w1.fits:", "w2.fits:", "w3.fits:"}) EXPECT_NE(text.find(f), std::string::npos) << text;
+    for (const char* f : {"w1.fits:", "w2.fits:", "w3.fits:"})
+        EXPECT_NE(text.find(f), std::string::npos) << text;
 }
 
 TEST(CliWatch, OnceReducesPresentFramesThenSkipsThemAndSigtermStopsCleanly) {
@@ -151,7 +136,8 @@ TEST(CliWatch, OnceReducesPresentFramesThenSkipsThemAndSigtermStopsCleanly) {
     const std::string log = out / "term.log";
     const pid_t pid = startCli("watch " + watch.str() + " -o " + out.str() + " --timeout 30", log);
     // Wait until it is watching (its signal handlers are in place by then).
-    for (int i = 0; i < 200 && readAll(log).find("watching") == std::string::npos; ++i) sleepSeconds(0.05);
+    for (int i = 0; i < 200 && readAll(log).find("watching") == std::string::npos; ++i)
+        sleepSeconds(0.05);
     ::kill(pid, SIGTERM);
     EXPECT_EQ(waitCli(pid, 10.0), 0) << readAll(log);
 }
@@ -162,13 +148,25 @@ TEST(CliWatch, CompleteFitsCheckSeesTruncation) {
     const std::string bytes = readAll(sim / "w1.fits");
     EXPECT_TRUE(fitsFileComplete(sim / "w1.fits"));
     for (std::size_t cut : {std::size_t{100}, std::size_t{2880}, bytes.size() / 2, bytes.size() - 1}) {
-        std::ofstream(dir / "cut.fits", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(cut));
+        std::ofstream(dir / "cut.fits", std::ios::binary)
+            .write(bytes.data(), static_cast<std::streamsize>(cut));
         std::string why;
         EXPECT_FALSE(fitsFileComplete(dir / "cut.fits", &why)) << cut;
         EXPECT_FALSE(why.empty());
     }
     std::ofstream(dir / "text.fits") << "SIMPLE = nonsense\n";
     EXPECT_FALSE(fitsFileComplete(dir / "text.fits"));
+    // A catalog cut inside its table's header: CFITSIO sees the primary HDU only, which is whole.
+    const TempDir out("gpuphot_watch_trunc_cat");
+    const CliResult r = runCli("reduce " + (sim / "w1.fits") + " -o " + out.str() + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const std::string cat = readAll(out / "w1.cat.fits");
+    EXPECT_TRUE(fitsFileComplete(out / "w1.cat.fits"));
+    ASSERT_EQ(cat.compare(2880, 8, "XTENSION"), 0);
+    std::ofstream(dir / "cut.cat.fits", std::ios::binary).write(cat.data(), 2880 + 1000);
+    std::string why;
+    EXPECT_FALSE(fitsFileComplete(dir / "cut.cat.fits", &why));
+    EXPECT_NE(why.find("no complete header"), std::string::npos) << why;
 }
 
 // SIGTERM while frames wait read ahead of the stages (--prefetch 2): the frame in its stages is finished,
