@@ -67,8 +67,29 @@ for ((k = 0; k < appends; ++k)); do
 done
 grep -q '"appended": true' "$out2/series.json" || { echo "bench_series: the appends rebuilt the series" >&2; exit 1; }
 
+# A running series: `series DIR --follow` holds the series in memory; each catalog moved into DIR is
+# appended and every file rewritten (the line it prints gives the append and the files' seconds).
+fin=$work/follow-in fout=$work/out-follow
+rm -rf "$fin" "$fout"
+mkdir -p "$fin"
+ln -s "${first[@]}" "$fin"/
+"$gpuphot" series "$fin" --targets "$work/cats/targets.csv" -o "$fout" --fresh --follow --settle 0 \
+    --timeout 600 > "$work/follow.log" 2>/dev/null &
+fpid=$!
+until grep -q '^series: ' "$work/follow.log"; do sleep 0.2; done
+follows=()
+for ((k = 0; k < appends; ++k)); do
+    c=${all[$((n + k))]}
+    cp "$c" "$fin/.incoming" && mv "$fin/.incoming" "$fin/$(basename "$c")"
+    until [[ $(grep -c '^series: +' "$work/follow.log") -gt $k ]]; do sleep 0.05; done
+    follows+=("$(grep '^series: +' "$work/follow.log" | tail -1 | sed 's/.*frames, \([0-9.]*\) s.*/\1/')")
+done
+kill -TERM "$fpid"; wait "$fpid" || true
+
 echo "| measure | catalogs | stars per catalog | seconds |"
 echo "|---|---:|---:|---:|"
 echo "| every star's light curve (--all-stars; $curves curves) | $n | $rows | $(elapsed "$t0" "$t1") |"
 echo "| append one catalog, 5 targets (each of $appends runs, whole process) | $n + 1 | $rows | ${times[*]} |"
+echo "| append one catalog to a running series (series --follow; each of $appends, files included) | $n + 1 | $rows | ${follows[*]} |"
 printf 'phases of each append, inside the process (s): %s\n' "${phases[@]}"
+grep '^series: +' "$work/follow.log" | sed 's/^/follow: /'

@@ -2,14 +2,20 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "app/cli/batch.hpp"
@@ -18,6 +24,7 @@
 #include "core/db/db_writer.hpp"
 #include "core/db/results_store.hpp"
 #include "core/io/target_list.hpp"
+#include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/series/series.hpp"
 #include "core/series/series_output.hpp"
@@ -41,6 +48,9 @@ struct SeriesOptions {
     std::string db; // --db: the frames reduced first and the light curves into the results store
     bool noForcedSources = false; // --no-forced-sources: frames reduced first measure the targets only
     double transitMinHours = 0.0, transitMaxHours = 0.0; // --transit-min/max-duration (0: the default)
+    bool follow = false;  // --follow: keep appending the catalogs that appear in the input directories
+    double settle = 1.0;  // --settle: seconds a new catalog's size and time must stay unchanged
+    double timeout = 0.0; // --timeout: stop following after this many seconds (0: until a signal)
     SeriesParams params;
 };
 
@@ -168,6 +178,23 @@ struct Phases {
     double state = 0, series = 0, files = 0;
 };
 
+// The state is the last file written (with --follow, in the background after the others): a process
+// stopped in between leaves series.json newer than the state and listing catalogs the state lacks. Those
+// catalogs, to append again; none when the state is the newer file.
+std::vector<std::string> catalogsMissingFromState(const SeriesState& state, const std::string& dir) {
+    std::error_code e1, e2;
+    const auto json = fs::last_write_time(fs::path(dir) / "series.json", e1),
+               st = fs::last_write_time(fs::path(dir) / "series.state", e2);
+    if (e1 || e2 || json <= st) return {};
+    std::set<std::string> known;
+    for (const auto& f : state.frames)
+        known.insert(f.path);
+    std::vector<std::string> missing;
+    for (const auto& c : seriesCatalogsIn(dir))
+        if (!known.count(c)) missing.push_back(c);
+    return missing;
+}
+
 SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const std::vector<std::string>& given,
                       std::size_t& fresh, Phases& phases) {
     auto t = Clock::now();
@@ -186,9 +213,14 @@ SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const st
     else if (!o.fresh)
         catalogs = seriesCatalogsIn(out.dir);
     const std::size_t before = catalogs.size();
-    for (const auto& c : given) // a catalog seen before is not counted twice
+    std::vector<std::string> add =
+        state ? catalogsMissingFromState(*state, out.dir) : std::vector<std::string>{};
+    add.insert(add.end(), given.begin(), given.end());
+    for (const auto& c : add) // a catalog seen before is not counted twice
         if (std::find(catalogs.begin(), catalogs.end(), c) == catalogs.end()) catalogs.push_back(c);
     fresh = catalogs.size() - before;
+    const std::vector<std::string> toAppend(catalogs.begin() + static_cast<std::ptrdiff_t>(before),
+                                            catalogs.end());
     if (catalogs.empty()) throw InvalidInput("series: no catalogs given");
     const TargetList targets = readTargetList(o.targets);
     const bool tty = o.common.verbosity >= 1 && stderrIsTty();
@@ -198,7 +230,7 @@ SeriesResult runBuild(SeriesOptions& o, const SeriesOutputOptions& out, const st
         if (tty && done == n) std::fprintf(stderr, "\n");
     };
     if (state) {
-        if (auto r = appendSeries(std::move(*state), given, targets, o.params, progress))
+        if (auto r = appendSeries(std::move(*state), toAppend, targets, o.params, progress))
             return std::move(*r);
         if (o.common.verbosity >= 1)
             std::printf(
@@ -300,6 +332,149 @@ void printCurves(const SeriesResult& r) {
     }
 }
 
+// --follow: the catalogs that appear in the input directories after the first call are appended to the
+// series held in memory, the files rewritten after each, until SIGINT/SIGTERM or --timeout.
+std::atomic<bool> g_stopFollowing{false};
+void stopFollowing(int) {
+    g_stopFollowing.store(true);
+}
+
+// New catalogs of `dirs` whose size and time have not changed for --settle seconds and that are complete
+// FITS files (a catalog still being written is not taken), in name order.
+class CatalogFollower {
+public:
+    CatalogFollower(std::vector<std::string> dirs, const std::vector<SeriesFrame>& known, double settle)
+        : m_dirs(std::move(dirs)), m_settle(settle) {
+        for (const auto& f : known)
+            m_known.insert(f.path);
+    }
+    std::vector<std::string> ready() {
+        std::vector<std::string> out;
+        const auto now = Clock::now();
+        for (const auto& d : m_dirs) {
+            std::error_code ec;
+            for (const auto& e : fs::directory_iterator(d, ec)) {
+                const std::string name = e.path().filename().string();
+                if (name.empty() || name.front() == '.' || !isCatalogName(name)) continue;
+                const std::string path = fs::absolute(e.path()).lexically_normal().string();
+                if (!m_known.count(path) && settled(path, now)) out.push_back(path);
+            }
+        }
+        std::sort(out.begin(), out.end());
+        for (const auto& p : out) {
+            m_known.insert(p);
+            m_pending.erase(p);
+        }
+        return out;
+    }
+
+private:
+    struct Seen {
+        std::uintmax_t size = 0;
+        fs::file_time_type mtime{};
+        Clock::time_point since;
+    };
+    bool settled(const std::string& path, Clock::time_point now) {
+        std::error_code ec;
+        const auto size = fs::file_size(path, ec);
+        const auto mtime = fs::last_write_time(path, ec);
+        if (ec) return false;
+        auto [it, inserted] = m_pending.try_emplace(path, Seen{size, mtime, now});
+        if (!inserted && (it->second.size != size || it->second.mtime != mtime))
+            it->second = {size, mtime, now};
+        return std::chrono::duration<double>(now - it->second.since).count() >= m_settle &&
+               fitsFileComplete(path);
+    }
+    std::vector<std::string> m_dirs;
+    double m_settle;
+    std::set<std::string> m_known;
+    std::map<std::string, Seen> m_pending;
+};
+
+// With --follow the state is written after the light curves, on a thread of its own: an append's points
+// are on disk without waiting for it. It is joined before the next append changes the state, and at exit.
+class BackgroundStateWriter {
+public:
+    ~BackgroundStateWriter() { // an exception is on its way: the writer's own error is dropped
+        if (m_thread.joinable()) m_thread.join();
+    }
+    void start(const SeriesState& state, const std::string& dir) {
+        join();
+        m_thread = std::thread([this, &state, dir] {
+            try {
+                saveSeriesState(state, dir);
+            } catch (...) {
+                m_error = std::current_exception();
+            }
+        });
+    }
+    void join() { // rethrows the writer's error
+        if (m_thread.joinable()) m_thread.join();
+        if (m_error) std::rethrow_exception(std::exchange(m_error, nullptr));
+    }
+
+private:
+    std::thread m_thread;
+    std::exception_ptr m_error;
+};
+
+// One appended batch: the series from the state in `r` and `catalogs` (rebuilt from every catalog when
+// the state cannot serve, as with --all-stars), its files written. Prints one line with the times.
+void appendFollowed(SeriesOptions& o, const SeriesOutputOptions& out, const TargetList& targets,
+                    SeriesResult& r, const std::vector<std::string>& catalogs, BackgroundStateWriter& state) {
+    state.join();
+    const auto t0 = Clock::now();
+    std::vector<std::string> all;
+    for (const auto& f : r.frames)
+        all.push_back(f.path);
+    all.insert(all.end(), catalogs.begin(), catalogs.end());
+    std::optional<SeriesResult> next = appendSeries(std::move(r.state), catalogs, targets, o.params);
+    r = next ? std::move(*next) : buildSeries(all, targets, o.params);
+    const double append = since(t0);
+    const auto t1 = Clock::now();
+    SeriesOutputOptions curves = out;
+    curves.state = false;
+    writeSeriesOutputs(r, curves);
+    const double files = since(t1);
+    state.start(r.state, out.dir);
+    for (const auto& f : r.frames)
+        if (!f.used && std::find(catalogs.begin(), catalogs.end(), f.path) != catalogs.end())
+            std::fprintf(stderr, "gpuphot: warning: %s left out: %s\n", f.path.c_str(), f.problem.c_str());
+    if (o.common.verbosity >= 1)
+        std::printf("series: +%zu (%s), %zu frames, %.3f s (%s %.3f, files %.3f)\n", catalogs.size(),
+                    fs::path(catalogs.back()).filename().c_str(), r.frames.size(), append + files,
+                    next ? "append" : "build", append, files);
+    std::fflush(stdout);
+    if (!o.db.empty()) storeSeries(r, o);
+}
+
+int followSeries(SeriesOptions& o, const SeriesOutputOptions& out, SeriesResult& r) {
+    std::vector<std::string> dirs;
+    std::error_code ec;
+    for (const auto& in : o.inputs)
+        if (fs::is_directory(in, ec)) dirs.push_back(in);
+    if (dirs.empty()) throw InvalidInput("series --follow: give a directory of catalogs to follow");
+    const TargetList targets = readTargetList(o.targets);
+    CatalogFollower follower(dirs, r.frames, o.settle);
+    std::fflush(stdout); // the first call's summary, before the wait
+    std::signal(SIGINT, stopFollowing);
+    std::signal(SIGTERM, stopFollowing);
+    if (o.common.verbosity >= 1)
+        std::fprintf(stderr, "gpuphot: following %zu director%s for new catalogs (Ctrl+C stops)\n",
+                     dirs.size(), dirs.size() == 1 ? "y" : "ies");
+    const auto start = Clock::now();
+    BackgroundStateWriter state;
+    while (!g_stopFollowing.load() && (o.timeout <= 0 || since(start) < o.timeout)) {
+        const std::vector<std::string> ready = follower.ready();
+        if (ready.empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        else
+            appendFollowed(o, out, targets, r, ready, state);
+    }
+    state.join();
+    return 0;
+}
+
 int runSeries(SeriesOptions& o) {
     if (!o.site.empty()) o.params.site = parseSite(o.site);
     if (o.transitMinHours != 0.0) o.params.transit.minDuration = o.transitMinHours / 24.0;
@@ -314,7 +489,7 @@ int runSeries(SeriesOptions& o) {
         const std::vector<std::string> reduced = reduceWithForcedSources(in.frames, o, in.catalogs);
         in.catalogs.insert(in.catalogs.end(), reduced.begin(), reduced.end());
     }
-    const SeriesResult r = runBuild(o, out, in.catalogs, fresh, phases);
+    SeriesResult r = runBuild(o, out, in.catalogs, fresh, phases);
     const auto tf = Clock::now();
     const std::vector<std::string> written = writeSeriesOutputs(r, out);
     phases.files = since(tf);
@@ -341,7 +516,8 @@ int runSeries(SeriesOptions& o) {
     }
     const int dbStatus = o.db.empty() ? 0 : storeSeries(r, o);
     if (dbStatus != 0) return dbStatus;
-    return used == r.frames.size() && curves == r.curves.size() ? 0 : 1;
+    const int status = used == r.frames.size() && curves == r.curves.size() ? 0 : 1;
+    return o.follow ? followSeries(o, out, r) : status;
 }
 
 // Detrending, variability and transit options.
@@ -443,6 +619,16 @@ Command registerSeries(CLI::App& app) {
     addAnalysisOptions(*sub, *o);
     addDbOption(*sub, o->db);
     sub->add_flag("--fresh", o->fresh, "Ignore the series recorded in DIR: only the catalogs given");
+    sub->add_flag("--follow", o->follow,
+                  "Then keep following the input directories: each new catalog is appended to the series "
+                  "held in memory and the files rewritten, until Ctrl+C / SIGTERM");
+    sub->add_option("--settle", o->settle,
+                    "--follow: seconds a new catalog must stay unchanged (and be a complete FITS file)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--timeout", o->timeout, "--follow: stop after this many seconds (0: never)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     return {sub, [o] { return runSeries(*o); }};
 }
 
