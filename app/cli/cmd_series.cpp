@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -343,8 +344,13 @@ void stopFollowing(int) {
 // FITS files (a catalog still being written is not taken), in name order.
 class CatalogFollower {
 public:
-    CatalogFollower(std::vector<std::string> dirs, const std::vector<SeriesFrame>& known, double settle)
-        : m_dirs(std::move(dirs)), m_settle(settle) {
+    CatalogFollower(const std::vector<std::string>& dirs, const std::vector<SeriesFrame>& known, double settle)
+        : m_settle(settle) {
+        for (const auto& d : dirs) {
+            std::string dir = fs::absolute(d).lexically_normal().string();
+            if (dir.size() > 1 && dir.back() == '/') dir.pop_back(); // "DIR/" as "DIR"
+            m_dirs.push_back(std::move(dir));
+        }
         for (const auto& f : known)
             m_known.insert(f.path);
     }
@@ -354,9 +360,10 @@ public:
         for (const auto& d : m_dirs) {
             std::error_code ec;
             for (const auto& e : fs::directory_iterator(d, ec)) {
-                const std::string name = e.path().filename().string();
+                const std::string& full = e.path().native();
+                const std::string name = full.substr(full.find_last_of('/') + 1);
                 if (name.empty() || name.front() == '.' || !isCatalogName(name)) continue;
-                const std::string path = fs::absolute(e.path()).lexically_normal().string();
+                const std::string path = d + "/" + name;
                 if (!m_known.count(path) && settled(path, now)) out.push_back(path);
             }
         }
@@ -380,14 +387,13 @@ private:
         const auto mtime = fs::last_write_time(path, ec);
         if (ec) return false;
         auto [it, inserted] = m_pending.try_emplace(path, Seen{size, mtime, now});
-        if (!inserted && (it->second.size != size || it->second.mtime != mtime))
-            it->second = {size, mtime, now};
+        if (!inserted && (it->second.size != size || it->second.mtime != mtime)) it->second = {size, mtime, now};
         return std::chrono::duration<double>(now - it->second.since).count() >= m_settle &&
                fitsFileComplete(path);
     }
-    std::vector<std::string> m_dirs;
+    std::vector<std::string> m_dirs; // absolute, normalised: the form the series records
     double m_settle;
-    std::set<std::string> m_known;
+    std::unordered_set<std::string> m_known;
     std::map<std::string, Seen> m_pending;
 };
 
