@@ -22,6 +22,7 @@
 #include "app/cli/batch.hpp"
 #include "app/cli/commands.hpp"
 #include "app/cli/db_cli.hpp"
+#include "app/cli/settle.hpp"
 #include "core/db/db_writer.hpp"
 #include "core/db/results_store.hpp"
 #include "core/io/target_list.hpp"
@@ -344,7 +345,8 @@ void stopFollowing(int) {
 // FITS files (a catalog still being written is not taken), in name order.
 class CatalogFollower {
 public:
-    CatalogFollower(const std::vector<std::string>& dirs, const std::vector<SeriesFrame>& known, double settle)
+    CatalogFollower(const std::vector<std::string>& dirs, const std::vector<SeriesFrame>& known,
+                    double settle)
         : m_settle(settle) {
         for (const auto& d : dirs) {
             std::string dir = fs::absolute(d).lexically_normal().string();
@@ -370,31 +372,20 @@ public:
         std::sort(out.begin(), out.end());
         for (const auto& p : out) {
             m_known.insert(p);
-            m_pending.erase(p);
+            m_clock.forget(p);
         }
         return out;
     }
 
 private:
-    struct Seen {
-        std::uintmax_t size = 0;
-        fs::file_time_type mtime{};
-        Clock::time_point since;
-    };
-    bool settled(const std::string& path, Clock::time_point now) {
-        std::error_code ec;
-        const auto size = fs::file_size(path, ec);
-        const auto mtime = fs::last_write_time(path, ec);
-        if (ec) return false;
-        auto [it, inserted] = m_pending.try_emplace(path, Seen{size, mtime, now});
-        if (!inserted && (it->second.size != size || it->second.mtime != mtime)) it->second = {size, mtime, now};
-        return std::chrono::duration<double>(now - it->second.since).count() >= m_settle &&
-               fitsFileComplete(path);
+    bool settled(const std::string& path, SettleClock::Clock::time_point now) {
+        const auto look = m_clock.look(path, now);
+        return look && look->stableSeconds >= m_settle && fitsFileComplete(path);
     }
     std::vector<std::string> m_dirs; // absolute, normalised: the form the series records
     double m_settle;
     std::unordered_set<std::string> m_known;
-    std::map<std::string, Seen> m_pending;
+    SettleClock m_clock;
 };
 
 // With --follow the state is written after the light curves, on a thread of its own: an append's points
@@ -430,12 +421,16 @@ void appendFollowed(SeriesOptions& o, const SeriesOutputOptions& out, const Targ
                     SeriesResult& r, const std::vector<std::string>& catalogs, BackgroundStateWriter& state) {
     state.join();
     const auto t0 = Clock::now();
-    std::vector<std::string> all;
-    for (const auto& f : r.frames)
-        all.push_back(f.path);
-    all.insert(all.end(), catalogs.begin(), catalogs.end());
     std::optional<SeriesResult> next = appendSeries(std::move(r.state), catalogs, targets, o.params);
-    r = next ? std::move(*next) : buildSeries(all, targets, o.params);
+    if (next) {
+        r = std::move(*next);
+    } else { // the state cannot serve: every catalog again (r.frames still lists the earlier ones)
+        std::vector<std::string> all;
+        for (const auto& f : r.frames)
+            all.push_back(f.path);
+        all.insert(all.end(), catalogs.begin(), catalogs.end());
+        r = buildSeries(all, targets, o.params);
+    }
     const double append = since(t0);
     const auto t1 = Clock::now();
     SeriesOutputOptions curves = out;

@@ -19,8 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/batch.hpp"
-#include "app/cli/db_cli.hpp"
 #include "app/cli/commands.hpp"
+#include "app/cli/db_cli.hpp"
+#include "app/cli/settle.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/util/errors.hpp"
@@ -31,7 +32,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_stop{false};
-void watchStopSignal(int) { g_stop.store(true); }
+void watchStopSignal(int) {
+    g_stop.store(true);
+}
 
 struct WatchCli {
     ReduceCliOptions options;
@@ -56,20 +59,12 @@ bool isOutputName(const std::string& name) {
     return false;
 }
 
-// A file seen in the directory, waiting until its size has been stable for --settle seconds.
+// A file seen in the directory, waiting until it has been at rest for --settle seconds (SettleClock).
 struct Candidate {
-    std::uintmax_t size = 0;
-    fs::file_time_type mtime{};
-    Clock::time_point changed;
-    bool seen = false;
     bool submitted = false; // handed to the pipeline; erased when its status line comes back
 };
 
-struct Version {
-    std::uintmax_t size = 0;
-    fs::file_time_type mtime{};
-    bool operator==(const Version&) const = default;
-};
+using Version = FileVersion;
 
 class Watcher {
 public:
@@ -96,11 +91,12 @@ public:
         const auto start = Clock::now();
         rescan();
         std::vector<std::string> initial;
-        for (const auto& [path, c] : m_candidates) initial.push_back(path);
+        for (const auto& [path, c] : m_candidates)
+            initial.push_back(path);
         auto lastRescan = Clock::now();
         if (verbosity() > 0)
-            std::fprintf(stderr, "gpuphot: watching %s for %s (%zu present), results in %s\n", m_o.dir.c_str(),
-                         m_o.pattern.c_str(), initial.size(), m_jsonl.c_str());
+            std::fprintf(stderr, "gpuphot: watching %s for %s (%zu present), results in %s\n",
+                         m_o.dir.c_str(), m_o.pattern.c_str(), initial.size(), m_jsonl.c_str());
         while (!g_stop.load()) {
             if (m_o.timeout > 0 && seconds(Clock::now() - start) >= m_o.timeout) break;
             if (m_o.once && std::all_of(initial.begin(), initial.end(),
@@ -160,7 +156,8 @@ private:
 
     void rescan() {
         std::error_code ec;
-        for (const auto& e : fs::directory_iterator(m_o.dir, ec)) consider(e.path());
+        for (const auto& e : fs::directory_iterator(m_o.dir, ec))
+            consider(e.path());
         if (ec) throw IoError("watch: " + m_o.dir + ": cannot list: " + ec.message());
     }
 
@@ -178,41 +175,33 @@ private:
         }
     }
 
-    // Reduces the candidates whose size has been stable for --settle seconds and that open as complete
+    // Reduces the candidates at rest for --settle seconds (SettleClock) that open as complete
     // FITS files. A file still invalid long after it stopped changing is reported as failed, once.
     void step() {
         const auto now = Clock::now();
         std::vector<std::string> keys;
-        for (const auto& [k, c] : m_candidates) keys.push_back(k);
+        for (const auto& [k, c] : m_candidates)
+            keys.push_back(k);
         for (const auto& key : keys) {
             if (g_stop.load()) return;
             Candidate& c = m_candidates[key];
             if (c.submitted) continue;
-            std::error_code ec;
-            const auto size = fs::file_size(key, ec);
-            const auto mtime = ec ? fs::file_time_type{} : fs::last_write_time(key, ec);
-            if (ec) { // gone (renamed away or deleted)
+            const auto look = m_settle.look(key, now);
+            if (!look) { // gone (renamed away or deleted)
                 m_candidates.erase(key);
                 continue;
             }
-            if (!c.seen || size != c.size || mtime != c.mtime) {
-                // Unchanged since its modification time: a file already at rest counts from then.
-                const auto age = fs::file_time_type::clock::now() - mtime;
-                const auto since = c.seen || age <= decltype(age)::zero()
-                                       ? now
-                                       : now - std::chrono::duration_cast<Clock::duration>(age);
-                c = Candidate{size, mtime, since, true};
-                if (since == now) continue;
-            }
-            const double stable = seconds(now - c.changed);
+            const double stable = look->stableSeconds;
             if (stable < m_o.settle) continue;
             std::string why;
             if (!fitsFileComplete(key, &why)) {
                 const double giveUp = std::max(10.0 * m_o.settle, 5.0);
                 if (stable < giveUp) continue;
-                finish(key, Version{size, mtime},
-                       frameStatusFailed(key, key + ": not a complete FITS file after " +
-                                                  std::to_string(static_cast<int>(stable)) + " s unchanged: " + why,
+                finish(key, look->version,
+                       frameStatusFailed(key,
+                                         key + ": not a complete FITS file after " +
+                                             std::to_string(static_cast<int>(stable)) +
+                                             " s unchanged: " + why,
                                          2));
                 continue;
             }
@@ -221,7 +210,7 @@ private:
             FrameTask task;
             task.frame = key;
             task.force = m_o.force;
-            m_inFlight[m_pipeline.submit(std::move(task))] = {key, Version{size, mtime}};
+            m_inFlight[m_pipeline.submit(std::move(task))] = {key, look->version};
         }
     }
 
@@ -242,6 +231,7 @@ private:
 
     void finish(const std::string& key, const Version& v, const nlohmann::json& line) {
         m_candidates.erase(key);
+        m_settle.forget(key);
         m_done[key] = v;
         m_lines.push_back(line);
         appendJsonLine(m_jsonl, line);
@@ -253,7 +243,9 @@ private:
             std::printf("%s\n", text.c_str());
         if (line.contains("warnings") && line["warnings"].is_array())
             for (const auto& w : line["warnings"])
-                if (w.is_string()) std::fprintf(stderr, "gpuphot: warning: %s: %s\n", key.c_str(), w.get<std::string>().c_str());
+                if (w.is_string())
+                    std::fprintf(stderr, "gpuphot: warning: %s: %s\n", key.c_str(),
+                                 w.get<std::string>().c_str());
         std::fflush(stdout);
     }
 
@@ -278,11 +270,12 @@ private:
     int m_fd = -1;
     std::string m_jsonl;
     std::mutex m_doneMutex;
-    std::vector<std::pair<std::size_t, nlohmann::json>> m_finished; // delivered, not yet finished
+    std::vector<std::pair<std::size_t, nlohmann::json>> m_finished;    // delivered, not yet finished
     std::map<std::size_t, std::pair<std::string, Version>> m_inFlight; // ticket -> frame
-    StatusDatabase m_db; // --db: its writer thread stores each finished frame
+    StatusDatabase m_db;      // --db: its writer thread stores each finished frame
     FramePipeline m_pipeline; // last: its threads end before the members above go
     std::map<std::string, Candidate> m_candidates;
+    SettleClock m_settle;
     std::map<std::string, Version> m_done;
     std::vector<nlohmann::json> m_lines;
 };
@@ -292,8 +285,10 @@ int run(WatchCli& o) {
     if (!fs::is_directory(o.dir, ec)) throw InvalidInput("watch: " + o.dir + " is not a directory");
     if (!(o.settle >= 0.0)) throw InvalidInput("watch: --settle must be >= 0 seconds");
     FrameReducer reducer(o.options); // validates the reduce options, loads the reference once
-    const std::string jsonl = o.jsonl.empty() ? (fs::path(o.options.common.outdir) / "gpuphot.jsonl").string() : o.jsonl;
-    struct sigaction sa {}, oldInt{}, oldTerm{};
+    const std::string jsonl =
+        o.jsonl.empty() ? (fs::path(o.options.common.outdir) / "gpuphot.jsonl").string() : o.jsonl;
+    struct sigaction sa {
+    }, oldInt{}, oldTerm{};
     sa.sa_handler = watchStopSignal; // no SA_RESTART: poll returns at once
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &oldInt);
@@ -310,17 +305,20 @@ int run(WatchCli& o) {
 
 Command registerWatch(CLI::App& app) {
     auto o = std::make_shared<WatchCli>();
-    auto* sub = app.add_subcommand("watch", "Reduce each new frame in a directory as soon as it is completely written");
+    auto* sub = app.add_subcommand(
+        "watch", "Reduce each new frame in a directory as soon as it is completely written");
     sub->add_option("dir", o->dir, "Directory the camera writes frames into")->required();
     addReduceOptions(*sub, o->options);
-    sub->add_option("--pattern", o->pattern, "File name pattern of frames (shell glob)")->capture_default_str();
+    sub->add_option("--pattern", o->pattern, "File name pattern of frames (shell glob)")
+        ->capture_default_str();
     sub->add_option("--settle", o->settle, "Seconds a file's size must stay unchanged before it is read")
         ->capture_default_str();
     sub->add_option("--rescan", o->rescan, "Seconds between full directory rescans (besides inotify)")
         ->capture_default_str();
     sub->add_flag("--once", o->once, "Reduce the frames present at start, then exit");
     sub->add_option("--timeout", o->timeout, "Exit after this many seconds (after the current frame)");
-    sub->add_option("--jsonl", o->jsonl, "Append one JSON status line per frame here (default: OUTDIR/gpuphot.jsonl)");
+    sub->add_option("--jsonl", o->jsonl,
+                    "Append one JSON status line per frame here (default: OUTDIR/gpuphot.jsonl)");
     sub->add_flag("--force", o->force, "Reduce frames again even when their outputs are complete and newer");
     addDbOption(*sub, o->db);
     return {sub, [o] { return run(*o); }};

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/util/errors.hpp"
@@ -170,8 +171,12 @@ void AtomicBatch::finish() {
     // The durable files were flushed by add(). Their directory is not: after a power cut a durable file
     // holds its old content or its new one (as AtomicOutput's), and the renames are made again by the
     // next call. The durable files last (the others derive from them), each group in commit order.
-    std::stable_partition(m_files.begin(), m_files.end(),
-                          [this](const auto& f) { return m_durable.count(f.second) == 0; });
+    // The durable files are also stamped now: they are the batch's newest, so a reader can tell a batch
+    // stopped before them (an older durable file beside newer derived ones) from a finished one.
+    const auto firstDurable = std::stable_partition(
+        m_files.begin(), m_files.end(), [this](const auto& f) { return m_durable.count(f.second) == 0; });
+    for (auto f = firstDurable; f != m_files.end(); ++f)
+        ::utimensat(AT_FDCWD, f->first.c_str(), nullptr, 0);
     for (std::size_t k = 0; k < m_files.size(); ++k)
         if (::rename(m_files[k].first.c_str(), m_files[k].second.c_str()) != 0) {
             const std::string what =
