@@ -623,6 +623,13 @@ struct FrameReducer::State {
             out.push_back(std::make_unique<RunContext>(r.makeContext()));
         return out;
     }
+    // At least n contexts in the pool: their device states come up (startDeviceWarmUp) while the exposure
+    // is read and the frame before it computes, not inside the exposure.
+    void reserveContexts(std::size_t n, const FrameReducer& r) {
+        std::lock_guard lock(poolMutex);
+        while (pool.size() < n)
+            pool.push_back(std::make_unique<RunContext>(r.makeContext()));
+    }
     void giveContexts(std::vector<std::unique_ptr<RunContext>>& used) {
         std::lock_guard lock(poolMutex);
         for (auto& c : used)
@@ -706,6 +713,14 @@ struct FrameReducer::Work {
 };
 
 namespace {
+// A mosaic's CCDs in their stages at once (ExposureParams::concurrent; 0: 16 on the CUDA backend, 1 on
+// the CPU), never more than its CCDs.
+int ccdsInFlight(const ReduceOptions& o, const RunContext& ctx, std::size_t ccds) {
+    int k = o.exposure.concurrent;
+    if (k <= 0) k = ctx.backend == Backend::Cuda ? 16 : 1;
+    return std::max(1, std::min<int>(k, static_cast<int>(ccds)));
+}
+
 // Runs one phase; any error but Cancelled becomes the frame's "failed" line. An allocation failure names
 // the phase, or the stage it happened in, and frees the frame's data before the message is made.
 template <class F> void runPhase(FrameReducer::Work& w, const char* phase, F&& body) {
@@ -744,6 +759,9 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
             return;
         }
         w->exposure = exposureExtensions(frame, hdu);
+        if (!w->exposure.empty())
+            s.reserveContexts(
+                static_cast<std::size_t>(ccdsInFlight(w->options, s.ctx, w->exposure.size()) - 1), *this);
         if (!w->task.options && !s.tycho2Files.empty()) {
             w->tycho2 = w->exposure.empty()
                             ? tycho2ForFrame(frame, w->options, s.tycho2Files)
@@ -767,9 +785,7 @@ void FrameReducer::compute(Work& w) {
 void FrameReducer::compute(Work& w, RunContext& ctx) {
     runPhase(w, "reduction", [&] {
         if (!w.exposure.empty()) {
-            int k = w.options.exposure.concurrent;
-            if (k <= 0) k = ctx.backend == Backend::Cuda ? 16 : 1;
-            k = std::min<int>(k, static_cast<int>(w.exposure.size()));
+            const int k = ccdsInFlight(w.options, ctx, w.exposure.size());
             auto extra = m_state->takeContexts(static_cast<std::size_t>(k - 1), *this);
             std::vector<RunContext*> contexts{&ctx};
             for (auto& c : extra)

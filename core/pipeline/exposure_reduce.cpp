@@ -134,6 +134,7 @@ void reduceCcds(const std::string& path, const ReduceOptions& options, const std
     std::exception_ptr cancel;
     std::mutex m;
     auto worker = [&](RunContext& ctx) {
+        const OmpThreadLimit share(ctx.threadCount());
         for (std::size_t n; !cancelled && (n = next++) < which.size();) {
             const std::size_t i = which[n];
             try {

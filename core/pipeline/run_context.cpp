@@ -12,9 +12,12 @@ namespace gpuphot {
 
 const char* backendName(Backend b) {
     switch (b) {
-    case Backend::Auto: return "auto";
-    case Backend::Cpu: return "cpu";
-    case Backend::Cuda: return "cuda";
+    case Backend::Auto:
+        return "auto";
+    case Backend::Cpu:
+        return "cpu";
+    case Backend::Cuda:
+        return "cuda";
     }
     return "?";
 }
@@ -47,6 +50,16 @@ int RunContext::threadCount() const {
     if (backend == Backend::Cuda && n >= 16) return n - 4;
     if (backend == Backend::Cuda && n >= 8) return n - 2;
     return n;
+}
+
+OmpThreadLimit::OmpThreadLimit(int n) {
+    if (n <= 0) return;
+    m_previous = omp_get_max_threads();
+    omp_set_num_threads(n);
+}
+
+OmpThreadLimit::~OmpThreadLimit() {
+    if (m_previous > 0) omp_set_num_threads(m_previous);
 }
 
 RunContext::StageTimer::StageTimer(RunContext& ctx, std::string stage)
@@ -86,7 +99,11 @@ std::size_t statusField(const char* name) {
 }
 } // namespace
 
-std::size_t peakResidentBytes() { return statusField("VmHWM:"); }
-std::size_t currentResidentBytes() { return statusField("VmRSS:"); }
+std::size_t peakResidentBytes() {
+    return statusField("VmHWM:");
+}
+std::size_t currentResidentBytes() {
+    return statusField("VmRSS:");
+}
 
 } // namespace gpuphot

@@ -39,9 +39,9 @@ public:
     std::function<void(const std::string& stage, double fraction)> progress;
     const std::atomic<bool>* cancelFlag = nullptr;
 
-    void checkCancelled() const;    // throws Cancelled
+    void checkCancelled() const; // throws Cancelled
     void report(const std::string& stage, double fraction) const;
-    int threadCount() const;        // resolved thread count (>= 1)
+    int threadCount() const; // resolved thread count (>= 1)
 
     // RAII timer: records a StageRecord when it goes out of scope.
     class StageTimer {
@@ -75,7 +75,22 @@ public:
     std::function<void(StageRecord&)> deviceCheckpoint;
 };
 
-std::size_t peakResidentBytes();   // VmHWM of this process
+// While it lives, this thread's OpenMP regions that name no thread count (the read's, the stages' host
+// loops) use n threads; the thread's own count comes back after. A thread that reduces one of several
+// CCDs or frames in flight gives it its context's share of the cores, so that K threads do not each
+// start a team of every core. n <= 0: no change.
+class OmpThreadLimit {
+public:
+    explicit OmpThreadLimit(int n);
+    ~OmpThreadLimit();
+    OmpThreadLimit(const OmpThreadLimit&) = delete;
+    OmpThreadLimit& operator=(const OmpThreadLimit&) = delete;
+
+private:
+    int m_previous = 0;
+};
+
+std::size_t peakResidentBytes();    // VmHWM of this process
 std::size_t currentResidentBytes(); // VmRSS
 
 } // namespace gpuphot

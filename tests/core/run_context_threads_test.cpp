@@ -2,6 +2,7 @@
 // backend on 8 or more (its helper threads run beside the stages' loops).
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <thread>
 
 #include "core/pipeline/run_context.hpp"
 
@@ -29,6 +30,37 @@ TEST(RunContextThreads, CudaBackendLeavesCoresForItsHelperThreads) {
     ctx.backend = Backend::Cpu;
     ctx.threads = 3;
     EXPECT_EQ(ctx.threadCount(), 3);
+    omp_set_num_threads(saved);
+}
+
+TEST(RunContextThreads, OmpThreadLimitHoldsOnItsThreadOnly) {
+    const int saved = omp_get_max_threads();
+    auto onAnotherThread = [] {
+        int n = 0;
+        std::thread([&] { n = omp_get_max_threads(); }).join();
+        return n;
+    };
+    const int fresh = onAnotherThread(); // what a new thread starts with
+    const int n = fresh + 1;             // a count no other thread has
+    omp_set_num_threads(fresh + 2);
+    {
+        const OmpThreadLimit limit(n);
+        EXPECT_EQ(omp_get_max_threads(), n);
+        int team = 0;
+#pragma omp parallel
+        {
+#pragma omp single
+            team = omp_get_num_threads();
+        }
+        EXPECT_LE(team, n); // a region that names no count (dynamic adjustment may give fewer)
+        EXPECT_GE(team, 1);
+        EXPECT_EQ(onAnotherThread(), fresh);
+        {
+            const OmpThreadLimit none(0); // no change
+            EXPECT_EQ(omp_get_max_threads(), n);
+        }
+    }
+    EXPECT_EQ(omp_get_max_threads(), fresh + 2);
     omp_set_num_threads(saved);
 }
 
