@@ -49,6 +49,7 @@ class DisplayControls;
 class LightCurvePanel;
 class MosaicPanel;
 class RegionLayer;
+class GridLayer;
 class PanDialog;
 
 class MainWindow : public QMainWindow {
@@ -81,12 +82,12 @@ public:
     QString framePath() const { return m_framePath; }
     QString cursorReadout() const; // the status bar's readout text
     // Exports (also in the File menu). Return false and show the error on failure.
-    bool exportCatalog(const QString& path);    // .fits / .ecsv / .csv by extension
+    bool exportCatalog(const QString& path); // .fits / .ecsv / .csv by extension
     // File > Save to database: the frame's results into a SQLite file or postgresql:// URL (core/db).
     bool saveToDatabase(const QString& url);
     bool exportRegions(const QString& path);
     bool exportWcs(const QString& path);
-    bool saveViewPng(const QString& path);       // the view with its overlays
+    bool saveViewPng(const QString& path); // the view with its overlays
     // Master bias / dark / flat and bad-pixel mask of the frame preparation (File > Calibration frames...).
     // Applied on the worker (which reads them; an unusable file is an error dialog and clears the choice),
     // persisted in QSettings once the worker took them, shown in the status bar; the frame re-reduces.
@@ -118,7 +119,8 @@ public:
     bool loadRegions(const QString& path);
     bool saveRegions(const QString& path);
     RegionLayer* regionLayer() const { return m_regionLayer; }
-    std::vector<RegionStats> regionStatistics(); // one per region that holds pixels (points left out)
+    GridLayer* gridLayer() const { return m_gridLayer; } // View > Coordinate grid
+    std::vector<RegionStats> regionStatistics();         // one per region that holds pixels (points left out)
     QDialog* showRegionStatistics();
     bool photometryAt(double x, double y);
 
@@ -175,7 +177,7 @@ private:
     void buildRegions(); // main_window_regions.cpp: menus, the layer, Ctrl+click
     void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,
-    // pan to coordinates, orientation); viewWcs is the WCS the readout uses.
+    // pan to coordinates, orientation, coordinate grid); viewWcs is the WCS the readout uses.
     void buildViewTools();
     void buildOrientationActions(QMenu* view);
     void buildPixelTableDock(QMenu* view);
@@ -200,9 +202,10 @@ private:
     MosaicPanel* m_mosaic = nullptr;
     QDockWidget* m_mosaicDock = nullptr;
     RegionLayer* m_regionLayer = nullptr;
+    GridLayer* m_gridLayer = nullptr;
     std::shared_ptr<RegionFile> m_regions; // as loaded (null: none)
-    QStringList m_followQueue; // every-frame mode: announced frames waiting for the one reducing
-    QString m_following;       // the followed frame being reduced ("" when none)
+    QStringList m_followQueue;             // every-frame mode: announced frames waiting for the one reducing
+    QString m_following;                   // the followed frame being reduced ("" when none)
     std::shared_ptr<const Frame> m_steppedFrame; // a series frame shown by stepping (not reduced)
     QMenu* m_recentMenu = nullptr;
     QLabel* m_readout = nullptr;
@@ -214,7 +217,8 @@ private:
     QPointer<QMessageBox> m_errorBox;
 
     std::shared_ptr<const Frame> m_frame;
-    std::shared_ptr<const Frame> m_shownFrame; // the pixels in the viewer: the loaded frame, then the prepared one
+    std::shared_ptr<const Frame>
+        m_shownFrame; // the pixels in the viewer: the loaded frame, then the prepared one
     SnapshotPtr m_snapshot;
     QString m_framePath;
     QString m_refPath;

@@ -1,5 +1,6 @@
 // The main window's DS9 viewing habits (README.md, Workbench): View-menu actions for the crosshair, the
-// magnifier, the pixel-table dock, panning to typed coordinates and the view's flips and quarter turns.
+// magnifier, the pixel-table dock, panning to typed coordinates, the view's flips and quarter turns and
+// the coordinate grid.
 // The image view does the work (viewers/image_view.hpp); this file only wires actions and docks.
 #include <QAction>
 #include <QDockWidget>
@@ -7,6 +8,7 @@
 #include <QMenuBar>
 
 #include "core/wcs/wcs.hpp"
+#include "ui/grid_layer.hpp"
 #include "ui/main_window.hpp"
 #include "ui/pan_dialog.hpp"
 #include "ui/pixel_table.hpp"
@@ -44,6 +46,13 @@ void MainWindow::buildViewTools() {
     QAction* pan = view->addAction(tr("&Pan to coordinates..."), QKeySequence(Qt::CTRL | Qt::Key_G), this,
                                    [this] { showPanDialog(); });
     pan->setObjectName(QStringLiteral("actionPanTo"));
+    // The grid follows the WCS the readout uses: the fitted one once a reduction has one.
+    m_gridLayer = new GridLayer(m_view, [this] { return viewWcs(); });
+    QAction* grid = addToggle(view, tr("Coordinate &grid"), QStringLiteral("actionCoordinateGrid"),
+                              QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_G));
+    connect(grid, &QAction::toggled, m_gridLayer, &GridLayer::setShown);
+    connect(this, &MainWindow::frameShown, m_gridLayer, &GridLayer::refresh);
+    connect(this, &MainWindow::snapshotShown, m_gridLayer, &GridLayer::refresh);
     buildOrientationActions(view);
     buildPixelTableDock(view);
 }

@@ -23,6 +23,7 @@
 #include "tests/test_support.hpp"
 #include "ui/colorbar.hpp"
 #include "ui/display_controls.hpp"
+#include "ui/grid_layer.hpp"
 #include "ui/main_window.hpp"
 #include "ui/pan_dialog.hpp"
 #include "ui/pixel_table.hpp"
@@ -227,6 +228,53 @@ TEST(ViewTools, PanDialogMovesTheCentre) {
     EXPECT_NEAR(view.center().y(), 10.0, 0.01);
 }
 
+// The coordinate grid: lines of the frame's WCS over the visible area, finer steps when zoomed in, none
+// without a WCS; shown and hidden by its toggle.
+TEST(ViewTools, CoordinateGridFollowsTheWcsAndTheZoom) {
+    gpuphot::test::uiTestApp();
+    ImageView view;
+    auto img = std::make_shared<Image<float>>(512, 512);
+    showView(view, img);
+    view.zoomToFit();
+    gpuphot::Header h;
+    h.set("CTYPE1", "RA---TAN");
+    h.set("CTYPE2", "DEC--TAN");
+    h.set("CRVAL1", 150.0);
+    h.set("CRVAL2", 2.2);
+    h.set("CRPIX1", 256.5);
+    h.set("CRPIX2", 256.5);
+    h.set("CD1_1", -1.0 / 3600);
+    h.set("CD1_2", 0.0);
+    h.set("CD2_1", 0.0);
+    h.set("CD2_2", 1.0 / 3600);
+    const gpuphot::Wcs wcs = gpuphot::Wcs::fromHeader(h);
+    const gpuphot::Wcs* current = &wcs;
+    gpuphot::ui::GridLayer grid(&view, [&current] { return current; });
+    EXPECT_FALSE(grid.isVisible());
+    grid.setShown(true);
+    EXPECT_TRUE(grid.isVisible());
+    const gpuphot::Graticule whole = grid.graticule();
+    ASSERT_GE(whole.lines.size(), 4u);
+    EXPECT_NEAR(whole.decStep * 60.0, 2.0, 1e-9); // 8.5' of Dec, at most 5 lines: 2' steps
+    for (const auto& l : whole.lines) {
+        const auto [ra, dec] = wcs.pixelToWorld(l.labelX, l.labelY);
+        if (l.meridian)
+            EXPECT_NEAR(ra, l.value, 1e-6) << l.label;
+        else
+            EXPECT_NEAR(dec, l.value, 1e-6) << l.label;
+    }
+    view.setZoom(view.zoom() * 8.0); // about the centre: an eighth of the field each way
+    const gpuphot::Graticule zoomed = grid.graticule();
+    ASSERT_GE(zoomed.lines.size(), 2u);
+    EXPECT_LT(zoomed.decStep, whole.decStep / 4);
+    EXPECT_LT(zoomed.raStep, whole.raStep / 4);
+    current = nullptr; // a frame without a WCS
+    grid.refresh();
+    EXPECT_TRUE(grid.graticule().lines.empty());
+    grid.setShown(false);
+    EXPECT_FALSE(grid.isVisible());
+}
+
 TEST(ViewTools, FlipsAndTurnsKeepClicksOnTheirSources) {
     gpuphot::test::uiTestApp();
     ImageView view;
@@ -381,7 +429,7 @@ TEST(ViewTools, MainWindowReadoutFollowsArrowKeys) {
     for (const auto& [name, keys] : w.shortcuts())
         names << name;
     for (const char* n : {"Crosshair", "Magnifier", "Pan to coordinates", "Flip X", "Flip Y",
-                          "Rotate 90 degrees", "Pixel table"})
+                          "Rotate 90 degrees", "Pixel table", "Coordinate grid"})
         EXPECT_TRUE(names.contains(QString::fromLatin1(n)))
             << n << " not in " << names.join(", ").toStdString();
     // The crosshair action reaches the view.
