@@ -125,7 +125,7 @@ std::string bitpixLabel(int equivBitpix) {
 }
 
 std::string axesLabel(const HduSummary& h) {
-    if (h.axes.empty()) return "-";
+    if (h.axes.empty()) return h.type == "IMAGE" ? "no data" : "-";
     std::string s;
     if (h.type != "IMAGE")
         return std::to_string(h.axes[0]) + " cols x " + std::to_string(h.axes.size() > 1 ? h.axes[1] : 0) +
@@ -250,8 +250,9 @@ int run(const InfoOptions& o) {
     for (const auto& h : hdus)
         std::printf("  %-4d %-9s %-16s %-14s %-22s %s\n", h.index, h.type.c_str(),
                     h.extname.empty() ? "-" : h.extname.c_str(),
-                    h.type == "IMAGE" ? bitpixLabel(h.bitpix).c_str() : "-", axesLabel(h).c_str(),
-                    h.compressed ? "yes (tiles)" : "no");
+                    // an image HDU without data (the empty primary of a .fz file) has no pixel type
+                    h.type == "IMAGE" && !h.axes.empty() ? bitpixLabel(h.bitpix).c_str() : "-",
+                    axesLabel(h).c_str(), h.compressed ? "yes (tiles)" : "no");
     if (!frame) {
         std::printf("\nno image HDU with data\n");
         return 0;

@@ -95,6 +95,26 @@ TEST(CliInfo, PrintsHdusStatisticsAndInstrument) {
     EXPECT_TRUE(contains(r.out, "wcs        none")) << r.out;
 }
 
+// A tile-compressed float frame: its empty primary HDU shows no pixel type (a BITPIX 16 there read as the
+// file's), the image row and the summary its own -32.
+TEST(CliInfo, CompressedFloatFrameShowsItsOwnBitpixOnly) {
+    TempDir dir;
+    const std::string path = writeFrame(dir, "float.fits.fz", -32, false);
+    const Result r = runCli("info " + quote(path), dir);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line, primary, image;
+    while (std::getline(lines, line)) {
+        if (line.rfind("  0 ", 0) == 0) primary = line;
+        if (line.rfind("  1 ", 0) == 0) image = line;
+    }
+    EXPECT_TRUE(contains(primary, "no data")) << r.out;
+    EXPECT_FALSE(contains(primary, "16")) << r.out;
+    EXPECT_TRUE(contains(image, "-32")) << r.out;
+    EXPECT_TRUE(contains(r.out, "7 x 5 pixels, BITPIX -32")) << r.out;
+    EXPECT_FALSE(contains(r.out, "BITPIX 16")) << r.out;
+}
+
 TEST(CliInfo, JsonOutputIsMachineReadable) {
     TempDir dir;
     const std::string path = writeFrame(dir, "frame.fits.fz", kBitpixUInt16, true);
