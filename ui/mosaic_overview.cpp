@@ -290,24 +290,8 @@ MosaicReduction parseExposureReport(const nlohmann::json& report) {
     r.scatter = number(*ex, "zp_offset_scatter");
     for (const auto& name : ex->value("zp_outliers", nlohmann::json::array()))
         if (name.is_string()) r.outliers.push_back(name.get<std::string>());
-    for (const auto& e : ex->value("extensions", nlohmann::json::array())) {
-        MosaicCcdResult c;
-        c.hdu = e.value("hdu", -1);
-        c.extname = e.value("extname", std::string());
-        c.status = e.value("status", std::string("failed"));
-        c.error = e.value("error", std::string());
-        c.zpUsed = e.value("zp_used", std::string());
-        c.sources = e.value("sources", 0LL);
-        c.calibrators = e.value("calibrators", 0);
-        c.fwhm = number(e, "fwhm");
-        c.rms = number(e, "astrometric_rms_arcsec");
-        c.zp = number(e, "zp");
-        c.zpErr = number(e, "zp_err");
-        c.zpOffset = number(e, "zp_offset");
-        c.zpOffsetErr = number(e, "zp_offset_err");
-        c.outlier = e.value("zp_outlier", false);
-        r.ccds.push_back(std::move(c));
-    }
+    for (const auto& e : ex->value("extensions", nlohmann::json::array()))
+        r.ccds.push_back(e.get<MosaicCcdResult>());
     return r;
 }
 

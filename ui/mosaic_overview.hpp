@@ -61,17 +61,8 @@ MosaicOverviewPtr computeMosaicOverview(const std::string& path,
                                         const std::function<void(int done, int total)>& progress,
                                         const std::atomic<bool>& cancel);
 
-// One CCD's line of an exposure report.
-struct MosaicCcdResult {
-    int hdu = -1;
-    std::string extname, status, error, zpUsed;
-    long long sources = 0;
-    int calibrators = 0;
-    double fwhm = std::numeric_limits<double>::quiet_NaN(), rms = fwhm, zp = fwhm, zpErr = fwhm,
-           zpOffset = fwhm, zpOffsetErr = fwhm;
-    bool outlier = false;
-    bool failed() const { return status != "ok"; }
-};
+// One CCD's line of an exposure report (core/pipeline/exposure.hpp).
+using MosaicCcdResult = ExposureCcdSummary;
 
 struct MosaicReduction {
     std::string reportPath; // where it was read from ("" when it came from a run in memory)

@@ -184,7 +184,8 @@ ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, con
     for (std::size_t i = 0; i < n; ++i) {
         if (!ccds[i].ok || !std::isfinite(ccds[i].zp)) continue;
         cal.outlier[i] = std::abs(ccds[i].zp - cal.zp) > limit;
-        if (!cal.outlier[i]) keptDev.push_back(std::abs(ccds[i].zp - cal.zp)), keptErr.push_back(ccds[i].zpErr);
+        if (!cal.outlier[i])
+            keptDev.push_back(std::abs(ccds[i].zp - cal.zp)), keptErr.push_back(ccds[i].zpErr);
     }
     cal.ccdsUsed = static_cast<int>(zps.size());
     cal.scatter = 1.4826 * median(keptDev);
@@ -197,6 +198,65 @@ ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, con
     }
     cal.ok = true;
     return cal;
+}
+
+namespace {
+nlohmann::json orNull(double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+double numberOr(const nlohmann::json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+} // namespace
+
+void to_json(nlohmann::json& j, const ExposureCcdSummary& c) {
+    j = {
+        {"hdu", c.hdu}, {"extname", c.extname}, {"token", c.token}, {"width", c.width}, {"height", c.height}};
+    j["status"] = c.status;
+    if (c.failed()) {
+        j["error"] = c.error;
+        return;
+    }
+    j["sources"] = c.sources;
+    j["seconds"] = c.seconds;
+    j["fwhm"] = orNull(c.fwhm);
+    j["astrometric_rms_arcsec"] = orNull(c.rms);
+    j["zp"] = orNull(c.zp);
+    j["zp_err"] = orNull(c.zpErr);
+    j["calibrators"] = c.calibrators;
+    j["zp_offset"] = orNull(c.zpOffset);
+    j["zp_offset_err"] = orNull(c.zpOffsetErr);
+    j["zp_outlier"] = c.outlier;
+    j["zp_used"] = c.zpUsed;
+    j["astrometry"] = c.astrometry;
+    j["warnings"] = c.warnings;
+}
+
+void from_json(const nlohmann::json& j, ExposureCcdSummary& c) {
+    c = {};
+    c.hdu = j.value("hdu", -1);
+    c.extname = j.value("extname", std::string());
+    c.token = j.value("token", std::string());
+    c.width = j.value("width", 0LL);
+    c.height = j.value("height", 0LL);
+    c.status = j.value("status", std::string("failed"));
+    c.error = j.value("error", std::string());
+    c.sources = j.value("sources", 0LL);
+    c.seconds = numberOr(j, "seconds");
+    c.fwhm = numberOr(j, "fwhm");
+    c.rms = numberOr(j, "astrometric_rms_arcsec");
+    c.zp = numberOr(j, "zp");
+    c.zpErr = numberOr(j, "zp_err");
+    c.calibrators = j.value("calibrators", 0);
+    c.zpOffset = numberOr(j, "zp_offset");
+    c.zpOffsetErr = numberOr(j, "zp_offset_err");
+    c.outlier = j.value("zp_outlier", false);
+    c.zpUsed = j.value("zp_used", std::string());
+    c.astrometry = j.value("astrometry", std::string());
+    if (const auto w = j.find("warnings"); w != j.end() && w->is_array())
+        for (const auto& x : *w)
+            if (x.is_string()) c.warnings.push_back(x.get<std::string>());
 }
 
 } // namespace gpuphot

@@ -9,6 +9,7 @@
 // the formats asked for (ecsv, csv, reg; ldac as one LDAC_IMHEAD/LDAC_OBJECTS pair per CCD in one file);
 // STEM.targets.fits with --targets; each CCD's maps and fitted WCS as STEM.TOKEN.bkg.fits,
 // STEM.TOKEN.wcs, ...; STEM.report.json last, listing every extension.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,31 @@ struct ExposureCalibration {
     std::vector<bool> outlier;     // per CCD
 };
 ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, const ExposureParams& params);
+
+// One CCD's entry of the exposure report ("exposure" > "extensions"): written by reduceExposure (with
+// the CCD's own single-frame report beside it, "report"), read back by the workbench's Mosaic dock. JSON
+// null stands for NaN; a failed CCD has status "failed", its error, and no numbers.
+struct ExposureCcdSummary {
+    int hdu = -1;
+    std::string extname, token;
+    long long width = 0, height = 0;
+    std::string status = "failed"; // "ok" or "failed"
+    std::string error;
+    long long sources = 0;
+    double seconds = 0.0;
+    double fwhm = std::numeric_limits<double>::quiet_NaN(); // px
+    double rms = fwhm;                                      // astrometric RMS, arcsec
+    double zp = fwhm, zpErr = fwhm;                         // the CCD's own zero point
+    int calibrators = 0;
+    double zpOffset = fwhm, zpOffsetErr = fwhm; // from the exposure's zero point
+    bool outlier = false;
+    std::string zpUsed;     // "own", "exposure" or "none"
+    std::string astrometry; // "own", "exposure" or "none"
+    std::vector<std::string> warnings;
+    bool failed() const { return status != "ok"; }
+};
+void to_json(nlohmann::json& j, const ExposureCcdSummary& c);
+void from_json(const nlohmann::json& j, ExposureCcdSummary& c);
 
 // Reduces the extensions `extensions` of the exposure `path` with `options` (their read.hdu is replaced
 // per extension) and writes the exposure's outputs (nothing with options.write false). `contexts`: one

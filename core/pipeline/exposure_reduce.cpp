@@ -312,32 +312,37 @@ nlohmann::json num(double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+double reportNumber(const nlohmann::json& report, const char* key) {
+    const auto it = report.find(key);
+    return it != report.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
 nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std::size_t k) {
-    nlohmann::json j{{"hdu", c.ext.hdu},
-                     {"extname", c.ext.extname},
-                     {"token", c.ext.token},
-                     {"width", c.ext.width},
-                     {"height", c.ext.height}};
-    if (!c.done) {
-        j["status"] = "failed";
-        j["error"] = c.error;
-        return j;
+    ExposureCcdSummary e;
+    e.hdu = c.ext.hdu;
+    e.extname = c.ext.extname;
+    e.token = c.ext.token;
+    e.width = c.ext.width;
+    e.height = c.ext.height;
+    e.status = c.done ? "ok" : "failed";
+    e.error = c.error;
+    if (c.done) {
+        e.sources = static_cast<long long>(c.sources);
+        e.seconds = c.seconds;
+        e.fwhm = reportNumber(c.report, "fwhm");
+        e.rms = reportNumber(c.report, "astrometric_rms_arcsec");
+        e.zp = c.zp.ok ? c.zp.zp : std::nan("");
+        e.zpErr = c.zp.ok ? c.zp.zpErr : std::nan("");
+        e.calibrators = c.zp.calibrators;
+        e.zpOffset = cal.offset[k];
+        e.zpOffsetErr = cal.offsetErr[k];
+        e.outlier = cal.outlier[k];
+        e.zpUsed = c.zp.ok ? "own" : cal.ok ? "exposure" : "none";
+        e.astrometry = c.astrometry;
+        e.warnings = c.warnings;
     }
-    j["status"] = "ok";
-    j["sources"] = c.sources;
-    j["seconds"] = c.seconds;
-    j["fwhm"] = c.report.value("fwhm", nlohmann::json(nullptr));
-    j["astrometric_rms_arcsec"] = c.report.value("astrometric_rms_arcsec", nlohmann::json(nullptr));
-    j["zp"] = c.zp.ok ? num(c.zp.zp) : nlohmann::json(nullptr);
-    j["zp_err"] = c.zp.ok ? num(c.zp.zpErr) : nlohmann::json(nullptr);
-    j["calibrators"] = c.zp.calibrators;
-    j["zp_offset"] = num(cal.offset[k]);
-    j["zp_offset_err"] = num(cal.offsetErr[k]);
-    j["zp_outlier"] = static_cast<bool>(cal.outlier[k]);
-    j["zp_used"] = c.zp.ok ? "own" : cal.ok ? "exposure" : "none";
-    j["astrometry"] = c.astrometry;
-    j["warnings"] = c.warnings;
-    j["report"] = c.report;
+    nlohmann::json j = e;
+    if (c.done) j["report"] = c.report;
     return j;
 }
 

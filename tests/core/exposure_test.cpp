@@ -109,6 +109,52 @@ TEST(Exposure, ChosenExtensionsWriteOutputsThatNeverCollide) {
     EXPECT_EQ(catalogPath(mef + "[3]", o), dir / "mef.hdu3.cat.fits");
 }
 
+// The report's per-CCD entry, as reduceExposure writes it and the workbench reads it: NaN as null both
+// ways, a failed CCD with its error and no numbers.
+TEST(Exposure, CcdSummaryRoundTripsThroughTheReport) {
+    ExposureCcdSummary c;
+    c.hdu = 3;
+    c.extname = "N4";
+    c.token = "N4";
+    c.width = 2048;
+    c.height = 4096;
+    c.status = "ok";
+    c.sources = 1234;
+    c.fwhm = 3.25;
+    c.zp = 25.5;
+    c.zpErr = 0.01;
+    c.calibrators = 40;
+    c.zpOffset = -0.02;
+    c.outlier = true;
+    c.zpUsed = "own";
+    c.astrometry = "exposure";
+    c.warnings = {"a warning"};
+    const nlohmann::json j = c;
+    EXPECT_TRUE(j["astrometric_rms_arcsec"].is_null()); // NaN
+    EXPECT_TRUE(j["zp_offset_err"].is_null());
+    EXPECT_EQ(j["zp_outlier"], true);
+    const auto back = j.get<ExposureCcdSummary>();
+    EXPECT_EQ(back.hdu, 3);
+    EXPECT_EQ(back.extname, "N4");
+    EXPECT_EQ(back.sources, 1234);
+    EXPECT_EQ(back.fwhm, 3.25);
+    EXPECT_TRUE(std::isnan(back.rms));
+    EXPECT_EQ(back.zpOffset, -0.02);
+    EXPECT_TRUE(back.outlier);
+    EXPECT_EQ(back.astrometry, "exposure");
+    EXPECT_EQ(back.warnings, c.warnings);
+    EXPECT_FALSE(back.failed());
+    ExposureCcdSummary bad;
+    bad.hdu = 5;
+    bad.error = "cannot read";
+    const nlohmann::json jb = bad;
+    EXPECT_EQ(jb["status"], "failed");
+    EXPECT_FALSE(jb.contains("zp"));
+    const auto badBack = jb.get<ExposureCcdSummary>();
+    EXPECT_TRUE(badBack.failed());
+    EXPECT_EQ(badBack.error, "cannot read");
+}
+
 TEST(Exposure, ZeroPointIsTheMedianAndABadCcdStandsOut) {
     std::vector<CcdZeroPoint> ccds;
     const double truth = 25.0;
