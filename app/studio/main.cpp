@@ -5,10 +5,13 @@
 //   --every-frame                        with --follow: every new frame in turn, not only the newest
 //   --screenshot PNG                     after the first result: save the window to PNG and quit (docs,
 //   tests)
+//   --time-first-view / --time-first-result
+//                                        print the time from start to the first drawn view of the frame, or
+//                                        to the first result's overlays and table, then quit (benchmarks)
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QFileInfo>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QTimer>
 #include <chrono>
 #include <cstdio>
@@ -34,25 +37,31 @@ int main(int argc, char** argv) {
     cli.setApplicationDescription(QStringLiteral("GPUPHOT Studio: live photometry and astrometry workbench"));
     cli.addHelpOption();
     cli.addVersionOption();
-    cli.addPositionalArgument(QStringLiteral("frame"), QStringLiteral("FITS frame to open (default: the demo field)"));
-    const QCommandLineOption ref(QStringLiteral("ref"), QStringLiteral("Reference catalog"), QStringLiteral("file"));
+    cli.addPositionalArgument(QStringLiteral("frame"),
+                              QStringLiteral("FITS frame to open (default: the demo field)"));
+    const QCommandLineOption ref(QStringLiteral("ref"), QStringLiteral("Reference catalog"),
+                                 QStringLiteral("file"));
     const QCommandLineOption refCols(QStringLiteral("ref-columns"), QStringLiteral("Reference column map"),
                                      QStringLiteral("map"));
     const QCommandLineOption hdu(QStringLiteral("hdu"), QStringLiteral("Image HDU (number or EXTNAME)"),
                                  QStringLiteral("hdu"));
     const QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Parameter profile (JSON)"),
                                     QStringLiteral("file"));
-    const QCommandLineOption follow(QStringLiteral("follow"), QStringLiteral("Follow the newest frame in a folder"),
+    const QCommandLineOption follow(QStringLiteral("follow"),
+                                    QStringLiteral("Follow the newest frame in a folder"),
                                     QStringLiteral("dir"));
     const QCommandLineOption everyFrame(QStringLiteral("every-frame"),
                                         QStringLiteral("With --follow: reduce every new frame in turn"));
-    const QCommandLineOption shot(QStringLiteral("screenshot"),
-                                  QStringLiteral("Save the window to a PNG after the first result, then quit"),
-                                  QStringLiteral("png"));
+    const QCommandLineOption shot(
+        QStringLiteral("screenshot"),
+        QStringLiteral("Save the window to a PNG after the first result, then quit"), QStringLiteral("png"));
     const QCommandLineOption firstView(QStringLiteral("time-first-view"),
                                        QStringLiteral("Print the time from start to the first displayed view "
                                                       "of the frame, then quit (benchmarks)"));
-    cli.addOptions({ref, refCols, hdu, config, follow, everyFrame, shot, firstView});
+    const QCommandLineOption firstResult(QStringLiteral("time-first-result"),
+                                         QStringLiteral("Print the time from start to the first result shown "
+                                                        "(overlays and table), then quit (benchmarks)"));
+    cli.addOptions({ref, refCols, hdu, config, follow, everyFrame, shot, firstView, firstResult});
     cli.process(app);
 
     gpuphot::ui::MainWindow window;
@@ -73,7 +82,8 @@ int main(int argc, char** argv) {
                              if (wantCalibration && !s->reference) return; // wait for the calibrated run
                              QTimer::singleShot(300, &window, [&window, png] {
                                  const bool ok = window.grab().save(png, "PNG");
-                                 std::fprintf(stderr, "%s %s\n", ok ? "saved" : "could not save", qPrintable(png));
+                                 std::fprintf(stderr, "%s %s\n", ok ? "saved" : "could not save",
+                                              qPrintable(png));
                                  QApplication::exit(ok ? 0 : 1);
                              });
                          });
@@ -86,11 +96,24 @@ int main(int argc, char** argv) {
         QObject::connect(&window, &gpuphot::ui::MainWindow::frameShown, &app, [&window, &sinceStart] {
             // grabFramebuffer renders the view now: the image is uploaded and drawn (zscaled, fitted).
             const QImage img = window.imageView()->grabFramebuffer();
-            std::printf("first view after %lld ms (%dx%d view%s)\n", static_cast<long long>(sinceStart.elapsed()),
-                        img.width(), img.height(), img.isNull() ? ", EMPTY" : "");
+            std::printf("first view after %lld ms (%dx%d view%s)\n",
+                        static_cast<long long>(sinceStart.elapsed()), img.width(), img.height(),
+                        img.isNull() ? ", EMPTY" : "");
             std::fflush(stdout);
             QApplication::exit(img.isNull() ? 1 : 0);
         });
+    }
+    if (cli.isSet(firstResult)) {
+        QObject::connect(&window, &gpuphot::ui::MainWindow::snapshotShown, &app,
+                         [&window, &sinceStart](gpuphot::ui::SnapshotPtr s) {
+                             window.imageView()->grabFramebuffer(); // the overlays drawn
+                             std::printf("first result after %lld ms (%zu sources%s)\n",
+                                         static_cast<long long>(sinceStart.elapsed()),
+                                         s ? s->result.detection.sources.size() : std::size_t{0},
+                                         s && s->provisional ? ", provisional" : "");
+                             std::fflush(stdout);
+                             QApplication::exit(0);
+                         });
     }
     const QStringList args = cli.positionalArguments();
     if (args.isEmpty() && !cli.isSet(follow)) {
