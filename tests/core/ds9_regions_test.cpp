@@ -20,6 +20,7 @@
 #include "core/stages/aperture/region_stats.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
+#include "tests/wcs_support.hpp"
 
 using namespace gpuphot;
 
@@ -27,18 +28,7 @@ namespace {
 
 // North up, east left, 0.5"/px, CRPIX 100,100 at RA 150, Dec 2.
 Wcs testWcs() {
-    Header h;
-    h.set("CTYPE1", "RA---TAN");
-    h.set("CTYPE2", "DEC--TAN");
-    h.set("CRPIX1", 100.0);
-    h.set("CRPIX2", 100.0);
-    h.set("CRVAL1", 150.0);
-    h.set("CRVAL2", 2.0);
-    h.set("CD1_1", -0.5 / 3600.0);
-    h.set("CD1_2", 0.0);
-    h.set("CD2_1", 0.0);
-    h.set("CD2_2", 0.5 / 3600.0);
-    return Wcs::fromHeader(h);
+    return Wcs::fromHeader(test::tanHeader(150.0, 2.0, 100.0, 100.0, 0.5));
 }
 
 const char* kSample = R"(# Region file format: DS9 version 4.1

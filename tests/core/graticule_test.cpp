@@ -4,28 +4,16 @@
 
 #include <cmath>
 
-#include "core/model/header.hpp"
 #include "core/wcs/graticule.hpp"
 #include "core/wcs/wcs.hpp"
+#include "tests/wcs_support.hpp"
 
 namespace gpuphot {
 namespace {
 
 // A TAN frame of `size` px at `scale` arcsec/px, rotated by `rotDeg`, centred on (ra, dec).
 Wcs tanFrame(double ra, double dec, int size, double scale, double rotDeg) {
-    Header h;
-    const double s = scale / 3600.0, c = std::cos(rotDeg * M_PI / 180.0), n = std::sin(rotDeg * M_PI / 180.0);
-    h.set("CTYPE1", "RA---TAN");
-    h.set("CTYPE2", "DEC--TAN");
-    h.set("CRPIX1", 0.5 * size + 0.5);
-    h.set("CRPIX2", 0.5 * size + 0.5);
-    h.set("CRVAL1", ra);
-    h.set("CRVAL2", dec);
-    h.set("CD1_1", -s * c);
-    h.set("CD1_2", s * n);
-    h.set("CD2_1", s * n);
-    h.set("CD2_2", s * c);
-    return Wcs::fromHeader(h);
+    return Wcs::fromHeader(test::tanHeader(ra, dec, 0.5 * size + 0.5, 0.5 * size + 0.5, scale, rotDeg));
 }
 
 TEST(Graticule, LinesLieOnTheirCoordinatesAtRoundSteps) {

@@ -21,6 +21,7 @@
 #include "core/sim/simulator.hpp"
 #include "core/wcs/wcs.hpp"
 #include "tests/test_support.hpp"
+#include "tests/wcs_support.hpp"
 #include "ui/colorbar.hpp"
 #include "ui/display_controls.hpp"
 #include "ui/grid_layer.hpp"
@@ -187,18 +188,7 @@ TEST(ViewTools, PanDialogMovesTheCentre) {
     gpuphot::test::uiTestApp();
     ImageView view;
     showView(view, rampImage());
-    gpuphot::Header h;
-    h.set("CTYPE1", "RA---TAN");
-    h.set("CTYPE2", "DEC--TAN");
-    h.set("CRVAL1", 150.0);
-    h.set("CRVAL2", 2.2);
-    h.set("CRPIX1", 48.0);
-    h.set("CRPIX2", 32.0);
-    h.set("CD1_1", -1.0 / 3600);
-    h.set("CD1_2", 0.0);
-    h.set("CD2_1", 0.0);
-    h.set("CD2_2", 1.0 / 3600);
-    const gpuphot::Wcs wcs = gpuphot::Wcs::fromHeader(h);
+    const gpuphot::Wcs wcs = gpuphot::Wcs::fromHeader(gpuphot::test::tanHeader(150.0, 2.2, 48.0, 32.0, 1.0));
     const gpuphot::Wcs* current = nullptr;
     gpuphot::ui::PanDialog dialog(&view, [&current] { return current; });
     dialog.setCoordinates(QStringLiteral("33"), QStringLiteral("21"), gpuphot::ui::PanSystem::Image);
@@ -236,18 +226,8 @@ TEST(ViewTools, CoordinateGridFollowsTheWcsAndTheZoom) {
     auto img = std::make_shared<Image<float>>(512, 512);
     showView(view, img);
     view.zoomToFit();
-    gpuphot::Header h;
-    h.set("CTYPE1", "RA---TAN");
-    h.set("CTYPE2", "DEC--TAN");
-    h.set("CRVAL1", 150.0);
-    h.set("CRVAL2", 2.2);
-    h.set("CRPIX1", 256.5);
-    h.set("CRPIX2", 256.5);
-    h.set("CD1_1", -1.0 / 3600);
-    h.set("CD1_2", 0.0);
-    h.set("CD2_1", 0.0);
-    h.set("CD2_2", 1.0 / 3600);
-    const gpuphot::Wcs wcs = gpuphot::Wcs::fromHeader(h);
+    const gpuphot::Wcs wcs =
+        gpuphot::Wcs::fromHeader(gpuphot::test::tanHeader(150.0, 2.2, 256.5, 256.5, 1.0));
     const gpuphot::Wcs* current = &wcs;
     gpuphot::ui::GridLayer grid(&view, [&current] { return current; });
     EXPECT_FALSE(grid.isVisible());
