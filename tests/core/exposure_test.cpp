@@ -20,6 +20,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_mosaic.hpp"
 #include "core/util/errors.hpp"
+#include "tests/mosaic_support.hpp"
 #include "tests/test_support.hpp"
 
 using namespace gpuphot;
@@ -187,20 +188,8 @@ struct MosaicRun {
 
 // Reduces a small simulated mosaic (4 CCDs; CCD 2 tile-compressed, CCD 3 a bad one, a table extension).
 void simulateSmallMosaic(const test::TempDir& dir, MosaicRun& run, double wcsOffsetArcmin = 0.0) {
-    MosaicSimParams m;
+    MosaicSimParams m = test::smallMosaic(384, 768, 450, 11, 60.0);
     m.ccd.wcsOffset = wcsOffsetArcmin;
-    m.ccd.width = 384;
-    m.ccd.height = 768;
-    m.ccd.stars = 450;
-    m.ccd.seed = 11;
-    m.ccds = 4;
-    m.columns = 2;
-    m.gapPx = 60.0;
-    m.zpSpread = 0.02;
-    m.badCcd = 3;
-    m.badCcdOffset = 0.3;
-    m.compressed = {2};
-    m.tableExtension = true;
     run.truth = writeSimulatedMosaic(m, dir.str(), "mos", 16);
     run.reference = readReferenceCatalog(dir / "mos.ref.fits");
     run.options.reference = &run.reference;

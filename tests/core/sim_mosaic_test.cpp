@@ -20,6 +20,7 @@
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/tan_sip.hpp"
+#include "tests/mosaic_support.hpp"
 #include "tests/test_support.hpp"
 
 using namespace gpuphot;
@@ -28,18 +29,7 @@ namespace {
 
 // 4 CCDs of 256 x 512 in 2 x 2, CCD 3 bad, CCD 2 compressed, a guide-star table.
 MosaicSimParams smallMosaic() {
-    MosaicSimParams m;
-    m.ccd.width = 256;
-    m.ccd.height = 512;
-    m.ccd.stars = 60;
-    m.ccd.seed = 7;
-    m.ccds = 4;
-    m.columns = 2;
-    m.gapPx = 40.0;
-    m.badCcd = 3;
-    m.compressed = {2};
-    m.tableExtension = true;
-    return m;
+    return test::smallMosaic(256, 512, 60, 7, 40.0);
 }
 
 std::string slurp(const std::filesystem::path& p) {

@@ -26,6 +26,7 @@
 
 #include "core/sim/sim_mosaic.hpp"
 #include "core/sim/simulator.hpp"
+#include "tests/mosaic_support.hpp"
 #include "tests/test_support.hpp"
 #include "ui/main_window.hpp"
 #include "ui/mosaic_panel.hpp"
@@ -44,18 +45,7 @@ struct Mosaic {
     nlohmann::json layout; // mos.mosaic.json
     QString file, ref;
     Mosaic() {
-        gpuphot::MosaicSimParams m;
-        m.ccd.width = 384;
-        m.ccd.height = 768;
-        m.ccd.stars = 450;
-        m.ccd.seed = 11;
-        m.ccds = 4;
-        m.columns = 2;
-        m.gapPx = 60.0;
-        m.badCcd = 3;
-        m.badCcdOffset = 0.3;
-        m.compressed = {2};
-        m.tableExtension = true;
+        const gpuphot::MosaicSimParams m = gpuphot::test::smallMosaic(384, 768, 450, 11, 60.0);
         truth = gpuphot::writeSimulatedMosaic(m, dir.str(), "mos", 16);
         layout = nlohmann::json::parse(std::ifstream(dir / "mos.mosaic.json"));
         file = QString::fromStdString(dir / "mos.fits");
