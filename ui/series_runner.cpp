@@ -105,7 +105,9 @@ void SeriesRunner::finished(SeriesResultPtr result, const QString& error,
     if (!error.isEmpty()) {
         m_rebuild = true; // the next request starts from the catalogs
         emit failed(error);
-    } else if (result) {
+    } else if (result && !(m_pending && m_rebuild)) {
+        // A rebuild asked for while this job ran (other targets or parameters) supersedes its result:
+        // showing it would flash a curve the user has already moved away from.
         m_result = std::move(result);
         m_resultCatalogs = catalogs;
         emit resultReady(m_result);

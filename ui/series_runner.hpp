@@ -3,7 +3,8 @@
 // appendSeries `gpuphot series` calls (core/series), over a list of reduced catalogs, for the panel's
 // targets and parameters. When only catalogs were added since the last result (a followed folder's new
 // frame), the series is appended to; any other change rebuilds it. Requests coalesce: while one job
-// runs, the newest request waits and runs next; results arrive on the UI thread, immutable.
+// runs, the newest request waits and runs next; a result that a waiting rebuild supersedes is dropped;
+// results arrive on the UI thread, immutable.
 #include <QObject>
 #include <QString>
 
