@@ -679,6 +679,34 @@ PsfResult psfModelForSources(const PsfResult& old, const Sources& sources) {
 }
 
 namespace {
+// The calibration stage of a provisional result: previous's astrometric solution (a detection edit does
+// not move the frame on the sky) instead of a new fit, then the crossmatch and zero point of the new
+// sources. The solution's per-match lists name previous's sources: left empty. Without a solution in
+// previous, the stage as a complete run does it.
+void provisionalCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                            PipelineResult& p, const PipelineResult& previous,
+                            const ReferenceCatalog* reference) {
+    const bool reuse = reference && config.fitAstrometry && previous.fittedWcs && previous.astrometry.ok &&
+                       p.detection.sources.size() > 0;
+    if (!reuse) {
+        runPipelineUntil(frame, config, ctx, p, Stage::Calibration, Stage::Done, reference);
+        return;
+    }
+    ctx.checkCancelled();
+    setInstrumentalMagnitudes(p);
+    resetCalibration(p);
+    p.astrometry = previous.astrometry;
+    p.astrometry.sourceIndex.clear();
+    p.astrometry.refIndex.clear();
+    p.astrometry.dxArcsec.clear();
+    p.astrometry.dyArcsec.clear();
+    p.astrometry.used.clear();
+    p.fittedWcs = previous.fittedWcs;
+    crossmatchAndZeroPoint(frame, config, ctx, p, *reference, *p.fittedWcs);
+    if (!p.calibrationProblem.empty()) p.warnings.push_back("calibration failed: " + p.calibrationProblem);
+    p.completed = Stage::Done;
+}
+
 // provisionalResult; `owned` (null or &detected): its background and detection are moved, not copied.
 PipelineResult provisional(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                            const PipelineResult& detected, PipelineResult* owned,
@@ -712,7 +740,7 @@ PipelineResult provisional(const Frame& frame, const PipelineConfig& config, Run
             p.detection = detected.detection;
     }
     p.completed = Stage::Calibration;
-    runPipelineUntil(frame, config, ctx, p, Stage::Calibration, Stage::Done, reference);
+    provisionalCalibration(frame, config, ctx, p, previous, reference);
     return p;
 }
 } // namespace

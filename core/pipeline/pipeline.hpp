@@ -30,16 +30,16 @@ struct PipelineResult {
     DetectionResult detection;
     PsfResult psf;
     ApertureResult aperture;
-    AstrometryResult astrometry;  // stage 7 (ok = false when it did not run or failed)
+    AstrometryResult astrometry;          // stage 7 (ok = false when it did not run or failed)
     std::shared_ptr<const Wcs> fittedWcs; // the verified fitted WCS (null when none)
-    CrossmatchResult crossmatch;  // empty unless a reference catalog was given and the frame has a WCS
+    CrossmatchResult crossmatch; // empty unless a reference catalog was given and the frame has a WCS
     ZeroPointResult zeropoint;
-    bool calibrationRan = false;  // crossmatch and zero point were attempted
+    bool calibrationRan = false;    // crossmatch and zero point were attempted
     std::string calibrationProblem; // why there is no zero point ("" when zeropoint.ok)
     // Instrumental magnitudes used for the zero point and mag_cal: -2.5 log10(flux_opt), per source.
     std::vector<double> magInst, magInstErr;
-    double fwhm = 0.0;       // px used to scale apertures: the PSF model's median, else the config default
-    std::string fwhmSource;  // "psf" or "default"
+    double fwhm = 0.0;      // px used to scale apertures: the PSF model's median, else the config default
+    std::string fwhmSource; // "psf" or "default"
     std::vector<std::string> warnings;
     Stage completed = Stage::Background; // first stage whose result is not valid
 
@@ -78,8 +78,10 @@ PsfResult psfModelForSources(const PsfResult& model, const Sources& sources);
 // `detected` holds `config`'s stages up to the detection (completed >= Stage::Psf, e.g. runPipelineUntil
 // to Stage::Psf); `previous` is an earlier complete result on the same frame. Returns the background and
 // detection of `detected` (copied), previous's PSF model on the new sources (psfModelForSources) and its
-// FWHM, and the aperture and calibration stages of `config` measured with them (completed == Done).
-// Stage timings go to ctx.records ("provisional psf", "aperture", "provisional copy", then calibration).
+// FWHM, and the aperture and calibration stages of `config` measured with them (completed == Done); the
+// calibration keeps previous's astrometric solution when it has one (its per-match lists left empty) and
+// matches the new sources through it. Stage timings go to ctx.records ("provisional psf", "aperture",
+// "provisional copy", then calibration).
 PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                                  const PipelineResult& detected, const PipelineResult& previous,
                                  const ReferenceCatalog* reference = nullptr);

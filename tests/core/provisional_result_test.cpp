@@ -13,6 +13,7 @@
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
 #include "core/util/errors.hpp"
+#include "tests/core/test_fields.hpp"
 
 namespace gpuphot {
 namespace {
@@ -110,6 +111,57 @@ TEST(ProvisionalResult, NewThresholdEqualsAFreshRunsDetectionAndApertures) {
     EXPECT_EQ(firstPhotometryDifference(
                   provisionalResult(frame, after, fresh, detectOnly(frame, after, fresh), previous), prov),
               "");
+}
+
+TEST(ProvisionalResult, KeepsTheEarlierAstrometryAndMatchesTheNewSources) {
+    SimParams sp;
+    sp.width = 420;
+    sp.height = 380;
+    sp.stars = 450;
+    sp.seed = 29;
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim, true);
+    const ReferenceCatalog ref = test::referenceOf(sim);
+    PipelineConfig before;
+    RunContext ctx = cpuContext();
+    const PipelineResult previous = runPipeline(frame, before, ctx, &ref);
+    ASSERT_TRUE(previous.astrometry.ok) << previous.astrometry.message;
+    ASSERT_TRUE(previous.zeropoint.ok) << previous.calibrationProblem;
+    PipelineConfig after = before;
+    after.detection.threshold = 3.0;
+    ctx.records.clear();
+    PipelineResult detected = detectOnly(frame, after, ctx);
+    const PipelineResult prov = provisionalResult(frame, after, ctx, detected, previous, &ref);
+    const std::size_t n = prov.detection.sources.size();
+    ASSERT_LT(n, previous.detection.sources.size());
+    for (const auto& r : ctx.records)
+        EXPECT_NE(r.stage, "astrometry") << "the solution was fitted again";
+    EXPECT_EQ(prov.fittedWcs, previous.fittedWcs);
+    EXPECT_TRUE(prov.astrometry.ok);
+    EXPECT_EQ(prov.astrometry.rmsArcsec, previous.astrometry.rmsArcsec);
+    EXPECT_TRUE(prov.astrometry.sourceIndex.empty()) << "per-match lists would name the earlier sources";
+    // The crossmatch and zero point are those of the new sources: as a complete run of `after` on the
+    // same solution gives them.
+    ASSERT_EQ(prov.crossmatch.refIndex.size(), n);
+    RunContext fresh = cpuContext();
+    const PipelineResult full = runPipeline(frame, after, fresh, &ref);
+    ASSERT_TRUE(full.zeropoint.ok);
+    ASSERT_TRUE(prov.zeropoint.ok) << prov.calibrationProblem;
+    EXPECT_NEAR(prov.zeropoint.zp, full.zeropoint.zp, 0.01);
+    std::size_t matched = 0;
+    for (std::int32_t r : prov.crossmatch.refIndex)
+        matched += r >= 0;
+    EXPECT_GT(matched, n / 2);
+    // Without an earlier solution the provisional result fits one, as a complete run.
+    PipelineResult noSolution = previous;
+    noSolution.fittedWcs.reset();
+    noSolution.astrometry = AstrometryResult{};
+    ctx.records.clear();
+    const PipelineResult fitted =
+        provisionalResult(frame, after, ctx, detectOnly(frame, after, ctx), noSolution, &ref);
+    EXPECT_TRUE(fitted.astrometry.ok);
+    EXPECT_FALSE(fitted.astrometry.sourceIndex.empty());
+    EXPECT_NE(fitted.fittedWcs, previous.fittedWcs);
 }
 
 TEST(ProvisionalResult, PausedRunContinuesToTheUninterruptedResult) {

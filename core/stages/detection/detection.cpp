@@ -20,8 +20,6 @@
 
 namespace gpuphot {
 
-
-
 std::string detail::inputProblem(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                                  const DetectionParams& p) {
     auto sizeOf = [](int w, int h) { return std::to_string(w) + "x" + std::to_string(h); };
@@ -593,7 +591,9 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     Sources& s = result.sources;
     s.resize(static_cast<std::size_t>(n));
     ParallelErrors errors;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 64)
+    // Small chunks: one large object's window (a galaxy, a bright star) can cost as much as hundreds of
+    // stars, and chunks of 64 left the other threads idle behind it.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
     for (std::int64_t k = 0; k < n; ++k)
         errors.run([&] {
             const Object& o = objects[order[k]];
