@@ -29,6 +29,7 @@
 #include <QTableWidget>
 #include <QThread>
 #include <QTime>
+#include <QTimer>
 #include <QUrl>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -75,6 +76,7 @@ namespace gpuphot::ui {
 
 namespace {
 constexpr int kMaxRecent = 10;
+constexpr int kProgressDelayMs = 400; // a run shows its progress once it has lasted this long
 
 QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content,
                   Qt::DockWidgetArea area) {
@@ -175,7 +177,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             });
     connect(w, &PipelineWorker::loadFailed, this, [this](const QString& m) { frameFailed(m); });
     connect(w, &PipelineWorker::runFailed, this, [this](const QString& m, quint64) {
-        m_progress->setVisible(false);
+        hideProgress();
         frameFailed(m);
     });
     connect(w, &PipelineWorker::referenceLoaded, this, [this](ReferencePtr r) {
@@ -183,9 +185,16 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
                                         : tr("reference catalog removed"));
         m_scheduler->runNow(m_params->config());
     });
+    // The progress bar appears only for a run that lasts (a re-run after an edit mostly does not): each
+    // repaint of the status bar composites the window again, which costs the run CPU where the window
+    // is drawn in software.
+    m_progressDelay = new QTimer(this);
+    m_progressDelay->setSingleShot(true);
+    m_progressDelay->setInterval(kProgressDelayMs);
+    connect(m_progressDelay, &QTimer::timeout, this, [this] { m_progress->setVisible(true); });
     connect(w, &PipelineWorker::started, this, [this](quint64) {
         m_progress->setValue(0);
-        m_progress->setVisible(true);
+        if (!m_progress->isVisible()) m_progressDelay->start();
     });
     connect(w, &PipelineWorker::progress, this, [this](const QString& stage, double f) {
         m_progress->setFormat(stage + QStringLiteral(" %p%"));
@@ -239,6 +248,15 @@ void MainWindow::buildDocks() {
     auto* psfDock = dock(this, tr("PSF"), QStringLiteral("PsfDock"), m_psf, Qt::LeftDockWidgetArea);
     auto* inspDock =
         dock(this, tr("Source"), QStringLiteral("SourceDock"), m_inspector, Qt::LeftDockWidgetArea);
+    m_panelTimer = new QTimer(this);
+    m_panelTimer->setSingleShot(true);
+    m_panelTimer->setInterval(100);
+    connect(m_panelTimer, &QTimer::timeout, this, &MainWindow::feedShownPanels);
+    connect(m_view, &QOpenGLWidget::frameSwapped, this, [this] {
+        if (m_panelTimer->isActive()) feedShownPanels();
+    });
+    addPanelFeed(psfDock, [this](SnapshotPtr s) { m_psf->setSnapshot(std::move(s)); });
+    addPanelFeed(inspDock, [this](SnapshotPtr s) { m_inspector->setSnapshot(std::move(s)); });
     tabifyDockWidget(displayDock, psfDock);
     tabifyDockWidget(psfDock, inspDock);
     displayDock->raise();
@@ -280,6 +298,7 @@ void MainWindow::buildDocks() {
 
     m_plots = new PlotsPanel(this);
     auto* plotsDock = dock(this, tr("Plots"), QStringLiteral("PlotsDock"), m_plots, Qt::BottomDockWidgetArea);
+    addPanelFeed(plotsDock, [this](SnapshotPtr s) { m_plots->setSnapshot(std::move(s)); });
     m_header = new HeaderView(this);
     auto* headerDock =
         dock(this, tr("FITS header"), QStringLiteral("HeaderDock"), m_header, Qt::BottomDockWidgetArea);
@@ -634,7 +653,7 @@ void MainWindow::onResult(SnapshotPtr snap) {
     if (snap->provisional && m_snapshot && snap->generation == m_snapshot->generation) return;
     if (snap->frame != m_frame && m_frame && snap->frame && snap->frame->path != m_frame->path) return;
     m_snapshot = snap;
-    if (!snap->provisional) m_progress->setVisible(false); // the PSF stage is still running otherwise
+    if (!snap->provisional) hideProgress(); // the PSF stage is still running otherwise
     // The run measured the prepared frame (calibrated, trimmed, 2x2-binned for a CFA frame ...): show
     // those pixels, so that the overlays and the readout refer to the image on screen.
     if (snap->frame && (snap->frame != m_shownFrame || m_steppedFrame)) {
@@ -654,9 +673,7 @@ void MainWindow::onResult(SnapshotPtr snap) {
     m_view->setSegmentation(
         seg.isMaterialised() ? std::shared_ptr<const Image<std::int32_t>>(snap, &seg.host()) : nullptr);
     m_model->setSnapshot(snap);
-    m_plots->setSnapshot(snap);
-    m_psf->setSnapshot(snap);
-    m_inspector->setSnapshot(snap);
+    feedPanels(snap->provisional);
     m_times->setText(stageTimes(*snap));
     m_times->setToolTip(m_times->text()); // the whole line, where the status bar cuts it
     if (snap->provisional) {              // the log, history and listeners get the complete result
@@ -680,6 +697,51 @@ void MainWindow::onResult(SnapshotPtr snap) {
     }
     updateSeriesMarkers();
     emit snapshotShown(snap);
+}
+
+void MainWindow::hideProgress() {
+    m_progressDelay->stop();
+    m_progress->setVisible(false);
+}
+
+void MainWindow::addPanelFeed(QDockWidget* dock, std::function<void(SnapshotPtr)> take) {
+    m_panelFeeds.push_back({dock, std::move(take)});
+    // A dock behind another tab stays isVisible(); visibilityChanged says when its tab is the one shown.
+    connect(dock, &QDockWidget::visibilityChanged, this, [this, dock](bool visible) {
+        for (PanelFeed& p : m_panelFeeds)
+            if (p.dock == dock) {
+                p.shown = visible;
+                if (visible) feedPanel(p);
+            }
+    });
+}
+
+void MainWindow::feedPanels(bool provisional) {
+    bool shownStale = false;
+    for (PanelFeed& p : m_panelFeeds) {
+        p.stale = true;
+        shownStale = shownStale || (!provisional && p.shown);
+    }
+    // After the view's next frame (its overlays drawn), or after a moment where the view does not draw.
+    if (shownStale) m_panelTimer->start();
+}
+
+void MainWindow::feedShownPanels() {
+    m_panelTimer->stop();
+    for (PanelFeed& p : m_panelFeeds)
+        if (p.shown) feedPanel(p);
+}
+
+void MainWindow::feedPanel(PanelFeed& panel) {
+    if (!panel.stale) return;
+    panel.stale = false;
+    panel.take(m_snapshot);
+}
+
+void MainWindow::feedAllPanels() {
+    m_panelTimer->stop();
+    for (PanelFeed& p : m_panelFeeds)
+        feedPanel(p);
 }
 
 void MainWindow::onCursor(double x, double y) {
@@ -726,6 +788,7 @@ void MainWindow::selectSource(int index, bool centre) {
     if (!m_snapshot || index < 0 ||
         static_cast<std::size_t>(index) >= m_snapshot->result.detection.sources.size())
         return;
+    feedAllPanels(); // the index is one of m_snapshot's sources
     m_view->setSelectedSource(index);
     m_inspector->setSelectedSource(index);
     m_psf->setSelectedSource(index);
@@ -766,7 +829,8 @@ bool MainWindow::exportCatalog(const QString& path) {
 }
 
 std::string MainWindow::defaultDatabasePath() const {
-    return (std::filesystem::path(m_snapshot && m_snapshot->frame ? m_snapshot->frame->path : std::string("."))
+    return (std::filesystem::path(m_snapshot && m_snapshot->frame ? m_snapshot->frame->path
+                                                                  : std::string("."))
                 .parent_path() /
             "gpuphot.sqlite")
         .string();
@@ -784,7 +848,8 @@ bool MainWindow::saveToDatabase(const QString& url) {
                                      m_snapshot->reference.get());
         RunContext ctx;
         ctx.records = m_snapshot->timings;
-        const nlohmann::json report = buildReport(*m_snapshot->frame, m_snapshot->result, m_snapshot->config, ctx);
+        const nlohmann::json report =
+            buildReport(*m_snapshot->frame, m_snapshot->result, m_snapshot->config, ctx);
         auto store = openResultsStore(url.toStdString());
         storeReducedFrame(*store, {}, {}, false, &report, &t);
         QApplication::restoreOverrideCursor();

@@ -5,6 +5,7 @@
 // All pipeline work happens on the PipelineWorker's thread; results arrive as immutable snapshots.
 #include <QMainWindow>
 #include <QPointer>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,7 @@ class QMessageBox;
 class QDockWidget;
 class QDialog;
 class QUrl;
+class QTimer;
 
 namespace gpuphot::viewers {
 class ImageView;
@@ -182,6 +184,22 @@ private:
     void buildOrientationActions(QMenu* view);
     void buildPixelTableDock(QMenu* view);
     const Wcs* viewWcs() const;
+    // The plots, PSF and source panels take a complete result once the view has drawn its overlays, and
+    // only while their dock is shown (a provisional result changes the overlays and the table only): a
+    // hidden panel is fed when its dock is raised or before a selection or a click refers to the
+    // result, so a parameter edit's overlays never wait for the panels.
+    struct PanelFeed {
+        QDockWidget* dock = nullptr;
+        std::function<void(SnapshotPtr)> take;
+        bool stale = false;
+        bool shown = false; // the dock's tab is the one shown (visibilityChanged)
+    };
+    void addPanelFeed(QDockWidget* dock, std::function<void(SnapshotPtr)> take);
+    void feedPanels(bool provisional);
+    void feedPanel(PanelFeed& panel);
+    void hideProgress();
+    void feedShownPanels(); // those whose dock is shown, after the view has drawn the overlays
+    void feedAllPanels();   // before a selection or a click refers to m_snapshot
 
     std::unique_ptr<PipelineWorkerThread> m_thread;
     RunScheduler* m_scheduler = nullptr;
@@ -214,7 +232,10 @@ private:
     QLabel* m_calibLabel = nullptr;
     CalibrationFrames m_calibration; // as the worker took them
     QProgressBar* m_progress = nullptr;
+    QTimer* m_progressDelay = nullptr; // shows m_progress once a run lasts
     QPointer<QMessageBox> m_errorBox;
+    std::vector<PanelFeed> m_panelFeeds;
+    QTimer* m_panelTimer = nullptr;
 
     std::shared_ptr<const Frame> m_frame;
     std::shared_ptr<const Frame>

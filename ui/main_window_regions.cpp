@@ -221,6 +221,7 @@ bool MainWindow::photometryAt(double x, double y) {
         showError(tr("aperture photometry at a click needs a reduced frame"));
         return false;
     }
+    feedAllPanels(); // a later feed would drop the click's measurement
     try {
         m_inspector->setClickPhotometry(measureAt(*m_snapshot, x, y));
     } catch (const std::exception& e) {

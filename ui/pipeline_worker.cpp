@@ -12,6 +12,12 @@
 #include <omp.h>
 #endif
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/catalog/reference_catalog.hpp"
 #include "core/io/fits_image.hpp"
 #include "core/model/frame.hpp"
@@ -58,8 +64,12 @@ PipelineWorker::PipelineWorker(QObject* parent) : QObject(parent) {
 
 PipelineWorker::~PipelineWorker() = default;
 
-void PipelineWorker::setThreads(int threads) { m_ctx.threads = threads; }
-void PipelineWorker::setEmitStaleResults(bool on) { m_emitStale = on; }
+void PipelineWorker::setThreads(int threads) {
+    m_ctx.threads = threads;
+}
+void PipelineWorker::setEmitStaleResults(bool on) {
+    m_emitStale = on;
+}
 
 void PipelineWorker::setPsfFitCacheEnabled(bool on) {
     if (on && !m_psfCache) m_psfCache = std::make_shared<PsfFitCache>();
@@ -87,7 +97,8 @@ void PipelineWorker::schedulePrefetch() {
     }
     m_prefetchQueue.clear();
     if (!(step > 0.0) || !m_last || !m_last->frame ||
-        static_cast<double>(m_last->frame->width()) * m_last->frame->height() > 16e6) { // memory: 2 more results
+        static_cast<double>(m_last->frame->width()) * m_last->frame->height() >
+            16e6) { // memory: 2 more results
         m_prefetched.clear();
         m_previous.reset();
         return;
@@ -124,7 +135,8 @@ void PipelineWorker::schedulePrefetch() {
         if (!have) m_prefetchQueue.push_back(c);
     }
     m_prefetched = std::move(keep);
-    if (!m_prefetchQueue.empty()) QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
+    if (!m_prefetchQueue.empty())
+        QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
 }
 
 void PipelineWorker::prefetchNext() {
@@ -168,7 +180,8 @@ void PipelineWorker::prefetchNext() {
     snap->timings = m_ctx.records;
     m_prefetched.emplace_back(nlohmann::json(config).dump(), SnapshotPtr(std::move(snap)));
     ++m_prefetchedRuns;
-    if (!m_prefetchQueue.empty()) QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
+    if (!m_prefetchQueue.empty())
+        QMetaObject::invokeMethod(this, &PipelineWorker::prefetchNext, Qt::QueuedConnection);
 }
 
 quint64 PipelineWorker::requestRun(const PipelineConfig& config) {
@@ -198,7 +211,9 @@ void PipelineWorker::reportProgress(const std::string& stage, double fraction) {
     const auto now = std::chrono::steady_clock::now();
     {
         std::lock_guard lock(m_progressMutex);
-        if (stage == m_progressStage && fraction < 1.0 && now - m_progressTime < std::chrono::milliseconds(50)) return;
+        if (stage == m_progressStage && fraction < 1.0 &&
+            now - m_progressTime < std::chrono::milliseconds(50))
+            return;
         m_progressStage = stage;
         m_progressTime = now;
     }
@@ -244,12 +259,13 @@ const PrepareInputs* PipelineWorker::prepareInputsFor(const PrepareParams& param
         m_prepareInputsKey.clear();
         return nullptr;
     }
-    const std::string key = nlohmann::json{{"files", {f.bias, f.dark, f.flat, f.bpm}},
-                                           {"auto", params.autoBadPixels},
-                                           {"hot", params.hotSigma},
-                                           {"low", params.flatLow},
-                                           {"high", params.flatHigh}}
-                                .dump();
+    const std::string key = nlohmann::json{
+        {"files", {f.bias, f.dark, f.flat, f.bpm}},
+        {"auto", params.autoBadPixels},
+        {"hot", params.hotSigma},
+        {"low", params.flatLow},
+        {"high",
+         params.flatHigh}}.dump();
     if (!m_prepareInputs || key != m_prepareInputsKey) {
         m_prepareInputs.reset();
         m_prepareInputs = loadPrepareInputs(f.bias, f.dark, f.flat, f.bpm, params);
@@ -296,7 +312,8 @@ ReferencePtr PipelineWorker::referenceFor(const FramePtr& framePtr) {
     m_movedFor = framePtr;
     if (std::isfinite(frame.instrument.mjdMid)) {
         bool anyPm = false;
-        for (std::size_t i = 0; i < m_reference->pmRa.size() && !anyPm; ++i) anyPm = std::isfinite(m_reference->pmRa[i]);
+        for (std::size_t i = 0; i < m_reference->pmRa.size() && !anyPm; ++i)
+            anyPm = std::isfinite(m_reference->pmRa[i]);
         if (anyPm) {
             auto moved = std::make_shared<ReferenceCatalog>(*m_reference);
             applyProperMotion(*moved, 2000.0 + (frame.instrument.mjdMid - 51544.5) / 365.25);
@@ -355,7 +372,8 @@ void PipelineWorker::processPending() {
             Stage first = Stage::Background;
             if (m_last && m_last->frame == frame && m_last->reference == reference) {
                 first = firstAffectedStage(m_last->config, config);
-                if (first != Stage::Background) snap->result = m_last->result; // reused stages (one copy per run)
+                if (first != Stage::Background)
+                    snap->result = m_last->result; // reused stages (one copy per run)
             }
             snap->firstStage = first;
             m_ctx.records.clear();
@@ -367,13 +385,15 @@ void PipelineWorker::processPending() {
             // maps, which the panels do not need (the background plot samples the sampler): 8 B/px less to
             // build and to copy into every incremental run's result. The catalog is bitwise the same.
             snap->result.keepFullMaps = false;
-            snap->result.psfFitCache = m_psfCache; // identical star fits of earlier runs are reused (same result)
+            snap->result.psfFitCache =
+                m_psfCache; // identical star fits of earlier runs are reused (same result)
             // Two steps (setProvisionalResults): the run pauses where the PSF stage starts, a provisional
             // snapshot with the new detection is measured and emitted, and the run continues from the PSF
             // stage on the same result object (the complete result is the one an uninterrupted run gives).
             const SnapshotPtr previous = m_last;
-            if (m_provisionalResults.load() && first <= Stage::Detection && previous && previous->frame == frame &&
-                previous->reference == reference && previous->result.completed == Stage::Done) {
+            if (m_provisionalResults.load() && first <= Stage::Detection && previous &&
+                previous->frame == frame && previous->reference == reference &&
+                previous->result.completed == Stage::Done) {
                 runPipelineUntil(*frame, config, m_ctx, snap->result, first, Stage::Psf, reference.get());
                 first = Stage::Psf;
                 publishProvisional(*snap, *previous);
@@ -454,7 +474,8 @@ void PipelineWorker::publishProvisional(Snapshot& snap, const Snapshot& previous
         snap.result.background = std::move(prov->result.background);
         snap.result.detection = std::move(prov->result.detection);
     };
-    for (std::size_t k = before; k < m_ctx.records.size(); ++k) prov->timings.push_back(m_ctx.records[k]);
+    for (std::size_t k = before; k < m_ctx.records.size(); ++k)
+        prov->timings.push_back(m_ctx.records[k]);
     m_ctx.records.resize(before); // the complete result's timings are those of its own stages
     CatalogSort sort;
     {
@@ -549,11 +570,31 @@ void PipelineWorker::setReference(ReferencePtr reference) {
     emit referenceLoaded(m_reference);
 }
 
+namespace {
+constexpr int kWorkerNice = 10;
+
+void lowerCurrentThreadPriority(int nice) {
+#ifdef __linux__
+    // Linux: a nice value belongs to a thread; PRIO_PROCESS with the thread id sets this thread's only.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+#else
+    (void)nice;
+#endif
+}
+} // namespace
+
 PipelineWorkerThread::PipelineWorkerThread() {
     registerWorkerMetaTypes();
     m_thread.setObjectName(QStringLiteral("PipelineWorker"));
     m_worker = new PipelineWorker;
     m_worker->moveToThread(&m_thread);
+    // The reductions run below the UI's priority (nice +kWorkerNice, inherited by the worker's OpenMP
+    // threads, which it starts): on a machine with few cores the UI thread and the renderer draw a result
+    // at once instead of sharing the cores with the next computation (the complete run after a
+    // provisional result, the thresholds computed ahead). Idle cores still go to the worker.
+    QObject::connect(
+        &m_thread, &QThread::started, &m_thread, [] { lowerCurrentThreadPriority(kWorkerNice); },
+        Qt::DirectConnection);
     m_thread.start();
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// UI-thread helper between the parameter dock and the PipelineWorker: edits arrive at typing speed, the
-// scheduler waits until they pause (debounce, 150 ms by default) and forwards only the latest config.
+// UI-thread helper between the parameter dock and the PipelineWorker: the first edit after a pause goes
+// to the worker at once (a spin-box step, a typed value confirmed); edits that follow it within the
+// interval (150 ms by default: typing, a held arrow key) wait until they pause, then only the latest
+// config goes. The worker cancels a run that a newer request makes stale.
 #include <QObject>
 #include <QTimer>
 
@@ -16,13 +18,13 @@ class RunScheduler : public QObject {
 public:
     explicit RunScheduler(PipelineWorker* worker, QObject* parent = nullptr);
 
-    void setDelay(int milliseconds); // debounce interval (0: forward on the next event-loop turn)
+    void setDelay(int milliseconds); // the pause that ends a burst of edits
     int delay() const { return m_timer.interval(); }
-    bool isPending() const { return m_timer.isActive(); }
+    bool isPending() const { return m_trailing; } // an edit waits for the pause
     const PipelineConfig& latestConfig() const { return m_latest; }
 
 public slots:
-    // Debounced: restarts the timer; when it fires, the latest config goes to the worker.
+    // At once after a pause; else restarts the timer, and when it fires the latest config goes.
     void schedule(const gpuphot::PipelineConfig& config);
     // Immediate (a new frame, an explicit "Run" button): forwards the config now, dropping a pending edit.
     void runNow(const gpuphot::PipelineConfig& config);
@@ -33,10 +35,12 @@ signals:
 
 private:
     void forward();
+    void onPause();
 
     PipelineWorker* m_worker;
     QTimer m_timer;
     PipelineConfig m_latest;
+    bool m_trailing = false; // an edit within the burst has not gone yet
 };
 
 } // namespace gpuphot::ui

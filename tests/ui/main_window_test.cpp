@@ -8,6 +8,7 @@
 
 #include <QApplication>
 #include <QCheckBox>
+#include <QDockWidget>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QHeaderView>
@@ -18,9 +19,11 @@
 #include <QSortFilterProxyModel>
 #include <QStatusBar>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTest>
 #include <cmath>
 #include <filesystem>
+#include <qcustomplot.h>
 
 #include "core/db/results_store.hpp"
 #include "core/io/fits_table.hpp"
@@ -30,6 +33,8 @@
 #include "ui/main_window.hpp"
 #include "ui/param_dock.hpp"
 #include "ui/pipeline_worker.hpp"
+#include "ui/plots_panel.hpp"
+#include "ui/source_inspector.hpp"
 #include "viewers/image_view.hpp"
 
 namespace {
@@ -286,4 +291,63 @@ TEST(MainWindow, OverviewInsetCanBeHidden) {
     EXPECT_FALSE(w.imageView()->overviewVisible());
     toggle->setChecked(true);
     EXPECT_TRUE(w.imageView()->overviewVisible());
+}
+
+// The plots, PSF and source panels take a result only while their dock is shown (so an edit's overlays
+// never wait for them): a hidden panel gets it when its dock is raised, and before a selection refers to
+// the result.
+TEST(MainWindow, HiddenPanelsTakeTheResultWhenShownOrWhenASourceIsSelected) {
+    app();
+    const Field& f = field();
+    gpuphot::ui::MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    auto* plotsDock = w.findChild<QDockWidget*>(QStringLiteral("PlotsDock"));
+    auto* catalogDock = w.findChild<QDockWidget*>(QStringLiteral("CatalogDock"));
+    auto* displayDock = w.findChild<QDockWidget*>(QStringLiteral("DisplayDock"));
+    auto* plots = w.findChild<gpuphot::ui::PlotsPanel*>();
+    auto* inspector = w.findChild<gpuphot::ui::SourceInspector*>();
+    ASSERT_TRUE(plotsDock && catalogDock && displayDock && plots && inspector);
+    auto* sourceDock = w.findChild<QDockWidget*>(QStringLiteral("SourceDock"));
+    ASSERT_NE(sourceDock, nullptr);
+    // The plots and the source panel behind other tabs, whatever layout the settings restored.
+    for (QDockWidget* d : {catalogDock, plotsDock, displayDock, sourceDock}) {
+        d->setFloating(false);
+        d->show();
+    }
+    w.tabifyDockWidget(catalogDock, plotsDock);
+    w.tabifyDockWidget(displayDock, sourceDock);
+    catalogDock->raise();
+    displayDock->raise();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&w));
+    QApplication::processEvents();
+    ASSERT_TRUE(plotsDock->visibleRegion().isEmpty()) << "the plots are not behind the catalog";
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
+    w.openReference(QString::fromStdString(f.ref));
+    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, true);
+    ASSERT_TRUE(snap && snap->result.zeropoint.ok);
+    QApplication::processEvents();
+    using Plot = gpuphot::ui::PlotsPanel::Plot;
+    EXPECT_EQ(plots->emptyReason(Plot::ZeroPointVsMag), QStringLiteral("no result yet"))
+        << "a hidden panel was drawn";
+    plotsDock->raise();
+    for (QElapsedTimer t; !plots->emptyReason(Plot::ZeroPointVsMag).isEmpty();) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 5000) << "the raised plots never showed the result: "
+                                     << plots->emptyReason(Plot::ZeroPointVsMag).toStdString();
+        QTest::qWait(10);
+    }
+    EXPECT_GE(plots->plot(Plot::ZeroPointVsMag)->graphCount(), 2);
+    // The source panel is still hidden: a row selected in the table is that result's source there.
+    catalogDock->raise();
+    auto* table = w.findChild<QTableView*>(QStringLiteral("CatalogTable"));
+    ASSERT_NE(table, nullptr);
+    const QModelIndex row = table->model()->index(5, 0);
+    table->selectionModel()->setCurrentIndex(row,
+                                             QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    const int id = row.data().toInt();
+    EXPECT_EQ(inspector->selectedSource(), id - 1);
+    EXPECT_GT(inspector->detailsTable()->rowCount(), 0)
+        << "the inspector has no result to show the source from";
 }

@@ -7,10 +7,10 @@
 
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QSemaphore>
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTest>
-#include <QSemaphore>
 #include <QThread>
 #include <QTimer>
 
@@ -40,7 +40,9 @@ using gpuphot::test::QueuedSpy;
 
 namespace {
 
-QApplication& app() { return gpuphot::test::uiTestApp(); }
+QApplication& app() {
+    return gpuphot::test::uiTestApp();
+}
 
 SimParams fieldParams(int size, int stars) {
     SimParams p;
@@ -55,12 +57,14 @@ SimParams fieldParams(int size, int stars) {
 
 // A ~1024^2 field: a full run takes long enough (hundreds of ms) to be cancelled mid-way.
 FramePtr bigFrame() {
-    static const FramePtr frame = std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(1024, 1500))));
+    static const FramePtr frame =
+        std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(1024, 1500))));
     return frame;
 }
 
 FramePtr smallFrame() {
-    static const FramePtr frame = std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(256, 120))));
+    static const FramePtr frame =
+        std::make_shared<const Frame>(frameFromSimulation(simulateField(fieldParams(256, 120))));
     return frame;
 }
 
@@ -69,11 +73,14 @@ FramePtr smallFrame() {
 bool waitFor(QSignalSpy& spy, int n, int ms) {
     QElapsedTimer t;
     t.start();
-    while (spy.count() < n && t.elapsed() < ms) QTest::qWait(5);
+    while (spy.count() < n && t.elapsed() < ms)
+        QTest::qWait(5);
     return spy.count() >= n;
 }
 
-SnapshotPtr snapshotFrom(const QSignalSpy& spy, int i) { return spy.at(i).at(0).value<SnapshotPtr>(); }
+SnapshotPtr snapshotFrom(const QSignalSpy& spy, int i) {
+    return spy.at(i).at(0).value<SnapshotPtr>();
+}
 
 void setFrame(PipelineWorker* w, FramePtr f) {
     QueuedSpy loaded(w, &PipelineWorker::frameLoaded);
@@ -94,7 +101,8 @@ TEST(PipelineWorker, ThresholdAndApertureChangesReRunFromTheAffectedStage) {
     PipelineConfig low;
     low.detection.threshold = 1.5;
     const quint64 g1 = w->requestRun(low);
-    ASSERT_TRUE(waitFor(ready, 1, 30000)) << (failed.isEmpty() ? "" : failed.at(0).at(0).toString().toStdString());
+    ASSERT_TRUE(waitFor(ready, 1, 30000))
+        << (failed.isEmpty() ? "" : failed.at(0).at(0).toString().toStdString());
     const SnapshotPtr s1 = snapshotFrom(ready, 0);
     EXPECT_EQ(s1->generation, g1);
     EXPECT_EQ(s1->firstStage, Stage::Background);
@@ -130,7 +138,8 @@ TEST(PipelineWorker, ThresholdAndApertureChangesReRunFromTheAffectedStage) {
     ASSERT_EQ(s3->result.aperture.radii.size(), 2u);
     EXPECT_DOUBLE_EQ(s3->result.aperture.radii[1], 5.0);
     // Only the aperture and later stages were timed in this run.
-    for (const auto& rec : s3->timings) EXPECT_NE(rec.stage, "detection");
+    for (const auto& rec : s3->timings)
+        EXPECT_NE(rec.stage, "detection");
     // Earlier snapshots are unchanged (immutable): s2 still has the old radii.
     EXPECT_EQ(s2->result.aperture.radii.size(), 4u);
     EXPECT_EQ(failed.count(), 0);
@@ -170,7 +179,8 @@ TEST(PipelineWorker, ReusesIdenticalPsfFitsAndPreparesTheTableOrder) {
     ASSERT_EQ(x.fluxPsf.size(), y.fluxPsf.size());
     EXPECT_EQ(std::memcmp(x.fluxPsf.data(), y.fluxPsf.data(), x.fluxPsf.size() * sizeof(double)), 0);
     EXPECT_EQ(std::memcmp(last->result.aperture.fluxOpt.data(), fresh.aperture.fluxOpt.data(),
-                          fresh.aperture.fluxOpt.size() * sizeof(double)), 0);
+                          fresh.aperture.fluxOpt.size() * sizeof(double)),
+              0);
     // The table order came with the result: descending aperture magnitude, as the model sorts it itself.
     ASSERT_TRUE(last->catalog);
     EXPECT_EQ(last->catalog->column, CatalogModel::MagAper);
@@ -186,7 +196,8 @@ TEST(PipelineWorker, ReusesIdenticalPsfFitsAndPreparesTheTableOrder) {
     local.setSnapshot(bare);
     EXPECT_FALSE(local.lastResetUsedPrep());
     ASSERT_EQ(model.rowCount(), local.rowCount());
-    for (int r = 0; r < model.rowCount(); ++r) ASSERT_EQ(model.sourceIndex(r), local.sourceIndex(r)) << r;
+    for (int r = 0; r < model.rowCount(); ++r)
+        ASSERT_EQ(model.sourceIndex(r), local.sourceIndex(r)) << r;
 }
 
 // Precomputation of the neighbouring thresholds: the request for one is answered with the precomputed
@@ -204,7 +215,8 @@ TEST(PipelineWorker, ThresholdPrefetchAnswersWithTheFreshResult) {
     ASSERT_TRUE(waitFor(ready, 1, 60000));
     QElapsedTimer t;
     t.start();
-    while (w->prefetchedRuns() < 2 && t.elapsed() < 60000) QTest::qWait(10);
+    while (w->prefetchedRuns() < 2 && t.elapsed() < 60000)
+        QTest::qWait(10);
     ASSERT_EQ(w->prefetchedRuns(), 2u);
     PipelineConfig b = a;
     b.detection.threshold = 2.25;
@@ -220,10 +232,14 @@ TEST(PipelineWorker, ThresholdPrefetchAnswersWithTheFreshResult) {
     runPipeline(*s->frame, b, ctx, fresh, Stage::Background, nullptr);
     ASSERT_EQ(s->result.detection.sources.size(), fresh.detection.sources.size());
     EXPECT_EQ(std::memcmp(s->result.detection.sources.x.data(), fresh.detection.sources.x.data(),
-                          fresh.detection.sources.size() * sizeof(double)), 0);
-    EXPECT_EQ(std::memcmp(s->result.psf.fluxPsf.data(), fresh.psf.fluxPsf.data(), fresh.psf.fluxPsf.size() * sizeof(double)), 0);
+                          fresh.detection.sources.size() * sizeof(double)),
+              0);
+    EXPECT_EQ(std::memcmp(s->result.psf.fluxPsf.data(), fresh.psf.fluxPsf.data(),
+                          fresh.psf.fluxPsf.size() * sizeof(double)),
+              0);
     EXPECT_EQ(std::memcmp(s->result.aperture.fluxOpt.data(), fresh.aperture.fluxOpt.data(),
-                          fresh.aperture.fluxOpt.size() * sizeof(double)), 0);
+                          fresh.aperture.fluxOpt.size() * sizeof(double)),
+              0);
     // Now 2.0 and 2.5 are the neighbours, being computed; ask for something else at once: they give way.
     PipelineConfig c = a;
     c.detection.threshold = 3.1;
@@ -270,7 +286,8 @@ TEST(PipelineWorker, BackToBackRequestsEmitOnlyTheNewest) {
     // Hold the worker thread until all five requests are made, so that they are back to back however
     // loaded the machine is (without this, a preempted test thread let run 1 finish first under CI load).
     QSemaphore gate;
-    QMetaObject::invokeMethod(w, [&gate] { gate.acquire(); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        w, [&gate] { gate.acquire(); }, Qt::QueuedConnection);
     PipelineConfig c;
     quint64 last = 0;
     for (int i = 0; i < 5; ++i) {
@@ -294,8 +311,9 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     setFrame(w, bigFrame());
     // Written on the worker's thread (direct connection), read on this one: atomic.
     std::atomic<QThread*> runThread{nullptr};
-    QObject::connect(w, &PipelineWorker::started, w, [&](quint64) { runThread = QThread::currentThread(); },
-                     Qt::DirectConnection);
+    QObject::connect(
+        w, &PipelineWorker::started, w, [&](quint64) { runThread = QThread::currentThread(); },
+        Qt::DirectConnection);
     QueuedSpy started(w, &PipelineWorker::started);
     QueuedSpy ready(w, &PipelineWorker::resultReady);
 
@@ -313,7 +331,8 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     tick.start();
     const auto t0 = std::chrono::steady_clock::now();
     w->requestRun(PipelineConfig{});
-    const double callMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double callMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     // Queued: the call returns long before the run (hundreds of ms) can have finished; the worker's
     // thread may already have started it (that race is fine), but never this thread.
     EXPECT_EQ(ready.count(), 0);
@@ -324,13 +343,14 @@ TEST(PipelineWorker, RequestRunIsQueuedAndTheUiThreadStaysResponsive) {
     EXPECT_NE(runThread.load(), QThread::currentThread());
     const auto& timings = snapshotFrom(ready, 0)->timings;
     double runS = 0;
-    for (const auto& r : timings) runS += r.seconds;
+    for (const auto& r : timings)
+        runS += r.seconds;
     std::printf("[ measure  ] requestRun returned in %.3f ms; full run of 1024x1024 %.0f ms; "
                 "max UI event-loop gap during the run %lld ms (goal < 50)\n",
                 callMs, runS * 1000, static_cast<long long>(maxGap));
 }
 
-TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
+TEST(RunScheduler, SendsTheFirstEditAtOnceAndTheLatestAfterAPause) {
     app();
     PipelineWorkerThread host;
     PipelineWorker* w = host.worker();
@@ -340,25 +360,40 @@ TEST(RunScheduler, DebouncesEditsAndForwardsOnlyTheLatest) {
     QSignalSpy requested(&scheduler, &RunScheduler::requested);
     QueuedSpy ready(w, &PipelineWorker::resultReady);
     PipelineConfig c;
-    for (int i = 0; i < 6; ++i) {
+    c.detection.minArea = 3;
+    scheduler.schedule(c);
+    EXPECT_EQ(requested.count(), 1) << "the first edit after a pause waits for nothing";
+    EXPECT_FALSE(scheduler.isPending());
+    for (int i = 1; i < 6; ++i) {
+        QTest::qWait(20); // edits faster than the pause
         c.detection.minArea = 3 + i;
         scheduler.schedule(c);
-        QTest::qWait(20); // edits faster than the debounce interval
     }
-    EXPECT_EQ(requested.count(), 0) << "nothing is forwarded while edits keep coming";
-    ASSERT_TRUE(waitFor(ready, 1, 30000));
+    EXPECT_EQ(requested.count(), 1) << "nothing more is forwarded while edits keep coming";
+    EXPECT_TRUE(scheduler.isPending());
+    for (QElapsedTimer t; requested.count() < 2;) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 30000) << "the latest edit never went";
+        QTest::qWait(20);
+    }
+    EXPECT_FALSE(scheduler.isPending());
+    // The latest edit's result arrives (the first edit's run was superseded or cancelled, or finished).
+    for (QElapsedTimer t;;) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 30000) << "no result for the latest edit";
+        if (!ready.isEmpty() && snapshotFrom(ready, ready.count() - 1)->config.detection.minArea == 8) break;
+        QTest::qWait(20);
+    }
     QTest::qWait(700);
-    EXPECT_EQ(requested.count(), 1);
-    ASSERT_EQ(ready.count(), 1);
-    EXPECT_EQ(snapshotFrom(ready, 0)->config.detection.minArea, 8);
-    EXPECT_EQ(w->supersededRequests() + w->cancelledRuns(), 0u);
+    EXPECT_EQ(requested.count(), 2) << "one request for the burst's first edit, one for its latest";
+    const int results = ready.count();
 
     // runNow bypasses the timer.
     c.detection.minArea = 4;
     scheduler.runNow(c);
-    EXPECT_EQ(requested.count(), 2);
-    ASSERT_TRUE(waitFor(ready, 2, 30000));
-    EXPECT_EQ(snapshotFrom(ready, 1)->config.detection.minArea, 4);
+    EXPECT_EQ(requested.count(), 3);
+    ASSERT_TRUE(waitFor(ready, results + 1, 30000));
+    EXPECT_EQ(snapshotFrom(ready, results)->config.detection.minArea, 4);
 }
 
 TEST(PipelineWorker, LoadsFramesAndReportsErrors) {
@@ -380,12 +415,15 @@ TEST(PipelineWorker, LoadsFramesAndReportsErrors) {
     EXPECT_EQ(runFailed.at(0).at(1).toULongLong(), g0);
 
     const QString bad = QString::fromStdString((dir.path / "missing.fits").string());
-    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, bad), Q_ARG(QString, QString()));
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, bad),
+                              Q_ARG(QString, QString()));
     ASSERT_TRUE(waitFor(failedLoad, 1, 10000));
-    EXPECT_TRUE(failedLoad.at(0).at(0).toString().contains(bad)) << failedLoad.at(0).at(0).toString().toStdString();
+    EXPECT_TRUE(failedLoad.at(0).at(0).toString().contains(bad))
+        << failedLoad.at(0).at(0).toString().toStdString();
 
     const QString good = QString::fromStdString((dir.path / "f.fits").string());
-    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, good), Q_ARG(QString, QString()));
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, good),
+                              Q_ARG(QString, QString()));
     ASSERT_TRUE(waitFor(loaded, 1, 10000));
     const FramePtr f = loaded.at(0).at(0).value<FramePtr>();
     ASSERT_TRUE(f);
@@ -415,7 +453,8 @@ TEST(PipelineWorker, LoadsFramesAndReportsErrors) {
 // workbench shows it: setProvisionalResults) and to the complete result, for aperture-radius and
 // threshold changes. Heavy: runs only with GPUPHOT_UI_BENCH=1.
 TEST(PipelineWorkerBench, DemoFrameEditLatency) {
-    if (qEnvironmentVariableIntValue("GPUPHOT_UI_BENCH") != 1) GTEST_SKIP() << "set GPUPHOT_UI_BENCH=1 to measure";
+    if (qEnvironmentVariableIntValue("GPUPHOT_UI_BENCH") != 1)
+        GTEST_SKIP() << "set GPUPHOT_UI_BENCH=1 to measure";
     app();
     test::TempDir dir("worker_bench");
     SimParams p;
@@ -433,10 +472,12 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
     QueuedSpy ready(w, &PipelineWorker::resultReady);
     QueuedSpy provisional(w, &PipelineWorker::provisionalReady);
     w->setProvisionalResults(true); // as the workbench
-    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection, Q_ARG(QString, QString::fromStdString(dir / "demo.fits")),
+    QMetaObject::invokeMethod(w, "loadFrame", Qt::QueuedConnection,
+                              Q_ARG(QString, QString::fromStdString(dir / "demo.fits")),
                               Q_ARG(QString, QString()));
     QMetaObject::invokeMethod(w, "loadReference", Qt::QueuedConnection,
-                              Q_ARG(QString, QString::fromStdString(dir / "demo.ref.fits")), Q_ARG(QString, QString()));
+                              Q_ARG(QString, QString::fromStdString(dir / "demo.ref.fits")),
+                              Q_ARG(QString, QString()));
     ASSERT_TRUE(waitFor(refLoaded, 1, 60000));
     ASSERT_EQ(loaded.count(), 1);
 
@@ -463,7 +504,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
     std::vector<double> uiMs, completeMs;
     const auto stagesOf = [](const Snapshot& s) {
         std::string stages;
-        for (const auto& r : s.timings) stages += " " + r.stage + "=" + std::to_string(static_cast<int>(r.seconds * 1000));
+        for (const auto& r : s.timings)
+            stages += " " + r.stage + "=" + std::to_string(static_cast<int>(r.seconds * 1000));
         return stages;
     };
     // Takes a snapshot in on the UI thread as MainWindow::onResult does; returns the UI-side ms.
@@ -474,7 +516,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
         (void)proxy.rowCount();
         QApplication::processEvents(); // the table's repaint
         (void)g;
-        const double ui = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+        const double ui =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
         uiMs.push_back(ui);
         return ui;
     };
@@ -495,8 +538,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
                 const SnapshotPtr p = provisional.at(beforeProv).at(0).value<SnapshotPtr>();
                 const double ui = takeIn(p);
                 first = ms + ui;
-                std::printf("[ measure  ] %-28s -> provisional %7.1f ms, + UI %5.1f ms (%zu sources;%s ms)\n", what, ms,
-                            ui, p->result.detection.sources.size(), stagesOf(*p).c_str());
+                std::printf("[ measure  ] %-28s -> provisional %7.1f ms, + UI %5.1f ms (%zu sources;%s ms)\n",
+                            what, ms, ui, p->result.detection.sources.size(), stagesOf(*p).c_str());
             }
             QTest::qWait(2);
         }
@@ -508,7 +551,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
         if (s->psfFitsReused >= 0)
             psf = "; PSF fits reused " + std::to_string(s->psfFitsReused) + "/" +
                   std::to_string(s->psfFitsReused + s->psfFitsMade);
-        std::printf("[ measure  ] %-28s -> resultReady %7.1f ms, + UI %5.1f ms (from %s; %zu sources, zp %s;%s ms%s%s)\n",
+        std::printf("[ measure  ] %-28s -> resultReady %7.1f ms, + UI %5.1f ms (from %s; %zu sources, zp "
+                    "%s;%s ms%s%s)\n",
                     what, ms, ui, stageName(s->firstStage), s->result.detection.sources.size(),
                     s->result.zeropoint.ok ? "ok" : "none", stagesOf(*s).c_str(), psf.c_str(),
                     model.lastResetUsedPrep() ? "; table order prepared" : "");
@@ -525,8 +569,10 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
         const SnapshotPtr s = snapshotFrom(ready, ready.count() - 1);
         const auto t0 = std::chrono::steady_clock::now();
         PipelineResult copy = s->result;
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("[ measure  ] copy of the previous result (the base of an incremental run): %.1f ms\n", ms);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("[ measure  ] copy of the previous result (the base of an incremental run): %.1f ms\n",
+                    ms);
     }
     std::vector<double> aper, thr;
     for (int k = 0; k < 3; ++k) {
@@ -554,7 +600,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
     const auto waitPrefetch = [&](quint64 n) {
         QElapsedTimer t;
         t.start();
-        while (w->prefetchedRuns() < n && t.elapsed() < 30000) QTest::qWait(5);
+        while (w->prefetchedRuns() < n && t.elapsed() < 30000)
+            QTest::qWait(5);
     };
     c.detection.threshold = 1.6;
     timed(c, "threshold change");
@@ -564,7 +611,8 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
         c.detection.threshold = std::round((c.detection.threshold + 0.1) * 100.0) / 100.0;
         ahead.push_back(timed(c, "threshold step (computed ahead)"));
     }
-    std::printf("[ measure  ] precomputed runs %llu, used %llu\n", static_cast<unsigned long long>(w->prefetchedRuns()),
+    std::printf("[ measure  ] precomputed runs %llu, used %llu\n",
+                static_cast<unsigned long long>(w->prefetchedRuns()),
                 static_cast<unsigned long long>(w->prefetchHits()));
     w->setThresholdPrefetch(0.0);
     c.detection.deblendContrast = 0.01;
@@ -583,13 +631,15 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
     std::sort(uiMs.begin(), uiMs.end());
     std::sort(ahead.begin(), ahead.end());
     std::printf("[ measure  ] median threshold step computed ahead: %.1f ms\n", ahead[ahead.size() / 2]);
-    std::printf("[ measure  ] threshold change, new value: first overlays + table (provisional) median %.1f ms "
-                "(%.1f-%.1f), complete result median %.1f ms (%.1f-%.1f); provisional results %llu\n",
-                thr[thr.size() / 2], thr.front(), thr.back(), thrComplete[thrComplete.size() / 2], thrComplete.front(),
-                thrComplete.back(), static_cast<unsigned long long>(w->provisionalResults()));
-    std::printf("[ measure  ] median (request to overlays + table): aperture/annulus change %.1f ms (goal <= 100), "
-                "threshold change %.1f ms (goal <= 400), threshold set back %.1f ms; UI side median %.1f ms, max "
-                "%.1f ms; max UI event-loop gap %lld ms (goal < 50); threads %d\n",
-                aper[aper.size() / 2], thr[thr.size() / 2], back[back.size() / 2], uiMs[uiMs.size() / 2],
-                uiMs.back(), static_cast<long long>(maxGap), QThread::idealThreadCount());
+    std::printf(
+        "[ measure  ] threshold change, new value: first overlays + table (provisional) median %.1f ms "
+        "(%.1f-%.1f), complete result median %.1f ms (%.1f-%.1f); provisional results %llu\n",
+        thr[thr.size() / 2], thr.front(), thr.back(), thrComplete[thrComplete.size() / 2],
+        thrComplete.front(), thrComplete.back(), static_cast<unsigned long long>(w->provisionalResults()));
+    std::printf(
+        "[ measure  ] median (request to overlays + table): aperture/annulus change %.1f ms (goal <= 100), "
+        "threshold change %.1f ms (goal <= 400), threshold set back %.1f ms; UI side median %.1f ms, max "
+        "%.1f ms; max UI event-loop gap %lld ms (goal < 50); threads %d\n",
+        aper[aper.size() / 2], thr[thr.size() / 2], back[back.size() / 2], uiMs[uiMs.size() / 2], uiMs.back(),
+        static_cast<long long>(maxGap), QThread::idealThreadCount());
 }
