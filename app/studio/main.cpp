@@ -8,14 +8,15 @@
 //   --time-first-view / --time-first-result
 //                                        print the time from start to the first drawn view of the frame, or
 //                                        to the first result's overlays and table, then quit (benchmarks)
+//   --time-edit                          time threshold edits to their overlays, then quit (benchmarks)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QElapsedTimer>
 #include <QFileInfo>
 #include <QTimer>
-#include <chrono>
 #include <cstdio>
 
+#include "app/studio/timing.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "ui/main_window.hpp"
@@ -61,7 +62,11 @@ int main(int argc, char** argv) {
     const QCommandLineOption firstResult(QStringLiteral("time-first-result"),
                                          QStringLiteral("Print the time from start to the first result shown "
                                                         "(overlays and table), then quit (benchmarks)"));
-    cli.addOptions({ref, refCols, hdu, config, follow, everyFrame, shot, firstView, firstResult});
+    const QCommandLineOption editTimes(
+        QStringLiteral("time-edit"),
+        QStringLiteral("After the first calibrated result, time a run of "
+                       "threshold edits to their overlays, then quit (benchmarks)"));
+    cli.addOptions({ref, refCols, hdu, config, follow, everyFrame, shot, firstView, firstResult, editTimes});
     cli.process(app);
 
     gpuphot::ui::MainWindow window;
@@ -92,29 +97,9 @@ int main(int argc, char** argv) {
             QApplication::exit(1);
         });
     }
-    if (cli.isSet(firstView)) {
-        QObject::connect(&window, &gpuphot::ui::MainWindow::frameShown, &app, [&window, &sinceStart] {
-            // grabFramebuffer renders the view now: the image is uploaded and drawn (zscaled, fitted).
-            const QImage img = window.imageView()->grabFramebuffer();
-            std::printf("first view after %lld ms (%dx%d view%s)\n",
-                        static_cast<long long>(sinceStart.elapsed()), img.width(), img.height(),
-                        img.isNull() ? ", EMPTY" : "");
-            std::fflush(stdout);
-            QApplication::exit(img.isNull() ? 1 : 0);
-        });
-    }
-    if (cli.isSet(firstResult)) {
-        QObject::connect(&window, &gpuphot::ui::MainWindow::snapshotShown, &app,
-                         [&window, &sinceStart](gpuphot::ui::SnapshotPtr s) {
-                             window.imageView()->grabFramebuffer(); // the overlays drawn
-                             std::printf("first result after %lld ms (%zu sources%s)\n",
-                                         static_cast<long long>(sinceStart.elapsed()),
-                                         s ? s->result.detection.sources.size() : std::size_t{0},
-                                         s && s->provisional ? ", provisional" : "");
-                             std::fflush(stdout);
-                             QApplication::exit(0);
-                         });
-    }
+    if (cli.isSet(firstView)) gpuphot::ui::timeFirstView(window, sinceStart);
+    if (cli.isSet(firstResult)) gpuphot::ui::timeFirstResult(window, sinceStart);
+    if (cli.isSet(editTimes)) gpuphot::ui::timeThresholdEdits(window);
     const QStringList args = cli.positionalArguments();
     if (args.isEmpty() && !cli.isSet(follow)) {
         window.openDemo();
