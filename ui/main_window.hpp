@@ -29,6 +29,7 @@ namespace gpuphot::viewers {
 class ImageView;
 }
 namespace gpuphot {
+struct Region;
 struct RegionFile;
 struct RegionStats;
 } // namespace gpuphot
@@ -51,6 +52,7 @@ class DisplayControls;
 class LightCurvePanel;
 class MosaicPanel;
 class RegionLayer;
+class RegionDrawer;
 class GridLayer;
 class PanDialog;
 
@@ -121,8 +123,10 @@ public:
     bool loadRegions(const QString& path);
     bool saveRegions(const QString& path);
     RegionLayer* regionLayer() const { return m_regionLayer; }
-    GridLayer* gridLayer() const { return m_gridLayer; } // View > Coordinate grid
-    std::vector<RegionStats> regionStatistics();         // one per region that holds pixels (points left out)
+    RegionDrawer* regionDrawer() const { return m_regionDrawer; } // Region menu: draw with the mouse
+    const RegionFile* regions() const { return m_regions.get(); } // loaded and drawn (null: none)
+    GridLayer* gridLayer() const { return m_gridLayer; }          // View > Coordinate grid
+    std::vector<RegionStats> regionStatistics(); // one per region that holds pixels (points left out)
     QDialog* showRegionStatistics();
     bool photometryAt(double x, double y);
 
@@ -177,6 +181,8 @@ private:
     void buildMosaicDock();
     bool openAsMosaic(const QString& path, QString& hdu);
     void buildRegions(); // main_window_regions.cpp: menus, the layer, Ctrl+click
+    void buildRegionDrawing();
+    void addDrawnRegion(const Region& region);
     void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,
     // pan to coordinates, orientation, coordinate grid); viewWcs is the WCS the readout uses.
@@ -220,6 +226,7 @@ private:
     MosaicPanel* m_mosaic = nullptr;
     QDockWidget* m_mosaicDock = nullptr;
     RegionLayer* m_regionLayer = nullptr;
+    RegionDrawer* m_regionDrawer = nullptr;
     GridLayer* m_gridLayer = nullptr;
     std::shared_ptr<RegionFile> m_regions; // as loaded (null: none)
     QStringList m_followQueue;             // every-frame mode: announced frames waiting for the one reducing

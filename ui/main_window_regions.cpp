@@ -3,6 +3,7 @@
 // (core/stages/aperture/region_stats.hpp) and forced aperture photometry at a Ctrl+click anywhere on the
 // image (ui/click_photometry.hpp), shown in the Source panel.
 #include <QAction>
+#include <QActionGroup>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDockWidget>
@@ -11,6 +12,7 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QMouseEvent>
+#include <QStatusBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -22,6 +24,7 @@
 #include "ui/click_photometry.hpp"
 #include "ui/log_panel.hpp"
 #include "ui/main_window.hpp"
+#include "ui/region_drawer.hpp"
 #include "ui/region_layer.hpp"
 #include "ui/source_inspector.hpp"
 #include "viewers/image_view.hpp"
@@ -106,12 +109,83 @@ void MainWindow::buildRegions() {
     });
     add(tr("Statistics in regions..."), [this] { showRegionStatistics(); });
 
+    buildRegionDrawing();
+
     QAction* show = new QAction(tr("Show DS9 regions"), this);
     show->setObjectName(QStringLiteral("ShowRegionsAction"));
     show->setCheckable(true);
     show->setChecked(true);
     connect(show, &QAction::toggled, m_regionLayer, &RegionLayer::setShown);
     if (QMenu* view = menuTitled(menuBar(), tr("&View"))) view->addAction(show);
+}
+
+// The Region menu (before Help): the shape the mouse draws (DS9's Region > Shape), and deleting them all.
+void MainWindow::buildRegionDrawing() {
+    m_regionDrawer = new RegionDrawer(m_view);
+    connect(m_regionDrawer, &RegionDrawer::previewChanged, this,
+            [this] { m_regionLayer->setPreview(m_regionDrawer->preview()); });
+    connect(m_regionDrawer, &RegionDrawer::regionDrawn, this, &MainWindow::addDrawnRegion);
+    QMenu* menu = new QMenu(tr("Re&gion"), this);
+    QAction* help = nullptr;
+    for (QAction* a : menuBar()->actions())
+        if (a->menu() && a->menu()->title() == tr("&Help")) help = a;
+    menuBar()->insertMenu(help, menu);
+    auto* shapes = new QActionGroup(this);
+    const struct {
+        QString text;
+        RegionDrawer::Shape shape;
+        QKeySequence key;
+    } items[] = {{tr("&No drawing (the mouse pans)"), RegionDrawer::Shape::None, QKeySequence()},
+                 {tr("Draw &circles"), RegionDrawer::Shape::Circle, QKeySequence(tr("Ctrl+Shift+1"))},
+                 {tr("Draw &boxes"), RegionDrawer::Shape::Box, QKeySequence(tr("Ctrl+Shift+2"))},
+                 {tr("Draw &polygons"), RegionDrawer::Shape::Polygon, QKeySequence(tr("Ctrl+Shift+3"))}};
+    for (const auto& item : items) {
+        QAction* a = menu->addAction(item.text);
+        a->setCheckable(true);
+        a->setChecked(item.shape == RegionDrawer::Shape::None);
+        a->setShortcut(item.key);
+        a->setData(static_cast<int>(item.shape));
+        shapes->addAction(a);
+        connect(a, &QAction::triggered, this, [this, shape = item.shape] {
+            m_regionDrawer->setShape(shape);
+            m_view->setFocus();
+        });
+    }
+    connect(m_regionDrawer, &RegionDrawer::shapeChanged, this, [shapes](RegionDrawer::Shape shape) {
+        for (QAction* a : shapes->actions())
+            if (a->data().toInt() == static_cast<int>(shape)) a->setChecked(true);
+    });
+    menu->addSeparator();
+    menu->addAction(tr("&Delete all regions"), this, [this] {
+        m_regions.reset();
+        updateRegionLayer();
+        m_log->append(LogLevel::Info, tr("regions deleted"));
+    });
+}
+
+// A region drawn with the mouse joins the regions (a new set when none is loaded); its statistics go to
+// the status bar and the log.
+void MainWindow::addDrawnRegion(const Region& region) {
+    if (!m_regions) m_regions = std::make_shared<RegionFile>();
+    m_regions->regions.push_back(region);
+    updateRegionLayer();
+    const char* names[] = {"circle", "box", "polygon", "point", "ellipse"};
+    QString text = tr("%1 region drawn").arg(QLatin1String(names[static_cast<int>(region.shape)]));
+    const std::shared_ptr<const Frame> frame = m_snapshot ? m_snapshot->frame : m_frame;
+    try {
+        if (!frame) throw InvalidInput("no frame");
+        const BackgroundResult* bkg =
+            m_snapshot && m_snapshot->frame ? &m_snapshot->result.background : nullptr;
+        const RegionStats st =
+            gpuphot::regionStatistics(frame->view(), frame->maskView(), toPixels(region, viewWcs()), bkg);
+        text += tr(": %1 px, sum %2, mean %3, median %4, std %5")
+                    .arg(st.pixels)
+                    .arg(number(st.sum, 1), number(st.mean, 2), number(st.median, 2), number(st.stddev, 2));
+    } catch (const std::exception& e) {
+        text += tr(" (no statistics: %1)").arg(QString::fromStdString(e.what()));
+    }
+    statusBar()->showMessage(text, 15000);
+    m_log->append(LogLevel::Info, text);
 }
 
 void MainWindow::updateRegionLayer() {
@@ -142,7 +216,7 @@ bool MainWindow::loadRegions(const QString& path) {
 
 bool MainWindow::saveRegions(const QString& path) {
     if (!m_regions) {
-        showError(tr("no regions loaded (File > Load DS9 regions)"));
+        showError(tr("no regions to save (File > Load DS9 regions, or draw some: Region menu)"));
         return false;
     }
     try {

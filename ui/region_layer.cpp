@@ -29,14 +29,23 @@ RegionLayer::RegionLayer(viewers::ImageView* view) : QWidget(view), m_view(view)
 
 void RegionLayer::setOverlay(RegionOverlay overlay) {
     m_overlay = std::move(overlay);
-    setVisible(m_shown && !m_overlay.outlines.empty());
-    raise();
-    update();
+    updateVisibility();
 }
 
 void RegionLayer::setShown(bool shown) {
     m_shown = shown;
-    setVisible(m_shown && !m_overlay.outlines.empty());
+    updateVisibility();
+}
+
+void RegionLayer::setPreview(std::vector<double> xy) {
+    m_preview = std::move(xy);
+    updateVisibility();
+}
+
+void RegionLayer::updateVisibility() {
+    setVisible((m_shown && !m_overlay.outlines.empty()) || m_preview.size() >= 4);
+    raise();
+    update();
 }
 
 bool RegionLayer::eventFilter(QObject* watched, QEvent* e) {
@@ -49,7 +58,7 @@ void RegionLayer::paintEvent(QPaintEvent*) {
     QPainter p(this);
     p.setRenderHint(QPainter::Antialiasing);
     for (const RegionOutline& o : m_overlay.outlines) {
-        if (o.xy.size() < 2) continue;
+        if (!m_shown || o.xy.size() < 2) continue;
         QPen pen(colourOf(o.rgba), 1.5, o.exclude ? Qt::DashLine : Qt::SolidLine);
         p.setPen(pen);
         const QPointF first = m_view->imageToWidget(QPointF(o.xy[0], o.xy[1]));
@@ -63,6 +72,13 @@ void RegionLayer::paintEvent(QPaintEvent*) {
             p.drawPolygon(poly);
         }
         if (!o.text.empty()) p.drawText(first + QPointF(6, -6), QString::fromStdString(o.text));
+    }
+    if (m_preview.size() >= 4) {
+        QPolygonF poly;
+        for (std::size_t i = 0; i + 1 < m_preview.size(); i += 2)
+            poly << m_view->imageToWidget(QPointF(m_preview[i], m_preview[i + 1]));
+        p.setPen(QPen(QColor(0, 255, 255), 1.5, Qt::DashLine));
+        p.drawPolygon(poly);
     }
 }
 

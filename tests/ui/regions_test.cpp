@@ -6,8 +6,11 @@
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QAction>
+#include <QApplication>
 #include <QElapsedTimer>
+#include <QMouseEvent>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTableWidget>
 #include <QTest>
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include "core/wcs/wcs.hpp"
 #include "tests/test_support.hpp"
 #include "ui/main_window.hpp"
+#include "ui/region_drawer.hpp"
 #include "ui/region_layer.hpp"
 #include "ui/source_inspector.hpp"
 #include "viewers/image_view.hpp"
@@ -218,4 +222,127 @@ TEST(Regions, CtrlClickOffAnySourceGivesCoreForcedPhotometry) {
     EXPECT_EQ(d.detection, 0);
     for (std::size_t k = 0; k < d.flux.size(); ++k)
         EXPECT_DOUBLE_EQ(d.flux[k], snap->result.aperture.flux[k][0]) << k;
+}
+
+namespace {
+// A mouse event sent to the view itself (not through the X server's one pointer, which other GUI tests on
+// the same display move too), at image position (x, y) 0-based.
+void mouseAt(gpuphot::viewers::ImageView* view, QEvent::Type type, double x, double y,
+             Qt::MouseButton button = Qt::LeftButton) {
+    const QPointF at = view->imageToWidget(QPointF(x, y));
+    const Qt::MouseButtons held =
+        type == QEvent::MouseButtonRelease ? Qt::NoButton : Qt::MouseButtons(button);
+    QMouseEvent e(type, at, view->mapToGlobal(at), type == QEvent::MouseMove ? Qt::NoButton : button, held,
+                  Qt::NoModifier);
+    QApplication::sendEvent(view, &e);
+}
+
+void dragOn(gpuphot::viewers::ImageView* view, double x0, double y0, double x1, double y1) {
+    mouseAt(view, QEvent::MouseButtonPress, x0, y0);
+    mouseAt(view, QEvent::MouseMove, 0.5 * (x0 + x1), 0.5 * (y0 + y1));
+    mouseAt(view, QEvent::MouseMove, x1, y1);
+    mouseAt(view, QEvent::MouseButtonRelease, x1, y1);
+}
+
+void clickOn(gpuphot::viewers::ImageView* view, double x, double y) {
+    mouseAt(view, QEvent::MouseButtonPress, x, y);
+    mouseAt(view, QEvent::MouseButtonRelease, x, y);
+}
+} // namespace
+
+// Region > Draw circles / boxes / polygons: shapes made with the mouse in image coordinates, whatever the
+// zoom and orientation; drawn by the layer; their statistics; saved as a DS9 file that reads back the same.
+TEST(Regions, CirclesBoxesAndPolygonsDrawnWithTheMouse) {
+    gpuphot::test::uiTestApp();
+    gpuphot::ui::MainWindow w;
+    w.resize(1200, 900);
+    w.show();
+    ASSERT_TRUE(openAndReduce(w));
+    gpuphot::viewers::ImageView* view = w.imageView();
+    view->setZoom(2.0);
+    view->centerOn(128.0, 128.0);
+    QApplication::processEvents();
+    using Shape = gpuphot::ui::RegionDrawer::Shape;
+    gpuphot::ui::RegionDrawer* drawer = w.regionDrawer();
+    ASSERT_NE(drawer, nullptr);
+    const QPointF centre0 = view->center();
+
+    // Without a shape chosen a drag pans the view and draws nothing.
+    dragOn(view, 100.0, 100.0, 110.0, 100.0);
+    EXPECT_EQ(w.regions(), nullptr);
+
+    drawer->setShape(Shape::Circle);
+    view->centerOn(centre0.x(), centre0.y());
+    QApplication::processEvents();
+    mouseAt(view, QEvent::MouseButtonPress, 120.0, 130.0);
+    mouseAt(view, QEvent::MouseMove, 126.0, 138.0);
+    EXPECT_GE(drawer->preview().size(), 8u) << "the circle being drawn is not shown";
+    mouseAt(view, QEvent::MouseButtonRelease, 126.0, 138.0);
+    EXPECT_TRUE(drawer->preview().empty());
+    EXPECT_NEAR(view->center().x(), centre0.x(), 1e-9) << "the drag panned the view";
+    ASSERT_NE(w.regions(), nullptr);
+    ASSERT_EQ(w.regions()->regions.size(), 1u);
+    const gpuphot::Region c = w.regions()->regions[0];
+    EXPECT_EQ(c.shape, gpuphot::RegionShape::Circle);
+    EXPECT_EQ(c.system, gpuphot::RegionSystem::Image);
+    EXPECT_NEAR(c.points[0], 121.0, 0.51); // DS9's 1-based pixels
+    EXPECT_NEAR(c.points[1], 131.0, 0.51);
+    EXPECT_NEAR(c.sizes[0].value, 10.0, 0.5);
+    EXPECT_TRUE(w.statusBar()->currentMessage().contains(QStringLiteral("circle region drawn: ")))
+        << w.statusBar()->currentMessage().toStdString();
+
+    // A box on a turned, flipped view: still the image's rows and columns.
+    view->rotate90();
+    view->toggleFlipX();
+    QApplication::processEvents();
+    drawer->setShape(Shape::Box);
+    dragOn(view, 40.0, 50.0, 70.0, 60.0);
+    ASSERT_EQ(w.regions()->regions.size(), 2u);
+    const gpuphot::Region b = w.regions()->regions[1];
+    EXPECT_EQ(b.shape, gpuphot::RegionShape::Box);
+    EXPECT_NEAR(b.points[0], 56.0, 0.51);
+    EXPECT_NEAR(b.points[1], 56.0, 0.51);
+    EXPECT_NEAR(b.sizes[0].value, 30.0, 0.6);
+    EXPECT_NEAR(b.sizes[1].value, 10.0, 0.6);
+
+    // A polygon: a click per vertex, Escape drops the one in progress, a double-click closes it.
+    drawer->setShape(Shape::Polygon);
+    clickOn(view, 10.0, 10.0);
+    clickOn(view, 30.0, 10.0);
+    QTest::keyClick(view, Qt::Key_Escape);
+    EXPECT_TRUE(drawer->preview().empty());
+    EXPECT_EQ(drawer->shape(), Shape::Polygon) << "one Escape drops the shape, not the tool";
+    clickOn(view, 10.0, 10.0);
+    clickOn(view, 30.0, 10.0);
+    QTest::keyClick(view, Qt::Key_Return); // two vertices: not a polygon yet
+    EXPECT_EQ(w.regions()->regions.size(), 2u);
+    clickOn(view, 30.0, 25.0);
+    mouseAt(view, QEvent::MouseButtonPress, 10.0, 25.0);
+    mouseAt(view, QEvent::MouseButtonRelease, 10.0, 25.0);
+    mouseAt(view, QEvent::MouseButtonDblClick, 10.0, 25.0);
+    mouseAt(view, QEvent::MouseButtonRelease, 10.0, 25.0);
+    ASSERT_EQ(w.regions()->regions.size(), 3u);
+    const gpuphot::Region poly = w.regions()->regions[2];
+    ASSERT_EQ(poly.points.size(), 8u) << "four vertices";
+    EXPECT_NEAR(poly.points[4], 31.0, 0.51);
+    EXPECT_NEAR(poly.points[5], 26.0, 0.51);
+    QTest::keyClick(view, Qt::Key_Escape);
+    EXPECT_EQ(drawer->shape(), Shape::None) << "Escape with nothing in progress ends drawing";
+
+    // The layer draws the three; the box's statistics are the frame's pixels inside it.
+    EXPECT_EQ(w.regionLayer()->shapeCount(), 3);
+    const auto stats = w.regionStatistics();
+    ASSERT_EQ(stats.size(), 3u);
+    EXPECT_GE(stats[1].pixels, 28u * 9u);
+    EXPECT_LE(stats[1].pixels, 32u * 11u);
+    // Saved and read back: the same shapes.
+    gpuphot::test::TempDir dir;
+    const std::string path = (dir.path / "drawn.reg").string();
+    ASSERT_TRUE(w.saveRegions(QString::fromStdString(path)));
+    const gpuphot::RegionFile back = gpuphot::readDs9Regions(path);
+    ASSERT_EQ(back.regions.size(), 3u);
+    for (std::size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(back.regions[k].shape, w.regions()->regions[k].shape) << k;
+        EXPECT_EQ(back.regions[k].points, w.regions()->regions[k].points) << k;
+    }
 }
