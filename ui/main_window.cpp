@@ -319,6 +319,15 @@ void MainWindow::buildDocks() {
     tableDock->raise();
 }
 
+QMenu* MainWindow::addMenuBeforeHelp(const QString& title) {
+    QMenu* menu = new QMenu(title, this);
+    QAction* help = nullptr;
+    for (QAction* a : menuBar()->actions())
+        if (a->menu() && a->menu()->objectName() == QLatin1String("helpMenu")) help = a;
+    menuBar()->insertMenu(help, menu); // appended when there is no Help menu yet
+    return menu;
+}
+
 void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open frame..."), QKeySequence::Open, this, [this] {

@@ -182,6 +182,7 @@ private:
     bool openAsMosaic(const QString& path, QString& hdu);
     void buildRegions(); // main_window_regions.cpp: menus, the layer, Ctrl+click
     void buildRegionDrawing();
+    QMenu* addMenuBeforeHelp(const QString& title); // Help stays the last menu
     void addDrawnRegion(const Region& region);
     void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,

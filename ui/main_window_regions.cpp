@@ -125,11 +125,7 @@ void MainWindow::buildRegionDrawing() {
     connect(m_regionDrawer, &RegionDrawer::previewChanged, this,
             [this] { m_regionLayer->setPreview(m_regionDrawer->preview()); });
     connect(m_regionDrawer, &RegionDrawer::regionDrawn, this, &MainWindow::addDrawnRegion);
-    QMenu* menu = new QMenu(tr("Re&gion"), this);
-    QAction* help = nullptr;
-    for (QAction* a : menuBar()->actions())
-        if (a->menu() && a->menu()->title() == tr("&Help")) help = a;
-    menuBar()->insertMenu(help, menu);
+    QMenu* menu = addMenuBeforeHelp(tr("Re&gion"));
     auto* shapes = new QActionGroup(this);
     const struct {
         QString text;

@@ -76,7 +76,7 @@ void MainWindow::buildLightCurveDock() {
     });
     connect(m_view, &viewers::ImageView::sourceClicked, this, &MainWindow::lightCurveTarget);
 
-    QMenu* menu = menuBar()->addMenu(tr("&Light curves"));
+    QMenu* menu = addMenuBeforeHelp(tr("&Light curves"));
     menu->addAction(tr("Open &series..."), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("A gpuphot series directory"));
         if (!dir.isEmpty()) openSeries(dir);

@@ -49,6 +49,14 @@ bool RegionDrawer::eventFilter(QObject* watched, QEvent* e) {
     case QEvent::MouseButtonRelease:
     case QEvent::MouseButtonDblClick:
         return mouse(e);
+    case QEvent::ShortcutOverride: { // the window's shortcuts (Escape: Run > Cancel) wait while drawing
+        const int k = static_cast<QKeyEvent*>(e)->key();
+        if (k == Qt::Key_Escape || k == Qt::Key_Return || k == Qt::Key_Enter || k == Qt::Key_Backspace) {
+            e->accept();
+            return true;
+        }
+        return false;
+    }
     case QEvent::KeyPress:
         return key(e);
     default:

@@ -14,6 +14,8 @@
 #include <QHeaderView>
 #include <QImage>
 #include <QLineEdit>
+#include <QMenu>
+#include <QMenuBar>
 #include <QMessageBox>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
@@ -350,4 +352,17 @@ TEST(MainWindow, HiddenPanelsTakeTheResultWhenShownOrWhenASourceIsSelected) {
     EXPECT_EQ(inspector->selectedSource(), id - 1);
     EXPECT_GT(inspector->detailsTable()->rowCount(), 0)
         << "the inspector has no result to show the source from";
+}
+
+// Menus added by the window's parts (Region, Light curves) go before Help, which stays last.
+TEST(MainWindow, HelpIsTheLastMenu) {
+    app();
+    gpuphot::ui::MainWindow w;
+    QStringList titles;
+    for (QAction* a : w.menuBar()->actions())
+        if (a->menu()) titles << a->menu()->title().remove(QLatin1Char('&'));
+    ASSERT_FALSE(titles.isEmpty());
+    EXPECT_EQ(titles.back(), QStringLiteral("Help")) << titles.join(QStringLiteral(", ")).toStdString();
+    EXPECT_TRUE(titles.contains(QStringLiteral("Region")));
+    EXPECT_TRUE(titles.contains(QStringLiteral("Light curves")));
 }
