@@ -1,4 +1,5 @@
 #include "ui/main_window.hpp"
+#include "ui/file_names.hpp"
 
 #include <QAction>
 #include <QApplication>
@@ -76,6 +77,14 @@ namespace gpuphot::ui {
 
 namespace {
 constexpr int kMaxRecent = 10;
+
+// A save dialog whose answer gets the chosen filter's suffix when the name typed has none.
+QString askSavePath(QWidget* parent, const QString& title, const QString& filters) {
+    QString chosen;
+    const QString p = QFileDialog::getSaveFileName(parent, title, QString(), filters, &chosen);
+    return withDefaultSuffix(
+        p, filterSuffix(chosen.isEmpty() ? filters.section(QStringLiteral(";;"), 0, 0) : chosen));
+}
 constexpr int kProgressDelayMs = 400; // a run shows its progress once it has lasted this long
 
 QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content,
@@ -365,8 +374,8 @@ void MainWindow::buildMenus() {
     connect(every, &QAction::toggled, this, &MainWindow::setFollowEveryFrame);
     file->addSeparator();
     file->addAction(tr("Export &catalog..."), this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, tr("Export catalog"), QString(),
-                                                       tr("FITS table (*.fits);;ECSV (*.ecsv);;CSV (*.csv)"));
+        const QString p =
+            askSavePath(this, tr("Export catalog"), tr("FITS table (*.fits);;ECSV (*.ecsv);;CSV (*.csv)"));
         if (!p.isEmpty()) exportCatalog(p);
     });
     file->addAction(tr("Save to &database..."), this, [this] {
@@ -381,23 +390,20 @@ void MainWindow::buildMenus() {
         saveToDatabase(url);
     });
     file->addAction(tr("Export DS9 &regions..."), this, [this] {
-        const QString p =
-            QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)"));
+        const QString p = askSavePath(this, tr("DS9 regions"), tr("Regions (*.reg)"));
         if (!p.isEmpty()) exportRegions(p);
     });
     file->addAction(tr("Export fitted &WCS..."), this, [this] {
-        const QString p =
-            QFileDialog::getSaveFileName(this, tr("WCS header"), QString(), tr("WCS (*.wcs *.fits)"));
+        const QString p = askSavePath(this, tr("WCS header"), tr("WCS (*.wcs *.fits)"));
         if (!p.isEmpty()) exportWcs(p);
     });
     file->addAction(tr("Save view as &PNG..."), this, [this] {
-        const QString p = QFileDialog::getSaveFileName(this, tr("Snapshot"), QString(), tr("PNG (*.png)"));
+        const QString p = askSavePath(this, tr("Snapshot"), tr("PNG (*.png)"));
         if (!p.isEmpty()) saveViewPng(p);
     });
     file->addSeparator();
     file->addAction(tr("&Save parameter profile..."), this, [this] {
-        const QString p =
-            QFileDialog::getSaveFileName(this, tr("Save profile"), QString(), tr("JSON (*.json)"));
+        const QString p = askSavePath(this, tr("Save profile"), tr("JSON (*.json)"));
         if (p.isEmpty()) return;
         QString err;
         if (!m_params->saveProfile(p, &err)) showError(err);
@@ -814,11 +820,12 @@ void MainWindow::selectSource(int index, bool centre) {
     }
 }
 
-bool MainWindow::exportCatalog(const QString& path) {
+bool MainWindow::exportCatalog(const QString& requested) {
     if (!m_snapshot || !m_frame) {
         showError(tr("nothing to export yet: open a frame and let it reduce"));
         return false;
     }
+    const QString path = outputPath(requested, QStringLiteral(".fits"));
     try {
         const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
                                      m_snapshot->reference.get());
@@ -829,7 +836,7 @@ bool MainWindow::exportCatalog(const QString& path) {
             writeCsv(p, t);
         else
             writeFitsTable(p, t);
-        m_log->append(LogLevel::Info, tr("catalog written: %1 (%2 rows)").arg(path).arg(t.rows()));
+        confirmWritten(tr("catalog (%1 rows)").arg(t.rows()), path);
         return true;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
@@ -871,15 +878,17 @@ bool MainWindow::saveToDatabase(const QString& url) {
     }
 }
 
-bool MainWindow::exportRegions(const QString& path) {
+bool MainWindow::exportRegions(const QString& requested) {
     if (!m_snapshot) {
         showError(tr("nothing to export yet"));
         return false;
     }
+    const QString path = outputPath(requested, QStringLiteral(".reg"));
     try {
         const Table t = buildCatalog(*m_snapshot->frame, m_snapshot->result, m_snapshot->config,
                                      m_snapshot->reference.get());
         writeDs9RegionFile(path.toStdString(), catalogRegions(t, viewWcs())); // ids, colour by flag, fk5
+        confirmWritten(tr("catalog regions (%1)").arg(t.rows()), path);
         return true;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
@@ -887,13 +896,15 @@ bool MainWindow::exportRegions(const QString& path) {
     }
 }
 
-bool MainWindow::exportWcs(const QString& path) {
+bool MainWindow::exportWcs(const QString& requested) {
     if (!m_snapshot || !m_snapshot->result.fittedWcs) {
         showError(tr("no verified astrometric fit to export (load a reference catalog; see the log)"));
         return false;
     }
+    const QString path = outputPath(requested, QStringLiteral(".wcs"));
     try {
         writeFitsHeader(path.toStdString(), m_snapshot->result.fittedWcs->toHeader());
+        confirmWritten(tr("fitted WCS"), path);
         return true;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
@@ -901,13 +912,27 @@ bool MainWindow::exportWcs(const QString& path) {
     }
 }
 
-bool MainWindow::saveViewPng(const QString& path) {
+bool MainWindow::saveViewPng(const QString& requested) {
+    const QString path = outputPath(requested, QStringLiteral(".png"));
     const QImage img = m_view->grabFramebuffer();
     if (img.isNull() || !img.save(path, "PNG")) {
         showError(tr("could not write %1").arg(path));
         return false;
     }
+    confirmWritten(tr("view (%1 x %2 px)").arg(img.width()).arg(img.height()), path);
     return true;
+}
+
+QString MainWindow::outputPath(const QString& requested, const QString& suffix) {
+    const QString path = withDefaultSuffix(requested, suffix);
+    QDir().mkpath(QFileInfo(path).absolutePath()); // a missing folder is made (a failure shows on writing)
+    return path;
+}
+
+void MainWindow::confirmWritten(const QString& what, const QString& path) {
+    const QString text = tr("wrote %1: %2").arg(what, QDir::toNativeSeparators(path));
+    statusBar()->showMessage(text, 10000);
+    m_log->append(LogLevel::Info, text);
 }
 
 bool MainWindow::importSextractor(const QString& path) {

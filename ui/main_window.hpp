@@ -85,7 +85,9 @@ public:
     SnapshotPtr lastSnapshot() const { return m_snapshot; }
     QString framePath() const { return m_framePath; }
     QString cursorReadout() const; // the status bar's readout text
-    // Exports (also in the File menu). Return false and show the error on failure.
+    // Exports (also in the File menu). A name without a suffix gets the export's default (.fits, .reg,
+    // .wcs, .png); a missing folder is made; what was written goes to the status bar and the log. Return
+    // false and show the error on failure.
     bool exportCatalog(const QString& path); // .fits / .ecsv / .csv by extension
     // File > Save to database: the frame's results into a SQLite file or postgresql:// URL (core/db).
     bool saveToDatabase(const QString& url);
@@ -182,7 +184,10 @@ private:
     bool openAsMosaic(const QString& path, QString& hdu);
     void buildRegions(); // main_window_regions.cpp: menus, the layer, Ctrl+click
     void buildRegionDrawing();
-    QMenu* addMenuBeforeHelp(const QString& title); // Help stays the last menu
+    // An export's file: `requested` with the default suffix when it has none, its folder made.
+    static QString outputPath(const QString& requested, const QString& suffix);
+    void confirmWritten(const QString& what, const QString& path); // status bar and log
+    QMenu* addMenuBeforeHelp(const QString& title);                // Help stays the last menu
     void addDrawnRegion(const Region& region);
     void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,

@@ -22,6 +22,7 @@
 #include "core/io/ds9_regions.hpp"
 #include "core/stages/aperture/region_stats.hpp"
 #include "ui/click_photometry.hpp"
+#include "ui/file_names.hpp"
 #include "ui/log_panel.hpp"
 #include "ui/main_window.hpp"
 #include "ui/region_drawer.hpp"
@@ -103,8 +104,9 @@ void MainWindow::buildRegions() {
         if (!p.isEmpty()) loadRegions(p);
     });
     add(tr("Save DS9 re&gions..."), [this] {
-        const QString p =
-            QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)"));
+        const QString p = withDefaultSuffix(
+            QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)")),
+            QStringLiteral(".reg"));
         if (!p.isEmpty()) saveRegions(p);
     });
     add(tr("Statistics in regions..."), [this] { showRegionStatistics(); });
@@ -210,13 +212,15 @@ bool MainWindow::loadRegions(const QString& path) {
     return true;
 }
 
-bool MainWindow::saveRegions(const QString& path) {
+bool MainWindow::saveRegions(const QString& requested) {
     if (!m_regions) {
         showError(tr("no regions to save (File > Load DS9 regions, or draw some: Region menu)"));
         return false;
     }
+    const QString path = outputPath(requested, QStringLiteral(".reg"));
     try {
         writeDs9RegionFile(path.toStdString(), *m_regions);
+        confirmWritten(tr("%1 regions").arg(m_regions->regions.size()), path);
         return true;
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));

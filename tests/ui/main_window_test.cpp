@@ -366,3 +366,37 @@ TEST(MainWindow, HelpIsTheLastMenu) {
     EXPECT_TRUE(titles.contains(QStringLiteral("Region")));
     EXPECT_TRUE(titles.contains(QStringLiteral("Light curves")));
 }
+
+// Exports: a name without a suffix gets the export's own, a missing folder is made, and the status bar
+// says what was written where.
+TEST(MainWindow, ExportsAddTheirSuffixMakeTheirFolderAndSayWhatTheyWrote) {
+    app();
+    const Field& f = field();
+    gpuphot::ui::MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
+    w.openReference(QString::fromStdString(f.ref));
+    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, true);
+    ASSERT_TRUE(snap && snap->result.fittedWcs);
+    gpuphot::test::TempDir out;
+    const std::filesystem::path dir = out.path / "new" / "folder";
+    ASSERT_TRUE(w.exportCatalog(QString::fromStdString((dir / "night").string())));
+    EXPECT_TRUE(std::filesystem::exists(dir / "night.fits"));
+    EXPECT_EQ(gpuphot::readFitsTable((dir / "night.fits").string()).rows(),
+              snap->result.detection.sources.size());
+    EXPECT_TRUE(w.statusBar()->currentMessage().startsWith(QStringLiteral("wrote catalog (")))
+        << w.statusBar()->currentMessage().toStdString();
+    EXPECT_TRUE(w.statusBar()->currentMessage().contains(QStringLiteral("night.fits")));
+    ASSERT_TRUE(w.exportCatalog(QString::fromStdString((dir / "night.csv").string())));
+    EXPECT_TRUE(std::filesystem::exists(dir / "night.csv"));
+    EXPECT_FALSE(std::filesystem::exists(dir / "night.csv.fits"));
+    ASSERT_TRUE(w.exportRegions(QString::fromStdString((dir / "sources").string())));
+    EXPECT_TRUE(std::filesystem::exists(dir / "sources.reg"));
+    ASSERT_TRUE(w.exportWcs(QString::fromStdString((dir / "fit").string())));
+    EXPECT_TRUE(std::filesystem::exists(dir / "fit.wcs"));
+    ASSERT_TRUE(w.saveViewPng(QString::fromStdString((dir / "view").string())));
+    EXPECT_TRUE(std::filesystem::exists(dir / "view.png"));
+    EXPECT_TRUE(w.statusBar()->currentMessage().startsWith(QStringLiteral("wrote view (")));
+}
