@@ -96,6 +96,13 @@ QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWi
     return d;
 }
 
+double totalSeconds(const Snapshot& s) {
+    double total = 0.0;
+    for (const StageRecord& r : s.timings)
+        total += r.seconds;
+    return total;
+}
+
 QString stageTimes(const Snapshot& s) {
     QStringList parts;
     double total = 0.0;
@@ -210,6 +217,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         m_progress->setValue(static_cast<int>(f * 100.0));
     });
     connect(m_params, &ParamDock::configChanged, m_scheduler, &RunScheduler::schedule);
+    connect(m_scheduler, &RunScheduler::requested, this, [this](quint64) { logParameterChanges(); });
     connect(m_params, &ParamDock::profileError, this, &MainWindow::showError);
     connect(m_view, &viewers::ImageView::cursorMoved, this, &MainWindow::onCursor);
     connect(m_view, &viewers::ImageView::sourceClicked, this, [this](int i) { selectSource(i, false); });
@@ -695,11 +703,13 @@ void MainWindow::onResult(SnapshotPtr snap) {
         emit provisionalShown(snap);
         return;
     }
-    for (const std::string& w : snap->result.warnings)
-        m_log->append(LogLevel::Warning, QString::fromStdString(w));
+    m_log->setSnapshot(snap); // the run's line (generation, stages, times), then its warnings
     if (!snap->result.calibrationProblem.empty())
         m_log->append(LogLevel::Warning, QString::fromStdString(snap->result.calibrationProblem));
-    if (m_fitOnResult) m_fitOnResult = false;
+    if (m_fitOnResult) {
+        m_fitOnResult = false;
+        m_table->resizeColumnsToContents(); // once per frame: later results keep the user's widths
+    }
     if (!m_follower->folder().isEmpty() && m_following == m_framePath) {
         const auto& r = snap->result;
         const bool psf = std::isfinite(r.psf.medianFwhm) && r.psf.medianFwhm > 0.0;
@@ -712,6 +722,27 @@ void MainWindow::onResult(SnapshotPtr snap) {
     }
     updateSeriesMarkers();
     emit snapshotShown(snap);
+}
+
+// The parameters a run request changed against the last one logged, as "key: old -> new".
+void MainWindow::logParameterChanges() {
+    const nlohmann::json now = nlohmann::json(m_scheduler->latestConfig()).flatten();
+    if (m_loggedConfig.is_object()) {
+        QStringList changes;
+        for (const auto& [key, value] : now.items()) {
+            const auto was = m_loggedConfig.find(key);
+            if (was != m_loggedConfig.end() && *was == value) continue;
+            changes
+                << tr("%1: %2 -> %3")
+                       .arg(QString::fromStdString(key.substr(1)).replace(QLatin1Char('/'), QLatin1Char('.')),
+                            was == m_loggedConfig.end() ? QStringLiteral("-")
+                                                        : QString::fromStdString(was->dump()),
+                            QString::fromStdString(value.dump()));
+        }
+        if (!changes.isEmpty())
+            m_log->append(LogLevel::Info, tr("parameters: %1").arg(changes.join(QStringLiteral(", "))));
+    }
+    m_loggedConfig = now;
 }
 
 void MainWindow::hideProgress() {

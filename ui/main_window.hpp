@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ui/calibration_dialog.hpp"
 #include "ui/snapshot.hpp"
 
@@ -210,6 +212,7 @@ private:
     void feedPanels(bool provisional);
     void feedPanel(PanelFeed& panel);
     void hideProgress();
+    void logParameterChanges();
     void feedShownPanels(); // those whose dock is shown, after the view has drawn the overlays
     void feedAllPanels();   // before a selection or a click refers to m_snapshot
 
@@ -248,6 +251,7 @@ private:
     QTimer* m_progressDelay = nullptr; // shows m_progress once a run lasts
     QPointer<QMessageBox> m_errorBox;
     std::vector<PanelFeed> m_panelFeeds;
+    nlohmann::json m_loggedConfig; // flattened: the parameters of the last run request logged
     QTimer* m_panelTimer = nullptr;
 
     std::shared_ptr<const Frame> m_frame;

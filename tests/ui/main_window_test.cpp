@@ -32,6 +32,7 @@
 #include "core/sim/simulator.hpp"
 #include "tests/test_support.hpp"
 #include "ui/catalog_model.hpp"
+#include "ui/log_panel.hpp"
 #include "ui/main_window.hpp"
 #include "ui/param_dock.hpp"
 #include "ui/pipeline_worker.hpp"
@@ -399,4 +400,44 @@ TEST(MainWindow, ExportsAddTheirSuffixMakeTheirFolderAndSayWhatTheyWrote) {
     ASSERT_TRUE(w.saveViewPng(QString::fromStdString((dir / "view").string())));
     EXPECT_TRUE(std::filesystem::exists(dir / "view.png"));
     EXPECT_TRUE(w.statusBar()->currentMessage().startsWith(QStringLiteral("wrote view (")));
+}
+
+// The log records each run (its number, sources, times) and each parameter change a run was asked for;
+// the table's columns are sized to their content once the frame's first result is shown.
+TEST(MainWindow, LogRecordsRunsAndParameterChanges) {
+    app();
+    const Field& f = field();
+    gpuphot::ui::MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
+    const gpuphot::ui::SnapshotPtr first = waitForSnapshot(shown, false);
+    ASSERT_TRUE(first);
+    auto* log = w.findChild<gpuphot::ui::LogPanel*>();
+    ASSERT_NE(log, nullptr);
+    EXPECT_TRUE(log->text().contains(QStringLiteral("run %1 (").arg(first->generation)))
+        << log->text().toStdString();
+    auto* table = w.findChild<QTableView*>(QStringLiteral("CatalogTable"));
+    ASSERT_NE(table, nullptr);
+    const int raCol = 3; // "ra": wider than the default 78 px once sized to its content
+    EXPECT_EQ(table->model()->headerData(raCol, Qt::Horizontal).toString(), QStringLiteral("ra"));
+    EXPECT_GE(table->columnWidth(raCol), table->fontMetrics().horizontalAdvance(QStringLiteral("150.000000")))
+        << "the column cuts its numbers";
+    auto* spin = qobject_cast<QDoubleSpinBox*>(w.paramDock()->editorFor("detection.threshold"));
+    ASSERT_NE(spin, nullptr);
+    const double before = spin->value();
+    shown.clear();
+    spin->setValue(before + 0.7);
+    gpuphot::ui::SnapshotPtr after;
+    for (QElapsedTimer t; !after || after->provisional;) {
+        if (!t.isValid()) t.start();
+        ASSERT_LT(t.elapsed(), 120000);
+        after = waitForSnapshot(shown, false, 2000);
+    }
+    const QString text = log->text();
+    EXPECT_TRUE(text.contains(
+        QStringLiteral("parameters: detection.threshold: %1 -> %2").arg(before).arg(before + 0.7)))
+        << text.toStdString();
+    EXPECT_TRUE(text.contains(QStringLiteral("run %1 (").arg(after->generation)));
 }
