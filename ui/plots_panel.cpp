@@ -12,10 +12,30 @@
 #include <numeric>
 
 #include "ui/panel_data.hpp"
+#include "ui/plot_aspect.hpp"
 
 namespace gpuphot::ui {
 
 namespace {
+// The plot layout's rows: the title, the legend, the axis rect (simplify() drops an empty legend row).
+int axisRow(QCustomPlot* p) {
+    QCPLayoutGrid* grid = p->plotLayout();
+    for (int r = 0; r < grid->rowCount(); ++r)
+        if (grid->element(r, 0) == p->axisRect()) return r;
+    return grid->rowCount() - 1;
+}
+constexpr int kLegendRow = 1;
+// The legend's row is empty (and takes no height) while the plot has no legend.
+void showLegend(QCustomPlot* p, bool on) {
+    p->legend->setVisible(on);
+    QCPLayoutGrid* grid = p->plotLayout();
+    const bool placed = grid->rowCount() > kLegendRow && grid->element(kLegendRow, 0) == p->legend;
+    if (on && !placed) {
+        if (axisRow(p) == kLegendRow) grid->insertRow(kLegendRow); // dropped by simplify()
+        grid->addElement(kLegendRow, 0, p->legend);
+    }
+    if (!on && placed) grid->take(p->legend);
+}
 
 constexpr const char* kTabNames[PlotsPanel::kPlotCount] = {
     "ZP vs mag",           "ZP vs colour", "Astrometry vs x", "Astrometry vs y",
@@ -71,6 +91,13 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
         p->plotLayout()->insertRow(0);
         m_titles[k] = new QCPTextElement(p, QString(), QFont(font().family(), 9));
         p->plotLayout()->addElement(0, 0, m_titles[k]);
+        // The legend in a row of its own under the title, laid out across: inside the axis rect it
+        // covered data (the residual vectors, the zero-point points).
+        p->axisRect()->insetLayout()->take(p->legend);
+        p->plotLayout()->insertRow(kLegendRow);
+        p->plotLayout()->setRowStretchFactor(kLegendRow, 0.001);
+        p->legend->setFillOrder(QCPLegend::foColumnsFirst);
+        p->legend->setBorderPen(Qt::NoPen);
         m_emptyText[k] = new QCPItemText(p);
         m_emptyText[k]->position->setType(QCPItemPosition::ptAxisRectRatio);
         m_emptyText[k]->position->setCoords(0.5, 0.5);
@@ -232,7 +259,7 @@ void PlotsPanel::rebuild() {
         p->yAxis->setScaleType(QCPAxis::stLinear);
         p->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
         p->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
-        p->legend->setVisible(false);
+        showLegend(p, false);
     }
     // colour scales live in the layout: drop those of the previous snapshot
     QCustomPlot* bg = plot(Plot::Background);
@@ -298,7 +325,7 @@ void PlotsPanel::buildZeroPoint() {
     // a robust y range: the used points with some room; clipped outliers may leave it
     const auto ur = finiteMinMax({&d.used.offset});
     plot(pm)->yAxis->setRange(padded(d.used.size() ? ur : yr, 0.3));
-    plot(pm)->legend->setVisible(true);
+    showLegend(plot(pm), true);
     plot(pm)->replot();
 
     if (!d.hasColour) {
@@ -322,7 +349,7 @@ void PlotsPanel::buildZeroPoint() {
     plot(pc)->xAxis->setRange(cr);
     plot(pc)->yAxis->setRange(
         padded(finiteMinMax({d.used.size() ? &d.used.offsetRaw : &d.clipped.offsetRaw}), 0.3));
-    plot(pc)->legend->setVisible(true);
+    showLegend(plot(pc), true);
     plot(pc)->replot();
 }
 
@@ -337,7 +364,8 @@ void PlotsPanel::buildAstrometry() {
         }
         setTitle(w, tr("Astrometric residuals"));
     }
-    for (QCPItemLine* head : m_arrowHeads) plot(pv)->removeItem(head);
+    for (QCPItemLine* head : m_arrowHeads)
+        plot(pv)->removeItem(head);
     m_arrowHeads.clear();
     plot(px)->xAxis->setLabel(tr("x (px)"));
     plot(py)->xAxis->setLabel(tr("y (px)"));
@@ -385,7 +413,7 @@ void PlotsPanel::buildAstrometry() {
         zero->removeFromLegend();
         plot(w)->xAxis->setRange(-0.5, side - 0.5);
         plot(w)->yAxis->setRange(resRange);
-        plot(w)->legend->setVisible(true);
+        showLegend(plot(w), true);
         plot(w)->replot();
     }
     m_exaggeration = m_requestedExaggeration > 0 ? m_requestedExaggeration : autoVectorExaggeration(d);
@@ -405,7 +433,8 @@ void PlotsPanel::buildAstrometry() {
         QVector<double> cx, cy;
         for (std::size_t k = 0; k < pts.size(); ++k) {
             if (!std::isfinite(pts.dxPx[k]) || !std::isfinite(pts.dyPx[k])) continue;
-            const double ex = pts.x[k] + m_exaggeration * pts.dxPx[k], ey = pts.y[k] + m_exaggeration * pts.dyPx[k];
+            const double ex = pts.x[k] + m_exaggeration * pts.dxPx[k],
+                         ey = pts.y[k] + m_exaggeration * pts.dyPx[k];
             cx << pts.x[k] << ex << qQNaN();
             cy << pts.y[k] << ey << qQNaN();
             if (heads && (pts.dxPx[k] != 0.0 || pts.dyPx[k] != 0.0)) {
@@ -415,9 +444,11 @@ void PlotsPanel::buildAstrometry() {
                 head->setObjectName(QStringLiteral("arrowHead"));
                 head->setSelectable(false);
                 head->setPen(QPen(colour, 1));
-                head->start->setCoords(ex - 0.05 * m_exaggeration * pts.dxPx[k], ey - 0.05 * m_exaggeration * pts.dyPx[k]);
+                head->start->setCoords(ex - 0.05 * m_exaggeration * pts.dxPx[k],
+                                       ey - 0.05 * m_exaggeration * pts.dyPx[k]);
                 head->end->setCoords(ex, ey);
-                head->setHead(QCPLineEnding(QCPLineEnding::esSpikeArrow, 5, 6)); // px: small, many vectors are short
+                head->setHead(
+                    QCPLineEnding(QCPLineEnding::esSpikeArrow, 5, 6)); // px: small, many vectors are short
                 m_arrowHeads.push_back(head);
             }
         }
@@ -426,9 +457,8 @@ void PlotsPanel::buildAstrometry() {
         addScatter(pv, set == 0 ? tr("used") : tr("clipped"), pts.x, pts.y, pts.sourceIndex,
                    set == 0 ? QCPScatterStyle::ssDisc : QCPScatterStyle::ssCross, colour, set == 0 ? 3 : 6);
     }
-    p->xAxis->setRange(-0.5, d.width - 0.5);
-    p->yAxis->setRange(-0.5, d.height - 0.5);
-    p->legend->setVisible(true);
+    keepEqualAspect(p, QCPRange(-0.5, d.width - 0.5), QCPRange(-0.5, d.height - 0.5));
+    showLegend(p, true);
     p->replot();
 }
 
@@ -536,7 +566,7 @@ void PlotsPanel::buildBackground() {
         for (int i = 0; i < m.nx; ++i)
             map->data()->setCell(i, j, m.at(i, j));
     auto* scale = new QCPColorScale(p);
-    p->plotLayout()->addElement(1, 1, scale);
+    p->plotLayout()->addElement(axisRow(p), 1, scale);
     scale->setType(QCPAxis::atRight);
     scale->axis()->setLabel(tr("ADU"));
     map->setColorScale(scale);
@@ -547,8 +577,7 @@ void PlotsPanel::buildBackground() {
     scale->setMarginGroup(QCP::msBottom | QCP::msTop, group);
     const int width = m_snapshot->frame ? m_snapshot->frame->width() : static_cast<int>(m.nx * m.dx);
     const int height = m_snapshot->frame ? m_snapshot->frame->height() : static_cast<int>(m.ny * m.dy);
-    p->xAxis->setRange(-0.5, width - 0.5);
-    p->yAxis->setRange(-0.5, height - 0.5);
+    keepEqualAspect(p, QCPRange(-0.5, width - 0.5), QCPRange(-0.5, height - 0.5));
     setTitle(w, tr("Background level (ADU): %1 … %2, %3 × %4 cells")
                     .arg(m.minValue, 0, 'f', 1)
                     .arg(m.maxValue, 0, 'f', 1)

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "ui/panel_data.hpp"
+#include "ui/plot_aspect.hpp"
 
 namespace gpuphot::ui {
 
@@ -250,8 +251,7 @@ void PsfPanel::updateMap() {
             : tr("Ellipticity across the field: %1 … %2").arg(lo, 0, 'f', 3).arg(hi, 0, 'f', 3));
     const int w = m_snapshot->frame ? m_snapshot->frame->width() : psf.width;
     const int h = m_snapshot->frame ? m_snapshot->frame->height() : psf.height;
-    m_map->xAxis->setRange(-0.5, w - 0.5);
-    m_map->yAxis->setRange(-0.5, h - 0.5);
+    keepEqualAspect(m_map, QCPRange(-0.5, w - 0.5), QCPRange(-0.5, h - 0.5));
     m_map->replot();
 }
 

@@ -34,7 +34,9 @@ using gpuphot::test::panelFixture;
 
 namespace {
 
-QApplication& app() { return gpuphot::test::uiTestApp(); }
+QApplication& app() {
+    return gpuphot::test::uiTestApp();
+}
 
 int countOf(QCustomPlot* p, const QString& name) {
     for (int k = 0; k < p->plottableCount(); ++k)
@@ -98,7 +100,8 @@ TEST(Panels, PlotsShowTheStagesCountsAndExport) {
     EXPECT_EQ(countOf(panel.plot(P::AstrometryVectors), "used"), a.nUsed);
     EXPECT_EQ(countOf(panel.plot(P::AstrometryVectors), "vectors"), 3 * a.nUsed); // start, end, gap
     EXPECT_GT(panel.vectorExaggeration(), 1.0);
-    // Every vector (used and clipped) ends in an arrow head at its tip: residual x exaggeration from the star.
+    // Every vector (used and clipped) ends in an arrow head at its tip: residual x exaggeration from the
+    // star.
     {
         const AstrometryPlotData ad = astrometryPlotData(s);
         std::vector<std::pair<double, double>> tips;
@@ -111,7 +114,8 @@ TEST(Panels, PlotsShowTheStagesCountsAndExport) {
         std::vector<std::pair<double, double>> heads;
         QCustomPlot* vp = panel.plot(P::AstrometryVectors);
         for (int k = 0; k < vp->itemCount(); ++k)
-            if (auto* line = qobject_cast<QCPItemLine*>(vp->item(k)); line && line->objectName() == QLatin1String("arrowHead")) {
+            if (auto* line = qobject_cast<QCPItemLine*>(vp->item(k));
+                line && line->objectName() == QLatin1String("arrowHead")) {
                 EXPECT_EQ(line->head().style(), QCPLineEnding::esSpikeArrow);
                 heads.push_back({line->end->coords().x(), line->end->coords().y()});
             }
@@ -122,11 +126,21 @@ TEST(Panels, PlotsShowTheStagesCountsAndExport) {
             EXPECT_NEAR(heads[k].first, tips[k].first, 1e-9);
             EXPECT_NEAR(heads[k].second, tips[k].second, 1e-9);
         }
+        // The legend sits outside the plotted area (it covered vectors), and the frame keeps its shape.
+        panel.setCurrentPlot(P::AstrometryVectors);
+        settle();
+        vp->replot();
+        EXPECT_TRUE(vp->legend->visible());
+        EXPECT_FALSE(vp->legend->outerRect().intersects(vp->axisRect()->rect()));
+        const double perPxX = vp->xAxis->range().size() / vp->axisRect()->width(),
+                     perPxY = vp->yAxis->range().size() / vp->axisRect()->height();
+        EXPECT_NEAR(perPxX / perPxY, 1.0, 1e-6);
         // a second snapshot replaces them (no heads left over)
         panel.setSnapshot(f.calibrated);
         settle();
         int again = 0;
-        for (int k = 0; k < vp->itemCount(); ++k) again += vp->item(k)->objectName() == QLatin1String("arrowHead");
+        for (int k = 0; k < vp->itemCount(); ++k)
+            again += vp->item(k)->objectName() == QLatin1String("arrowHead");
         EXPECT_EQ(again, static_cast<int>(tips.size()));
     }
     std::size_t measured = 0;
