@@ -173,7 +173,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_progress->setVisible(false);
     statusBar()->addWidget(m_readout);
     statusBar()->addWidget(m_times, 1);
+    m_followLabel = new QLabel(this); // "following DIR" while a folder is followed: always in view
+    m_followLabel->setObjectName(QStringLiteral("FollowLabel"));
+    m_followLabel->setVisible(false);
     statusBar()->addPermanentWidget(m_progress);
+    statusBar()->addPermanentWidget(m_followLabel);
     statusBar()->addPermanentWidget(m_calibLabel);
     statusBar()->addPermanentWidget(m_backend);
     updateBackendLabel();
@@ -640,6 +644,10 @@ void MainWindow::followFolder(const QString& dir) {
                       tr("following %1: the newest frame opens and reduces as it arrives").arg(dir));
     statusBar()->showMessage(dir.isEmpty() ? tr("not following a folder") : tr("following %1").arg(dir),
                              5000);
+    const QString shown = QDir::toNativeSeparators(dir);
+    m_followLabel->setText(tr("following %1").arg(fontMetrics().elidedText(shown, Qt::ElideMiddle, 260)));
+    m_followLabel->setToolTip(tr("following %1 (File > Stop following)").arg(shown));
+    m_followLabel->setVisible(!dir.isEmpty());
 }
 
 void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {

@@ -246,6 +246,7 @@ private:
     QLabel* m_times = nullptr;
     QLabel* m_backend = nullptr;
     QLabel* m_calibLabel = nullptr;
+    QLabel* m_followLabel = nullptr;
     CalibrationFrames m_calibration; // as the worker took them
     QProgressBar* m_progress = nullptr;
     QTimer* m_progressDelay = nullptr; // shows m_progress once a run lasts

@@ -21,7 +21,7 @@ namespace {
 int axisRow(QCustomPlot* p) {
     QCPLayoutGrid* grid = p->plotLayout();
     for (int r = 0; r < grid->rowCount(); ++r)
-        if (grid->element(r, 0) == p->axisRect()) return r;
+        if (grid->hasElement(r, 0) && grid->element(r, 0) == p->axisRect()) return r;
     return grid->rowCount() - 1;
 }
 constexpr int kLegendRow = 1;
@@ -29,7 +29,7 @@ constexpr int kLegendRow = 1;
 void showLegend(QCustomPlot* p, bool on) {
     p->legend->setVisible(on);
     QCPLayoutGrid* grid = p->plotLayout();
-    const bool placed = grid->rowCount() > kLegendRow && grid->element(kLegendRow, 0) == p->legend;
+    const bool placed = grid->hasElement(kLegendRow, 0) && grid->element(kLegendRow, 0) == p->legend;
     if (on && !placed) {
         if (axisRow(p) == kLegendRow) grid->insertRow(kLegendRow); // dropped by simplify()
         grid->addElement(kLegendRow, 0, p->legend);

@@ -5,7 +5,9 @@
 #include "tests/ui/ui_test_app.hpp"
 
 #include <QApplication>
+#include <QDir>
 #include <QElapsedTimer>
+#include <QLabel>
 #include <QMessageBox>
 #include <QSignalSpy>
 #include <QTableWidget>
@@ -102,4 +104,12 @@ TEST(FolderFollower, EveryFrameModeReducesEachAndListsFailures) {
     for (QWidget* top : QApplication::topLevelWidgets())
         EXPECT_FALSE(qobject_cast<QMessageBox*>(top) && top->isVisible()) << "a dialog during the follow";
     EXPECT_TRUE(errors.isEmpty());
+    // "following DIR" stays in the status bar (a permanent label, not a passing message) until stopped.
+    auto* label = w.findChild<QLabel*>(QStringLiteral("FollowLabel"));
+    ASSERT_NE(label, nullptr);
+    EXPECT_TRUE(label->isVisible());
+    EXPECT_TRUE(
+        label->toolTip().contains(QDir::toNativeSeparators(QString::fromStdString(dir.path.string()))));
+    w.followFolder(QString());
+    EXPECT_FALSE(label->isVisible());
 }
