@@ -26,7 +26,7 @@ struct LayerEntry {
 const LayerEntry kLayers[] = {
     {Layer::Sources, "Detected sources (ellipses)", true},
     {Layer::Apertures, "Apertures and sky annulus", false},
-    {Layer::PsfWhiskers, "PSF whiskers (FWHM x ellipticity)", true},
+    {Layer::PsfWhiskers, "PSF whiskers (FWHM x ellipticity, scaled to the grid)", true},
     {Layer::ReferenceStars, "Reference stars", true},
     {Layer::AstrometricResiduals, "Astrometric residuals", false},
     {Layer::Segmentation, "Segmentation map", false},

@@ -53,15 +53,29 @@ OverlayGeometry buildOverlays(const Snapshot& snap, const OverlayOptions& opt) {
     const PsfResult& psf = r.psf;
     if (psf.hasModel() && psf.width > 0 && psf.height > 0 && opt.whiskerGrid > 0) {
         const int n = opt.whiskerGrid;
+        struct Shape {
+            double x, y, fe, theta;
+        };
+        std::vector<Shape> grid;
+        double longest = 0.0;
         for (int j = 0; j < n; ++j)
             for (int i = 0; i < n; ++i) {
                 const double x = (i + 0.5) * psf.width / n - 0.5, y = (j + 0.5) * psf.height / n - 0.5;
-                const double len = psf.fwhmAt(x, y) * psf.ellipticityAt(x, y) * opt.whiskerGain;
-                const double th = psf.thetaAt(x, y) * M_PI / 180.0;
-                g.whiskers.push_back({static_cast<float>(x), static_cast<float>(y),
-                                      static_cast<float>(len * std::cos(th)),
-                                      static_cast<float>(len * std::sin(th))});
+                const PsfResult::ShapeAt at = psf.shapeAt(x, y);
+                const double fe = at.fwhm * at.ellipticity;
+                if (std::isfinite(fe)) longest = std::max(longest, std::fabs(fe));
+                grid.push_back({x, y, fe, at.theta});
             }
+        const double cell = std::min(psf.width, psf.height) / static_cast<double>(n);
+        g.whiskerGain = opt.whiskerGain > 0.0 ? opt.whiskerGain
+                        : longest > 0.0       ? OverlayOptions::kWhiskerFill * cell / longest
+                                              : 0.0;
+        for (const Shape& w : grid) {
+            const double len = w.fe * g.whiskerGain, th = w.theta * M_PI / 180.0;
+            g.whiskers.push_back({static_cast<float>(w.x), static_cast<float>(w.y),
+                                  static_cast<float>(len * std::cos(th)),
+                                  static_cast<float>(len * std::sin(th))});
+        }
     }
 
     const CrossmatchResult& cm = r.crossmatch;

@@ -16,13 +16,17 @@ struct OverlayGeometry {
     std::vector<float> apertureRadii;               // px, as measured
     float annulusInner = 0.0f, annulusOuter = 0.0f; // px
     std::vector<viewers::Vector2> whiskers;       // PSF ellipticity on a grid: length FWHM * e * whiskerGain
+    double whiskerGain = 0.0;                     // as drawn (px of whisker per px of FWHM * e)
     std::vector<viewers::Vector2> referenceStars; // projected reference stars on the frame
     std::vector<viewers::Vector2> residuals;      // astrometric residuals (px), at the matched sources
 };
 
 struct OverlayOptions {
-    int whiskerGrid = 12;      // whiskers per axis
-    double whiskerGain = 10.0; // px of whisker per px of FWHM*e
+    int whiskerGrid = 12; // whiskers per axis
+    // px of whisker per px of FWHM * e; <= 0: the longest whisker spans kWhiskerFill of a grid cell, so
+    // that they show at any zoom however round the PSF (their lengths compare with each other).
+    double whiskerGain = 0.0;
+    static constexpr double kWhiskerFill = 0.8;
     // Reference stars drawn: the brightest this many of those on the frame (a dense catalog on a large
     // frame is otherwise a carpet that hides the image); <= 0: all.
     int maxReferenceStars = 2000;
