@@ -464,11 +464,12 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
 
 std::array<int, 3> ImageRenderer::drawEllipses(const InstanceBuffer& buf, const ViewTransform& view,
                                                float lineWidthPx, float minRadiusPx, bool point,
-                                               float pointPx) {
+                                               float pointPx, const QVector4D& halo) {
     if (buf.count <= 0) return {0, 0, 0};
     QOpenGLShaderProgram& p = *m_ellipseProg;
     p.bind();
     setViewUniforms(p, view);
+    p.setUniformValue("u_halo", halo);
     p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
     p.setUniformValue("u_zoom", static_cast<float>(view.zoom));
     const int n = ellipseSegments(std::max(minRadiusPx, static_cast<float>(buf.maxAxis * view.zoom)));
@@ -518,11 +519,12 @@ std::array<int, 3> ImageRenderer::drawEllipses(const InstanceBuffer& buf, const 
 }
 
 void ImageRenderer::drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
-                                 float headPx) {
+                                 float headPx, const QVector4D& halo) {
     if (buf.count <= 0) return;
     QOpenGLShaderProgram& p = *m_segmentProg;
     p.bind();
     setViewUniforms(p, view);
+    p.setUniformValue("u_halo", halo);
     p.setUniformValue("u_viewport", static_cast<float>(view.width), static_cast<float>(view.height));
     p.setUniformValue("u_lineWidth", lineWidthPx);
     p.setUniformValue("u_headPx", headPx);
@@ -557,12 +559,13 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
         const float typicalPx = static_cast<float>(b.typicalAxis * view.zoom);
         if (typicalPx < skipBelowPx * dpr) return; // too small to read: not drawn at all
         const bool point = allowPoint && typicalPx < kPointLodPx * dpr;
-        const auto r = drawEllipses(b, view,
-                                    (l == EllipseLayer::Selected ? 2.5f
-                                     : l == EllipseLayer::Series ? 1.8f
-                                                                 : 1.0f) *
-                                        lw,
-                                    minRadiusPx, point, kPointPx * dpr);
+        const float width = (l == EllipseLayer::Selected ? 2.5f
+                             : l == EllipseLayer::Series ? 1.8f
+                                                         : 1.0f) *
+                            lw;
+        // A dark halo a device pixel wider on each side first: the outlines stay visible on any colormap.
+        drawEllipses(b, view, width + 2.0f * dpr, minRadiusPx, point, (kPointPx + 2.0f) * dpr, kHalo);
+        const auto r = drawEllipses(b, view, width, minRadiusPx, point, kPointPx * dpr);
         m_stats.instancesDrawn[i] = r[0];
         m_stats.verticesPerInstance[i] = r[1];
         m_stats.drawCalls[i] = r[2];
@@ -571,8 +574,11 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
     ellipses(EllipseLayer::Sources, 2.0f * dpr, true, 0.0f);
     ellipses(EllipseLayer::ReferenceStars, 5.0f * dpr, false, 0.0f);
     ellipses(EllipseLayer::Series, 7.0f * dpr, false, 0.0f);
-    if (options.segments[0]) drawSegments(m_segments[0], view, lw, 0.0f);
-    if (options.segments[1]) drawSegments(m_segments[1], view, lw, 6.0f * dpr);
+    for (int k : {0, 1})
+        if (options.segments[k]) {
+            drawSegments(m_segments[k], view, lw + 2.0f * dpr, k == 1 ? 6.0f * dpr : 0.0f, kHalo);
+            drawSegments(m_segments[k], view, lw, k == 1 ? 6.0f * dpr : 0.0f);
+        }
     ellipses(EllipseLayer::Selected, 4.0f * dpr, false, 0.0f);
     drawCrosshair(view, options);
 

@@ -11,6 +11,7 @@
 // Every method except the constructor, the accessors and the setters of plain state must be called with
 // the context current; destroy() too, before the context goes away.
 #include <QOpenGLExtraFunctions>
+#include <QVector4D>
 
 #include <array>
 #include <cstdint>
@@ -44,6 +45,9 @@ struct DisplaySettings {
 // kPointPx; apertures/annuli whose typical radius is below kApertureLodPx are not drawn at all.
 inline constexpr float kPointLodPx = 2.0f;
 inline constexpr float kPointPx = 3.0f;
+// The overlays' halo: drawn under every outline, marker and segment, a device pixel wider on each side,
+// so that they stay visible on any colormap (blue circles on a blue image, white whiskers on white).
+inline const QVector4D kHalo{0.0f, 0.0f, 0.0f, 0.6f};
 inline constexpr float kApertureLodPx = 3.0f;
 
 // What the last render() drew per ellipse layer (diagnostics for tests and benchmarks).
@@ -158,9 +162,10 @@ private:
     void drawImage(const ViewTransform& view, const RenderOptions& options, bool overview);
     // Returns {instances drawn, vertices per instance, draw calls}.
     std::array<int, 3> drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
-                                    float minRadiusPx, bool point, float pointPx);
+                                    float minRadiusPx, bool point, float pointPx, const QVector4D& halo = {});
     void setEllipseAttributes(std::size_t firstInstance);
-    void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx);
+    void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx,
+                      const QVector4D& halo = {});
     void drawCrosshair(const ViewTransform& view, const RenderOptions& options);
     void drawMagnifier(const ViewTransform& view, const RenderOptions& options);
     void uploadInstances(InstanceBuffer& buf, const void* data, std::size_t bytes, int count, bool ellipse);

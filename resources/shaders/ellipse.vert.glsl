@@ -14,6 +14,7 @@ uniform float u_lineWidth;   // device px
 uniform float u_minRadiusPx; // device px
 uniform int u_point;         // 1: draw a square dot of u_pointPx device px instead of the outline
 uniform float u_pointPx;
+uniform vec4 u_halo;     // alpha > 0: every instance in this colour (the dark halo pass under the outlines)
 uniform vec4 u_orient;   // row-major 2x2: image offset -> screen offset (flips, quarter turns)
 vec2 orient(vec2 d) { return vec2(u_orient.x * d.x + u_orient.y * d.y, u_orient.z * d.x + u_orient.w * d.y); }
 out vec4 v_color;
@@ -22,7 +23,7 @@ void main() {
     float b = max(i_abt.y, u_minRadiusPx / u_zoom);
     vec2 cclip = orient(i_center - u_center) * u_scale;
     float rclip = a * max(u_scale.x, u_scale.y) + 4.0 * u_lineWidth / min(u_viewport.x, u_viewport.y);
-    v_color = i_rgba;
+    v_color = u_halo.a > 0.0 ? u_halo : i_rgba;
     if (abs(cclip.x) > 1.0 + rclip || abs(cclip.y) > 1.0 + rclip) { // culled: a degenerate strip off-screen
         gl_Position = vec4(2.0, 2.0, 2.0, 1.0);
         return;

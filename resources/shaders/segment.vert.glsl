@@ -8,6 +8,7 @@ uniform vec2 u_scale;
 uniform vec2 u_viewport;
 uniform float u_lineWidth;
 uniform float u_headPx;
+uniform vec4 u_halo;     // alpha > 0: every instance in this colour (the dark halo pass under the segments)
 uniform vec4 u_orient;   // row-major 2x2: image offset -> screen offset (flips, quarter turns)
 vec2 orient(vec2 d) { return vec2(u_orient.x * d.x + u_orient.y * d.y, u_orient.z * d.x + u_orient.w * d.y); }
 out vec4 v_color;
@@ -15,7 +16,7 @@ out vec4 v_color;
 // (a zero-area triangle): with that, Mesa's llvmpipe draws nothing of the segment unless it touches the
 // viewport's edge, and the overview's visible rectangle and the PSF whiskers would not show.
 void main() {
-    v_color = i_rgba;
+    v_color = u_halo.a > 0.0 ? u_halo : i_rgba;
     vec2 p0 = orient(i_seg.xy - u_center) * u_scale;
     vec2 dpx = orient(i_seg.zw) * u_scale * u_viewport * 0.5;
     float len = length(dpx);

@@ -3,6 +3,8 @@
 // changes, and the widget's coordinate transforms and input handling.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QMouseEvent>
@@ -27,14 +29,17 @@ using test::showAndCheckGl;
 std::shared_ptr<Image<float>> squares() {
     auto img = std::make_shared<Image<float>>(64, 64, 0.0f);
     for (int y = 10; y < 20; ++y)
-        for (int x = 10; x < 20; ++x) (*img)(x, y) = 100.0f;
+        for (int x = 10; x < 20; ++x)
+            (*img)(x, y) = 100.0f;
     for (int y = 40; y < 50; ++y)
-        for (int x = 40; x < 50; ++x) (*img)(x, y) = 50.0f;
+        for (int x = 40; x < 50; ++x)
+            (*img)(x, y) = 50.0f;
     return img;
 }
 
 QRgb expected(float v, const StretchParams& p, Colormap cm, std::span<const float> lut = {}) {
-    const std::uint32_t c = colormapTable(cm)[static_cast<std::size_t>(colormapIndex(stretchValue(v, p, lut)))];
+    const std::uint32_t c =
+        colormapTable(cm)[static_cast<std::size_t>(colormapIndex(stretchValue(v, p, lut)))];
     return qRgb(static_cast<int>(c & 255), static_cast<int>(c >> 8 & 255), static_cast<int>(c >> 16 & 255));
 }
 
@@ -43,7 +48,9 @@ bool near(QRgb a, QRgb b, int tol = 1) {
            std::abs(qBlue(a) - qBlue(b)) <= tol;
 }
 
-QRgb at(const QImage& img, QPointF p) { return img.pixel(static_cast<int>(p.x()), static_cast<int>(p.y())); }
+QRgb at(const QImage& img, QPointF p) {
+    return img.pixel(static_cast<int>(p.x()), static_cast<int>(p.y()));
+}
 
 TEST(ViewerImageView, TransformsRoundTripAndWheelZoomKeepsTheCursorPoint) {
     ensureApp();
@@ -63,8 +70,8 @@ TEST(ViewerImageView, TransformsRoundTripAndWheelZoomKeepsTheCursorPoint) {
     QObject::connect(&view, &ImageView::viewChanged, [&] { ++changed; });
     const QPointF cursor(90, 70);
     const QPointF before = view.widgetToImage(cursor);
-    QWheelEvent wheel(cursor, view.mapToGlobal(cursor), {}, {0, 240}, Qt::NoButton, Qt::NoModifier, Qt::NoScrollPhase,
-                      false);
+    QWheelEvent wheel(cursor, view.mapToGlobal(cursor), {}, {0, 240}, Qt::NoButton, Qt::NoModifier,
+                      Qt::NoScrollPhase, false);
     QCoreApplication::sendEvent(&view, &wheel);
     EXPECT_NEAR(view.zoom(), 0.98 * 300 / 64 * 1.5625, 1e-9);
     const QPointF after = view.widgetToImage(cursor);
@@ -98,7 +105,8 @@ TEST(ViewerImageView, RendersStretchWithoutReuploadAndDrawsMarkers) {
     EXPECT_TRUE(near(at(img, bright), expected(100, p, Colormap::Grey))) << std::hex << at(img, bright);
     EXPECT_TRUE(near(at(img, mid), expected(50, p, Colormap::Grey))) << std::hex << at(img, mid);
     EXPECT_TRUE(near(at(img, dark), qRgb(0, 0, 0)));
-    EXPECT_TRUE(near(at(img, {0, 0}), qRgb(20, 20, 26), 2)) << std::hex << at(img, {0, 0}); // background outside the image
+    EXPECT_TRUE(near(at(img, {0, 0}), qRgb(20, 20, 26), 2))
+        << std::hex << at(img, {0, 0}); // background outside the image
 
     view.setStretch(Stretch::Sqrt);
     p.stretch = Stretch::Sqrt;
@@ -125,7 +133,8 @@ TEST(ViewerImageView, RendersStretchWithoutReuploadAndDrawsMarkers) {
     auto hasColour = [&](const QImage& im, QPointF w, QRgb c) {
         for (int dy = -1; dy <= 1; ++dy)
             for (int dx = -1; dx <= 1; ++dx)
-                if (near(im.pixel(static_cast<int>(w.x()) + dx, static_cast<int>(w.y()) + dy), c, 40)) return true;
+                if (near(im.pixel(static_cast<int>(w.x()) + dx, static_cast<int>(w.y()) + dy), c, 40))
+                    return true;
         return false;
     };
     EXPECT_TRUE(hasColour(img, view.imageToWidget({50, 15}), qRgb(0, 230, 0)));
@@ -141,6 +150,23 @@ TEST(ViewerImageView, RendersStretchWithoutReuploadAndDrawsMarkers) {
     img = grab(view);
     EXPECT_FALSE(hasColour(img, view.imageToWidget({18, 45}), qRgb(255, 140, 0)));
     view.setLayerVisible(Layer::Sources, true);
+
+    // A marker over the white square keeps a dark halo around its line (visible on any colormap): next to
+    // the green ring, inside the square, a pixel far darker than the white around it.
+    view.setSelectedSource(-1);
+    view.setSources({{15.f, 15.f, 3.f, 3.f, 0.f, 0u}});
+    img = grab(view);
+    img.save("/tmp/viewer_halo.png");
+    const QPointF ring = view.imageToWidget({18, 15});
+    int darkest = 255; // the brightest channel of the darkest pixel: the green line itself is not dark
+    for (int dx = -2; dx <= 2; ++dx) { // within the square (the view shows ~2 px per image px)
+        const QRgb c = img.pixel(static_cast<int>(ring.x()) + dx, static_cast<int>(ring.y()));
+        darkest = std::min(darkest, std::max({qRed(c), qGreen(c), qBlue(c)}));
+    }
+    EXPECT_TRUE(hasColour(img, ring, qRgb(0, 230, 0)));
+    EXPECT_LT(darkest, 140) << "no halo beside the marker's line on a white image";
+    EXPECT_GT(qGray(at(img, view.imageToWidget({11, 11}))), 240) << "the square is not white there";
+    view.setSources({{45.f, 15.f, 5.f, 5.f, 0.f, 0u}, {15.f, 45.f, 6.f, 3.f, 90.f, 4u}});
 
     // Clicking near the second marker selects it.
     int clicked = -1;
@@ -164,7 +190,8 @@ TEST(ViewerImageView, TiledUploadMatchesTheCpuReferenceAtOneToOne) {
     view.renderer()->setMaxTileSize(16);
     auto img = std::make_shared<Image<float>>(64, 64);
     for (int y = 0; y < 64; ++y)
-        for (int x = 0; x < 64; ++x) (*img)(x, y) = static_cast<float>(std::sin(0.3 * x) * 40 + y * 1.5 + 0.01 * x * y);
+        for (int x = 0; x < 64; ++x)
+            (*img)(x, y) = static_cast<float>(std::sin(0.3 * x) * 40 + y * 1.5 + 0.01 * x * y);
     (*img)(5, 5) = std::numeric_limits<float>::quiet_NaN();
     view.setImage(img);
     view.setLimitMode(LimitMode::MinMax);
@@ -197,7 +224,8 @@ TEST(ViewerImageView, TiledUploadMatchesTheCpuReferenceAtOneToOne) {
     // Segmentation: a translucent colour over labelled pixels only.
     auto seg = std::make_shared<Image<std::int32_t>>(64, 64, 0);
     for (int y = 30; y < 40; ++y)
-        for (int x = 30; x < 40; ++x) (*seg)(x, y) = 7;
+        for (int x = 30; x < 40; ++x)
+            (*seg)(x, y) = 7;
     view.setStretch(Stretch::Linear);
     view.setColormap(Colormap::Grey);
     const QImage before = grab(view);
@@ -229,10 +257,12 @@ TEST(ViewerImageView, OverviewShowsInTheCorner) {
     // The inset sits in the lower-right corner, framed in grey.
     int grey = 0;
     for (int y = 200; y < 300; ++y)
-        for (int x = 250; x < 400; ++x) grey += shot.pixel(x, y) == qRgb(160, 160, 160);
+        for (int x = 250; x < 400; ++x)
+            grey += shot.pixel(x, y) == qRgb(160, 160, 160);
     EXPECT_GT(grey, 200);
     // The red outline of the visible area: its bounding box in the inset is where the overview's own
-    // transform puts the corners of the main view's visible rectangle (checked twice, before and after a pan).
+    // transform puts the corners of the main view's visible rectangle (checked twice, before and after a
+    // pan).
     const auto checkRect = [&](const QImage& im) {
         RenderOptions o;
         ViewTransform v = view.viewTransform();
@@ -357,9 +387,11 @@ TEST(ViewerImageView, MarkerLevelOfDetailAndGridCulling) {
 TEST(ViewerLod, BlockMeanAndLevels) {
     Image<float> img(10, 7, 0.0f);
     for (int y = 0; y < 7; ++y)
-        for (int x = 0; x < 10; ++x) img(x, y) = static_cast<float>(x + 10 * y);
+        for (int x = 0; x < 10; ++x)
+            img(x, y) = static_cast<float>(x + 10 * y);
     for (int y = 0; y < 4; ++y)
-        for (int x = 4; x < 8; ++x) img(x, y) = std::numeric_limits<float>::quiet_NaN(); // block (1, 0)
+        for (int x = 4; x < 8; ++x)
+            img(x, y) = std::numeric_limits<float>::quiet_NaN(); // block (1, 0)
     img(0, 0) = std::numeric_limits<float>::infinity();
     const Image<float> m = blockMean(img.view(), 4);
     ASSERT_EQ(m.width(), 3);
@@ -371,8 +403,10 @@ TEST(ViewerLod, BlockMeanAndLevels) {
             for (int y = 4 * j; y < std::min(7, 4 * j + 4); ++y)
                 for (int x = 4 * i; x < std::min(10, 4 * i + 4); ++x)
                     if (std::isfinite(img(x, y))) s += img(x, y), ++n;
-            if (n == 0) EXPECT_TRUE(std::isnan(m(i, j))) << i << "," << j;
-            else EXPECT_FLOAT_EQ(m(i, j), static_cast<float>(s / n)) << i << "," << j;
+            if (n == 0)
+                EXPECT_TRUE(std::isnan(m(i, j))) << i << "," << j;
+            else
+                EXPECT_FLOAT_EQ(m(i, j), static_cast<float>(s / n)) << i << "," << j;
         }
     EXPECT_TRUE(std::isnan(m(1, 0)));
 
@@ -389,14 +423,15 @@ TEST(ViewerLod, BlockMeanAndLevels) {
 }
 
 // A one-pixel checkerboard of 0 and 1 zoomed out 8x: the full-resolution texture aliases (every screen pixel
-// shows one texel, 0 or 1: black or white), the level of detail (factor 4) shows the block mean, mid grey. At 1:1 the
-// full-resolution texture is drawn.
+// shows one texel, 0 or 1: black or white), the level of detail (factor 4) shows the block mean, mid grey. At
+// 1:1 the full-resolution texture is drawn.
 TEST(ViewerLod, ZoomedOutViewDrawsTheReducedLevel) {
     ensureApp();
     const int n = 2048;
     auto img = std::make_shared<Image<float>>(n, n, 0.0f);
     for (int y = 0; y < n; ++y)
-        for (int x = 0; x < n; ++x) (*img)(x, y) = static_cast<float>((x + y) & 1);
+        for (int x = 0; x < n; ++x)
+            (*img)(x, y) = static_cast<float>((x + y) & 1);
     ImageView view;
     view.setLodMinPixels(0);
     const std::string why = showAndCheckGl(view, 400, 300);
@@ -407,7 +442,8 @@ TEST(ViewerLod, ZoomedOutViewDrawsTheReducedLevel) {
     QElapsedTimer t;
     t.start();
     view.setImage(img);
-    while (view.lodLevels() == 0 && t.elapsed() < 20000) QApplication::processEvents();
+    while (view.lodLevels() == 0 && t.elapsed() < 20000)
+        QApplication::processEvents();
     ASSERT_GT(view.lodLevels(), 0);
     EXPECT_EQ(view.lodLevels(), 1); // 512 px: the last level is the first at most 512 px on a side
     view.setZoom(0.125);
@@ -451,12 +487,15 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
     const double setMs = t.nsecsElapsed() * 1e-6;
     view.repaint();
     const double firstMs = t.nsecsElapsed() * 1e-6;
-    std::printf("setImage (sample + zscale) %.1f ms; setImage + first frame %.1f ms (render incl. upload %.1f ms, "
-                "%d tiles, max texture %d)\n",
-                setMs, firstMs, view.renderer()->lastRenderMs(), view.renderer()->tileCount(),
-                view.renderer()->maxTextureSize());
-    // Level of detail: built on the thread pool, uploaded by the next frame; fit-zoom frame time with and without.
-    while (view.lodLevels() == 0 && t.elapsed() < 60000) QApplication::processEvents();
+    std::printf(
+        "setImage (sample + zscale) %.1f ms; setImage + first frame %.1f ms (render incl. upload %.1f ms, "
+        "%d tiles, max texture %d)\n",
+        setMs, firstMs, view.renderer()->lastRenderMs(), view.renderer()->tileCount(),
+        view.renderer()->maxTextureSize());
+    // Level of detail: built on the thread pool, uploaded by the next frame; fit-zoom frame time with and
+    // without.
+    while (view.lodLevels() == 0 && t.elapsed() < 60000)
+        QApplication::processEvents();
     const double lodReadyMs = t.nsecsElapsed() * 1e-6;
     view.repaint();
     std::printf("level of detail: %d levels ready %.0f ms after setImage; frame with their upload %.1f ms\n",
@@ -488,8 +527,10 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
     view.setApertures({3.f, 6.f}, 10.f, 15.f);
     std::printf("setSources + setApertures (150k) %.1f ms\n", t.nsecsElapsed() * 1e-6);
     for (double zoom : {0.0, 1.0, 4.0}) {
-        if (zoom == 0.0) view.zoomToFit();
-        else view.setZoom(zoom);
+        if (zoom == 0.0)
+            view.zoomToFit();
+        else
+            view.setZoom(zoom);
         view.setLayerVisible(Layer::Sources, false);
         view.setLayerVisible(Layer::Apertures, false);
         view.repaint();
@@ -511,8 +552,9 @@ TEST(ViewerImageView, DISABLED_Measure151MegapixelAnd150kMarkers) {
             const RenderStats& st = view.renderer()->lastStats();
             std::printf("zoom %.3f, 150k markers%s: %.1f ms per frame (sources drawn %d x %d vertices, "
                         "apertures drawn %d x %d vertices)\n",
-                        view.zoom(), apertures ? " + 750k aperture circles" : "", sum / 5, st.instancesDrawn[0],
-                        st.verticesPerInstance[0], st.instancesDrawn[1], st.verticesPerInstance[1]);
+                        view.zoom(), apertures ? " + 750k aperture circles" : "", sum / 5,
+                        st.instancesDrawn[0], st.verticesPerInstance[0], st.instancesDrawn[1],
+                        st.verticesPerInstance[1]);
         }
     }
     view.grabFramebuffer().save("/tmp/viewer_151mp.png");
