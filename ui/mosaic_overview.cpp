@@ -1,5 +1,7 @@
 #include "ui/mosaic_overview.hpp"
 
+#include "core/util/json_number.hpp"
+
 #include <QDir>
 #include <QFileInfo>
 
@@ -247,11 +249,6 @@ void stretchTiles(MosaicOverview& o, const std::vector<Binned>& binned) {
     }
 }
 
-double number(const nlohmann::json& j, const char* key) {
-    const auto it = j.find(key);
-    return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
-
 } // namespace
 
 MosaicOverviewPtr computeMosaicOverview(const std::string& path,
@@ -285,9 +282,9 @@ MosaicReduction parseExposureReport(const nlohmann::json& report) {
     if (ex == report.end() || !ex->is_object())
         throw InvalidInput("not an exposure report (no \"exposure\")");
     MosaicReduction r;
-    r.zp = number(*ex, "zp");
-    r.zpErr = number(*ex, "zp_err");
-    r.scatter = number(*ex, "zp_offset_scatter");
+    r.zp = numberOrNaN(*ex, "zp");
+    r.zpErr = numberOrNaN(*ex, "zp_err");
+    r.scatter = numberOrNaN(*ex, "zp_offset_scatter");
     for (const auto& name : ex->value("zp_outliers", nlohmann::json::array()))
         if (name.is_string()) r.outliers.push_back(name.get<std::string>());
     for (const auto& e : ex->value("extensions", nlohmann::json::array()))

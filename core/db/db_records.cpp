@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/util/json_number.hpp"
 #include "core/util/text.hpp"
 #include "core/wcs/tan_sip.hpp"
 
@@ -17,9 +18,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double number(const nlohmann::json& j, const char* key) {
-    if (!j.is_object()) return kNaN;
-    auto it = j.find(key);
-    return it != j.end() && it->is_number() ? it->get<double>() : kNaN;
+    return numberOrNaN(j, key);
 }
 
 std::string text(const nlohmann::json& j, const char* key) {

@@ -1,5 +1,7 @@
 #include "core/pipeline/exposure.hpp"
 
+#include "core/util/json_number.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -200,16 +202,6 @@ ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, con
     return cal;
 }
 
-namespace {
-nlohmann::json orNull(double v) {
-    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-double numberOr(const nlohmann::json& j, const char* key) {
-    const auto it = j.find(key);
-    return it != j.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
-}
-} // namespace
-
 void to_json(nlohmann::json& j, const ExposureCcdSummary& c) {
     j = {
         {"hdu", c.hdu}, {"extname", c.extname}, {"token", c.token}, {"width", c.width}, {"height", c.height}};
@@ -220,13 +212,13 @@ void to_json(nlohmann::json& j, const ExposureCcdSummary& c) {
     }
     j["sources"] = c.sources;
     j["seconds"] = c.seconds;
-    j["fwhm"] = orNull(c.fwhm);
-    j["astrometric_rms_arcsec"] = orNull(c.rms);
-    j["zp"] = orNull(c.zp);
-    j["zp_err"] = orNull(c.zpErr);
+    j["fwhm"] = finiteOrNull(c.fwhm);
+    j["astrometric_rms_arcsec"] = finiteOrNull(c.rms);
+    j["zp"] = finiteOrNull(c.zp);
+    j["zp_err"] = finiteOrNull(c.zpErr);
     j["calibrators"] = c.calibrators;
-    j["zp_offset"] = orNull(c.zpOffset);
-    j["zp_offset_err"] = orNull(c.zpOffsetErr);
+    j["zp_offset"] = finiteOrNull(c.zpOffset);
+    j["zp_offset_err"] = finiteOrNull(c.zpOffsetErr);
     j["zp_outlier"] = c.outlier;
     j["zp_used"] = c.zpUsed;
     j["astrometry"] = c.astrometry;
@@ -243,14 +235,14 @@ void from_json(const nlohmann::json& j, ExposureCcdSummary& c) {
     c.status = j.value("status", std::string("failed"));
     c.error = j.value("error", std::string());
     c.sources = j.value("sources", 0LL);
-    c.seconds = numberOr(j, "seconds");
-    c.fwhm = numberOr(j, "fwhm");
-    c.rms = numberOr(j, "astrometric_rms_arcsec");
-    c.zp = numberOr(j, "zp");
-    c.zpErr = numberOr(j, "zp_err");
+    c.seconds = numberOrNaN(j, "seconds");
+    c.fwhm = numberOrNaN(j, "fwhm");
+    c.rms = numberOrNaN(j, "astrometric_rms_arcsec");
+    c.zp = numberOrNaN(j, "zp");
+    c.zpErr = numberOrNaN(j, "zp_err");
     c.calibrators = j.value("calibrators", 0);
-    c.zpOffset = numberOr(j, "zp_offset");
-    c.zpOffsetErr = numberOr(j, "zp_offset_err");
+    c.zpOffset = numberOrNaN(j, "zp_offset");
+    c.zpOffsetErr = numberOrNaN(j, "zp_offset_err");
     c.outlier = j.value("zp_outlier", false);
     c.zpUsed = j.value("zp_used", std::string());
     c.astrometry = j.value("astrometry", std::string());

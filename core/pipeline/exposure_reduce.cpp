@@ -20,6 +20,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/pipeline/sextractor_catalog.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/json_number.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -308,15 +309,6 @@ void applyExposureZeroPoint(CcdOutcome& c, const ExposureCalibration& cal) {
     }
 }
 
-nlohmann::json num(double v) {
-    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-
-double reportNumber(const nlohmann::json& report, const char* key) {
-    const auto it = report.find(key);
-    return it != report.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
-
 nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std::size_t k) {
     ExposureCcdSummary e;
     e.hdu = c.ext.hdu;
@@ -329,8 +321,8 @@ nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std
     if (c.done) {
         e.sources = static_cast<long long>(c.sources);
         e.seconds = c.seconds;
-        e.fwhm = reportNumber(c.report, "fwhm");
-        e.rms = reportNumber(c.report, "astrometric_rms_arcsec");
+        e.fwhm = numberOrNaN(c.report, "fwhm");
+        e.rms = numberOrNaN(c.report, "astrometric_rms_arcsec");
         e.zp = c.zp.ok ? c.zp.zp : std::nan("");
         e.zpErr = c.zp.ok ? c.zp.zpErr : std::nan("");
         e.calibrators = c.zp.calibrators;
@@ -359,11 +351,11 @@ nlohmann::json exposureSection(const std::string& path, const std::vector<CcdOut
     return {{"file", path},
             {"ccds", ccds.size()},
             {"failed", failed},
-            {"zp", cal.ok ? num(cal.zp) : nlohmann::json(nullptr)},
-            {"zp_err", cal.ok ? num(cal.zpErr) : nlohmann::json(nullptr)},
+            {"zp", cal.ok ? finiteOrNull(cal.zp) : nlohmann::json(nullptr)},
+            {"zp_err", cal.ok ? finiteOrNull(cal.zpErr) : nlohmann::json(nullptr)},
             {"zp_method", "median of the CCDs' own zero points"},
             {"zp_ccds_used", cal.ccdsUsed},
-            {"zp_offset_scatter", cal.ok ? num(cal.scatter) : nlohmann::json(nullptr)},
+            {"zp_offset_scatter", cal.ok ? finiteOrNull(cal.scatter) : nlohmann::json(nullptr)},
             {"zp_outliers", outliers},
             {"params",
              {{"concurrent", concurrent},
@@ -392,10 +384,10 @@ void summarise(nlohmann::json& report, const std::vector<CcdOutcome>& ccds, cons
         if (c.report.contains("calibration") && c.report["calibration"].is_object())
             matched += c.report["calibration"].value("matched", 0);
     }
-    report["fwhm"] = num(medianOf(fwhm));
-    report["astrometric_rms_arcsec"] = num(medianOf(rms));
-    report["zp"] = cal.ok ? num(cal.zp) : nlohmann::json(nullptr);
-    report["zp_err"] = cal.ok ? num(cal.zpErr) : nlohmann::json(nullptr);
+    report["fwhm"] = finiteOrNull(medianOf(fwhm));
+    report["astrometric_rms_arcsec"] = finiteOrNull(medianOf(rms));
+    report["zp"] = cal.ok ? finiteOrNull(cal.zp) : nlohmann::json(nullptr);
+    report["zp_err"] = cal.ok ? finiteOrNull(cal.zpErr) : nlohmann::json(nullptr);
     report["calibration"] = {{"matched", matched}};
     Header& h = catalog.meta;
     h.set("ZP", cal.ok ? cal.zp : std::nan(""), "[mag] exposure zero point (median of the CCDs')");

@@ -5,14 +5,9 @@
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
+#include "core/util/json_number.hpp"
 
 namespace gpuphot {
-namespace {
-nlohmann::json num(double v) {
-    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-}
-} // namespace
-
 nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const PipelineConfig& config,
                            const RunContext& ctx) {
     using nlohmann::json;
@@ -51,10 +46,10 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
          {{"gain", in.gain},
           {"gain_source", in.gainSource},
           {"read_noise", in.readNoise},
-          {"saturation", num(in.saturation)},
-          {"exptime", num(in.exptime)},
-          {"mjd_mid", num(in.mjdMid)},
-          {"airmass", num(in.airmass)},
+          {"saturation", finiteOrNull(in.saturation)},
+          {"exptime", finiteOrNull(in.exptime)},
+          {"mjd_mid", finiteOrNull(in.mjdMid)},
+          {"airmass", finiteOrNull(in.airmass)},
           {"filter", in.filter},
           {"object", in.object}}},
         {"backend", backendName(ctx.backend)},
@@ -75,9 +70,9 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"rms", r.background.globalRms},
           {"bad_meshes", r.background.badMeshes},
           {"weight_scale", r.background.weightScale}}},
-        {"fwhm", num(r.fwhm)},
+        {"fwhm", finiteOrNull(r.fwhm)},
         {"fwhm_source", r.fwhmSource},
-        {"ellipticity", num(r.psf.medianEllipticity)},
+        {"ellipticity", finiteOrNull(r.psf.medianEllipticity)},
         {"aperture",
          {{"radii", r.aperture.radii},
           {"apcorr_mag", r.aperture.apCorrMag},
@@ -92,19 +87,19 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"reference_in_frame", r.crossmatch.nRefInFrame},
           {"calibrators", r.zeropoint.nUsed},
           {"candidates", r.zeropoint.nCandidates},
-          {"scatter", num(r.zeropoint.scatter)},
+          {"scatter", finiteOrNull(r.zeropoint.scatter)},
           {"isolation_arcsec", r.zeropoint.isolationArcsec},
-          {"limiting_mag", num(r.zeropoint.limitingMag)},
-          {"zp_err_formal", num(r.zeropoint.zpErrFormal)},
-          {"zp_err_bootstrap", num(r.zeropoint.zpErrBootstrap)},
-          {"zp_err_shared", num(r.zeropoint.zpErrShared)},
+          {"limiting_mag", finiteOrNull(r.zeropoint.limitingMag)},
+          {"zp_err_formal", finiteOrNull(r.zeropoint.zpErrFormal)},
+          {"zp_err_bootstrap", finiteOrNull(r.zeropoint.zpErrBootstrap)},
+          {"zp_err_shared", finiteOrNull(r.zeropoint.zpErrShared)},
           {"mag_source", r.zeropoint.magSource},
           {"message", r.zeropoint.message},
           {"zp_gradient",
-           {{"x", num(r.zeropoint.gradientX)},
-            {"y", num(r.zeropoint.gradientY)},
-            {"x_err", num(r.zeropoint.gradientXErr)},
-            {"y_err", num(r.zeropoint.gradientYErr)},
+           {{"x", finiteOrNull(r.zeropoint.gradientX)},
+            {"y", finiteOrNull(r.zeropoint.gradientY)},
+            {"x_err", finiteOrNull(r.zeropoint.gradientXErr)},
+            {"y_err", finiteOrNull(r.zeropoint.gradientYErr)},
             {"unit", "mag per 1000 px"}}},
           {"zp_map",
            {{"nx", r.zeropoint.mapNx},
@@ -113,17 +108,17 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
              [&] {
                  nlohmann::json a = nlohmann::json::array();
                  for (double v : r.zeropoint.map)
-                     a.push_back(num(v));
+                     a.push_back(finiteOrNull(v));
                  return a;
              }()}}},
           {"matched", r.crossmatch.nMatched},
-          {"chance_matches", num(r.crossmatch.chanceMatches)},
+          {"chance_matches", finiteOrNull(r.crossmatch.chanceMatches)},
           {"colour_term",
-           r.zeropoint.colourTermFitted ? num(r.zeropoint.colourTerm) : nlohmann::json(nullptr)}}},
-        {"zp", r.zeropoint.ok ? num(r.zeropoint.zp) : nlohmann::json(nullptr)},
-        {"zp_err", r.zeropoint.ok ? num(r.zeropoint.zpErr) : nlohmann::json(nullptr)},
+           r.zeropoint.colourTermFitted ? finiteOrNull(r.zeropoint.colourTerm) : nlohmann::json(nullptr)}}},
+        {"zp", r.zeropoint.ok ? finiteOrNull(r.zeropoint.zp) : nlohmann::json(nullptr)},
+        {"zp_err", r.zeropoint.ok ? finiteOrNull(r.zeropoint.zpErr) : nlohmann::json(nullptr)},
         {"zp_per_second", r.zeropoint.ok && in.exptime > 0
-                              ? num(r.zeropoint.zp + 2.5 * std::log10(in.exptime))
+                              ? finiteOrNull(r.zeropoint.zp + 2.5 * std::log10(in.exptime))
                               : nlohmann::json(nullptr)},
         {"astrometry",
          {{"ran", r.astrometry.ok || !r.astrometry.message.empty()},
@@ -134,7 +129,8 @@ nlohmann::json buildReport(const Frame& frame, const PipelineResult& r, const Pi
           {"matched", r.astrometry.nMatched},
           {"used", r.astrometry.nUsed},
           {"seconds", r.astrometry.solveSeconds}}},
-        {"astrometric_rms_arcsec", r.astrometry.ok ? num(r.astrometry.rmsArcsec) : nlohmann::json(nullptr)},
+        {"astrometric_rms_arcsec",
+         r.astrometry.ok ? finiteOrNull(r.astrometry.rmsArcsec) : nlohmann::json(nullptr)},
         {"warnings",
          [&] {
              std::vector<std::string> w = r.warnings;

@@ -22,6 +22,7 @@
 #include "core/io/text_catalog.hpp"
 #include "core/series/series_internal.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/json_number.hpp"
 
 namespace gpuphot {
 namespace {
@@ -180,10 +181,6 @@ Table variablesTable(const SeriesResult& s) {
     t.add("best_period", std::move(g.period), "d", "Lomb-Scargle periodogram's peak");
     t.add("false_alarm", std::move(g.falseAlarm), "", "false-alarm probability of that peak (Baluev 2008)");
     return t;
-}
-
-nlohmann::json finiteOrNull(double v) {
-    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
 }
 
 // A target's fitted transit in series.json: times as BJD_TDB, the mid-time's error in minutes, the
@@ -346,8 +343,8 @@ nlohmann::json seriesReport(const SeriesResult& s) {
                             {"detections", f.detections},
                             {"matched", f.matched},
                             {"filter", f.filter}};
-        e["mjd_mid"] = std::isfinite(f.mjdMid) ? nlohmann::json(f.mjdMid) : nlohmann::json();
-        e["airmass"] = std::isfinite(f.airmass) ? nlohmann::json(f.airmass) : nlohmann::json();
+        e["mjd_mid"] = finiteOrNull(f.mjdMid);
+        e["airmass"] = finiteOrNull(f.airmass);
         if (!f.problem.empty()) e["problem"] = f.problem;
         j["frames"].push_back(e);
         used += f.used ? 1 : 0;
@@ -361,8 +358,8 @@ nlohmann::json seriesReport(const SeriesResult& s) {
         if (!lc.problem.empty()) t["problem"] = lc.problem;
         if (lc.source >= 0 && std::isfinite(s.sources[lc.source].colour))
             t["colour"] = s.sources[lc.source].colour;
-        t["rms"] = std::isfinite(lc.rms) ? nlohmann::json(lc.rms) : nlohmann::json();
-        t["median_err"] = std::isfinite(lc.medianErr) ? nlohmann::json(lc.medianErr) : nlohmann::json();
+        t["rms"] = finiteOrNull(lc.rms);
+        t["median_err"] = finiteOrNull(lc.medianErr);
         if (lc.problem.empty()) addAnalysis(t, lc, s.params);
         t["ensemble"] = nlohmann::json::array();
         for (const auto& e : lc.ensemble) {
@@ -372,9 +369,9 @@ nlohmann::json seriesReport(const SeriesResult& s) {
                                 {"dec", src.dec},
                                 {"weight", e.weight},
                                 {"dropped", e.dropped}};
-            c["colour"] = std::isfinite(src.colour) ? nlohmann::json(src.colour) : nlohmann::json();
-            c["scatter"] = std::isfinite(e.scatter) ? nlohmann::json(e.scatter) : nlohmann::json();
-            c["expected"] = std::isfinite(e.expected) ? nlohmann::json(e.expected) : nlohmann::json();
+            c["colour"] = finiteOrNull(src.colour);
+            c["scatter"] = finiteOrNull(e.scatter);
+            c["expected"] = finiteOrNull(e.expected);
             if (!e.why.empty()) c["note"] = e.why;
             t["ensemble"].push_back(c);
         }
