@@ -82,6 +82,13 @@ gpuphot::ui::SnapshotPtr waitForSnapshot(QSignalSpy& spy, bool wantReference, in
     }
     return nullptr;
 }
+// The field opened in `w` with its reference catalog: the first calibrated result, or null.
+gpuphot::ui::SnapshotPtr reduceWithReference(gpuphot::ui::MainWindow& w, const Field& f) {
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    if (!w.openFrame(QString::fromStdString(f.frame))) return nullptr;
+    w.openReference(QString::fromStdString(f.ref));
+    return waitForSnapshot(shown, true);
+}
 } // namespace
 
 TEST(MainWindow, ReducesAFrameAndShowsItsCatalogAndOverlays) {
@@ -325,10 +332,7 @@ TEST(MainWindow, HiddenPanelsTakeTheResultWhenShownOrWhenASourceIsSelected) {
     ASSERT_TRUE(QTest::qWaitForWindowExposed(&w));
     QApplication::processEvents();
     ASSERT_TRUE(plotsDock->visibleRegion().isEmpty()) << "the plots are not behind the catalog";
-    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
-    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
-    w.openReference(QString::fromStdString(f.ref));
-    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, true);
+    const gpuphot::ui::SnapshotPtr snap = reduceWithReference(w, f);
     ASSERT_TRUE(snap && snap->result.zeropoint.ok);
     QApplication::processEvents();
     using Plot = gpuphot::ui::PlotsPanel::Plot;
@@ -376,10 +380,7 @@ TEST(MainWindow, ExportsAddTheirSuffixMakeTheirFolderAndSayWhatTheyWrote) {
     gpuphot::ui::MainWindow w;
     w.resize(1200, 800);
     w.show();
-    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
-    ASSERT_TRUE(w.openFrame(QString::fromStdString(f.frame)));
-    w.openReference(QString::fromStdString(f.ref));
-    const gpuphot::ui::SnapshotPtr snap = waitForSnapshot(shown, true);
+    const gpuphot::ui::SnapshotPtr snap = reduceWithReference(w, f);
     ASSERT_TRUE(snap && snap->result.fittedWcs);
     gpuphot::test::TempDir out;
     const std::filesystem::path dir = out.path / "new" / "folder";
