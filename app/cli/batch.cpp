@@ -21,6 +21,7 @@
 #include <fstream>
 #include <glob.h>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 #include <poll.h>
 #include <sstream>
@@ -614,19 +615,20 @@ struct FrameReducer::State {
     // first use and kept warm; an exposure takes what it needs and gives them back.
     std::vector<std::unique_ptr<RunContext>> takeContexts(std::size_t n, const FrameReducer& r) {
         std::lock_guard lock(poolMutex);
-        std::vector<std::unique_ptr<RunContext>> out;
-        while (out.size() < n && !pool.empty()) {
-            out.push_back(std::move(pool.back()));
-            pool.pop_back();
-        }
-        while (out.size() < n)
-            out.push_back(std::make_unique<RunContext>(r.makeContext()));
+        fillPool(n, r);
+        std::vector<std::unique_ptr<RunContext>> out(
+            std::make_move_iterator(pool.end() - static_cast<std::ptrdiff_t>(n)),
+            std::make_move_iterator(pool.end()));
+        pool.resize(pool.size() - n);
         return out;
     }
     // At least n contexts in the pool: their device states come up (startDeviceWarmUp) while the exposure
     // is read and the frame before it computes, not inside the exposure.
     void reserveContexts(std::size_t n, const FrameReducer& r) {
         std::lock_guard lock(poolMutex);
+        fillPool(n, r);
+    }
+    void fillPool(std::size_t n, const FrameReducer& r) { // poolMutex held
         while (pool.size() < n)
             pool.push_back(std::make_unique<RunContext>(r.makeContext()));
     }
