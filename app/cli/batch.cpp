@@ -23,6 +23,7 @@
 #include <iostream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <poll.h>
 #include <sstream>
 #include <sys/prctl.h>
@@ -858,7 +859,8 @@ struct FramePipeline::Impl {
     bool closing = false, readerDone = false, computeDone = false, stopped = false, finished = false;
     bool dropWaiting = false; // finishStarted(): frames not yet in their stages are dropped
     std::exception_ptr error;
-    std::vector<RunContext> contexts; // of compute threads 1..K-1 (thread 0 uses the reducer's)
+    std::vector<RunContext> contexts;  // of compute threads 1..K-1 (thread 0 uses the reducer's)
+    std::optional<int> reducerThreads; // the reducer's context's thread count before its share
     std::thread reader, writer;
     std::vector<std::thread> computers;
 
@@ -906,6 +908,7 @@ struct FramePipeline::Impl {
     // One of the K compute threads. Frames are taken in ticket order, so the frame the writer needs next
     // is always held by some compute thread: handing on in order cannot deadlock.
     void computeLoop(RunContext& ctx) {
+        const OmpThreadLimit limit(ctx.threadCount()); // regions that name no count: this context's share
         try {
             startThreadTeam(ctx.threadCount()); // this thread's OpenMP team, while memory allows
         } catch (...) {
@@ -984,6 +987,16 @@ FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int
         m->contexts.reserve(static_cast<std::size_t>(m->concurrent - 1));
         for (int k = 1; k < m->concurrent; ++k)
             m->contexts.push_back(reducer.makeContext());
+        // The cores are shared among the K compute threads, as among a mosaic's CCDs in flight: a context
+        // left at "all cores" gets its share (the reducer's own count comes back in the destructor).
+        const int k = m->concurrent;
+        const auto share = [k](RunContext& c) {
+            if (c.threads == 0 && k > 1) c.threads = (c.threadCount() + k - 1) / k;
+        };
+        m->reducerThreads = reducer.context().threads;
+        share(reducer.context());
+        for (RunContext& c : m->contexts)
+            share(c);
         m->computersLeft = static_cast<std::size_t>(m->concurrent);
         m->reader = std::thread([this] { m->readLoop(); });
         m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });
@@ -1000,6 +1013,7 @@ FramePipeline::~FramePipeline() {
         m->cv.notify_all();
     }
     m->join();
+    if (m->reducerThreads) m->reducer.context().threads = *m->reducerThreads;
 }
 
 std::size_t FramePipeline::submit(FrameTask task) {

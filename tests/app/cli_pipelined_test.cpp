@@ -5,6 +5,8 @@
 // the same catalogs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
@@ -57,7 +59,8 @@ std::vector<std::string> inputs() {
 
 std::string joined(const std::vector<std::string>& v) {
     std::string s;
-    for (const auto& x : v) s += x + " ";
+    for (const auto& x : v)
+        s += x + " ";
     return s;
 }
 
@@ -86,9 +89,11 @@ void expectSameOutputs(const fs::path& a, const fs::path& b) {
     }
     EXPECT_GE(compared, 6u * 2u); // catalogs, ecsv, csv of six frames at least
     std::size_t inB = 0;
-    for (const auto& e : fs::directory_iterator(b)) inB += e.path().filename() != "gpuphot.jsonl";
+    for (const auto& e : fs::directory_iterator(b))
+        inB += e.path().filename() != "gpuphot.jsonl";
     std::size_t inA = 0;
-    for (const auto& e : fs::directory_iterator(a)) inA += e.path().filename() != "gpuphot.jsonl";
+    for (const auto& e : fs::directory_iterator(a))
+        inA += e.path().filename() != "gpuphot.jsonl";
     EXPECT_EQ(inA, inB);
 }
 
@@ -161,13 +166,36 @@ TEST(CliPipelined, ConcurrentComputeGivesTheBytesOfTheSequentialWorkerInProcessA
     EXPECT_NE(bad.err.find("--concurrent"), std::string::npos) << bad.err;
 }
 
+// K compute threads share the cores: a frame's report says its context's share (all cores over K, rounded
+// up) where no --threads was given, and --threads N as given.
+TEST(CliPipelined, ConcurrentFramesShareTheCores) {
+    TempDir shared("gpuphot_conc_share"), given("gpuphot_conc_given");
+    const auto in = inputs();
+    const std::string two = in[0] + " " + in[1] + " ";
+    const CliResult a = runCli("reduce " + two + "--concurrent 2 -q --formats csv -o " + shared.str());
+    const CliResult b =
+        runCli("reduce " + two + "--concurrent 2 --threads 3 -q --formats csv -o " + given.str());
+    ASSERT_EQ(a.exitCode, 0) << a.err;
+    ASSERT_EQ(b.exitCode, 0) << b.err;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (const char* stem : {"p1", "p2"}) {
+        std::ifstream ra(shared / (std::string(stem) + ".report.json")),
+            rb(given / (std::string(stem) + ".report.json"));
+        const auto ja = nlohmann::json::parse(ra), jb = nlohmann::json::parse(rb);
+        EXPECT_EQ(ja.value("threads", -1), (cores + 1) / 2) << stem;
+        EXPECT_EQ(jb.value("threads", -1), 3) << stem;
+    }
+}
+
 namespace {
 // Reduces twelve frames with `options` (the pipeline's), SIGTERMs the run after two frames, checks that
 // only complete outputs exist and that a re-run completes with the catalogs of an undisturbed run.
 void sigtermMidRun(const std::vector<std::string>& options) {
     TempDir sim("gpuphot_pipe_term_sim"), out("gpuphot_pipe_term_out"), ref("gpuphot_pipe_term_ref");
     // Twelve copies of a larger frame, so that the run is still busy when the signal comes.
-    ASSERT_EQ(runCli("simulate --size 640x640 --stars 400 --seed 7 -q -o " + sim.str() + " --name big").exitCode, 0);
+    ASSERT_EQ(
+        runCli("simulate --size 640x640 --stars 400 --seed 7 -q -o " + sim.str() + " --name big").exitCode,
+        0);
     std::vector<std::string> frames;
     for (int i = 0; i < 12; ++i) {
         const fs::path f = sim / ("t" + std::to_string(10 + i) + ".fits");
@@ -182,12 +210,14 @@ void sigtermMidRun(const std::vector<std::string>& options) {
         ::dup2(devnull, 1);
         ::dup2(devnull, 2);
         ::setenv("GPUPHOT_NO_TYCHO2", "1", 1);
-        std::vector<std::string> args = {GPUPHOT_CLI, "reduce",    "-o",  out.str(), "--jsonl", jsonl,
-                                         "--formats", "ecsv",      "--maps", "bkg",   "--threads", "2", "-q"};
+        std::vector<std::string> args = {GPUPHOT_CLI, "reduce",    "-o",   out.str(), "--jsonl",
+                                         jsonl,       "--formats", "ecsv", "--maps",  "bkg",
+                                         "--threads", "2",         "-q"};
         args.insert(args.end(), options.begin(), options.end());
         args.insert(args.end(), frames.begin(), frames.end());
         std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
+        for (auto& a : args)
+            argv.push_back(a.data());
         argv.push_back(nullptr);
         ::execv(GPUPHOT_CLI, argv.data());
         ::_exit(127);
@@ -237,7 +267,9 @@ void sigtermMidRun(const std::vector<std::string>& options) {
 }
 } // namespace
 
-TEST(CliPipelined, SigtermMidRunLeavesNoHalfWrittenOutputAndARerunCompletes) { sigtermMidRun({"--prefetch", "2"}); }
+TEST(CliPipelined, SigtermMidRunLeavesNoHalfWrittenOutputAndARerunCompletes) {
+    sigtermMidRun({"--prefetch", "2"});
+}
 
 TEST(CliPipelined, SigtermMidRunWithConcurrentComputeLeavesNoHalfWrittenOutput) {
     sigtermMidRun({"--prefetch", "1", "--concurrent", "3"});
