@@ -152,6 +152,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     m_view = new viewers::ImageView(this);
     setCentralWidget(m_view);
+    buildEmptyHint();
 
     buildDocks();
     buildMosaicDock();
@@ -652,6 +653,7 @@ void MainWindow::followFolder(const QString& dir) {
 
 void MainWindow::onFrameLoaded(std::shared_ptr<const Frame> frame) {
     m_frame = std::move(frame);
+    m_emptyHint->hide();
     m_steppedFrame.reset();
     statusBar()->clearMessage();
     m_snapshot.reset();
@@ -751,6 +753,25 @@ void MainWindow::logParameterChanges() {
             m_log->append(LogLevel::Info, tr("parameters: %1").arg(changes.join(QStringLiteral(", "))));
     }
     m_loggedConfig = now;
+}
+
+// What to do while no frame is open, in the middle of the empty view; hidden by the first frame.
+void MainWindow::buildEmptyHint() {
+    m_emptyHint = new QLabel(tr("No frame open.\n\nFile > Open frame... (Ctrl+O), drop a FITS file here,\n"
+                                "File > Open demo frame, or File > Follow a folder..."),
+                             m_view);
+    m_emptyHint->setObjectName(QStringLiteral("EmptyViewHint"));
+    m_emptyHint->setAlignment(Qt::AlignCenter);
+    m_emptyHint->setAttribute(Qt::WA_TransparentForMouseEvents);
+    m_emptyHint->setStyleSheet(QStringLiteral("color: #b0b0b8; background: transparent;"));
+    m_emptyHint->setGeometry(m_view->rect());
+    m_view->installEventFilter(this);
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* e) {
+    if (watched == m_view && e->type() == QEvent::Resize && m_emptyHint)
+        m_emptyHint->setGeometry(m_view->rect());
+    return QMainWindow::eventFilter(watched, e);
 }
 
 void MainWindow::hideProgress() {

@@ -212,6 +212,8 @@ private:
     void feedPanels(bool provisional);
     void feedPanel(PanelFeed& panel);
     void hideProgress();
+    void buildEmptyHint();
+    bool eventFilter(QObject* watched, QEvent* e) override; // keeps the empty view's hint centred
     void logParameterChanges();
     void feedShownPanels(); // those whose dock is shown, after the view has drawn the overlays
     void feedAllPanels();   // before a selection or a click refers to m_snapshot
@@ -247,6 +249,7 @@ private:
     QLabel* m_backend = nullptr;
     QLabel* m_calibLabel = nullptr;
     QLabel* m_followLabel = nullptr;
+    QLabel* m_emptyHint = nullptr;   // over the view until a frame opens
     CalibrationFrames m_calibration; // as the worker took them
     QProgressBar* m_progress = nullptr;
     QTimer* m_progressDelay = nullptr; // shows m_progress once a run lasts

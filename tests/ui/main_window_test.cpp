@@ -13,6 +13,7 @@
 #include <QElapsedTimer>
 #include <QHeaderView>
 #include <QImage>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
 #include <QMenuBar>
@@ -441,4 +442,21 @@ TEST(MainWindow, LogRecordsRunsAndParameterChanges) {
         QStringLiteral("parameters: detection.threshold: %1 -> %2").arg(before).arg(before + 0.7)))
         << text.toStdString();
     EXPECT_TRUE(text.contains(QStringLiteral("run %1 (").arg(after->generation)));
+}
+
+// An empty workbench says what to do in the middle of the view; the first frame takes its place.
+TEST(MainWindow, EmptyViewSaysHowToOpenAFrame) {
+    app();
+    gpuphot::ui::MainWindow w;
+    w.resize(1000, 700);
+    w.show();
+    QApplication::processEvents();
+    auto* hint = w.findChild<QLabel*>(QStringLiteral("EmptyViewHint"));
+    ASSERT_NE(hint, nullptr);
+    EXPECT_TRUE(hint->isVisible());
+    EXPECT_TRUE(hint->text().contains(QStringLiteral("Open frame")));
+    EXPECT_EQ(hint->geometry(), w.imageView()->rect()) << "not over the whole view";
+    const gpuphot::ui::SnapshotPtr snap = reduceWithReference(w, field());
+    ASSERT_TRUE(snap);
+    EXPECT_FALSE(hint->isVisible());
 }
