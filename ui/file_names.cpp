@@ -1,5 +1,6 @@
 #include "ui/file_names.hpp"
 
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QRegularExpression>
 
@@ -14,6 +15,13 @@ QString filterSuffix(const QString& filter) {
 QString withDefaultSuffix(const QString& path, const QString& suffix) {
     if (path.isEmpty() || suffix.isEmpty() || !QFileInfo(path).suffix().isEmpty()) return path;
     return path + suffix;
+}
+
+QString askSavePath(QWidget* parent, const QString& title, const QString& filters) {
+    QString chosen;
+    const QString p = QFileDialog::getSaveFileName(parent, title, QString(), filters, &chosen);
+    return withDefaultSuffix(
+        p, filterSuffix(chosen.isEmpty() ? filters.section(QStringLiteral(";;"), 0, 0) : chosen));
 }
 
 } // namespace gpuphot::ui

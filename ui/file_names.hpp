@@ -3,6 +3,8 @@
 // dialog's chosen filter, or the export's own format), as a user of a desktop tool expects.
 #include <QString>
 
+class QWidget;
+
 namespace gpuphot::ui {
 
 // The first pattern's suffix of a dialog filter: "ECSV (*.ecsv)" -> ".ecsv", "WCS (*.wcs *.fits)" ->
@@ -10,5 +12,8 @@ namespace gpuphot::ui {
 QString filterSuffix(const QString& filter);
 // `path` with `suffix` (".fits") appended when its file name has no suffix of its own; "" stays "".
 QString withDefaultSuffix(const QString& path, const QString& suffix);
+// A save dialog ("filters" as QFileDialog takes them) whose answer gets the chosen filter's suffix when
+// the name typed has none; "" when cancelled.
+QString askSavePath(QWidget* parent, const QString& title, const QString& filters);
 
 } // namespace gpuphot::ui

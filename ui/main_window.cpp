@@ -78,13 +78,6 @@ namespace gpuphot::ui {
 namespace {
 constexpr int kMaxRecent = 10;
 
-// A save dialog whose answer gets the chosen filter's suffix when the name typed has none.
-QString askSavePath(QWidget* parent, const QString& title, const QString& filters) {
-    QString chosen;
-    const QString p = QFileDialog::getSaveFileName(parent, title, QString(), filters, &chosen);
-    return withDefaultSuffix(
-        p, filterSuffix(chosen.isEmpty() ? filters.section(QStringLiteral(";;"), 0, 0) : chosen));
-}
 constexpr int kProgressDelayMs = 400; // a run shows its progress once it has lasted this long
 
 QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content,
@@ -94,13 +87,6 @@ QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWi
     d->setWidget(content);
     w->addDockWidget(area, d);
     return d;
-}
-
-double totalSeconds(const Snapshot& s) {
-    double total = 0.0;
-    for (const StageRecord& r : s.timings)
-        total += r.seconds;
-    return total;
 }
 
 QString stageTimes(const Snapshot& s) {

@@ -104,9 +104,7 @@ void MainWindow::buildRegions() {
         if (!p.isEmpty()) loadRegions(p);
     });
     add(tr("Save DS9 re&gions..."), [this] {
-        const QString p = withDefaultSuffix(
-            QFileDialog::getSaveFileName(this, tr("DS9 regions"), QString(), tr("Regions (*.reg)")),
-            QStringLiteral(".reg"));
+        const QString p = askSavePath(this, tr("DS9 regions"), tr("Regions (*.reg)"));
         if (!p.isEmpty()) saveRegions(p);
     });
     add(tr("Statistics in regions..."), [this] { showRegionStatistics(); });
