@@ -989,14 +989,10 @@ FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int
             m->contexts.push_back(reducer.makeContext());
         // The cores are shared among the K compute threads, as among a mosaic's CCDs in flight: a context
         // left at "all cores" gets its share (the reducer's own count comes back in the destructor).
-        const int k = m->concurrent;
-        const auto share = [k](RunContext& c) {
-            if (c.threads == 0 && k > 1) c.threads = (c.threadCount() + k - 1) / k;
-        };
         m->reducerThreads = reducer.context().threads;
-        share(reducer.context());
+        reducer.context().threads = threadShare(reducer.context(), m->concurrent);
         for (RunContext& c : m->contexts)
-            share(c);
+            c.threads = threadShare(c, m->concurrent);
         m->computersLeft = static_cast<std::size_t>(m->concurrent);
         m->reader = std::thread([this] { m->readLoop(); });
         m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });

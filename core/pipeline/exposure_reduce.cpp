@@ -461,9 +461,7 @@ ReduceSummary reduceExposure(const std::string& path, const std::vector<Exposure
     std::vector<int> threads;
     for (std::size_t k = 0; k < inFlight; ++k) {
         threads.push_back(contexts[k]->threads);
-        if (contexts[k]->threads == 0 && inFlight > 1)
-            contexts[k]->threads =
-                (contexts[k]->threadCount() + static_cast<int>(inFlight) - 1) / static_cast<int>(inFlight);
+        contexts[k]->threads = threadShare(*contexts[k], static_cast<int>(inFlight));
     }
     struct Restore {
         const std::vector<RunContext*>& contexts;

@@ -52,6 +52,11 @@ int RunContext::threadCount() const {
     return n;
 }
 
+int threadShare(const RunContext& ctx, int inFlight) {
+    if (ctx.threads != 0 || inFlight <= 1) return ctx.threads;
+    return (ctx.threadCount() + inFlight - 1) / inFlight;
+}
+
 OmpThreadLimit::OmpThreadLimit(int n) {
     if (n <= 0) return;
     m_previous = omp_get_max_threads();

@@ -79,6 +79,10 @@ public:
 // loops) use n threads; the thread's own count comes back after. A thread that reduces one of several
 // CCDs or frames in flight gives it its context's share of the cores, so that K threads do not each
 // start a team of every core. n <= 0: no change.
+// The thread count of a context that is one of `inFlight` reducing at once (CCDs of an exposure, frames of
+// `--concurrent`): its own when set, else its share of the cores, ceil(threadCount() / inFlight).
+int threadShare(const RunContext& ctx, int inFlight);
+
 class OmpThreadLimit {
 public:
     explicit OmpThreadLimit(int n);

@@ -66,3 +66,15 @@ TEST(RunContextThreads, OmpThreadLimitHoldsOnItsThreadOnly) {
 
 } // namespace
 } // namespace gpuphot
+
+// One of K contexts in flight left at all cores gets ceil(cores / K); a count given is kept, as is one
+// context alone.
+TEST(RunContextThreads, ThreadShareSplitsAllCoresOnly) {
+    gpuphot::RunContext all;
+    const int cores = all.threadCount();
+    EXPECT_EQ(gpuphot::threadShare(all, 3), (cores + 2) / 3);
+    EXPECT_EQ(gpuphot::threadShare(all, 1), 0);
+    gpuphot::RunContext given;
+    given.threads = 5;
+    EXPECT_EQ(gpuphot::threadShare(given, 3), 5);
+}
