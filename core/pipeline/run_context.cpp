@@ -30,7 +30,7 @@ Backend parseBackend(const std::string& s) {
 }
 
 void RunContext::checkCancelled() const {
-    if (cancelFlag && cancelFlag->load(std::memory_order_relaxed)) throw Cancelled();
+    if (cancelRequested()) throw Cancelled();
 }
 
 void RunContext::report(const std::string& stage, double fraction) const {

@@ -40,6 +40,9 @@ public:
     const std::atomic<bool>* cancelFlag = nullptr;
 
     void checkCancelled() const; // throws Cancelled
+    // Whether a cancel was asked for, without throwing: for the iterations of a parallel loop, which skip
+    // their work so that the checkCancelled after the loop comes at once.
+    bool cancelRequested() const { return cancelFlag && cancelFlag->load(std::memory_order_relaxed); }
     void report(const std::string& stage, double fraction) const;
     int threadCount() const; // resolved thread count (>= 1)
 

@@ -1,5 +1,5 @@
-// core/stages/detection/detection_window.hpp: the exp shared by the CPU and CUDA windowed positions against the C
-// library's, the half-light radius walk and the window iteration against analytic truths.
+// core/stages/detection/detection_window.hpp: the exp shared by the CPU and CUDA windowed positions against
+// the C library's, the half-light radius walk and the window iteration against analytic truths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/stages/detection/detection_window.hpp"
+#include "core/stages/detection/detection_window_rows.hpp"
 
 namespace gpuphot::detail {
 namespace {
@@ -113,6 +114,81 @@ TEST(DetectionWindow, ConvergesToGaussianCentre) {
     EXPECT_EQ(f.x, m.xIso);
     EXPECT_EQ(f.y, m.yIso);
     EXPECT_DOUBLE_EQ(f.xErr, std::sqrt(m.fluxVar * m.x2) / m.flux);
+}
+
+// The host's row-at-a-time weights (windowExpRow) are windowExp's bits over the window's arguments and
+// beyond, whatever the row's length (the vector loop's body and its remainder).
+TEST(DetectionWindow, RowExpIsWindowExpBitForBit) {
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> window(-8.0, 0.0), wide(-690.0, 0.0);
+    for (const int n : {1, 3, 4, 7, 64, 401}) {
+        std::vector<double> x(static_cast<std::size_t>(n)), out(x.size());
+        for (int trial = 0; trial < 200; ++trial) {
+            for (std::size_t i = 0; i < x.size(); ++i)
+                x[i] = i % 3 == 2 ? wide(rng) : window(rng);
+            x[0] = trial == 0 ? 0.0 : x[0];
+            windowExpRow(x.data(), out.data(), n);
+            for (std::size_t i = 0; i < x.size(); ++i) {
+                const double e = windowExp(x[i]);
+                ASSERT_EQ(std::memcmp(&out[i], &e, sizeof e), 0) << "x " << x[i] << ", n " << n;
+            }
+        }
+    }
+}
+
+// windowedPositionRows gives windowedPosition's bits: a blob with neighbours' pixels, bad pixels and an
+// edge in its window, iterated to the end.
+TEST(DetectionWindow, RowsGiveTheSameBitsAsThePixelLoop) {
+    struct Field {
+        int w = 97, h = 83;
+        std::vector<float> sub, rms;
+        std::vector<std::uint8_t> state;
+        std::vector<std::int32_t> seg;
+        struct Row {
+            const Field* f;
+            int y;
+            std::size_t at(int x) const { return static_cast<std::size_t>(y) * f->w + x; }
+            float sub(int x) const { return f->sub[at(x)]; }
+            float rms(int x) const { return f->rms[at(x)]; }
+            std::uint8_t state(int x) const { return f->state[at(x)]; }
+            std::int32_t seg(int x) const { return f->seg[at(x)]; }
+        };
+        Row row(int y) const { return {this, y}; }
+    } f;
+    std::mt19937_64 rng(17);
+    std::normal_distribution<double> noise(0.0, 3.0);
+    const std::size_t n = static_cast<std::size_t>(f.w) * f.h;
+    f.sub.resize(n);
+    f.rms.assign(n, 3.0f);
+    f.state.assign(n, 0);
+    f.seg.assign(n, 0);
+    for (int y = 0; y < f.h; ++y)
+        for (int x = 0; x < f.w; ++x) {
+            const double dx = x - 88.4, dy = y - 40.7; // near the right edge
+            const std::size_t i = static_cast<std::size_t>(y) * f.w + x;
+            f.sub[i] = static_cast<float>(800.0 * std::exp(-0.5 * (dx * dx + dy * dy) / 16.0) + noise(rng));
+            f.rms[i] = static_cast<float>(3.0 + 0.01 * x);
+            if ((x * 7 + y * 3) % 41 == 0) f.state[i] = StateBad;
+            if (x < 80 && y > 45)
+                f.seg[i] = 2; // a neighbour
+            else if (std::hypot(dx, dy) < 6.0)
+                f.seg[i] = 1;
+        }
+    WindowObject m;
+    m.xIso = 88.0;
+    m.yIso = 41.2;
+    m.flux = 2.0 * 3.14159265358979 * 16.0 * 800.0;
+    m.fluxVar = 400.0;
+    m.x2 = m.y2 = 16.0;
+    std::vector<double> scratch;
+    for (const double halfLight : {1.0, 4.7, 30.0}) {
+        WindowConfig p = windowConfig(DetectionParams{}, f.w, f.h);
+        p.gain = 2.5;
+        const WindowResult a = windowedPosition(m, halfLight, 1, f, p);
+        const WindowResult b = windowedPositionRows(m, halfLight, 1, f, p, scratch);
+        EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "half-light radius " << halfLight;
+        EXPECT_NE(a.x, m.xIso) << "the window moved";
+    }
 }
 
 TEST(DetectionWindow, SigmaCeilingBoundsTheWindowOfHugeObjects) {

@@ -4,6 +4,8 @@
 // profile implementation.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -649,13 +651,36 @@ TEST(PsfField, FitBatchHookGetsEveryFitAndGivesTheSameResult) {
     EXPECT_EQ(std::memcmp(cached.fwhm.data(), plain.fwhm.data(), plain.fwhm.size() * sizeof(double)), 0);
 }
 
+// A cancel raised when the profile fits start stops them: no fit is made or stored (the workbench's
+// next edit waits for no block of fits), and the stage throws Cancelled.
+TEST(PsfField, CancelDuringTheFitsStopsThemBeforeTheyReachTheCache) {
+    const Field f = varyingField();
+    std::atomic<bool> cancel{false};
+    RunContext ctx;
+    ctx.threads = 2;
+    ctx.cancelFlag = &cancel;
+    ctx.progress = [&](const std::string& stage, double fraction) {
+        if (stage == "psf" && fraction == 0.05) cancel = true; // reported just before the fits
+    };
+    PsfFitCache cache;
+    EXPECT_THROW(
+        cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx, &cache),
+        Cancelled);
+    EXPECT_EQ(cache.size(), 0u) << "fits of a cancelled block were made and stored";
+    // Without the cancel the same call fills the cache.
+    cancel = false;
+    ctx.progress = nullptr;
+    cpu::buildPsfModel(f.image.view(), f.mask.view(), f.bkg, f.sources, f.gain, PsfParams{}, ctx, &cache);
+    EXPECT_GT(cache.size(), 0u);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // The ePSF batch hook (cpu::buildPsfModel's EpsfCellBatch, the CUDA backend's way in) with a host
-// emulation of the CUDA batch (kernels/psf/psf_epsf.cu): the same shared pieces (core/stages/psf/psf_epsf_math.hpp)
-// in the kernels' structure: items indexed by (star, stamp pixel), scattered to their nodes in an order
-// the atomics could give (here backwards) and sorted back by index, the clipped means with the device's
-// sort, the peak as the largest positive sample's bits, the non-finite cells left to the host. Every cell
-// must be bitwise the host loop's.
+// emulation of the CUDA batch (kernels/psf/psf_epsf.cu): the same shared pieces
+// (core/stages/psf/psf_epsf_math.hpp) in the kernels' structure: items indexed by (star, stamp pixel),
+// scattered to their nodes in an order the atomics could give (here backwards) and sorted back by index, the
+// clipped means with the device's sort, the peak as the largest positive sample's bits, the non-finite cells
+// left to the host. Every cell must be bitwise the host loop's.
 
 namespace {
 

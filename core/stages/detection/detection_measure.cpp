@@ -8,6 +8,7 @@
 #include "core/stages/detection/detection_internal.hpp"
 #include "core/stages/detection/detection_sums.hpp"
 #include "core/stages/detection/detection_window.hpp"
+#include "core/stages/detection/detection_window_rows.hpp"
 
 namespace gpuphot::detail {
 
@@ -161,8 +162,9 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
                              const Image<std::int32_t>& seg, const DetectionImages& im,
                              const DetectionParams& p) {
     const WindowObject o = windowObject(m);
-    return windowedPosition(o, halfLightRadius(o, runs, im), segId, HostWindowImage{im, seg},
-                            windowConfig(p, im.width, im.height));
+    thread_local std::vector<double> scratch;
+    return windowedPositionRows(o, halfLightRadius(o, runs, im), segId, HostWindowImage{im, seg},
+                                windowConfig(p, im.width, im.height), scratch);
 }
 
 } // namespace gpuphot::detail

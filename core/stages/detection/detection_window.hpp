@@ -161,10 +161,16 @@ GPUPHOT_HD inline bool windowBox(const WindowState& s, const WindowConfig& p, in
 struct WindowSums {
     double sw = 0.0, swx = 0.0, swy = 0.0, sex = 0.0, sey = 0.0;
 };
+// The window's weight at squared distance r2 from its centre.
+struct WindowWeight {
+    double inv2s2;
+    GPUPHOT_HD double operator()(double r2, int) const { return windowExp(-r2 * inv2s2); }
+};
 // Pixel (xx, yy) of row `row`: false when it does not count (outside the circle, bad, a neighbour's).
-template <class Row>
+// weight(r2, xx) is the window's weight there: WindowWeight, or the same values computed ahead for a row.
+template <class Row, class Weight>
 GPUPHOT_HD bool windowTerms(const WindowState& s, const WindowConfig& p, std::int32_t segId, const Row& row,
-                            int xx, int yy, WindowSums& t) {
+                            int xx, int yy, const Weight& weight, WindowSums& t) {
     const double dy = yy - s.y;
     const double dx = xx - s.x;
     const double r2 = dx * dx + dy * dy;
@@ -173,7 +179,7 @@ GPUPHOT_HD bool windowTerms(const WindowState& s, const WindowConfig& p, std::in
     const std::int32_t g = row.seg(xx);
     if (g != 0 && g != segId) return false; // a neighbour's pixel
     const double v = row.sub(xx);
-    const double wt = windowExp(-r2 * s.inv2s2);
+    const double wt = weight(r2, xx);
     const double wv = wt * v;
     t.sw = wv;
     t.swx = wv * dx;
@@ -239,7 +245,7 @@ GPUPHOT_HD WindowResult windowedPosition(const WindowObject& m, double halfLight
             const auto row = img.row(yy);
             for (int xx = xa; xx <= xb; ++xx) {
                 WindowSums t;
-                if (windowTerms(s, p, segId, row, xx, yy, t)) windowAdd(q, t);
+                if (windowTerms(s, p, segId, row, xx, yy, WindowWeight{s.inv2s2}, t)) windowAdd(q, t);
             }
         }
         if (!windowStep(s, q, p)) break;

@@ -608,6 +608,7 @@ struct FitInputs {
     double gain;
     PsfFitCache* cache;
     int nThreads;
+    const RunContext& ctx; // its cancel request stops a block's fits early
 };
 
 // Per star of a block of fits: its samples and start, its cache hit, and whether it is fitted (not
@@ -709,6 +710,7 @@ void runFits(const FitInputs& in, FitBlock& blk, int c0, int c1, const ProfileFi
 #pragma omp parallel for schedule(dynamic, 1) num_threads(in.nThreads)
         for (int t = 0; t < nTodo; ++t)
             errors.run([&] {
+                if (in.ctx.cancelRequested()) return; // the block is discarded
                 const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
                 blk.fits[slot] = fitProfile(blk.stamp[slot], in.kind, blk.starts[slot], in.lm);
             });
@@ -766,9 +768,9 @@ void fitProfiles(const FitInputs& in, const std::vector<Candidate>& cands, PsfRe
         const int c1 = std::min(nCand, c0 + fitChunk);
         prepareStamps(in, cands, res, blk, c0, c1);
         runFits(in, blk, c0, c1, fitBatch);
+        ctx.checkCancelled(); // before a cancelled block's missing fits reach the result or the cache
         storeFits(in, blk, res, c0, c1);
         if (in.cache) updateFitCache(in, blk, res, c0, c1);
-        ctx.checkCancelled();
         ctx.report("psf", 0.05 + 0.45 * c1 / std::max(nCand, 1));
     }
 }
@@ -987,7 +989,7 @@ std::vector<ProfileParams> epsfBases(const PsfResult& res, PsfModelKind kind) {
 // each (one cell after another, each on all threads, measured slower: docs/BENCHMARKS.md).
 void buildEpsfGrid(PsfResult& res, const std::vector<int>& used, const PsfFrame& frame,
                    const ImageView& image, const PsfParams& params, PsfModelKind kind, int radius,
-                   const EpsfCellBatch* epsfBatch, int nThreads) {
+                   const EpsfCellBatch* epsfBatch, int nThreads, const RunContext& ctx) {
     res.gridNx = params.gridNx;
     res.gridNy = params.gridNy;
     const int nCells = res.gridNx * res.gridNy;
@@ -1008,7 +1010,7 @@ void buildEpsfGrid(PsfResult& res, const std::vector<int>& used, const PsfFrame&
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nThreads)
     for (int cell = 0; cell < nCells; ++cell)
         errors.run([&] {
-            if (!done[cell])
+            if (!done[cell] && !ctx.cancelRequested()) // a cancelled grid is discarded
                 buildEpsfCell(res.epsf[cell], frame, members[cell], bases[cell], kind, radius,
                               params.epsfOversampling, params.pixelIntegration);
         });
@@ -1049,8 +1051,8 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
     // Reuse of identical fits (RunContext::psfFitCache): per star, the hit or the new entry; merged into
     // the cache serially after each block, in star order.
     if (cache) cache->beginRun();
-    const FitInputs fitIn{image,        frame,           src,  params, lm,      kind,
-                          stamp.radius, stamp.fwhmGuess, gain, cache,  nThreads};
+    const FitInputs fitIn{image,        frame,           src,  params, lm,       kind,
+                          stamp.radius, stamp.fwhmGuess, gain, cache,  nThreads, ctx};
     fitProfiles(fitIn, cands, res, fitBatch, ctx);
 
     // --- clipping and spatial model (serial, index order) ------------------------------------------
@@ -1066,7 +1068,7 @@ PsfResult cpu::buildPsfModel(const ImageView& image, const MaskView& mask, const
 
     // --- ePSF per grid cell -------------------------------------------------------------------------
     if (res.hasModel())
-        buildEpsfGrid(res, used, frame, image, params, kind, stamp.radius, epsfBatch, nThreads);
+        buildEpsfGrid(res, used, frame, image, params, kind, stamp.radius, epsfBatch, nThreads, ctx);
     ctx.checkCancelled();
     ctx.report("psf", 0.75);
     laps.lap("ePSF cells");
