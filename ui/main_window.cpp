@@ -26,6 +26,7 @@
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QStyle>
 #include <QTableView>
 #include <QTableWidget>
 #include <QThread>
@@ -66,6 +67,7 @@
 #include "ui/psf_panel.hpp"
 #include "ui/readout.hpp"
 #include "ui/run_scheduler.hpp"
+#include "ui/scrollable.hpp"
 #include "ui/source_inspector.hpp"
 #include "viewers/image_view.hpp"
 
@@ -220,7 +222,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
-    restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+    m_dockSizesToSet = !restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     if (!s.contains(QStringLiteral("window/geometry"))) resize(1500, 950);
     m_mosaicDock->hide(); // shown when a mosaic exposure opens, whatever the last session left
     m_display->restoreSettings();
@@ -243,8 +245,8 @@ void MainWindow::buildDocks() {
     addDockWidget(Qt::RightDockWidgetArea, m_params);
 
     m_display = new DisplayControls(m_view, this);
-    auto* displayDock =
-        dock(this, tr("Display, layers"), QStringLiteral("DisplayDock"), m_display, Qt::LeftDockWidgetArea);
+    auto* displayDock = dock(this, tr("Display, layers"), QStringLiteral("DisplayDock"),
+                             scrollable(m_display), Qt::LeftDockWidgetArea);
     connect(m_display, &DisplayControls::exaggerationChanged, this, [this](double) {
         if (m_snapshot)
             m_view->setResidualVectors(buildOverlays(*m_snapshot).residuals,
@@ -253,9 +255,10 @@ void MainWindow::buildDocks() {
 
     m_psf = new PsfPanel(this);
     m_inspector = new SourceInspector(this);
-    auto* psfDock = dock(this, tr("PSF"), QStringLiteral("PsfDock"), m_psf, Qt::LeftDockWidgetArea);
-    auto* inspDock =
-        dock(this, tr("Source"), QStringLiteral("SourceDock"), m_inspector, Qt::LeftDockWidgetArea);
+    auto* psfDock =
+        dock(this, tr("PSF"), QStringLiteral("PsfDock"), scrollable(m_psf), Qt::LeftDockWidgetArea);
+    auto* inspDock = dock(this, tr("Source"), QStringLiteral("SourceDock"), scrollable(m_inspector),
+                          Qt::LeftDockWidgetArea);
     m_panelTimer = new QTimer(this);
     m_panelTimer->setSingleShot(true);
     m_panelTimer->setInterval(100);
@@ -305,7 +308,8 @@ void MainWindow::buildDocks() {
         dock(this, tr("Catalog"), QStringLiteral("CatalogDock"), tableBox, Qt::BottomDockWidgetArea);
 
     m_plots = new PlotsPanel(this);
-    auto* plotsDock = dock(this, tr("Plots"), QStringLiteral("PlotsDock"), m_plots, Qt::BottomDockWidgetArea);
+    auto* plotsDock =
+        dock(this, tr("Plots"), QStringLiteral("PlotsDock"), scrollable(m_plots), Qt::BottomDockWidgetArea);
     addPanelFeed(plotsDock, [this](SnapshotPtr s) { m_plots->setSnapshot(std::move(s)); });
     m_header = new HeaderView(this);
     auto* headerDock =
@@ -1038,6 +1042,19 @@ void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
 void MainWindow::dropEvent(QDropEvent* e) {
     const auto urls = e->mimeData()->urls();
     if (!urls.isEmpty() && urls.front().isLocalFile()) openFrame(urls.front().toLocalFile());
+}
+
+void MainWindow::showEvent(QShowEvent* e) {
+    QMainWindow::showEvent(e);
+    if (!m_dockSizesToSet) return;
+    m_dockSizesToSet = false;
+    // The panels are in scroll areas (no minimum size of their own): without a saved layout the left docks
+    // start wide enough for the display controls whole and the bottom ones at a quarter of the window.
+    auto* left = findChild<QDockWidget*>(QStringLiteral("DisplayDock"));
+    auto* bottom = findChild<QDockWidget*>(QStringLiteral("CatalogDock"));
+    resizeDocks({left}, {m_display->sizeHint().width() + style()->pixelMetric(QStyle::PM_ScrollBarExtent)},
+                Qt::Horizontal);
+    resizeDocks({bottom}, {height() / 4}, Qt::Vertical);
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {

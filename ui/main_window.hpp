@@ -147,6 +147,7 @@ signals:
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
     void dropEvent(QDropEvent* e) override;
+    void showEvent(QShowEvent* e) override;
     void closeEvent(QCloseEvent* e) override;
 
 private:
@@ -193,10 +194,12 @@ private:
     void addDrawnRegion(const Region& region);
     void updateRegionLayer();
     // ui/main_window_view.cpp: DS9's viewing habits in the View menu (crosshair, magnifier, pixel table,
-    // pan to coordinates, orientation, coordinate grid); viewWcs is the WCS the readout uses.
+    // pan to coordinates, orientation, coordinate grid, CFA super-pixels); viewWcs is the WCS the readout
+    // uses.
     void buildViewTools();
     void buildOrientationActions(QMenu* view);
     void buildPixelTableDock(QMenu* view);
+    void buildCfaAction(QMenu* view);
     const Wcs* viewWcs() const;
     // The plots, PSF and source panels take a complete result once the view has drawn its overlays, and
     // only while their dock is shown (a provisional result changes the overlays and the table only): a
@@ -265,6 +268,7 @@ private:
     QString m_framePath;
     QString m_refPath;
     bool m_fitOnResult = true;
+    bool m_dockSizesToSet = false; // no saved layout: the first show sizes the docks (showEvent)
     double m_cursorX = -1, m_cursorY = -1;
 };
 

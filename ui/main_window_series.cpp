@@ -8,7 +8,6 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QPointer>
-#include <QScrollArea>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QThread>
@@ -27,6 +26,7 @@
 #include "ui/lightcurve_panel.hpp"
 #include "ui/log_panel.hpp"
 #include "ui/main_window.hpp"
+#include "ui/scrollable.hpp"
 #include "viewers/image_view.hpp"
 
 namespace gpuphot::ui {
@@ -52,12 +52,7 @@ void MainWindow::buildLightCurveDock() {
     m_curves = new LightCurvePanel(this);
     auto* d = new QDockWidget(tr("Light curve"), this);
     d->setObjectName(QStringLiteral("LightCurveDock"));
-    // In a scroll area: the panel's controls never make the bottom docks (and so the image) smaller.
-    auto* scroll = new QScrollArea(d);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    scroll->setWidget(m_curves);
-    d->setWidget(scroll);
+    d->setWidget(scrollable(m_curves, d));
     addDockWidget(Qt::BottomDockWidgetArea, d);
     if (auto* history = findChild<QDockWidget*>(QStringLiteral("HistoryDock"))) tabifyDockWidget(history, d);
     if (auto* catalog = findChild<QDockWidget*>(QStringLiteral("CatalogDock")))

@@ -1,17 +1,23 @@
 // The main window's DS9 viewing habits (README.md, Workbench): View-menu actions for the crosshair, the
 // magnifier, the pixel-table dock, panning to typed coordinates, the view's flips and quarter turns and
-// the coordinate grid.
+// the coordinate grid, and the 2x2 super-pixel (debayered) view of raw colour-filter frames.
 // The image view does the work (viewers/image_view.hpp); this file only wires actions and docks.
 #include <QAction>
 #include <QDockWidget>
 #include <QMenu>
 #include <QMenuBar>
+#include <QSignalBlocker>
 
+#include "core/stages/prepare/bayer.hpp"
+#include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 #include "ui/grid_layer.hpp"
+#include "ui/log_panel.hpp"
 #include "ui/main_window.hpp"
 #include "ui/pan_dialog.hpp"
+#include "ui/param_dock.hpp"
 #include "ui/pixel_table.hpp"
+#include "ui/run_scheduler.hpp"
 #include "viewers/image_view.hpp"
 
 namespace gpuphot::ui {
@@ -55,6 +61,7 @@ void MainWindow::buildViewTools() {
     connect(this, &MainWindow::snapshotShown, m_gridLayer, &GridLayer::refresh);
     buildOrientationActions(view);
     buildPixelTableDock(view);
+    buildCfaAction(view);
 }
 
 void MainWindow::buildOrientationActions(QMenu* view) {
@@ -92,6 +99,46 @@ void MainWindow::buildPixelTableDock(QMenu* view) {
     // A new frame's pixels under the same cursor position.
     connect(this, &MainWindow::frameShown, table, [this, table] {
         table->setPosition(m_view->cursorPosition().x(), m_view->cursorPosition().y());
+    });
+}
+
+namespace {
+// Whether a frame is a raw colour-filter-array frame (BAYERPAT, or FILTER naming a 2x2 pattern).
+bool isCfaFrame(const Frame& frame) {
+    try {
+        return cfaLayoutFromHeader(frame.header).has_value();
+    } catch (const InvalidInput&) { // a pattern keyword it cannot read: not offered
+        return false;
+    }
+}
+} // namespace
+
+// A raw colour-filter frame shown as 2x2 super-pixels (Preparation's Bayer (CFA) "lum"): the run then
+// measures those pixels, so the overlays stay on the image shown. Offered for CFA frames only; the check
+// mark follows the parameter, whoever set it.
+void MainWindow::buildCfaAction(QMenu* view) {
+    QAction* cfa =
+        addToggle(view, tr("Colour-filter frame as 2x2 &super-pixels"),
+                  QStringLiteral("actionCfaSuperPixels"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_B));
+    cfa->setEnabled(false);
+    const auto sync = [this, cfa] {
+        const QSignalBlocker block(cfa);
+        cfa->setChecked(m_params->config().prepare.bayer != "none");
+    };
+    connect(m_params, &ParamDock::configChanged, cfa, sync);
+    connect(this, &MainWindow::frameShown, cfa, [this, cfa, sync] {
+        const bool raw = m_frame && isCfaFrame(*m_frame);
+        cfa->setEnabled(raw);
+        sync();
+        if (raw && m_params->config().prepare.bayer == "none")
+            m_log->append(LogLevel::Info, tr("a raw colour-filter frame: View > Colour-filter frame as 2x2 "
+                                             "super-pixels shows and measures it debayered"));
+    });
+    connect(cfa, &QAction::triggered, this, [this](bool on) {
+        PipelineConfig c = m_params->config();
+        c.prepare.bayer = on ? "lum" : "none";
+        m_params->setConfig(c);
+        m_scheduler->schedule(c);
     });
 }
 

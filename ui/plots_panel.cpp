@@ -2,6 +2,7 @@
 
 #include <qcustomplot.h>
 
+#include <QCoreApplication>
 #include <QFileDialog>
 #include <QMenu>
 #include <QPushButton>
@@ -15,6 +16,12 @@
 #include "ui/plot_aspect.hpp"
 
 namespace gpuphot::ui {
+
+namespace {
+QString noResultText() {
+    return QCoreApplication::translate("PlotsPanel", "no result yet: open a frame (File > Open frame...)");
+}
+} // namespace
 
 namespace {
 // The plot layout's rows: the title, the legend, the axis rect (simplify() drops an empty legend row).
@@ -282,8 +289,8 @@ void PlotsPanel::buildZeroPoint() {
     plot(pm)->xAxis->setLabel(tr("reference magnitude"));
     plot(pc)->xAxis->setLabel(tr("reference colour"));
     if (!m_snapshot) {
-        setEmpty(pm, tr("no result yet"));
-        setEmpty(pc, tr("no result yet"));
+        setEmpty(pm, noResultText());
+        setEmpty(pc, noResultText());
         for (Plot w : {pm, pc})
             plot(w)->replot();
         return;
@@ -375,7 +382,7 @@ void PlotsPanel::buildAstrometry() {
     plot(pv)->yAxis->setLabel(tr("y (px)"));
     if (!m_snapshot) {
         for (Plot w : {px, py, pv}) {
-            setEmpty(w, tr("no result yet"));
+            setEmpty(w, noResultText());
             plot(w)->replot();
         }
         return;
@@ -469,7 +476,7 @@ void PlotsPanel::buildSnr() {
     p->yAxis->setLabel(tr("S/N (flux_opt)"));
     p->xAxis->setLabel(tr("magnitude"));
     if (!m_snapshot) {
-        setEmpty(w, tr("no result yet"));
+        setEmpty(w, noResultText());
         p->replot();
         return;
     }
@@ -546,7 +553,7 @@ void PlotsPanel::buildBackground() {
     p->xAxis->setLabel(tr("x (px)"));
     p->yAxis->setLabel(tr("y (px)"));
     if (!m_snapshot) {
-        setEmpty(w, tr("no result yet"));
+        setEmpty(w, noResultText());
         p->replot();
         return;
     }

@@ -22,6 +22,7 @@ PsfPanel::PsfPanel(QWidget* parent) : QWidget(parent) {
     m_stampLabel = new QLabel(this);
     m_stampLabel->setFixedSize(kStampPixels, kStampPixels);
     m_stampLabel->setAlignment(Qt::AlignCenter);
+    m_stampLabel->setWordWrap(true); // a message, not clipped, when there is no stamp
     m_stampLabel->setStyleSheet(QStringLiteral("background: black; color: gray"));
     m_stampLabel->setToolTip(tr("ePSF of the nearest grid cell (oversampled, asinh stretch)"));
     m_info = new QLabel(this);
@@ -71,11 +72,13 @@ PsfPanel::PsfPanel(QWidget* parent) : QWidget(parent) {
 }
 
 QString PsfPanel::message() const {
-    if (!m_snapshot) return tr("no result yet");
+    if (!m_snapshot) return tr("no result yet: open a frame (File > Open frame...)");
     const PsfResult& psf = m_snapshot->result.psf;
     if (!psf.hasModel())
-        return psf.stars.empty() ? tr("no PSF model: no PSF star passed the selection")
-                                 : tr("no PSF model: too few usable PSF stars");
+        return psf.stars.empty()
+                   ? tr("no PSF model: no PSF star passed the selection (Parameters > PSF: the star limits)")
+                   : tr("no PSF model: too few usable PSF stars (Parameters > PSF: a coarser grid or looser "
+                        "star limits)");
     return {};
 }
 
@@ -122,7 +125,7 @@ void PsfPanel::updateStampAndProfile() {
         m_stampLabel->setPixmap(QPixmap());
         m_stampLabel->setText(why);
         m_info->setText(why);
-        m_profileTitle->setText(tr("Radial profile: %1").arg(why));
+        m_profileTitle->setText(tr("Radial profile")); // the reason is in the stamp and the text beside it
         m_profile->replot();
         return;
     }

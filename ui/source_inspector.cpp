@@ -111,7 +111,10 @@ void SourceInspector::refresh() {
     if (!valid) {
         m_stamp->setPixmap(QPixmap());
         m_stamp->setText(m_snapshot ? tr("no source selected") : tr("no result yet"));
-        m_flags->setText(QString());
+        m_flags->setText(m_snapshot ? tr("Click a source in the image or a row of the catalog; Ctrl+click "
+                                         "anywhere measures an aperture there.")
+                                    : tr("Open a frame (File > Open frame... or Open demo frame): its "
+                                         "sources can then be inspected here."));
         m_growth->replot();
         return;
     }

@@ -10,6 +10,7 @@
 #include <QApplication>
 #include <QFile>
 #include <QImage>
+#include <QLabel>
 #include <QMouseEvent>
 #include <QPlainTextEdit>
 #include <QRegularExpression>
@@ -186,7 +187,8 @@ TEST(Panels, PlotsSayWhyTheyAreEmpty) {
     using P = PlotsPanel::Plot;
     PlotsPanel panel;
     panel.resize(800, 500);
-    EXPECT_EQ(panel.emptyReason(P::ZeroPointVsMag), QStringLiteral("no result yet"));
+    EXPECT_EQ(panel.emptyReason(P::ZeroPointVsMag),
+              QStringLiteral("no result yet: open a frame (File > Open frame...)")); // says what to do
     panel.setSnapshot(f.noReference);
     for (P w : {P::ZeroPointVsMag, P::ZeroPointVsColour, P::AstrometryVsX, P::AstrometryVectors}) {
         EXPECT_EQ(panel.emptyReason(w), QStringLiteral("no reference catalog"));
@@ -331,6 +333,28 @@ TEST(Panels, SourceInspectorShowsStampCurveOfGrowthAndFlags) {
     EXPECT_EQ(panel.stampHalfSize(), 30);
     panel.setSelectedSource(-1);
     EXPECT_TRUE(panel.stampImage().isNull());
+}
+
+// Empty panels say what to do: open a frame first, then click a source; the PSF stamp's message wraps
+// inside the stamp instead of being cut.
+TEST(Panels, EmptyStatesSayWhatToDo) {
+    app();
+    const auto& f = panelFixture();
+    const auto labelSays = [](const QWidget& w, const char* words) {
+        for (const QLabel* l : w.findChildren<QLabel*>())
+            if (l->text().contains(QString::fromLatin1(words))) return true;
+        return false;
+    };
+    SourceInspector inspector;
+    EXPECT_TRUE(labelSays(inspector, "Open a frame"));
+    inspector.setSnapshot(f.calibrated);
+    EXPECT_TRUE(labelSays(inspector, "Click a source"));
+    inspector.setSelectedSource(0);
+    EXPECT_FALSE(labelSays(inspector, "Click a source"));
+    PsfPanel psf;
+    EXPECT_TRUE(labelSays(psf, "open a frame"));
+    for (const QLabel* l : psf.findChildren<QLabel*>())
+        if (l->text().contains(QStringLiteral("open a frame"))) EXPECT_TRUE(l->wordWrap()) << "a cut message";
 }
 
 TEST(Panels, HeaderViewFiltersCards) {

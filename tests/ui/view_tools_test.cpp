@@ -9,6 +9,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QComboBox>
+#include <QElapsedTimer>
 #include <QImage>
 #include <QLabel>
 #include <QLineEdit>
@@ -430,3 +431,48 @@ TEST(ViewTools, MainWindowReadoutFollowsArrowKeys) {
 }
 
 } // namespace
+
+// A raw colour-filter frame (the PANOPTES DSLR frame, RGGB) is offered as 2x2 super-pixels: the action
+// is enabled for it only, the run then measures the half-size luminance frame and the view shows it;
+// unchecked, the raw frame again.
+TEST(ViewTools, ColourFilterFrameShownAsSuperPixels) {
+    gpuphot::test::uiTestApp();
+    gpuphot::ui::MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    auto* cfa = w.findChild<QAction*>(QStringLiteral("actionCfaSuperPixels"));
+    ASSERT_NE(cfa, nullptr);
+    EXPECT_FALSE(cfa->isEnabled()) << "no frame yet";
+    QSignalSpy shown(&w, &gpuphot::ui::MainWindow::snapshotShown);
+    const QString raw = QStringLiteral(GPUPHOT_TEST_DATA "/real/panoptes_solved.fits.fz");
+    ASSERT_TRUE(w.openFrame(raw));
+    const auto next = [&](int width) {
+        QElapsedTimer t;
+        t.start();
+        while (t.elapsed() < 120000) {
+            if (shown.isEmpty()) shown.wait(500);
+            while (!shown.isEmpty()) {
+                const auto s = shown.takeFirst().at(0).value<gpuphot::ui::SnapshotPtr>();
+                if (s && !s->provisional && s->frame && s->frame->width() == width) return s;
+            }
+        }
+        return gpuphot::ui::SnapshotPtr{};
+    };
+    ASSERT_TRUE(next(700)) << "the raw frame's result";
+    EXPECT_TRUE(cfa->isEnabled());
+    EXPECT_FALSE(cfa->isChecked());
+    cfa->trigger();
+    const auto binned = next(350);
+    ASSERT_TRUE(binned) << "no super-pixel result";
+    EXPECT_EQ(binned->config.prepare.bayer, "lum");
+    EXPECT_EQ(binned->frame->height(), 350);
+    EXPECT_GT(binned->result.detection.sources.size(), 0u);
+    cfa->trigger();
+    ASSERT_TRUE(next(700)) << "back to the raw frame";
+    // A frame without a colour-filter pattern: not offered.
+    const QString plain = QStringLiteral(GPUPHOT_TEST_DATA "/real/decam_ls9_N6_cutout.fits");
+    QSignalSpy frames(&w, &gpuphot::ui::MainWindow::frameShown);
+    ASSERT_TRUE(w.openFrame(plain));
+    ASSERT_TRUE(frames.count() > 0 || frames.wait(30000));
+    EXPECT_FALSE(cfa->isEnabled());
+}
