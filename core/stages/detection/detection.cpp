@@ -427,6 +427,7 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
     }
     result.nBeforeDeblend = roots.size();
     timer.lap("labelling + minimum area (host)");
+    ctx.checkCancelled();
     std::size_t nMultiPeak = 0;
     if (timer.on()) {
         for (const auto& r : roots)
@@ -451,6 +452,7 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
     deblended = {};
     result.nDeblended = objects.size();
     timer.lap("deblending (host)");
+    ctx.checkCancelled();
     stepDone(ctx, 0.6);
 
     // 4. Isophotal measurements, cleaning.
@@ -458,6 +460,7 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
     parallelEach(objects.size(), threads, 64,
                  [&](std::int64_t i) { iso[i] = detail::measureIsophotal(objects[i].runs, im, p); });
     timer.lap("isophotal measurement (host)");
+    ctx.checkCancelled();
     std::vector<std::int32_t> target;
     if (p.clean) {
         std::vector<const std::vector<Run>*> footprints(objects.size());
@@ -588,6 +591,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
         }
     }
     timer.lap("finish: segmentation fill (host)");
+    ctx.checkCancelled();
     Sources& s = result.sources;
     s.resize(static_cast<std::size_t>(n));
     ParallelErrors errors;
@@ -596,6 +600,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 4)
     for (std::int64_t k = 0; k < n; ++k)
         errors.run([&] {
+            if (ctx.cancelRequested()) return; // the result is discarded below
             const Object& o = objects[order[k]];
             const detail::IsoMeasure& m = iso[order[k]];
             const auto id = static_cast<std::int32_t>(k + 1);
@@ -603,6 +608,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
                                  detail::measureWindowed(m, o.runs, id, seg, im, p));
         });
     errors.rethrow();
+    ctx.checkCancelled();
     result.segmentation = SegmentationMap(std::move(seg)); // host-backed
     timer.lap("finish: windowed positions + columns (host)");
     ctx.report("detection", 1.0);
