@@ -36,7 +36,8 @@ private:
 // renamed by finish(), in the order they were committed, the files marked durable() last; those are
 // flushed to disk (fsync) by the thread that commits them, while the others go on writing (mark them
 // before they are committed), and stamped with the time of finish() so that they are the batch's newest
-// files. Files not marked are renamed without a flush: a killed process still leaves no
+// files. Files not marked are put in place without a flush (over an existing file by exchanging the two
+// names, then removing the old one: no write-back forced inside the call): a killed process still leaves no
 // partial file under a final name, but after a power cut such a file may be empty until it is written
 // again. For outputs derived from others (a series' light curves, rewritten by every call) this saves
 // one flush per file.

@@ -59,3 +59,31 @@ TEST_F(AtomicBatchTest, UnfinishedBatchLeavesNothing) {
     }
     EXPECT_EQ(entries(), 0u);
 }
+
+// A batch over existing files (a series' every append): each file holds its new content, the old content
+// is gone (the names were exchanged and the old file removed), and only the final names are left. A second
+// name (a hard link) of an old derived file keeps the old content: the new file is a new inode, as after a
+// rename.
+TEST_F(AtomicBatchTest, ReplacesExistingFilesAndLeavesNothingElse) {
+    writeTextFileAtomic(at("state"), "state 1\n");
+    writeTextFileAtomic(at("curve.csv"), "old\n");
+    fs::create_hard_link(at("curve.csv"), at("reader.csv"));
+    ASSERT_EQ(entries(), 3u);
+    AtomicBatch batch;
+    batch.durable(at("state"));
+    {
+        AtomicBatch::Join join(batch);
+        writeTextFileAtomic(at("curve.csv"), "new\n");
+        writeTextFileAtomic(at("state"), "state 2\n");
+    }
+    EXPECT_EQ(entries(), 5u); // the two temporaries beside the finals
+    batch.finish();
+    const auto text = [&](const char* name) {
+        std::ifstream in(at(name));
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    EXPECT_EQ(text("curve.csv"), "new\n");
+    EXPECT_EQ(text("state"), "state 2\n");
+    EXPECT_EQ(text("reader.csv"), "old\n");
+    EXPECT_EQ(entries(), 3u) << "a temporary or the old content was left behind";
+}
