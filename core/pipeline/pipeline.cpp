@@ -702,11 +702,7 @@ void provisionalCalibration(const Frame& frame, const PipelineConfig& config, Ru
     p.astrometry.dyArcsec.clear();
     p.astrometry.used.clear();
     p.fittedWcs = previous.fittedWcs;
-    // The zero point without its bootstrap (the same value; its error the fit's formal one, as
-    // ZeroPointParams::bootstrap = 0 gives): the resamples cost more than the fit itself.
-    PipelineConfig quick = config;
-    quick.zeropoint.bootstrap = 0;
-    crossmatchAndZeroPoint(frame, quick, ctx, p, *reference, *p.fittedWcs);
+    crossmatchAndZeroPoint(frame, config, ctx, p, *reference, *p.fittedWcs);
     if (!p.calibrationProblem.empty()) p.warnings.push_back("calibration failed: " + p.calibrationProblem);
     p.completed = Stage::Done;
 }

@@ -80,8 +80,7 @@ PsfResult psfModelForSources(const PsfResult& model, const Sources& sources);
 // detection of `detected` (copied), previous's PSF model on the new sources (psfModelForSources) and its
 // FWHM, and the aperture and calibration stages of `config` measured with them (completed == Done); the
 // calibration keeps previous's astrometric solution when it has one (its per-match lists left empty) and
-// matches the new sources through it; its zero point is fitted without the bootstrap (the same value, the
-// fit's formal error). Stage timings go to ctx.records ("provisional psf", "aperture",
+// matches the new sources through it. Stage timings go to ctx.records ("provisional psf", "aperture",
 // "provisional copy", then calibration).
 PipelineResult provisionalResult(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
                                  const PipelineResult& detected, const PipelineResult& previous,

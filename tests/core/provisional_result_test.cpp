@@ -148,9 +148,6 @@ TEST(ProvisionalResult, KeepsTheEarlierAstrometryAndMatchesTheNewSources) {
     ASSERT_TRUE(full.zeropoint.ok);
     ASSERT_TRUE(prov.zeropoint.ok) << prov.calibrationProblem;
     EXPECT_NEAR(prov.zeropoint.zp, full.zeropoint.zp, 0.01);
-    EXPECT_TRUE(std::isnan(prov.zeropoint.zpErrBootstrap))
-        << "the provisional zero point skips the bootstrap";
-    EXPECT_TRUE(std::isfinite(full.zeropoint.zpErrBootstrap));
     std::size_t matched = 0;
     for (std::int32_t r : prov.crossmatch.refIndex)
         matched += r >= 0;
