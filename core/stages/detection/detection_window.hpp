@@ -26,19 +26,19 @@ GPUPHOT_HD inline double windowPow2(int k) {
 #endif
 }
 
-// exp(x), the same bits on the host and the device: x = k ln2 + r (|r| <= ln2 / 2, Cody-Waite with a
-// two-part ln2 whose high part has 11 trailing zero bits, so k * hi is exact for |k| < 2^11), exp(r) by
-// its Taylor polynomial to degree 13 in Horner form (truncation < 4e-18 relative), times 2^k (exact).
-// Within 1 ulp of exp(x) (glibc's result in 90% of the window's arguments, one ulp off in the others);
-// 0 below -708 (the window's arguments lie in (-8, 0]).
-GPUPHOT_HD inline double windowExp(double x) {
-    if (!(x > -708.0)) return x != x ? x : 0.0;
-    if (x > 709.0) return HUGE_VAL;
-    const double kInvLn2 = 1.4426950408889634074;
-    const double kLn2Hi = 6.93147180369123816490e-01;
-    const double kLn2Lo = 1.90821492927058770002e-10;
-    const double k = std::floor(x * kInvLn2 + 0.5);
-    const double r = (x - k * kLn2Hi) - k * kLn2Lo;
+// windowExp's pieces (windowExpRow, detection_window_rows.cpp, uses them too): exp(x) = 2^k exp(r) with
+// k = floor(x / ln2 + 1/2) and r = x - k ln2, ln2 in two parts.
+constexpr double kWindowInvLn2 = 1.4426950408889634074;
+constexpr double kWindowLn2Hi = 6.93147180369123816490e-01;
+constexpr double kWindowLn2Lo = 1.90821492927058770002e-10;
+GPUPHOT_HD inline double windowExpK(double x) {
+    return std::floor(x * kWindowInvLn2 + 0.5);
+}
+GPUPHOT_HD inline double windowExpR(double x, double k) {
+    return (x - k * kWindowLn2Hi) - k * kWindowLn2Lo;
+}
+// exp(r) for |r| <= ln2 / 2: the Taylor polynomial to degree 13 in Horner form, the leading 1 added last.
+GPUPHOT_HD inline double windowExpReduced(double r) {
     double p = 1.0 / 6227020800.0; // 1/13!
     p = p * r + 1.0 / 479001600.0; // 1/12!
     p = p * r + 1.0 / 39916800.0;  // 1/11!
@@ -52,7 +52,18 @@ GPUPHOT_HD inline double windowExp(double x) {
     p = p * r + 1.0 / 6.0;         // 1/3!
     p = p * r + 0.5;               // 1/2!
     p = p * r + 1.0;
-    const double y = 1.0 + r * p; // the leading 1 added last
+    return 1.0 + r * p;
+}
+// exp(x), the same bits on the host and the device: x = k ln2 + r (|r| <= ln2 / 2, Cody-Waite with a
+// two-part ln2 whose high part has 11 trailing zero bits, so k * hi is exact for |k| < 2^11), exp(r) by
+// its Taylor polynomial to degree 13 in Horner form (truncation < 4e-18 relative), times 2^k (exact).
+// Within 1 ulp of exp(x) (glibc's result in 90% of the window's arguments, one ulp off in the others);
+// 0 below -708 (the window's arguments lie in (-8, 0]).
+GPUPHOT_HD inline double windowExp(double x) {
+    if (!(x > -708.0)) return x != x ? x : 0.0;
+    if (x > 709.0) return HUGE_VAL;
+    const double k = windowExpK(x);
+    const double y = windowExpReduced(windowExpR(x, k));
     const int ki = static_cast<int>(k);
     // Times 2^k: for |k| <= 1000 a product by the exact power of two, whose result (about 2^k) is a normal
     // double, so it is exact: the same bits as ldexp (a library call on the host, a dozen instructions with
