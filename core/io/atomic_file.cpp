@@ -193,15 +193,15 @@ void AtomicBatch::finish() {
         m_files.begin(), m_files.end(), [this](const auto& f) { return m_durable.count(f.second) == 0; });
     for (auto f = firstDurable; f != m_files.end(); ++f)
         ::utimensat(AT_FDCWD, f->first.c_str(), nullptr, 0);
-    for (std::size_t k = 0; k < m_files.size(); ++k)
-        if (!(m_durable.count(m_files[k].second) == 0 &&
-              exchangeIntoPlace(m_files[k].first, m_files[k].second)) &&
-            ::rename(m_files[k].first.c_str(), m_files[k].second.c_str()) != 0) {
-            const std::string what =
-                "cannot write " + m_files[k].second + ": rename failed: " + std::strerror(errno);
+    for (std::size_t k = 0; k < m_files.size(); ++k) {
+        const auto& [temp, final] = m_files[k];
+        const bool exchanged = m_durable.count(final) == 0 && exchangeIntoPlace(temp, final);
+        if (!exchanged && ::rename(temp.c_str(), final.c_str()) != 0) {
+            const std::string what = "cannot write " + final + ": rename failed: " + std::strerror(errno);
             m_files.erase(m_files.begin(), m_files.begin() + static_cast<long>(k));
             throw IoError(what);
         }
+    }
     m_files.clear();
 }
 

@@ -310,7 +310,7 @@ void render(const SimParams& p, const std::vector<sim::Profile>& profiles, Image
         for (int b = 0; b < nBands; ++b)
             errors.run([&] {
                 if (cancelled.load(std::memory_order_relaxed)) return;
-                if (ctx.cancelFlag && ctx.cancelFlag->load(std::memory_order_relaxed)) {
+                if (ctx.cancelRequested()) {
                     cancelled = true;
                     return;
                 }

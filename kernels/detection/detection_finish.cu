@@ -52,8 +52,7 @@ __global__ void firstPixelKernel(const Run* runs, const std::int64_t* runStart, 
     const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const Run r = runs[runStart[i]];
-    keys[i] = static_cast<std::uint64_t>(r.y) * static_cast<std::uint64_t>(width) +
-              static_cast<std::uint64_t>(r.x0);
+    keys[i] = static_cast<std::uint64_t>(r.y) * static_cast<std::uint64_t>(width) + static_cast<std::uint64_t>(r.x0);
     index[i] = static_cast<std::int32_t>(i);
 }
 
@@ -78,9 +77,9 @@ __global__ void segmentationKernel(const Run* runs, const std::int64_t* runStart
 }
 
 // One warp per object: (r^2, value) of its pixels in raster order at its pixel offset.
-__global__ void growthPixelsKernel(const Run* runs, const std::int64_t* runStart,
-                                   const std::int64_t* pixStart, const WindowObject* obj, std::int64_t n,
-                                   DeviceDetectionImages im, double* r2, float* value) {
+__global__ void growthPixelsKernel(const Run* runs, const std::int64_t* runStart, const std::int64_t* pixStart,
+                                   const WindowObject* obj, std::int64_t n, DeviceDetectionImages im,
+                                   double* r2, float* value) {
     const std::int64_t i = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / kWarp;
     const int lane = threadIdx.x % kWarp;
     if (i >= n) return;
@@ -104,10 +103,10 @@ __device__ inline std::uint64_t orderedKey(double d) {
     return (b >> 63) ? ~b : (b | (std::uint64_t(1) << 63));
 }
 
-// Objects of at most kRankMax pixels (a smaller limit: testHooks.detectionRankMax): one warp per object
-// stably sorts its (r^2, value) pairs by rank (the number of pixels with a smaller key, or the same key
-// earlier in raster order), keys staged in shared memory; Sigma n^2 / 32 compares per warp instead of cub's
-// segmented sort (1.5 ms at 59k objects, its large-segment kernel at 12 % occupancy). Larger objects: cub.
+// Objects of at most kRankMax pixels (a smaller limit: testHooks.detectionRankMax): one warp per object stably sorts
+// its (r^2, value) pairs by rank (the number of pixels with a smaller key, or the same key earlier in raster
+// order), keys staged in shared memory; Sigma n^2 / 32 compares per warp instead of cub's segmented sort
+// (1.5 ms at 59k objects, its large-segment kernel at 12 % occupancy). Larger objects: cub.
 constexpr int kRankMax = 1024;
 constexpr int kRankWarps = 4; // warps per block
 __global__ void growthRankKernel(const std::int64_t* pixStart, std::int64_t n, int rankMax, const double* r2,
@@ -195,7 +194,7 @@ __device__ inline WindowPixel loadWindowPixel(const DeviceDetectionImages& im, c
 
 // Warp w takes object k = byWork[w] (the objects by decreasing pixel count: the long windows first, the
 // short ones fill the tail), or k = w when byWork is null.
-__global__ void __launch_bounds__(kWindowWarps* kWarp)
+__global__ void __launch_bounds__(kWindowWarps * kWarp)
     windowKernel(const std::int32_t* order, const std::int32_t* byWork, const std::int64_t* pixStart,
                  const WindowObject* obj, const double* r2, const float* value, std::int64_t n,
                  DeviceDetectionImages im, const std::int32_t* seg, detail::WindowConfig cfg,
@@ -315,8 +314,8 @@ struct SegmentationPool {
     std::mutex mutex;
     DeviceContext* dc = nullptr; // null once the context died
     int device = 0;
-    std::thread::id stageThread;            // the thread that runs dc's stages (the last finishDetection's)
-    cudaStream_t stream = nullptr;          // downloads on other threads and at the context's end
+    std::thread::id stageThread; // the thread that runs dc's stages (the last finishDetection's)
+    cudaStream_t stream = nullptr; // downloads on other threads and at the context's end
     PinnedBuffer<unsigned char> staging[2]; // their staging, made on the first large one
     cudaEvent_t done[2] = {nullptr, nullptr};
     std::vector<DeviceSegmentationSource*> live;
@@ -585,8 +584,9 @@ void writeSegmentation(DeviceContext& dc, KernelClock& kc, const DeviceObjects& 
                        int w, std::size_t npix, DeviceBuffer<std::int32_t>& seg) {
     const cudaStream_t st = dc.stream();
     const std::int64_t n = d.n;
-    kc.time("finish: map zeroed",
-            [&] { GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st)); });
+    kc.time("finish: map zeroed", [&] {
+        GPUPHOT_CUDA_CHECK(cudaMemsetAsync(seg.get(), 0, npix * sizeof(std::int32_t), st));
+    });
     if (n > 0)
         kc.time("finish: map ids", [&] {
             segmentationKernel<<<blocksFor(n * kWarp, kBlock), kBlock, 0, st>>>(d.runs, d.runStart, n, id, w,
@@ -910,12 +910,8 @@ std::size_t segmentationBytes(DeviceContext& dc) {
     return bytes;
 }
 
-std::uint64_t segmentationDownloads() {
-    return g_downloads.load();
-}
-std::uint64_t segmentationForeignDownloads() {
-    return g_foreignDownloads.load();
-}
+std::uint64_t segmentationDownloads() { return g_downloads.load(); }
+std::uint64_t segmentationForeignDownloads() { return g_foreignDownloads.load(); }
 
 struct DeviceDetectionUpload::Impl {
     DeviceBuffer<float> frame, level, rms, det;
@@ -934,10 +930,9 @@ template <class T> DeviceBuffer<T> upload(DeviceContext& dc, const ImageViewT<T>
 }
 } // namespace
 
-DeviceDetectionUpload::DeviceDetectionUpload(DeviceContext& dc, const ImageView& frame,
-                                             const ImageView& level, const ImageView& rms,
-                                             const ImageView& det, const ImageViewT<std::uint8_t>& state,
-                                             double threshold, bool absolute)
+DeviceDetectionUpload::DeviceDetectionUpload(DeviceContext& dc, const ImageView& frame, const ImageView& level,
+                                             const ImageView& rms, const ImageView& det,
+                                             const ImageViewT<std::uint8_t>& state, double threshold, bool absolute)
     : m_impl(std::make_unique<Impl>()) {
     m_impl->frame = upload(dc, frame);
     m_impl->level = upload(dc, level);
@@ -958,8 +953,6 @@ DeviceDetectionUpload::DeviceDetectionUpload(DeviceContext& dc, const ImageView&
 
 DeviceDetectionUpload::~DeviceDetectionUpload() = default;
 
-const DeviceDetectionImages& DeviceDetectionUpload::images() const {
-    return m_impl->im;
-}
+const DeviceDetectionImages& DeviceDetectionUpload::images() const { return m_impl->im; }
 
 } // namespace gpuphot::cuda

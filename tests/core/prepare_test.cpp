@@ -4,10 +4,9 @@
 // WCS shift, bleed trails, mismatch errors, and the stages honouring the frame mask.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,10 +60,8 @@ TEST(PrepareParamsJson, RoundTripsInsidePipelineConfig) {
     EXPECT_DOUBLE_EQ(back.prepare.cosmic.sigclip, 6.0);
     EXPECT_EQ(back.prepare.bleedGrow, 5);
     PipelineConfig d;
-    EXPECT_THROW(applyPipelineConfig(d, nlohmann::json{{"prepare", {{"overscanMetod", "row"}}}}, "test"),
-                 InvalidInput);
-    EXPECT_THROW(applyPipelineConfig(d, nlohmann::json{{"prepare", {{"bayer", "cmy"}}}}, "test"),
-                 InvalidInput);
+    EXPECT_THROW(applyPipelineConfig(d, nlohmann::json{{"prepare", {{"overscanMetod", "row"}}}}, "test"), InvalidInput);
+    EXPECT_THROW(applyPipelineConfig(d, nlohmann::json{{"prepare", {{"bayer", "cmy"}}}}, "test"), InvalidInput);
 }
 
 TEST(PrepareBleed, MasksTrailsContiguousWithSaturatedPixelsAndGrowsThem) {
@@ -76,12 +73,10 @@ TEST(PrepareBleed, MasksTrailsContiguousWithSaturatedPixelsAndGrowsThem) {
         px(4, y) = 1000.0f;
         mask(4, y) = MaskSaturated;
     }
-    for (int y = 10; y < 18; ++y)
-        px(4, y) = 950.0f; // trail below (above 0.9 sat)
-    for (int y = 21; y < 25; ++y)
-        px(4, y) = 920.0f; // trail above
-    px(4, 30) = 990.0f;    // bright but not connected: stays
-    px(6, 19) = 990.0f;    // another column without saturation: stays
+    for (int y = 10; y < 18; ++y) px(4, y) = 950.0f; // trail below (above 0.9 sat)
+    for (int y = 21; y < 25; ++y) px(4, y) = 920.0f; // trail above
+    px(4, 30) = 990.0f;                              // bright but not connected: stays
+    px(6, 19) = 990.0f;                              // another column without saturation: stays
     const std::size_t added = maskBleedTrails(px.view(), mask, sat, 0.9, 2);
     for (int y = 0; y < h; ++y) {
         const bool expect = y >= 8 && y <= 26;
@@ -163,12 +158,9 @@ TEST(PrepareBleed, MatchesTheDefinitionOnRandomFields) {
                         auto cond = [&](int k) { return px(x, k) >= level || (mask(x, k) & MaskSaturated); };
                         if (!cond(d)) continue;
                         int a = d, b = d;
-                        while (a > 0 && cond(a - 1))
-                            --a;
-                        while (b < h - 1 && cond(b + 1))
-                            ++b;
-                        for (int k = a; k <= b; ++k)
-                            inTrail = inTrail || (mask(x, k) & MaskSaturated);
+                        while (a > 0 && cond(a - 1)) --a;
+                        while (b < h - 1 && cond(b + 1)) ++b;
+                        for (int k = a; k <= b; ++k) inTrail = inTrail || (mask(x, k) & MaskSaturated);
                     }
                     if (inTrail && !(expect(x, y) & MaskSaturated)) {
                         expect(x, y) |= MaskSaturated;
@@ -179,8 +171,7 @@ TEST(PrepareBleed, MatchesTheDefinitionOnRandomFields) {
             EXPECT_EQ(added, expectAdded) << "grow " << grow << " seed " << seed;
             EXPECT_GT(added, 0u);
             for (int y = 0; y < h; ++y)
-                for (int x = 0; x < w; ++x)
-                    ASSERT_EQ(mask(x, y), expect(x, y)) << x << "," << y << " grow " << grow;
+                for (int x = 0; x < w; ++x) ASSERT_EQ(mask(x, y), expect(x, y)) << x << "," << y << " grow " << grow;
         }
 }
 
@@ -275,8 +266,8 @@ TEST(PrepareOverscan, TrimsToTheDataSectionAndShiftsTheWcs) {
     EXPECT_FALSE(f.header.has("BIASSEC"));
     ASSERT_TRUE(f.wcs);
     // Truth positions (1-based, data section) through the trimmed frame's WCS land on the true sky position.
-    const std::vector<double> tx = sim.truth.doubles("x"), ty = sim.truth.doubles("y"),
-                              tra = sim.truth.doubles("ra"), tdec = sim.truth.doubles("dec");
+    const std::vector<double> tx = sim.truth.doubles("x"), ty = sim.truth.doubles("y"), tra = sim.truth.doubles("ra"),
+                              tdec = sim.truth.doubles("dec");
     for (std::size_t i = 0; i < tx.size(); i += 7) {
         const auto [ra, dec] = f.wcs->pixelToWorld(tx[i] - 1.0, ty[i] - 1.0);
         EXPECT_NEAR((ra - tra[i]) * std::cos(tdec[i] * M_PI / 180.0) * 3600.0, 0.0, 0.01);
@@ -390,8 +381,7 @@ TEST(PrepareChain, MismatchedMastersAreInvalidInputNamingBothFiles) {
             prepareFrame(f, &in, PrepareParams{}, ctx);
             ADD_FAILURE() << "no exception";
         } catch (const InvalidInput& e) {
-            for (const auto& w : words)
-                EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+            for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
         }
     };
     CalibrationImage small;
@@ -441,8 +431,7 @@ TEST(PrepareChain, MismatchedMastersAreInvalidInputNamingBothFiles) {
     const int rw = raw.width + raw.prescan + raw.overscan;
     rawSized.pixels = Image<float>(rw, raw.height, 0.0f);
     rawSized.mask = Image<std::uint8_t>(rw, raw.height, 0);
-    for (int y = 0; y < raw.height; ++y)
-        rawSized.pixels(raw.prescan + 3, y) = 7.0f;
+    for (int y = 0; y < raw.height; ++y) rawSized.pixels(raw.prescan + 3, y) = 7.0f;
     rawSized.path = "raw_bias.fits";
     PrepareInputs e;
     e.bias = rawSized;
@@ -463,16 +452,13 @@ TEST(PrepareMask, MaskedHotPixelFlagsTheApertureAndLeavesBackgroundAndFluxAlone)
     p.refMargin = 0.0;
     const SimResult sim = simulateField(p);
     // The brightest star far from the edges.
-    const std::vector<double> tx = sim.truth.doubles("x"), ty = sim.truth.doubles("y"),
-                              mag = sim.truth.doubles("mag");
+    const std::vector<double> tx = sim.truth.doubles("x"), ty = sim.truth.doubles("y"), mag = sim.truth.doubles("mag");
     int best = -1;
     for (std::size_t i = 0; i < tx.size(); ++i)
-        if (tx[i] > 30 && tx[i] < p.width - 30 && ty[i] > 30 && ty[i] < p.height - 30 &&
-            (best < 0 || mag[i] < mag[best]))
+        if (tx[i] > 30 && tx[i] < p.width - 30 && ty[i] > 30 && ty[i] < p.height - 30 && (best < 0 || mag[i] < mag[best]))
             best = static_cast<int>(i);
     ASSERT_GE(best, 0);
-    const int hx = static_cast<int>(std::lround(tx[best] - 1.0)) + 2,
-              hy = static_cast<int>(std::lround(ty[best] - 1.0));
+    const int hx = static_cast<int>(std::lround(tx[best] - 1.0)) + 2, hy = static_cast<int>(std::lround(ty[best] - 1.0));
 
     PrepareInputs in;
     in.badPixels = Image<std::uint8_t>(p.width, p.height, 0);
@@ -498,8 +484,7 @@ TEST(PrepareMask, MaskedHotPixelFlagsTheApertureAndLeavesBackgroundAndFluxAlone)
         int k = -1;
         double d2 = 1e30;
         for (std::size_t i = 0; i < r.detection.sources.x.size(); ++i) {
-            const double dx = r.detection.sources.x[i] - (tx[best] - 1.0),
-                         dy = r.detection.sources.y[i] - (ty[best] - 1.0);
+            const double dx = r.detection.sources.x[i] - (tx[best] - 1.0), dy = r.detection.sources.y[i] - (ty[best] - 1.0);
             if (dx * dx + dy * dy < d2) {
                 d2 = dx * dx + dy * dy;
                 k = static_cast<int>(i);
@@ -515,11 +500,9 @@ TEST(PrepareMask, MaskedHotPixelFlagsTheApertureAndLeavesBackgroundAndFluxAlone)
     for (std::size_t a = 0; a < r1.aperture.radii.size(); ++a) {
         if (r1.aperture.radii[a] < 3.0) continue; // the aperture covers the pixel 2 px from the centre
         flagged = true;
-        EXPECT_TRUE(r1.aperture.apertureFlags[a][k1] & FlagApertureMasked)
-            << "radius " << r1.aperture.radii[a];
+        EXPECT_TRUE(r1.aperture.apertureFlags[a][k1] & FlagApertureMasked) << "radius " << r1.aperture.radii[a];
         // The masked pixel's value never enters the sum.
-        EXPECT_NEAR(r1.aperture.flux[a][k1], r2.aperture.flux[a][k2],
-                    1e-6 * std::fabs(r2.aperture.flux[a][k2]) + 1e-6);
+        EXPECT_NEAR(r1.aperture.flux[a][k1], r2.aperture.flux[a][k2], 1e-6 * std::fabs(r2.aperture.flux[a][k2]) + 1e-6);
     }
     EXPECT_TRUE(flagged);
 }
@@ -545,8 +528,7 @@ TEST(PrepareChain, ReduceOfARawFrameWithMastersReachesTheTrueZeroPoint) {
     ro.reference = &ref;
     const ReduceSummary s = reduceFrame(dir / "raw.fits", ro, ctx);
     ASSERT_TRUE(s.report["zp"].is_number()) << s.report.dump();
-    EXPECT_NEAR(s.report["zp"].get<double>(), raw.zeroPoint, 0.01)
-        << s.report["calibration"].dump() << s.report["aperture"].dump();
+    EXPECT_NEAR(s.report["zp"].get<double>(), raw.zeroPoint, 0.01) << s.report["calibration"].dump() << s.report["aperture"].dump();
     ASSERT_TRUE(s.report.contains("prepare"));
     EXPECT_TRUE(s.report["prepare"]["flat"].get<bool>());
     PrepareInputs noFlat;
@@ -556,10 +538,8 @@ TEST(PrepareChain, ReduceOfARawFrameWithMastersReachesTheTrueZeroPoint) {
     const ReduceSummary s2 = reduceFrame(dir / "raw.fits", ro, ctx);
     ASSERT_TRUE(s2.report["zp"].is_number());
     // Without the flat the vignetting (25% at the corners) widens the calibrators' scatter.
-    EXPECT_GT(s2.report["calibration"]["scatter"].get<double>(),
-              1.5 * s.report["calibration"]["scatter"].get<double>())
-        << s.report["calibration"].dump() << "\n"
-        << s2.report["calibration"].dump();
+    EXPECT_GT(s2.report["calibration"]["scatter"].get<double>(), 1.5 * s.report["calibration"]["scatter"].get<double>())
+        << s.report["calibration"].dump() << "\n" << s2.report["calibration"].dump();
 }
 
 } // namespace

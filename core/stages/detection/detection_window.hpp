@@ -241,8 +241,10 @@ GPUPHOT_HD inline WindowResult windowFinish(const WindowObject& m, const WindowS
     return w;
 }
 
-// The whole iteration for one object, serially. img.row(y) gives an object with sub(x) (float,
-// background-subtracted), rms(x) (float), state(x) (PixelState bits) and seg(x) (the segmentation map).
+// The whole iteration for one object, serially: the definition that the host's row-at-a-time version
+// (detection_window_rows.hpp, what the CPU stage runs) and the CUDA finish step follow, kept as the tests'
+// reference. img.row(y) gives an object with sub(x) (float, background-subtracted), rms(x) (float),
+// state(x) (PixelState bits) and seg(x) (the segmentation map).
 template <class Img>
 GPUPHOT_HD WindowResult windowedPosition(const WindowObject& m, double halfLight, std::int32_t segId,
                                          const Img& img, const WindowConfig& p) {
