@@ -491,7 +491,9 @@ void ImageView::syncRenderer() {
             r.uploadLodLevel(l.factor, l.image->view());
         m_lodDirty = false;
     }
-    if (m_segDirty) {
+    // A map comes with every result (16 MB at 2048²): uploaded when the layer is shown, not while hidden.
+    const bool segShown = m_visible[static_cast<std::size_t>(Layer::Segmentation)];
+    if (m_segDirty && (segShown || !m_seg)) {
         if (m_seg && m_image)
             r.uploadSegmentation(m_seg->view());
         else

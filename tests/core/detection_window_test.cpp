@@ -180,7 +180,7 @@ TEST(DetectionWindow, RowsGiveTheSameBitsAsThePixelLoop) {
     m.flux = 2.0 * 3.14159265358979 * 16.0 * 800.0;
     m.fluxVar = 400.0;
     m.x2 = m.y2 = 16.0;
-    std::vector<double> scratch;
+    WindowRowScratch scratch;
     for (const double halfLight : {1.0, 4.7, 30.0}) {
         WindowConfig p = windowConfig(DetectionParams{}, f.w, f.h);
         p.gain = 2.5;
@@ -189,6 +189,14 @@ TEST(DetectionWindow, RowsGiveTheSameBitsAsThePixelLoop) {
         EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "half-light radius " << halfLight;
         EXPECT_NE(a.x, m.xIso) << "the window moved";
     }
+    // A window wholly off the frame (an empty box): no pixel, the barycentre kept, as the pixel loop.
+    WindowObject off = m;
+    off.xIso = -60.0;
+    const WindowConfig p = windowConfig(DetectionParams{}, f.w, f.h);
+    const WindowResult a = windowedPosition(off, 2.0, 1, f, p);
+    const WindowResult b = windowedPositionRows(off, 2.0, 1, f, p, scratch);
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+    EXPECT_EQ(b.x, off.xIso);
 }
 
 TEST(DetectionWindow, SigmaCeilingBoundsTheWindowOfHugeObjects) {

@@ -72,6 +72,14 @@ TEST(BackgroundSampler, EqualsFullMapsBitwise) {
                 mismatches += !sameBits(lv[x], full.level(x, y));
                 mismatches += !sameBits(rm[x], full.rms(x, y));
             }
+            // spans of the rms row starting and ending anywhere, across mesh nodes (the windowed positions')
+            for (const auto& [x0, n] : {std::pair{0, c.w}, std::pair{c.w / 3, c.w / 2}, std::pair{c.w - 5, 5},
+                                        std::pair{c.w / 2, 1}}) {
+                std::fill(rm.begin(), rm.end(), -1.0f);
+                s.rmsSpan(y, x0, n, rm.data());
+                for (int i = 0; i < n; ++i)
+                    mismatches += !sameBits(rm[i], full.rms(x0 + i, y));
+            }
         }
         EXPECT_EQ(mismatches, 0) << c.w << "x" << c.h << " mesh " << c.mw << "x" << c.mh << " sex " << c.sex;
         // The mesh-only result with a sampler, and maps made from it, are the same maps again.

@@ -236,6 +236,20 @@ TEST(ViewerImageView, TiledUploadMatchesTheCpuReferenceAtOneToOne) {
     view.setLayerVisible(Layer::Segmentation, false);
     EXPECT_EQ(grab(view).pixel(35, 63 - 35), before.pixel(35, 63 - 35));
     EXPECT_EQ(view.pixelUploadCount(), 16);
+    // A new map while the layer is hidden waits for the layer: no upload until it is shown.
+    const int segUploads = view.renderer()->segmentationUploads();
+    auto seg2 = std::make_shared<Image<std::int32_t>>(64, 64, 0);
+    for (int y = 10; y < 20; ++y)
+        for (int x = 10; x < 20; ++x)
+            (*seg2)(x, y) = 3;
+    view.setSegmentation(seg2);
+    EXPECT_EQ(grab(view).pixel(10, 63 - 10), before.pixel(10, 63 - 10));
+    EXPECT_EQ(view.renderer()->segmentationUploads(), segUploads);
+    view.setLayerVisible(Layer::Segmentation, true);
+    const QImage shown = grab(view);
+    EXPECT_GT(view.renderer()->segmentationUploads(), segUploads);
+    EXPECT_NE(shown.pixel(15, 63 - 15), before.pixel(15, 63 - 15)); // the new map, not the old one
+    EXPECT_EQ(shown.pixel(35, 63 - 35), before.pixel(35, 63 - 35));
     EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
 }
 

@@ -457,18 +457,27 @@ BackgroundSampler::BackgroundSampler(const BackgroundResult& bkg, RunContext& ct
     }
 }
 
-void BackgroundSampler::rowOf(const std::vector<float>& n, const std::vector<float>& d, int y,
-                              float* o) const {
+void BackgroundSampler::spanOf(const std::vector<float>& n, const std::vector<float>& d, int y, int x0, int x1,
+                               float* o) const {
     const float* node = n.data() + static_cast<std::size_t>(y) * m_stride;
     const float* dnode = d.data() + static_cast<std::size_t>(y) * m_stride;
     const float *ca = m_ca.data(), *cb = m_cb.data(), *ca3 = m_ca3.data(), *cb3 = m_cb3.data();
-    for (std::size_t k = 0; k + 1 < m_runStart.size(); ++k) {
+    // the run holding x0: the last start <= x0
+    const auto first = std::upper_bound(m_runStart.begin(), m_runStart.end() - 1, x0) - m_runStart.begin() - 1;
+    for (std::size_t k = static_cast<std::size_t>(std::max<std::ptrdiff_t>(first, 0));
+         k + 1 < m_runStart.size() && m_runStart[k] < x1; ++k) {
         const int j = m_runNode[k];
         const float n0 = node[j], n1 = node[j + 1], d0 = dnode[j], d1 = dnode[j + 1];
+        const int a = std::max(m_runStart[k], x0), b = std::min(m_runStart[k + 1], x1);
+        float* out = o - x0;
 #pragma omp simd
-        for (int x = m_runStart[k]; x < m_runStart[k + 1]; ++x)
-            o[x] = ((ca[x] * n0 + cb[x] * n1) + ca3[x] * d0) + cb3[x] * d1;
+        for (int x = a; x < b; ++x)
+            out[x] = ((ca[x] * n0 + cb[x] * n1) + ca3[x] * d0) + cb3[x] * d1;
     }
+}
+
+void BackgroundSampler::rmsSpan(int y, int x0, int n, float* out) const {
+    spanOf(m_rmsN, m_rmsD, y, x0, x0 + n, out);
 }
 
 void BackgroundSampler::row(int y, float* level, float* rms) const {

@@ -172,13 +172,19 @@ public:
     float rmsAt(int x, int y) const { return eval(m_rmsN, m_rmsD, x, y); }
     // Row y of the level and/or rms map (either may be null) into buffers of width() floats.
     void row(int y, float* level, float* rms) const;
+    // Pixels x0 .. x0 + n - 1 of row y of the rms map (inside the image) into out[0 .. n).
+    void rmsSpan(int y, int x0, int n, float* out) const;
 
 private:
     float eval(const std::vector<float>& n, const std::vector<float>& d, int x, int y) const {
         const std::size_t o = static_cast<std::size_t>(y) * m_stride + static_cast<std::size_t>(m_lo[x]);
         return ((m_ca[x] * n[o] + m_cb[x] * n[o + 1]) + m_ca3[x] * d[o]) + m_cb3[x] * d[o + 1];
     }
-    void rowOf(const std::vector<float>& n, const std::vector<float>& d, int y, float* out) const;
+    void rowOf(const std::vector<float>& n, const std::vector<float>& d, int y, float* out) const {
+        spanOf(n, d, y, 0, m_width, out);
+    }
+    void spanOf(const std::vector<float>& n, const std::vector<float>& d, int y, int x0, int x1,
+                float* out) const; // out[x - x0] for x0 <= x < x1
 
     int m_width = 0, m_height = 0;
     std::size_t m_stride = 0; // nodes per row: nx + 1

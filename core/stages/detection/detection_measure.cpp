@@ -2,6 +2,7 @@
 // flags) and windowed (SExtractor XWIN/YWIN). Sums in double over the pixels in raster order.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/model/flags.hpp"
@@ -127,6 +128,16 @@ struct HostWindowRow {
     float rms(int x) const { return rrow ? rrow[x] : sampler->rmsAt(x, y); }
     std::uint8_t state(int x) const { return srow[x]; }
     std::int32_t seg(int x) const { return grow[x]; }
+    void span(int x0, int n, float* sub, float* rms, std::uint8_t* state, std::int32_t* seg) const {
+        const auto un = static_cast<std::size_t>(n);
+        std::memcpy(sub, vrow + x0, un * sizeof(float));
+        if (rrow)
+            std::memcpy(rms, rrow + x0, un * sizeof(float));
+        else
+            sampler->rmsSpan(y, x0, n, rms);
+        std::memcpy(state, srow + x0, un);
+        std::memcpy(seg, grow + x0, un * sizeof(std::int32_t));
+    }
 };
 struct HostWindowImage {
     const DetectionImages& im;
@@ -162,7 +173,7 @@ WindowResult measureWindowed(const IsoMeasure& m, const std::vector<Run>& runs, 
                              const Image<std::int32_t>& seg, const DetectionImages& im,
                              const DetectionParams& p) {
     const WindowObject o = windowObject(m);
-    thread_local std::vector<double> scratch;
+    thread_local WindowRowScratch scratch;
     return windowedPositionRows(o, halfLightRadius(o, runs, im), segId, HostWindowImage{im, seg},
                                 windowConfig(p, im.width, im.height), scratch);
 }
