@@ -129,6 +129,8 @@ void ImageRenderer::destroy() {
     };
     for (auto& b : m_ellipses)
         delBuf(b);
+    for (auto& b : m_largeEllipses)
+        delBuf(b);
     for (auto& b : m_segments)
         delBuf(b);
     delBuf(m_frameSegments);
@@ -311,16 +313,34 @@ void ImageRenderer::uploadInstances(InstanceBuffer& buf, const void* data, std::
 }
 
 void ImageRenderer::setEllipses(EllipseLayer layer, std::span<const EllipseInstance> instances) {
-    InstanceBuffer& buf = m_ellipses[static_cast<std::size_t>(layer)];
-    float maxAxis = 0;
     std::vector<float> axes;
     axes.reserve(instances.size());
+    for (const EllipseInstance& e : instances)
+        axes.push_back(std::max(e.a, e.b));
+    float typical = 0;
+    if (!axes.empty()) {
+        const auto k = axes.begin() + static_cast<std::ptrdiff_t>(axes.size() * 9 / 10);
+        std::nth_element(axes.begin(), k, axes.end());
+        typical = *k;
+    }
+    // Large: over 4 times the typical size (and 8 image px), whose outlines need many more segments.
+    const float large = std::max(4.0f * typical, 8.0f);
+    std::vector<EllipseInstance> small, big;
+    small.reserve(instances.size());
+    for (const EllipseInstance& e : instances)
+        (std::max(e.a, e.b) > large ? big : small).push_back(e);
+    fillEllipses(m_ellipses[static_cast<std::size_t>(layer)], small, typical);
+    fillEllipses(m_largeEllipses[static_cast<std::size_t>(layer)], big, typical);
+}
+
+// One buffer of ellipses: sorted by the cells of a grid over their centres, uploaded.
+void ImageRenderer::fillEllipses(InstanceBuffer& buf, std::span<const EllipseInstance> instances,
+                                 float typicalAxis) {
+    float maxAxis = 0;
     double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
     bool any = false;
     for (const EllipseInstance& e : instances) {
-        const float ax = std::max(e.a, e.b);
-        maxAxis = std::max(maxAxis, ax);
-        axes.push_back(ax);
+        maxAxis = std::max(maxAxis, std::max(e.a, e.b));
         if (!(std::abs(e.x) < 1e8f && std::abs(e.y) < 1e8f)) continue; // the far-away non-finite slots
         if (!any) {
             x0 = x1 = e.x;
@@ -329,12 +349,6 @@ void ImageRenderer::setEllipses(EllipseLayer layer, std::span<const EllipseInsta
         }
         x0 = std::min<double>(x0, e.x), x1 = std::max<double>(x1, e.x);
         y0 = std::min<double>(y0, e.y), y1 = std::max<double>(y1, e.y);
-    }
-    float typical = 0;
-    if (!axes.empty()) {
-        const auto k = axes.begin() + static_cast<std::ptrdiff_t>(axes.size() * 9 / 10);
-        std::nth_element(axes.begin(), k, axes.end());
-        typical = *k;
     }
     // A grid of at most 64 x 64 cells over the centres; counting sort of the instances by cell.
     const double extent = std::max(x1 - x0, y1 - y0);
@@ -360,7 +374,7 @@ void ImageRenderer::setEllipses(EllipseLayer layer, std::span<const EllipseInsta
     uploadInstances(buf, sorted.data(), sorted.size() * sizeof(EllipseInstance),
                     static_cast<int>(sorted.size()), true);
     buf.maxAxis = maxAxis;
-    buf.typicalAxis = typical;
+    buf.typicalAxis = typicalAxis;
 }
 
 void ImageRenderer::setEllipseAttributes(std::size_t first) {
@@ -555,7 +569,8 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
     const auto ellipses = [&](EllipseLayer l, float minRadiusPx, bool allowPoint, float skipBelowPx) {
         const std::size_t i = static_cast<std::size_t>(l);
         const InstanceBuffer& b = m_ellipses[i];
-        if (!options.ellipses[i] || b.count <= 0) return;
+        const InstanceBuffer& big = m_largeEllipses[i];
+        if (!options.ellipses[i] || b.count + big.count <= 0) return;
         const float typicalPx = static_cast<float>(b.typicalAxis * view.zoom);
         if (typicalPx < skipBelowPx * dpr) return; // too small to read: not drawn at all
         const bool point = allowPoint && typicalPx < kPointLodPx * dpr;
@@ -564,11 +579,13 @@ void ImageRenderer::render(const ViewTransform& view, const RenderOptions& optio
                                                          : 1.0f) *
                             lw;
         // A dark halo a device pixel wider on each side first: the outlines stay visible on any colormap.
-        drawEllipses(b, view, width + 2.0f * dpr, minRadiusPx, point, (kPointPx + 2.0f) * dpr, kHalo);
+        for (const InstanceBuffer* buf : {&b, &big})
+            drawEllipses(*buf, view, width + 2.0f * dpr, minRadiusPx, point, (kPointPx + 2.0f) * dpr, kHalo);
         const auto r = drawEllipses(b, view, width, minRadiusPx, point, kPointPx * dpr);
-        m_stats.instancesDrawn[i] = r[0];
-        m_stats.verticesPerInstance[i] = r[1];
-        m_stats.drawCalls[i] = r[2];
+        const auto rl = drawEllipses(big, view, width, minRadiusPx, point, kPointPx * dpr);
+        m_stats.instancesDrawn[i] = r[0] + rl[0];
+        m_stats.verticesPerInstance[i] = b.count > 0 ? r[1] : rl[1]; // of the many small ones
+        m_stats.drawCalls[i] = r[2] + rl[2];
     };
     ellipses(EllipseLayer::Apertures, 0.0f, false, kApertureLodPx);
     ellipses(EllipseLayer::Sources, 2.0f * dpr, true, 0.0f);

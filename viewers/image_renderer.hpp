@@ -163,6 +163,7 @@ private:
     // Returns {instances drawn, vertices per instance, draw calls}.
     std::array<int, 3> drawEllipses(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx,
                                     float minRadiusPx, bool point, float pointPx, const QVector4D& halo = {});
+    void fillEllipses(InstanceBuffer& buf, std::span<const EllipseInstance> instances, float typicalAxis);
     void setEllipseAttributes(std::size_t firstInstance);
     void drawSegments(const InstanceBuffer& buf, const ViewTransform& view, float lineWidthPx, float headPx,
                       const QVector4D& halo = {});
@@ -188,7 +189,10 @@ private:
     DisplaySettings m_display;
     Colormap m_uploadedCmap = Colormap::Grey;
     bool m_cmapValid = false;
-    std::array<InstanceBuffer, static_cast<int>(EllipseLayer::Count)> m_ellipses;
+    // Each layer's ellipses in two buffers: every outline of a draw has the vertices of its largest one, so
+    // the few much larger than the layer's typical size (a bleed trail's isophote, a galaxy's Kron
+    // ellipse) are drawn apart and the many small ones keep few vertices.
+    std::array<InstanceBuffer, static_cast<int>(EllipseLayer::Count)> m_ellipses, m_largeEllipses;
     std::array<InstanceBuffer, static_cast<int>(SegmentLayer::Count)> m_segments;
     InstanceBuffer m_frameSegments; // overview border and visible rectangle
     InstanceBuffer m_crosshairSegments, m_magnifierSegments;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +15,7 @@
 
 #include "core/stages/psf/psf_fit_math.hpp"
 #include "core/stages/psf/psf_moffat.hpp"
+#include "core/util/errors.hpp"
 
 using namespace gpuphot;
 
@@ -166,4 +168,24 @@ TEST(PsfFitOrder, DampedSolveMatchesEigen) {
     double x1[1];
     psffit::solveDamped(zero, g1, 1, 1e-3, x1);
     EXPECT_FALSE(std::isfinite(x1[0]) && std::abs(x1[0]) < 1e200);
+}
+
+// A cancel flag stops a fit at its next evaluation (the workbench's next run waits for no fit in flight);
+// an unset flag changes no bit.
+TEST(PsfFitOrder, CancelFlagStopsTheFitAndAnUnsetOneChangesNothing) {
+    const std::vector<FitSample> samples = star(true, 40.3, 29.8, 3.2, 5, 10);
+    ProfileParams start;
+    start.x0 = 40.6;
+    start.y0 = 29.5;
+    start.amplitude = 3000.0;
+    start.beta = 2.5;
+    setProfileShape(start, PsfModelKind::Moffat, 4.0, 0.0, 0.0);
+    const LmOptions opt;
+    std::atomic<bool> cancel{false};
+    const ProfileFitResult plain = fitProfile(samples, PsfModelKind::Moffat, start, opt);
+    const ProfileFitResult flagged = fitProfile(samples, PsfModelKind::Moffat, start, opt, &cancel);
+    EXPECT_TRUE(sameBits(plain, flagged));
+    EXPECT_GT(plain.iterations, 1);
+    cancel = true;
+    EXPECT_THROW(fitProfile(samples, PsfModelKind::Moffat, start, opt, &cancel), Cancelled);
 }

@@ -394,6 +394,53 @@ TEST(ViewerImageView, MarkerLevelOfDetailAndGridCulling) {
     EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
 }
 
+// One ellipse far larger than the rest (a bleed trail's isophote) is drawn with its own segment count: the
+// many small outlines keep few vertices, and the large one is still drawn in full.
+TEST(ViewerImageView, OneLargeEllipseDoesNotGiveEveryOutlineItsVertices) {
+    ensureApp();
+    ImageView view;
+    view.setOverviewVisible(false);
+    auto img = std::make_shared<Image<float>>(400, 400, 0.0f);
+    view.setImage(img);
+    view.setManualLimits(0, 1); // black
+    const std::string why = showAndCheckGl(view, 400, 400);
+    if (!why.empty()) GTEST_SKIP() << why;
+    std::vector<Marker> markers;
+    for (int j = 0; j < 10; ++j)
+        for (int i = 0; i < 10; ++i)
+            markers.push_back({20.f + 40.f * i, 20.f + 40.f * j, 3.f, 3.f, 0.f, 0u});
+    view.setSourceScale(1.0f);
+    view.setSources(markers);
+    view.zoomOneToOne();
+    view.centerOn(199.5, 199.5);
+    const auto& st = view.renderer()->lastStats();
+    const auto src = static_cast<std::size_t>(EllipseLayer::Sources);
+    grab(view);
+    const int smallVerts = st.verticesPerInstance[src];
+    EXPECT_GT(smallVerts, 4);
+    EXPECT_EQ(st.instancesDrawn[src], 100);
+
+    markers.push_back({200.f, 200.f, 150.f, 150.f, 0.f, 0u}); // 150 px: 128 segments alone
+    view.setSources(markers);
+    const QImage shot = grab(view);
+    EXPECT_EQ(st.verticesPerInstance[src], smallVerts) << "the small outlines took the large one's vertices";
+    EXPECT_EQ(st.instancesDrawn[src], 101);
+    EXPECT_EQ(st.drawCalls[src], 2);
+    const QRgb green = qRgb(0, 230, 0);
+    int onCircle = 0;
+    for (int k = 0; k < 16; ++k) { // the large circle's outline, all round
+        const double t = k * 3.14159265358979 / 8.0;
+        const QPointF w = view.imageToWidget({200.0 + 150.0 * std::cos(t), 200.0 + 150.0 * std::sin(t)});
+        bool hit = false;
+        for (int d = -1; d <= 1 && !hit; ++d)
+            for (int e = -1; e <= 1 && !hit; ++e)
+                hit = near(at(shot, w + QPointF(d, e)), green, 60);
+        onCircle += hit;
+    }
+    EXPECT_EQ(onCircle, 16);
+    EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
+}
+
 // ---- level of detail --------------------------------------------------------------------------------
 
 // Block means against a direct sum: finite pixels only, partial blocks at the right and bottom edges, NaN

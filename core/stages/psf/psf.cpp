@@ -712,7 +712,8 @@ void runFits(const FitInputs& in, FitBlock& blk, int c0, int c1, const ProfileFi
             errors.run([&] {
                 if (in.ctx.cancelRequested()) return; // the block is discarded
                 const std::size_t slot = static_cast<std::size_t>(todo[static_cast<std::size_t>(t)]);
-                blk.fits[slot] = fitProfile(blk.stamp[slot], in.kind, blk.starts[slot], in.lm);
+                blk.fits[slot] =
+                    fitProfile(blk.stamp[slot], in.kind, blk.starts[slot], in.lm, in.ctx.cancelFlag);
             });
         errors.rethrow();
     }

@@ -1,6 +1,7 @@
 #include "core/stages/psf/psf_moffat.hpp"
 
 #include "core/stages/psf/psf_fit_math.hpp"
+#include "core/util/errors.hpp"
 
 #include <algorithm>
 #include <array>
@@ -25,11 +26,14 @@ using psffit::PAMP, psffit::PBETA, psffit::PBKG, psffit::PC11, psffit::PC12, psf
 // The decision is the one a full pass would make; only the time differs.
 class LaneSums {
 public:
-    LaneSums(const std::vector<FitSample>& samples, const psffit::LmSetup& setup)
-        : m_samples(samples), m_setup(setup), m_lanes(static_cast<std::size_t>(psffit::kLmLanes) * kStride) {}
+    LaneSums(const std::vector<FitSample>& samples, const psffit::LmSetup& setup,
+             const std::atomic<bool>* cancel = nullptr)
+        : m_samples(samples), m_setup(setup), m_lanes(static_cast<std::size_t>(psffit::kLmLanes) * kStride),
+          m_cancel(cancel) {}
 
     double operator()(const double* p, double limit, double* h, double* g) {
         using hdmath::D2;
+        if (m_cancel && m_cancel->load(std::memory_order_relaxed)) throw Cancelled();
         const int n = static_cast<int>(m_samples.size());
         double done = 0.0; // the finished lanes' chi2, summed in lane order
         // Two lanes at a time (l, l + 1), one in each element of a D2: the same operations per lane.
@@ -84,6 +88,7 @@ private:
     const std::vector<FitSample>& m_samples;
     const psffit::LmSetup& m_setup;
     std::vector<double> m_lanes;
+    const std::atomic<bool>* m_cancel;
 };
 
 std::array<double, kNumParams> toArray(const ProfileParams& s) {
@@ -203,7 +208,7 @@ ProfileFitResult profileFitResult(const ProfileParams& start, const psffit::LmOu
 }
 
 ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind kind,
-                            const ProfileParams& start, const LmOptions& opt) {
+                            const ProfileParams& start, const LmOptions& opt, const std::atomic<bool>* cancel) {
     const psffit::LmSetup setup = profileFitSetup(kind, start, opt);
     const int nSamples = static_cast<int>(samples.size());
     if (nSamples <= setup.nActive) {
@@ -213,7 +218,7 @@ ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind 
     }
     double p[kNumParams];
     profileFitStart(start, opt, p);
-    LaneSums eval(samples, setup);
+    LaneSums eval(samples, setup, cancel);
     return profileFitResult(start, psffit::lmFit(setup, p, eval), nSamples, setup.nActive);
 }
 

@@ -9,6 +9,7 @@
 // The shape is carried by (c11, c12, c22), positive definite, which stays well defined for round stars
 // (no angle degeneracy). A pixel's model value is the profile integrated over the pixel (Gauss–Legendre
 // quadrature with n x n nodes), so the fitted FWHM is the intrinsic one, before pixelisation.
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -74,8 +75,11 @@ struct ProfileFitResult {
 // Levenberg–Marquardt with Marquardt's diagonal damping (core/stages/psf/psf_fit_math.hpp psffit::lmFit):
 // fixed operation order, independent of threads; a CUDA batch (kernels/psf/psf.cu) gives the same bits.
 // Too few samples (<= the fitted parameters) or an invalid start: the start, 0 iterations, chi2 0.
+// cancel (optional): once it is set, the fit throws Cancelled at its next evaluation (a fit of a large
+// stamp takes a few ms; the workbench's next run waits for the fits in flight).
 ProfileFitResult fitProfile(const std::vector<FitSample>& samples, PsfModelKind kind,
-                            const ProfileParams& start, const LmOptions& opt);
+                            const ProfileParams& start, const LmOptions& opt,
+                            const std::atomic<bool>* cancel = nullptr);
 
 // fitProfile's pieces, for a batch that runs psffit::lmFit elsewhere (kernels/psf/psf.cu): the fit's setup,
 // its start vector (8 values, psffit::ParamIndex order) and the result from lmFit's outcome.
