@@ -423,6 +423,7 @@ void backgroundStage(RunContext& ctx, PipelineResult& r, const BackgroundEstimat
     r.warnings.clear();
     ctx.checkCancelled();
     auto t = ctx.time("background");
+    r.detectionImages.reset();         // made with the old background
     r.background = BackgroundResult{}; // the old maps go before the new ones are made
     r.background = estimate(nullptr);
     r.completed = Stage::Detection;
@@ -439,7 +440,12 @@ void detectionStage(const Frame& frame, const PipelineConfig& config, RunContext
     {
         auto t = ctx.time("detection");
         r.detection = DetectionResult{};
-        r.detection = detectSources(image, mask, r.background, dp, ctx);
+        if (r.keepDetectionImages && ctx.backend == Backend::Cpu && !config.backgroundSecondPass) {
+            r.detection = cpu::detectSourcesKeeping(image, mask, r.background, dp, ctx, r.detectionImages);
+        } else {
+            r.detectionImages.reset();
+            r.detection = detectSources(image, mask, r.background, dp, ctx);
+        }
     }
     if (config.backgroundSecondPass) {
         ctx.checkCancelled();

@@ -52,6 +52,11 @@ struct PipelineResult {
     // Optional, set by the caller (the workbench's worker, across runs): per-star PSF fits reused where
     // every input is bitwise the same (core/stages/psf/psf.hpp PsfFitCache; CPU backend). Results unchanged.
     std::shared_ptr<PsfFitCache> psfFitCache;
+    // Set by the caller before a run (the workbench's worker, CPU backend): the detection keeps the images
+    // it thresholds (detectionImages, ~9 B/px) and a later run on this result with another threshold
+    // thresholds them again instead of making them anew. Results unchanged.
+    bool keepDetectionImages = false;
+    std::shared_ptr<const cpu::DetectionInputImages> detectionImages; // made with this result's background
 };
 
 // Runs every stage from `first` on (earlier results in `result` are reused and must be valid). The

@@ -184,5 +184,49 @@ TEST(PipelineLeanMaps, FrameFromEnvironment) {
     EXPECT_TRUE(sameVector(lean.aperture.flags, full.aperture.flags, "aperture flags"));
 }
 
+// Kept detection images (the workbench's threshold edits): a run from the detection with another threshold
+// thresholds the kept images again and gives the fresh run's result bit for bit; a new filter or a new
+// background makes them anew.
+TEST(PipelineKeptDetectionImages, ThresholdEditsGiveTheFreshRunsResults) {
+    SimParams sp;
+    sp.width = 600;
+    sp.height = 450;
+    sp.stars = 700;
+    sp.galaxies = 40;
+    sp.seed = 23;
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim, true);
+    PipelineConfig config;
+    RunContext ctx;
+    ctx.threads = 2;
+    PipelineResult kept;
+    kept.keepDetectionImages = true;
+    runPipeline(frame, config, ctx, kept);
+    ASSERT_TRUE(kept.detectionImages);
+    const auto images = kept.detectionImages;
+    for (const double threshold : {2.5, 1.1, 1.8}) {
+        config.detection.threshold = threshold;
+        runPipeline(frame, config, ctx, kept, Stage::Detection);
+        EXPECT_EQ(kept.detectionImages, images) << "made anew at threshold " << threshold;
+        PipelineResult fresh;
+        runPipeline(frame, config, ctx, fresh);
+        EXPECT_FALSE(fresh.detectionImages);
+        ASSERT_GT(fresh.detection.sources.size(), 50u);
+        EXPECT_EQ(firstPhotometryDifference(kept, fresh), "") << "threshold " << threshold;
+        EXPECT_EQ(std::memcmp(kept.detection.segmentation.data(), fresh.detection.segmentation.data(),
+                              fresh.detection.segmentation.pixelCount() * sizeof(std::int32_t)),
+                  0);
+    }
+    config.detection.filterFwhm = 4.0; // another filter: other images
+    runPipeline(frame, config, ctx, kept, Stage::Detection);
+    EXPECT_NE(kept.detectionImages, images);
+    PipelineResult fresh;
+    runPipeline(frame, config, ctx, fresh);
+    EXPECT_EQ(firstPhotometryDifference(kept, fresh), "");
+    const auto filtered = kept.detectionImages;
+    runPipeline(frame, config, ctx, kept, Stage::Background); // a new background: other images
+    EXPECT_NE(kept.detectionImages, filtered);
+}
+
 } // namespace
 } // namespace gpuphot

@@ -1,6 +1,7 @@
 #include "core/stages/detection/detection.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -373,23 +374,31 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
         if (p.filter) k1d = gaussianKernel1d(p.filterFwhm);
         runs = fusedPass(image, mask, bkg, p, k1d, sub, state, p.filter ? &filtered : nullptr, threads);
     }
-    detail::DetectionImages& im = out.im;
-    im = {};
-    im.width = w;
-    im.height = h;
-    im.sub = sub.view();
-    im.det = p.filter ? filtered.view() : sub.view();
+    out.width = w;
+    out.height = h;
+    out.filter = p.filter;
+    out.im = detectionImagesOf(out, bkg, p);
+    // The filtered image is read by deblending, measurement and cleaning only: freed before the
+    // segmentation map is made.
+    if (p.filter) out.im.releasableDet = &filtered;
+    if (kernel2d) runs = thresholdRuns(out.im, threads);
+}
+
+DetectionImages detectionImagesOf(const PreparedDetection& prep, const BackgroundResult& bkg,
+                                  const DetectionParams& p) {
+    DetectionImages im;
+    im.width = prep.width;
+    im.height = prep.height;
+    im.sub = prep.sub.view();
+    im.det = prep.filter ? prep.filtered.view() : prep.sub.view();
     if (!bkg.rms.empty())
         im.rms = bkg.rms.view();
     else
         im.rmsSampler = bkg.sampler.get();
-    im.state = state.view();
-    // The filtered image is read by deblending, measurement and cleaning only: freed before the
-    // segmentation map is made.
-    if (p.filter) im.releasableDet = &filtered;
+    im.state = prep.state.view();
     im.threshold = p.threshold;
     im.absolute = p.thresholdIsAbsolute;
-    if (kernel2d) runs = thresholdRuns(im, threads);
+    return im;
 }
 
 } // namespace detail
@@ -405,6 +414,46 @@ DetectionResult cpu::detectSources(const ImageView& image, const MaskView& mask,
     stepDone(ctx, 0.2);
 
     // 2. The per-object half is shared with the CUDA backend.
+    return detail::detectFromRuns(std::move(runs), im, p, ctx);
+}
+
+namespace {
+// Whether images made with parameters `a` serve `b`: the same filter and saturation, any threshold.
+bool sameInputImages(const DetectionParams& a, const DetectionParams& b) {
+    return a.filter == b.filter && (!a.filter || (std::bit_cast<std::uint64_t>(a.filterFwhm) ==
+                                                       std::bit_cast<std::uint64_t>(b.filterFwhm) &&
+                                                   a.filterKernel == b.filterKernel &&
+                                                   a.filterKernelWidth == b.filterKernelWidth)) &&
+           std::bit_cast<std::uint64_t>(a.saturationLevel) == std::bit_cast<std::uint64_t>(b.saturationLevel);
+}
+} // namespace
+
+struct cpu::DetectionInputImages {
+    DetectionParams params; // those the images were made with
+    detail::PreparedDetection prep;
+};
+
+DetectionResult cpu::detectSourcesKeeping(const ImageView& image, const MaskView& mask,
+                                          const BackgroundResult& bkg, const DetectionParams& p,
+                                          RunContext& ctx, std::shared_ptr<const DetectionInputImages>& kept) {
+    validate(image, mask, bkg, p);
+    std::vector<Run> runs;
+    detail::DetectionImages im;
+    if (kept && kept->prep.width == image.width && kept->prep.height == image.height &&
+        sameInputImages(kept->params, p)) {
+        im = detail::detectionImagesOf(kept->prep, bkg, p); // the kept images, this threshold
+        runs = thresholdRuns(im, ctx.threadCount());
+    } else {
+        auto made = std::make_shared<DetectionInputImages>();
+        made->params = p;
+        detail::prepareDetection(image, mask, bkg, p, ctx.threadCount(), made->prep);
+        runs = std::move(made->prep.runs);
+        made->prep.runs = {};
+        made->prep.im.releasableDet = nullptr; // kept for the next threshold
+        im = made->prep.im;
+        kept = std::move(made);
+    }
+    stepDone(ctx, 0.2);
     return detail::detectFromRuns(std::move(runs), im, p, ctx);
 }
 

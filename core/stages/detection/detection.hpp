@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -82,6 +83,17 @@ DetectionResult detectSources(const ImageView& image, const MaskView& mask, cons
 namespace cpu {
 DetectionResult detectSources(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                               const DetectionParams& params, RunContext& ctx);
-}
+
+// The images a detection thresholds (background-subtracted pixels, pixel states, the filtered image: about
+// 9 B/px), for a caller that detects again on the same frame and background with another threshold (the
+// workbench's edits).
+struct DetectionInputImages;
+// The same result; `kept` holds the images: reused when they were made with the same filter and saturation
+// level (any threshold), else made anew and kept there. The caller keeps `kept` with the image, mask and
+// background it was made from and drops it when any of them changes.
+DetectionResult detectSourcesKeeping(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
+                                     const DetectionParams& params, RunContext& ctx,
+                                     std::shared_ptr<const DetectionInputImages>& kept);
+} // namespace cpu
 
 } // namespace gpuphot

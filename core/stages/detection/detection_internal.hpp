@@ -366,9 +366,14 @@ struct PreparedDetection {
     Image<std::uint8_t> state;
     std::vector<Run> runs;
     DetectionImages im;
+    int width = 0, height = 0;
+    bool filter = false; // det is `filtered` (else `sub`)
 };
 void prepareDetection(const ImageView& image, const MaskView& mask, const BackgroundResult& bkg,
                       const DetectionParams& p, int threads, PreparedDetection& out);
+// The views of prep's images with bkg's rms and p's threshold (releasableDet null).
+DetectionImages detectionImagesOf(const PreparedDetection& prep, const BackgroundResult& bkg,
+                                  const DetectionParams& p);
 // Steps 5-6: final order (first pixel in raster order), segmentation map, windowed positions, the Sources
 // columns. Frees im.releasableDet first.
 void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p,
