@@ -135,6 +135,9 @@ PipelineResult rerun(const Frame& frame, const PipelineConfig& config, RunContex
     const auto t0 = Clock::now();
     PipelineResult detected;
     detected.keepFullMaps = false; // as the worker: lean background maps
+    // as the worker on frames up to 16 MP: the detection's images kept with the first run, thresholded again
+    detected.keepDetectionImages = previous.keepDetectionImages;
+    detected.detectionImages = previous.detectionImages;
     detected.background = previous.background;
     detected.completed = Stage::Detection;
     times["reuse background"] = since(t0);
@@ -203,6 +206,7 @@ int main(int argc, char** argv) {
             ctx.records.clear();
             first = PipelineResult{};
             first.keepFullMaps = false;
+            first.keepDetectionImages = static_cast<double>(frame.width()) * frame.height() <= 16e6;
             t = Clock::now();
             runPipeline(frame, base, ctx, first);
             firstSeconds = since(t);

@@ -352,11 +352,13 @@ Image<std::int32_t> dilatedObjectMask(const ImageViewT<std::int32_t>& seg, int d
 // Stage 4 into r.aperture, with the sources and segmentation map of `det` (r.detection, or the new
 // detection of a provisional result). The map goes as the shared SegmentationMap: the CUDA stage reads a
 // deferred map's device copy, nothing is downloaded.
+// curveFrom: a result whose curve of growth is taken instead of measuring one (ApertureParams::givenCurve).
 void apertureStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                   const DetectionResult& det) {
+                   const DetectionResult& det, const ApertureResult* curveFrom = nullptr) {
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
     ApertureParams apParams = apertureParamsFor(frame, config.aperture);
+    apParams.givenCurve = curveFrom;
     // The curves of growth when too few stars qualify to measure one, and the reference aperture's
     // fraction of the total: the PSF model's; without one, a Moffat of the PSF stage's starting beta at
     // the field FWHM (real stars have wings; a Gaussian, which has none, put 0.3 mag too little light
@@ -736,7 +738,7 @@ PipelineResult provisional(const Frame& frame, const PipelineConfig& config, Run
     {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");
-        apertureStage(frame, config, ctx, p, detected.detection);
+        apertureStage(frame, config, ctx, p, detected.detection, &previous.aperture);
     }
     {
         auto t = ctx.time("provisional copy");

@@ -82,8 +82,9 @@ PsfResult psfModelForSources(const PsfResult& model, const Sources& sources);
 // The workbench's provisional result after a re-detection (ui/pipeline_worker.cpp; bench/bench_rerun.cpp):
 // `detected` holds `config`'s stages up to the detection (completed >= Stage::Psf, e.g. runPipelineUntil
 // to Stage::Psf); `previous` is an earlier complete result on the same frame. Returns the background and
-// detection of `detected` (copied), previous's PSF model on the new sources (psfModelForSources) and its
-// FWHM, and the aperture and calibration stages of `config` measured with them (completed == Done); the
+// detection of `detected` (copied), previous's PSF model on the new sources (psfModelForSources), its
+// FWHM and its curve of growth (aperture corrections; ApertureParams::givenCurve), and the aperture and
+// calibration stages of `config` measured with them (completed == Done); the
 // calibration keeps previous's astrometric solution when it has one (its per-match lists left empty) and
 // matches the new sources through it. Stage timings go to ctx.records ("provisional psf", "aperture",
 // "provisional copy", then calibration).

@@ -56,7 +56,14 @@ TEST(ProvisionalResult, UnchangedThresholdGivesTheFullRunsColumns) {
     EXPECT_EQ(detected.completed, Stage::Psf);
     const PipelineResult prov = provisionalResult(frame, config, ctx, detected, full);
     EXPECT_EQ(prov.completed, Stage::Done);
-    EXPECT_EQ(firstPhotometryDifference(prov, full), "");
+    // The curve of growth is the full run's, without its stars' list (it indexes the earlier sources).
+    EXPECT_EQ(full.aperture.apCorrSource, "stars");
+    EXPECT_FALSE(full.aperture.apCorrStarIndex.empty());
+    EXPECT_TRUE(prov.aperture.apCorrStarIndex.empty());
+    EXPECT_TRUE(prov.aperture.apCorrStarRatio.empty());
+    PipelineResult withStars = prov;
+    withStars.aperture.apCorrStarIndex = full.aperture.apCorrStarIndex;
+    EXPECT_EQ(firstPhotometryDifference(withStars, full), "");
     ASSERT_EQ(prov.psf.fluxPsf.size(), full.detection.sources.size());
     for (std::size_t i = 0; i < prov.psf.fluxPsf.size(); ++i) {
         EXPECT_TRUE(std::isnan(prov.psf.fluxPsf[i])) << i; // not measured in a provisional result
@@ -103,6 +110,28 @@ TEST(ProvisionalResult, NewThresholdEqualsAFreshRunsDetectionAndApertures) {
     expect.fwhm = previous.fwhm;
     expect.fwhmSource = previous.fwhmSource;
     runPipeline(frame, after, fresh, expect, Stage::Aperture);
+    // The provisional curve of growth is previous's (not measured again), and so are the columns read
+    // from it: the S/N-optimal apertures and the instrumental magnitudes made from them.
+    const ApertureResult &pa = prov.aperture, &was = previous.aperture;
+    EXPECT_EQ(pa.cogRadius, was.cogRadius);
+    EXPECT_EQ(pa.cogFraction, was.cogFraction);
+    ASSERT_EQ(pa.apCorrMag.size(), was.apCorrMag.size());
+    for (std::size_t k = 0; k < was.apCorrMag.size(); ++k)
+        EXPECT_NEAR(pa.apCorrMag[k], was.apCorrMag[k], 1e-12) << k;
+    EXPECT_NE(expect.aperture.cogFraction, was.cogFraction) << "the test needs a curve that changes";
+    for (ApertureResult* a : {&expect.aperture}) {
+        a->apCorrMag = pa.apCorrMag;
+        a->apCorrMagErr = pa.apCorrMagErr;
+        a->apCorrRatio = pa.apCorrRatio;
+        a->apCorrStarIndex = pa.apCorrStarIndex;
+        a->cogFraction = pa.cogFraction;
+        a->radiusOpt = pa.radiusOpt;
+        a->fluxOpt = pa.fluxOpt;
+        a->fluxOptErr = pa.fluxOptErr;
+    }
+    expect.magInst = prov.magInst;
+    expect.magInstErr = prov.magInstErr;
+    // Every other column (detection, fixed apertures, sky, Kron, flags) is the fresh run's.
     EXPECT_EQ(firstPhotometryDifference(prov, expect), "");
     EXPECT_EQ(std::memcmp(prov.detection.segmentation.data(), expect.detection.segmentation.data(),
                           expect.detection.segmentation.pixelCount() * sizeof(std::int32_t)),

@@ -821,7 +821,9 @@ public:
 
     // Pass 2: the curve of growth from bright isolated stars (else a model's), and the aperture correction.
     void curveOfGrowth() {
-        if (wantCog) {
+        if (wantCog && p.givenCurve && takeGivenCurve(*p.givenCurve)) {
+            runKron(); // (left to the reference apertures otherwise)
+        } else if (wantCog) {
             res.apCorrRefRadius = refRadius;
             for (double f = p.optimalMinRadius; f < p.apCorrRefRadius - 0.5 * p.cogStep; f += p.cogStep)
                 res.cogRadius.push_back(f * fwhm);
@@ -843,6 +845,27 @@ public:
             res.apCorrMag.assign(nFixed, kNaN);
             res.apCorrMagErr.assign(nFixed, kNaN);
         }
+    }
+
+    // The curve of a result measured before at the same FWHM (ApertureParams::givenCurve): false when it has
+    // none or another grid.
+    bool takeGivenCurve(const ApertureResult& g) {
+        if (g.cogRadius.empty() || g.cogRadius.size() != g.cogFraction.size() || !(g.apCorrRefRadius == refRadius) ||
+            g.apCorrRatio.size() != nFixed || g.apCorrMagErr.size() != nFixed || !(g.refApertureFraction > 0.0))
+            return false;
+        res.apCorrRefRadius = g.apCorrRefRadius;
+        res.cogRadius = g.cogRadius;
+        res.cogFraction = g.cogFraction;
+        res.apCorrStars = g.apCorrStars;
+        res.apCorrSource = g.apCorrSource;
+        if (!p.apertureCorrection) return true;
+        for (std::size_t k = 0; k < nFixed; ++k) {
+            const double ratio = g.apCorrRatio[k] / g.refApertureFraction; // to the reference radius
+            res.apCorrRatio.push_back(ratio);
+            res.apCorrMag.push_back(2.5 * std::log10(ratio));
+            res.apCorrMagErr.push_back(g.apCorrMagErr[k]);
+        }
+        return true;
     }
 
     // Pass 1's last Kron columns when they were left to pass 2 (at most once).

@@ -54,6 +54,8 @@ enum class NeighbourPixels {
              // centre where that pixel is usable, the source's own and touches the aperture; else nothing
 };
 
+struct ApertureResult;
+
 struct ApertureParams {
     // Aperture RADII (SExtractor's PHOT_APERTURES are DIAMETERS: radius = PHOT_APERTURES / 2), in px, or in
     // multiples of the field FWHM when radiiInFwhm.
@@ -125,6 +127,11 @@ struct ApertureParams {
     // empty: a Gaussian of the field FWHM is used instead (which has no wings: too small a correction
     // for Moffat-like stars, ~0.3 mag at 2 px for FWHM 3 px, beta 3).
     std::function<std::vector<double>(const std::vector<double>&)> psfApertureFractions;
+    // A curve of growth measured before at the same FWHM, taken instead of measuring one (not serialised; the
+    // workbench's provisional result takes the previous result's): its grid, fractions and corrections
+    // (brought back from the total by its refApertureFraction); its stars' lists are not taken (they index
+    // the earlier sources). Null: measured here.
+    const ApertureResult* givenCurve = nullptr;
     std::string psfApertureFractionsSource = "psf_model"; // ApertureResult::apCorrSource when it is used
     // Where the PSF varies over the field (not serialised; set by the pipeline from the PSF model): the
     // factors that bring each curve-of-growth star's fractions flux(r) / flux(reference radius) to one
