@@ -538,8 +538,10 @@ TEST(PipelineWorkerBench, DemoFrameEditLatency) {
                 const SnapshotPtr p = provisional.at(beforeProv).at(0).value<SnapshotPtr>();
                 const double ui = takeIn(p);
                 first = ms + ui;
-                std::printf("[ measure  ] %-28s -> provisional %7.1f ms, + UI %5.1f ms (%zu sources;%s ms)\n",
-                            what, ms, ui, p->result.detection.sources.size(), stagesOf(*p).c_str());
+                std::printf(
+                    "[ measure  ] %-28s -> provisional %7.1f ms, + UI %5.1f ms (%zu sources, zp %s;%s ms)\n", what,
+                    ms, ui, p->result.detection.sources.size(), p->result.zeropoint.ok ? "ok" : "none",
+                    stagesOf(*p).c_str());
             }
             QTest::qWait(2);
         }
