@@ -200,6 +200,7 @@ private:
     void buildOrientationActions(QMenu* view);
     void buildPixelTableDock(QMenu* view);
     void buildCfaAction(QMenu* view);
+    void buildColourCompositeAction(QMenu* view, QAction* superPixels);
     const Wcs* viewWcs() const;
     // The plots, PSF and source panels take a complete result once the view has drawn its overlays, and
     // only while their dock is shown (a provisional result changes the overlays and the table only): a

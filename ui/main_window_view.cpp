@@ -1,13 +1,19 @@
 // The main window's DS9 viewing habits (README.md, Workbench): View-menu actions for the crosshair, the
 // magnifier, the pixel-table dock, panning to typed coordinates, the view's flips and quarter turns and
-// the coordinate grid, and the 2x2 super-pixel (debayered) view of raw colour-filter frames.
+// the coordinate grid, and the 2x2 super-pixel (debayered) view of raw colour-filter frames, in luminance or
+// in colour.
 // The image view does the work (viewers/image_view.hpp); this file only wires actions and docks.
+#include <array>
+#include <memory>
+#include <optional>
+
 #include <QAction>
 #include <QDockWidget>
 #include <QMenu>
 #include <QMenuBar>
 #include <QSignalBlocker>
 
+#include "core/pipeline/run_context.hpp"
 #include "core/stages/prepare/bayer.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
@@ -140,6 +146,52 @@ void MainWindow::buildCfaAction(QMenu* view) {
         m_params->setConfig(c);
         m_scheduler->schedule(c);
     });
+    buildColourCompositeAction(view, cfa);
+}
+
+namespace {
+// The red, green and blue planes of a raw colour-filter frame's 2x2 super-pixels (what the Bayer "lum"
+// preparation sums); empty when the frame has no pattern.
+std::array<std::shared_ptr<const Image<float>>, 3> colourPlanes(const Frame& raw, const BayerParams& params) {
+    std::array<std::shared_ptr<const Image<float>>, 3> planes;
+    const std::optional<CfaLayout> layout = cfaLayoutFromHeader(raw.header, params);
+    if (!layout) return planes;
+    RunContext ctx;
+    const CfaOutput outputs[3] = {CfaOutput::Red, CfaOutput::Green, CfaOutput::Blue};
+    for (std::size_t k = 0; k < 3; ++k)
+        planes[k] = std::make_shared<const Image<float>>(
+            cfaSuperPixels(raw.pixels.view(), *layout, outputs[k], false, ctx));
+    return planes;
+}
+} // namespace
+
+// The super-pixels of a raw colour-filter frame in colour: the view draws its red, green and blue planes
+// (each with its own limits) instead of the luminance the run measures; offered while the frame is shown
+// as super-pixels. The planes are made from the file's pixels (no bias, dark or flat) whenever the view
+// takes a new image.
+void MainWindow::buildColourCompositeAction(QMenu* view, QAction* superPixels) {
+    QAction* colour = addToggle(view, tr("Super-pixels in &colour (RGB)"), QStringLiteral("actionCfaColour"),
+                                QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K));
+    colour->setEnabled(false);
+    const auto refresh = [this, colour, superPixels] {
+        const bool offered = superPixels->isEnabled() && superPixels->isChecked();
+        colour->setEnabled(offered);
+        m_view->setColourShown(offered && colour->isChecked());
+        if (!offered || !colour->isChecked() || m_view->hasColourPlanes() || !m_frame) return;
+        const auto shown = m_view->image(); // the super-pixels once the run's prepared frame is shown
+        if (!shown || shown->width() != m_frame->width() / 2 || shown->height() != m_frame->height() / 2) return;
+        try {
+            const auto p = colourPlanes(*m_frame, m_params->config().prepare.bayerParams);
+            m_view->setColourPlanes(p[0], p[1], p[2]);
+        } catch (const std::exception& e) {
+            m_log->append(LogLevel::Warning, tr("colour super-pixels: %1").arg(QString::fromUtf8(e.what())));
+        }
+    };
+    connect(colour, &QAction::toggled, this, refresh);
+    connect(superPixels, &QAction::changed, this, refresh);
+    connect(this, &MainWindow::provisionalShown, this, refresh);
+    connect(this, &MainWindow::snapshotShown, this, refresh);
+    connect(this, &MainWindow::frameShown, this, refresh);
 }
 
 PanDialog* MainWindow::showPanDialog() {

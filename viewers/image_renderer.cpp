@@ -149,6 +149,7 @@ void ImageRenderer::destroy() {
 
 void ImageRenderer::clearImage() {
     clearSegmentation();
+    clearColourPlanes();
     clearLod();
     for (Tile& t : m_tiles)
         if (t.tex) glDeleteTextures(1, &t.tex);
@@ -240,6 +241,44 @@ void ImageRenderer::uploadSegmentation(const ImageViewT<std::int32_t>& seg) {
     glBindTexture(GL_TEXTURE_2D, 0);
     m_hasSeg = true;
     checkGl("ImageRenderer::uploadSegmentation");
+}
+
+void ImageRenderer::clearColourPlanes() {
+    for (Tile& t : m_tiles)
+        if (t.rgb) {
+            glDeleteTextures(1, &t.rgb);
+            t.rgb = 0;
+        }
+    m_hasRgb = false;
+}
+
+void ImageRenderer::uploadColourPlanes(const ImageViewT<float>& red, const ImageViewT<float>& green,
+                                       const ImageViewT<float>& blue) {
+    clearColourPlanes();
+    for (const ImageViewT<float>* c : {&red, &green, &blue})
+        if (c->empty() || c->width != m_width || c->height != m_height) return;
+    std::vector<float> rgb;
+    glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
+    for (Tile& t : m_tiles) {
+        rgb.resize(static_cast<std::size_t>(t.w) * t.h * 3);
+        for (int y = 0; y < t.h; ++y)
+            for (int x = 0; x < t.w; ++x) {
+                float* o = rgb.data() + (static_cast<std::size_t>(y) * t.w + x) * 3;
+                o[0] = red(t.x0 + x, t.y0 + y);
+                o[1] = green(t.x0 + x, t.y0 + y);
+                o[2] = blue(t.x0 + x, t.y0 + y);
+            }
+        glGenTextures(1, &t.rgb);
+        glBindTexture(GL_TEXTURE_2D, t.rgb);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+        glTexImage2D(GL_TEXTURE_2D, 0, GL_RGB32F, t.w, t.h, 0, GL_RGB, GL_FLOAT, rgb.data());
+    }
+    glBindTexture(GL_TEXTURE_2D, 0);
+    m_hasRgb = true;
+    checkGl("ImageRenderer::uploadColourPlanes");
 }
 
 void ImageRenderer::uploadColormap() {
@@ -439,6 +478,13 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
     p.setUniformValue("u_lutSize", m_lutSize);
     const bool seg = m_hasSeg && options.segmentation && !overview;
     p.setUniformValue("u_hasSeg", seg ? 1 : 0);
+    const bool rgb = m_hasRgb && m_display.colour;
+    p.setUniformValue("u_rgb", 4);
+    p.setUniformValue("u_hasRgb", rgb ? 1 : 0);
+    const auto& lo = m_display.colourLo;
+    const auto& hi = m_display.colourHi;
+    p.setUniformValue("u_loRgb", lo[0], lo[1], lo[2]);
+    p.setUniformValue("u_hiRgb", hi[0], hi[1], hi[2]);
     p.setUniformValue("u_segAlpha", m_display.segmentationAlpha);
     const auto& nc = m_display.nanColour;
     p.setUniformValue("u_nanColor", nc[0], nc[1], nc[2], nc[3]);
@@ -450,7 +496,7 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
     const auto vis = view.visibleImageRect();
     // Level of detail: the coarsest level whose pixel is still >= one screen pixel (factor * zoom <= 1).
     const LodTiles* lod = nullptr;
-    if (m_lodEnabled && !seg)
+    if (m_lodEnabled && !seg && !rgb) // (the levels are the image's, not the colour planes')
         for (const LodTiles& l : m_lod)
             if (l.factor * view.zoom <= 1.0) lod = &l;
     if (!overview) m_lastLodFactor = lod ? lod->factor : 1;
@@ -467,6 +513,8 @@ void ImageRenderer::drawImage(const ViewTransform& view, const RenderOptions& op
         glBindTexture(GL_TEXTURE_2D, t.tex);
         glActiveTexture(GL_TEXTURE1);
         glBindTexture(GL_TEXTURE_2D, seg && t.seg ? t.seg : m_dummySeg);
+        glActiveTexture(GL_TEXTURE4);
+        glBindTexture(GL_TEXTURE_2D, rgb ? t.rgb : 0);
         p.setUniformValue("u_tile", static_cast<float>(x0), static_cast<float>(y0), static_cast<float>(w),
                           static_cast<float>(h));
         glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);

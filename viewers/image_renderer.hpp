@@ -39,6 +39,10 @@ struct DisplaySettings {
     float segmentationAlpha = 0.35f;
     std::array<float, 4> nanColour{0.15f, 0.0f, 0.2f, 1.0f};
     std::array<float, 4> background{0.08f, 0.08f, 0.1f, 1.0f};
+    // Colour composite (uploadColourPlanes): drawn instead of the image when set, each plane stretched with
+    // its own limits (the stretch's lo and hi are the image's), no colormap.
+    bool colour = false;
+    std::array<float, 3> colourLo{0, 0, 0}, colourHi{1, 1, 1};
 };
 
 // Level of detail (device px): below kPointLodPx a marker's typical semi-axis on screen draws as a dot of
@@ -101,6 +105,11 @@ public:
     void clearImage();
     void uploadSegmentation(const ImageViewT<std::int32_t>& seg); // same size as the image, else ignored
     void clearSegmentation();
+    // Red, green and blue planes of the image's size (else ignored), drawn when DisplaySettings::colour is set.
+    void uploadColourPlanes(const ImageViewT<float>& red, const ImageViewT<float>& green,
+                            const ImageViewT<float>& blue);
+    void clearColourPlanes();
+    bool hasColourPlanes() const { return m_hasRgb; }
     // Level of detail (viewers/image_lod.hpp): a reduced copy of the uploaded image, `factor` full-resolution
     // pixels per level pixel, tiled like the image. render() draws the coarsest level with factor <= 1 /
     // zoom (a level pixel no smaller than a screen pixel) instead of the full-resolution tiles, except
@@ -139,7 +148,7 @@ public:
 private:
     struct Tile {
         int x0, y0, w, h;
-        unsigned tex = 0, seg = 0;
+        unsigned tex = 0, seg = 0, rgb = 0;
     };
     struct InstanceBuffer {
         unsigned vao = 0, vbo = 0;
@@ -181,7 +190,7 @@ private:
     std::vector<LodTiles> m_lod; // by increasing factor
     bool m_lodEnabled = true;
     int m_lastLodFactor = 1;
-    bool m_hasSeg = false;
+    bool m_hasSeg = false, m_hasRgb = false;
     std::unique_ptr<QOpenGLShaderProgram> m_imageProg, m_ellipseProg, m_segmentProg;
     unsigned m_quadVao = 0, m_quadVbo = 0;
     unsigned m_lutTex = 0, m_cmapTex = 0, m_dummySeg = 0;

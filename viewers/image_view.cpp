@@ -51,6 +51,9 @@ void ImageView::setLodMinPixels(std::int64_t pixels) {
 
 void ImageView::setImage(std::shared_ptr<const Image<float>> image) {
     m_image = std::move(image);
+    m_colour = {};
+    m_colourSample = {};
+    m_colourDirty = true;
     m_sample = m_image ? samplePixels(m_image->view()) : std::vector<float>{};
     m_imageDirty = true;
     m_lod.clear();
@@ -84,6 +87,25 @@ void ImageView::setImage(std::shared_ptr<const Image<float>> image) {
     update();
 }
 
+void ImageView::setColourPlanes(std::shared_ptr<const Image<float>> red, std::shared_ptr<const Image<float>> green,
+                                std::shared_ptr<const Image<float>> blue) {
+    m_colour = {std::move(red), std::move(green), std::move(blue)};
+    bool ok = m_image != nullptr;
+    for (const auto& c : m_colour)
+        ok = ok && c && c->width() == m_image->width() && c->height() == m_image->height();
+    if (!ok) m_colour = {};
+    for (std::size_t k = 0; k < 3; ++k)
+        m_colourSample[k] = m_colour[k] ? samplePixels(m_colour[k]->view()) : std::vector<float>{};
+    m_colourDirty = true;
+    recomputeLimits();
+}
+
+void ImageView::setColourShown(bool shown) {
+    m_colourShown = shown;
+    update();
+    emit displayChanged();
+}
+
 void ImageView::recomputeLimits() {
     if (m_limitMode != LimitMode::Manual) {
         LimitRequest req;
@@ -91,6 +113,10 @@ void ImageView::recomputeLimits() {
         req.lowPercent = m_lowPercent;
         req.highPercent = m_highPercent;
         std::tie(m_lo, m_hi) = computeLimits(m_sample, req);
+        for (std::size_t k = 0; k < 3; ++k)
+            m_colourLimits[k] = m_colour[k] ? computeLimits(m_colourSample[k], req) : std::pair{m_lo, m_hi};
+    } else {
+        m_colourLimits.fill({m_lo, m_hi});
     }
     m_lutDirty = true;
     update();
@@ -483,6 +509,7 @@ void ImageView::syncRenderer() {
             r.clearImage();
         m_imageDirty = false;
         m_segDirty = true;
+        m_colourDirty = true; // uploadImage dropped the tiles' planes
         m_lodDirty = !m_lod.empty(); // uploadImage dropped the levels
     }
     if (m_lodDirty) {
@@ -490,6 +517,14 @@ void ImageView::syncRenderer() {
         for (const LodLevel& l : m_lod)
             r.uploadLodLevel(l.factor, l.image->view());
         m_lodDirty = false;
+    }
+    const bool colourWanted = m_colourShown && m_colour[0];
+    if (m_colourDirty && (colourWanted || !m_colour[0])) { // (as the map below: uploaded when shown)
+        if (m_colour[0] && m_image)
+            r.uploadColourPlanes(m_colour[0]->view(), m_colour[1]->view(), m_colour[2]->view());
+        else
+            r.clearColourPlanes();
+        m_colourDirty = false;
     }
     // A map comes with every result (16 MB at 2048²): uploaded when the layer is shown, not while hidden.
     const bool segShown = m_visible[static_cast<std::size_t>(Layer::Segmentation)];
@@ -511,6 +546,11 @@ void ImageView::syncRenderer() {
     d.stretch.asinhSoftening = m_asinhSoftening;
     d.stretch.logExponent = m_logExponent;
     d.colormap = m_colormap;
+    d.colour = colourWanted;
+    for (std::size_t k = 0; k < 3; ++k) {
+        d.colourLo[k] = static_cast<float>(m_colourLimits[k].first);
+        d.colourHi[k] = static_cast<float>(m_colourLimits[k].second);
+    }
     r.setDisplay(d);
     const std::vector<EllipseInstance>* ell[5] = {&m_sourceInst, &m_apertureInst, &m_referenceInst,
                                                   &m_seriesInst, &m_selectedInst};

@@ -51,6 +51,15 @@ public:
     void setLodMinPixels(std::int64_t pixels);
     int lodLevels() const { return static_cast<int>(m_lod.size()); } // levels built for the current image
     std::shared_ptr<const Image<float>> image() const { return m_image; }
+    // A colour composite of the image (the red, green and blue planes of a colour-filter frame's 2x2
+    // super-pixels, of the image's size; null: none). Drawn instead of the image while shown, each plane
+    // stretched with its own limits from the limit mode (manual limits apply to all three); setImage drops it.
+    void setColourPlanes(std::shared_ptr<const Image<float>> red, std::shared_ptr<const Image<float>> green,
+                         std::shared_ptr<const Image<float>> blue);
+    bool hasColourPlanes() const { return static_cast<bool>(m_colour[0]); }
+    void setColourShown(bool shown);
+    bool colourShown() const { return m_colourShown; }
+    std::array<std::pair<double, double>, 3> colourLimits() const { return m_colourLimits; }
 
     void setStretch(Stretch stretch);
     Stretch stretch() const { return m_stretch; }
@@ -164,6 +173,10 @@ private:
     std::unique_ptr<ImageRenderer> m_renderer;
     std::shared_ptr<const Image<float>> m_image;
     std::shared_ptr<const Image<std::int32_t>> m_seg;
+    std::array<std::shared_ptr<const Image<float>>, 3> m_colour; // red, green, blue planes (or none)
+    std::array<std::vector<float>, 3> m_colourSample;
+    std::array<std::pair<double, double>, 3> m_colourLimits{};
+    bool m_colourShown = false, m_colourDirty = false;
     std::vector<Marker> m_markers;
     std::vector<float> m_sample; // deterministic pixel sample for limits and the histogram-equalisation LUT
     std::vector<LodLevel> m_lod; // reduced levels of m_image (empty until built)

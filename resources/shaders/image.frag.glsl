@@ -15,9 +15,13 @@ uniform int u_lutSize;
 uniform int u_hasSeg;
 uniform float u_segAlpha;
 uniform vec4 u_nanColor;
+uniform sampler2D u_rgb;    // RGB32F colour planes of the tile (a colour composite), unit 4
+uniform int u_hasRgb;       // 1: the pixels are u_rgb's, each plane with its own limits, no colormap
+uniform vec3 u_loRgb;
+uniform vec3 u_hiRgb;
 
-float stretchValue(float v) {
-    float t = clamp((v - u_lo) / (u_hi - u_lo), 0.0, 1.0);
+float stretchValue(float v, float lo, float hi) {
+    float t = clamp((v - lo) / (hi - lo), 0.0, 1.0);
     if (u_stretch == 1) return log(1.0 + u_logA * t) / log(1.0 + u_logA);
     if (u_stretch == 2) return sqrt(t);
     if (u_stretch == 3) return asinh(t / u_asinhS) / asinh(1.0 / u_asinhS);
@@ -43,10 +47,17 @@ void main() {
     ivec2 p = clamp(ivec2(floor(v_pix)), ivec2(0), size - 1);
     float v = texelFetch(u_image, p, 0).r;
     vec4 c;
-    if (isnan(v) || isinf(v)) {
+    if (u_hasRgb != 0) {
+        vec3 w = texelFetch(u_rgb, p, 0).rgb;
+        if (any(isnan(w)) || any(isinf(w)))
+            c = u_nanColor;
+        else
+            c = vec4(stretchValue(w.r, u_loRgb.r, u_hiRgb.r), stretchValue(w.g, u_loRgb.g, u_hiRgb.g),
+                     stretchValue(w.b, u_loRgb.b, u_hiRgb.b), 1.0);
+    } else if (isnan(v) || isinf(v)) {
         c = u_nanColor;
     } else {
-        float t = stretchValue(v);
+        float t = stretchValue(v, u_lo, u_hi);
         int idx = int(clamp(t, 0.0, 1.0) * 255.0 + 0.5);
         c = texelFetch(u_cmap, ivec2(idx, 0), 0);
     }

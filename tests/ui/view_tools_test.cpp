@@ -18,6 +18,7 @@
 #include <QTest>
 
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include "core/model/header.hpp"
@@ -467,12 +468,56 @@ TEST(ViewTools, ColourFilterFrameShownAsSuperPixels) {
     EXPECT_EQ(binned->config.prepare.bayer, "lum");
     EXPECT_EQ(binned->frame->height(), 350);
     EXPECT_GT(binned->result.detection.sources.size(), 0u);
+    // In colour: the view draws the super-pixels' red, green and blue planes; the run still measures the
+    // luminance. The file's red phase is its faintest (the camera's white balance), so red's limits are
+    // below green's.
+    auto* colour = w.findChild<QAction*>(QStringLiteral("actionCfaColour"));
+    ASSERT_NE(colour, nullptr);
+    EXPECT_TRUE(colour->isEnabled());
+    EXPECT_FALSE(w.imageView()->hasColourPlanes());
+    colour->trigger();
+    EXPECT_TRUE(w.imageView()->colourShown());
+    ASSERT_TRUE(w.imageView()->hasColourPlanes());
+    const auto lim = w.imageView()->colourLimits();
+    EXPECT_LT(lim[0].second, lim[1].second) << "red above green";
+    const QImage shot = w.imageView()->grabFramebuffer();
+    int tinted = 0, n = 0;
+    for (int y = 10; y < shot.height() - 10; y += 17)
+        for (int x = 10; x < shot.width() - 10; x += 17) {
+            const QRgb c = shot.pixel(x, y);
+            ++n;
+            tinted += std::abs(qRed(c) - qGreen(c)) > 6 || std::abs(qGreen(c) - qBlue(c)) > 6;
+        }
+    EXPECT_GT(tinted, n / 10) << "no colour on screen";
+    colour->trigger();
+    EXPECT_FALSE(w.imageView()->colourShown());
+    colour->trigger(); // on again for the way back: not offered for the raw frame
     cfa->trigger();
     ASSERT_TRUE(next(700)) << "back to the raw frame";
+    EXPECT_FALSE(colour->isEnabled());
+    EXPECT_FALSE(w.imageView()->colourShown());
     // A frame without a colour-filter pattern: not offered.
     const QString plain = QStringLiteral(GPUPHOT_TEST_DATA "/real/decam_ls9_N6_cutout.fits");
     QSignalSpy frames(&w, &gpuphot::ui::MainWindow::frameShown);
     ASSERT_TRUE(w.openFrame(plain));
     ASSERT_TRUE(frames.count() > 0 || frames.wait(30000));
     EXPECT_FALSE(cfa->isEnabled());
+}
+
+// Every shortcut of the window's actions is its own: two actions on one key make Qt run neither.
+TEST(ViewTools, NoTwoActionsShareAShortcut) {
+    gpuphot::test::uiTestApp();
+    gpuphot::ui::MainWindow w;
+    std::map<QString, QString> owner;
+    int shortcuts = 0;
+    for (QAction* a : w.findChildren<QAction*>())
+        for (const QKeySequence& k : a->shortcuts()) {
+            if (k.isEmpty()) continue;
+            ++shortcuts;
+            const QString key = k.toString();
+            const auto [it, fresh] = owner.emplace(key, a->text());
+            EXPECT_TRUE(fresh) << key.toStdString() << ": " << it->second.toStdString() << " and "
+                               << a->text().toStdString();
+        }
+    EXPECT_GT(shortcuts, 15);
 }

@@ -441,6 +441,52 @@ TEST(ViewerImageView, OneLargeEllipseDoesNotGiveEveryOutlineItsVertices) {
     EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
 }
 
+// A colour composite: three planes, each stretched with its own limits, drawn instead of the image while
+// shown; hidden again, the image with its colormap; a new image drops the planes.
+TEST(ViewerImageView, ColourPlanesDrawAColourComposite) {
+    ensureApp();
+    ImageView view;
+    view.setOverviewVisible(false);
+    auto img = std::make_shared<Image<float>>(64, 64, 0.0f);
+    auto red = std::make_shared<Image<float>>(64, 64, 0.0f);
+    auto green = std::make_shared<Image<float>>(64, 64, 0.0f);
+    auto blue = std::make_shared<Image<float>>(64, 64, 0.0f);
+    for (int y = 0; y < 64; ++y)
+        for (int x = 0; x < 64; ++x) {
+            (*img)(x, y) = static_cast<float>(x + y);
+            (*red)(x, y) = static_cast<float>(x);          // red grows to the right
+            (*green)(x, y) = 1000.0f + static_cast<float>(y); // green grows upwards, at another level
+            (*blue)(x, y) = 5.0f;                              // flat blue: its limits widen, mid-grey
+        }
+    view.setImage(img);
+    view.setLimitMode(LimitMode::MinMax);
+    const std::string why = showAndCheckGl(view, 64, 64);
+    if (!why.empty()) GTEST_SKIP() << why;
+    view.setColourPlanes(red, green, blue);
+    ASSERT_TRUE(view.hasColourPlanes());
+    const QImage grey = grab(view);
+    view.setColourShown(true);
+    const QImage colour = grab(view);
+    const QPointF left = view.imageToWidget({4, 32}), right = view.imageToWidget({59, 32});
+    const QPointF low = view.imageToWidget({32, 4}), high = view.imageToWidget({32, 59});
+    EXPECT_GT(qRed(at(colour, right)), qRed(at(colour, left)) + 150) << "red follows x";
+    EXPECT_NEAR(qGreen(at(colour, right)), qGreen(at(colour, left)), 8);
+    EXPECT_GT(qGreen(at(colour, high)), qGreen(at(colour, low)) + 150) << "green follows y, own limits";
+    EXPECT_NEAR(qRed(at(colour, high)), qRed(at(colour, low)), 8);
+    const auto lim = view.colourLimits();
+    EXPECT_NEAR(lim[1].first, 1000.0, 1.0);
+    EXPECT_NEAR(lim[0].second, 63.0, 1.0);
+    // Hidden: the image's grey again.
+    view.setColourShown(false);
+    const QImage back = grab(view);
+    EXPECT_EQ(back.pixel(10, 10), grey.pixel(10, 10));
+    EXPECT_EQ(qRed(at(back, right)), qGreen(at(back, right)));
+    // A new image drops the planes: nothing to show in colour.
+    view.setImage(img);
+    EXPECT_FALSE(view.hasColourPlanes());
+    EXPECT_TRUE(view.renderer()->takeGlErrors().empty());
+}
+
 // ---- level of detail --------------------------------------------------------------------------------
 
 // Block means against a direct sum: finite pixels only, partial blocks at the right and bottom edges, NaN
