@@ -142,6 +142,7 @@ std::vector<ParamDef> aperture() {
         params::internalField(&P::psfApertureFractions, "psfApertureFractions"),
         params::internalField(&P::psfApertureFractionsSource, "psfApertureFractionsSource"),
         params::internalField(&P::cogStarScale, "cogStarScale"),
+        params::internalField(&P::givenCurve, "givenCurve"),
     };
     return v;
 }
