@@ -96,23 +96,15 @@ void ImageRenderer::initialize() {
     glVertexAttribPointer(0, 2, GL_FLOAT, GL_FALSE, 2 * sizeof(float), nullptr);
     glBindVertexArray(0);
 
-    auto makeTex = [this](unsigned& tex) {
-        glGenTextures(1, &tex);
-        glBindTexture(GL_TEXTURE_2D, tex);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
-    };
-    makeTex(m_dummySeg);
+    makeNearestTexture(m_dummySeg);
     const std::int32_t zero = 0;
     glTexImage2D(GL_TEXTURE_2D, 0, GL_R32I, 1, 1, 0, GL_RED_INTEGER, GL_INT, &zero);
-    makeTex(m_lutTex);
+    makeNearestTexture(m_lutTex);
     const float ident[2] = {0.f, 1.f};
     glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
     glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, 2, 1, 0, GL_RED, GL_FLOAT, ident);
     m_lutSize = 2;
-    makeTex(m_cmapTex);
+    makeNearestTexture(m_cmapTex);
     glBindTexture(GL_TEXTURE_2D, 0);
     m_initialized = true;
     uploadColormap();
@@ -198,12 +190,7 @@ void ImageRenderer::uploadTiles(const ImageViewT<float>& image, std::vector<Tile
     for (int y0 = 0; y0 < height; y0 += tile) {
         for (int x0 = 0; x0 < width; x0 += tile) {
             Tile t{x0, y0, std::min(tile, width - x0), std::min(tile, height - y0)};
-            glGenTextures(1, &t.tex);
-            glBindTexture(GL_TEXTURE_2D, t.tex);
-            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
-            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
-            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
-            glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+            makeNearestTexture(t.tex);
             glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, t.w, t.h, 0, GL_RED, GL_FLOAT, &image(x0, y0));
             if (&tiles == &m_tiles) ++m_pixelUploads; // full-resolution tiles (levels are counted apart)
             tiles.push_back(t);
@@ -213,12 +200,26 @@ void ImageRenderer::uploadTiles(const ImageViewT<float>& image, std::vector<Tile
     glBindTexture(GL_TEXTURE_2D, 0);
 }
 
-void ImageRenderer::clearSegmentation() {
+// A new texture bound to GL_TEXTURE_2D: nearest sampling (pixels, not interpolated), clamped at the edges.
+void ImageRenderer::makeNearestTexture(unsigned& tex) {
+    glGenTextures(1, &tex);
+    glBindTexture(GL_TEXTURE_2D, tex);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
+    glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+}
+
+void ImageRenderer::deleteTileTextures(unsigned Tile::*which) {
     for (Tile& t : m_tiles)
-        if (t.seg) {
-            glDeleteTextures(1, &t.seg);
-            t.seg = 0;
+        if (t.*which) {
+            glDeleteTextures(1, &(t.*which));
+            t.*which = 0;
         }
+}
+
+void ImageRenderer::clearSegmentation() {
+    deleteTileTextures(&Tile::seg);
     m_hasSeg = false;
 }
 
@@ -228,12 +229,7 @@ void ImageRenderer::uploadSegmentation(const ImageViewT<std::int32_t>& seg) {
     glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
     glPixelStorei(GL_UNPACK_ROW_LENGTH, static_cast<GLint>(seg.stride));
     for (Tile& t : m_tiles) {
-        glGenTextures(1, &t.seg);
-        glBindTexture(GL_TEXTURE_2D, t.seg);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+        makeNearestTexture(t.seg);
         glTexImage2D(GL_TEXTURE_2D, 0, GL_R32I, t.w, t.h, 0, GL_RED_INTEGER, GL_INT, &seg(t.x0, t.y0));
         ++m_segUploads;
     }
@@ -244,11 +240,7 @@ void ImageRenderer::uploadSegmentation(const ImageViewT<std::int32_t>& seg) {
 }
 
 void ImageRenderer::clearColourPlanes() {
-    for (Tile& t : m_tiles)
-        if (t.rgb) {
-            glDeleteTextures(1, &t.rgb);
-            t.rgb = 0;
-        }
+    deleteTileTextures(&Tile::rgb);
     m_hasRgb = false;
 }
 
@@ -268,12 +260,7 @@ void ImageRenderer::uploadColourPlanes(const ImageViewT<float>& red, const Image
                 o[1] = green(t.x0 + x, t.y0 + y);
                 o[2] = blue(t.x0 + x, t.y0 + y);
             }
-        glGenTextures(1, &t.rgb);
-        glBindTexture(GL_TEXTURE_2D, t.rgb);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
-        glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_T, GL_CLAMP_TO_EDGE);
+        makeNearestTexture(t.rgb);
         glTexImage2D(GL_TEXTURE_2D, 0, GL_RGB32F, t.w, t.h, 0, GL_RGB, GL_FLOAT, rgb.data());
     }
     glBindTexture(GL_TEXTURE_2D, 0);

@@ -167,6 +167,8 @@ private:
         std::vector<Tile> tiles;               // in level pixels
     };
     void uploadTiles(const ImageViewT<float>& image, std::vector<Tile>& tiles);
+    void makeNearestTexture(unsigned& tex);
+    void deleteTileTextures(unsigned Tile::*which); // of m_tiles
     void checkGl(const char* where);
     void drawImage(const ViewTransform& view, const RenderOptions& options, bool overview);
     // Returns {instances drawn, vertices per instance, draw calls}.

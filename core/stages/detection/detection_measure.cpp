@@ -116,7 +116,7 @@ IsoMeasure finishIsophotal(const IsoSums& q, int width, int height, bool sextrac
 
 namespace {
 
-// Row access of the host images for windowedPosition.
+// Row access of the host images for windowedPositionRows: a span of the row copied into its buffers.
 struct HostWindowRow {
     const float* vrow;
     const float* rrow; // null: the sampler
@@ -124,10 +124,6 @@ struct HostWindowRow {
     const std::int32_t* grow;
     const BackgroundSampler* sampler;
     int y;
-    float sub(int x) const { return vrow[x]; }
-    float rms(int x) const { return rrow ? rrow[x] : sampler->rmsAt(x, y); }
-    std::uint8_t state(int x) const { return srow[x]; }
-    std::int32_t seg(int x) const { return grow[x]; }
     void span(int x0, int n, float* sub, float* rms, std::uint8_t* state, std::int32_t* seg) const {
         const auto un = static_cast<std::size_t>(n);
         std::memcpy(sub, vrow + x0, un * sizeof(float));

@@ -178,7 +178,8 @@ struct WindowWeight {
     GPUPHOT_HD double operator()(double r2, int) const { return windowExp(-r2 * inv2s2); }
 };
 // Pixel (xx, yy) of row `row`: false when it does not count (outside the circle, bad, a neighbour's).
-// weight(r2, xx) is the window's weight there: WindowWeight, or the same values computed ahead for a row.
+// weight(r2, xx) is the window's weight there (WindowWeight). The host computes a row's terms with
+// windowTermsRow (detection_window_rows.hpp), the same operations.
 template <class Row, class Weight>
 GPUPHOT_HD bool windowTerms(const WindowState& s, const WindowConfig& p, std::int32_t segId, const Row& row,
                             int xx, int yy, const Weight& weight, WindowSums& t) {
