@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "core/catalog/reference_catalog.hpp"
@@ -136,20 +137,23 @@ TEST(CalibrationCut, RefinementIsTheSameOnTheCutCatalogAndForAnyThreadCount) {
     }
 }
 
-TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
-    // 200 detections against 50000 stars: the grid prefilter is active (stars >> detections).
-    std::mt19937_64 rng(3);
+namespace {
+
+// nDet detections against nStars stars over 2000 x 2000 px: two of every three near a star (so that stars
+// are claimed twice), the rest anywhere. matchInPixels must give the brute-force one-to-one matches.
+void expectPixelMatchingEqualsBruteForce(int nStars, int nDet, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 2000.0), j(-2.5, 2.5);
     astrom::Detections det;
     std::vector<double> rx, ry;
     std::vector<std::int32_t> ids;
-    for (int i = 0; i < 50000; ++i) {
+    for (int i = 0; i < nStars; ++i) {
         rx.push_back(u(rng));
         ry.push_back(u(rng));
         ids.push_back(1000 + i);
     }
-    for (int i = 0; i < 200; ++i) {
-        const int k = (i * 241) % 50000;
+    for (int i = 0; i < nDet; ++i) {
+        const int k = static_cast<int>((static_cast<long long>(i) * 241) % nStars);
         det.x.push_back(i % 3 ? rx[k] + j(rng) : u(rng));
         det.y.push_back(i % 3 ? ry[k] + j(rng) : u(rng));
         det.flux.push_back(1.0);
@@ -160,6 +164,7 @@ TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
         astrom::matchInPixels(det, det.size(), rx, ry, ids, rx.size(), radius, 2);
     // Brute force: nearest star per detection within the radius; a star claimed twice goes to the closest.
     std::vector<astrom::Match> cand;
+    std::map<int, std::vector<std::size_t>> claims; // star -> its candidates
     for (std::size_t i = 0; i < det.size(); ++i) {
         double best = INFINITY;
         int bj = -1;
@@ -170,20 +175,34 @@ TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
                 bj = static_cast<int>(k);
             }
         }
-        if (best <= radius) cand.push_back({static_cast<std::int32_t>(i), bj, best});
+        if (best > radius) continue;
+        claims[bj].push_back(cand.size());
+        cand.push_back({static_cast<std::int32_t>(i), bj, best});
     }
     std::vector<astrom::Match> expect;
+    std::size_t contested = 0;
     for (const auto& c : cand) {
         bool win = true;
-        for (const auto& o : cand)
-            if (o.ref == c.ref && (o.dist < c.dist || (o.dist == c.dist && o.det < c.det))) win = false;
+        for (std::size_t o : claims[c.ref])
+            if (cand[o].dist < c.dist || (cand[o].dist == c.dist && cand[o].det < c.det)) win = false;
+        contested += claims[c.ref].size() > 1;
         if (win) expect.push_back({c.det, ids[c.ref], c.dist});
     }
     ASSERT_EQ(m.size(), expect.size());
-    EXPECT_GT(m.size(), 100u);
+    EXPECT_GT(m.size(), static_cast<std::size_t>(nDet) / 2);
+    if (nDet > 1000) EXPECT_GT(contested, 10u);
     for (std::size_t k = 0; k < m.size(); ++k) {
         EXPECT_EQ(m[k].det, expect[k].det);
         EXPECT_EQ(m[k].ref, expect[k].ref);
         EXPECT_NEAR(m[k].dist, expect[k].dist, 1e-12);
     }
+}
+
+} // namespace
+
+TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
+    // 200 detections against 50000 stars: the grid prefilter is active (stars >> detections).
+    expectPixelMatchingEqualsBruteForce(50000, 200, 3);
+    // 6000 detections against 8000 stars: many stars claimed twice, the candidates radix-sorted.
+    expectPixelMatchingEqualsBruteForce(8000, 6000, 4);
 }

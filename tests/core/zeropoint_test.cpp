@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/stages/zeropoint/zeropoint.hpp"
 #include "core/util/errors.hpp"
+#include "core/wcs/tan_sip.hpp"
 #include "tests/core/test_fields.hpp"
 
 using namespace gpuphot;
@@ -234,6 +236,73 @@ TEST(ZeroPoint, IsolationInTheReferenceCatalog) {
     EXPECT_TRUE(has(fineRow));
     p.isolationArcsec = 4.0; // now the 3.4" neighbours along RA count too: nearly everything is crowded
     EXPECT_LT(fit(s, p).nCandidates, all.nCandidates / 2);
+}
+
+// Enough calibrators for the parallel grid search, scattered over a square degree with as many unmatched
+// reference stars among them: the kept candidates are exactly those a brute-force pair test in the same
+// tangent plane (at the first calibrator) keeps, on 1 and 4 threads.
+TEST(ZeroPoint, IsolationOfManyCalibratorsMatchesABruteForceTest) {
+    constexpr int kCal = 30000;
+    Synthetic s = makeSynthetic(kCal, 25.0, 0.0, 0.0, 21);
+    std::mt19937_64 rng(22);
+    std::uniform_real_distribution<double> ura(149.5, 150.5), udec(19.5, 20.5), umag(12.0, 21.0);
+    for (int i = 0; i < kCal; ++i) {
+        s.ref.ra[i] = ura(rng);
+        s.ref.dec[i] = udec(rng);
+    }
+    for (int i = 0; i < kCal; ++i) { // unmatched stars
+        s.ref.ra.push_back(ura(rng));
+        s.ref.dec.push_back(udec(rng));
+        s.ref.mag.push_back(umag(rng));
+        s.ref.magErr.push_back(0.01);
+        s.ref.color.push_back(0.5);
+        s.ref.pmRa.push_back(std::nan(""));
+        s.ref.pmDec.push_back(std::nan(""));
+        s.ref.id.push_back(kCal + i + 1);
+    }
+    ZeroPointParams p;
+    p.isolationArcsec = 6.0;
+    p.minSnr = 0.0; // every source a candidate: the first calibrator is row 0
+    p.bootstrap = 0;
+    // Brute force over cells of 0.01 deg: every pair closer than the radius in the tangent plane at row 0.
+    const std::size_t nRef = s.ref.size();
+    std::vector<double> xi(nRef), eta(nRef);
+    for (std::size_t k = 0; k < nRef; ++k) {
+        ASSERT_TRUE(tanProject(s.ref.ra[0], s.ref.dec[0], s.ref.ra[k], s.ref.dec[k], xi[k], eta[k]));
+        xi[k] *= 3600.0;
+        eta[k] *= 3600.0;
+    }
+    std::map<std::pair<int, int>, std::vector<int>> cells;
+    auto cellOf = [](double x, double y) {
+        return std::pair<int, int>{static_cast<int>(std::floor(x / 36.0)),
+                                   static_cast<int>(std::floor(y / 36.0))};
+    };
+    for (std::size_t k = 0; k < nRef; ++k)
+        cells[cellOf(xi[k], eta[k])].push_back(static_cast<int>(k));
+    const double r2 = p.isolationArcsec * p.isolationArcsec;
+    std::vector<int> expectKept;
+    for (int i = 0; i < kCal; ++i) {
+        const auto [cx, cy] = cellOf(xi[i], eta[i]);
+        bool crowded = false;
+        for (int dx = -1; dx <= 1; ++dx)
+            for (int dy = -1; dy <= 1; ++dy)
+                for (int k : cells[{cx + dx, cy + dy}]) {
+                    const double ddx = xi[i] - xi[k], ddy = eta[i] - eta[k];
+                    crowded |= k != i && s.ref.mag[k] < s.ref.mag[i] + p.isolationDeltaMag &&
+                               ddx * ddx + ddy * ddy < r2;
+                }
+        if (!crowded) expectKept.push_back(i);
+    }
+    ASSERT_GT(expectKept.size(), kCal * 0.6);
+    ASSERT_LT(expectKept.size(), kCal * 0.9);
+    for (int threads : {1, 4}) {
+        RunContext ctx;
+        ctx.threads = threads;
+        const ZeroPointResult r = fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx);
+        ASSERT_TRUE(r.ok) << r.message;
+        const std::vector<int> kept(r.sourceIndex.begin(), r.sourceIndex.end());
+        EXPECT_EQ(kept, expectKept) << threads << " threads";
+    }
 }
 
 TEST(ZeroPoint, RansacIsReproducibleBySeed) {

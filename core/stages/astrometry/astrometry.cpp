@@ -29,67 +29,29 @@ astrom::Detections prepareDetections(const std::vector<double>& x, const std::ve
     if (!std::isfinite(minPositive)) minPositive = 1.0;
     for (std::size_t i = 0; i < x.size(); ++i)
         if (std::isfinite(x[i]) && std::isfinite(y[i])) order.push_back(static_cast<std::int32_t>(i));
-    auto fluxOf = [&](std::int32_t i) {
-        return std::isfinite(flux[i]) && flux[i] > 0.0 ? flux[i] : 0.5 * minPositive;
-    };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t a, std::int32_t b) { return fluxOf(a) > fluxOf(b); });
+    // Brightest first, ties in source order: (-flux, source) pairs sorted, a stable sort by flux.
+    std::vector<std::pair<double, std::int32_t>> byFlux(order.size());
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        const std::int32_t i = order[k];
+        byFlux[k] = {-(std::isfinite(flux[i]) && flux[i] > 0.0 ? flux[i] : 0.5 * minPositive), i};
+    }
+    astrom::sortByKey(byFlux);
     astrom::Detections d;
     d.width = width;
     d.height = height;
-    for (std::int32_t i : order) {
-        d.x.push_back(x[i]);
-        d.y.push_back(y[i]);
-        d.flux.push_back(fluxOf(i));
-        d.index.push_back(i);
+    const std::size_t n = byFlux.size();
+    d.x.resize(n);
+    d.y.resize(n);
+    d.flux.resize(n);
+    d.index.resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::int32_t i = byFlux[k].second;
+        d.x[k] = x[i];
+        d.y[k] = y[i];
+        d.flux[k] = -byFlux[k].first;
+        d.index[k] = i;
     }
     return d;
-}
-
-// Sorts (magnitude, row) pairs given in ascending row order into (magnitude, row) order: exactly what
-// std::sort of the pairs gives (magnitudes are finite; -0 and +0 compare equal), by a stable LSD radix sort
-// on the magnitude's bits (6 passes of 11 bits; passes where every key has the same digit are skipped),
-// several times faster than a comparison sort on a million rows.
-void sortByMagnitude(std::vector<std::pair<double, std::int32_t>>& v) {
-    const std::size_t n = v.size();
-    if (n < 4096) {
-        std::sort(v.begin(), v.end());
-        return;
-    }
-    std::vector<std::uint64_t> key(n), key2(n);
-    std::vector<std::int32_t> row(n), row2(n);
-    for (std::size_t i = 0; i < n; ++i) {
-        const double m = v[i].first + 0.0; // -0 -> +0
-        auto b = std::bit_cast<std::uint64_t>(m);
-        key[i] = (b >> 63) ? ~b : (b | (std::uint64_t{1} << 63)); // order-preserving map to unsigned
-        row[i] = v[i].second;
-    }
-    constexpr int kBits = 11;
-    constexpr std::size_t kBuckets = std::size_t{1} << kBits;
-    std::vector<std::size_t> count(kBuckets);
-    for (int shift = 0; shift < 64; shift += kBits) {
-        std::fill(count.begin(), count.end(), 0);
-        for (std::size_t i = 0; i < n; ++i)
-            ++count[(key[i] >> shift) & (kBuckets - 1)];
-        if (count[(key[0] >> shift) & (kBuckets - 1)] == n) continue; // one digit: the order stands
-        std::size_t sum = 0;
-        for (std::size_t& c : count) {
-            const std::size_t t = c;
-            c = sum;
-            sum += t;
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-            const std::size_t at = count[(key[i] >> shift) & (kBuckets - 1)]++;
-            key2[at] = key[i];
-            row2[at] = row[i];
-        }
-        key.swap(key2);
-        row.swap(row2);
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-        v[i].second = row[i];
-        v[i].first = std::bit_cast<double>((key[i] >> 63) ? (key[i] & ~(std::uint64_t{1} << 63)) : ~key[i]);
-    }
 }
 
 // The usable reference stars (finite position), brightest first (ties by row), with unit vectors. With a
@@ -148,7 +110,7 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
         const double m = ref.mag[keptRows[k]];
         order[k] = {std::isfinite(m) ? m : 99.0, static_cast<std::int32_t>(k)};
     }
-    sortByMagnitude(order);
+    astrom::sortByKey(order);
     astrom::RefStars r;
     const std::size_t n = order.size();
     r.ra.resize(n);
@@ -261,30 +223,36 @@ astrom::BlindSearch blindSearchOf(const std::optional<TanSip>& start,
 
 // The result of a verified outcome: WCS, residuals per match, RMS.
 void fillResult(const astrom::RefineOutcome& outcome, const astrom::Detections& det,
-                const astrom::RefStars& refs, AstrometryResult& res) {
+                const astrom::RefStars& refs, AstrometryResult& res, int threads) {
     res.ok = true;
     res.wcs = outcome.wcs;
     res.sipOrder = outcome.sipOrder;
     res.nMatched = static_cast<int>(outcome.matches.size());
     res.nUsed = outcome.nUsed;
     res.chanceMatches = outcome.chance;
-    double ss = 0.0;
-    for (std::size_t k = 0; k < outcome.matches.size(); ++k) {
+    const std::size_t n = outcome.matches.size();
+    res.sourceIndex.resize(n);
+    res.refIndex.resize(n);
+    res.dxArcsec.resize(n);
+    res.dyArcsec.resize(n);
+    res.used.assign(outcome.used.begin(), outcome.used.end());
+    // Each match's residual on its own (in parallel); their sum in match order.
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
+    for (long long k = 0; k < static_cast<long long>(n); ++k) {
         const astrom::Match& m = outcome.matches[k];
         double ra = 0, dec = 0;
         res.wcs.pixelToWorld(det.x[m.det], det.y[m.det], ra, dec);
         double dra = ra - refs.ra[m.ref];
         if (dra > 180.0) dra -= 360.0;
         if (dra < -180.0) dra += 360.0;
-        const double dx = dra * std::cos(refs.dec[m.ref] * std::numbers::pi / 180.0) * 3600.0;
-        const double dy = (dec - refs.dec[m.ref]) * 3600.0;
-        res.sourceIndex.push_back(det.index[m.det]);
-        res.refIndex.push_back(refs.index[m.ref]);
-        res.dxArcsec.push_back(dx);
-        res.dyArcsec.push_back(dy);
-        res.used.push_back(outcome.used[k]);
-        if (outcome.used[k]) ss += dx * dx + dy * dy;
+        res.dxArcsec[k] = dra * std::cos(refs.dec[m.ref] * std::numbers::pi / 180.0) * 3600.0;
+        res.dyArcsec[k] = (dec - refs.dec[m.ref]) * 3600.0;
+        res.sourceIndex[k] = det.index[m.det];
+        res.refIndex[k] = refs.index[m.ref];
     }
+    double ss = 0.0;
+    for (std::size_t k = 0; k < n; ++k)
+        if (outcome.used[k]) ss += res.dxArcsec[k] * res.dxArcsec[k] + res.dyArcsec[k] * res.dyArcsec[k];
     res.rmsArcsec = std::sqrt(ss / std::max(1, res.nUsed));
     res.rmsPx = res.rmsArcsec / res.wcs.pixelScaleArcsec();
     res.message = "astrometry: " + res.method + " solution, " + std::to_string(res.nUsed) + " of " +
@@ -366,7 +334,7 @@ AstrometryResult solveWith(const std::vector<double>& x, const std::vector<doubl
                       (params.blind != 0 ? "blind solve failed: " : "") + outcome.why + headerNote;
         return res;
     }
-    fillResult(outcome, det, refs.current(), res);
+    fillResult(outcome, det, refs.current(), res, ctx.threadCount());
     ctx.report("astrometry", 1.0);
     return res;
 }

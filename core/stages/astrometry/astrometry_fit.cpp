@@ -1,5 +1,6 @@
 // Stage 7 internals: sky k-d tree, pixel matching and the weighted least-squares TAN+SIP fit.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 #include <numeric>
@@ -93,6 +94,48 @@ std::pair<std::int64_t, double> SkyTree::nearest(const std::array<double, 3>& p)
     return {static_cast<std::int64_t>(idx), std::sqrt(d2)};
 }
 
+void sortByKey(std::vector<std::pair<double, std::int32_t>>& v) {
+    const std::size_t n = v.size();
+    if (n < 4096) {
+        std::sort(v.begin(), v.end());
+        return;
+    }
+    std::vector<std::uint64_t> key(n), key2(n);
+    std::vector<std::int32_t> row(n), row2(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double m = v[i].first + 0.0; // -0 -> +0
+        auto b = std::bit_cast<std::uint64_t>(m);
+        key[i] = (b >> 63) ? ~b : (b | (std::uint64_t{1} << 63)); // order-preserving map to unsigned
+        row[i] = v[i].second;
+    }
+    constexpr int kBits = 11;
+    constexpr std::size_t kBuckets = std::size_t{1} << kBits;
+    std::vector<std::size_t> count(kBuckets);
+    for (int shift = 0; shift < 64; shift += kBits) {
+        std::fill(count.begin(), count.end(), 0);
+        for (std::size_t i = 0; i < n; ++i)
+            ++count[(key[i] >> shift) & (kBuckets - 1)];
+        if (count[(key[0] >> shift) & (kBuckets - 1)] == n) continue; // one digit: the order stands
+        std::size_t sum = 0;
+        for (std::size_t& c : count) {
+            const std::size_t t = c;
+            c = sum;
+            sum += t;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t at = count[(key[i] >> shift) & (kBuckets - 1)]++;
+            key2[at] = key[i];
+            row2[at] = row[i];
+        }
+        key.swap(key2);
+        row.swap(row2);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        v[i].second = row[i];
+        v[i].first = std::bit_cast<double>((key[i] >> 63) ? (key[i] & ~(std::uint64_t{1} << 63)) : ~key[i]);
+    }
+}
+
 bool boundingBox(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
                  std::array<double, 4>& box) {
     box = {INFINITY, INFINITY, -INFINITY, -INFINITY};
@@ -144,20 +187,22 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
         if (!(best <= r2)) continue;
         nearest[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(bestJ), std::sqrt(best)};
     }
+    // Stars claimed by several detections go to the closest: candidates by (distance, detection), then
+    // the winners in detection order.
+    std::vector<std::pair<double, std::int32_t>> byDist;
     for (const Match& m : nearest)
-        if (m.det >= 0) cand.push_back(m);
-    std::sort(cand.begin(), cand.end(), [](const Match& a, const Match& b) {
-        return a.dist != b.dist ? a.dist < b.dist : a.det < b.det;
-    });
-    std::vector<char> taken(nRef, 0);
-    std::vector<Match> out;
-    for (const Match& m : cand) {
+        if (m.det >= 0) byDist.emplace_back(m.dist, m.det);
+    sortByKey(byDist);
+    std::vector<char> taken(nRef, 0), won(nDet, 0);
+    for (const auto& [dist, i] : byDist) {
+        const Match& m = nearest[static_cast<std::size_t>(i)];
         if (taken[m.ref]) continue;
         taken[m.ref] = 1;
-        out.push_back({m.det, refIds[m.ref], m.dist});
+        won[static_cast<std::size_t>(i)] = 1;
     }
-    std::sort(out.begin(), out.end(), [](const Match& a, const Match& b) { return a.det < b.det; });
-    return out;
+    for (std::size_t i = 0; i < nDet; ++i)
+        if (won[i]) cand.push_back({nearest[i].det, refIds[nearest[i].ref], nearest[i].dist});
+    return cand;
 }
 
 namespace {

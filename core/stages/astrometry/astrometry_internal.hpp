@@ -59,6 +59,12 @@ struct Match {
     double dist = 0.0;     // px
 };
 
+// Sorts (key, row) pairs given in ascending row order into (key, row) order: exactly what std::sort of the
+// pairs gives (keys finite; -0 and +0 compare equal and come back as +0), by a stable LSD radix sort on the
+// key's bits (6 passes of 11 bits; passes where every key has the same digit are skipped), several times
+// faster than a comparison sort on a million rows.
+void sortByKey(std::vector<std::pair<double, std::int32_t>>& v);
+
 // Bounding box {x0, y0, x1, y1} of the first n points; false when it is not finite (no points, NaN, inf).
 bool boundingBox(const std::vector<double>& x, const std::vector<double>& y, std::size_t n,
                  std::array<double, 4>& box);

@@ -609,16 +609,25 @@ void updateWeights(FitSet& s, const std::vector<char>& used, const std::vector<d
             also->w[i] = 1.0 / varOf(1.0 / also->flux[i] / fscale);
 }
 
-FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector<Match>& m) {
+FitSet makeFitSet(const Detections& det, const RefStars& refs, const std::vector<Match>& m, int threads) {
     FitSet s;
-    for (const Match& mm : m) {
-        s.x.push_back(det.x[mm.det]);
-        s.y.push_back(det.y[mm.det]);
-        s.ra.push_back(refs.ra[mm.ref]);
-        s.dec.push_back(refs.dec[mm.ref]);
-        s.flux.push_back(det.flux[mm.det]);
-        s.w.push_back(1.0);
-        s.xyz.push_back(refs.xyz[mm.ref]);
+    const std::size_t n = m.size();
+    s.x.resize(n);
+    s.y.resize(n);
+    s.ra.resize(n);
+    s.dec.resize(n);
+    s.flux.resize(n);
+    s.w.assign(n, 1.0);
+    s.xyz.resize(n);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (n > 16384)
+    for (long long k = 0; k < static_cast<long long>(n); ++k) {
+        const Match& mm = m[k];
+        s.x[k] = det.x[mm.det];
+        s.y[k] = det.y[mm.det];
+        s.ra[k] = refs.ra[mm.ref];
+        s.dec[k] = refs.dec[mm.ref];
+        s.flux[k] = det.flux[mm.det];
+        s.xyz[k] = refs.xyz[mm.ref];
     }
     return s;
 }
@@ -658,7 +667,7 @@ bool affineStage(const RefineInputs& in, bool vote, std::size_t nB, TanSip& w, d
             why = "too few matches (" + std::to_string(m.size()) + ") with the starting WCS";
             return false;
         }
-        FitSet s = makeFitSet(in.det, in.refs, m);
+        FitSet s = makeFitSet(in.det, in.refs, m, in.threads);
         std::vector<char> used(s.x.size(), 1);
         std::vector<double> rx, ry;
         TanSip fit;
@@ -746,7 +755,7 @@ FitSet fitSetOf(const RefineInputs& in, const std::vector<Match>& matches, bool 
     fitMatches.reserve(fitPos.size());
     for (std::size_t k : fitPos)
         fitMatches.push_back(matches[k]);
-    return makeFitSet(in.det, in.refs, fitMatches);
+    return makeFitSet(in.det, in.refs, fitMatches, in.threads);
 }
 
 // A round's TAN+SIP fit at the highest order the fit set supports: clipped, then reweighted by the noise
@@ -857,7 +866,7 @@ bool sipStage(const RefineInputs& in, double r, TanSip& w, SipStageResult& res, 
         }
         const bool subset = n < matches.size();
         FitSet all; // every match, when the fit set is a subset (final round)
-        if (last && subset) all = makeFitSet(in.det, in.refs, matches);
+        if (last && subset) all = makeFitSet(in.det, in.refs, matches, in.threads);
         RoundFit f;
         if (!weightedFit(in, s, last && subset ? &all : nullptr, w, f, out.why)) return false;
         w = selectOrder(in, s, f, w, res.chosen);

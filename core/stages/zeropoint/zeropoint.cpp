@@ -7,7 +7,6 @@
 #include <utility>
 
 #include <Eigen/Dense>
-#include <nanoflann.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/catalog/reference_catalog.hpp"
@@ -23,11 +22,14 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kMagPerSnr = 1.0857362047581294; // 2.5 / ln(10)
 
+// The order statistics by selection, not a full sort: the same value as the sorted vector's middle.
 double median(std::vector<double> v) {
     if (v.empty()) return kNaN;
-    std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    if (n % 2) return *mid;
+    return 0.5 * (*std::max_element(v.begin(), mid) + *mid);
 }
 
 // Calibrator data: y = ref.mag - mag_inst, var = σ², c = colour (0 when no colour term).
@@ -242,51 +244,72 @@ std::vector<char> ransac(const Calib& d, bool colour, const ZeroPointParams& p) 
     return keep;
 }
 
-// Struct-of-arrays point cloud for nanoflann.
-struct Cloud {
-    const std::vector<double>& x;
-    const std::vector<double>& y;
-    std::size_t kdtree_get_point_count() const { return x.size(); }
-    double kdtree_get_pt(std::size_t i, std::size_t dim) const { return dim == 0 ? x[i] : y[i]; }
-    template <class B> bool kdtree_get_bbox(B&) const { return false; }
+// The reference stars within `cone` degrees of (ra0, dec0) in tangent-plane arcsec about it, with their
+// catalog rows, in catalog order (projected in parallel, compacted in order).
+struct ConeStars {
+    std::vector<double> xi, eta;
+    std::vector<std::int32_t> row;
 };
 
-// Calibrators whose reference star has a brighter neighbour (mag < own + delta) within isolationArcsec.
+ConeStars projectCone(const ReferenceCatalog& ref, double ra0, double dec0, double cone, int threads) {
+    const auto n = static_cast<std::ptrdiff_t>(ref.size());
+    std::vector<double> xi(ref.size()), eta(ref.size());
+    std::vector<char> in(ref.size(), 0);
+#pragma omp parallel for num_threads(threads) schedule(static) if (n >= 20000)
+    for (std::ptrdiff_t k = 0; k < n; ++k) {
+        // A star beyond the cone lies more than 2 radii from every calibrator on the sky and, the gnomonic
+        // projection stretching every length, in the plane: it can never be a neighbour, so only the
+        // cheap declination test is made.
+        if (std::fabs(ref.dec[k] - dec0) > cone) continue;
+        double a, b;
+        if (!tanProject(ra0, dec0, ref.ra[k], ref.dec[k], a, b)) continue;
+        xi[k] = a * 3600.0;
+        eta[k] = b * 3600.0;
+        in[k] = 1;
+    }
+    ConeStars s;
+    for (std::ptrdiff_t k = 0; k < n; ++k)
+        if (in[k]) {
+            s.xi.push_back(xi[k]);
+            s.eta.push_back(eta[k]);
+            s.row.push_back(static_cast<std::int32_t>(k));
+        }
+    return s;
+}
+
+// Calibrators whose reference star has a brighter neighbour (mag < own + delta) closer than radiusArcsec in
+// the tangent plane of the first calibrator. Each calibrator is tested on its own (in parallel).
 std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vector<std::int32_t>& rows,
-                                     double radiusArcsec, double deltaMag) {
+                                     double radiusArcsec, double deltaMag, int threads) {
     std::vector<char> crowded(rows.size(), 0);
     if (rows.empty()) return crowded;
     // Tangent point: the first calibrator; cone: farthest calibrator + radius.
     const double ra0 = ref.ra[rows[0]], dec0 = ref.dec[rows[0]];
+    const auto nc = static_cast<std::ptrdiff_t>(rows.size());
     double cone = 0.0;
-    for (std::int32_t r : rows)
-        cone = std::max(cone, angularSeparationDeg(ra0, dec0, ref.ra[r], ref.dec[r]));
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : cone) if (nc >= 20000)
+    for (std::ptrdiff_t c = 0; c < nc; ++c)
+        cone = std::max(cone, angularSeparationDeg(ra0, dec0, ref.ra[rows[c]], ref.dec[rows[c]]));
     cone += 2.0 * radiusArcsec / 3600.0;
     if (cone >= 80.0) return crowded; // not a single frame; skip rather than distort
-    std::vector<double> xi, eta;
-    std::vector<std::int32_t> idx;
-    for (std::size_t k = 0; k < ref.size(); ++k) {
-        if (std::fabs(ref.dec[k] - dec0) > cone) continue;
-        if (angularSeparationDeg(ra0, dec0, ref.ra[k], ref.dec[k]) > cone) continue;
+    const ConeStars stars = projectCone(ref, ra0, dec0, cone, threads);
+    if (stars.row.empty()) return crowded;
+    const auto [x0, x1] = std::minmax_element(stars.xi.begin(), stars.xi.end());
+    const auto [y0, y1] = std::minmax_element(stars.eta.begin(), stars.eta.end());
+    const detail::PointGrid grid(stars.xi, stars.eta, stars.row.size(), *x0, *y0, *x1 - *x0, *y1 - *y0,
+                                 radiusArcsec);
+    const double r2 = radiusArcsec * radiusArcsec;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1024) if (nc >= 20000)
+    for (std::ptrdiff_t c = 0; c < nc; ++c) {
+        const std::int32_t own = rows[c];
         double a, b;
-        if (!tanProject(ra0, dec0, ref.ra[k], ref.dec[k], a, b)) continue;
-        xi.push_back(a * 3600.0);
-        eta.push_back(b * 3600.0);
-        idx.push_back(static_cast<std::int32_t>(k));
-    }
-    const Cloud cloud{xi, eta};
-    using Tree = nanoflann::KDTreeSingleIndexAdaptor<nanoflann::L2_Simple_Adaptor<double, Cloud>, Cloud, 2,
-                                                     std::uint32_t>;
-    const Tree tree(2, cloud, nanoflann::KDTreeSingleIndexAdaptorParams(10));
-    std::vector<std::pair<std::uint32_t, double>> found;
-    for (std::size_t c = 0; c < rows.size(); ++c) {
-        double a, b;
-        if (!tanProject(ra0, dec0, ref.ra[rows[c]], ref.dec[rows[c]], a, b)) continue;
-        const double q[2] = {a * 3600.0, b * 3600.0};
-        found.clear();
-        tree.radiusSearch(q, radiusArcsec * radiusArcsec, found, nanoflann::SearchParams(32, 0.0f, false));
-        for (const auto& [k, d2] : found)
-            if (idx[k] != rows[c] && ref.mag[idx[k]] < ref.mag[rows[c]] + deltaMag) crowded[c] = 1;
+        if (!tanProject(ra0, dec0, ref.ra[own], ref.dec[own], a, b)) continue;
+        const double qx = a * 3600.0, qy = b * 3600.0, limit = ref.mag[own] + deltaMag;
+        grid.visit(qx, qy, radiusArcsec, [&](std::uint32_t j) {
+            const double dx = qx - grid.sx[j], dy = qy - grid.sy[j];
+            const std::int32_t k = stars.row[grid.index[j]];
+            if (dx * dx + dy * dy < r2 && k != own && ref.mag[k] < limit) crowded[c] = 1;
+        });
     }
     return crowded;
 }
@@ -467,7 +490,7 @@ std::vector<std::int32_t> selectCandidates(const std::vector<double>& magInst,
 // Unmatched sources keep their measured error.
 std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
                                        const std::vector<double>& magInstErr, const CrossmatchResult& matches,
-                                       const ReferenceCatalog& ref, double minSnr) {
+                                       const ReferenceCatalog& ref, double minSnr, int threads) {
     // (source, reference row) of the matched sources with a finite reference magnitude and a usable error
     std::vector<std::pair<std::size_t, std::int32_t>> usable;
     std::vector<double> bright, all; // ref.mag - magInst of those (bright: measured S/N >= minSnr)
@@ -483,7 +506,10 @@ std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
     std::vector<double> err = magInstErr;
     if (all.empty()) return err;
     const double zp0 = median(bright.empty() ? all : bright);
-    for (const auto& [i, r] : usable) {
+    const auto nu = static_cast<std::ptrdiff_t>(usable.size());
+#pragma omp parallel for num_threads(threads) schedule(static) if (nu >= 20000)
+    for (std::ptrdiff_t u = 0; u < nu; ++u) {
+        const auto [i, r] = usable[static_cast<std::size_t>(u)];
         // measured flux / predicted flux, bounded: a mismatch or a variable must not get a huge weight
         const double ratio =
             std::clamp(std::pow(10.0, -0.4 * (magInst[i] - (ref.mag[r] - zp0))), 1.0 / 3, 3.0);
@@ -495,9 +521,9 @@ std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
 // Drops the candidates with a brighter reference neighbour within the isolation radius (their magnitudes
 // would be blended), compacting rows and sourceIndex in place.
 void dropCrowded(const ReferenceCatalog& ref, const ZeroPointParams& params, std::vector<std::int32_t>& rows,
-                 std::vector<std::int32_t>& sourceIndex) {
+                 std::vector<std::int32_t>& sourceIndex, int threads) {
     const std::vector<char> crowded =
-        crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag);
+        crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag, threads);
     std::size_t k = 0;
     for (std::size_t c = 0; c < rows.size(); ++c)
         if (!crowded[c]) {
@@ -653,12 +679,14 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         std::any_of(ref.color.begin(), ref.color.end(), [](double c) { return std::isfinite(c); });
     bool colour = params.fitColourTerm && haveColour;
     const std::vector<double> fitErr =
-        params.predictedSnr ? predictedMagErrors(magInst, magInstErr, matches, ref, params.minSnr)
-                            : magInstErr;
+        params.predictedSnr
+            ? predictedMagErrors(magInst, magInstErr, matches, ref, params.minSnr, ctx.threadCount())
+            : magInstErr;
     std::vector<std::int32_t> rows =
         selectCandidates(magInst, fitErr, flags, matches, ref, params, colour, res.sourceIndex);
     if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
-    if (params.isolationArcsec > 0.0 && !rows.empty()) dropCrowded(ref, params, rows, res.sourceIndex);
+    if (params.isolationArcsec > 0.0 && !rows.empty())
+        dropCrowded(ref, params, rows, res.sourceIndex, ctx.threadCount());
     ctx.checkCancelled();
 
     const std::size_t nc = rows.size();
