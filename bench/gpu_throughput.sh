@@ -66,14 +66,15 @@ echo "| config | wall s | frames/s | s/frame | exit | catalogs vs seq |" | tee -
 echo "|---|---:|---:|---:|---:|---|" | tee -a "$LOG"
 for c in $CONFIGS; do run_config "$c"; done
 # Per-stage seconds of the last frame of the sequential, pipelined and concurrent runs (from its report).
-for c in seq pipe1 conc3; do
+for c in seq pipe1 conc3 conc4 conc6; do
     r="$WORK/o-$c/f$(seq -w 1 "$N" | tail -1).report.json"
     [ -f "$r" ] && python3 -c "
 import json,sys
 j=json.load(open(sys.argv[1]))
-print(sys.argv[2], ' '.join('%s=%.3f'%(s['stage'],s['seconds']) for s in j.get('stages',[])))" "$r" "$c" 2>/dev/null | tee -a "$LOG"
+print(sys.argv[2], '%s sources:' % j.get('counts', {}).get('sources', '?'),
+      ' '.join('%s=%.3f'%(s['stage'],s['seconds']) for s in j.get('stages',[])))" "$r" "$c" 2>/dev/null | tee -a "$LOG"
 done
-for c in seq pipe1 conc2 conc3 conc4; do
+for c in seq pipe1 conc2 conc3 conc4 conc6; do
     [ -f "$OUT/$c.jsonl" ] && awk -v c="$c" -F'"seconds": ?' 'NF>1{split($2,a,/[,}]/); s+=a[1]; n++} END{if(n) printf "%s: mean per-frame seconds (read+compute+write of one frame) %.3f over %d\n", c, s/n, n}' "$OUT/$c.jsonl" | tee -a "$LOG"
 done
 rm -rf "$WORK"
