@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <numbers>
 #include <optional>
@@ -514,16 +515,50 @@ void resetCalibration(PipelineResult& r) {
     r.calibrationProblem.clear();
 }
 
-// Astrometry against the reference catalog; on success its WCS replaces `wcs`, else a warning says the
-// header WCS (if any) is used as it is.
-void refineAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                      const ReferenceCatalog& reference, std::shared_ptr<const Wcs>& wcs) {
-    const Sources& s = r.detection.sources;
+// The astrometric solution of the detections against the reference catalog.
+AstrometryResult solveFrameAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                      const Sources& s, const ReferenceCatalog& reference) {
     auto t = ctx.time("astrometry");
     std::optional<std::pair<double, double>> pointing;
     if (const auto p = framePointing(frame.header)) pointing = {{p->ra, p->dec}};
-    r.astrometry = solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), reference,
-                                   frame.wcs.get(), pointing, config.astrometry, ctx);
+    return solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), reference, frame.wcs.get(),
+                           pointing, config.astrometry, ctx);
+}
+
+// The astrometric solution needs only the detections: on the CUDA backend it is started on a host thread
+// once they exist and runs while the PSF and aperture stages keep the device busy (the same solution: it
+// reads the detections alone, with the resolved thread count of the run). Its stage record joins the run's
+// when it is taken. Destroying an unfinished one waits for it (the sources it reads outlive it).
+class EarlyAstrometry {
+public:
+    void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
+               const ReferenceCatalog& reference) {
+        m_ctx.backend = ctx.backend;
+        m_ctx.threads = ctx.threadCount();
+        m_ctx.cancelFlag = ctx.cancelFlag;
+        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference] {
+            return solveFrameAstrometry(frame, config, m_ctx, s, reference);
+        });
+    }
+    bool started() const { return m_result.valid(); }
+    AstrometryResult take(RunContext& ctx) {
+        AstrometryResult a = m_result.get();
+        ctx.records.insert(ctx.records.end(), m_ctx.records.begin(), m_ctx.records.end());
+        return a;
+    }
+
+private:
+    RunContext m_ctx;
+    std::future<AstrometryResult> m_result;
+};
+
+// Astrometry against the reference catalog (taken from `early` when it was started); on success its WCS
+// replaces `wcs`, else a warning says the header WCS (if any) is used as it is.
+void refineAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      const ReferenceCatalog& reference, std::shared_ptr<const Wcs>& wcs,
+                      EarlyAstrometry& early) {
+    r.astrometry = early.started() ? early.take(ctx)
+                                   : solveFrameAstrometry(frame, config, ctx, r.detection.sources, reference);
     if (r.astrometry.ok) {
         r.fittedWcs = std::make_shared<const Wcs>(Wcs::fromTanSip(r.astrometry.wcs));
         wcs = r.fittedWcs;
@@ -575,13 +610,14 @@ void crossmatchAndZeroPoint(const Frame& frame, const PipelineConfig& config, Ru
 // Stage 5: instrumental magnitudes, then with a reference catalog the astrometry (optional), crossmatch
 // and zero point; a calibration that cannot run or fails is a warning, not an error.
 void calibrationStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                      const ReferenceCatalog* reference) {
+                      const ReferenceCatalog* reference, EarlyAstrometry& early) {
     ctx.checkCancelled();
     const std::size_t n = r.detection.sources.size();
     setInstrumentalMagnitudes(r);
     resetCalibration(r);
     std::shared_ptr<const Wcs> wcs = frame.wcs;
-    if (reference && config.fitAstrometry && n > 0) refineAstrometry(frame, config, ctx, r, *reference, wcs);
+    if (reference && config.fitAstrometry && n > 0)
+        refineAstrometry(frame, config, ctx, r, *reference, wcs, early);
     if (reference) {
         if (!wcs) {
             r.calibrationProblem =
@@ -620,6 +656,10 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
 
     if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
+    EarlyAstrometry early;
+    if (ctx.backend == Backend::Cuda && first <= Stage::Psf && stop == Stage::Done && reference &&
+        config.fitAstrometry && r.detection.sources.size() > 0)
+        early.start(frame, config, ctx, r.detection.sources, *reference);
     if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
     if (first <= Stage::Aperture && Stage::Aperture < stop) {
         ctx.checkCancelled();
@@ -628,7 +668,7 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
         r.completed = Stage::Calibration;
     }
     if (first <= Stage::Calibration && Stage::Calibration < stop)
-        calibrationStage(frame, config, ctx, r, reference);
+        calibrationStage(frame, config, ctx, r, reference, early);
 }
 
 PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,

@@ -8,21 +8,27 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/catalog/reference_catalog.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture/aperture.hpp"
 #include "core/stages/background/background.hpp"
+#include "core/sim/sim_frame.hpp"
+#include "core/sim/simulator.hpp"
 #include "core/stages/detection/detection.hpp"
 #include "kernels/cuda_stages_impl.hpp"
 #include "kernels/device_context.hpp"
 #include "kernels/device_maps.hpp"
+#include "tests/core/test_fields.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
 using namespace gpuphot;
@@ -147,6 +153,55 @@ TEST(DeviceMaps, PipelineOnBothBackendsGivesTheSameColumns) {
     expectSameApertures(rc.aperture, rg.aperture);
     EXPECT_TRUE(sameVec(rc.magInst, rg.magInst, "mag_inst"));
     EXPECT_EQ(rc.fwhm, rg.fwhm);
+}
+
+// With a reference catalog the CUDA backend solves the astrometry on a host thread beside the PSF and
+// aperture stages: the calibration must be the CPU backend's, bit for bit, and the report must list the
+// astrometry once, after the apertures, as the CPU backend does.
+TEST(DeviceMaps, CalibrationBesideTheDeviceStagesMatchesCpu) {
+    REQUIRE_DEVICE();
+    SimParams sp;
+    sp.width = 2048;
+    sp.height = 2048;
+    sp.stars = 4000;
+    sp.seed = 45;
+    sp.wcsOffset = 0.1; // arcmin: the header WCS needs refining
+    const SimResult sim = simulateField(sp);
+    const Frame frame = frameFromSimulation(sim);
+    const ReferenceCatalog ref = test::referenceOf(sim);
+    PipelineConfig config;
+    RunContext c = cpuContext();
+    RunContext g = cudaContext();
+    const PipelineResult rc = runPipeline(frame, config, c, &ref);
+    const PipelineResult rg = runPipeline(frame, config, g, &ref);
+    ASSERT_TRUE(rc.astrometry.ok) << rc.astrometry.message;
+    ASSERT_TRUE(rg.astrometry.ok) << rg.astrometry.message;
+    EXPECT_EQ(rc.astrometry.wcs.crval[0], rg.astrometry.wcs.crval[0]);
+    EXPECT_EQ(rc.astrometry.wcs.crval[1], rg.astrometry.wcs.crval[1]);
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j)
+            EXPECT_EQ(rc.astrometry.wcs.cd[i][j], rg.astrometry.wcs.cd[i][j]);
+    EXPECT_EQ(rc.astrometry.refIndex, rg.astrometry.refIndex);
+    EXPECT_EQ(rc.astrometry.dxArcsec, rg.astrometry.dxArcsec);
+    EXPECT_EQ(rc.astrometry.rmsArcsec, rg.astrometry.rmsArcsec);
+    ASSERT_TRUE(rc.zeropoint.ok) << rc.zeropoint.message;
+    EXPECT_EQ(rc.zeropoint.zp, rg.zeropoint.zp);
+    EXPECT_EQ(rc.zeropoint.zpErr, rg.zeropoint.zpErr);
+    EXPECT_EQ(rc.crossmatch.refIndex, rg.crossmatch.refIndex);
+    auto stages = [](const RunContext& ctx) {
+        std::vector<std::string> v;
+        for (const StageRecord& r : ctx.records)
+            v.push_back(r.stage);
+        return v;
+    };
+    const std::vector<std::string> sc = stages(c), sg = stages(g);
+    EXPECT_EQ(std::count(sg.begin(), sg.end(), "astrometry"), 1);
+    const auto after = [](const std::vector<std::string>& v, const char* a, const char* b) {
+        const auto ia = std::find(v.begin(), v.end(), a), ib = std::find(v.begin(), v.end(), b);
+        return ia != v.end() && ib != v.end() && ia > ib;
+    };
+    EXPECT_TRUE(after(sc, "astrometry", "aperture"));
+    EXPECT_TRUE(after(sg, "astrometry", "aperture"));
 }
 
 TEST(DeviceMaps, StagedCopiesRoundTripAnySize) {
