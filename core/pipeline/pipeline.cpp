@@ -240,51 +240,19 @@ PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>&
     return t;
 }
 
-// The zero point of the instrumental magnitudes that config.zeropoint.magSource names: with "auto" both
-// the optimal aperture's and the PSF fit's are calibrated and the one of the smaller zpErr is kept. The
-// kept source's magnitudes are left in r.magInst / r.magInstErr (the catalog's mag_cal is made of them).
-void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, const ReferenceCatalog& ref,
-                    const PipelineConfig& config, double isolationArcsec, RunContext& ctx) {
-    ZeroPointParams zpp = config.zeropoint;
-    zpp.isolationArcsec = isolationArcsec;
-    const std::string& src = zpp.magSource;
-    if (src != "auto" && src != "aperture" && src != "psf")
-        throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
-    ZeroPointResult ap, psf;
-    const SharedApCorrError shared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch,
-                                                             zpp.minSnr, config.aperture.apCorrModelErr);
-    const double apShared = shared.err;
-    if (src != "psf") {
-        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, ctx, apShared);
-        ap.magSource = "aperture";
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "; curve of growth at r = %.2f px: standard error %.4f mag, vs PSF model %.4f",
-                      shared.radius, shared.curveSe, shared.modelDiff);
-        if (std::isfinite(shared.curveSe)) ap.message += buf;
-    }
-    const std::size_t n = r.magInst.size();
-    std::vector<double> mPsf(n, std::nan("")), ePsf(n, std::nan(""));
-    const PsfToTotal scale = psfToTotal(r, flags, zpp.excludeFlags);
-    if (src != "aperture" && scale.ok) {
-        for (std::size_t i = 0; i < n; ++i) {
-            mPsf[i] = instrumentalMag(r.psf.fluxPsf[i] * scale.factor);
-            ePsf[i] = magError(r.psf.fluxPsf[i], r.psf.fluxPsfErr[i]);
-        }
-        psf =
-            fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, ctx, std::hypot(apShared, scale.errMag));
-        psf.magSource = "psf";
-        char buf[128];
-        std::snprintf(buf, sizeof buf,
-                      "; PSF fluxes scaled by %.5f +- %.5f mag to the aperture's total (%d stars)",
-                      scale.factor, scale.errMag, scale.stars);
-        psf.message += buf;
-    } else if (src == "psf") {
-        psf.magSource = "psf";
-        psf.message =
-            "no PSF-fit fluxes to calibrate (no PSF model, psfPhotometry off, or fewer than 5 bright "
-            "stars to tie them to the aperture's total)";
-    }
+// A context for a fit beside others: the run's backend and cancel flag, `threads` threads (0: the run's).
+RunContext fitContext(const RunContext& ctx, int threads) {
+    RunContext c;
+    c.backend = ctx.backend;
+    c.threads = threads > 0 ? threads : ctx.threadCount();
+    c.cancelFlag = ctx.cancelFlag;
+    return c;
+}
+
+// Keeps the zero point that magSource names ("auto": the one of the smaller zpErr) and, for the PSF one,
+// its magnitudes in r.magInst / r.magInstErr.
+void keepBetterZeroPoint(PipelineResult& r, const std::string& src, ZeroPointResult& ap, ZeroPointResult& psf,
+                         std::vector<double>& mPsf, std::vector<double>& ePsf) {
     const bool usePsf = src == "psf" || (src == "auto" && psf.ok && (!ap.ok || psf.zpErr < ap.zpErr));
     ZeroPointResult& kept = usePsf ? psf : ap;
     if (src == "auto" && ap.ok && psf.ok) {
@@ -298,6 +266,68 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
         r.magInstErr = std::move(ePsf);
     }
     r.zeropoint = std::move(kept);
+}
+
+// The zero point of the instrumental magnitudes that config.zeropoint.magSource names: with "auto" both
+// the optimal aperture's and the PSF fit's are calibrated (at once, on two threads) and the one of the
+// smaller zpErr is kept. The kept source's magnitudes are left in r.magInst / r.magInstErr (the catalog's
+// mag_cal is made of them).
+void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, const ReferenceCatalog& ref,
+                    const PipelineConfig& config, double isolationArcsec, RunContext& ctx) {
+    ZeroPointParams zpp = config.zeropoint;
+    zpp.isolationArcsec = isolationArcsec;
+    const std::string& src = zpp.magSource;
+    if (src != "auto" && src != "aperture" && src != "psf")
+        throw InvalidInput("zeropoint: magSource '" + src + "' (expected auto, aperture or psf)");
+    ZeroPointResult ap, psf;
+    const SharedApCorrError shared = apertureCorrectionError(r.aperture, r.psf, r.magInstErr, r.crossmatch,
+                                                             zpp.minSnr, config.aperture.apCorrModelErr);
+    const double apShared = shared.err;
+    const std::size_t n = r.magInst.size();
+    std::vector<double> mPsf(n, std::nan("")), ePsf(n, std::nan(""));
+    const PsfToTotal scale = psfToTotal(r, flags, zpp.excludeFlags);
+    const bool fitPsf = src != "aperture" && scale.ok;
+    // The PSF magnitudes' fit on a thread of its own beside the aperture magnitudes' (a fit's result does
+    // not depend on its thread count), with half the run's threads; after it on a run of one thread.
+    RunContext psfCtx = fitContext(ctx, fitPsf && src != "psf" ? std::max(1, ctx.threadCount() / 2) : 0);
+    std::future<ZeroPointResult> psfFit;
+    if (fitPsf) {
+        for (std::size_t i = 0; i < n; ++i) {
+            mPsf[i] = instrumentalMag(r.psf.fluxPsf[i] * scale.factor);
+            ePsf[i] = magError(r.psf.fluxPsf[i], r.psf.fluxPsfErr[i]);
+        }
+        const double psfShared = std::hypot(apShared, scale.errMag);
+        const auto policy = ctx.threadCount() >= 2 ? std::launch::async : std::launch::deferred;
+        psfFit = std::async(policy, [&, psfShared] {
+            return fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, psfCtx, psfShared);
+        });
+    }
+    if (src != "psf") {
+        RunContext apCtx = fitContext(ctx, fitPsf ? std::max(1, ctx.threadCount() - psfCtx.threads) : 0);
+        apCtx.progress = ctx.progress;
+        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, apCtx, apShared);
+        ap.magSource = "aperture";
+        char buf[160];
+        std::snprintf(buf, sizeof buf,
+                      "; curve of growth at r = %.2f px: standard error %.4f mag, vs PSF model %.4f",
+                      shared.radius, shared.curveSe, shared.modelDiff);
+        if (std::isfinite(shared.curveSe)) ap.message += buf;
+    }
+    if (fitPsf) {
+        psf = psfFit.get();
+        psf.magSource = "psf";
+        char buf[128];
+        std::snprintf(buf, sizeof buf,
+                      "; PSF fluxes scaled by %.5f +- %.5f mag to the aperture's total (%d stars)",
+                      scale.factor, scale.errMag, scale.stars);
+        psf.message += buf;
+    } else if (src == "psf") {
+        psf.magSource = "psf";
+        psf.message =
+            "no PSF-fit fluxes to calibrate (no PSF model, psfPhotometry off, or fewer than 5 bright "
+            "stars to tie them to the aperture's total)";
+    }
+    keepBetterZeroPoint(r, src, ap, psf, mPsf, ePsf);
 }
 
 // The calibrators' isolation radius (arcsec): isolationArcsec when set, else isolationFwhm times the

@@ -131,6 +131,17 @@ TEST(CalibrationTrust, MagnitudeSourceIsChosenAndReported) {
     const bool psfWins = psf.zeropoint.zpErr < ap.zeropoint.zpErr;
     EXPECT_EQ(best.zeropoint.magSource, psfWins ? "psf" : "aperture");
     EXPECT_EQ(best.zeropoint.zp, psfWins ? psf.zeropoint.zp : ap.zeropoint.zp);
+    // "auto" fits both at once on two threads, or one after the other on one: the same numbers
+    for (const int threads : {1, 3}) {
+        RunContext one;
+        one.threads = threads;
+        config.zeropoint.magSource = "auto";
+        const PipelineResult b = runPipeline(frame, config, one, &right);
+        EXPECT_EQ(b.zeropoint.zp, best.zeropoint.zp) << threads;
+        EXPECT_EQ(b.zeropoint.zpErr, best.zeropoint.zpErr) << threads;
+        EXPECT_EQ(b.zeropoint.message, best.zeropoint.message) << threads;
+        EXPECT_EQ(b.zeropoint.used, best.zeropoint.used) << threads;
+    }
     // PSF magnitudes: flux_psf scaled by one factor (tied to the aperture's total), the same for every source
     std::vector<double> offset;
     for (std::size_t i = 0; i < psf.magInst.size(); ++i) {
