@@ -654,6 +654,10 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
     State& s = *m_state;
     s.verbosity = o.common.verbosity;
     s.options = toReduceOptions(o);
+    s.common = o.common;
+    s.ctx = makeRunContext(o.common);
+    s.options.read.cfitsioOnly = s.ctx.tuning.cfitsioRead;
+    startDeviceWarmUp(s.ctx); // the CUDA context comes up while the catalogs and the first frame are read
     if (!o.targets.empty()) {
         s.targets = readTargetList(o.targets);
         s.options.targets = &s.targets;
@@ -681,10 +685,6 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
         std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
                              "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
     }
-    s.common = o.common;
-    s.ctx = makeRunContext(o.common);
-    s.options.read.cfitsioOnly = s.ctx.tuning.cfitsioRead;
-    startDeviceWarmUp(s.ctx); // the CUDA context comes up while the first frame is read
 }
 
 FrameReducer::~FrameReducer() = default;
