@@ -471,8 +471,9 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
         const RootRuns rr = labelRoots(runs, p.minArea);
         runs = {};
         roots.resize(rr.size());
-        for (std::size_t k = 0; k < rr.size(); ++k)
+        parallelEach(rr.size(), threads, 256, [&](std::int64_t k) {
             roots[k].assign(rr.runs.begin() + rr.start[k], rr.runs.begin() + rr.start[k + 1]);
+        });
     }
     result.nBeforeDeblend = roots.size();
     timer.lap("labelling + minimum area (host)");
@@ -597,6 +598,24 @@ void applyClean(std::vector<Object> objects, std::vector<IsoMeasure> iso,
     result.iso = std::move(iso);
 }
 
+// The objects' indices ordered by their first pixel in raster order (y, then x; each object has its own):
+// counted into rows, then each row's few sorted by x.
+std::vector<std::int32_t> rasterOrder(const std::vector<Object>& objects, int h) {
+    std::vector<std::int32_t> start(static_cast<std::size_t>(h) + 1, 0);
+    for (const Object& o : objects)
+        ++start[static_cast<std::size_t>(o.runs.front().y) + 1];
+    for (int y = 0; y < h; ++y)
+        start[y + 1] += start[y];
+    std::vector<std::int32_t> order(objects.size()), fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < objects.size(); ++i)
+        order[fill[objects[i].runs.front().y]++] = static_cast<std::int32_t>(i);
+    for (int y = 0; y < h; ++y)
+        std::sort(order.begin() + start[y], order.begin() + start[y + 1], [&](std::int32_t a, std::int32_t b) {
+            return objects[a].runs.front().x0 < objects[b].runs.front().x0;
+        });
+    return order;
+}
+
 void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p,
                      RunContext& ctx, DetectionResult& result) {
     StepTimer timer; // GPUPHOT_DETECTION_TIMING: the host times of the steps below on stderr
@@ -611,15 +630,8 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     stepDone(ctx, 0.75);
     timer.lap("finish: release det (host)");
 
-    // 5. Final order: first pixel in raster order.
-    std::vector<std::int32_t> order(objects.size());
-    for (std::size_t i = 0; i < order.size(); ++i)
-        order[i] = static_cast<std::int32_t>(i);
-    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-        const Run& ra = objects[a].runs.front();
-        const Run& rb = objects[b].runs.front();
-        return ra.y < rb.y || (ra.y == rb.y && ra.x0 < rb.x0);
-    });
+    // 5. Final order: first pixel in raster order (no two objects share one).
+    const std::vector<std::int32_t> order = rasterOrder(objects, h);
     timer.lap("finish: order (host)");
 
     // 6. Segmentation map, windowed positions, the Sources columns.
