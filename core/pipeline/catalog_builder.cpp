@@ -1,18 +1,18 @@
 #include "core/pipeline/catalog_builder.hpp"
 
-#include <algorithm>
 #include <cmath>
-#include <optional>
 #include <span>
 #include <string>
+
+#include <omp.h>
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/model/flags.hpp"
 #include "core/model/frame.hpp"
 #include "core/pipeline/pipeline.hpp"
-#include "core/util/parallel.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
+#include "core/wcs/wcs_chunked.hpp"
 
 namespace gpuphot {
 
@@ -51,32 +51,6 @@ std::vector<double> orNan(const std::vector<double>& v, std::size_t n) {
     return v.size() == n ? v : std::vector<double>(n, std::nan(""));
 }
 
-// RA and Dec of every source: each point transforms on its own, so blocks of them are transformed in
-// parallel, each thread with its own copy of the WCS (a Wcs serialises concurrent calls).
-void worldPositions(const Wcs& wcs, const Sources& s, std::vector<double>& ra, std::vector<double>& dec) {
-    const std::size_t n = s.size();
-    constexpr std::size_t kBlock = 8192;
-    const auto nBlocks = static_cast<long long>((n + kBlock - 1) / kBlock);
-    if (nBlocks <= 1) {
-        wcs.pixelToWorld(s.x, s.y, ra, dec);
-        return;
-    }
-    ParallelErrors errors;
-#pragma omp parallel
-    {
-        std::optional<Wcs> own;
-        errors.run([&] { own.emplace(wcs); });
-#pragma omp for schedule(static)
-        for (long long b = 0; b < nBlocks; ++b)
-            errors.run([&] {
-                if (!own) return;
-                const std::size_t b0 = static_cast<std::size_t>(b) * kBlock, len = std::min(kBlock, n - b0);
-                own->pixelToWorld(std::span(s.x).subspan(b0, len), std::span(s.y).subspan(b0, len),
-                                  std::span(ra).subspan(b0, len), std::span(dec).subspan(b0, len));
-            });
-    }
-    errors.rethrow();
-}
 } // namespace
 
 Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineConfig& config,
@@ -100,7 +74,11 @@ Table buildCatalog(const Frame& frame, const PipelineResult& r, const PipelineCo
     std::vector<double> ra(n, nan), dec(n, nan);
     const Wcs* wcs = r.fittedWcs ? r.fittedWcs.get() : frame.wcs.get();
     const std::string wcsWhat = r.fittedWcs ? "the fitted WCS" : "the header WCS";
-    if (wcs && n > 0) worldPositions(*wcs, s, ra, dec);
+    if (wcs && n > 0)
+        transformChunked(*wcs, n, omp_get_max_threads(), [&](const Wcs& w, std::size_t b, std::size_t len) {
+            w.pixelToWorld(std::span(s.x).subspan(b, len), std::span(s.y).subspan(b, len),
+                           std::span(ra).subspan(b, len), std::span(dec).subspan(b, len));
+        });
     t.add("ra", ra, "deg", "right ascension (ICRS) from " + wcsWhat);
     t.add("dec", dec, "deg", "declination (ICRS) from " + wcsWhat);
     t.add("a", s.a, "pix", "semi-major axis (second moments)");

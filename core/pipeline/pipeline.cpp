@@ -240,7 +240,8 @@ PsfToTotal psfToTotal(const PipelineResult& r, const std::vector<std::uint32_t>&
     return t;
 }
 
-// A context for a fit beside others: the run's backend and cancel flag, `threads` threads (0: the run's).
+// A context for work beside the run's own: its backend and cancel flag, `threads` threads (0: the run's
+// resolved count).
 RunContext fitContext(const RunContext& ctx, int threads) {
     RunContext c;
     c.backend = ctx.backend;
@@ -563,9 +564,7 @@ class EarlyAstrometry {
 public:
     void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
                const ReferenceCatalog& reference) {
-        m_ctx.backend = ctx.backend;
-        m_ctx.threads = ctx.threadCount();
-        m_ctx.cancelFlag = ctx.cancelFlag;
+        m_ctx = fitContext(ctx, 0);
         m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference] {
             return solveFrameAstrometry(frame, config, m_ctx, s, reference);
         });

@@ -22,6 +22,7 @@
 #include "core/util/parallel.hpp"
 #include "core/wcs/tan_sip.hpp"
 #include "core/wcs/wcs.hpp"
+#include "core/wcs/wcs_chunked.hpp"
 
 namespace gpuphot {
 
@@ -43,29 +44,6 @@ double separationArcsec(const Vec3& a, const Vec3& b) {
     const double cz = a[0] * b[1] - a[1] * b[0];
     const double dot = a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
     return std::atan2(std::sqrt(cx * cx + cy * cy + cz * cz), dot) / kDeg * 3600.0;
-}
-
-// Applies a batched Wcs transform in fixed chunks, one Wcs copy per thread (the Wcs serialises calls).
-template <class Fn> void transformChunked(const Wcs& wcs, std::size_t n, int threads, Fn&& fn) {
-    constexpr std::size_t kChunk = 16384;
-    const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
-    if (chunks <= 1 || threads <= 1) {
-        if (n > 0) fn(wcs, std::size_t{0}, n);
-        return;
-    }
-    ParallelErrors errors;
-#pragma omp parallel num_threads(threads)
-    {
-        std::optional<Wcs> local;
-        errors.run([&] { local.emplace(wcs); });
-#pragma omp for schedule(static)
-        for (long long c = 0; c < chunks; ++c)
-            errors.run([&] {
-                const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
-                fn(*local, begin, std::min(n, begin + kChunk) - begin);
-            });
-    }
-    errors.rethrow();
 }
 
 } // namespace

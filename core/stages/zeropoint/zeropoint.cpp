@@ -13,6 +13,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/robust_stats.hpp"
 #include "core/wcs/tan_sip.hpp"
 
 namespace gpuphot {
@@ -21,16 +22,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kMagPerSnr = 1.0857362047581294; // 2.5 / ln(10)
-
-// The order statistics by selection, not a full sort: the same value as the sorted vector's middle.
-double median(std::vector<double> v) {
-    if (v.empty()) return kNaN;
-    const std::size_t n = v.size();
-    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    if (n % 2) return *mid;
-    return 0.5 * (*std::max_element(v.begin(), mid) + *mid);
-}
 
 // Calibrator data: y = ref.mag - mag_inst, var = σ², c = colour (0 when no colour term).
 struct Calib {
@@ -175,11 +166,11 @@ std::vector<char> clippedMean(const Calib& d, bool colour, const ZeroPointParams
     std::vector<double> r(n);
     for (std::size_t i = 0; i < n; ++i)
         r[i] = residualOf(d, m0, i);
-    const double med = median(r);
+    const double med = robustMedian(r);
     std::vector<double> dev(n);
     for (std::size_t i = 0; i < n; ++i)
         dev[i] = std::fabs(r[i] - med);
-    const double mad = 1.4826 * median(dev);
+    const double mad = 1.4826 * robustMedian(dev);
     for (std::size_t i = 0; i < n; ++i)
         keep[i] = dev[i] <= p.clipSigma * std::sqrt(mad * mad + d.var[i]);
     for (int it = 0; it < p.maxIterations; ++it) {
@@ -505,7 +496,7 @@ std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
     }
     std::vector<double> err = magInstErr;
     if (all.empty()) return err;
-    const double zp0 = median(bright.empty() ? all : bright);
+    const double zp0 = robustMedian(bright.empty() ? all : bright);
     const auto nu = static_cast<std::ptrdiff_t>(usable.size());
 #pragma omp parallel for num_threads(threads) schedule(static) if (nu >= 20000)
     for (std::ptrdiff_t u = 0; u < nu; ++u) {
@@ -660,7 +651,7 @@ void fillFitResult(ZeroPointResult& res, const Calib& d, const KeptFit& kept, bo
         usedColours.push_back(d.c[k]);
     }
     res.scatter = std::sqrt(swr2 / sw);
-    res.limitingMag = res.limitingMagInst + res.zp + (colour ? res.colourTerm * median(usedColours) : 0.0);
+    res.limitingMag = res.limitingMagInst + res.zp + (colour ? res.colourTerm * robustMedian(usedColours) : 0.0);
 }
 
 } // namespace
@@ -789,7 +780,7 @@ void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const st
     zp.mapNx = zp.mapNy = cells;
     zp.map.clear();
     for (auto& c : cell)
-        zp.map.push_back(c.size() >= 5 ? median(c) : kNaN);
+        zp.map.push_back(c.size() >= 5 ? robustMedian(c) : kNaN);
 }
 
 } // namespace gpuphot
