@@ -468,7 +468,7 @@ DetectedObjects detectObjects(std::vector<Run> runs, const DetectionImages& im, 
     // 2b. 8-connected labelling of the runs.
     std::vector<std::vector<Run>> roots;
     {
-        const RootRuns rr = labelRoots(runs, p.minArea);
+        const RootRuns rr = labelRoots(runs, p.minArea, threads);
         runs = {};
         roots.resize(rr.size());
         parallelEach(rr.size(), threads, 256, [&](std::int64_t k) {
@@ -537,28 +537,48 @@ void parallelFor(std::size_t n, int threads, int chunk, const std::function<void
     parallelEach(n, threads, chunk, body);
 }
 
-RootRuns labelRoots(const std::vector<Run>& runs, int minArea) {
-    std::int32_t nComp = 0;
-    const std::vector<std::int32_t> label = detail::labelRuns(runs.data(), runs.size(), nComp);
-    std::vector<std::int64_t> compArea(nComp, 0);
-    std::vector<std::int64_t> compRuns(nComp, 0);
-    for (std::size_t r = 0; r < runs.size(); ++r) {
-        compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
-        ++compRuns[label[r]];
-    }
+RootRuns labelRoots(const std::vector<Run>& runs, int minArea, int threads) {
+    const BandLabels bl = labelRunsInBands(runs.data(), runs.size(), threads);
+    const std::vector<std::int32_t>& label = bl.label;
+    const int bands = static_cast<int>(bl.start.size()) - 1;
+    std::vector<std::int64_t> compArea(bl.nComponents, 0), compRuns(bl.nComponents, 0);
+    // A band counts the components that begin in it; the runs of those that began in an earlier band
+    // (few: they cross a seam) are counted and placed after, band by band, which keeps raster order.
+    std::vector<std::vector<std::size_t>> carried(bands);
+    auto begunIn = [&](int b, std::size_t r) { return label[r] >= bl.firstLabel[b]; };
+#pragma omp parallel for num_threads(bands) schedule(static, 1)
+    for (int b = 0; b < bands; ++b)
+        for (std::size_t r = bl.start[b]; r < bl.start[b + 1]; ++r) {
+            if (!begunIn(b, r)) {
+                carried[b].push_back(r);
+                continue;
+            }
+            compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
+            ++compRuns[label[r]];
+        }
+    for (const auto& band : carried)
+        for (std::size_t r : band) {
+            compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
+            ++compRuns[label[r]];
+        }
     // Roots in component order; the runs of each keep their raster order.
     RootRuns out;
-    std::vector<std::int64_t> fill(nComp, -1);
+    std::vector<std::int64_t> fill(bl.nComponents, -1);
     std::int64_t total = 0;
-    for (std::int32_t c = 0; c < nComp; ++c) {
+    for (std::int32_t c = 0; c < bl.nComponents; ++c) {
         if (compArea[c] < minArea) continue;
         fill[c] = total;
         total += compRuns[c];
         out.start.push_back(total);
     }
-    out.runs.resize(static_cast<std::size_t>(total));
-    for (std::size_t r = 0; r < runs.size(); ++r)
-        if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+    out.runs = prefaultedVector<Run>(static_cast<std::size_t>(total), threads);
+#pragma omp parallel for num_threads(bands) schedule(static, 1)
+    for (int b = 0; b < bands; ++b)
+        for (std::size_t r = bl.start[b]; r < bl.start[b + 1]; ++r)
+            if (begunIn(b, r) && fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+    for (const auto& band : carried)
+        for (std::size_t r : band)
+            if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
     return out;
 }
 

@@ -77,6 +77,18 @@ std::vector<std::int32_t> labelRuns(const Run* runs, std::size_t n, std::int32_t
 // The same into the caller's buffers (label: the result; parent: working memory), kept between calls.
 void labelRunsInto(const Run* runs, std::size_t n, std::vector<std::int32_t>& parent,
                    std::vector<std::int32_t>& label, std::int32_t& nComponents);
+// The same labels from bands of whole rows labelled on their own threads, their seams joined after: a
+// component's root is its smallest run index either way, and components are numbered in root order.
+// Band b holds the runs [start[b], start[b + 1]); the components whose first run lies in band b are
+// numbered [firstLabel[b], firstLabel[b + 1]).
+struct BandLabels {
+    std::vector<std::int32_t> label;
+    std::int32_t nComponents = 0;
+    std::vector<std::size_t> start;
+    std::vector<std::int32_t> firstLabel;
+};
+constexpr std::size_t kLabelBandRuns = 1 << 16; // runs per band at least (smaller inputs: one band)
+BandLabels labelRunsInBands(const Run* runs, std::size_t n, int threads);
 
 inline std::int64_t runsArea(const std::vector<Run>& runs) {
     std::int64_t a = 0;
@@ -338,7 +350,9 @@ struct RootRuns {
     std::vector<std::int64_t> start{0};
     std::size_t size() const { return start.size() - 1; }
 };
-RootRuns labelRoots(const std::vector<Run>& runs, int minArea);
+// The components of at least minArea pixels, each with its runs in raster order, components in order of
+// their first run; the same for any thread count.
+RootRuns labelRoots(const std::vector<Run>& runs, int minArea, int threads = 1);
 
 // body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot); for
 // callers compiled without OpenMP (the CUDA sources).
