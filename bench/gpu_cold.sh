@@ -3,7 +3,8 @@
 # run: the wall time, the sum of the report's stages, what lies outside them, and the largest stages.
 #   bench/gpu_cold.sh [SIZE] [STARS] [RUNS]      (default 14208x10656 400000 3: about 154k sources)
 # Environment: OUT (log, reports), WORK (frame), DEVICE_DIR (default .device), BACKEND (default cuda),
-# SEED (default 7), EXTRA (more reduce options). Runs binaries packed by bench/pack_device.sh.
+# SEED (default 7), EXTRA (more reduce options), TIMELINE=1 (the process's laps, `reduce -v`: start-up,
+# reference catalog, read, reduction, outputs, teardown). Runs binaries packed by bench/pack_device.sh.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DEVICE_DIR=${DEVICE_DIR:-$HERE/../.device}
@@ -25,9 +26,18 @@ for run in $(seq 1 "$RUNS"); do
     dir="$OUT/run$run"
     rm -rf "$dir"
     t0=$(date +%s.%N)
-    "$GP" reduce "$WORK/$name.fits" --ref "$WORK/$name.ref.fits" --no-tycho2 --backend "$BACKEND" -q --force \
-        -o "$dir" ${EXTRA:-} >> "$LOG" 2>&1 || { echo "run $run failed (see $LOG)"; exit 1; }
+    verbose=-q
+    [ "${TIMELINE:-0}" = 1 ] && verbose=-v
+    "$GP" reduce "$WORK/$name.fits" --ref "$WORK/$name.ref.fits" --no-tycho2 --backend "$BACKEND" $verbose --force \
+        -o "$dir" ${EXTRA:-} > "$OUT/run$run.txt" 2>&1 || { cat "$OUT/run$run.txt" >> "$LOG"; echo "run $run failed (see $LOG)"; exit 1; }
     t1=$(date +%s.%N)
+    cat "$OUT/run$run.txt" >> "$LOG"
+    if [ "${TIMELINE:-0}" = 1 ]; then
+        marks=$(sed -n 's/^timeline: +\([0-9.]*\) s \(.*\)$/\1 \2/p' "$OUT/run$run.txt" | tr '\n' ';')
+        echo "run $run timeline (s since the process started): $marks exit $(python3 -c "print('%.3f' % ($t1 - $t0))")" |
+            tee -a "$LOG"
+    fi
+    rm -f "$OUT/run$run.txt"
     python3 - "$dir/$name.report.json" "$t0" "$t1" "$run" <<'PY' | tee -a "$LOG"
 import json, sys
 r = json.load(open(sys.argv[1]))

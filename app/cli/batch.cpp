@@ -2,6 +2,7 @@
 #include "app/cli/batch.hpp"
 #include "app/cli/db_cli.hpp"
 #include "app/cli/test_hooks.hpp"
+#include "app/cli/timeline.hpp"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -658,6 +659,7 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
     s.ctx = makeRunContext(o.common);
     s.options.read.cfitsioOnly = s.ctx.tuning.cfitsioRead;
     startDeviceWarmUp(s.ctx); // the CUDA context comes up while the catalogs and the first frame are read
+    timelineMark("device warm-up started");
     if (!o.targets.empty()) {
         s.targets = readTargetList(o.targets);
         s.options.targets = &s.targets;
@@ -685,6 +687,7 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
         std::fprintf(stderr, "gpuphot: note: no --ref catalog and no Tycho-2 index files (Debian package "
                              "astrometry-data-tycho2): no crossmatch or zero point (mag_cal is NaN)\n");
     }
+    timelineMark("reference catalog read");
 }
 
 FrameReducer::~FrameReducer() = default;
@@ -778,6 +781,7 @@ std::unique_ptr<FrameReducer::Work> FrameReducer::load(FrameTask task) {
         }
         if (w->exposure.empty()) w->loaded = readFramePhase(frame, w->options);
     });
+    timelineMark("frame read");
     return w;
 }
 
@@ -805,6 +809,7 @@ void FrameReducer::compute(Work& w, RunContext& ctx) {
         w.computed = computeFramePhase(std::move(*w.loaded), w.options, ctx);
         w.loaded.reset();
     });
+    timelineMark("frame reduced");
 }
 
 nlohmann::json FrameReducer::write(Work& w) {
@@ -815,9 +820,11 @@ nlohmann::json FrameReducer::write(Work& w) {
             return;
         }
         const ReduceSummary summary = writeFramePhase(std::move(*w.computed), w.options);
+        timelineMark("outputs written");
         w.computed.reset();
         w.line = frameStatusOk(summary);
     });
+    timelineMark("frame released");
     return std::move(*w.line);
 }
 
@@ -1200,6 +1207,8 @@ int batchExitStatus(const std::vector<nlohmann::json>& lines) {
 
 int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, const BatchOptions& b) {
     if (frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ...)");
+    if (o.common.verbosity > 1) enableTimeline();
+    timelineMark("reduce starts");
     const ReduceOptions ro = toReduceOptions(o); // validates the options before anything runs
     const std::string jsonl = !b.jsonl.empty()    ? b.jsonl
                               : frames.size() > 1 ? (fs::path(o.common.outdir) / "gpuphot.jsonl").string()
@@ -1254,6 +1263,7 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
         if (frames.size() == 1 && o.common.verbosity > 1 && results[0].value("status", "") == "ok")
             for (const auto& st : reducer.context().records)
                 std::printf("  %-24s %8.3f s\n", st.stage.c_str(), st.seconds);
+        timelineMark("frames done");
     } else {
         // Skipped frames are decided here; the rest go to the children.
         std::vector<std::size_t> todo;
@@ -1279,6 +1289,7 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
         if (!todo.empty()) runChildren(frames, todo, jobs, window, gpus, args, results, progress, jsonl, db);
     }
     progress.finish();
+    timelineMark("reducer released");
     if (frames.size() > 1 && o.common.verbosity > 0) printSummaryTable(stdout, results, progress.elapsed());
     if (frames.size() == 1 && results[0].value("status", "") == "failed")
         return db.finish(results[0].value("exit_code", 1));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/cli/commands.hpp"
+#include "app/cli/timeline.hpp"
 #include "core/db/results_store.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
@@ -64,7 +65,11 @@ int main(int argc, char** argv) {
     }
     try {
         for (const auto& c : commands)
-            if (c.sub->parsed()) return c.run();
+            if (c.sub->parsed()) {
+                const int rc = c.run();
+                cli::timelineMark("command returned");
+                return rc;
+            }
     } catch (const DatabaseError& e) {
         std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());
         return databaseExitCode(e.kind());

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,59 @@ TEST(Reliability, FramesSmallerThanTheMinimumAreRefusedNamingTheFile) {
         EXPECT_NE(msg.find("too small"), std::string::npos) << w << "x" << h << ": " << msg;
     }
     EXPECT_EQ(errorOf([&] { validateForReduction(frameOf(kMinFrameAxis, kMinFrameAxis)); }), "");
+}
+
+// The frame statistics against a plain pixel loop: NaN, ±inf, masked and saturated pixels, extreme
+// finite values in masked and unmasked places, with a mask and without.
+TEST(Reliability, FrameStatisticsMatchAPlainPixelLoop) {
+    const float big = std::numeric_limits<float>::max();
+    for (const bool withMask : {true, false}) {
+        Frame f = frameOf(37, 29);
+        std::uint32_t state = 12345;
+        auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+        for (int y = 0; y < f.height(); ++y)
+            for (int x = 0; x < f.width(); ++x) {
+                const std::uint32_t r = next() % 100;
+                float v = static_cast<float>(static_cast<int>(next() % 20001) - 10000) * 0.37f;
+                if (r < 4)
+                    v = std::nanf("");
+                else if (r < 6)
+                    v = std::numeric_limits<float>::infinity();
+                else if (r < 8)
+                    v = -std::numeric_limits<float>::infinity();
+                f.pixels(x, y) = v;
+                const std::uint32_t k = next() % 100;
+                f.mask(x, y) = k < 5   ? static_cast<std::uint8_t>(MaskSaturated)
+                               : k < 9 ? std::uint8_t{1}
+                                       : std::uint8_t{0};
+            }
+        f.pixels(3, 3) = -big; // masked extremes must not reach the limits
+        f.mask(3, 3) = withMask ? std::uint8_t{1} : std::uint8_t{0};
+        f.pixels(5, 7) = big * (withMask ? 1.0f : 0.5f);
+        f.mask(5, 7) = 0;
+        if (!withMask) f.mask = Image<std::uint8_t>();
+        std::size_t valid = 0, saturated = 0;
+        double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+        for (int y = 0; y < f.height(); ++y)
+            for (int x = 0; x < f.width(); ++x) {
+                const std::uint8_t m = withMask ? f.mask(x, y) : 0;
+                saturated += (m & MaskSaturated) != 0;
+                if (!std::isfinite(f.pixels(x, y)) || m) continue;
+                ++valid;
+                lo = std::min<double>(lo, f.pixels(x, y));
+                hi = std::max<double>(hi, f.pixels(x, y));
+            }
+        const FrameStats s = frameStats(f);
+        EXPECT_EQ(s.pixels, std::size_t{37 * 29});
+        EXPECT_EQ(s.valid, valid) << withMask;
+        EXPECT_EQ(s.saturated, saturated) << withMask;
+        EXPECT_EQ(s.min, lo) << withMask;
+        EXPECT_EQ(s.max, hi) << withMask;
+        EXPECT_GT(valid, 0u);
+        if (withMask) {
+            EXPECT_GT(saturated, 0u);
+        }
+    }
 }
 
 TEST(Reliability, ABrokenHeaderWcsIsMarkedAndAMissingOneIsNot) {

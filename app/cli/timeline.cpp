@@ -1,0 +1,58 @@
+#include "app/cli/timeline.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+namespace gpuphot::cli {
+namespace {
+std::atomic<bool> g_enabled{false};
+
+double boottimeNow() {
+    timespec ts{};
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The process's start in CLOCK_BOOTTIME seconds (/proc/self/stat field 22, in clock ticks); negative when
+// it cannot be read.
+double processStart() {
+    std::ifstream in("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t close = text.rfind(')'); // the command name may hold spaces
+    if (close == std::string::npos) return -1.0;
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && fields >> field; ++i)
+        if (i == 22) return std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    return -1.0;
+}
+
+double origin() {
+    static const double start = [] {
+        const double s = processStart();
+        return s >= 0.0 ? s : boottimeNow();
+    }();
+    return start;
+}
+} // namespace
+
+void enableTimeline() {
+    origin();
+    g_enabled = true;
+}
+
+bool timelineEnabled() {
+    return g_enabled;
+}
+
+void timelineMark(const char* what) {
+    if (!g_enabled) return;
+    std::fprintf(stderr, "timeline: +%.3f s %s\n", boottimeNow() - origin(), what);
+}
+} // namespace gpuphot::cli
