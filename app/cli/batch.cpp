@@ -2,7 +2,7 @@
 #include "app/cli/batch.hpp"
 #include "app/cli/db_cli.hpp"
 #include "app/cli/test_hooks.hpp"
-#include "app/cli/timeline.hpp"
+#include "core/util/timeline.hpp"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -45,6 +45,7 @@
 #include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/pipeline/sextractor_config.hpp"
+#include "core/util/background_release.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/memory.hpp"
 #include "core/wcs/tan_sip.hpp"
@@ -656,10 +657,19 @@ FrameReducer::FrameReducer(const ReduceCliOptions& o) : m_state(std::make_unique
     s.verbosity = o.common.verbosity;
     s.options = toReduceOptions(o);
     s.common = o.common;
+    // The catalogs are read while the CUDA driver starts (the device list); the device state then comes
+    // up while the first frame is read.
+    if (parseBackend(o.common.backend) != Backend::Cpu) prefetchCudaDevices();
+    applyThreadCount(o.common);
+    readCatalogs(o);
     s.ctx = makeRunContext(o.common);
     s.options.read.cfitsioOnly = s.ctx.tuning.cfitsioRead;
-    startDeviceWarmUp(s.ctx); // the CUDA context comes up while the catalogs and the first frame are read
+    startDeviceWarmUp(s.ctx);
     timelineMark("device warm-up started");
+}
+
+void FrameReducer::readCatalogs(const ReduceCliOptions& o) {
+    State& s = *m_state;
     if (!o.targets.empty()) {
         s.targets = readTargetList(o.targets);
         s.options.targets = &s.targets;
@@ -821,6 +831,7 @@ nlohmann::json FrameReducer::write(Work& w) {
         }
         const ReduceSummary summary = writeFramePhase(std::move(*w.computed), w.options);
         timelineMark("outputs written");
+        releaseInBackground(std::move(*w.computed));
         w.computed.reset();
         w.line = frameStatusOk(summary);
     });
@@ -1218,14 +1229,20 @@ int runBatch(const std::vector<std::string>& frames, const ReduceCliOptions& o, 
     // it); a plain `gpuphot reduce FRAME` always reduces (the skip rule does not see changed parameters).
     const bool force = b.force || (frames.size() == 1 && b.jsonl.empty());
 
-    // Workers: -j N, else one per visible GPU with the CUDA backend, else one (in this process).
-    const Backend backend = resolveBackend(parseBackend(o.common.backend));
+    // Workers: -j N, else one per visible GPU with the CUDA backend, else one (in this process). A single
+    // frame is reduced here: its reducer resolves the backend while it reads the catalogs.
+    Backend backend = Backend::Cpu;
     std::vector<std::string> gpus;
-    if (backend == Backend::Cuda) gpus = visibleGpus();
-    int jobs = b.jobs > 0 ? b.jobs : std::max<int>(1, static_cast<int>(gpus.size()));
-    const bool inProcess = frames.size() == 1 || (b.jobs <= 0 && jobs == 1);
-    if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size())
-        gpus.resize(jobs);
+    int jobs = 1;
+    bool inProcess = frames.size() == 1;
+    if (!inProcess) {
+        backend = resolveBackend(parseBackend(o.common.backend));
+        if (backend == Backend::Cuda) gpus = visibleGpus();
+        jobs = b.jobs > 0 ? b.jobs : std::max<int>(1, static_cast<int>(gpus.size()));
+        inProcess = b.jobs <= 0 && jobs == 1;
+        if (!inProcess && gpus.size() > 1 && b.jobs > 0 && static_cast<std::size_t>(jobs) < gpus.size())
+            gpus.resize(jobs);
+    }
 
     std::vector<nlohmann::json> results(frames.size());
     StatusDatabase db(b.db, o.common.verbosity); // --db: frames stored beside the reduction of the next

@@ -98,6 +98,7 @@ public:
     nlohmann::json write(Work& work);
 
 private:
+    void readCatalogs(const ReduceCliOptions& o); // targets, reference (or Tycho-2's files)
     struct State;
     std::unique_ptr<State> m_state;
 };

@@ -35,6 +35,8 @@ struct Command {
 void addCommonOptions(CLI::App& sub, CommonOptions& opts);
 // The run context for the options: backend resolved (auto: CUDA when present), thread count applied.
 RunContext makeRunContext(const CommonOptions& opts);
+// --threads for the OpenMP work that runs before the run context exists (makeRunContext applies it too).
+void applyThreadCount(const CommonOptions& opts);
 // Stage parameters: defaults, then --config, then the instrument overrides given on the command line.
 PipelineConfig loadConfig(const CommonOptions& opts);
 // True when stderr is a terminal (progress bars).

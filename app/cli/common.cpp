@@ -65,13 +65,17 @@ std::size_t parseByteSize(const std::string& text) {
 }
 } // namespace
 
+void applyThreadCount(const CommonOptions& opts) {
+    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+}
+
 RunContext makeRunContext(const CommonOptions& opts) {
     RunContext ctx;
     // auto: CUDA when the kernels are linked and a device is present; cuda without one throws.
     ctx.backend = resolveBackend(parseBackend(opts.backend));
     if (!opts.gpuMemLimit.empty()) ctx.gpuMemLimit = parseByteSize(opts.gpuMemLimit);
     ctx.threads = opts.threads;
-    if (opts.threads > 0) omp_set_num_threads(opts.threads);
+    applyThreadCount(opts);
     startThreadTeam(ctx.threadCount()); // a clean error now rather than libgomp's exit later
     // The tuning from the environment, once per process (docs/CONFIG.md §Tuning); the report records it.
     static const BackendTuning tuning = [] {

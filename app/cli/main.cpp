@@ -3,17 +3,18 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "app/cli/commands.hpp"
-#include "app/cli/timeline.hpp"
 #include "core/db/results_store.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
 #include "core/util/memory.hpp"
 #include "core/util/text.hpp"
+#include "core/util/timeline.hpp"
 
 namespace {
 
@@ -35,6 +36,20 @@ std::vector<std::string> rewriteSextractorOverrides(int argc, char** argv) {
     return out;
 }
 
+} // namespace
+
+namespace {
+// A command that returns has written and closed every output: the process ends without the teardown of
+// what is left (the CUDA runtime's contexts and pools, the allocator's pages: 0.15-0.2 s after a 151 MP
+// reduction on the GPU). Sanitizer builds exit normally, so that their leak checks run.
+[[noreturn]] void exitNow(int rc) {
+    std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    std::exit(rc);
+#else
+    std::_Exit(rc);
+#endif
+}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -67,8 +82,8 @@ int main(int argc, char** argv) {
         for (const auto& c : commands)
             if (c.sub->parsed()) {
                 const int rc = c.run();
-                cli::timelineMark("command returned");
-                return rc;
+                timelineMark("command returned");
+                exitNow(rc);
             }
     } catch (const DatabaseError& e) {
         std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());

@@ -16,6 +16,7 @@
 #include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/stages/detection/detection.hpp"
 #include "core/stages/psf/psf.hpp"
+#include "core/util/timeline.hpp"
 
 namespace gpuphot {
 namespace {
@@ -90,13 +91,16 @@ void startDeviceWarmUp(RunContext& ctx) {
     WarmUpThreads& threads = warmUpThreads();
     threads.add(std::async(std::launch::async, [create, prepare, limit, state] {
         try {
+            timelineMark("device warm-up: creating the device state");
             state->set_value(create(limit));
+            timelineMark("device warm-up: device state ready");
         } catch (...) {
             state->set_exception(std::current_exception());
             return;
         }
         joinWarmUpsAtExit();
         if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
+        timelineMark("device warm-up: raw upload prepared");
     }));
 }
 

@@ -17,7 +17,11 @@ struct DeviceInfo {
 using DeviceLister = std::vector<DeviceInfo> (*)();
 void registerDeviceLister(DeviceLister lister);
 bool cudaBackendLinked();
-std::vector<DeviceInfo> listCudaDevices(); // empty without the CUDA backend or without a device
+// Empty without the CUDA backend or without a device. Read once per process (the CUDA driver's start-up
+// takes 0.1-0.2 s on a large GPU) and kept; prefetchCudaDevices() starts the reading on another thread so
+// that the caller can go on (reading catalogs) until it needs the answer.
+std::vector<DeviceInfo> listCudaDevices();
+void prefetchCudaDevices();
 
 enum class Backend;
 // Auto resolves to Cuda when a device is present, else Cpu; Cuda without a device throws InvalidInput.

@@ -14,6 +14,7 @@
 #include "core/pipeline/report.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/timeline.hpp"
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
@@ -77,6 +78,7 @@ ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& optio
         const bool adopted =
             loaded.deviceUpload && adoptRawUpload(loaded.deviceUpload, frame.view(), frame.maskView(), true, ctx);
         loaded.deviceUpload.reset();
+        timelineMark("frame on the device");
         prepared = prepareFrame(frame, options.prepare, options.config.prepare, ctx);
         if (adopted && !prepared.steps.empty()) {
             const bool pixelsAsRead = std::all_of(prepared.steps.begin(), prepared.steps.end(),
@@ -85,6 +87,7 @@ ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& optio
         }
     }
     validateForReduction(frame);
+    timelineMark("frame prepared and checked");
     if (!std::isfinite(frame.instrument.airmass)) frame.instrument.airmass = airmassFromAltitudeKeywords(frame.header);
     if (options.ignoreHeaderWcs && frame.wcs) {
         frame.wcs.reset();

@@ -7,6 +7,7 @@
 
 #include "core/util/errors.hpp"
 #include "core/util/memory.hpp"
+#include "core/util/timeline.hpp"
 
 namespace gpuphot {
 
@@ -84,6 +85,7 @@ RunContext::StageTimer::~StageTimer() {
         r.peakHostBytes = peakResidentBytes();
         if (m_ctx.deviceCheckpoint) m_ctx.deviceCheckpoint(r);
         m_ctx.records.push_back(r);
+        if (timelineEnabled()) timelineMark((m_stage + " done").c_str());
     } catch (...) { // out of memory for the record: the report misses one stage's timing
     }
 }

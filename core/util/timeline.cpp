@@ -1,4 +1,4 @@
-#include "app/cli/timeline.hpp"
+#include "core/util/timeline.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-namespace gpuphot::cli {
+namespace gpuphot {
 namespace {
 std::atomic<bool> g_enabled{false};
 
@@ -55,4 +55,4 @@ void timelineMark(const char* what) {
     if (!g_enabled) return;
     std::fprintf(stderr, "timeline: +%.3f s %s\n", boottimeNow() - origin(), what);
 }
-} // namespace gpuphot::cli
+} // namespace gpuphot

@@ -1,0 +1,54 @@
+#include "core/util/background_release.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace gpuphot {
+namespace {
+constexpr std::size_t kMaxWaiting = 2;
+
+struct ReleaseQueue {
+    std::mutex mu;
+    std::condition_variable ready;
+    std::deque<std::function<void()>> waiting;
+
+    ReleaseQueue() {
+        std::thread([this] {
+            for (;;) {
+                std::function<void()> next;
+                {
+                    std::unique_lock lock(mu);
+                    ready.wait(lock, [this] { return !waiting.empty(); });
+                    next = std::move(waiting.front());
+                    waiting.pop_front();
+                }
+                next();
+            }
+        }).detach();
+    }
+};
+
+// Never destroyed: the detached thread may still wait on it while the process exits.
+ReleaseQueue& queue() {
+    static ReleaseQueue* q = new ReleaseQueue;
+    return *q;
+}
+} // namespace
+
+bool postRelease(std::function<void()> release) {
+    ReleaseQueue& q = queue();
+    {
+        std::lock_guard lock(q.mu);
+        if (q.waiting.size() < kMaxWaiting) {
+            q.waiting.push_back(std::move(release));
+            q.ready.notify_one();
+            return true;
+        }
+    }
+    release();
+    return false;
+}
+
+} // namespace gpuphot
