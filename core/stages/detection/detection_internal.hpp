@@ -20,6 +20,7 @@
 #include "core/model/image.hpp"
 #include "core/stages/background/background.hpp"
 #include "core/stages/detection/detection.hpp"
+#include "core/util/prefault.hpp"
 #include "core/util/step_timer.hpp"
 
 namespace gpuphot {
@@ -357,21 +358,6 @@ RootRuns labelRoots(const std::vector<Run>& runs, int minArea, int threads = 1);
 // body(i) for i = 0..n-1 on `threads` OpenMP threads in dynamic chunks (each i writes only its own slot); for
 // callers compiled without OpenMP (the CUDA sources).
 void parallelFor(std::size_t n, int threads, int chunk, const std::function<void(std::int64_t)>& body);
-
-// std::vector<T>(n) whose fresh pages are faulted in by `threads` threads before the (serial) construction,
-// which then writes resident memory.
-template <class T> std::vector<T> prefaultedVector(std::size_t n, int threads) {
-    std::vector<T> v;
-    v.reserve(n);
-    auto* bytes = reinterpret_cast<unsigned char*>(v.data());
-    const std::size_t total = n * sizeof(T), chunk = std::size_t{1} << 16;
-    parallelFor((total + chunk - 1) / chunk, threads, 1, [&](std::int64_t c) {
-        const std::size_t at = static_cast<std::size_t>(c) * chunk;
-        std::memset(bytes + at, 0, std::min(chunk, total - at));
-    });
-    v.resize(n);
-    return v;
-}
 
 // Background subtraction, pixel states, the matched filter and the runs above threshold (the CPU
 // detection's step 1): sub, state, filtered (empty without a filter) own the pixels that im views.
