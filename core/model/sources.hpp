@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/util/prefault.hpp"
+
 namespace gpuphot {
 
 struct Sources {
@@ -23,14 +25,27 @@ struct Sources {
     std::vector<std::int32_t> segmentId; // value of the object's pixels in the segmentation map (>= 1)
 
     std::size_t size() const { return x.size(); }
-    void resize(std::size_t n); // resizes every column
+    // Resizes every column; threads > 1: the new pages are faulted in on that many threads first.
+    void resize(std::size_t n, int threads = 1);
 };
 
-inline void Sources::resize(std::size_t n) {
+namespace detail {
+template <class T> void growColumn(std::vector<T>& v, std::size_t n, int threads) {
+    if (threads > 1 && n > v.size()) {
+        v.reserve(n);
+        prefaultBytes(reinterpret_cast<unsigned char*>(v.data() + v.size()), (n - v.size()) * sizeof(T),
+                      threads);
+    }
+    v.resize(n);
+}
+} // namespace detail
+
+inline void Sources::resize(std::size_t n, int threads) {
     for (auto* v : {&x, &y, &xErr, &yErr, &xIso, &yIso, &x2, &y2, &xy, &a, &b, &theta, &fluxIso, &fluxIsoErr, &peak})
-        v->resize(n);
-    for (auto* v : {&areaIso, &xMin, &xMax, &yMin, &yMax, &segmentId}) v->resize(n);
-    flags.resize(n);
+        detail::growColumn(*v, n, threads);
+    for (auto* v : {&areaIso, &xMin, &xMax, &yMin, &yMax, &segmentId})
+        detail::growColumn(*v, n, threads);
+    detail::growColumn(flags, n, threads);
 }
 
 } // namespace gpuphot

@@ -115,8 +115,9 @@ TEST(PrepareBleed, LeaveAGalaxyFieldWithoutSaturationUntouched) {
         ASSERT_EQ(f.width(), before.width());
         EXPECT_EQ(std::memcmp(f.pixels.data(), before.data(), before.pixelCount() * sizeof(float)), 0);
         ASSERT_EQ(f.mask.pixelCount(), maskBefore.pixelCount());
-        if (maskBefore.pixelCount() > 0)
+        if (maskBefore.pixelCount() > 0) {
             EXPECT_EQ(std::memcmp(f.mask.data(), maskBefore.data(), maskBefore.pixelCount()), 0);
+        }
     }
 }
 

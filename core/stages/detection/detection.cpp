@@ -674,7 +674,7 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     timer.lap("finish: segmentation fill (host)");
     ctx.checkCancelled();
     Sources& s = result.sources;
-    s.resize(static_cast<std::size_t>(n));
+    s.resize(static_cast<std::size_t>(n), threads);
     ParallelErrors errors;
     // Small chunks: one large object's window (a galaxy, a bright star) can cost as much as hundreds of
     // stars, and chunks of 64 left the other threads idle behind it.
