@@ -2,8 +2,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -25,12 +28,14 @@ double processStart() {
     std::ifstream in("/proc/self/stat");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::size_t close = text.rfind(')'); // the command name may hold spaces
-    if (close == std::string::npos) return -1.0;
+    if (close == std::string::npos || close + 2 > text.size()) return -1.0;
     std::istringstream fields(text.substr(close + 2));
+    double ticks = -1.0;
     std::string field;
     for (int i = 3; i <= 22 && fields >> field; ++i)
-        if (i == 22) return std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    return -1.0;
+        if (i == 22) ticks = std::strtod(field.c_str(), nullptr);
+    const long perSecond = sysconf(_SC_CLK_TCK);
+    return ticks >= 0.0 && perSecond > 0 ? ticks / static_cast<double>(perSecond) : -1.0;
 }
 
 double origin() {
@@ -53,6 +58,8 @@ bool timelineEnabled() {
 
 void timelineMark(const char* what) {
     if (!g_enabled) return;
+    static std::mutex order; // marks of several threads print in the order of their times
+    std::lock_guard lock(order);
     std::fprintf(stderr, "timeline: +%.3f s %s\n", boottimeNow() - origin(), what);
 }
 } // namespace gpuphot

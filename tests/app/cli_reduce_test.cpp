@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/catalog/table.hpp"
 #include "core/io/fits_image.hpp"
@@ -218,4 +223,36 @@ TEST(CliReduce, WrongHeaderWcsIsSolvedAndTheFittedWcsIsWritten) {
             }
     EXPECT_GT(checked, 50u);
     EXPECT_LT(worst, 0.1);
+}
+
+// `reduce -v` of one frame prints the process's timeline on stderr: every step once, in order, with times
+// that never go back; without -v, none of it.
+TEST(CliReduce, VerboseReducePrintsTheTimelineInOrder) {
+    TempDir out("gpuphot_reduce_timeline");
+    const std::string ref = fs::path(simulatedFrame()).replace_filename("field.ref.fits").string();
+    const CliResult r = runCli("reduce " + simulatedFrame() + " --ref " + ref + " -v -o " + out.str());
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    std::vector<std::pair<double, std::string>> marks;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);) {
+        double t = 0.0;
+        char what[128] = {};
+        if (std::sscanf(line.c_str(), "timeline: +%lf s %127[^\n]", &t, what) == 2)
+            marks.emplace_back(t, what);
+    }
+    const std::vector<std::string> expected = {
+        "reduce starts", "reference catalog read", "device warm-up started", "frame read",
+        "prepare done",  "detection done",         "astrometry done",        "zeropoint done",
+        "frame reduced", "outputs written",        "frame released",         "command returned"};
+    std::size_t at = 0;
+    for (const auto& [t, what] : marks)
+        if (at < expected.size() && what == expected[at]) ++at;
+    EXPECT_EQ(at, expected.size()) << "missing or out of order: "
+                                   << (at < expected.size() ? expected[at] : "") << "\n"
+                                   << r.err;
+    for (std::size_t i = 1; i < marks.size(); ++i)
+        EXPECT_GE(marks[i].first, marks[i - 1].first) << marks[i].second;
+    const CliResult quiet = runCli("reduce " + simulatedFrame() + " -o " + out.str());
+    ASSERT_EQ(quiet.exitCode, 0) << quiet.err;
+    EXPECT_EQ(quiet.err.find("timeline:"), std::string::npos);
 }
