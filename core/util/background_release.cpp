@@ -7,7 +7,7 @@
 
 namespace gpuphot {
 namespace {
-constexpr std::size_t kMaxWaiting = 2;
+constexpr std::size_t kMaxWaiting = 1; // besides the one being freed: at most two frames' memory in flight
 
 struct ReleaseQueue {
     std::mutex mu;

@@ -1,4 +1,4 @@
-// Objects handed to the release thread are destroyed, in order, off the caller's thread; with two already
+// Objects handed to the release thread are destroyed, in order, off the caller's thread; with one already
 // waiting the caller destroys its own.
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ struct Tracked {
     }
 };
 
-TEST(BackgroundRelease, ObjectsAreDestroyedInOrderOffTheCallersThread) {
+TEST(BackgroundRelease, ObjectsAreDestroyedOffTheCallersThreadAndTheQueueIsBounded) {
     std::vector<int> log;
     std::mutex mu;
     std::thread::id where;
@@ -44,11 +44,15 @@ TEST(BackgroundRelease, ObjectsAreDestroyedInOrderOffTheCallersThread) {
     while (!blocked)
         std::this_thread::yield();
     releaseInBackground(Tracked(&log, &mu, &where, 1));
-    releaseInBackground(Tracked(&log, &mu, &where, 2));
-    releaseInBackground(Tracked(&log, &mu, nullptr, 3)); // queue full: destroyed on this thread, now
+    releaseInBackground(Tracked(&log, &mu, nullptr, 2)); // one waiting already: destroyed here, now
     {
         std::lock_guard lock(mu);
-        EXPECT_EQ(log, std::vector<int>{3});
+        EXPECT_EQ(log, std::vector<int>{2});
+    }
+    releaseInBackground(Tracked(&log, &mu, nullptr, 3));
+    {
+        std::lock_guard lock(mu);
+        EXPECT_EQ(log, (std::vector<int>{2, 3}));
     }
     hold.unlock();
     for (int i = 0; i < 2000; ++i) {
@@ -59,7 +63,7 @@ TEST(BackgroundRelease, ObjectsAreDestroyedInOrderOffTheCallersThread) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::lock_guard lock(mu);
-    EXPECT_EQ(log, (std::vector<int>{3, 1, 2}));
+    EXPECT_EQ(log, (std::vector<int>{2, 3, 1}));
     EXPECT_NE(where, std::this_thread::get_id());
 }
 
