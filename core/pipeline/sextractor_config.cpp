@@ -231,11 +231,18 @@ std::string SextractorMapping::warning() const {
 
 namespace {
 
+// Whether a file of that name exists; false also when the name cannot be looked up (too long, no
+// permission): the reading that follows then says what is wrong with it, as a typed error.
+bool fileExists(const std::filesystem::path& p) {
+    std::error_code ec;
+    return std::filesystem::exists(p, ec) && !ec;
+}
+
 std::string resolveBeside(const std::string& name, const std::string& sexPath) {
     namespace fs = std::filesystem;
-    if (fs::exists(name) || sexPath.empty()) return name;
+    if (fileExists(name) || sexPath.empty()) return name;
     const fs::path beside = fs::path(sexPath).parent_path() / name;
-    return fs::exists(beside) ? beside.string() : name;
+    return fileExists(beside) ? beside.string() : name;
 }
 
 // FLAG_IMAGE, FLAG_TYPE -> the catalog's flag images, when its parameters ask for IMAFLAGS_ISO or
@@ -252,7 +259,7 @@ void applyFlagImageKeys(const Reader& r, std::map<std::string, std::string>& v, 
     done.insert("FLAG_TYPE");
     for (const std::string& f : r.list("FLAG_IMAGE", v.count("FLAG_IMAGE") ? v["FLAG_IMAGE"] : "flag.fits")) {
         cat.flagImages.push_back(resolveBeside(f, r.s.path));
-        if (!std::filesystem::exists(cat.flagImages.back()))
+        if (!fileExists(cat.flagImages.back()))
             throw InvalidInput(r.where("FLAG_IMAGE") + ": " + f + " not found (as given or beside the file)");
     }
     for (const std::string& t : r.list("FLAG_TYPE", v.count("FLAG_TYPE") ? v["FLAG_TYPE"] : "OR"))
@@ -282,7 +289,7 @@ void applyCatalogKeys(const Reader& r, std::map<std::string, std::string>& v, st
     m.writesCatalog = cat.type != "NONE";
     if (!m.writesCatalog) return;
     const std::string param = resolveBeside(trimmed(v["PARAMETERS_NAME"]), r.s.path);
-    if (!std::filesystem::exists(param)) {
+    if (!fileExists(param)) {
         m.writesCatalog = false;
         m.differences.push_back("PARAMETERS_NAME " + v["PARAMETERS_NAME"] +
                                 ": not found (as given or beside the configuration): no SExtractor catalog "
@@ -440,7 +447,7 @@ void applyWeightKeys(KeyState& k, PipelineConfig& c) {
     k.applied("WEIGHT_TYPE", "prepare.weightType = " + c.prepare.weightType);
     const std::string image = r.list("WEIGHT_IMAGE", k.get("WEIGHT_IMAGE"))[0];
     k.m.weightImage = resolveBeside(image, r.s.path);
-    if (!std::filesystem::exists(k.m.weightImage))
+    if (!fileExists(k.m.weightImage))
         throw InvalidInput(r.where("WEIGHT_IMAGE") + ": " + image +
                            " not found (as given or beside the file)");
     k.applied("WEIGHT_IMAGE", "the weight map (--weight)");
