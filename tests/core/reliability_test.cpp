@@ -25,6 +25,7 @@
 #include "core/pipeline/frame_checks.hpp"
 #include "core/pipeline/frame_status.hpp"
 #include "core/pipeline/pipeline_config.hpp"
+#include "core/pipeline/sextractor_config.hpp"
 #include "core/util/errors.hpp"
 #include "core/wcs/wcs.hpp"
 #include "tests/test_support.hpp"
@@ -1256,4 +1257,27 @@ TEST(Reliability, FilesAreKnownByTheirBytesNotTheirNames) {
     const std::string msg = errorOf([&] { (void)readFrame(dir / "b.fits"); });
     EXPECT_NE(msg.find("bzip2-compressed file"), std::string::npos) << msg;
     EXPECT_THROW((void)listHdus(dir / "b.fits"), InvalidInput);
+}
+
+// File names that cannot be looked up (longer than the system allows) give the typed error of the file
+// that cannot be read, not a filesystem exception (fuzz_sextractor's finding: std::filesystem::exists threw;
+// tests/fuzz/regressions/sextractor/filter_name_too_long_to_look_up.bin).
+TEST(Reliability, FuzzSextractorFileNamesThatCannotBeLookedUpGiveTypedErrors) {
+    test::TempDir dir("gpuphot_sex_long");
+    const std::string longName(5000, 'f');
+    for (const char* key : {"FILTER_NAME", "PARAMETERS_NAME", "WEIGHT_IMAGE", "FLAG_IMAGE"}) {
+        PipelineConfig c;
+        const std::string text =
+            std::string("FILTER Y\nWEIGHT_TYPE MAP_WEIGHT\nPARAMETERS_NAME default.param\n") + key + " " +
+            longName + "\n";
+        const std::string path = dir / "long.sex";
+        std::ofstream(path) << text;
+        try {
+            (void)applySextractorSettings(readSextractorSettings(path), c);
+        } catch (const InvalidInput&) {
+        } catch (const IoError&) {
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << key << ": untyped " << std::string(e.what()).substr(0, 120);
+        }
+    }
 }

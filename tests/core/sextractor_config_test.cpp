@@ -297,23 +297,3 @@ TEST(SextractorConfig, DebiansDefaultFilesRead) {
         EXPECT_EQ(k.width % 2, 1) << f;
     }
 }
-
-// File names that cannot be looked up (longer than the system allows) give the typed error of the file
-// that cannot be read, not a filesystem exception (a fuzzer's finding: std::filesystem::exists threw).
-TEST(SextractorConfig, NamesThatCannotBeLookedUpGiveTypedErrors) {
-    test::TempDir dir("gpuphot_sex_long");
-    const std::string longName(5000, 'f');
-    for (const char* key : {"FILTER_NAME", "PARAMETERS_NAME", "WEIGHT_IMAGE", "FLAG_IMAGE"}) {
-        PipelineConfig c;
-        const std::string text =
-            std::string("FILTER Y\nWEIGHT_TYPE MAP_WEIGHT\nPARAMETERS_NAME default.param\n") + key + " " +
-            longName + "\n";
-        try {
-            (void)applyText(dir, text, c);
-        } catch (const InvalidInput&) {
-        } catch (const IoError&) {
-        } catch (const std::exception& e) {
-            ADD_FAILURE() << key << ": untyped " << std::string(e.what()).substr(0, 120);
-        }
-    }
-}
