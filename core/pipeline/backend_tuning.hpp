@@ -70,6 +70,7 @@ struct TestHooks {
     std::size_t cudaFailAfterAllocs = 0; // the device allocation after this many fails; 0: none
     int detectionRankMax = -1;           // the detection finish's rank-sort limit; -1: the engine's own
     bool apertureCpuChain = false;       // the CPU aperture engine makes the CUDA engine's chained calls
+    bool calibrationBeside = false;      // the CPU backend too starts the calibration beside PSF and apertures
 };
 
 } // namespace gpuphot

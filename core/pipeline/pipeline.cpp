@@ -274,7 +274,8 @@ void keepBetterZeroPoint(PipelineResult& r, const std::string& src, ZeroPointRes
 // smaller zpErr is kept. The kept source's magnitudes are left in r.magInst / r.magInstErr (the catalog's
 // mag_cal is made of them).
 void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, const ReferenceCatalog& ref,
-                    const PipelineConfig& config, double isolationArcsec, RunContext& ctx) {
+                    const PipelineConfig& config, double isolationArcsec, const std::vector<char>& crowded,
+                    RunContext& ctx) {
     ZeroPointParams zpp = config.zeropoint;
     zpp.isolationArcsec = isolationArcsec;
     const std::string& src = zpp.magSource;
@@ -300,13 +301,13 @@ void fitCalibration(PipelineResult& r, const std::vector<std::uint32_t>& flags, 
         const double psfShared = std::hypot(apShared, scale.errMag);
         const auto policy = ctx.threadCount() >= 2 ? std::launch::async : std::launch::deferred;
         psfFit = std::async(policy, [&, psfShared] {
-            return fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, psfCtx, psfShared);
+            return fitZeroPoint(mPsf, ePsf, flags, r.crossmatch, ref, zpp, psfCtx, psfShared, &crowded);
         });
     }
     if (src != "psf") {
         RunContext apCtx = fitContext(ctx, fitPsf ? std::max(1, ctx.threadCount() - psfCtx.threads) : 0);
         apCtx.progress = ctx.progress;
-        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, apCtx, apShared);
+        ap = fitZeroPoint(r.magInst, r.magInstErr, flags, r.crossmatch, ref, zpp, apCtx, apShared, &crowded);
         ap.magSource = "aperture";
         char buf[160];
         std::snprintf(buf, sizeof buf,
@@ -556,38 +557,110 @@ AstrometryResult solveFrameAstrometry(const Frame& frame, const PipelineConfig& 
                            pointing, config.astrometry, ctx);
 }
 
-// The astrometric solution needs only the detections: on the CUDA backend it is started on a host thread
-// once they exist and runs while the PSF and aperture stages keep the device busy (the same solution: it
-// reads the detections alone, with the resolved thread count of the run). Its stage record joins the run's
-// when it is taken. Destroying an unfinished one waits for it (the sources it reads outlive it).
-class EarlyAstrometry {
+// The frame's match to the reference catalog with the final WCS: the catalog cut once to the frame's cone
+// (so that one covering far more sky costs little; the margin covers crossmatch's own cone and the zero
+// point's isolation radius), the crossmatch against the cut, and the calibrators' isolation test. It needs
+// the detections, the WCS and the FWHM, not the photometry.
+struct ReferenceMatch {
+    ReferenceCatalog refCut;
+    std::vector<std::int32_t> cutRows; // per row of refCut: its row in the whole catalog
+    bool cut = false;
+    double isolationArcsec = 0.0;
+    CrossmatchResult crossmatch; // rows of refCut when cut
+    std::vector<char> crowded;   // per source (crowdedMatches)
+    const ReferenceCatalog& catalog(const ReferenceCatalog& whole) const { return cut ? refCut : whole; }
+};
+
+ReferenceMatch matchReference(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                              const Sources& s, double fwhm, const ReferenceCatalog& reference,
+                              const Wcs& wcs) {
+    ReferenceMatch m;
+    const double pxScale = wcs.pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
+    m.isolationArcsec = calibratorIsolationArcsec(config.zeropoint, fwhm, pxScale);
+    const double cutMargin =
+        1.5 * (2.0 * config.crossmatch.marginPx + 20.0) * (std::isfinite(pxScale) ? pxScale : 0.0) +
+        m.isolationArcsec + config.crossmatch.radiusArcsec;
+    m.cut = std::isfinite(pxScale) && pxScale > 0.0;
+    if (m.cut)
+        m.refCut =
+            cutReferenceToFrame(reference, wcs, frame.width(), frame.height(), cutMargin, &m.cutRows);
+    const ReferenceCatalog& refUse = m.catalog(reference);
+    auto t = ctx.time("crossmatch");
+    m.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, wcs, config.crossmatch, ctx);
+    if (m.isolationArcsec > 0.0)
+        m.crowded = crowdedMatches(m.crossmatch, refUse, m.isolationArcsec, config.zeropoint.isolationDeltaMag,
+                                   ctx.threadCount());
+    return m;
+}
+
+// The calibration's first half needs only the detections and the FWHM: on the CUDA backend it is started
+// on a host thread once the detections exist and runs while the PSF and aperture stages keep the device
+// busy: the astrometric solution, then (once the PSF stage has given the FWHM: setFwhm) the match to the
+// reference catalog with the final WCS, on the CPU engines (whose results are the CUDA engines', byte for
+// byte). Its stage records join the run's when it is taken. Destroying an unfinished one abandons the FWHM
+// and waits for it (the sources it reads outlive it).
+class EarlyCalibration {
 public:
+    struct Taken {
+        AstrometryResult astrometry;
+        std::optional<ReferenceMatch> match; // when the FWHM came and a WCS was there
+    };
+    EarlyCalibration() = default;
+    EarlyCalibration(const EarlyCalibration&) = delete;
+    EarlyCalibration& operator=(const EarlyCalibration&) = delete;
+    ~EarlyCalibration() {
+        if (!m_result.valid()) return;
+        if (!m_fwhmSet) m_fwhm = std::promise<double>(); // abandons the FWHM: the task stops waiting
+        m_result.wait();
+    }
+
     void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
                const ReferenceCatalog& reference) {
         m_ctx = fitContext(ctx, 0);
-        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference] {
-            return solveFrameAstrometry(frame, config, m_ctx, s, reference);
+        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference,
+                                                   fwhm = m_fwhm.get_future()]() mutable {
+            Taken t;
+            t.astrometry = solveFrameAstrometry(frame, config, m_ctx, s, reference);
+            std::shared_ptr<const Wcs> wcs = frame.wcs;
+            if (t.astrometry.ok) wcs = std::make_shared<const Wcs>(Wcs::fromTanSip(t.astrometry.wcs));
+            double px = 0.0;
+            try {
+                px = fwhm.get();
+            } catch (const std::future_error&) {
+                return t; // abandoned: the run ends without a calibration
+            }
+            if (!wcs) return t;
+            RunContext cpu = fitContext(m_ctx, 0);
+            cpu.backend = Backend::Cpu;
+            t.match = matchReference(frame, config, cpu, s, px, reference, *wcs);
+            m_ctx.records.insert(m_ctx.records.end(), cpu.records.begin(), cpu.records.end());
+            return t;
         });
     }
     bool started() const { return m_result.valid(); }
-    AstrometryResult take(RunContext& ctx) {
-        AstrometryResult a = m_result.get();
+    void setFwhm(double fwhm) {
+        if (!m_result.valid() || m_fwhmSet) return;
+        m_fwhm.set_value(fwhm);
+        m_fwhmSet = true;
+    }
+    Taken take(RunContext& ctx) {
+        Taken t = m_result.get();
         ctx.records.insert(ctx.records.end(), m_ctx.records.begin(), m_ctx.records.end());
-        return a;
+        return t;
     }
 
 private:
     RunContext m_ctx;
-    std::future<AstrometryResult> m_result;
+    std::promise<double> m_fwhm;
+    bool m_fwhmSet = false;
+    std::future<Taken> m_result;
 };
 
-// Astrometry against the reference catalog (taken from `early` when it was started); on success its WCS
-// replaces `wcs`, else a warning says the header WCS (if any) is used as it is.
-void refineAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                      const ReferenceCatalog& reference, std::shared_ptr<const Wcs>& wcs,
-                      EarlyAstrometry& early) {
-    r.astrometry = early.started() ? early.take(ctx)
-                                   : solveFrameAstrometry(frame, config, ctx, r.detection.sources, reference);
+// The astrometric solution `solved` into r; on success its WCS replaces `wcs`, else a warning says the
+// header WCS (if any) is used as it is.
+void refineAstrometry(const Frame& frame, PipelineResult& r, std::shared_ptr<const Wcs>& wcs,
+                      AstrometryResult solved) {
+    r.astrometry = std::move(solved);
     if (r.astrometry.ok) {
         r.fittedWcs = std::make_shared<const Wcs>(Wcs::fromTanSip(r.astrometry.wcs));
         wcs = r.fittedWcs;
@@ -597,62 +670,64 @@ void refineAstrometry(const Frame& frame, const PipelineConfig& config, RunConte
     }
 }
 
-// Crossmatch and zero point with the final WCS; a failed zero point sets r.calibrationProblem.
-void crossmatchAndZeroPoint(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
-                            PipelineResult& r, const ReferenceCatalog& reference, const Wcs& wcs) {
+// The zero point from the frame's match to the reference catalog; a failed zero point sets
+// r.calibrationProblem. The match's rows are mapped back to `reference` in r.crossmatch.
+void zeroPointOfMatch(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      const ReferenceCatalog& reference, ReferenceMatch m) {
     const Sources& s = r.detection.sources;
     const std::size_t n = s.size();
     r.calibrationRan = true;
-    // The catalog cut once to the frame's cone (with the final WCS: header, refined or blind), so
-    // that one covering far more sky costs little; the margin covers crossmatch's own cone and
-    // the zero point's isolation radius. Reference rows are mapped back to `reference` after.
-    std::vector<std::int32_t> cutRows;
-    const double pxScale = wcs.pixelScaleArcsec(0.5 * (frame.width() - 1), 0.5 * (frame.height() - 1));
-    const double isolation = calibratorIsolationArcsec(config.zeropoint, r.fwhm, pxScale);
-    const double cutMargin =
-        1.5 * (2.0 * config.crossmatch.marginPx + 20.0) * (std::isfinite(pxScale) ? pxScale : 0.0) +
-        isolation + config.crossmatch.radiusArcsec;
-    ReferenceCatalog refCut;
-    const bool cut = std::isfinite(pxScale) && pxScale > 0.0;
-    if (cut) refCut = cutReferenceToFrame(reference, wcs, frame.width(), frame.height(), cutMargin, &cutRows);
-    const ReferenceCatalog& refUse = cut ? refCut : reference;
-    {
-        auto t = ctx.time("crossmatch");
-        r.crossmatch =
-            crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, wcs, config.crossmatch, ctx);
-    }
+    r.crossmatch = std::move(m.crossmatch);
     auto t = ctx.time("zeropoint");
     std::vector<std::uint32_t> flags(n);
     for (std::size_t i = 0; i < n; ++i)
         flags[i] = s.flags[i] | (r.aperture.flags.size() == n ? r.aperture.flags[i] : 0u);
-    fitCalibration(r, flags, refUse, config, isolation, ctx);
+    fitCalibration(r, flags, m.catalog(reference), config, m.isolationArcsec, m.crowded, ctx);
     if (r.zeropoint.ok) fitZeroPointMap(r.zeropoint, s.x, s.y, frame.width(), frame.height());
-    if (cut) {
+    if (m.cut) {
         for (std::int32_t& row : r.crossmatch.refIndex)
-            if (row >= 0) row = cutRows[static_cast<std::size_t>(row)];
+            if (row >= 0) row = m.cutRows[static_cast<std::size_t>(row)];
         for (std::int32_t& row : r.crossmatch.refSelected)
-            row = cutRows[static_cast<std::size_t>(row)];
+            row = m.cutRows[static_cast<std::size_t>(row)];
     }
     if (!r.zeropoint.ok) r.calibrationProblem = "zero point: " + r.zeropoint.message;
+}
+
+// Crossmatch and zero point with the final WCS.
+void crossmatchAndZeroPoint(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                            PipelineResult& r, const ReferenceCatalog& reference, const Wcs& wcs) {
+    zeroPointOfMatch(frame, config, ctx, r, reference,
+                     matchReference(frame, config, ctx, r.detection.sources, r.fwhm, reference, wcs));
 }
 
 // Stage 5: instrumental magnitudes, then with a reference catalog the astrometry (optional), crossmatch
 // and zero point; a calibration that cannot run or fails is a warning, not an error.
 void calibrationStage(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                      const ReferenceCatalog* reference, EarlyAstrometry& early) {
+                      const ReferenceCatalog* reference, EarlyCalibration& early) {
     ctx.checkCancelled();
     const std::size_t n = r.detection.sources.size();
     setInstrumentalMagnitudes(r);
     resetCalibration(r);
     std::shared_ptr<const Wcs> wcs = frame.wcs;
-    if (reference && config.fitAstrometry && n > 0)
-        refineAstrometry(frame, config, ctx, r, *reference, wcs, early);
+    std::optional<ReferenceMatch> match;
+    if (reference && config.fitAstrometry && n > 0) {
+        if (early.started()) {
+            EarlyCalibration::Taken t = early.take(ctx);
+            match = std::move(t.match);
+            refineAstrometry(frame, r, wcs, std::move(t.astrometry));
+        } else {
+            refineAstrometry(frame, r, wcs,
+                             solveFrameAstrometry(frame, config, ctx, r.detection.sources, *reference));
+        }
+    }
     if (reference) {
         if (!wcs) {
             r.calibrationProblem =
                 "the frame has no usable WCS (" +
                 (frame.wcsProblem.empty() ? std::string("none in the header") : frame.wcsProblem) +
                 "): no crossmatch, no zero point";
+        } else if (match) {
+            zeroPointOfMatch(frame, config, ctx, r, *reference, std::move(*match));
         } else {
             crossmatchAndZeroPoint(frame, config, ctx, r, *reference, *wcs);
         }
@@ -685,11 +760,13 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
 
     if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
-    EarlyAstrometry early;
-    if (ctx.backend == Backend::Cuda && first <= Stage::Psf && stop == Stage::Done && reference &&
+    EarlyCalibration early;
+    if ((ctx.backend == Backend::Cuda || ctx.testHooks.calibrationBeside) && first <= Stage::Psf &&
+        stop == Stage::Done && reference &&
         config.fitAstrometry && r.detection.sources.size() > 0)
         early.start(frame, config, ctx, r.detection.sources, *reference);
     if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
+    early.setFwhm(r.fwhm);
     if (first <= Stage::Aperture && Stage::Aperture < stop) {
         ctx.checkCancelled();
         auto t = ctx.time("aperture");

@@ -239,8 +239,10 @@ TEST(ZeroPoint, IsolationInTheReferenceCatalog) {
 }
 
 // Enough calibrators for the parallel grid search, scattered over a square degree with as many unmatched
-// reference stars among them: the kept candidates are exactly those a brute-force pair test in the same
-// tangent plane (at the first calibrator) keeps, on 1 and 4 threads.
+// reference stars among them: the kept candidates are exactly those a brute-force pair test on the sky
+// (haversine separations) keeps, on 1 and 4 threads; the isolation test computed once beforehand
+// (crowdedMatches, as the pipeline shares it between its fits) gives the same fit; and a star's answer does
+// not depend on which other stars are matched.
 TEST(ZeroPoint, IsolationOfManyCalibratorsMatchesABruteForceTest) {
     constexpr int kCal = 30000;
     Synthetic s = makeSynthetic(kCal, 25.0, 0.0, 0.0, 21);
@@ -279,20 +281,28 @@ TEST(ZeroPoint, IsolationOfManyCalibratorsMatchesABruteForceTest) {
     };
     for (std::size_t k = 0; k < nRef; ++k)
         cells[cellOf(xi[k], eta[k])].push_back(static_cast<int>(k));
-    const double r2 = p.isolationArcsec * p.isolationArcsec;
+    const auto separationArcsec = [&](int i, int k) {
+        constexpr double kRad = 3.14159265358979323846 / 180.0;
+        const double d1 = s.ref.dec[i] * kRad, d2 = s.ref.dec[k] * kRad;
+        const double sd = std::sin(0.5 * (d2 - d1)), sa = std::sin(0.5 * (s.ref.ra[k] - s.ref.ra[i]) * kRad);
+        return 2.0 * std::asin(std::sqrt(sd * sd + std::cos(d1) * std::cos(d2) * sa * sa)) / kRad * 3600.0;
+    };
     std::vector<int> expectKept;
+    int nearTheRadius = 0; // pairs within 0.1 % of it: where a plane test and a sky test could differ
     for (int i = 0; i < kCal; ++i) {
         const auto [cx, cy] = cellOf(xi[i], eta[i]);
         bool crowded = false;
         for (int dx = -1; dx <= 1; ++dx)
             for (int dy = -1; dy <= 1; ++dy)
                 for (int k : cells[{cx + dx, cy + dy}]) {
-                    const double ddx = xi[i] - xi[k], ddy = eta[i] - eta[k];
-                    crowded |= k != i && s.ref.mag[k] < s.ref.mag[i] + p.isolationDeltaMag &&
-                               ddx * ddx + ddy * ddy < r2;
+                    if (k == i || !(s.ref.mag[k] < s.ref.mag[i] + p.isolationDeltaMag)) continue;
+                    const double sep = separationArcsec(i, k);
+                    crowded |= sep < p.isolationArcsec;
+                    nearTheRadius += std::fabs(sep / p.isolationArcsec - 1.0) < 1e-3;
                 }
         if (!crowded) expectKept.push_back(i);
     }
+    EXPECT_GT(nearTheRadius, 0);
     ASSERT_GT(expectKept.size(), kCal * 0.6);
     ASSERT_LT(expectKept.size(), kCal * 0.9);
     for (int threads : {1, 4}) {
@@ -302,7 +312,21 @@ TEST(ZeroPoint, IsolationOfManyCalibratorsMatchesABruteForceTest) {
         ASSERT_TRUE(r.ok) << r.message;
         const std::vector<int> kept(r.sourceIndex.begin(), r.sourceIndex.end());
         EXPECT_EQ(kept, expectKept) << threads << " threads";
+        const std::vector<char> crowded =
+            crowdedMatches(s.matches, s.ref, p.isolationArcsec, p.isolationDeltaMag, threads);
+        const ZeroPointResult shared =
+            fitZeroPoint(s.magInst, s.magInstErr, s.flags, s.matches, s.ref, p, ctx, 0.0, &crowded);
+        EXPECT_EQ(shared.sourceIndex, r.sourceIndex);
+        EXPECT_EQ(shared.zp, r.zp);
     }
+    // Every other star unmatched, the first one included (another tangent point): the same answers.
+    CrossmatchResult half = s.matches;
+    for (int i = 0; i < kCal; i += 2)
+        half.refIndex[i] = -1;
+    const std::vector<char> all = crowdedMatches(s.matches, s.ref, p.isolationArcsec, p.isolationDeltaMag, 2);
+    const std::vector<char> some = crowdedMatches(half, s.ref, p.isolationArcsec, p.isolationDeltaMag, 2);
+    for (int i = 0; i < kCal; ++i)
+        ASSERT_EQ(some[i], i % 2 == 0 ? 0 : all[i]) << i;
 }
 
 TEST(ZeroPoint, RansacIsReproducibleBySeed) {

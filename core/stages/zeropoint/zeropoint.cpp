@@ -157,6 +157,7 @@ struct SplitMix64 {
     std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
 };
 
+
 std::vector<char> clippedMean(const Calib& d, bool colour, const ZeroPointParams& p) {
     const std::size_t n = d.size();
     // Robust start: unweighted fit on all, keep |r - median| <= clipSigma sqrt((1.4826 MAD)² + σ²).
@@ -242,6 +243,16 @@ struct ConeStars {
     std::vector<std::int32_t> row;
 };
 
+// A point of the tangent plane (arcsec) as a unit vector in the tangent point's own basis (the point, east,
+// north): (1, xi, eta) / |(1, xi, eta)|, xi and eta in radians. Distances between such vectors are the
+// distances on the sky, whatever the tangent point.
+detail::UnitVector planeUnit(double xiArcsec, double etaArcsec) {
+    constexpr double kArcsec = 3.14159265358979323846 / (180.0 * 3600.0);
+    const double xi = xiArcsec * kArcsec, eta = etaArcsec * kArcsec;
+    const double inv = 1.0 / std::sqrt(1.0 + xi * xi + eta * eta);
+    return {inv, xi * inv, eta * inv};
+}
+
 ConeStars projectCone(const ReferenceCatalog& ref, double ra0, double dec0, double cone, int threads) {
     const auto n = static_cast<std::ptrdiff_t>(ref.size());
     std::vector<double> xi(ref.size()), eta(ref.size());
@@ -268,13 +279,15 @@ ConeStars projectCone(const ReferenceCatalog& ref, double ra0, double dec0, doub
     return s;
 }
 
-// Calibrators whose reference star has a brighter neighbour (mag < own + delta) closer than radiusArcsec in
-// the tangent plane of the first calibrator. Each calibrator is tested on its own (in parallel).
+// Per entry of `rows`: whether that reference star has another star brighter than (its mag + deltaMag)
+// closer than radiusArcsec on the sky (the chord between their unit vectors, planeUnit). The neighbours are
+// found on a grid in the tangent plane of the first row, searched with the radius stretched by the
+// projection's largest scale over the cone (sec^2), so that the answer for a star does not depend on the
+// other rows. In parallel.
 std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vector<std::int32_t>& rows,
                                      double radiusArcsec, double deltaMag, int threads) {
     std::vector<char> crowded(rows.size(), 0);
-    if (rows.empty()) return crowded;
-    // Tangent point: the first calibrator; cone: farthest calibrator + radius.
+    if (rows.empty() || !(radiusArcsec > 0.0)) return crowded;
     const double ra0 = ref.ra[rows[0]], dec0 = ref.dec[rows[0]];
     const auto nc = static_cast<std::ptrdiff_t>(rows.size());
     double cone = 0.0;
@@ -285,21 +298,27 @@ std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vec
     if (cone >= 80.0) return crowded; // not a single frame; skip rather than distort
     const ConeStars stars = projectCone(ref, ra0, dec0, cone, threads);
     if (stars.row.empty()) return crowded;
+    const double cosCone = std::cos(cone * 3.14159265358979323846 / 180.0);
+    const double planeRadius = radiusArcsec / (cosCone * cosCone) * (1.0 + 1e-6) + 1e-6;
+    const double halfAngle = 0.5 * radiusArcsec / 3600.0 * 3.14159265358979323846 / 180.0;
+    const double chord2Max = 4.0 * std::sin(halfAngle) * std::sin(halfAngle);
     const auto [x0, x1] = std::minmax_element(stars.xi.begin(), stars.xi.end());
     const auto [y0, y1] = std::minmax_element(stars.eta.begin(), stars.eta.end());
     const detail::PointGrid grid(stars.xi, stars.eta, stars.row.size(), *x0, *y0, *x1 - *x0, *y1 - *y0,
-                                 radiusArcsec);
-    const double r2 = radiusArcsec * radiusArcsec;
+                                 planeRadius);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1024) if (nc >= 20000)
     for (std::ptrdiff_t c = 0; c < nc; ++c) {
         const std::int32_t own = rows[c];
         double a, b;
         if (!tanProject(ra0, dec0, ref.ra[own], ref.dec[own], a, b)) continue;
         const double qx = a * 3600.0, qy = b * 3600.0, limit = ref.mag[own] + deltaMag;
-        grid.visit(qx, qy, radiusArcsec, [&](std::uint32_t j) {
-            const double dx = qx - grid.sx[j], dy = qy - grid.sy[j];
+        const detail::UnitVector u = planeUnit(qx, qy);
+        grid.visit(qx, qy, planeRadius, [&](std::uint32_t j) {
             const std::int32_t k = stars.row[grid.index[j]];
-            if (dx * dx + dy * dy < r2 && k != own && ref.mag[k] < limit) crowded[c] = 1;
+            if (k == own || !(ref.mag[k] < limit)) return;
+            const detail::UnitVector v = planeUnit(grid.sx[j], grid.sy[j]);
+            const double dx = u[0] - v[0], dy = u[1] - v[1], dz = u[2] - v[2];
+            if (dx * dx + dy * dy + dz * dz < chord2Max) crowded[c] = 1;
         });
     }
     return crowded;
@@ -350,13 +369,13 @@ std::string chanceProblem(const CrossmatchResult& m, double sigma) {
 // Round r draws from its own SplitMix64 stream (seed, r), so the result does not depend on `threads`.
 double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Model& m, double sInt,
                          int rounds, std::uint64_t seed, int threads) {
-    std::vector<double> w, wy;
+    std::vector<std::pair<double, double>> wwy; // (w, w y) side by side: one cache line per draw
     for (std::size_t i = 0; i < d.size(); ++i)
         if (keep[i]) {
-            w.push_back(1.0 / (d.var[i] + sInt * sInt));
-            wy.push_back(w.back() * (d.y[i] - m.ct * d.c[i]));
+            const double w = 1.0 / (d.var[i] + sInt * sInt);
+            wwy.emplace_back(w, w * (d.y[i] - m.ct * d.c[i]));
         }
-    const std::size_t n = w.size();
+    const std::size_t n = wwy.size();
     if (rounds < 2 || n < 2) return kNaN;
     std::vector<double> zp(static_cast<std::size_t>(rounds));
 #pragma omp parallel for num_threads(threads)                                                                \
@@ -367,9 +386,9 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
         SplitMix64 rng{start.next()};
         double sw = 0.0, swy = 0.0;
         for (std::size_t k = 0; k < n; ++k) {
-            const std::size_t i = rng.below(n);
-            sw += w[i];
-            swy += wy[i];
+            const auto& [w, wy] = wwy[rng.below(n)];
+            sw += w;
+            swy += wy;
         }
         zp[static_cast<std::size_t>(r)] = swy / sw;
     }
@@ -509,15 +528,13 @@ std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
     return err;
 }
 
-// Drops the candidates with a brighter reference neighbour within the isolation radius (their magnitudes
-// would be blended), compacting rows and sourceIndex in place.
-void dropCrowded(const ReferenceCatalog& ref, const ZeroPointParams& params, std::vector<std::int32_t>& rows,
-                 std::vector<std::int32_t>& sourceIndex, int threads) {
-    const std::vector<char> crowded =
-        crowdedInReference(ref, rows, params.isolationArcsec, params.isolationDeltaMag, threads);
+// Drops the candidates whose source is crowded (crowdedMatches, per source), compacting rows and
+// sourceIndex in place.
+void dropCrowded(const std::vector<char>& crowded, std::vector<std::int32_t>& rows,
+                 std::vector<std::int32_t>& sourceIndex) {
     std::size_t k = 0;
     for (std::size_t c = 0; c < rows.size(); ++c)
-        if (!crowded[c]) {
+        if (!crowded[static_cast<std::size_t>(sourceIndex[c])]) {
             rows[k] = rows[c];
             sourceIndex[k] = sourceIndex[c];
             ++k;
@@ -659,7 +676,7 @@ void fillFitResult(ZeroPointResult& res, const Calib& d, const KeptFit& kept, bo
 ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
                              const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
-                             double sharedMagErr) {
+                             double sharedMagErr, const std::vector<char>* crowded) {
     validate(params);
     checkInputSizes(magInst, magInstErr, flags, matches, sharedMagErr);
     ZeroPointResult res;
@@ -676,8 +693,15 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
     std::vector<std::int32_t> rows =
         selectCandidates(magInst, fitErr, flags, matches, ref, params, colour, res.sourceIndex);
     if (params.isolationArcsec > 0.0) res.isolationArcsec = params.isolationArcsec;
-    if (params.isolationArcsec > 0.0 && !rows.empty())
-        dropCrowded(ref, params, rows, res.sourceIndex, ctx.threadCount());
+    if (params.isolationArcsec > 0.0 && !rows.empty()) {
+        if (crowded && crowded->size() == magInst.size()) {
+            dropCrowded(*crowded, rows, res.sourceIndex);
+        } else {
+            dropCrowded(crowdedMatches(matches, ref, params.isolationArcsec, params.isolationDeltaMag,
+                                       ctx.threadCount()),
+                        rows, res.sourceIndex);
+        }
+    }
     ctx.checkCancelled();
 
     const std::size_t nc = rows.size();
@@ -728,6 +752,23 @@ ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vect
         res.message += "; too few coloured calibrators: no colour term";
     ctx.report("zeropoint", 1.0);
     return res;
+}
+
+std::vector<char> crowdedMatches(const CrossmatchResult& matches, const ReferenceCatalog& ref,
+                                 double radiusArcsec, double deltaMag, int threads) {
+    const std::size_t n = matches.refIndex.size();
+    std::vector<std::int32_t> rows, sources;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int32_t r = matches.refIndex[i];
+        if (r < 0 || static_cast<std::size_t>(r) >= ref.size()) continue;
+        rows.push_back(r);
+        sources.push_back(static_cast<std::int32_t>(i));
+    }
+    std::vector<char> bySource(n, 0);
+    const std::vector<char> crowded = crowdedInReference(ref, rows, radiusArcsec, deltaMag, threads);
+    for (std::size_t k = 0; k < rows.size(); ++k)
+        bySource[static_cast<std::size_t>(sources[k])] = crowded[k];
+    return bySource;
 }
 
 void fitZeroPointMap(ZeroPointResult& zp, const std::vector<double>& x, const std::vector<double>& y,

@@ -6,9 +6,9 @@
 //
 // Calibrators: sources with a match, finite mag_inst / error, S/N = 1.0857 / magInstErr >= minSnr,
 // none of `excludeFlags`, a reference magnitude in [magBright, magFaint], optionally no other reference
-// star within isolationArcsec brighter than (own mag + isolationDeltaMag), and a finite colour when the
-// colour term is fitted. Per calibrator y = ref.mag - mag_inst, σ² = magInstErr² + ref.magErr² (NaN
-// reference errors count as 0), model y = zp (+ ct * colour).
+// star within isolationArcsec on the sky brighter than (own mag + isolationDeltaMag), and a finite colour
+// when the colour term is fitted. Per calibrator y = ref.mag - mag_inst, σ² = magInstErr² + ref.magErr²
+// (NaN reference errors count as 0), model y = zp (+ ct * colour).
 //
 // Methods:
 //   "clipped-mean": a robust start (median, 1.4826 MAD clipping of the unweighted fit), then iterations of a
@@ -135,12 +135,21 @@ struct ZeroPointResult {
 };
 
 // magInst, magInstErr, flags: per source (same length as matches.refIndex). sharedMagErr: the error all
-// instrumental magnitudes share (see zpErrShared; 0: none). Throws InvalidInput for inconsistent sizes, a
-// reference index outside the catalog, or unusable parameters (unknown method, clipSigma <= 0, ...).
+// instrumental magnitudes share (see zpErrShared; 0: none). crowded: crowdedMatches of these matches with
+// params' isolation radius and delta (null or another size: computed here). Throws InvalidInput for
+// inconsistent sizes, a reference index outside the catalog, or unusable parameters (unknown method,
+// clipSigma <= 0, ...).
 ZeroPointResult fitZeroPoint(const std::vector<double>& magInst, const std::vector<double>& magInstErr,
                              const std::vector<std::uint32_t>& flags, const CrossmatchResult& matches,
                              const ReferenceCatalog& ref, const ZeroPointParams& params, RunContext& ctx,
-                             double sharedMagErr = 0.0);
+                             double sharedMagErr = 0.0, const std::vector<char>* crowded = nullptr);
+
+// The calibrators' isolation test, per source: 1 where its matched reference star (matches.refIndex) has
+// another reference star brighter than (its mag + deltaMag) closer than radiusArcsec on the sky; 0 for
+// unmatched sources and with radiusArcsec <= 0. It needs no magnitudes, so a frame's fits (aperture and
+// PSF magnitudes) share one, computed as soon as the matches exist.
+std::vector<char> crowdedMatches(const CrossmatchResult& matches, const ReferenceCatalog& ref,
+                                 double radiusArcsec, double deltaMag, int threads);
 
 // The gradient and map of an ok zero point's used calibrators' residuals; x, y: per source (px, 0-based),
 // indexed by zp.sourceIndex. The plane is fitted with at least 20 calibrators, the map (cells x cells)

@@ -1,0 +1,101 @@
+// The calibration's first half (astrometry, then crossmatch and the isolation test once the PSF stage has
+// given the FWHM) started on a host thread beside the PSF and aperture stages, as the CUDA backend runs
+// it, here on the CPU backend (TestHooks::calibrationBeside): the same calibration as in series, each stage
+// recorded once and in order, and no wait left behind when the PSF stage fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/catalog/reference_catalog.hpp"
+#include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/run_context.hpp"
+#include "core/sim/sim_frame.hpp"
+#include "core/sim/simulator.hpp"
+#include "tests/core/test_fields.hpp"
+
+using namespace gpuphot;
+
+namespace {
+
+struct Field {
+    Frame frame;
+    ReferenceCatalog ref;
+};
+
+Field field() {
+    SimParams sp;
+    sp.width = 1536;
+    sp.height = 1536;
+    sp.stars = 3000;
+    sp.seed = 46;
+    sp.wcsOffset = 0.1; // arcmin: the header WCS needs refining
+    const SimResult sim = simulateField(sp);
+    return {frameFromSimulation(sim), test::referenceOf(sim)};
+}
+
+std::vector<std::string> stagesOf(const RunContext& ctx) {
+    std::vector<std::string> v;
+    for (const StageRecord& r : ctx.records)
+        v.push_back(r.stage);
+    return v;
+}
+
+} // namespace
+
+TEST(CalibrationBeside, GivesTheSeriesCalibration) {
+    const Field f = field();
+    PipelineConfig config;
+    RunContext series, beside;
+    series.threads = beside.threads = 2;
+    beside.testHooks.calibrationBeside = true;
+    const PipelineResult a = runPipeline(f.frame, config, series, &f.ref);
+    const PipelineResult b = runPipeline(f.frame, config, beside, &f.ref);
+    ASSERT_TRUE(a.astrometry.ok) << a.astrometry.message;
+    ASSERT_TRUE(a.zeropoint.ok) << a.zeropoint.message;
+    ASSERT_TRUE(b.zeropoint.ok) << b.zeropoint.message;
+    EXPECT_EQ(a.astrometry.wcs.crval[0], b.astrometry.wcs.crval[0]);
+    EXPECT_EQ(a.astrometry.wcs.crval[1], b.astrometry.wcs.crval[1]);
+    EXPECT_EQ(a.astrometry.refIndex, b.astrometry.refIndex);
+    EXPECT_EQ(a.crossmatch.refIndex, b.crossmatch.refIndex);
+    EXPECT_EQ(a.crossmatch.refSelected, b.crossmatch.refSelected);
+    ASSERT_EQ(a.crossmatch.separationArcsec.size(), b.crossmatch.separationArcsec.size());
+    EXPECT_EQ(std::memcmp(a.crossmatch.separationArcsec.data(), b.crossmatch.separationArcsec.data(),
+                          a.crossmatch.separationArcsec.size() * sizeof(double)),
+              0); // bit for bit, NaN for the unmatched included
+    EXPECT_EQ(a.zeropoint.sourceIndex, b.zeropoint.sourceIndex);
+    EXPECT_EQ(a.zeropoint.zp, b.zeropoint.zp);
+    EXPECT_EQ(a.zeropoint.zpErr, b.zeropoint.zpErr);
+    EXPECT_EQ(a.zeropoint.isolationArcsec, b.zeropoint.isolationArcsec);
+    EXPECT_GT(a.zeropoint.isolationArcsec, 0.0);
+    const std::vector<std::string> sa = stagesOf(series), sb = stagesOf(beside);
+    for (const char* stage : {"astrometry", "crossmatch", "zeropoint"}) {
+        EXPECT_EQ(std::count(sa.begin(), sa.end(), stage), 1) << stage;
+        EXPECT_EQ(std::count(sb.begin(), sb.end(), stage), 1) << stage;
+    }
+    const auto at = [&](const char* stage) { return std::find(sb.begin(), sb.end(), stage) - sb.begin(); };
+    EXPECT_LT(at("aperture"), at("astrometry"));
+    EXPECT_LT(at("astrometry"), at("crossmatch"));
+    EXPECT_LT(at("crossmatch"), at("zeropoint"));
+}
+
+// The PSF stage throws while the thread beside it waits for the FWHM: the run ends with that error (it
+// would hang if the thread were left waiting), and the same context reduces the frame afterwards.
+TEST(CalibrationBeside, APsfStageThatFailsReleasesTheThreadBesideIt) {
+    const Field f = field();
+    PipelineConfig config;
+    RunContext ctx;
+    ctx.threads = 2;
+    ctx.testHooks.calibrationBeside = true;
+    ctx.progress = [](const std::string& stage, double) {
+        if (stage == "psf") throw std::runtime_error("planted PSF failure");
+    };
+    EXPECT_THROW(runPipeline(f.frame, config, ctx, &f.ref), std::runtime_error);
+    ctx.progress = nullptr;
+    ctx.records.clear();
+    const PipelineResult r = runPipeline(f.frame, config, ctx, &f.ref);
+    EXPECT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
+}
