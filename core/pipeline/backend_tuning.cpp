@@ -62,6 +62,7 @@ BackendTuning BackendTuning::fromEnvironment() {
     t.rawUploadWait = is("GPUPHOT_RAW_UPLOAD", "wait");
     if (const char* v = env("GPUPHOT_CUDA_BLOCK")) t.cudaBlock = std::atoi(v);
     t.cfitsioRead = is("GPUPHOT_CFITSIO_READ", "1");
+    t.calibrationBeside = notOff("GPUPHOT_CALIBRATION_BESIDE", true);
     return t;
 }
 
@@ -96,7 +97,8 @@ nlohmann::json BackendTuning::toJson() const {
             {"RAW_UPLOAD", rawUpload},
             {"RAW_UPLOAD_WAIT", rawUploadWait},
             {"CUDA_BLOCK", cudaBlock},
-            {"CFITSIO_READ", cfitsioRead}};
+            {"CFITSIO_READ", cfitsioRead},
+            {"CALIBRATION_BESIDE", calibrationBeside}};
 }
 
 void BackendTuning::applyToProcess() const { setStepTimings(detection.timing, psfTiming); }

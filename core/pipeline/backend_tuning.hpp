@@ -54,7 +54,8 @@ struct BackendTuning {
     bool rawUpload = true;          // GPUPHOT_RAW_UPLOAD=0: frames converted on the host, not uploaded raw
     bool rawUploadWait = false;     // GPUPHOT_RAW_UPLOAD=wait: the raw upload finishes before the read returns
     int cudaBlock = 0;              // GPUPHOT_CUDA_BLOCK: threads per block of the generic kernels; 0: 128
-    bool cfitsioRead = false;       // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
+    bool cfitsioRead = false;
+    bool calibrationBeside = true;  // GPUPHOT_CALIBRATION_BESIDE=0: the crossmatch after the apertures       // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
 
     // The environment variables above over the defaults. Unknown values keep the default.
     static BackendTuning fromEnvironment();

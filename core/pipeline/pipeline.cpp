@@ -617,10 +617,12 @@ public:
     void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
                const ReferenceCatalog& reference) {
         m_ctx = fitContext(ctx, 0);
-        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference,
+        const bool match = ctx.tuning.calibrationBeside || ctx.backend != Backend::Cuda;
+        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference, match,
                                                    fwhm = m_fwhm.get_future()]() mutable {
             Taken t;
             t.astrometry = solveFrameAstrometry(frame, config, m_ctx, s, reference);
+            if (!match) return t;
             std::shared_ptr<const Wcs> wcs = frame.wcs;
             if (t.astrometry.ok) wcs = std::make_shared<const Wcs>(Wcs::fromTanSip(t.astrometry.wcs));
             double px = 0.0;
