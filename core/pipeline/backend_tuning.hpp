@@ -54,8 +54,8 @@ struct BackendTuning {
     bool rawUpload = true;          // GPUPHOT_RAW_UPLOAD=0: frames converted on the host, not uploaded raw
     bool rawUploadWait = false;     // GPUPHOT_RAW_UPLOAD=wait: the raw upload finishes before the read returns
     int cudaBlock = 0;              // GPUPHOT_CUDA_BLOCK: threads per block of the generic kernels; 0: 128
-    bool cfitsioRead = false;
-    bool calibrationBeside = true;  // GPUPHOT_CALIBRATION_BESIDE=0: the crossmatch after the apertures       // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
+    bool cfitsioRead = false;       // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
+    bool calibrationBeside = true;  // GPUPHOT_CALIBRATION_BESIDE=0: the crossmatch after the apertures
 
     // The environment variables above over the defaults. Unknown values keep the default.
     static BackendTuning fromEnvironment();
@@ -71,7 +71,7 @@ struct TestHooks {
     std::size_t cudaFailAfterAllocs = 0; // the device allocation after this many fails; 0: none
     int detectionRankMax = -1;           // the detection finish's rank-sort limit; -1: the engine's own
     bool apertureCpuChain = false;       // the CPU aperture engine makes the CUDA engine's chained calls
-    bool calibrationBeside = false;      // the CPU backend too starts the calibration beside PSF and apertures
+    bool calibrationBeside = false;      // the CPU backend too runs the calibration beside PSF, apertures
 };
 
 } // namespace gpuphot

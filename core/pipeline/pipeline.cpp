@@ -582,14 +582,13 @@ ReferenceMatch matchReference(const Frame& frame, const PipelineConfig& config, 
         m.isolationArcsec + config.crossmatch.radiusArcsec;
     m.cut = std::isfinite(pxScale) && pxScale > 0.0;
     if (m.cut)
-        m.refCut =
-            cutReferenceToFrame(reference, wcs, frame.width(), frame.height(), cutMargin, &m.cutRows);
+        m.refCut = cutReferenceToFrame(reference, wcs, frame.width(), frame.height(), cutMargin, &m.cutRows);
     const ReferenceCatalog& refUse = m.catalog(reference);
     auto t = ctx.time("crossmatch");
     m.crossmatch = crossmatch(s.x, s.y, frame.width(), frame.height(), refUse, wcs, config.crossmatch, ctx);
     if (m.isolationArcsec > 0.0)
-        m.crowded = crowdedMatches(m.crossmatch, refUse, m.isolationArcsec, config.zeropoint.isolationDeltaMag,
-                                   ctx.threadCount());
+        m.crowded = crowdedMatches(m.crossmatch, refUse, m.isolationArcsec,
+                                   config.zeropoint.isolationDeltaMag, ctx.threadCount());
     return m;
 }
 
@@ -764,8 +763,7 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
     EarlyCalibration early;
     if ((ctx.backend == Backend::Cuda || ctx.testHooks.calibrationBeside) && first <= Stage::Psf &&
-        stop == Stage::Done && reference &&
-        config.fitAstrometry && r.detection.sources.size() > 0)
+        stop == Stage::Done && reference && config.fitAstrometry && r.detection.sources.size() > 0)
         early.start(frame, config, ctx, r.detection.sources, *reference);
     if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
     early.setFwhm(r.fwhm);

@@ -157,7 +157,6 @@ struct SplitMix64 {
     std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
 };
 
-
 std::vector<char> clippedMean(const Calib& d, bool colour, const ZeroPointParams& p) {
     const std::size_t n = d.size();
     // Robust start: unweighted fit on all, keep |r - median| <= clipSigma sqrt((1.4826 MAD)² + σ²).
