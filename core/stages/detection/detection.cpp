@@ -546,21 +546,21 @@ RootRuns labelRoots(const std::vector<Run>& runs, int minArea, int threads) {
     // (few: they cross a seam) are counted and placed after, band by band, which keeps raster order.
     std::vector<std::vector<std::size_t>> carried(bands);
     auto begunIn = [&](int b, std::size_t r) { return label[r] >= bl.firstLabel[b]; };
+    auto count = [&](std::size_t r) {
+        compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
+        ++compRuns[label[r]];
+    };
 #pragma omp parallel for num_threads(bands) schedule(static, 1)
     for (int b = 0; b < bands; ++b)
         for (std::size_t r = bl.start[b]; r < bl.start[b + 1]; ++r) {
-            if (!begunIn(b, r)) {
+            if (begunIn(b, r))
+                count(r);
+            else
                 carried[b].push_back(r);
-                continue;
-            }
-            compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
-            ++compRuns[label[r]];
         }
     for (const auto& band : carried)
-        for (std::size_t r : band) {
-            compArea[label[r]] += runs[r].x1 - runs[r].x0 + 1;
-            ++compRuns[label[r]];
-        }
+        for (std::size_t r : band)
+            count(r);
     // Roots in component order; the runs of each keep their raster order.
     RootRuns out;
     std::vector<std::int64_t> fill(bl.nComponents, -1);
@@ -572,13 +572,16 @@ RootRuns labelRoots(const std::vector<Run>& runs, int minArea, int threads) {
         out.start.push_back(total);
     }
     out.runs = prefaultedVector<Run>(static_cast<std::size_t>(total), threads);
+    auto place = [&](std::size_t r) {
+        if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+    };
 #pragma omp parallel for num_threads(bands) schedule(static, 1)
     for (int b = 0; b < bands; ++b)
         for (std::size_t r = bl.start[b]; r < bl.start[b + 1]; ++r)
-            if (begunIn(b, r) && fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+            if (begunIn(b, r)) place(r);
     for (const auto& band : carried)
         for (std::size_t r : band)
-            if (fill[label[r]] >= 0) out.runs[fill[label[r]]++] = runs[r];
+            place(r);
     return out;
 }
 
