@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numbers>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kMagPerSnr = 1.0857362047581294; // 2.5 / ln(10)
+constexpr double kPi = std::numbers::pi;
 
 // Calibrator data: y = ref.mag - mag_inst, var = σ², c = colour (0 when no colour term).
 struct Calib {
@@ -246,7 +248,7 @@ struct ConeStars {
 // north): (1, xi, eta) / |(1, xi, eta)|, xi and eta in radians. Distances between such vectors are the
 // distances on the sky, whatever the tangent point.
 detail::UnitVector planeUnit(double xiArcsec, double etaArcsec) {
-    constexpr double kArcsec = 3.14159265358979323846 / (180.0 * 3600.0);
+    constexpr double kArcsec = kPi / (180.0 * 3600.0);
     const double xi = xiArcsec * kArcsec, eta = etaArcsec * kArcsec;
     const double inv = 1.0 / std::sqrt(1.0 + xi * xi + eta * eta);
     return {inv, xi * inv, eta * inv};
@@ -297,9 +299,9 @@ std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vec
     if (cone >= 80.0) return crowded; // not a single frame; skip rather than distort
     const ConeStars stars = projectCone(ref, ra0, dec0, cone, threads);
     if (stars.row.empty()) return crowded;
-    const double cosCone = std::cos(cone * 3.14159265358979323846 / 180.0);
+    const double cosCone = std::cos(cone * kPi / 180.0);
     const double planeRadius = radiusArcsec / (cosCone * cosCone) * (1.0 + 1e-6) + 1e-6;
-    const double halfAngle = 0.5 * radiusArcsec / 3600.0 * 3.14159265358979323846 / 180.0;
+    const double halfAngle = 0.5 * radiusArcsec / 3600.0 * kPi / 180.0;
     const double chord2Max = 4.0 * std::sin(halfAngle) * std::sin(halfAngle);
     const auto [x0, x1] = std::minmax_element(stars.xi.begin(), stars.xi.end());
     const auto [y0, y1] = std::minmax_element(stars.eta.begin(), stars.eta.end());
