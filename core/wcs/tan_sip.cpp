@@ -29,13 +29,27 @@ double evalPoly(const std::vector<double>& c, int order, double u, double v) {
 }
 } // namespace
 
-bool tanProject(double ra0, double dec0, double ra, double dec, double& xi, double& eta) {
-    const double d0 = dec0 * kDeg, d = dec * kDeg, dra = (ra - ra0) * kDeg;
-    const double cosc = std::sin(d0) * std::sin(d) + std::cos(d0) * std::cos(d) * std::cos(dra);
+bool tanProjectSinCos(double ra0, double sinDec0, double cosDec0, double ra, double sinDec, double cosDec,
+                      double& xi, double& eta) {
+    const double dra = (ra - ra0) * kDeg, cosDra = std::cos(dra);
+    const double cosc = sinDec0 * sinDec + cosDec0 * cosDec * cosDra;
     if (cosc <= 0.0) return false;
-    xi = std::cos(d) * std::sin(dra) / cosc / kDeg;
-    eta = (std::cos(d0) * std::sin(d) - std::sin(d0) * std::cos(d) * std::cos(dra)) / cosc / kDeg;
+    xi = cosDec * std::sin(dra) / cosc / kDeg;
+    eta = (cosDec0 * sinDec - sinDec0 * cosDec * cosDra) / cosc / kDeg;
     return true;
+}
+
+void sinCosDeg(double deg, double& s, double& c) {
+    const double r = deg * kDeg;
+    s = std::sin(r);
+    c = std::cos(r);
+}
+
+bool tanProject(double ra0, double dec0, double ra, double dec, double& xi, double& eta) {
+    double s0 = 0, c0 = 0, s = 0, c = 0;
+    sinCosDeg(dec0, s0, c0);
+    sinCosDeg(dec, s, c);
+    return tanProjectSinCos(ra0, s0, c0, ra, s, c, xi, eta);
 }
 
 void tanDeproject(double ra0, double dec0, double xi, double eta, double& ra, double& dec) {

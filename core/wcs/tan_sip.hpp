@@ -47,6 +47,12 @@ std::optional<TanSip> tanSipFromHeaderExact(const Header& header);
 // Gnomonic projection helpers (degrees in, degrees out): standard coordinates (xi, eta) of (ra, dec)
 // about the tangent point (ra0, dec0). Returns false when the point is on the far hemisphere.
 bool tanProject(double ra0, double dec0, double ra, double dec, double& xi, double& eta);
+// The same with the sines and cosines of the declinations given (sin/cos of dec * pi / 180): bit for bit
+// tanProject, for loops that project the same stars about several tangent points.
+bool tanProjectSinCos(double ra0, double sinDec0, double cosDec0, double ra, double sinDec, double cosDec,
+                      double& xi, double& eta);
+// sin and cos of an angle in degrees, as tanProject computes them.
+void sinCosDeg(double deg, double& s, double& c);
 void tanDeproject(double ra0, double dec0, double xi, double eta, double& ra, double& dec);
 // Great-circle separation in degrees.
 double angularSeparationDeg(double ra1, double dec1, double ra2, double dec2);

@@ -187,21 +187,21 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
         if (!(best <= r2)) continue;
         nearest[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(bestJ), std::sqrt(best)};
     }
-    // Stars claimed by several detections go to the closest: candidates by (distance, detection), then
-    // the winners in detection order.
-    std::vector<std::pair<double, std::int32_t>> byDist;
-    for (const Match& m : nearest)
-        if (m.det >= 0) byDist.emplace_back(m.dist, m.det);
-    sortByKey(byDist);
-    std::vector<char> taken(nRef, 0), won(nDet, 0);
-    for (const auto& [dist, i] : byDist) {
-        const Match& m = nearest[static_cast<std::size_t>(i)];
-        if (taken[m.ref]) continue;
-        taken[m.ref] = 1;
-        won[static_cast<std::size_t>(i)] = 1;
+    // A star claimed by several detections goes to the closest (ties: the lower detection). Each detection
+    // claims one star only, so this per-star minimum of (distance, detection) is what taking the
+    // candidates in (distance, detection) order and skipping taken stars gives, without the sort.
+    std::vector<std::int32_t> owner(nRef, -1);
+    for (std::size_t i = 0; i < nDet; ++i) {
+        const Match& m = nearest[i];
+        if (m.det < 0) continue;
+        std::int32_t& o = owner[static_cast<std::size_t>(m.ref)];
+        if (o < 0 || m.dist < nearest[static_cast<std::size_t>(o)].dist) o = m.det;
     }
-    for (std::size_t i = 0; i < nDet; ++i)
-        if (won[i]) cand.push_back({nearest[i].det, refIds[nearest[i].ref], nearest[i].dist});
+    for (std::size_t i = 0; i < nDet; ++i) {
+        const Match& m = nearest[i];
+        if (m.det >= 0 && owner[static_cast<std::size_t>(m.ref)] == m.det)
+            cand.push_back({m.det, refIds[m.ref], m.dist});
+    }
     return cand;
 }
 
@@ -217,6 +217,7 @@ struct FitDesign {
     double scale = 1.0; // u, v divided by it: about [-1, 1] for conditioning
     int threads = 1;
     std::vector<double> basis;
+    std::vector<double> sinDec, cosDec; // of every star (sinCosDeg): the same for every tangent point tried
 };
 
 // The normal matrix A^T W A: the basis of every star and the lower triangle's partial sums per block (in
@@ -277,13 +278,15 @@ Eigen::MatrixXd normalMatrix(FitDesign& f, const std::vector<double>& x, const s
 
 // The right-hand sides A^T W xi and A^T W eta per block (in parallel), with the standard coordinates
 // (xi, eta) of every star about crval; true when a star lies behind the tangent plane.
-bool rhsBlocks(const FitDesign& f, const std::vector<double>& ra, const std::vector<double>& dec,
-               const std::vector<double>& w, const double crval[2], std::vector<double>& xi,
-               std::vector<double>& eta, std::vector<double>& blockB) {
+bool rhsBlocks(const FitDesign& f, const std::vector<double>& ra, const std::vector<double>& w,
+               const double crval[2], std::vector<double>& xi, std::vector<double>& eta,
+               std::vector<double>& blockB) {
     const std::size_t n = f.n, nBlocks = f.nBlocks, kk = f.kk;
     const int k = f.k;
     const std::vector<double>& basis = f.basis;
     bool behind = false;
+    double sinDec0 = 0, cosDec0 = 0;
+    sinCosDeg(crval[1], sinDec0, cosDec0);
     std::fill(blockB.begin(), blockB.end(), 0.0);
 #pragma omp parallel for schedule(static) num_threads(f.threads) reduction(|| : behind)
     for (long long bl = 0; bl < static_cast<long long>(nBlocks); ++bl) {
@@ -291,7 +294,8 @@ bool rhsBlocks(const FitDesign& f, const std::vector<double>& ra, const std::vec
         double* bx = &blockB[static_cast<std::size_t>(bl) * 2 * kk];
         double* by = bx + kk;
         for (std::size_t i = i0; i < i1; ++i) {
-            if (!tanProject(crval[0], crval[1], ra[i], dec[i], xi[i], eta[i])) {
+            if (!tanProjectSinCos(crval[0], sinDec0, cosDec0, ra[i], f.sinDec[i], f.cosDec[i], xi[i],
+                                  eta[i])) {
                 behind = true;
                 continue;
             }
@@ -310,14 +314,14 @@ bool rhsBlocks(const FitDesign& f, const std::vector<double>& ra, const std::vec
 // no constant term (at most 8 times); xi, eta: the stars' standard coordinates about the last crval used.
 // False when a star is behind the tangent plane or the solution is not finite.
 bool solveMovingTangentPoint(const FitDesign& f, const Eigen::LDLT<Eigen::MatrixXd>& ldlt,
-                             const std::vector<double>& ra, const std::vector<double>& dec,
-                             const std::vector<double>& w, double crval[2], Eigen::VectorXd& cx,
-                             Eigen::VectorXd& cy, std::vector<double>& xi, std::vector<double>& eta) {
+                             const std::vector<double>& ra, const std::vector<double>& w, double crval[2],
+                             Eigen::VectorXd& cx, Eigen::VectorXd& cy, std::vector<double>& xi,
+                             std::vector<double>& eta) {
     const std::size_t nBlocks = f.nBlocks, kk = f.kk;
     const int k = f.k;
     std::vector<double> blockB(nBlocks * 2 * kk);
     for (int iter = 0; iter < 8; ++iter) {
-        if (rhsBlocks(f, ra, dec, w, crval, xi, eta, blockB)) return false;
+        if (rhsBlocks(f, ra, w, crval, xi, eta, blockB)) return false;
         Eigen::VectorXd bx = Eigen::VectorXd::Zero(k), by = Eigen::VectorXd::Zero(k);
         for (std::size_t bl = 0; bl < nBlocks; ++bl)
             for (int r = 0; r < k; ++r) {
@@ -423,12 +427,17 @@ bool fitTanSip(const std::vector<double>& x, const std::vector<double>& y, const
     // were 4x slower on 2 threads than on 1 under load).
     f.threads = n > 8 * kFitBlock ? std::max(1, threads) : 1;
     f.kk = static_cast<std::size_t>(k);
+    f.sinDec.resize(n);
+    f.cosDec.resize(n);
+#pragma omp parallel for schedule(static) num_threads(f.threads)
+    for (long long i = 0; i < static_cast<long long>(n); ++i)
+        sinCosDeg(dec[i], f.sinDec[i], f.cosDec[i]);
     Eigen::LDLT<Eigen::MatrixXd> ldlt(normalMatrix(f, x, y, w, crpix));
     if (ldlt.info() != Eigen::Success) return false;
     double crval[2] = {crval0[0], crval0[1]};
     Eigen::VectorXd cx, cy;
     std::vector<double> xi(n), eta(n);
-    if (!solveMovingTangentPoint(f, ldlt, ra, dec, w, crval, cx, cy, xi, eta)) return false;
+    if (!solveMovingTangentPoint(f, ldlt, ra, w, crval, cx, cy, xi, eta)) return false;
     TanSip s;
     double det = 0.0;
     if (!tanSipOfCoefficients(f, crpix, crval, cx, cy, s, det)) return false;
