@@ -1,10 +1,12 @@
 // Calibration speed-ups must not change results: the per-frame reference cut (cutReferenceToFrame), the
-// prefiltered pixel matching of stage 7 (matchInPixels against brute force) and the astrometric
+// prefiltered pixel matching of stage 7 (matchInPixels against brute force), the radix sort of (key, row)
+// pairs (sortByKey against std::sort) and the astrometric
 // refinement on a catalog covering far more sky than the frame (full catalog vs cut catalog, 1 vs 2 threads).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -203,6 +205,38 @@ void expectPixelMatchingEqualsBruteForce(int nStars, int nDet, std::uint64_t see
 TEST(CalibrationCut, PrefilteredPixelMatchingEqualsBruteForce) {
     // 200 detections against 50000 stars: the grid prefilter is active (stars >> detections).
     expectPixelMatchingEqualsBruteForce(50000, 200, 3);
-    // 6000 detections against 8000 stars: many stars claimed twice, the candidates radix-sorted.
+    // 6000 detections against 8000 stars: many stars claimed twice.
     expectPixelMatchingEqualsBruteForce(8000, 6000, 4);
+}
+
+// sortByKey must give exactly what std::sort gives for (key, row) pairs in ascending row order: keys with
+// ties and both zeros, in random, ascending (the early return) and descending order, below and above the
+// size where the radix sort takes over.
+TEST(CalibrationCut, SortByKeyEqualsStdSort) {
+    std::mt19937_64 rng(11);
+    std::uniform_int_distribution<int> pick(0, 300);
+    for (std::size_t n : {std::size_t{100}, std::size_t{5000}, std::size_t{70000}}) {
+        std::vector<double> keys(n);
+        for (double& k : keys) {
+            const int v = pick(rng);
+            k = v == 0 ? -0.0 : (v == 1 ? 0.0 : (v - 150) * 0.37 + (v % 7 ? 1e-9 * v : 0.0));
+        }
+        for (int order = 0; order < 3; ++order) {
+            std::vector<double> k = keys;
+            if (order == 1) std::sort(k.begin(), k.end());
+            if (order == 2) std::sort(k.begin(), k.end(), std::greater<>());
+            std::vector<std::pair<double, std::int32_t>> v(n);
+            for (std::size_t i = 0; i < n; ++i)
+                v[i] = {k[i], static_cast<std::int32_t>(i)};
+            std::vector<std::pair<double, std::int32_t>> expect = v;
+            std::sort(expect.begin(), expect.end());
+            astrom::sortByKey(v);
+            ASSERT_EQ(v.size(), expect.size());
+            for (std::size_t i = 0; i < n; ++i) {
+                ASSERT_EQ(v[i].second, expect[i].second) << "n " << n << " order " << order << " at " << i;
+                ASSERT_EQ(v[i].first, expect[i].first);
+                ASSERT_FALSE(std::signbit(v[i].first) && v[i].first == 0.0) << "-0 must come back as +0";
+            }
+        }
+    }
 }

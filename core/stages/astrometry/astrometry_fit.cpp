@@ -100,6 +100,15 @@ void sortByKey(std::vector<std::pair<double, std::int32_t>>& v) {
         std::sort(v.begin(), v.end());
         return;
     }
+    // Keys already in order (a catalog sorted by magnitude): rows ascend, so the stable order stands.
+    bool sorted = true;
+    for (std::size_t i = 1; i < n && sorted; ++i)
+        sorted = !(v[i].first < v[i - 1].first);
+    if (sorted) {
+        for (auto& e : v)
+            e.first += 0.0; // -0 -> +0
+        return;
+    }
     std::vector<std::uint64_t> key(n), key2(n);
     std::vector<std::int32_t> row(n), row2(n);
     for (std::size_t i = 0; i < n; ++i) {
