@@ -238,10 +238,12 @@ std::vector<char> ransac(const Calib& d, bool colour, const ZeroPointParams& p) 
 }
 
 // The reference stars within `cone` degrees of (ra0, dec0) in tangent-plane arcsec about it, with their
-// catalog rows, in catalog order (projected in parallel, compacted in order).
+// catalog rows, in catalog order (projected in parallel, compacted in order); at: per catalog row, its
+// place here (-1: not in the cone).
 struct ConeStars {
     std::vector<double> xi, eta;
     std::vector<std::int32_t> row;
+    std::vector<std::int32_t> at;
 };
 
 // A point of the tangent plane (arcsec) as a unit vector in the tangent point's own basis (the point, east,
@@ -271,8 +273,10 @@ ConeStars projectCone(const ReferenceCatalog& ref, double ra0, double dec0, doub
         in[k] = 1;
     }
     ConeStars s;
+    s.at.assign(ref.size(), -1);
     for (std::ptrdiff_t k = 0; k < n; ++k)
         if (in[k]) {
+            s.at[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(s.row.size());
             s.xi.push_back(xi[k]);
             s.eta.push_back(eta[k]);
             s.row.push_back(static_cast<std::int32_t>(k));
@@ -309,10 +313,12 @@ std::vector<char> crowdedInReference(const ReferenceCatalog& ref, const std::vec
                                  planeRadius);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1024) if (nc >= 20000)
     for (std::ptrdiff_t c = 0; c < nc; ++c) {
-        const std::int32_t own = rows[c];
-        double a, b;
-        if (!tanProject(ra0, dec0, ref.ra[own], ref.dec[own], a, b)) continue;
-        const double qx = a * 3600.0, qy = b * 3600.0, limit = ref.mag[own] + deltaMag;
+        // A calibrator lies within the cone (which reaches 2 radii beyond the farthest): its projection is
+        // the cone's.
+        const std::int32_t own = rows[c], p = stars.at[static_cast<std::size_t>(own)];
+        if (p < 0) continue; // behind the tangent plane
+        const double qx = stars.xi[static_cast<std::size_t>(p)], qy = stars.eta[static_cast<std::size_t>(p)];
+        const double limit = ref.mag[own] + deltaMag;
         const detail::UnitVector u = planeUnit(qx, qy);
         grid.visit(qx, qy, planeRadius, [&](std::uint32_t j) {
             const std::int32_t k = stars.row[grid.index[j]];
