@@ -63,7 +63,6 @@ BackendTuning BackendTuning::fromEnvironment() {
     if (const char* v = env("GPUPHOT_CUDA_BLOCK")) t.cudaBlock = std::atoi(v);
     t.cfitsioRead = is("GPUPHOT_CFITSIO_READ", "1");
     t.calibrationBeside = notOff("GPUPHOT_CALIBRATION_BESIDE", true);
-    if (const char* v = env("GPUPHOT_CALIBRATION_THREADS")) t.calibrationThreads = std::max(0, std::atoi(v));
     return t;
 }
 
@@ -99,8 +98,7 @@ nlohmann::json BackendTuning::toJson() const {
             {"RAW_UPLOAD_WAIT", rawUploadWait},
             {"CUDA_BLOCK", cudaBlock},
             {"CFITSIO_READ", cfitsioRead},
-            {"CALIBRATION_BESIDE", calibrationBeside},
-            {"CALIBRATION_THREADS", calibrationThreads}};
+            {"CALIBRATION_BESIDE", calibrationBeside}};
 }
 
 void BackendTuning::applyToProcess() const { setStepTimings(detection.timing, psfTiming); }

@@ -56,8 +56,6 @@ struct BackendTuning {
     int cudaBlock = 0;              // GPUPHOT_CUDA_BLOCK: threads per block of the generic kernels; 0: 128
     bool cfitsioRead = false;       // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
     bool calibrationBeside = true;  // GPUPHOT_CALIBRATION_BESIDE=0: the crossmatch after the apertures
-    int calibrationThreads =
-        0; // GPUPHOT_CALIBRATION_THREADS: threads of the calibration beside; 0: the run's
 
     // The environment variables above over the defaults. Unknown values keep the default.
     static BackendTuning fromEnvironment();

@@ -615,7 +615,7 @@ public:
 
     void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
                const ReferenceCatalog& reference) {
-        m_ctx = fitContext(ctx, ctx.tuning.calibrationThreads);
+        m_ctx = fitContext(ctx, 0);
         const bool match = ctx.tuning.calibrationBeside || ctx.backend != Backend::Cuda;
         m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference, match,
                                                    fwhm = m_fwhm.get_future()]() mutable {

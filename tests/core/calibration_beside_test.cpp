@@ -82,27 +82,6 @@ TEST(CalibrationBeside, GivesTheSeriesCalibration) {
     EXPECT_LT(at("crossmatch"), at("zeropoint"));
 }
 
-// The thread beside with its own thread count (BackendTuning::calibrationThreads): the same calibration.
-TEST(CalibrationBeside, ItsThreadCountDoesNotChangeTheCalibration) {
-    const Field f = field();
-    PipelineConfig config;
-    RunContext series, beside;
-    series.threads = 2;
-    beside.threads = 2;
-    beside.testHooks.calibrationBeside = true;
-    beside.tuning.calibrationThreads = 1;
-    const PipelineResult a = runPipeline(f.frame, config, series, &f.ref);
-    const PipelineResult b = runPipeline(f.frame, config, beside, &f.ref);
-    ASSERT_TRUE(b.astrometry.ok) << b.astrometry.message;
-    ASSERT_TRUE(b.zeropoint.ok) << b.zeropoint.message;
-    EXPECT_EQ(a.astrometry.wcs.crval[0], b.astrometry.wcs.crval[0]);
-    EXPECT_EQ(a.astrometry.wcs.cd[0][0], b.astrometry.wcs.cd[0][0]);
-    EXPECT_EQ(a.astrometry.refIndex, b.astrometry.refIndex);
-    EXPECT_EQ(a.crossmatch.refIndex, b.crossmatch.refIndex);
-    EXPECT_EQ(a.zeropoint.sourceIndex, b.zeropoint.sourceIndex);
-    EXPECT_EQ(a.zeropoint.zp, b.zeropoint.zp);
-}
-
 // The PSF stage throws while the thread beside it waits for the FWHM: the run ends with that error (it
 // would hang if the thread were left waiting), and the same context reduces the frame afterwards.
 TEST(CalibrationBeside, APsfStageThatFailsReleasesTheThreadBesideIt) {
