@@ -428,6 +428,18 @@ __device__ inline void warpRowSums(double (&row)[kRows][32], int nSums, int lane
 }
 // Circle chunks: rows 0-3 the terms; lanes 0-3 add the partial sums (lanes of mask up), 4-7 the full ones
 // (uf).
+// OR of a value over the full warp: __reduce_or_sync where the architecture has it (sm_80 on), a butterfly
+// of shuffles before (an OR does not depend on the order).
+__device__ inline std::uint32_t warpOr(std::uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xFFFFFFFFu, v);
+#else
+    for (int off = 16; off > 0; off >>= 1)
+        v |= __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    return v;
+#endif
+}
+
 __device__ inline void warpCircleSums(double (&row)[4][32], int lane, unsigned up, unsigned uf, double& acc) {
     __syncwarp();
     if (lane < 8) {
@@ -488,7 +500,7 @@ __global__ void __launch_bounds__(kWarpSumWarps * 32)
                 row[3][lane] = t.poisson;
                 warpRowSums(row, 4, lane, used, acc);
             }
-            o.flags |= __reduce_or_sync(0xFFFFFFFFu, flags);
+            o.flags |= warpOr(flags);
             o.sums.flux = __shfl_sync(0xFFFFFFFFu, acc, 0);
             o.sums.area = __shfl_sync(0xFFFFFFFFu, acc, 1);
             o.sums.varSky = __shfl_sync(0xFFFFFFFFu, acc, 2);
