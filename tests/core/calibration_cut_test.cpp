@@ -1,13 +1,14 @@
 // Calibration speed-ups must not change results: the per-frame reference cut (cutReferenceToFrame), the
 // prefiltered pixel matching of stage 7 (matchInPixels against brute force), the radix sort of (key, row)
-// pairs (sortByKey against std::sort) and the astrometric
-// refinement on a catalog covering far more sky than the frame (full catalog vs cut catalog, 1 vs 2 threads).
+// pairs (sortByKey against std::sort), the astrometric refinement on a catalog covering far more sky than the
+// frame (full catalog vs cut catalog, 1 vs 2 threads) and its skip of the rounds left at a fixed point.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "core/catalog/reference_catalog.hpp"
@@ -136,6 +137,74 @@ TEST(CalibrationCut, RefinementIsTheSameOnTheCutCatalogAndForAnyThreadCount) {
     for (std::size_t k = 0; k < a.refIndex.size(); ++k) {
         EXPECT_EQ(a.sourceIndex[k], b.sourceIndex[k]);
         EXPECT_EQ(a.refIndex[k], rows[b.refIndex[k]]);
+    }
+}
+
+namespace {
+
+// The field's detections brightest first and its reference stars by magnitude, as the driver prepares them.
+astrom::Detections detectionsOf(const Field& f) {
+    std::vector<std::int32_t> order(f.x.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return f.flux[a] > f.flux[b]; });
+    astrom::Detections d;
+    d.width = d.height = kSize;
+    for (std::int32_t i : order) {
+        d.x.push_back(f.x[i]);
+        d.y.push_back(f.y[i]);
+        d.flux.push_back(f.flux[i]);
+        d.index.push_back(i);
+    }
+    return d;
+}
+
+astrom::RefStars refStarsOf(const ReferenceCatalog& ref) {
+    std::vector<std::int32_t> order(ref.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ref.mag[a] < ref.mag[b]; });
+    astrom::RefStars r;
+    for (std::int32_t i : order) {
+        r.ra.push_back(ref.ra[i]);
+        r.dec.push_back(ref.dec[i]);
+        r.mag.push_back(ref.mag[i]);
+        r.xyz.push_back(astrom::unitVector(ref.ra[i], ref.dec[i]));
+        r.index.push_back(i);
+    }
+    return r;
+}
+
+} // namespace
+
+// Once an intermediate round returns the WCS it started from bit for bit, the refinement goes straight to
+// the final round: the outcome must be what running every round gives, and the skip must have happened.
+TEST(CalibrationCut, RefinementSkipsRoundsAtAFixedPointWithTheSameOutcome) {
+    const TanSip t = frameWcs();
+    const Field f = makeField(t);
+    TanSip off = t;
+    off.crpix[0] += 4.0;
+    test::rotateCd(off, 0.05 * M_PI / 180.0);
+    const astrom::Detections det = detectionsOf(f);
+    const astrom::RefStars refs = refStarsOf(f.ref);
+    AstrometryParams p;
+    p.iterations = 7;
+    const astrom::RefineOutcome a = astrom::refine(det, refs, nullptr, off, 30.0, true, p, 2, true);
+    const astrom::RefineOutcome b = astrom::refine(det, refs, nullptr, off, 30.0, true, p, 2, false);
+    ASSERT_TRUE(a.ok) << a.why;
+    ASSERT_TRUE(b.ok) << b.why;
+    EXPECT_EQ(b.rounds, 7);
+    EXPECT_LT(a.rounds, 7); // the fixed point was reached and rounds were skipped
+    EXPECT_LT(wcsDifferencePx(t, a.wcs, kSize, kSize), 0.02);
+    test::expectSameFit(a.wcs, b.wcs);
+    EXPECT_EQ(a.wcs.crpix[0], b.wcs.crpix[0]);
+    EXPECT_EQ(a.wcs.crpix[1], b.wcs.crpix[1]);
+    EXPECT_EQ(a.sipOrder, b.sipOrder);
+    EXPECT_EQ(a.nUsed, b.nUsed);
+    EXPECT_EQ(a.used, b.used);
+    ASSERT_EQ(a.matches.size(), b.matches.size());
+    for (std::size_t k = 0; k < a.matches.size(); ++k) {
+        EXPECT_EQ(a.matches[k].det, b.matches[k].det);
+        EXPECT_EQ(a.matches[k].ref, b.matches[k].ref);
+        EXPECT_EQ(a.matches[k].dist, b.matches[k].dist);
     }
 }
 

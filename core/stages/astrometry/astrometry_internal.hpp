@@ -101,6 +101,7 @@ struct RefineOutcome {
     int sipOrder = 0;
     double chance = 0.0; // expected chance matches at matchRadiusPx
     std::size_t refsOnFrame = 0;
+    int rounds = 0; // TAN+SIP rounds run (intermediate rounds skipped at a fixed point are not counted)
     std::string why;
 };
 
@@ -120,9 +121,12 @@ std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const st
 // radius of a detection are projected exactly (a cheap closed-form pre-selection in undistorted pixel
 // coordinates with a bound on the SIP Jacobian). The reference stars around the frame are cut from `refs`
 // once per call (through `tree` when given, else by a linear scan); projections, matching and the fits'
-// sums run on `threads` threads; the result is the same for any thread count.
+// sums run on `threads` threads; the result is the same for any thread count. skipAtFixedPoint: skip the
+// intermediate rounds left once one returns its starting WCS bit for bit (the same result; false runs
+// them all, for tests).
 RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
-                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads = 1);
+                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads = 1,
+                     bool skipAtFixedPoint = true);
 
 // Blind search: returns the refined, verified solution (ok = false with a reason otherwise).
 struct BlindSearch {

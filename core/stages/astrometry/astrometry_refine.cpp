@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -642,6 +643,7 @@ struct RefineInputs {
     int width, height;
     double crpix[2]; // the fits' reference pixel: the frame centre (1-based)
     double matchR;   // final match radius (px)
+    bool skipAtFixedPoint = true;
 };
 
 // Stage A: bright stars (the nB brightest detections, the 2 nB brightest projected stars), an optional
@@ -836,10 +838,25 @@ struct SipStageResult {
     int chosen = 1;
 };
 
+// Whether two WCS are the same bit for bit (so that a deterministic step gives the same result on both).
+bool sameBits(const TanSip& a, const TanSip& b) {
+    auto same = [](const std::vector<double>& u, const std::vector<double>& v) {
+        return u.size() == v.size() &&
+               (u.empty() || std::memcmp(u.data(), v.data(), u.size() * sizeof(double)) == 0);
+    };
+    return std::memcmp(a.crpix, b.crpix, sizeof a.crpix) == 0 &&
+           std::memcmp(a.crval, b.crval, sizeof a.crval) == 0 && std::memcmp(a.cd, b.cd, sizeof a.cd) == 0 &&
+           a.sipOrder == b.sipOrder && a.sipInvOrder == b.sipInvOrder && same(a.a, b.a) && same(a.b, b.b) &&
+           same(a.ap, b.ap) && same(a.bp, b.bp);
+}
+
 // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration. The intermediate rounds
 // match a stratified subset of the detections and fit a stratified subset of those matches; the final
 // round matches every detection and fits a stratified subset of at most kFinalFitCap of them. Updates w;
 // sets out.refsOnFrame, and out.why when it fails (false).
+// An intermediate round after the first (same radius) is a function of the WCS it starts from alone: once
+// one returns its starting WCS bit for bit, the rounds left before the final one would each return it
+// again, and are skipped (the result is the same as running them).
 bool sipStage(const RefineInputs& in, double r, TanSip& w, SipStageResult& res, RefineOutcome& out) {
     Detections sub;                   // the detections of the intermediate rounds (all of them when few)
     std::vector<std::int32_t> subRow; // sub row -> det row
@@ -869,7 +886,11 @@ bool sipStage(const RefineInputs& in, double r, TanSip& w, SipStageResult& res, 
         if (last && subset) all = makeFitSet(in.det, in.refs, matches, in.threads);
         RoundFit f;
         if (!weightedFit(in, s, last && subset ? &all : nullptr, w, f, out.why)) return false;
+        const TanSip start = w;
         w = selectOrder(in, s, f, w, res.chosen);
+        ++out.rounds;
+        if (!last && it >= 1 && in.skipAtFixedPoint && sameBits(start, w))
+            it = iterations - 2; // a fixed point: on to the final round
         if (!last) continue;
         if (!subset) {
             res.usedFinal = f.used;
@@ -943,7 +964,8 @@ std::vector<std::size_t> stratifiedSubset(const std::vector<double>& x, const st
 }
 
 RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree* tree, const TanSip& start,
-                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads) {
+                     double startRadiusPx, bool vote, const AstrometryParams& p, int threads,
+                     bool skipAtFixedPoint) {
     RefineOutcome out;
     const int width = det.width, height = det.height;
     TanSip w = start;
@@ -953,8 +975,9 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
     const std::size_t nB = std::min<std::size_t>(det.size(), std::max(200, 4 * p.nBrightest));
     double r = std::max(startRadiusPx, matchR);
     const RefPool pool(refs, tree, start, width, height, r);
-    const RefineInputs in{
-        det, refs, pool, p, threads, width, height, {0.5 * (width + 1), 0.5 * (height + 1)}, matchR};
+    RefineInputs in{det,   refs, pool, p, threads, width, height, {0.5 * (width + 1), 0.5 * (height + 1)},
+                    matchR};
+    in.skipAtFixedPoint = skipAtFixedPoint;
     if (!affineStage(in, vote, nB, w, r, out.why)) return out;
 
     // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration.
