@@ -9,10 +9,16 @@
 //     for (long i = 0; i < n; ++i)
 //         errors.run([&] { body(i); });
 //     errors.rethrow();
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <utility>
+#include <vector>
+
+#include <omp.h>
 
 namespace gpuphot {
 
@@ -40,5 +46,39 @@ private:
     std::exception_ptr m_error;
     std::atomic<bool> m_failed{false};
 };
+
+// The positions i in [0, n) where keep(i) holds, in ascending order, on `threads` threads (<= 0: OpenMP's
+// default): keep(i) for every i in fixed chunks, each chunk's count, then resize(m) (m kept; on the calling
+// thread) and fill(k, i) for the k-th kept position i, chunk by chunk in parallel. Every k gets the same i
+// whatever the thread count, so the output is the one a serial loop of push_backs gives. keep and fill must
+// not throw; resize may.
+template <class Keep, class Resize, class Fill>
+void compactInOrder(std::size_t n, int threads, Keep&& keep, Resize&& resize, Fill&& fill) {
+    constexpr std::size_t kChunk = 16384;
+    const std::size_t nChunks = (n + kChunk - 1) / kChunk;
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    std::vector<std::uint8_t> kept(n);
+    std::vector<std::size_t> at(nChunks + 1, 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
+        const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+        std::size_t count = 0;
+        for (std::size_t i = b; i < e; ++i) {
+            kept[i] = keep(i) ? 1 : 0;
+            count += kept[i];
+        }
+        at[static_cast<std::size_t>(c) + 1] = count;
+    }
+    for (std::size_t c = 0; c < nChunks; ++c)
+        at[c + 1] += at[c];
+    resize(at[nChunks]);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
+        const std::size_t b = static_cast<std::size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+        std::size_t k = at[static_cast<std::size_t>(c)];
+        for (std::size_t i = b; i < e; ++i)
+            if (kept[i]) fill(k++, i);
+    }
+}
 
 } // namespace gpuphot

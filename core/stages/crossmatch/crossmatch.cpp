@@ -54,8 +54,6 @@ CrossmatchIndex resolveCrossmatchIndex(const std::string& index) {
     throw InvalidInput("crossmatch: index must be \"grid\", \"kdtree\" or \"auto\" (got \"" + index + "\")");
 }
 
-
-
 ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs, int width, int height,
                                      double marginArcsec, std::vector<std::int32_t>* rows) {
     if (width <= 0 || height <= 0)
@@ -79,34 +77,44 @@ ReferenceCatalog cutReferenceToFrame(const ReferenceCatalog& ref, const Wcs& wcs
     coneArcsec = coneArcsec * 1.01 + marginArcsec;
     const double cosCone = std::cos(std::min(coneArcsec / 3600.0, 180.0) * kDeg);
     const std::size_t n = ref.size();
-    std::vector<std::uint8_t> in(n, 0);
-#pragma omp parallel for schedule(static)
-    for (long long i = 0; i < static_cast<long long>(n); ++i) {
-        const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
-        in[i] = (u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone;
-    }
     ReferenceCatalog out;
     out.skippedNonFinite = ref.skippedNonFinite;
     out.rowsRead = ref.rowsRead;
     out.epoch = ref.epoch;
     out.path = ref.path;
     out.columns = ref.columns;
-    if (rows) rows->clear();
-    auto copy = [&](const auto& from, auto& to, std::size_t i) {
-        if (from.size() == n) to.push_back(from[i]);
+    // The kept rows in catalog order, chunks copied in parallel (columns absent from `ref` stay empty).
+    auto inCone = [&](std::size_t i) {
+        const Vec3 u = unitVector(ref.ra[i], ref.dec[i]);
+        return (u[0] * centre[0] + u[1] * centre[1] + u[2] * centre[2]) >= cosCone;
     };
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!in[i]) continue;
-        copy(ref.ra, out.ra, i);
-        copy(ref.dec, out.dec, i);
-        copy(ref.mag, out.mag, i);
-        copy(ref.magErr, out.magErr, i);
-        copy(ref.color, out.color, i);
-        copy(ref.pmRa, out.pmRa, i);
-        copy(ref.pmDec, out.pmDec, i);
-        copy(ref.id, out.id, i);
-        if (rows) rows->push_back(static_cast<std::int32_t>(i));
-    }
+    auto resize = [&](std::size_t m) {
+        auto size = [&](const auto& from, auto& to) { to.resize(from.size() == n ? m : 0); };
+        size(ref.ra, out.ra);
+        size(ref.dec, out.dec);
+        size(ref.mag, out.mag);
+        size(ref.magErr, out.magErr);
+        size(ref.color, out.color);
+        size(ref.pmRa, out.pmRa);
+        size(ref.pmDec, out.pmDec);
+        size(ref.id, out.id);
+        if (rows) rows->resize(m);
+    };
+    auto fill = [&](std::size_t k, std::size_t i) {
+        auto put = [&](const auto& from, auto& to) {
+            if (!to.empty()) to[k] = from[i];
+        };
+        put(ref.ra, out.ra);
+        put(ref.dec, out.dec);
+        put(ref.mag, out.mag);
+        put(ref.magErr, out.magErr);
+        put(ref.color, out.color);
+        put(ref.pmRa, out.pmRa);
+        put(ref.pmDec, out.pmDec);
+        put(ref.id, out.id);
+        if (rows) (*rows)[k] = static_cast<std::int32_t>(i);
+    };
+    compactInOrder(n, 0, inCone, resize, fill);
     return out;
 }
 
@@ -322,17 +330,30 @@ void projectCone(const std::vector<std::int32_t>& coneRows, const std::vector<Ve
 // setup.refUnit, counting those on the frame proper in res.nRefInFrame.
 void selectOnFrame(const std::vector<std::int32_t>& coneRows, const std::vector<Vec3>& coneUnit,
                    const std::vector<double>& cX, const std::vector<double>& cY, int width, int height,
-                   CrossmatchSetup& setup, CrossmatchResult& res) {
+                   int nt, CrossmatchSetup& setup, CrossmatchResult& res) {
     const double lo = setup.lo, hiX = setup.hiX, hiY = setup.hiY;
-    for (std::size_t k = 0; k < coneRows.size(); ++k) {
-        const double px = cX[k], py = cY[k];
-        if (!(px >= lo && px <= hiX && py >= lo && py <= hiY)) continue;
-        if (px >= -0.5 && px <= width - 0.5 && py >= -0.5 && py <= height - 0.5) ++res.nRefInFrame;
-        res.refSelected.push_back(coneRows[k]);
-        res.refX.push_back(px);
-        res.refY.push_back(py);
-        setup.refUnit.push_back(coneUnit[k]);
+    auto keep = [&](std::size_t k) { return cX[k] >= lo && cX[k] <= hiX && cY[k] >= lo && cY[k] <= hiY; };
+    auto resize = [&](std::size_t m) {
+        res.refSelected.resize(m);
+        res.refX.resize(m);
+        res.refY.resize(m);
+        setup.refUnit.resize(m);
+    };
+    auto fill = [&](std::size_t j, std::size_t k) {
+        res.refSelected[j] = coneRows[k];
+        res.refX[j] = cX[k];
+        res.refY[j] = cY[k];
+        setup.refUnit[j] = coneUnit[k];
+    };
+    compactInOrder(coneRows.size(), nt, keep, resize, fill);
+    std::size_t inFrame = 0;
+    const std::size_t m = res.refX.size();
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(+ : inFrame) if (m > 16384)
+    for (long long j = 0; j < static_cast<long long>(m); ++j) {
+        const double px = res.refX[j], py = res.refY[j];
+        inFrame += px >= -0.5 && px <= width - 0.5 && py >= -0.5 && py <= height - 0.5;
     }
+    res.nRefInFrame = inFrame;
 }
 
 // The sources' unit vectors through the TanSip (in parallel): p = (c + xi e + eta n) / |...|, the gnomonic
@@ -406,7 +427,7 @@ CrossmatchSetup prepareCrossmatch(const std::vector<double>& x, const std::vecto
     const TangentBasis tb = tangentBasisOf(tan);
     std::vector<double> cX, cY;
     projectCone(coneRows, coneUnit, ref, wcs, tan, tb, nt, cX, cY);
-    selectOnFrame(coneRows, coneUnit, cX, cY, width, height, setup, res);
+    selectOnFrame(coneRows, coneUnit, cX, cY, width, height, nt, setup, res);
 
     // --- the sources' world positions, as unit vectors ------------------------------------------------
     // The local scale can shrink between the sampled points; 5% (plus half a pixel) covers it.
