@@ -248,14 +248,15 @@ void selectConeRows(const ReferenceCatalog& ref, const CrossmatchParams& params,
             }
         });
     errors.rethrow();
-    std::size_t n = 0;
-    for (const auto& r : chunkRows)
-        n += r.size();
-    coneRows.reserve(n);
-    coneUnit.reserve(n);
-    for (std::size_t c = 0; c < nChunks; ++c) {
-        coneRows.insert(coneRows.end(), chunkRows[c].begin(), chunkRows[c].end());
-        coneUnit.insert(coneUnit.end(), chunkUnit[c].begin(), chunkUnit[c].end());
+    std::vector<std::size_t> at(nChunks + 1, 0); // each chunk's place in the concatenation
+    for (std::size_t c = 0; c < nChunks; ++c)
+        at[c + 1] = at[c] + chunkRows[c].size();
+    coneRows.resize(at[nChunks]);
+    coneUnit.resize(at[nChunks]);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
+        std::copy(chunkRows[c].begin(), chunkRows[c].end(), coneRows.begin() + static_cast<long>(at[c]));
+        std::copy(chunkUnit[c].begin(), chunkUnit[c].end(), coneUnit.begin() + static_cast<long>(at[c]));
         std::vector<std::int32_t>().swap(chunkRows[c]);
         std::vector<Vec3>().swap(chunkUnit[c]);
     }

@@ -14,6 +14,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/parallel.hpp"
 #include "core/util/robust_stats.hpp"
 #include "core/wcs/tan_sip.hpp"
 
@@ -274,13 +275,19 @@ ConeStars projectCone(const ReferenceCatalog& ref, double ra0, double dec0, doub
     }
     ConeStars s;
     s.at.assign(ref.size(), -1);
-    for (std::ptrdiff_t k = 0; k < n; ++k)
-        if (in[k]) {
-            s.at[static_cast<std::size_t>(k)] = static_cast<std::int32_t>(s.row.size());
-            s.xi.push_back(xi[k]);
-            s.eta.push_back(eta[k]);
-            s.row.push_back(static_cast<std::int32_t>(k));
-        }
+    compactInOrder(
+        ref.size(), threads, [&](std::size_t k) { return in[k] != 0; },
+        [&](std::size_t m) {
+            s.xi.resize(m);
+            s.eta.resize(m);
+            s.row.resize(m);
+        },
+        [&](std::size_t j, std::size_t k) {
+            s.at[k] = static_cast<std::int32_t>(j);
+            s.xi[j] = xi[k];
+            s.eta[j] = eta[k];
+            s.row[j] = static_cast<std::int32_t>(k);
+        });
     return s;
 }
 
@@ -675,7 +682,8 @@ void fillFitResult(ZeroPointResult& res, const Calib& d, const KeptFit& kept, bo
         usedColours.push_back(d.c[k]);
     }
     res.scatter = std::sqrt(swr2 / sw);
-    res.limitingMag = res.limitingMagInst + res.zp + (colour ? res.colourTerm * robustMedian(usedColours) : 0.0);
+    res.limitingMag =
+        res.limitingMagInst + res.zp + (colour ? res.colourTerm * robustMedian(usedColours) : 0.0);
 }
 
 } // namespace
