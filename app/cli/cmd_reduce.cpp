@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "app/cli/batch.hpp"
-#include "app/cli/db_cli.hpp"
 #include "app/cli/commands.hpp"
+#include "app/cli/db_cli.hpp"
+#include "core/pipeline/backend_tuning.hpp"
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/reduce.hpp"
 #include "core/util/errors.hpp"
@@ -32,10 +35,11 @@ int run(ReduceCli& o) {
     }
     if (o.batchChild) return runBatchChild(o.options);
     const std::vector<std::string> frames = expandFrameInputs(o.frames, o.list);
-    if (frames.empty()) throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ..., @LIST, DIR)");
+    if (frames.empty())
+        throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ..., @LIST, DIR)");
     BatchOptions b = o.batch;
-    b.childArgs = reproduceArgs(*o.sub, {"-j", "--jsonl", "--db", "--list", "--force", "--batch-child", "--dump-config", "-v",
-                                         "-q"});
+    b.childArgs = reproduceArgs(
+        *o.sub, {"-j", "--jsonl", "--db", "--list", "--force", "--batch-child", "--dump-config", "-v", "-q"});
     b.threadsGiven = o.sub->count("--threads") > 0;
     if (frames.size() > 1 && !o.options.sexPerFrameNames) { // one CATALOG_NAME cannot hold several frames
         o.options.sexPerFrameNames = true;
@@ -44,11 +48,31 @@ int run(ReduceCli& o) {
     return runBatch(frames, o.options, b);
 }
 
+// A single frame on a backend that may use CUDA: the device's release after the outputs need not hold the
+// shell (app/cli/detached_exit.hpp). Decided before anything starts the CUDA driver or a thread.
+bool detachTeardown(const ReduceCli& o) {
+    if (o.dumpConfig || o.batchChild || o.options.common.backend == "cpu") return false;
+    const std::string mode = BackendTuning::fromEnvironment().detachedExit;
+    if (mode == "0") return false;
+#ifdef GPUPHOT_WITH_CUDA
+    const bool device = ::access("/dev/nvidiactl", F_OK) == 0;
+#else
+    const bool device = false;
+#endif
+    if (mode != "1" && !device) return false;
+    try {
+        return expandFrameInputs(o.frames, o.list).size() == 1;
+    } catch (const std::exception&) {
+        return false; // the run reports it
+    }
+}
+
 } // namespace
 
 Command registerReduce(CLI::App& app) {
     auto o = std::make_shared<ReduceCli>();
-    auto* sub = app.add_subcommand("reduce", "Detect and measure sources; write catalog, maps and a JSON report");
+    auto* sub =
+        app.add_subcommand("reduce", "Detect and measure sources; write catalog, maps and a JSON report");
     o->sub = sub;
     sub->add_option("frames", o->frames,
                     "FITS frames (also .fz, .gz, file.fits[EXT]), globs, @LIST files (one path per line), "
@@ -63,10 +87,11 @@ Command registerReduce(CLI::App& app) {
                     "Append one JSON status line per frame to this file (default with several frames: "
                     "OUTDIR/gpuphot.jsonl)");
     addDbOption(*sub, o->batch.db);
-    sub->add_flag("--force", o->batch.force, "Reduce frames again even when their outputs are complete and newer");
+    sub->add_flag("--force", o->batch.force,
+                  "Reduce frames again even when their outputs are complete and newer");
     sub->add_flag("--batch-child", o->batchChild, "")->group(""); // internal: a worker of `reduce -j N`
     sub->add_flag("--dump-config", o->dumpConfig, "Print the effective configuration as JSON and exit");
-    return {sub, [o] { return run(*o); }};
+    return {sub, [o] { return run(*o); }, [o] { return detachTeardown(*o); }};
 }
 
 } // namespace gpuphot::cli

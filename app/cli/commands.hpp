@@ -29,6 +29,9 @@ using Runner = std::function<int()>;
 struct Command {
     CLI::App* sub = nullptr; // the subcommand it added
     Runner run;              // runs it after parsing; returns the exit code
+    // After parsing: whether to run it in a child that hands its status over before the process's teardown
+    // (app/cli/detached_exit.hpp); empty: never.
+    std::function<bool()> detach = nullptr;
 };
 
 // Adds --backend/--threads/--config/-o/-v/-q to a subcommand.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/cli/commands.hpp"
+#include "app/cli/detached_exit.hpp"
 #include "core/db/results_store.hpp"
 #include "core/pipeline/device_registry.hpp"
 #include "core/util/errors.hpp"
@@ -35,6 +36,36 @@ std::vector<std::string> rewriteSextractorOverrides(int argc, char** argv) {
     return out;
 }
 
+// Runs a parsed command; its typed errors become the exit codes docs/CLI.md lists.
+int runCommand(const gpuphot::cli::Command& c) {
+    using namespace gpuphot;
+    try {
+        const int rc = c.run();
+        timelineMark("command returned");
+        return rc;
+    } catch (const DatabaseError& e) {
+        std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());
+        return databaseExitCode(e.kind());
+    } catch (const InvalidInput& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+        return 2;
+    } catch (const IoError& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+        return 3;
+    } catch (const OutOfMemory& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+        return kExitOutOfMemory;
+    } catch (const std::bad_alloc& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", outOfMemory(e, "gpuphot").what());
+        return kExitOutOfMemory;
+    } catch (const Cancelled&) {
+        std::fprintf(stderr, "gpuphot: cancelled\n");
+        return 130;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
+        return 1;
+    }
+}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -63,34 +94,10 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
-    try {
-        for (const auto& c : commands)
-            if (c.sub->parsed()) {
-                const int rc = c.run();
-                timelineMark("command returned");
-                return rc;
-            }
-    } catch (const DatabaseError& e) {
-        std::fprintf(stderr, "gpuphot: database error: %s\n", e.what());
-        return databaseExitCode(e.kind());
-    } catch (const InvalidInput& e) {
-        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
-        return 2;
-    } catch (const IoError& e) {
-        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
-        return 3;
-    } catch (const OutOfMemory& e) {
-        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
-        return kExitOutOfMemory;
-    } catch (const std::bad_alloc& e) {
-        std::fprintf(stderr, "gpuphot: error: %s\n", outOfMemory(e, "gpuphot").what());
-        return kExitOutOfMemory;
-    } catch (const Cancelled&) {
-        std::fprintf(stderr, "gpuphot: cancelled\n");
-        return 130;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gpuphot: error: %s\n", e.what());
-        return 1;
-    }
+    for (const auto& c : commands)
+        if (c.sub->parsed()) {
+            if (c.detach && c.detach()) return cli::runDetached([&c] { return runCommand(c); });
+            return runCommand(c);
+        }
     return 0;
 }

@@ -24,20 +24,26 @@ bool on(const char* name) {
     const char* v = env(name);
     return v && std::strcmp(v, "0") != 0;
 }
-bool notOff(const char* name, bool def) { return env(name) ? !is(name, "0") : def; }
+bool notOff(const char* name, bool def) {
+    return env(name) ? !is(name, "0") : def;
+}
 
 } // namespace
 
 BackendTuning BackendTuning::fromEnvironment() {
     BackendTuning t;
     auto& a = t.aperture;
-    if (const char* b = env("GPUPHOT_APERTURE_BATCH")) a.batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
+    if (const char* b = env("GPUPHOT_APERTURE_BATCH"))
+        a.batch = std::max<std::size_t>(1, std::strtoull(b, nullptr, 10));
     a.heapSort = on("GPUPHOT_APERTURE_HEAPSORT");
     a.skySplit = is("GPUPHOT_APERTURE_SKY", "split");
     a.skyMode = is("GPUPHOT_APERTURE_SKY", "block0") ? 0 : is("GPUPHOT_APERTURE_SKY_SORT", "pairs") ? 1 : 2;
-    if (const char* v = env("GPUPHOT_APERTURE_SKY_THREADS")) a.skyThreads = std::clamp(std::atoi(v) / 32 * 32, 32, 1024);
+    if (const char* v = env("GPUPHOT_APERTURE_SKY_THREADS"))
+        a.skyThreads = std::clamp(std::atoi(v) / 32 * 32, 32, 1024);
     a.kronThread = is("GPUPHOT_APERTURE_KRON", "thread");
-    a.circleMode = is("GPUPHOT_APERTURE_CIRCLE", "warp") ? 2 : is("GPUPHOT_APERTURE_CIRCLE", "thread") ? 1 : 0;
+    a.circleMode = is("GPUPHOT_APERTURE_CIRCLE", "warp")     ? 2
+                   : is("GPUPHOT_APERTURE_CIRCLE", "thread") ? 1
+                                                             : 0;
     if (const char* v = env("GPUPHOT_APERTURE_WARP_ITEMS")) a.warpItems = std::strtoull(v, nullptr, 10);
     a.sync = on("GPUPHOT_APERTURE_SYNC");
     a.keep = notOff("GPUPHOT_APERTURE_KEEP", true);
@@ -63,6 +69,8 @@ BackendTuning BackendTuning::fromEnvironment() {
     if (const char* v = env("GPUPHOT_CUDA_BLOCK")) t.cudaBlock = std::atoi(v);
     t.cfitsioRead = is("GPUPHOT_CFITSIO_READ", "1");
     t.calibrationBeside = notOff("GPUPHOT_CALIBRATION_BESIDE", true);
+    if (is("GPUPHOT_DETACHED_EXIT", "0") || is("GPUPHOT_DETACHED_EXIT", "1"))
+        t.detachedExit = env("GPUPHOT_DETACHED_EXIT");
     return t;
 }
 
@@ -98,10 +106,13 @@ nlohmann::json BackendTuning::toJson() const {
             {"RAW_UPLOAD_WAIT", rawUploadWait},
             {"CUDA_BLOCK", cudaBlock},
             {"CFITSIO_READ", cfitsioRead},
-            {"CALIBRATION_BESIDE", calibrationBeside}};
+            {"CALIBRATION_BESIDE", calibrationBeside},
+            {"DETACHED_EXIT", detachedExit}};
 }
 
-void BackendTuning::applyToProcess() const { setStepTimings(detection.timing, psfTiming); }
+void BackendTuning::applyToProcess() const {
+    setStepTimings(detection.timing, psfTiming);
+}
 
 std::string BackendTuning::nonDefault() const {
     const nlohmann::json mine = toJson(), defaults = BackendTuning{}.toJson();
