@@ -14,6 +14,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/util/errors.hpp"
+#include "core/util/fast_mod.hpp"
 #include "core/util/parallel.hpp"
 #include "core/util/robust_stats.hpp"
 #include "core/wcs/tan_sip.hpp"
@@ -158,6 +159,7 @@ struct SplitMix64 {
         return z ^ (z >> 31);
     }
     std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
+    std::size_t below(const FastMod& n) { return static_cast<std::size_t>(n.of(next())); } // the same draw
 };
 
 std::vector<char> clippedMean(const Calib& d, bool colour, const ZeroPointParams& p) {
@@ -392,6 +394,7 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
     const std::size_t n = wwy.size();
     if (rounds < 2 || n < 2) return kNaN;
     std::vector<double> zp(static_cast<std::size_t>(rounds));
+    const FastMod modN(n);
 #pragma omp parallel for num_threads(threads)                                                                \
     schedule(static) if (n * static_cast <std::size_t>(rounds) >= 200000)
     for (int r = 0; r < rounds; ++r) {
@@ -400,7 +403,7 @@ double bootstrapZpSpread(const Calib& d, const std::vector<char>& keep, const Mo
         SplitMix64 rng{start.next()};
         double sw = 0.0, swy = 0.0;
         for (std::size_t k = 0; k < n; ++k) {
-            const auto& [w, wy] = wwy[rng.below(n)];
+            const auto& [w, wy] = wwy[rng.below(modN)];
             sw += w;
             swy += wy;
         }
