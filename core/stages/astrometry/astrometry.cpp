@@ -23,6 +23,7 @@ namespace {
 astrom::Detections prepareDetections(const std::vector<double>& x, const std::vector<double>& y,
                                      const std::vector<double>& flux, int width, int height) {
     std::vector<std::int32_t> order;
+    order.reserve(x.size());
     double minPositive = INFINITY;
     for (double f : flux)
         if (std::isfinite(f) && f > 0.0) minPositive = std::min(minPositive, f);

@@ -199,6 +199,7 @@ std::vector<Match> matchInPixels(const Detections& det, std::size_t nDet, const 
     // A star claimed by several detections goes to the closest (ties: the lower detection). Each detection
     // claims one star only, so this per-star minimum of (distance, detection) is what taking the
     // candidates in (distance, detection) order and skipping taken stars gives, without the sort.
+    cand.reserve(nDet);
     std::vector<std::int32_t> owner(nRef, -1);
     for (std::size_t i = 0; i < nDet; ++i) {
         const Match& m = nearest[i];

@@ -356,6 +356,9 @@ Projected projectClassified(const RefStars& refs, const std::vector<std::uint32_
         py[t] = y;
     }
     out.onFrame = certainOn;
+    out.x.reserve(m);
+    out.y.reserve(m);
+    out.ids.reserve(m);
     for (std::size_t t = 0; t < m; ++t) {
         if (!ok[t]) continue;
         const unsigned char c = cls[todo[t]];
@@ -500,6 +503,9 @@ void residuals(const FitSet& s, const TanSip& w, std::vector<double>& rx, std::v
 bool fitSubset(const FitSet& s, const std::vector<char>& used, const double crpix[2], const double crval[2],
                int order, TanSip& out, double* chi2, int threads) {
     FitSet u;
+    const auto nUsed = static_cast<std::size_t>(std::count(used.begin(), used.end(), 1));
+    for (auto* v : {&u.x, &u.y, &u.ra, &u.dec, &u.w})
+        v->reserve(nUsed);
     for (std::size_t i = 0; i < s.x.size(); ++i)
         if (used[i]) {
             u.x.push_back(s.x[i]);
@@ -523,6 +529,7 @@ bool fitClip(const FitSet& s, const double crpix[2], const double crval[2], int 
         if (!fitSubset(s, used, crpix, crval, order, out, nullptr, threads)) return false;
         residuals(s, out, rx, ry, threads);
         std::vector<double> z;
+        z.reserve(2 * nUsed);
         for (std::size_t i = 0; i < n; ++i)
             if (used[i]) {
                 const double sw = std::sqrt(s.w[i]);

@@ -492,6 +492,8 @@ std::vector<std::int32_t> selectCandidates(const std::vector<double>& magInst,
                                            const ZeroPointParams& params, bool colour,
                                            std::vector<std::int32_t>& sourceIndex) {
     std::vector<std::int32_t> rows;
+    rows.reserve(std::min(matches.nMatched, matches.refIndex.size()));
+    sourceIndex.reserve(sourceIndex.size() + rows.capacity());
     for (std::size_t i = 0; i < matches.refIndex.size(); ++i) {
         const std::int32_t r = matches.refIndex[i];
         if (r < 0) continue;
@@ -521,6 +523,10 @@ std::vector<double> predictedMagErrors(const std::vector<double>& magInst,
     // (source, reference row) of the matched sources with a finite reference magnitude and a usable error
     std::vector<std::pair<std::size_t, std::int32_t>> usable;
     std::vector<double> bright, all; // ref.mag - magInst of those (bright: measured S/N >= minSnr)
+    const std::size_t nm = std::min(matches.nMatched, matches.refIndex.size());
+    usable.reserve(nm);
+    all.reserve(nm);
+    bright.reserve(nm);
     for (std::size_t i = 0; i < matches.refIndex.size(); ++i) {
         const std::int32_t r = matches.refIndex[i];
         if (r < 0 || static_cast<std::size_t>(r) >= ref.size() || !std::isfinite(ref.mag[r]) ||
@@ -776,6 +782,8 @@ std::vector<char> crowdedMatches(const CrossmatchResult& matches, const Referenc
                                  double radiusArcsec, double deltaMag, int threads) {
     const std::size_t n = matches.refIndex.size();
     std::vector<std::int32_t> rows, sources;
+    rows.reserve(std::min(matches.nMatched, n));
+    sources.reserve(std::min(matches.nMatched, n));
     for (std::size_t i = 0; i < n; ++i) {
         const std::int32_t r = matches.refIndex[i];
         if (r < 0 || static_cast<std::size_t>(r) >= ref.size()) continue;
