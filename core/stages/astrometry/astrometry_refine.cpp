@@ -338,6 +338,8 @@ Projected projectClassified(const RefStars& refs, const std::vector<std::uint32_
     Projected out;
     const std::size_t n = ids.size();
     std::vector<std::size_t> todo;
+    todo.reserve(n);
+    if (poolOut) poolOut->reserve(n);
     std::size_t certainOn = 0;
     for (std::size_t k = 0; k < n; ++k) {
         if (cls[k] & 2) ++certainOn;
