@@ -81,4 +81,19 @@ void compactInOrder(std::size_t n, int threads, Keep&& keep, Resize&& resize, Fi
     }
 }
 
+// The per-chunk vectors `chunks` one after the other into `out`, in chunk order (each chunk copied to its
+// place in parallel, then freed): what appending them in a loop gives, for any thread count.
+template <class T> void concatChunks(std::vector<std::vector<T>>& chunks, std::vector<T>& out, int threads) {
+    const std::size_t nChunks = chunks.size();
+    std::vector<std::size_t> at(nChunks + 1, 0); // each chunk's place in the concatenation
+    for (std::size_t c = 0; c < nChunks; ++c)
+        at[c + 1] = at[c] + chunks[c].size();
+    out.resize(at[nChunks]);
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (nChunks > 1)
+    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
+        std::copy(chunks[c].begin(), chunks[c].end(), out.begin() + static_cast<std::ptrdiff_t>(at[c]));
+        std::vector<T>().swap(chunks[c]);
+    }
+}
+
 } // namespace gpuphot

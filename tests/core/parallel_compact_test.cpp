@@ -1,5 +1,5 @@
-// compactInOrder (core/util/parallel.hpp) must give what a serial loop of push_backs gives, for any
-// thread count, at sizes around its chunk boundaries.
+// compactInOrder and concatChunks (core/util/parallel.hpp) must give what a serial loop of push_backs gives,
+// for any thread count, at sizes around its chunk boundaries.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -36,5 +36,16 @@ TEST(ParallelCompact, KeepsThePositionsInOrderForAnyThreadCount) {
                 EXPECT_EQ(got, expect) << "n " << n << ", p " << p << ", threads " << threads;
             }
         }
+    }
+}
+
+TEST(ParallelCompact, ConcatenatesChunksInOrderAndFreesThem) {
+    for (int threads : {1, 2, 3}) {
+        std::vector<std::vector<int>> chunks = {{1, 2}, {}, {3}, {4, 5, 6}, {}};
+        std::vector<int> out = {99};
+        concatChunks(chunks, out, threads);
+        EXPECT_EQ(out, (std::vector<int>{1, 2, 3, 4, 5, 6})) << "threads " << threads;
+        for (const auto& c : chunks)
+            EXPECT_EQ(c.capacity(), 0u);
     }
 }

@@ -96,18 +96,10 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
             }
         });
     errors.rethrow();
-    std::vector<std::size_t> at(nChunks + 1, 0); // each chunk's place in the concatenation
-    for (std::size_t c = 0; c < nChunks; ++c)
-        at[c + 1] = at[c] + chunkRows[c].size();
-    std::vector<std::int32_t> keptRows(at[nChunks]);
-    std::vector<std::array<double, 3>> keptUnit(at[nChunks]);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
-    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
-        std::copy(chunkRows[c].begin(), chunkRows[c].end(), keptRows.begin() + static_cast<long>(at[c]));
-        std::copy(chunkUnit[c].begin(), chunkUnit[c].end(), keptUnit.begin() + static_cast<long>(at[c]));
-        std::vector<std::int32_t>().swap(chunkRows[c]);
-        std::vector<std::array<double, 3>>().swap(chunkUnit[c]);
-    }
+    std::vector<std::int32_t> keptRows;
+    std::vector<std::array<double, 3>> keptUnit;
+    concatChunks(chunkRows, keptRows, nt);
+    concatChunks(chunkUnit, keptUnit, nt);
     // Kept positions by (magnitude, position): positions ascend with rows, so this is the order of a
     // stable sort of the rows by magnitude.
     std::vector<std::pair<double, std::int32_t>> order(keptRows.size());

@@ -248,18 +248,8 @@ void selectConeRows(const ReferenceCatalog& ref, const CrossmatchParams& params,
             }
         });
     errors.rethrow();
-    std::vector<std::size_t> at(nChunks + 1, 0); // each chunk's place in the concatenation
-    for (std::size_t c = 0; c < nChunks; ++c)
-        at[c + 1] = at[c] + chunkRows[c].size();
-    coneRows.resize(at[nChunks]);
-    coneUnit.resize(at[nChunks]);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nChunks > 1)
-    for (long long c = 0; c < static_cast<long long>(nChunks); ++c) {
-        std::copy(chunkRows[c].begin(), chunkRows[c].end(), coneRows.begin() + static_cast<long>(at[c]));
-        std::copy(chunkUnit[c].begin(), chunkUnit[c].end(), coneUnit.begin() + static_cast<long>(at[c]));
-        std::vector<std::int32_t>().swap(chunkRows[c]);
-        std::vector<Vec3>().swap(chunkUnit[c]);
-    }
+    concatChunks(chunkRows, coneRows, nt);
+    concatChunks(chunkUnit, coneUnit, nt);
 }
 
 // The WCS as a TanSip when it is exactly one (closed-form projections); nullopt otherwise, also when its
