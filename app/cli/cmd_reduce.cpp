@@ -2,6 +2,7 @@
 // (files, globs, list files, directories) in one warm process or N worker processes (app/cli/batch.hpp).
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 
 #include <unistd.h>
 
@@ -26,7 +27,14 @@ struct ReduceCli {
     bool batchChild = false;
     bool dumpConfig = false;
     CLI::App* sub = nullptr;
+    std::optional<std::vector<std::string>> expanded; // the frames the inputs name, once listed
 };
+
+// The frames the inputs name (globs, @LIST files, directories), listed once per run.
+const std::vector<std::string>& framesOf(ReduceCli& o) {
+    if (!o.expanded) o.expanded = expandFrameInputs(o.frames, o.list);
+    return *o.expanded;
+}
 
 int run(ReduceCli& o) {
     if (o.dumpConfig) {
@@ -34,7 +42,7 @@ int run(ReduceCli& o) {
         return 0;
     }
     if (o.batchChild) return runBatchChild(o.options);
-    const std::vector<std::string> frames = expandFrameInputs(o.frames, o.list);
+    const std::vector<std::string>& frames = framesOf(o);
     if (frames.empty())
         throw InvalidInput("reduce: no frame given (gpuphot reduce FRAME.fits ..., @LIST, DIR)");
     BatchOptions b = o.batch;
@@ -50,7 +58,7 @@ int run(ReduceCli& o) {
 
 // A single frame on a backend that may use CUDA: the device's release after the outputs need not hold the
 // shell (app/cli/detached_exit.hpp). Decided before anything starts the CUDA driver or a thread.
-bool detachTeardown(const ReduceCli& o) {
+bool detachTeardown(ReduceCli& o) {
     if (o.dumpConfig || o.batchChild || o.options.common.backend == "cpu") return false;
     const std::string mode = BackendTuning::fromEnvironment().detachedExit;
     if (mode == "0") return false;
@@ -61,7 +69,7 @@ bool detachTeardown(const ReduceCli& o) {
 #endif
     if (mode != "1" && !device) return false;
     try {
-        return expandFrameInputs(o.frames, o.list).size() == 1;
+        return framesOf(o).size() == 1;
     } catch (const std::exception&) {
         return false; // the run reports it
     }
