@@ -984,9 +984,16 @@ RefineOutcome refine(const Detections& det, const RefStars& refs, const SkyTree*
     const std::size_t nB = std::min<std::size_t>(det.size(), std::max(200, 4 * p.nBrightest));
     double r = std::max(startRadiusPx, matchR);
     const RefPool pool(refs, tree, start, width, height, r);
-    RefineInputs in{det,   refs, pool, p, threads, width, height, {0.5 * (width + 1), 0.5 * (height + 1)},
-                    matchR};
-    in.skipAtFixedPoint = skipAtFixedPoint;
+    const RefineInputs in{.det = det,
+                          .refs = refs,
+                          .pool = pool,
+                          .p = p,
+                          .threads = threads,
+                          .width = width,
+                          .height = height,
+                          .crpix = {0.5 * (width + 1), 0.5 * (height + 1)},
+                          .matchR = matchR,
+                          .skipAtFixedPoint = skipAtFixedPoint};
     if (!affineStage(in, vote, nB, w, r, out.why)) return out;
 
     // Stage B: TAN+SIP with the order chosen by BIC, re-matched each iteration.
