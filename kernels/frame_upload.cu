@@ -506,6 +506,10 @@ std::size_t rawUploadPinnedBytes() {
     return currentResources([](const RawFrameUpload::Resources& r) { return r.pinnedBytes(); });
 }
 
+std::size_t rawReadHintPixels() {
+    return g_hintPixels.load();
+}
+
 std::size_t rawUploadSlotBytes() {
     return currentResources([](const RawFrameUpload::Resources& r) { return r.slotBytes; });
 }

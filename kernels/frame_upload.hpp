@@ -122,6 +122,8 @@ void warmUpRawUpload(std::size_t gpuMemLimit) noexcept;
 
 // Pinned host bytes of the upload's reader buffers on the current device, and of one of them (tests).
 std::size_t rawUploadPinnedBytes();
+// The pixels of the latest read that began (0: none yet): what the warm-up sizes its pinned reserve by.
+std::size_t rawReadHintPixels();
 std::size_t rawUploadSlotBytes();
 
 // ---- fault injection (tests: an allocation failure is re-planned, never a crash) ------------------------

@@ -9,34 +9,23 @@
 #include <utility>
 
 #include "kernels/memory_resource.hpp"
+#include "kernels/pinned_reserve.hpp"
 
 namespace gpuphot::cuda {
 
-// Page-locked host array (cudaMallocHost), move-only.
+// Page-locked host array (the pinned reserve or cudaMallocHost: kernels/pinned_reserve.hpp), move-only.
 template <class T> class PinnedBuffer {
 public:
     PinnedBuffer() = default;
     explicit PinnedBuffer(std::size_t count) : m_count(count) {
-        if (count) {
-            void* p = nullptr;
-            const cudaError_t e = cudaMallocHost(&p, count * sizeof(T));
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                throw DeviceOutOfMemory("PinnedBuffer: cudaMallocHost of " +
-                                        std::to_string(count * sizeof(T)) +
-                                        " bytes failed: " + cudaGetErrorString(e));
-            }
-            m_ptr = static_cast<T*>(p);
-        }
+        if (count) m_ptr = static_cast<T*>(pinnedAllocate(count * sizeof(T)));
     }
-    ~PinnedBuffer() {
-        if (m_ptr) cudaFreeHost(m_ptr);
-    }
+    ~PinnedBuffer() { pinnedRelease(m_ptr); }
     PinnedBuffer(PinnedBuffer&& o) noexcept
         : m_count(std::exchange(o.m_count, 0)), m_ptr(std::exchange(o.m_ptr, nullptr)) {}
     PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
         if (this != &o) {
-            if (m_ptr) cudaFreeHost(m_ptr);
+            pinnedRelease(m_ptr);
             m_count = std::exchange(o.m_count, 0);
             m_ptr = std::exchange(o.m_ptr, nullptr);
         }

@@ -1,6 +1,7 @@
 // Registers the CUDA stage implementations with core's backend interface at static initialisation.
 #include "core/pipeline/cuda_stages.hpp"
 #include "kernels/cuda_stages_impl.hpp"
+#include "kernels/pinned_reserve.hpp"
 
 #include "core/stages/prepare/bayer.hpp"
 #include "core/stages/prepare/cosmic_rays.hpp"
@@ -23,6 +24,7 @@ bool registerStages() {
     t.saltPepper = &cuda::saltPepperMask;
     t.cfaSuperPixels = &cuda::cfaSuperPixels;
     t.createDeviceState = &cuda::createDeviceState;
+    t.reservePinned = &cuda::warmUpPinned;
     registerCudaStages(t);
     return true;
 }

@@ -46,6 +46,7 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.adoptRawUpload) dst.adoptRawUpload = t.adoptRawUpload;
     if (t.settleRawUpload) dst.settleRawUpload = t.settleRawUpload;
     if (t.prepareRawUpload) dst.prepareRawUpload = t.prepareRawUpload;
+    if (t.reservePinned) dst.reservePinned = t.reservePinned;
 }
 
 const CudaStageTable& cudaStages() { return table(); }
@@ -86,10 +87,12 @@ void startDeviceWarmUp(RunContext& ctx) {
     armRawUpload(ctx.tuning.rawUpload);
     setRawUploadWait(ctx.tuning.rawUploadWait);
     const auto prepare = rawUploadEnabled() ? table().prepareRawUpload : nullptr;
+    const auto reserve = table().reservePinned;
+    const int reserveMiB = ctx.tuning.pinnedReserveMiB;
     auto state = std::make_shared<std::promise<std::shared_ptr<void>>>();
     ctx.deviceStateWarmUp = state->get_future().share();
     WarmUpThreads& threads = warmUpThreads();
-    threads.add(std::async(std::launch::async, [create, prepare, limit, state] {
+    threads.add(std::async(std::launch::async, [create, prepare, reserve, reserveMiB, limit, state] {
         try {
             timelineMark("device warm-up: creating the device state");
             state->set_value(create(limit));
@@ -101,6 +104,7 @@ void startDeviceWarmUp(RunContext& ctx) {
         joinWarmUpsAtExit();
         if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
         timelineMark("device warm-up: raw upload prepared");
+        if (reserve && reserveMiB != 0) reserve(reserveMiB);
     }));
 }
 

@@ -125,6 +125,10 @@ struct CudaStageTable {
     // created the device state, so that the first uploaded read does not wait for cudaHostAlloc; the
     // kernels skip it when a read already began (kernels/frame_upload.hpp, warmUpRawUpload). Never throws.
     void (*prepareRawUpload)(std::size_t gpuMemLimit) = nullptr;
+    // Pins host memory ahead of the first frame's stages (kernels/pinned_reserve.hpp), by the warm-up thread
+    // after the raw upload's buffers: `mib` MiB, or (mib < 0) as much as the frame being read needs; once per
+    // process. Never throws.
+    void (*reservePinned)(int mib) = nullptr;
 };
 
 // Called once by the kernels library (static initialisation); later calls replace entries that are set.
@@ -133,8 +137,9 @@ void registerCudaStages(const CudaStageTable& table);
 // With the CUDA backend, starts creating ctx's device state (CUDA context, stream, memory pool: ~0.3 s)
 // on another thread, so that it overlaps the read of the first frame; the first stage that needs the
 // device waits for it and rethrows its error. Once the state is handed over, the same thread prepares the
-// raw upload's buffers (CudaStageTable::prepareRawUpload, when the raw upload is enabled) off the first
-// frame's critical path; the process joins it at exit. No-op for the CPU backend, without the kernels, or
+// raw upload's buffers (CudaStageTable::prepareRawUpload, when the raw upload is enabled) and the pinned
+// reserve (CudaStageTable::reservePinned, BackendTuning::pinnedReserveMiB) off the first frame's critical
+// path; the process joins it at exit. No-op for the CPU backend, without the kernels, or
 // when the state exists. Call before the context is shared with other threads.
 void startDeviceWarmUp(RunContext& ctx);
 const CudaStageTable& cudaStages();

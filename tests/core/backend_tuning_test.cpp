@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/pipeline/backend_tuning.hpp"
 
@@ -62,6 +64,15 @@ TEST(BackendTuning, EnvironmentSetsTheFieldsAndTheReportNamesThem) {
               "APERTURE_BATCH=7 APERTURE_SKY_MODE=0 APERTURE_SKY_THREADS=1024 DETECTION_RELEASE=now "
               "PSF_DEVICE=false RAW_UPLOAD_WAIT=true");
     EXPECT_EQ(t.toJson().at("DETECTION_RELEASE"), "now");
+}
+
+TEST(BackendTuning, PinnedReserveTakesMiBOrKeepsAuto) {
+    EXPECT_EQ(BackendTuning{}.pinnedReserveMiB, -1) << "auto by default";
+    for (const auto& [value, mib] : std::vector<std::pair<const char*, int>>{
+             {"256", 256}, {"0", 0}, {"auto", -1}, {"lots", -1}, {"-5", -1}, {"12M", -1}}) {
+        const ScopedEnv e("GPUPHOT_PINNED_RESERVE", value);
+        EXPECT_EQ(BackendTuning::fromEnvironment().pinnedReserveMiB, mib) << value;
+    }
 }
 
 TEST(BackendTuning, UnknownValuesKeepTheDefaults) {

@@ -1,7 +1,7 @@
 // The DeviceContext's pieces on their own: the memory resource's adaptors over a host stand-in for the pool
 // (budget ledger, high-water mark, memory reserved outside, allocation count, injected failure), the typed
-// scratch store, GrowingPinned's growth rule, and a stage scratch that holds device memory, released with
-// the context before its frame cache.
+// scratch store, GrowingPinned's growth rule, the pinned reserve, and a stage scratch that holds device
+// memory, released with the context before its frame cache.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include "kernels/device_context.hpp"
 #include "kernels/memory_resource.hpp"
 #include "kernels/pinned_buffer.hpp"
+#include "kernels/pinned_reserve.hpp"
 #include "kernels/scratch_store.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
 
@@ -198,4 +199,48 @@ TEST(MemoryResource, StageScratchIsReleasedBeforeTheFrameCacheAndThePool) {
         dc.synchronize();
     }
     EXPECT_EQ(g_frameBytesAtRelease, 64u * 32u * sizeof(float));
+}
+
+// The pinned reserve (kernels/pinned_reserve.hpp): pieces come from the reserve, are page-locked and carry a
+// copy to the device and back; a slab whose pieces are all released is handed out again, so allocating and
+// releasing far more than everything reserved pins nothing on demand; a request larger than any slab is
+// pinned on demand.
+TEST(PinnedReserve, ServesPinnedPiecesAndReusesASlabOnceReleased) {
+    REQUIRE_DEVICE();
+    const cuda::PinnedStats before = cuda::pinnedStats();
+    cuda::reservePinned(std::size_t(1) << 20);
+    EXPECT_EQ(cuda::pinnedStats().reserved, before.reserved + (std::size_t(1) << 20));
+
+    auto* a = static_cast<float*>(cuda::pinnedAllocate(1000 * sizeof(float)));
+    auto* b = static_cast<float*>(cuda::pinnedAllocate(1000 * sizeof(float)));
+    ASSERT_NE(a, b);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, a), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost); // page-locked, known to the runtime
+    for (int i = 0; i < 1000; ++i)
+        a[i] = static_cast<float>(i) * 0.5f;
+    float* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 1000 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(d, a, 1000 * sizeof(float), cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(b, d, 1000 * sizeof(float), cudaMemcpyDeviceToHost, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(d);
+    for (int i = 0; i < 1000; ++i)
+        ASSERT_EQ(b[i], a[i]);
+    cuda::pinnedRelease(a);
+    cuda::pinnedRelease(b);
+    EXPECT_EQ(cuda::pinnedStats().fresh, before.fresh);
+
+    // 1100 MiB through a reserve of at most 512 + 64 + 1 MiB: only reuse keeps it off cudaMallocHost.
+    for (int i = 0; i < 1100; ++i) {
+        cuda::PinnedBuffer<unsigned char> piece(std::size_t(1) << 20);
+        piece.get()[0] = 1;
+    }
+    EXPECT_EQ(cuda::pinnedStats().fresh, before.fresh);
+    EXPECT_GE(cuda::pinnedStats().served, before.served + (std::size_t(1100) << 20));
+
+    const std::size_t large = std::size_t(65) << 20; // more than a slab
+    void* big = cuda::pinnedAllocate(large);
+    EXPECT_EQ(cuda::pinnedStats().fresh, before.fresh + large);
+    cuda::pinnedRelease(big);
 }
