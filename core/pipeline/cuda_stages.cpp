@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -74,9 +75,38 @@ WarmUpThreads& warmUpThreads() {
     static WarmUpThreads w;
     return w;
 }
+// The first frame's preparation ended (noteFramePrepared), or the process is ending: the warm-up pins its
+// reserve only then, since pinning beside the preparation's copies slows them as much as it saves later.
+struct FramePrepared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false, ending = false;
+    void note(bool atExit) {
+        {
+            std::lock_guard lock(mu);
+            (atExit ? ending : done) = true;
+        }
+        cv.notify_all();
+    }
+    // True once a frame is prepared; false when the process ends first or none comes within 10 s.
+    bool wait() {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(10), [this] { return done || ending; });
+        return done && !ending;
+    }
+};
+FramePrepared& framePrepared() {
+    static FramePrepared p;
+    return p;
+}
 void joinWarmUpsAtExit() {
     static std::once_flag once;
-    std::call_once(once, [] { std::atexit([] { warmUpThreads().joinAll(); }); });
+    std::call_once(once, [] {
+        std::atexit([] {
+            framePrepared().note(true);
+            warmUpThreads().joinAll();
+        });
+    });
 }
 } // namespace
 
@@ -104,8 +134,12 @@ void startDeviceWarmUp(RunContext& ctx) {
         joinWarmUpsAtExit();
         if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
         timelineMark("device warm-up: raw upload prepared");
-        if (reserve && reserveMiB != 0) reserve(reserveMiB);
+        if (reserve && reserveMiB != 0 && framePrepared().wait()) reserve(reserveMiB);
     }));
+}
+
+void noteFramePrepared() {
+    framePrepared().note(false);
 }
 
 void armRawUpload(bool on) { g_rawUploadArmed = on; }

@@ -137,11 +137,15 @@ void registerCudaStages(const CudaStageTable& table);
 // With the CUDA backend, starts creating ctx's device state (CUDA context, stream, memory pool: ~0.3 s)
 // on another thread, so that it overlaps the read of the first frame; the first stage that needs the
 // device waits for it and rethrows its error. Once the state is handed over, the same thread prepares the
-// raw upload's buffers (CudaStageTable::prepareRawUpload, when the raw upload is enabled) and the pinned
-// reserve (CudaStageTable::reservePinned, BackendTuning::pinnedReserveMiB) off the first frame's critical
-// path; the process joins it at exit. No-op for the CPU backend, without the kernels, or
-// when the state exists. Call before the context is shared with other threads.
+// raw upload's buffers (CudaStageTable::prepareRawUpload, when the raw upload is enabled) and, once the
+// first frame is prepared (noteFramePrepared), the pinned reserve (CudaStageTable::reservePinned,
+// BackendTuning::pinnedReserveMiB) off the first frame's critical path; the process joins it at exit. No-op
+// for the CPU backend, without the kernels, or when the state exists. Call before the context is shared with
+// other threads.
 void startDeviceWarmUp(RunContext& ctx);
+// The first frame is prepared on the device: the warm-up may pin its reserve now (CudaStageTable::
+// reservePinned), beside the background and detection rather than the preparation's copies.
+void noteFramePrepared();
 const CudaStageTable& cudaStages();
 
 // ---- raw upload at read time -------------------------------------------------------------------------

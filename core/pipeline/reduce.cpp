@@ -88,6 +88,7 @@ ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& optio
     }
     validateForReduction(frame);
     timelineMark("frame prepared and checked");
+    noteFramePrepared();
     if (!std::isfinite(frame.instrument.airmass)) frame.instrument.airmass = airmassFromAltitudeKeywords(frame.header);
     if (options.ignoreHeaderWcs && frame.wcs) {
         frame.wcs.reset();
