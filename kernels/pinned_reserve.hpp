@@ -1,10 +1,10 @@
 #pragma once
 // Page-locked host memory pinned ahead of need. Pinning is paid page by page (the pages are faulted in,
-// locked and mapped for the device): a cold process's first frame pinned its stages' download and upload
-// buffers on the critical path, about 0.1-0.15 s of the detection and aperture stages on a 151 MP frame.
-// The device warm-up thread pins a reserve while the frame is read and prepared (reservePinned), and every
-// PinnedBuffer takes its memory from the reserve while a slab has room (pinnedAllocate), else from
-// cudaMallocHost as before. A slab whose pieces are all released is reused from its start.
+// locked and mapped for the device, about 0.3 ms per MiB): a cold process's first frame pins its stages'
+// download and upload buffers on the critical path, about 360 MiB and 0.11 s on a 151 MP / 154k frame.
+// With BackendTuning::pinnedReserveMiB the device warm-up thread pins a reserve once the first frame is
+// prepared (reservePinned); every PinnedBuffer takes its memory from the reserve while a slab has room
+// (pinnedAllocate), else from cudaMallocHost. A slab whose pieces are all released is reused from its start.
 #include <cstddef>
 
 namespace gpuphot::cuda {

@@ -58,10 +58,10 @@ struct BackendTuning {
     int cudaBlock = 0;             // GPUPHOT_CUDA_BLOCK: threads per block of the generic kernels; 0: 128
     bool cfitsioRead = false;      // GPUPHOT_CFITSIO_READ=1: pixels read by CFITSIO, not the direct reader
     bool calibrationBeside = true; // GPUPHOT_CALIBRATION_BESIDE=0: the crossmatch after the apertures
-    // GPUPHOT_PINNED_RESERVE=MiB: host memory the device warm-up pins ahead of the first frame's stages
-    // (kernels/pinned_reserve.hpp); 0: none; -1 (auto): 2 bytes per pixel of the frame being read, <= 512
-    // MiB.
-    int pinnedReserveMiB = -1;
+    // GPUPHOT_PINNED_RESERVE=MiB|auto: host memory the device warm-up pins, once the first frame is
+    // prepared, for the stages' buffers (kernels/pinned_reserve.hpp); 0: none; -1 (auto): 2 bytes per pixel
+    // of the frame being read, at most 512 MiB.
+    int pinnedReserveMiB = 0;
     // GPUPHOT_DETACHED_EXIT=0|1: a single-frame `reduce` hands its exit status to the shell before the
     // process releases the device (app/cli/detached_exit.hpp); auto: where an NVIDIA device node exists.
     std::string detachedExit = "auto";

@@ -66,10 +66,10 @@ TEST(BackendTuning, EnvironmentSetsTheFieldsAndTheReportNamesThem) {
     EXPECT_EQ(t.toJson().at("DETECTION_RELEASE"), "now");
 }
 
-TEST(BackendTuning, PinnedReserveTakesMiBOrKeepsAuto) {
-    EXPECT_EQ(BackendTuning{}.pinnedReserveMiB, -1) << "auto by default";
+TEST(BackendTuning, PinnedReserveTakesMiBOrAuto) {
+    EXPECT_EQ(BackendTuning{}.pinnedReserveMiB, 0) << "none by default";
     for (const auto& [value, mib] : std::vector<std::pair<const char*, int>>{
-             {"256", 256}, {"0", 0}, {"auto", -1}, {"lots", -1}, {"-5", -1}, {"12M", -1}}) {
+             {"256", 256}, {"0", 0}, {"auto", -1}, {"lots", 0}, {"-5", 0}, {"12M", 0}}) {
         const ScopedEnv e("GPUPHOT_PINNED_RESERVE", value);
         EXPECT_EQ(BackendTuning::fromEnvironment().pinnedReserveMiB, mib) << value;
     }
