@@ -122,9 +122,9 @@ void warmUpRawUpload(std::size_t gpuMemLimit) noexcept;
 
 // Pinned host bytes of the upload's reader buffers on the current device, and of one of them (tests).
 std::size_t rawUploadPinnedBytes();
+std::size_t rawUploadSlotBytes();
 // The pixels of the latest read that began (0: none yet): what the warm-up sizes its pinned reserve by.
 std::size_t rawReadHintPixels();
-std::size_t rawUploadSlotBytes();
 
 // ---- fault injection (tests: an allocation failure is re-planned, never a crash) ------------------------
 // The n-th allocation of the raw upload from now (device frame, mask, reader slots, pinned buffers; n >= 1)

@@ -32,8 +32,8 @@ PinnedStats pinnedStats();
 // latest read that began (nothing when none has).
 void warmUpPinned(int mib) noexcept;
 
-// The reserve for a frame of `pixels` pixels when `mib` < 0 (the default: 2 bytes per pixel, at most
-// 512 MiB), else `mib` MiB (0: none).
+// The reserve for a frame of `pixels` pixels when `mib` < 0 (auto: 2 bytes per pixel, at most 512 MiB),
+// else `mib` MiB (0: none).
 std::size_t pinnedReserveBytes(std::size_t pixels, int mib);
 
 } // namespace gpuphot::cuda

@@ -69,9 +69,12 @@ BackendTuning BackendTuning::fromEnvironment() {
     if (const char* v = env("GPUPHOT_CUDA_BLOCK")) t.cudaBlock = std::atoi(v);
     t.cfitsioRead = is("GPUPHOT_CFITSIO_READ", "1");
     t.calibrationBeside = notOff("GPUPHOT_CALIBRATION_BESIDE", true);
-    if (is("GPUPHOT_PINNED_RESERVE", "auto")) t.pinnedReserveMiB = -1;
-    if (const char* v = env("GPUPHOT_PINNED_RESERVE"); v && std::strspn(v, "0123456789") == std::strlen(v))
-        t.pinnedReserveMiB = static_cast<int>(std::min(std::strtol(v, nullptr, 10), 1L << 20)); // MiB
+    if (const char* v = env("GPUPHOT_PINNED_RESERVE")) {
+        if (std::strcmp(v, "auto") == 0)
+            t.pinnedReserveMiB = -1;
+        else if (std::strspn(v, "0123456789") == std::strlen(v))
+            t.pinnedReserveMiB = static_cast<int>(std::min(std::strtol(v, nullptr, 10), 1L << 20)); // MiB
+    }
     if (is("GPUPHOT_DETACHED_EXIT", "0") || is("GPUPHOT_DETACHED_EXIT", "1"))
         t.detachedExit = env("GPUPHOT_DETACHED_EXIT");
     return t;
