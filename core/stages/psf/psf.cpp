@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numbers>
@@ -478,11 +479,13 @@ StampSetup chooseStamp(const SourceTests& src, std::size_t nSrc, const PsfParams
     return {fwhmGuess, radius, isoR};
 }
 
-// Grid of all source centres (cells of the isolation radius) for the isolation test.
+// Grid of all source centres (cells of the isolation radius) for the isolation test: each cell's sources
+// in ascending order, the cells one after another (members[start[c] .. start[c + 1])), built by counting.
 struct IsolationGrid {
     double cellSize;
     int gnx, gny;
-    std::vector<std::vector<int>> cells;
+    std::vector<std::uint32_t> start;
+    std::vector<int> members;
 
     int cell(double p, int n) const {
         return std::clamp(static_cast<int>(std::floor(p / cellSize)), 0, n - 1);
@@ -495,30 +498,40 @@ IsolationGrid buildIsolationGrid(const SourceTests& src, std::size_t nSrc, doubl
     g.cellSize = std::max(isoR, 1.0);
     g.gnx = std::max(1, static_cast<int>(std::ceil(image.width / g.cellSize)));
     g.gny = std::max(1, static_cast<int>(std::ceil(image.height / g.cellSize)));
-    g.cells.resize(static_cast<std::size_t>(g.gnx) * g.gny);
+    const std::size_t nCells = static_cast<std::size_t>(g.gnx) * g.gny;
+    constexpr std::uint32_t kNone = 0xffffffffu;
+    std::vector<std::uint32_t> cellOf(nSrc, kNone);
+    g.start.assign(nCells + 1, 0);
     for (std::size_t k = 0; k < nSrc; ++k)
-        if (src.finitePos(k))
-            g.cells[static_cast<std::size_t>(g.cell(src.sources.y[k], g.gny)) * g.gnx +
-                    g.cell(src.sources.x[k], g.gnx)]
-                .push_back(static_cast<int>(k));
+        if (src.finitePos(k)) {
+            cellOf[k] =
+                static_cast<std::uint32_t>(static_cast<std::size_t>(g.cell(src.sources.y[k], g.gny)) * g.gnx +
+                                           g.cell(src.sources.x[k], g.gnx));
+            ++g.start[cellOf[k] + 1];
+        }
+    for (std::size_t c = 0; c < nCells; ++c)
+        g.start[c + 1] += g.start[c];
+    g.members.resize(g.start[nCells]);
+    std::vector<std::uint32_t> fill(g.start.begin(), g.start.end() - 1);
+    for (std::size_t k = 0; k < nSrc; ++k)
+        if (cellOf[k] != kNone) g.members[fill[cellOf[k]]++] = static_cast<int>(k);
     return g;
 }
 
 // Whether no other source centre lies within isoR of source k's (x, y).
 bool isIsolated(const IsolationGrid& g, const Sources& sources, std::size_t k, double x, double y,
                 double isoR) {
-    bool isolated = true;
     const int gx = g.cell(x, g.gnx), gy = g.cell(y, g.gny);
-    for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, g.gny - 1) && isolated; ++b)
-        for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, g.gnx - 1) && isolated; ++a)
-            for (int o : g.cells[static_cast<std::size_t>(b) * g.gnx + a]) {
-                if (o == static_cast<int>(k)) continue;
-                if (std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR) {
-                    isolated = false;
-                    break;
-                }
+    for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, g.gny - 1); ++b)
+        for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, g.gnx - 1); ++a) {
+            const std::size_t c = static_cast<std::size_t>(b) * g.gnx + a;
+            for (std::uint32_t i = g.start[c]; i < g.start[c + 1]; ++i) {
+                const int o = g.members[i];
+                if (o != static_cast<int>(k) && std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR)
+                    return false;
             }
-    return isolated;
+        }
+    return true;
 }
 
 // Each source's candidate test (position, flags, S/N, stamp inside the frame, not near saturation,
