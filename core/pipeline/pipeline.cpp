@@ -549,12 +549,32 @@ void resetCalibration(PipelineResult& r) {
 
 // The astrometric solution of the detections against the reference catalog.
 AstrometryResult solveFrameAstrometry(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
-                                      const Sources& s, const ReferenceCatalog& reference) {
+                                      const Sources& s, const ReferenceCatalog& reference,
+                                      const RefinementStars* prepared = nullptr) {
     auto t = ctx.time("astrometry");
     std::optional<std::pair<double, double>> pointing;
     if (const auto p = framePointing(frame.header)) pointing = {{p->ra, p->dec}};
     return solveAstrometry(s.x, s.y, s.fluxIso, frame.width(), frame.height(), reference, frame.wcs.get(),
-                           pointing, config.astrometry, ctx);
+                           pointing, config.astrometry, ctx, prepared);
+}
+
+using StarsAhead = std::shared_future<std::shared_ptr<const RefinementStars>>;
+
+// The reference stars a refinement of the header WCS reaches, cut on a thread of its own while the
+// background and detection run (none without a header WCS; a failure leaves the cut to the astrometry).
+StarsAhead cutStarsAhead(const Frame& frame, const PipelineConfig& config, const RunContext& ctx,
+                         const ReferenceCatalog& reference) {
+    if (!frame.wcs) return {};
+    return std::async(std::launch::async,
+                      [&frame, &config, &reference, threads = ctx.threadCount()] {
+                          try {
+                              return prepareRefinementStars(reference, *frame.wcs, frame.width(),
+                                                            frame.height(), config.astrometry, threads);
+                          } catch (const std::exception&) {
+                              return std::shared_ptr<const RefinementStars>();
+                          }
+                      })
+        .share();
 }
 
 // The frame's match to the reference catalog with the final WCS: the catalog cut once to the frame's cone
@@ -614,29 +634,31 @@ public:
     }
 
     void start(const Frame& frame, const PipelineConfig& config, const RunContext& ctx, const Sources& s,
-               const ReferenceCatalog& reference) {
+               const ReferenceCatalog& reference, StarsAhead stars) {
         m_ctx = fitContext(ctx, 0);
         const bool match = ctx.tuning.calibrationBeside || ctx.backend != Backend::Cuda;
-        m_result = std::async(std::launch::async, [this, &frame, &config, &s, &reference, match,
-                                                   fwhm = m_fwhm.get_future()]() mutable {
-            Taken t;
-            t.astrometry = solveFrameAstrometry(frame, config, m_ctx, s, reference);
-            if (!match) return t;
-            std::shared_ptr<const Wcs> wcs = frame.wcs;
-            if (t.astrometry.ok) wcs = std::make_shared<const Wcs>(Wcs::fromTanSip(t.astrometry.wcs));
-            double px = 0.0;
-            try {
-                px = fwhm.get();
-            } catch (const std::future_error&) {
-                return t; // abandoned: the run ends without a calibration
-            }
-            if (!wcs) return t;
-            RunContext cpu = fitContext(m_ctx, 0);
-            cpu.backend = Backend::Cpu;
-            t.match = matchReference(frame, config, cpu, s, px, reference, *wcs);
-            m_ctx.records.insert(m_ctx.records.end(), cpu.records.begin(), cpu.records.end());
-            return t;
-        });
+        m_result =
+            std::async(std::launch::async, [this, &frame, &config, &s, &reference, match,
+                                            stars = std::move(stars), fwhm = m_fwhm.get_future()]() mutable {
+                Taken t;
+                const std::shared_ptr<const RefinementStars> cut = stars.valid() ? stars.get() : nullptr;
+                t.astrometry = solveFrameAstrometry(frame, config, m_ctx, s, reference, cut.get());
+                if (!match) return t;
+                std::shared_ptr<const Wcs> wcs = frame.wcs;
+                if (t.astrometry.ok) wcs = std::make_shared<const Wcs>(Wcs::fromTanSip(t.astrometry.wcs));
+                double px = 0.0;
+                try {
+                    px = fwhm.get();
+                } catch (const std::future_error&) {
+                    return t; // abandoned: the run ends without a calibration
+                }
+                if (!wcs) return t;
+                RunContext cpu = fitContext(m_ctx, 0);
+                cpu.backend = Backend::Cpu;
+                t.match = matchReference(frame, config, cpu, s, px, reference, *wcs);
+                m_ctx.records.insert(m_ctx.records.end(), cpu.records.begin(), cpu.records.end());
+                return t;
+            });
     }
     bool started() const { return m_result.valid(); }
     void setFwhm(double fwhm) {
@@ -758,13 +780,17 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
     BackgroundParams bkgParams = config.background;
     if (lean) bkgParams.fullMaps = false;
     const BackgroundEstimator estimate{image, mask, bkgParams, ctx, lean, frame};
+    // The calibration beside the device stages (EarlyCalibration), its reference stars cut beside the
+    // background and detection.
+    const bool beside = (ctx.backend == Backend::Cuda || ctx.testHooks.calibrationBeside) &&
+                        first <= Stage::Psf && stop == Stage::Done && reference && config.fitAstrometry;
+    const StarsAhead stars = beside ? cutStarsAhead(frame, config, ctx, *reference) : StarsAhead{};
 
     if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
     EarlyCalibration early;
-    if ((ctx.backend == Backend::Cuda || ctx.testHooks.calibrationBeside) && first <= Stage::Psf &&
-        stop == Stage::Done && reference && config.fitAstrometry && r.detection.sources.size() > 0)
-        early.start(frame, config, ctx, r.detection.sources, *reference);
+    if (beside && r.detection.sources.size() > 0)
+        early.start(frame, config, ctx, r.detection.sources, *reference, stars);
     if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
     early.setFwhm(r.fwhm);
     if (first <= Stage::Aperture && Stage::Aperture < stop) {

@@ -153,6 +153,57 @@ TEST(Astrometry, RefinesSlightlyWrongHeader) {
     EXPECT_LT(truthRms(r, f), 0.02);
 }
 
+// The stars around the frame prepared ahead of the detections (as the pipeline does beside the device
+// stages) give the answer of a solve that cuts them itself; a cut for another frame size is not used, and
+// a cut that is used is the one prepared (the catalog moved afterwards does not change the answer).
+TEST(Astrometry, StarsPreparedAheadGiveTheSameSolution) {
+    SimParams p = baseParams();
+    p.wcsOffset = 0.25;
+    p.headerSip = false;
+    Field f = makeField(p);
+    const Wcs header = Wcs::fromHeader(f.sim.header);
+    RunContext ctx;
+    ctx.threads = 2;
+    const AstrometryParams ap;
+    const std::shared_ptr<const RefinementStars> ahead =
+        prepareRefinementStars(f.ref, header, p.width, p.height, ap, 2);
+    ASSERT_TRUE(ahead);
+    const std::shared_ptr<const RefinementStars> otherSize =
+        prepareRefinementStars(f.ref, header, p.width / 2, p.height, ap, 2);
+    ASSERT_TRUE(otherSize);
+    AstrometryParams blindOnly;
+    blindOnly.blind = 1;
+    EXPECT_FALSE(prepareRefinementStars(f.ref, header, p.width, p.height, blindOnly, 2));
+
+    const AstrometryResult plain = solve(f, &header, std::nullopt, ap);
+    ASSERT_TRUE(plain.ok) << plain.message;
+    auto same = [&](const AstrometryResult& r) {
+        ASSERT_TRUE(r.ok) << r.message;
+        EXPECT_EQ(r.method, plain.method);
+        for (int k = 0; k < 2; ++k) {
+            EXPECT_EQ(r.wcs.crval[k], plain.wcs.crval[k]);
+            EXPECT_EQ(r.wcs.crpix[k], plain.wcs.crpix[k]);
+            EXPECT_EQ(r.wcs.cd[k][0], plain.wcs.cd[k][0]);
+            EXPECT_EQ(r.wcs.cd[k][1], plain.wcs.cd[k][1]);
+        }
+        EXPECT_EQ(r.refIndex, plain.refIndex);
+        EXPECT_EQ(r.sourceIndex, plain.sourceIndex);
+        EXPECT_EQ(r.rmsArcsec, plain.rmsArcsec);
+    };
+    same(solveAstrometry(f.x, f.y, f.flux, p.width, p.height, f.ref, &header, std::nullopt, ap, ctx,
+                         ahead.get()));
+    same(solveAstrometry(f.x, f.y, f.flux, p.width, p.height, f.ref, &header, std::nullopt, ap, ctx,
+                         otherSize.get()));
+    // Every star moved by 2 arcmin after the cut: a solve that cuts the catalog itself now sees another
+    // sky, the one handed the prepared cut does not.
+    for (double& dec : f.ref.dec)
+        dec += 2.0 / 60.0;
+    const AstrometryResult moved = solve(f, &header, std::nullopt, ap);
+    EXPECT_FALSE(moved.ok && moved.refIndex == plain.refIndex && moved.wcs.crval[1] == plain.wcs.crval[1]);
+    same(solveAstrometry(f.x, f.y, f.flux, p.width, p.height, f.ref, &header, std::nullopt, ap, ctx,
+                         ahead.get()));
+}
+
 TEST(Astrometry, BlindSolvesWrongHeader) {
     SimParams p = baseParams();
     p.seed = 101;

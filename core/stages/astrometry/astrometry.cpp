@@ -18,6 +18,19 @@
 #include "core/wcs/wcs.hpp"
 
 namespace gpuphot {
+
+// A cone of the sky: centre unit vector and squared chord bound.
+struct RefCone {
+    std::array<double, 3> centre;
+    double chord2;
+};
+
+struct RefinementStars {
+    const ReferenceCatalog* catalog = nullptr; // the catalog they were cut from
+    RefCone cone;
+    astrom::RefStars stars;
+};
+
 namespace {
 
 astrom::Detections prepareDetections(const std::vector<double>& x, const std::vector<double>& y,
@@ -134,9 +147,17 @@ public:
     RefAccess(const ReferenceCatalog& cat, int threads) : m_cat(&cat), m_threads(threads) {}
     explicit RefAccess(const AstrometryIndex::Impl& index) : m_index(&index) {}
 
+    RefAccess(const ReferenceCatalog& cat, int threads, const RefinementStars* prepared)
+        : m_cat(&cat), m_threads(threads), m_prepared(prepared) {}
+
     // The stars a refinement starting at frame centre `c` can reach (chord^2 bound).
     const astrom::RefStars& aroundFrame(const std::array<double, 3>& c, double chord2) {
         if (m_index) return all();
+        if (m_prepared && m_prepared->catalog == m_cat && m_prepared->cone.centre == c &&
+            m_prepared->cone.chord2 == chord2) {
+            m_cur = &m_prepared->stars;
+            return m_prepared->stars;
+        }
         m_own = prepareRefs(*m_cat, m_threads, &c, chord2);
         m_ownAll = false;
         m_cur = &m_own;
@@ -162,6 +183,7 @@ private:
     const ReferenceCatalog* m_cat = nullptr;
     const AstrometryIndex::Impl* m_index = nullptr;
     int m_threads = 1;
+    const RefinementStars* m_prepared = nullptr;
     astrom::RefStars m_own;
     bool m_ownAll = false;
     const astrom::RefStars* m_cur = &m_own;
@@ -256,27 +278,28 @@ void fillResult(const astrom::RefineOutcome& outcome, const astrom::Detections& 
                   std::to_string(res.nMatched) + " matches used, SIP order " + std::to_string(res.sipOrder);
 }
 
-// Refines the header WCS (when there is one and blind != 1); on success sets res.method.
-astrom::RefineOutcome refineHeader(const astrom::Detections& det, const TanSip& start, RefAccess& refs,
-                                   const AstrometryParams& params, RunContext& ctx, AstrometryResult& res,
-                                   std::string& refineWhy) {
-    const int width = det.width, height = det.height;
+// The cone of reference stars a refinement starting at `start` is handed: the stars within twice its first
+// projection cone of the starting frame centre (RefPool in astrometry_refine.cpp), with a margin of 1.25,
+// prepared (sorted, unit vectors) without touching the rest of a large catalog. nullopt: the whole
+// catalog (no finite centre, or a cone of 30 deg or more).
+std::optional<RefCone> refinementCone(const TanSip& start, int width, int height,
+                                      const AstrometryParams& params) {
     double ra0 = 0, dec0 = 0;
     start.pixelToWorld(0.5 * (width - 1), 0.5 * (height - 1), ra0, dec0);
     const double r = std::max(params.refineRadiusPx, std::max(params.matchRadiusPx, 0.1));
     const double coneDeg =
         2.5 * (0.5 * std::hypot(width, height) * 1.2 + r) * start.pixelScaleArcsec() / 3600.0;
-    // The refinement only ever looks at stars within twice its first projection cone of the starting frame
-    // centre (RefPool in astrometry_refine.cpp): it is handed the stars of a cone 1.25 times wider than
-    // that, prepared (sorted, unit vectors) without touching the rest of a large catalog.
-    const astrom::RefStars* cut = nullptr;
-    if (std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0) {
-        const std::array<double, 3> c = astrom::unitVector(ra0, dec0);
-        const double ch = astrom::chordFromDeg(coneDeg);
-        cut = &refs.aroundFrame(c, ch * ch);
-    } else {
-        cut = &refs.all();
-    }
+    if (!(std::isfinite(ra0) && std::isfinite(dec0) && coneDeg < 30.0)) return std::nullopt;
+    const double ch = astrom::chordFromDeg(coneDeg);
+    return RefCone{astrom::unitVector(ra0, dec0), ch * ch};
+}
+
+// Refines the header WCS (when there is one and blind != 1); on success sets res.method.
+astrom::RefineOutcome refineHeader(const astrom::Detections& det, const TanSip& start, RefAccess& refs,
+                                   const AstrometryParams& params, RunContext& ctx, AstrometryResult& res,
+                                   std::string& refineWhy) {
+    const std::optional<RefCone> cone = refinementCone(start, det.width, det.height, params);
+    const astrom::RefStars* cut = cone ? &refs.aroundFrame(cone->centre, cone->chord2) : &refs.all();
     astrom::RefineOutcome outcome;
     if (cut->size() >= 6) {
         outcome = astrom::refine(det, *cut, refs.tree(), start, params.refineRadiusPx, true, params,
@@ -371,13 +394,33 @@ std::shared_ptr<const AstrometryIndex> buildAstrometryIndex(const ReferenceCatal
     return std::make_shared<const AstrometryIndex>(std::move(impl));
 }
 
+std::shared_ptr<const RefinementStars> prepareRefinementStars(const ReferenceCatalog& ref,
+                                                              const Wcs& headerWcs, int width, int height,
+                                                              const AstrometryParams& params, int threads) {
+    if (params.blind == 1 || width <= 0 || height <= 0) return nullptr;
+    std::optional<TanSip> start;
+    try {
+        start = tanSipFromWcs(headerWcs, width, height, params.maxSipOrder);
+    } catch (const InvalidInput&) {
+        return nullptr; // solveAstrometry says why
+    }
+    const std::optional<RefCone> cone = refinementCone(*start, width, height, params);
+    if (!cone) return nullptr;
+    auto out = std::make_shared<RefinementStars>();
+    out->catalog = &ref;
+    out->cone = *cone;
+    out->stars = prepareRefs(ref, threads, &cone->centre, cone->chord2);
+    return out;
+}
+
 AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
                                  const std::vector<double>& flux, int width, int height,
                                  const ReferenceCatalog& ref, const Wcs* headerWcs,
                                  std::optional<std::pair<double, double>> pointingRaDec,
-                                 const AstrometryParams& params, RunContext& ctx) {
+                                 const AstrometryParams& params, RunContext& ctx,
+                                 const RefinementStars* prepared) {
     checkInputs(x, y, flux, width, height, params);
-    RefAccess refs(ref, ctx.threadCount());
+    RefAccess refs(ref, ctx.threadCount(), prepared);
     return solveWith(x, y, flux, width, height, refs, headerWcs, pointingRaDec, params, ctx);
 }
 

@@ -77,11 +77,24 @@ struct AstrometryResult {
 // be null); pointingRaDec: a pointing (deg) used when there is no usable header WCS (may be empty).
 // Throws InvalidInput for inconsistent inputs (array lengths, frame size); returns ok = false with a
 // message when no solution passes verification.
+// prepared (optional): the stars around the frame from prepareRefinementStars for the same catalog, header
+// WCS, frame size and params; used when they are the cut this refinement would make (else ignored), so
+// the answer is the same with or without them.
+struct RefinementStars;
 AstrometryResult solveAstrometry(const std::vector<double>& x, const std::vector<double>& y,
                                  const std::vector<double>& flux, int width, int height,
                                  const ReferenceCatalog& ref, const Wcs* headerWcs,
                                  std::optional<std::pair<double, double>> pointingRaDec,
-                                 const AstrometryParams& params, RunContext& ctx);
+                                 const AstrometryParams& params, RunContext& ctx,
+                                 const RefinementStars* prepared = nullptr);
+
+// The reference stars a refinement of headerWcs can reach (a cone around the frame, sorted, with unit
+// vectors): the part of solveAstrometry that needs no detections, to be done ahead of them (the pipeline
+// does it beside the device stages). Null when the refinement would not cut a cone (params.blind == 1,
+// no TAN+SIP start from the header WCS, a cone of 30 deg or more). `ref` must outlive the result.
+std::shared_ptr<const RefinementStars> prepareRefinementStars(const ReferenceCatalog& ref,
+                                                              const Wcs& headerWcs, int width, int height,
+                                                              const AstrometryParams& params, int threads);
 
 // A reference catalog prepared once for many blind solves of frames of one size: its stars sorted, their
 // sky tree, and the reference quads of every scale level between params.scaleLow and params.scaleHigh over
