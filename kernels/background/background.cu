@@ -1,7 +1,8 @@
-// Stage 1 on the GPU: the same numbers as cpu::estimateBackground (core/stages/background/background.hpp documents
-// the operation order this file follows). Mesh statistics: one block per mesh (row partials per thread,
-// added top down by one thread; histogram counts are integers). Bad-mesh fill, median filter and spline
-// coefficients: on the host (a few thousand meshes). Full-resolution maps: one block per image row.
+// Stage 1 on the GPU: the same numbers as cpu::estimateBackground (core/stages/background/background.hpp
+// documents the operation order this file follows). Mesh statistics: one block per mesh (row partials per
+// thread, added top down by one thread; histogram counts are integers, clipped by the whole block over their
+// prefix sums: the CPU's integers). Bad-mesh fill, median filter and spline coefficients: on the host
+// (a few thousand meshes). Full-resolution maps: one block per image row.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -62,6 +63,99 @@ __device__ void rowSums(const float* img, const std::uint8_t* mask, const std::i
         rs2[y] = s2;
         rn[y] = n;
     }
+}
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// histo[0 .. n - 1] replaced by its exclusive prefix sums histo[0 .. n] (histo[k]: the bins below k), by
+// the whole block (a multiple of 32 threads): a chunk per thread, the chunks' sums scanned by warps.
+__device__ void exclusivePrefixInPlace(int* histo, int n, int* warpSums) {
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = blockDim.x >> 5;
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int b0 = min(n, t * chunk), b1 = min(n, b0 + chunk);
+    int local = 0;
+    for (int k = b0; k < b1; ++k)
+        local += histo[k];
+    int inclusive = local;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(kFullWarp, inclusive, o);
+        if (lane >= o) inclusive += y;
+    }
+    if (lane == 31) warpSums[warp] = inclusive;
+    __syncthreads();
+    if (t == 0) {
+        int run = 0;
+        for (int w = 0; w < warps; ++w) {
+            const int c = warpSums[w];
+            warpSums[w] = run;
+            run += c;
+        }
+        warpSums[warps] = run;
+    }
+    __syncthreads();
+    int at = warpSums[warp] + inclusive - local;
+    for (int k = b0; k < b1; ++k) {
+        const int c = histo[k];
+        histo[k] = at;
+        at += c;
+    }
+    if (t == 0) histo[n] = warpSums[warps];
+    __syncthreads();
+}
+
+// Sums of a and b over the block, in thread 0 (integers: the same in any order).
+__device__ void blockSums(long long& a, long long& b, long long* sa, long long* sb) {
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(kFullWarp, a, o);
+        b += __shfl_down_sync(kFullWarp, b, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        sa[threadIdx.x >> 5] = a;
+        sb[threadIdx.x >> 5] = b;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+            a += sa[w];
+            b += sb[w];
+        }
+}
+
+// bkgmath::clipHistogram by the whole block: the histogram (histo[0 .. nlevels], histo[nlevels] = 0) turned
+// into its prefix sums, each round's median fill found by bisection (bkgmath::medianSplit, the same
+// integers as the fill bin by bin) and its moments summed by every thread; the round's arithmetic on
+// thread 0 (bkgmath::clipRound). The result in thread 0.
+__device__ bkgmath::MeshMode clipHistogramBlock(int* histo, const bkgmath::HistoScale& q) {
+    __shared__ int warpSums[33];
+    __shared__ long long s1[32], s2[32];
+    __shared__ bkgmath::ClipState cs;
+    const int top = q.nlevels - 1;
+    exclusivePrefixInPlace(histo, q.nlevels + 1, warpSums);
+    const int* G = histo;
+    if (threadIdx.x == 0) cs = bkgmath::clipStart(q);
+    for (int round = 0; round < bkgmath::kMaxClipRounds; ++round) {
+        __syncthreads(); // cs of the last round
+        if (!bkgmath::clipGoesOn(cs, round)) break;
+        const int lo = cs.lo, hi = cs.hi;
+        long long m1 = 0, m2 = 0;
+        for (int i = lo + static_cast<int>(threadIdx.x); i <= hi; i += blockDim.x) {
+            const long long c = G[i + 1] - G[i];
+            m1 += c * i;
+            m2 += c * i * i;
+        }
+        blockSums(m1, m2, s1, s2);
+        if (threadIdx.x == 0) {
+            const long long total = hi >= lo ? G[hi + 1] - G[lo] : 0;
+            const bkgmath::MedianSplit f = bkgmath::medianSplit(G, lo, hi);
+            long long denom = 0;
+            if (f.b >= 0) {
+                const long long ca = G[f.a + 1] - G[f.a], cb = G[f.b + 1] - G[f.b];
+                denom = ca < cb ? cb : ca;
+            }
+            bkgmath::clipRound(cs, top, f, denom, total, m1, m2);
+        }
+    }
+    return bkgmath::clipMode(cs, q);
 }
 
 __global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, const std::int32_t* src, int W,
@@ -147,11 +241,10 @@ __global__ void meshStatsKernel(const float* img, const std::uint8_t* mask, cons
         if (t > -1.0f && t < flevels) atomicAdd(&histo[static_cast<int>(t)], 1);
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
 
-    // Clipping of the histogram and the mode, as the CPU (one thread: the loop is sequential).
-    const bkgmath::MeshMode mode = bkgmath::clipHistogram(histo, m.q);
-    out[mi] = {mode.level, mode.rms, 0};
+    // Clipping of the histogram and the mode, the CPU's numbers (clipHistogramBlock).
+    const bkgmath::MeshMode mode = clipHistogramBlock(histo, m.q);
+    if (threadIdx.x == 0) out[mi] = {mode.level, mode.rms, 0};
 }
 
 // One block per image row: node values of the row in shared memory (double arithmetic rounded to float),
@@ -272,9 +365,10 @@ void launchInterpolate(DeviceContext& dc, const SplineDev& sd, int W, int rows, 
 void launchMeshStats(DeviceContext& dc, const float* px, const std::uint8_t* mk, const std::int32_t* src, int W,
                      int rows, int bw, int bh, int nx, double minGood, MeshOut* out) {
     const int nMesh = nx * ((rows - 1) / bh + 1);
-    const int threads = dc.blockSize() > 0 ? std::min(dc.blockSize(), 1024) : 128;
+    // Whole warps (the histogram's block-wide scans and sums shuffle across full warps).
+    const int threads = dc.blockSize() > 0 ? std::clamp((dc.blockSize() + 31) / 32 * 32, 32, 1024) : 128;
     const std::size_t shmem = static_cast<std::size_t>(bh) * (2 * sizeof(double) + sizeof(long long)) +
-                              sizeof(int) * (kMaxLevels + 1);
+                              sizeof(int) * (kMaxLevels + 2);
     if (shmem > 48 * 1024)
         GPUPHOT_CUDA_CHECK(cudaFuncSetAttribute(meshStatsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(shmem)));
@@ -311,11 +405,11 @@ std::pair<const float*, const float*> interpolateAndStore(DeviceContext& dc, con
 }
 
 // Bad meshes, median filter, global values: core's host code, shared with the CPU stage.
-void finishGrid(const Setup& s, const std::vector<MeshOut>& meshes, BackgroundResult& res) {
+void finishGrid(const Setup& s, const std::vector<MeshOut>& meshes, BackgroundResult& res, int threads) {
     std::vector<detail::MeshStat> grid(meshes.size());
     for (std::size_t i = 0; i < meshes.size(); ++i)
         grid[i] = {meshes[i].level, meshes[i].rms, meshes[i].bad != 0};
-    detail::finishMeshGrid(grid, s.nx, s.ny, s.params, res);
+    detail::finishMeshGrid(grid, s.nx, s.ny, s.params, res, threads);
 }
 
 BackgroundResult emptyResult(const Setup& s) {
@@ -349,7 +443,7 @@ BackgroundResult runWhole(DeviceContext& dc, const Setup& s, RunContext& ctx) {
     }
     ctx.report("background", 0.45);
     ctx.checkCancelled();
-    finishGrid(s, meshes, res);
+    finishGrid(s, meshes, res, ctx.threadCount());
     ctx.report("background", 0.5);
     if (!s.params.fullMaps) {
         // Lean result: the maps stay on the device for detection and apertures (device_maps.hpp); the
@@ -421,7 +515,7 @@ BackgroundResult runStrips(DeviceContext& dc, const Setup& s, RunContext& ctx, i
         dc.synchronize();
     }
     ctx.report("background", 0.45);
-    finishGrid(s, meshes, res);
+    finishGrid(s, meshes, res, ctx.threadCount());
     ctx.report("background", 0.5);
     strips = bands;
     if (!s.params.fullMaps) return res;

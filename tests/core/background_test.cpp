@@ -12,6 +12,7 @@
 
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/background/background.hpp"
+#include "core/stages/background/mesh_histogram.hpp"
 #include "core/util/errors.hpp"
 
 #ifdef GPUPHOT_HAVE_SEP
@@ -440,3 +441,38 @@ TEST(BackgroundSep, MaskedFrameAgreesWithSep) {
     compareWithSep(img, &mask, 64, 64, 3, 3, true, 1e-5, 1e-5);
 }
 #endif
+
+// The median fill of clipHistogram's rounds, bin by bin, against medianSplit's bisections over prefix
+// sums (the CUDA mesh kernel's way): the same split and sums on random histograms with empty bins, ties
+// and every range, the empty range included.
+TEST(Background, MedianSplitEqualsTheBinByBinFill) {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 4000; ++trial) {
+        const int nlevels = 1 + static_cast<int>(rng() % 300);
+        std::vector<int> histo(nlevels + 1, 0);
+        const int style = trial % 4;
+        for (int k = 0; k < nlevels; ++k)
+            histo[k] = style == 0   ? static_cast<int>(rng() % 3)
+                       : style == 1 ? (rng() % 4 == 0 ? static_cast<int>(rng() % 50) : 0)
+                       : style == 2 ? 7
+                                    : static_cast<int>(rng() % 1000);
+        std::vector<long long> g(nlevels + 2, 0);
+        for (int k = 0; k <= nlevels; ++k)
+            g[k + 1] = g[k] + histo[k];
+        const int lo = static_cast<int>(rng() % nlevels);
+        const int hi = static_cast<int>(rng() % (nlevels + 1)) - 1; // -1 .. nlevels - 1: may lie below lo
+        long long lowSum = 0, highSum = 0;
+        int a = lo, b = hi;
+        for (int i = lo; i <= hi; ++i) {
+            if (lowSum < highSum)
+                lowSum += histo[a++];
+            else
+                highSum += histo[b--];
+        }
+        const bkgmath::MedianSplit s = bkgmath::medianSplit(g.data(), lo, hi);
+        ASSERT_EQ(s.a, a) << trial;
+        ASSERT_EQ(s.b, b) << trial;
+        ASSERT_EQ(s.lowSum, lowSum) << trial;
+        ASSERT_EQ(s.highSum, highSum) << trial;
+    }
+}

@@ -196,13 +196,16 @@ double medianOf(std::vector<float>& v) {
     return 0.5 * (static_cast<double>(lower) + upper);
 }
 
-// SExtractor's median filter over meshes: the window shrinks symmetrically at the edges.
-void medianFilter(std::vector<MeshValue>& meshes, int nx, int ny, int fw, int fh, double threshold) {
+// SExtractor's median filter over meshes: the window shrinks symmetrically at the edges. Rows of meshes
+// in parallel (each mesh reads the unfiltered grid only).
+void medianFilter(std::vector<MeshValue>& meshes, int nx, int ny, int fw, int fh, double threshold,
+                  int threads) {
     const int hx = fw / 2, hy = fh / 2;
     if (hx == 0 && hy == 0) return;
     const std::vector<MeshValue> src = meshes;
-    std::vector<float> bl, br;
+#pragma omp parallel for schedule(static) num_threads(std::max(1, threads)) if (nx * ny > 4096)
     for (int py = 0; py < ny; ++py) {
+        std::vector<float> bl, br;
         const int ry = std::min({hy, py, ny - 1 - py});
         for (int px = 0; px < nx; ++px) {
             const int rx = std::min({hx, px, nx - 1 - px});
@@ -457,8 +460,7 @@ BackgroundSampler::BackgroundSampler(const BackgroundResult& bkg, RunContext& ct
     }
 }
 
-void BackgroundSampler::spanOf(const std::vector<float>& n, const std::vector<float>& d, int y, int x0, int x1,
-                               float* o) const {
+void BackgroundSampler::spanOf(const Nodes& n, const Nodes& d, int y, int x0, int x1, float* o) const {
     const float* node = n.data() + static_cast<std::size_t>(y) * m_stride;
     const float* dnode = d.data() + static_cast<std::size_t>(y) * m_stride;
     const float *ca = m_ca.data(), *cb = m_cb.data(), *ca3 = m_ca3.data(), *cb3 = m_cb3.data();
@@ -500,9 +502,9 @@ void materializeBackgroundMaps(BackgroundResult& bkg, RunContext& ctx) {
 }
 
 void detail::finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
-                            BackgroundResult& res) {
+                            BackgroundResult& res, int threads) {
     res.badMeshes = fillBadMeshes(meshes, nx, ny);
-    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold);
+    medianFilter(meshes, nx, ny, params.filterW(), params.filterH(), params.filterThreshold, threads);
     res.meshLevel = Image<float>(nx, ny, Image<float>::NoInit{});
     res.meshRms = Image<float>(nx, ny, Image<float>::NoInit{});
     std::vector<float> lv, rv;
@@ -602,7 +604,7 @@ BackgroundResult cpu::estimateBackground(const ImageView& image, const MaskView&
     }
 
     // 2. Bad meshes, median filter, global values.
-    detail::finishMeshGrid(meshes, nx, ny, params, res);
+    detail::finishMeshGrid(meshes, nx, ny, params, res, ctx.threadCount());
     ctx.report("background", meshShare);
 
     // 3. Full-resolution maps.

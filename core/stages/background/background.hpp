@@ -139,9 +139,9 @@ struct MeshStat {
 };
 // Step 2 of the stage on the mesh grid (row-major, nx x ny), shared by the CPU and CUDA backends: fills
 // bad meshes from their nearest good ones, applies the median filter, and sets res.meshLevel, meshRms,
-// globalLevel, globalRms and badMeshes.
+// globalLevel, globalRms and badMeshes; the median filter on `threads` threads (the same result on any).
 void finishMeshGrid(std::vector<MeshStat>& meshes, int nx, int ny, const BackgroundParams& params,
-                    BackgroundResult& res);
+                    BackgroundResult& res, int threads);
 // The stage's input checks, shared by both backends: throws InvalidInput for an empty image, bad
 // parameters or masks of another size; returns the source mask to use (null when none or empty).
 const ImageViewT<std::int32_t>* validateBackgroundInputs(const ImageView& image, const MaskView& mask,
@@ -176,20 +176,26 @@ public:
     void rmsSpan(int y, int x0, int n, float* out) const;
 
 private:
-    float eval(const std::vector<float>& n, const std::vector<float>& d, int x, int y) const {
+    // The node tables are written in full by the parallel fill: allocated without zeroing, so that their
+    // pages are first touched there, by all threads (tens of MB at 151 MP).
+    template <class T> struct UninitAllocator : std::allocator<T> {
+        template <class U> struct rebind { using other = UninitAllocator<U>; };
+        template <class U> void construct(U* p) { ::new (static_cast<void*>(p)) U; }
+    };
+    using Nodes = std::vector<float, UninitAllocator<float>>;
+
+    float eval(const Nodes& n, const Nodes& d, int x, int y) const {
         const std::size_t o = static_cast<std::size_t>(y) * m_stride + static_cast<std::size_t>(m_lo[x]);
         return ((m_ca[x] * n[o] + m_cb[x] * n[o + 1]) + m_ca3[x] * d[o]) + m_cb3[x] * d[o + 1];
     }
-    void rowOf(const std::vector<float>& n, const std::vector<float>& d, int y, float* out) const {
-        spanOf(n, d, y, 0, m_width, out);
-    }
-    void spanOf(const std::vector<float>& n, const std::vector<float>& d, int y, int x0, int x1,
+    void rowOf(const Nodes& n, const Nodes& d, int y, float* out) const { spanOf(n, d, y, 0, m_width, out); }
+    void spanOf(const Nodes& n, const Nodes& d, int y, int x0, int x1,
                 float* out) const; // out[x - x0] for x0 <= x < x1
 
     int m_width = 0, m_height = 0;
     std::size_t m_stride = 0; // nodes per row: nx + 1
     // height x stride node values and their x second derivatives / 6, per map
-    std::vector<float> m_levelN, m_levelD, m_rmsN, m_rmsD;
+    Nodes m_levelN, m_levelD, m_rmsN, m_rmsD;
     std::vector<std::int32_t> m_lo;              // per column: lower node
     std::vector<float> m_ca, m_cb, m_ca3, m_cb3; // per column weights (float)
     std::vector<int> m_runStart, m_runNode;      // runs of columns sharing one node interval
