@@ -17,8 +17,9 @@ void reservePinned(std::size_t bytes) noexcept;
 // DeviceOutOfMemory when neither can give it.
 void* pinnedAllocate(std::size_t bytes);
 
-// Gives back what pinnedAllocate returned. A reserve piece's release synchronises the device first, as
-// cudaFreeHost does, so that no copy still queued into it can reach the next user of the memory.
+// Gives back what pinnedAllocate returned. The release of a slab's last piece synchronises the device before
+// the slab is handed out again, as cudaFreeHost does, so that no copy still queued into it can reach the
+// next user of the memory.
 void pinnedRelease(void* p) noexcept;
 
 struct PinnedStats {

@@ -144,11 +144,10 @@ astrom::RefStars prepareRefs(const ReferenceCatalog& ref, int threads,
 // refinement, the whole of it for a blind search), or an AstrometryIndex prepared once.
 class RefAccess {
 public:
-    RefAccess(const ReferenceCatalog& cat, int threads) : m_cat(&cat), m_threads(threads) {}
-    explicit RefAccess(const AstrometryIndex::Impl& index) : m_index(&index) {}
-
+    // prepared (optional): the stars around the frame cut ahead (prepareRefinementStars).
     RefAccess(const ReferenceCatalog& cat, int threads, const RefinementStars* prepared)
         : m_cat(&cat), m_threads(threads), m_prepared(prepared) {}
+    explicit RefAccess(const AstrometryIndex::Impl& index) : m_index(&index) {}
 
     // The stars a refinement starting at frame centre `c` can reach (chord^2 bound).
     const astrom::RefStars& aroundFrame(const std::array<double, 3>& c, double chord2) {

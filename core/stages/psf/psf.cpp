@@ -18,6 +18,7 @@
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture/aperture_overlap.hpp"
 #include "core/stages/background/background.hpp"
+#include "core/stages/crossmatch/crossmatch.hpp"
 #include "core/stages/psf/psf_epsf.hpp"
 #include "core/stages/psf/psf_flux_math.hpp"
 #include "core/util/errors.hpp"
@@ -479,59 +480,14 @@ StampSetup chooseStamp(const SourceTests& src, std::size_t nSrc, const PsfParams
     return {fwhmGuess, radius, isoR};
 }
 
-// Grid of all source centres (cells of the isolation radius) for the isolation test: each cell's sources
-// in ascending order, the cells one after another (members[start[c] .. start[c + 1])), built by counting.
-struct IsolationGrid {
-    double cellSize;
-    int gnx, gny;
-    std::vector<std::uint32_t> start;
-    std::vector<int> members;
-
-    int cell(double p, int n) const {
-        return std::clamp(static_cast<int>(std::floor(p / cellSize)), 0, n - 1);
-    }
-};
-
-IsolationGrid buildIsolationGrid(const SourceTests& src, std::size_t nSrc, double isoR,
-                                 const ImageView& image) {
-    IsolationGrid g;
-    g.cellSize = std::max(isoR, 1.0);
-    g.gnx = std::max(1, static_cast<int>(std::ceil(image.width / g.cellSize)));
-    g.gny = std::max(1, static_cast<int>(std::ceil(image.height / g.cellSize)));
-    const std::size_t nCells = static_cast<std::size_t>(g.gnx) * g.gny;
-    constexpr std::uint32_t kNone = 0xffffffffu;
-    std::vector<std::uint32_t> cellOf(nSrc, kNone);
-    g.start.assign(nCells + 1, 0);
-    for (std::size_t k = 0; k < nSrc; ++k)
-        if (src.finitePos(k)) {
-            cellOf[k] =
-                static_cast<std::uint32_t>(static_cast<std::size_t>(g.cell(src.sources.y[k], g.gny)) * g.gnx +
-                                           g.cell(src.sources.x[k], g.gnx));
-            ++g.start[cellOf[k] + 1];
-        }
-    for (std::size_t c = 0; c < nCells; ++c)
-        g.start[c + 1] += g.start[c];
-    g.members.resize(g.start[nCells]);
-    std::vector<std::uint32_t> fill(g.start.begin(), g.start.end() - 1);
-    for (std::size_t k = 0; k < nSrc; ++k)
-        if (cellOf[k] != kNone) g.members[fill[cellOf[k]]++] = static_cast<int>(k);
-    return g;
-}
-
-// Whether no other source centre lies within isoR of source k's (x, y).
-bool isIsolated(const IsolationGrid& g, const Sources& sources, std::size_t k, double x, double y,
-                double isoR) {
-    const int gx = g.cell(x, g.gnx), gy = g.cell(y, g.gny);
-    for (int b = std::max(gy - 1, 0); b <= std::min(gy + 1, g.gny - 1); ++b)
-        for (int a = std::max(gx - 1, 0); a <= std::min(gx + 1, g.gnx - 1); ++a) {
-            const std::size_t c = static_cast<std::size_t>(b) * g.gnx + a;
-            for (std::uint32_t i = g.start[c]; i < g.start[c + 1]; ++i) {
-                const int o = g.members[i];
-                if (o != static_cast<int>(k) && std::hypot(sources.x[o] - x, sources.y[o] - y) < isoR)
-                    return false;
-            }
-        }
-    return true;
+// Whether no other source centre lies within isoR of source k's (x, y), on a grid of all source centres
+// whose cells are at least isoR wide.
+bool isIsolated(const detail::PointGrid& g, std::size_t k, double x, double y, double isoR) {
+    bool isolated = true;
+    g.visit(x, y, isoR, [&](std::uint32_t j) {
+        if (isolated && g.index[j] != k && std::hypot(g.sx[j] - x, g.sy[j] - y) < isoR) isolated = false;
+    });
+    return isolated;
 }
 
 // Each source's candidate test (position, flags, S/N, stamp inside the frame, not near saturation,
@@ -541,7 +497,8 @@ std::vector<std::uint8_t> markCandidates(const SourceTests& src, std::size_t nSr
                                          const StampSetup& stamp, int nThreads) {
     const Sources& sources = src.sources;
     const int radius = stamp.radius;
-    const IsolationGrid grid = buildIsolationGrid(src, nSrc, stamp.isoR, image);
+    const detail::PointGrid grid(sources.x, sources.y, nSrc, 0.0, 0.0, image.width, image.height,
+                                 std::max(stamp.isoR, 1.0));
     std::vector<std::uint8_t> isCand(nSrc, 0);
 #pragma omp parallel for schedule(static) num_threads(nThreads)
     for (std::ptrdiff_t kk = 0; kk < static_cast<std::ptrdiff_t>(nSrc); ++kk) {
@@ -555,7 +512,7 @@ std::vector<std::uint8_t> markCandidates(const SourceTests& src, std::size_t nSr
         if (params.saturation > 0.0 &&
             sources.peak[k] + frame.level(ix, iy) >= params.maxPeakFraction * params.saturation)
             continue;
-        isCand[k] = isIsolated(grid, sources, k, x, y, stamp.isoR) ? 1 : 0;
+        isCand[k] = isIsolated(grid, k, x, y, stamp.isoR) ? 1 : 0;
     }
     return isCand;
 }
