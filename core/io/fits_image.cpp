@@ -620,7 +620,7 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
     if (raw) {
         const RawMaskRule rule{saturation, nullBits, MaskSaturated};
         RawChunkSink* const to = sink && sink->begin(*raw, w, h, rule) ? sink : nullptr;
-        readRawImage(path, *raw, frame.pixels.data(), 0, 0, to);
+        readRawImage(path, *raw, frame.pixels.data(), 0, 0, to, frame.mask.data(), rule);
     } else
         fits_read_img(f, TFLOAT, 1, npix, &nulval, frame.pixels.data(), &anynul, &status);
     if (status == NUM_OVERFLOW) { // -64 data beyond the float range: +-Inf (masked), as the raw read
@@ -634,12 +634,15 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
         throw InvalidInput(whereName + ": cannot decode the pixel data: " + why);
     }
 
-    float* px = frame.pixels.data();
-    std::uint8_t* mk = frame.mask.data();
+    if (!raw) { // the raw read masks each chunk as it converts it
+        const RawMaskRule rule{saturation, nullBits, MaskSaturated};
+        const std::size_t n = static_cast<std::size_t>(npix), piece = std::size_t(1) << 20;
+        const long long pieces = static_cast<long long>((n + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
-    for (long long i = 0; i < npix; ++i) {
-        const float v = px[i];
-        mk[i] = !std::isfinite(v) ? nullBits : (static_cast<double>(v) >= saturation ? MaskSaturated : 0);
+        for (long long k = 0; k < pieces; ++k) {
+            const std::size_t at = static_cast<std::size_t>(k) * piece;
+            maskPixels(frame.pixels.data() + at, std::min(piece, n - at), rule, frame.mask.data() + at);
+        }
     }
 
     std::string why;

@@ -184,8 +184,36 @@ std::optional<RawImageLayout> rawImageLayout(fitsfile* f, const std::string& pat
     return l;
 }
 
+void maskPixels(const float* px, std::size_t n, const RawMaskRule& rule, std::uint8_t* mask) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const float v = px[i];
+        mask[i] = !std::isfinite(v) ? rule.nullBits
+                                    : (static_cast<double>(v) >= rule.saturation ? rule.saturatedBits : 0);
+    }
+}
+
+namespace {
+
+// A chunk converted (and masked) in pieces that stay in the core's cache between the two passes.
+void convertChunk(const unsigned char* src, std::size_t first, std::size_t n, const RawImageLayout& l,
+                  float* out, std::uint8_t* mask, const RawMaskRule& rule) {
+    if (!mask) {
+        convertRawPixels(src, n, l, out + first);
+        return;
+    }
+    constexpr std::size_t kPiece = 16384;
+    const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
+    for (std::size_t at = 0; at < n; at += kPiece) {
+        const std::size_t m = std::min(kPiece, n - at);
+        convertRawPixels(src + at * elem, m, l, out + first + at);
+        maskPixels(out + first + at, m, rule, mask + first + at);
+    }
+}
+
+} // namespace
+
 void readRawImage(const std::string& path, const RawImageLayout& l, float* out, int threads,
-                  std::size_t chunkBytes, RawChunkSink* sink) {
+                  std::size_t chunkBytes, RawChunkSink* sink, std::uint8_t* mask, const RawMaskRule& rule) {
     const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
     if (elem == 0 || l.count < 0) throw InvalidInput(path + ": bad raw image layout");
     const std::size_t total = static_cast<std::size_t>(l.count);
@@ -243,7 +271,7 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
                 }
                 if (got == want) {
                     if (sink) sink->chunk(tid, first, n);
-                    convertRawPixels(buf, n, l, out + first);
+                    convertChunk(buf, first, n, l, out, mask, rule);
                 }
             });
     }

@@ -1,13 +1,17 @@
 #pragma once
 // Row-major 2-D images with an explicit stride. Image<T> owns its pixels (allocated without
-// zero-filling when asked, so a 151-megapixel read is one pass), ImageViewT<T> is a non-owning view
-// (strips, tiles, stage inputs). Coordinates inside the code are 0-based, pixel centres at integers.
+// zero-filling when asked, so a 151-megapixel read is one pass; large ones kept for reuse by
+// core/util/host_pool.hpp), ImageViewT<T> is a non-owning view (strips, tiles, stage inputs).
+// Coordinates inside the code are 0-based, pixel centres at integers.
 #include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
+
+#include "core/util/host_pool.hpp"
 
 namespace gpuphot {
 
@@ -48,6 +52,8 @@ inline std::uint64_t nextImageSerial() {
 }
 
 template <class T> class Image {
+    static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+
 public:
     struct NoInit {};
 
@@ -57,8 +63,8 @@ public:
     }
     // Allocates without initialising: the caller overwrites every pixel.
     Image(int width, int height, NoInit)
-        : m_data(std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(width) * height)), m_width(width),
-          m_height(height), m_serial(nextImageSerial()) {
+        : m_data(allocate(static_cast<std::size_t>(width) * static_cast<std::size_t>(height))),
+          m_width(width), m_height(height), m_serial(nextImageSerial()) {
         assert(width >= 0 && height >= 0);
     }
     Image(const Image& o) : Image(o.m_width, o.m_height, NoInit{}) {
@@ -88,7 +94,16 @@ public:
     std::uint64_t serial() const { return m_serial; } // changes with every allocation, not with writes
 
 private:
-    std::unique_ptr<T[]> m_data;
+    struct Release {
+        std::size_t bytes = 0;
+        void operator()(T* p) const noexcept { hostpool::release(p, bytes); }
+    };
+    using Pixels = std::unique_ptr<T[], Release>;
+    static Pixels allocate(std::size_t n) {
+        return Pixels(static_cast<T*>(hostpool::allocate(n * sizeof(T))), Release{n * sizeof(T)});
+    }
+
+    Pixels m_data;
     int m_width = 0;
     int m_height = 0;
     std::uint64_t m_serial = 0;

@@ -124,9 +124,16 @@ void expectBitwiseEqual(const std::string& path, const char* what) {
     const std::vector<float> ref = readCfitsio(path);
     const auto l = layoutOf(path);
     ASSERT_TRUE(l.has_value()) << what;
+    // The mask made beside the conversion: non-finite -> 3, at or above the saturation -> 4.
+    const RawMaskRule rule{100.0, 3, 4};
+    std::vector<std::uint8_t> wantMask(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        wantMask[i] = std::isnan(ref[i]) || std::isinf(ref[i]) ? 3 : (ref[i] >= 100.0f ? 4 : 0);
     for (const std::size_t chunk : {std::size_t(24), std::size_t(0)}) {
         std::vector<float> fast(ref.size(), 12345.0f);
-        readRawImage(path, *l, fast.data(), 3, chunk);
+        std::vector<std::uint8_t> mask(ref.size(), 77);
+        readRawImage(path, *l, fast.data(), 3, chunk, nullptr, chunk ? mask.data() : nullptr, rule);
+        if (chunk) EXPECT_EQ(mask, wantMask) << what << ": the mask made beside the conversion";
         int shown = 0;
         for (std::size_t i = 0; i < ref.size(); ++i) {
             std::uint32_t a, b;

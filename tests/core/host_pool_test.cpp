@@ -1,0 +1,110 @@
+// core/util/host_pool: large buffers given back are handed to the next request of the same size, within
+// the capacity (oldest evicted first); small ones are never kept; Image<T> allocates through it, a reused
+// buffer still a new image (a new serial).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "core/model/image.hpp"
+#include "core/util/host_pool.hpp"
+
+using namespace gpuphot;
+
+namespace {
+
+constexpr std::size_t kBig = hostpool::kMinPooledBytes;
+
+// Restores the capacity and empties the pool around each test.
+class HostPool : public ::testing::Test {
+protected:
+    void SetUp() override {
+        m_capacity = hostpool::stats().capacity;
+        if (m_capacity == 0) GTEST_SKIP() << "the pool keeps nothing here (AddressSanitizer)";
+        hostpool::trim();
+    }
+    void TearDown() override {
+        hostpool::setCapacity(m_capacity);
+        hostpool::trim();
+    }
+    std::size_t m_capacity = 0;
+};
+
+} // namespace
+
+TEST_F(HostPool, SameSizeIsReusedOtherSizesAreNot) {
+    hostpool::setCapacity(8 * kBig);
+    void* a = hostpool::allocate(kBig);
+    std::memset(a, 1, kBig);
+    hostpool::release(a, kBig);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    EXPECT_EQ(hostpool::stats().keptBytes, kBig);
+
+    const std::size_t reused = hostpool::stats().reused;
+    void* other = hostpool::allocate(kBig + 4096); // another size: a fresh buffer, the kept one stays
+    EXPECT_NE(other, a);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    void* b = hostpool::allocate(kBig);
+    EXPECT_EQ(b, a);
+    EXPECT_EQ(hostpool::stats().reused, reused + 1);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
+    hostpool::release(b, kBig);
+    hostpool::release(other, kBig + 4096);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 2u);
+}
+
+TEST_F(HostPool, SmallBuffersAreNeverKept) {
+    void* p = hostpool::allocate(kBig - 1);
+    hostpool::release(p, kBig - 1);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
+}
+
+TEST_F(HostPool, CapacityEvictsTheOldestFirst) {
+    hostpool::setCapacity(2 * kBig + kBig / 2); // room for two
+    void* first = hostpool::allocate(kBig);
+    void* second = hostpool::allocate(kBig);
+    void* third = hostpool::allocate(kBig);
+    hostpool::release(first, kBig);
+    hostpool::release(second, kBig);
+    hostpool::release(third, kBig);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 2u);
+    EXPECT_LE(hostpool::stats().keptBytes, hostpool::stats().capacity);
+    // The most recently given back first; `first` was evicted.
+    void* x = hostpool::allocate(kBig);
+    void* y = hostpool::allocate(kBig);
+    EXPECT_EQ(x, third);
+    EXPECT_EQ(y, second);
+    hostpool::release(x, kBig);
+    hostpool::release(y, kBig);
+
+    hostpool::setCapacity(kBig); // lowering it frees what is over
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    hostpool::setCapacity(0);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
+    void* z = hostpool::allocate(kBig);
+    hostpool::release(z, kBig); // nothing fits a zero capacity
+    EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
+}
+
+TEST_F(HostPool, ImagesReuseAFreedImagesPixelsUnderANewSerial) {
+    hostpool::setCapacity(8 * kBig);
+    const int w = 2048, h = static_cast<int>(kBig / sizeof(float) / 2048); // exactly kBig bytes
+    const float* pixels = nullptr;
+    std::uint64_t serial = 0;
+    {
+        Image<float> a(w, h, Image<float>::NoInit{});
+        pixels = a.data();
+        serial = a.serial();
+        a(3, 4) = 7.0f;
+    }
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    Image<float> b(w, h, 0.5f);
+    EXPECT_EQ(b.data(), pixels);
+    EXPECT_NE(b.serial(), serial);
+    EXPECT_EQ(b(3, 4), 0.5f);
+    Image<float> c = b; // a copy is its own buffer
+    EXPECT_NE(c.data(), b.data());
+    EXPECT_EQ(c(3, 4), 0.5f);
+    Image<float> moved = std::move(b);
+    EXPECT_EQ(moved.data(), pixels);
+}
