@@ -604,8 +604,8 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
 
     const int w = static_cast<int>(axes[0]), h = static_cast<int>(axes[1]);
     const long long npix = static_cast<long long>(w) * h;
-    frame.pixels = Image<float>(w, h, Image<float>::NoInit{});
-    frame.mask = Image<std::uint8_t>(w, h, Image<std::uint8_t>::NoInit{});
+    frame.pixels = Image<float>(w, h, Image<float>::Recycled{});
+    frame.mask = Image<std::uint8_t>(w, h, Image<std::uint8_t>::Recycled{});
     // Straight into the float buffer: CFITSIO converts (and applies BSCALE/BZERO) chunk by chunk. With a
     // NaN null value, BLANK pixels of integer images (and NaN/Inf of float images) come back as NaN.
     // Uncompressed images: the raw bytes read and converted by several threads (fits_raw_read.hpp), the

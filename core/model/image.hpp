@@ -1,7 +1,7 @@
 #pragma once
 // Row-major 2-D images with an explicit stride. Image<T> owns its pixels (allocated without
-// zero-filling when asked, so a 151-megapixel read is one pass; large ones kept for reuse by
-// core/util/host_pool.hpp), ImageViewT<T> is a non-owning view (strips, tiles, stage inputs).
+// zero-filling when asked, so a 151-megapixel read is one pass; a frame's pixels and mask recycled
+// through core/util/host_pool.hpp), ImageViewT<T> is a non-owning view (strips, tiles, stage inputs).
 // Coordinates inside the code are 0-based, pixel centres at integers.
 #include <algorithm>
 #include <atomic>
@@ -56,17 +56,20 @@ template <class T> class Image {
 
 public:
     struct NoInit {};
+    // Pixels from the pool of large buffers, and given back to it (core/util/host_pool.hpp): for the
+    // images made again and again at one size and kept to the end of a frame's reduction (its pixels and
+    // mask), whose next allocation then finds its pages resident. Not for a stage's working images: a
+    // kept buffer that is not asked for again would add to the peak of the frame that freed it.
+    struct Recycled {};
 
     Image() = default;
     Image(int width, int height, T fill = T{}) : Image(width, height, NoInit{}) {
         std::fill(m_data.get(), m_data.get() + pixelCount(), fill);
     }
     // Allocates without initialising: the caller overwrites every pixel.
-    Image(int width, int height, NoInit)
-        : m_data(allocate(static_cast<std::size_t>(width) * static_cast<std::size_t>(height))),
-          m_width(width), m_height(height), m_serial(nextImageSerial()) {
-        assert(width >= 0 && height >= 0);
-    }
+    Image(int width, int height, NoInit) : Image(width, height, Source{false}) {}
+    // As NoInit, the pixels from the pool.
+    Image(int width, int height, Recycled) : Image(width, height, Source{true}) {}
     Image(const Image& o) : Image(o.m_width, o.m_height, NoInit{}) {
         std::copy(o.m_data.get(), o.m_data.get() + pixelCount(), m_data.get());
     }
@@ -95,12 +98,28 @@ public:
 
 private:
     struct Release {
-        std::size_t bytes = 0;
-        void operator()(T* p) const noexcept { hostpool::release(p, bytes); }
+        std::size_t bytes = 0; // pooled pixels: their size; 0: from operator new[]
+        void operator()(T* p) const noexcept {
+            if (bytes)
+                hostpool::release(p, bytes);
+            else
+                ::operator delete[](p);
+        }
     };
     using Pixels = std::unique_ptr<T[], Release>;
-    static Pixels allocate(std::size_t n) {
-        return Pixels(static_cast<T*>(hostpool::allocate(n * sizeof(T))), Release{n * sizeof(T)});
+
+    struct Source {
+        bool pooled;
+    };
+    Image(int width, int height, Source from)
+        : m_data(allocate(static_cast<std::size_t>(width) * static_cast<std::size_t>(height), from.pooled)),
+          m_width(width), m_height(height), m_serial(nextImageSerial()) {
+        assert(width >= 0 && height >= 0);
+    }
+    static Pixels allocate(std::size_t n, bool pooled) {
+        const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
+        if (pooled) return Pixels(static_cast<T*>(hostpool::allocate(bytes)), Release{bytes});
+        return Pixels(static_cast<T*>(::operator new[](bytes)), Release{0});
     }
 
     Pixels m_data;

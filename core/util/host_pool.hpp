@@ -1,10 +1,10 @@
 #pragma once
-// Large host buffers kept for reuse: the memory policy of Image<T>. A 151 MP frame's pixels and mask are
-// 755 MB of fresh pages per frame; their first touch (the kernel's page faults and zero-filling) cost more
-// than the read's conversion itself. A buffer of at least kMinPooledBytes given back here is kept, and the
-// next request for exactly as many bytes (the next frame of a night, the next repeat of a benchmark, the
-// next map of the same size) takes it, resident. Kept buffers are bounded by the capacity (oldest given
-// back first); a request that fails frees every kept buffer and tries again, so the pool never makes an
+// Large host buffers kept for reuse (Image<T>::Recycled: a frame's pixels and mask). A 151 MP frame's
+// pixels and mask are 755 MB of fresh pages per frame; their first touch (the kernel's page faults and
+// zero-filling) cost more than the read's conversion itself. A buffer of at least kMinPooledBytes given
+// back here is kept, and the next request for exactly as many bytes (the next frame of a night, the next
+// repeat of a benchmark) takes it, resident. Kept buffers are bounded by the capacity (oldest given back
+// first); a request that fails frees every kept buffer and tries again, so the pool never makes an
 // allocation fail. Under AddressSanitizer nothing is kept (a use after free must still be seen).
 #include <cstddef>
 

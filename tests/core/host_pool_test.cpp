@@ -1,19 +1,38 @@
 // core/util/host_pool: large buffers given back are handed to the next request of the same size, within
-// the capacity (oldest evicted first); small ones are never kept; Image<T> allocates through it, a reused
-// buffer still a new image (a new serial).
+// the capacity (oldest evicted first); small ones are never kept; a Recycled Image<T> allocates through it
+// (a reused buffer still a new image: a new serial), other images do not; readFrame's pixels and mask are
+// recycled.
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstring>
+#include <string>
 
+#include "core/io/fits_image.hpp"
+#include "core/model/header.hpp"
 #include "core/model/image.hpp"
 #include "core/util/host_pool.hpp"
+#include "tests/test_support.hpp"
 
 using namespace gpuphot;
 
 namespace {
 
 constexpr std::size_t kBig = hostpool::kMinPooledBytes;
+
+struct Tmp : test::TempDir {
+    Tmp() : test::TempDir("gpuphot_host_pool_test") {}
+    std::string file(const std::string& n) const { return (path / n).string(); }
+};
+
+// A float frame whose pixel (x, y) is x + y * w.
+void writeFloatFrame(const std::string& path, int w, int h) {
+    Image<float> im(w, h, Image<float>::NoInit{});
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            im(x, y) = static_cast<float>(x + y * w);
+    writeFitsImage(path, im.view(), Header{});
+}
 
 // Restores the capacity and empties the pool around each test.
 class HostPool : public ::testing::Test {
@@ -86,25 +105,46 @@ TEST_F(HostPool, CapacityEvictsTheOldestFirst) {
     EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
 }
 
-TEST_F(HostPool, ImagesReuseAFreedImagesPixelsUnderANewSerial) {
+TEST_F(HostPool, RecycledImagesReuseAFreedImagesPixelsUnderANewSerial) {
     hostpool::setCapacity(8 * kBig);
     const int w = 2048, h = static_cast<int>(kBig / sizeof(float) / 2048); // exactly kBig bytes
     const float* pixels = nullptr;
     std::uint64_t serial = 0;
     {
-        Image<float> a(w, h, Image<float>::NoInit{});
+        Image<float> a(w, h, Image<float>::Recycled{});
         pixels = a.data();
         serial = a.serial();
         a(3, 4) = 7.0f;
     }
     EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
-    Image<float> b(w, h, 0.5f);
+    {
+        Image<float> plain(w, h, 0.5f); // not recycled: the kept buffer stays
+        EXPECT_NE(plain.data(), pixels);
+        EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    }
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u); // nor is it kept when freed
+    Image<float> b(w, h, Image<float>::Recycled{});
     EXPECT_EQ(b.data(), pixels);
     EXPECT_NE(b.serial(), serial);
-    EXPECT_EQ(b(3, 4), 0.5f);
-    Image<float> c = b; // a copy is its own buffer
+    Image<float> c = b; // a copy is its own buffer, not from the pool
     EXPECT_NE(c.data(), b.data());
-    EXPECT_EQ(c(3, 4), 0.5f);
     Image<float> moved = std::move(b);
     EXPECT_EQ(moved.data(), pixels);
+}
+
+TEST_F(HostPool, AFramesPixelsAndMaskAreRecycled) {
+    hostpool::setCapacity(8 * kBig);
+    Tmp t;
+    const std::string p = t.file("big.fits");
+    const int w = 2048, h = 2048; // pixels 16 MiB, mask 4 MiB (not pooled: under kMinPooledBytes)
+    writeFloatFrame(p, w, h);
+    const float* pixels = nullptr;
+    {
+        const Frame f = readFrame(p);
+        pixels = f.pixels.data();
+    }
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    const Frame again = readFrame(p);
+    EXPECT_EQ(again.pixels.data(), pixels);
+    EXPECT_EQ(again.pixels(5, 7), 5.0f + 7.0f * w);
 }
