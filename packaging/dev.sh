@@ -88,6 +88,13 @@ demo() {
 }
 
 run_tests() {
+  # The accuracy and series tests simulate nights of frames under /tmp (the 300-frame night alone about
+  # 1.5 GB); a full disk shows up as a CFITSIO write error in one of them, so say so first.
+  local free_kb
+  free_kb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $4}')
+  if [ "${free_kb:-0}" -lt 4194304 ]; then
+    echo "== warning: $((free_kb / 1024)) MiB free under ${TMPDIR:-/tmp}; the accuracy tests need about 4 GiB" >&2
+  fi
   local xvfb=()
   # -noreset: without it Xvfb resets whenever its last client leaves, and a GUI test that connects during
   # the reset fails with "could not connect to display" (seen once in CI with two tests in parallel).
