@@ -27,6 +27,25 @@ double evalPoly(const std::vector<double>& c, int order, double u, double v) {
     }
     return sum;
 }
+
+// evalPoly(a, ...) and evalPoly(b, ...) in one pass over the monomials: each sum takes the same terms in the
+// same order, so the results are those of the two calls, bit for bit.
+void evalPolyPair(const std::vector<double>& a, const std::vector<double>& b, int order, double u, double v,
+                  double& sa, double& sb) {
+    sa = 0.0;
+    sb = 0.0;
+    double up = 1.0;
+    for (int p = 0; p <= order; ++p) {
+        double vq = 1.0;
+        for (int q = 0; q + p <= order; ++q) {
+            const std::size_t k = static_cast<std::size_t>(p * (order + 1) + q);
+            sa += a[k] * up * vq;
+            sb += b[k] * up * vq;
+            vq *= v;
+        }
+        up *= u;
+    }
+}
 } // namespace
 
 bool tanProjectSinCos(double ra0, double sinDec0, double cosDec0, double ra, double sinDec, double cosDec,
@@ -77,6 +96,10 @@ void TanSip::setSipOrder(int order) {
 }
 
 void TanSip::distort(double u, double v, double& du, double& dv) const {
+    if (sipOrder > 0 && !a.empty() && !b.empty()) {
+        evalPolyPair(a, b, sipOrder, u, v, du, dv);
+        return;
+    }
     du = evalPoly(a, sipOrder, u, v);
     dv = evalPoly(b, sipOrder, u, v);
 }
@@ -104,8 +127,15 @@ void TanSip::standardToPixel(double xi, double eta, double& x, double& y) const 
     const double V = (-cd[1][0] * xi + cd[0][0] * eta) / det;
     double u = U, v = V;
     if (sipInvOrder > 0) {
-        u = U + evalPoly(ap, sipInvOrder, U, V);
-        v = V + evalPoly(bp, sipInvOrder, U, V);
+        double du = 0.0, dv = 0.0;
+        if (!ap.empty() && !bp.empty()) {
+            evalPolyPair(ap, bp, sipInvOrder, U, V, du, dv);
+        } else {
+            du = evalPoly(ap, sipInvOrder, U, V);
+            dv = evalPoly(bp, sipInvOrder, U, V);
+        }
+        u = U + du;
+        v = V + dv;
     }
     if (sipOrder > 0) {
         // Newton iterations on u + A(u,v) = U, v + B(u,v) = V (numerical Jacobian).

@@ -1,10 +1,12 @@
 // tanSipFromHeaderExact (core/wcs/tan_sip.hpp): the closed-form TAN / TAN-SIP that crossmatch uses instead of
 // WCSLIB must give WCSLIB's projections (within 1e-9 px) and must refuse every header it does not evaluate
 // the same way.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -146,5 +148,60 @@ TEST(TanSipExact, OtherProjectionsAndConventionsAreRefused) {
         Header h = base;
         h.remove("CRVAL2");
         EXPECT_FALSE(tanSipFromHeaderExact(h).has_value());
+    }
+}
+
+namespace {
+// SIP's polynomial as the FITS convention writes it, summed term by term in the order p, then q.
+double sipSum(const std::vector<double>& c, int order, double u, double v) {
+    double sum = 0.0, up = 1.0;
+    for (int p = 0; p <= order; ++p) {
+        double vq = 1.0;
+        for (int q = 0; q + p <= order; ++q) {
+            sum += c[static_cast<std::size_t>(p * (order + 1) + q)] * up * vq;
+            vq *= v;
+        }
+        up *= u;
+    }
+    return sum;
+}
+} // namespace
+
+// distort() evaluates A and B in one pass, and standardToPixel's start the inverse AP and BP: each must be
+// the polynomial summed term by term, bit for bit (catalogs and fitted WCS stay the same bytes).
+TEST(TanSipExact, BothPolynomialsInOnePassAreEachSumBitForBit) {
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> coef(-1e-6, 1e-6), at(-2500.0, 2500.0);
+    for (int order = 1; order <= 5; ++order) {
+        TanSip t = sampleWcs(order);
+        t.sipInvOrder = order;
+        t.ap.assign(t.a.size(), 0.0);
+        t.bp.assign(t.b.size(), 0.0);
+        for (std::size_t k = 0; k < t.a.size(); ++k) {
+            t.a[k] = coef(rng) / (1.0 + k * k);
+            t.b[k] = coef(rng) / (1.0 + k * k);
+            t.ap[k] = -t.a[k];
+            t.bp[k] = -t.b[k];
+        }
+        for (int i = 0; i < 2000; ++i) {
+            const double u = at(rng), v = at(rng);
+            double du = 0.0, dv = 0.0;
+            t.distort(u, v, du, dv);
+            ASSERT_EQ(du, sipSum(t.a, order, u, v)) << "order " << order;
+            ASSERT_EQ(dv, sipSum(t.b, order, u, v)) << "order " << order;
+        }
+        // Without A and B there are no Newton iterations: the pixel is the inverse polynomials' value.
+        TanSip inv = t;
+        inv.setSipOrder(0);
+        const double det = inv.cd[0][0] * inv.cd[1][1] - inv.cd[0][1] * inv.cd[1][0];
+        for (int i = 0; i < 200; ++i) {
+            const double xi = at(rng) * 3e-4, eta = at(rng) * 3e-4;
+            double x = 0.0, y = 0.0;
+            inv.standardToPixel(xi, eta, x, y);
+            const double U = (inv.cd[1][1] * xi - inv.cd[0][1] * eta) / det;
+            const double V = (-inv.cd[1][0] * xi + inv.cd[0][0] * eta) / det;
+            ASSERT_EQ(x, U + sipSum(inv.ap, order, U, V) + inv.crpix[0] - 1.0) << "order " << order;
+            ASSERT_EQ(y, V + sipSum(inv.bp, order, U, V) + inv.crpix[1] - 1.0) << "order " << order;
+        }
     }
 }
