@@ -32,19 +32,22 @@ double evalPoly(const std::vector<double>& c, int order, double u, double v) {
 // same order, so the results are those of the two calls, bit for bit.
 void evalPolyPair(const std::vector<double>& a, const std::vector<double>& b, int order, double u, double v,
                   double& sa, double& sb) {
-    sa = 0.0;
-    sb = 0.0;
+    double suma = 0.0, sumb = 0.0; // locals: sa and sb may alias the coefficients
+    const double* ca = a.data();
+    const double* cb = b.data();
     double up = 1.0;
     for (int p = 0; p <= order; ++p) {
         double vq = 1.0;
         for (int q = 0; q + p <= order; ++q) {
-            const std::size_t k = static_cast<std::size_t>(p * (order + 1) + q);
-            sa += a[k] * up * vq;
-            sb += b[k] * up * vq;
+            const int k = p * (order + 1) + q;
+            suma += ca[k] * up * vq;
+            sumb += cb[k] * up * vq;
             vq *= v;
         }
         up *= u;
     }
+    sa = suma;
+    sb = sumb;
 }
 } // namespace
 
