@@ -172,7 +172,7 @@ double sipSum(const std::vector<double>& c, int order, double u, double v) {
 TEST(TanSipExact, BothPolynomialsInOnePassAreEachSumBitForBit) {
     std::mt19937_64 rng(11);
     std::uniform_real_distribution<double> coef(-1e-6, 1e-6), at(-2500.0, 2500.0);
-    for (int order = 1; order <= 5; ++order) {
+    for (int order = 2; order <= 5; ++order) { // sampleWcs sets terms of order 2 and 3
         TanSip t = sampleWcs(order);
         t.sipInvOrder = order;
         t.ap.assign(t.a.size(), 0.0);
