@@ -616,9 +616,8 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
     int anynul = 0;
     const bool integerData = rawBitpix > 0;
     const std::uint8_t nullBits = integerData ? (MaskBad | MaskNonFinite) : MaskNonFinite;
-    const double saturation = frame.instrument.saturation;
+    const RawMaskRule rule{frame.instrument.saturation, nullBits, MaskSaturated};
     if (raw) {
-        const RawMaskRule rule{saturation, nullBits, MaskSaturated};
         RawChunkSink* const to = sink && sink->begin(*raw, w, h, rule) ? sink : nullptr;
         readRawImage(path, *raw, frame.pixels.data(), 0, 0, to, frame.mask.data(), rule);
     } else
@@ -635,7 +634,6 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
     }
 
     if (!raw) { // the raw read masks each chunk as it converts it
-        const RawMaskRule rule{saturation, nullBits, MaskSaturated};
         const std::size_t n = static_cast<std::size_t>(npix), piece = std::size_t(1) << 20;
         const long long pieces = static_cast<long long>((n + piece - 1) / piece);
 #pragma omp parallel for schedule(static)

@@ -39,7 +39,7 @@ struct Pool {
     std::vector<Kept> kept; // oldest first
     std::size_t keptBytes = 0;
     std::size_t capacity = defaultCapacity();
-    std::size_t reused = 0, fresh = 0;
+    std::size_t reused = 0;
 
     // Removes the oldest kept buffers until `room` more bytes fit; returns them (freed by the caller,
     // outside the lock).
@@ -77,7 +77,6 @@ void* takeKept(std::size_t bytes) {
             ++P.reused;
             return p;
         }
-    ++P.fresh;
     return nullptr;
 }
 
@@ -120,7 +119,7 @@ void release(void* p, std::size_t bytes) noexcept {
 Stats stats() {
     Pool& P = pool();
     std::lock_guard lock(P.m);
-    return {P.kept.size(), P.keptBytes, P.capacity, P.reused, P.fresh};
+    return {P.kept.size(), P.keptBytes, P.capacity, P.reused};
 }
 
 void setCapacity(std::size_t bytes) {

@@ -23,7 +23,6 @@ struct Stats {
     std::size_t keptBytes = 0;
     std::size_t capacity = 0;
     std::size_t reused = 0; // requests served by a kept buffer, since the start of the process
-    std::size_t fresh = 0;  // requests of at least kMinPooledBytes served by the allocator
 };
 Stats stats();
 

@@ -13,39 +13,38 @@ namespace gpuphot {
 namespace {
 constexpr double kDeg = std::numbers::pi / 180.0;
 
-double evalPoly(const std::vector<double>& c, int order, double u, double v) {
-    if (order <= 0 || c.empty()) return 0.0;
-    double sum = 0.0;
+// Calls term(k, up, vq) for SIP's monomials u^p v^q (p + q <= order) in the order p, then q: k the
+// coefficient's index p * (order + 1) + q, up = u^p and vq = v^q as the running products make them. Every
+// sum below adds c[k] * up * vq in this order, so one polynomial or two at once give the same bits.
+template <class Term> void forEachMonomial(int order, double u, double v, Term&& term) {
     double up = 1.0;
     for (int p = 0; p <= order; ++p) {
         double vq = 1.0;
         for (int q = 0; q + p <= order; ++q) {
-            sum += c[p * (order + 1) + q] * up * vq;
+            term(p * (order + 1) + q, up, vq);
             vq *= v;
         }
         up *= u;
     }
+}
+
+double evalPoly(const std::vector<double>& c, int order, double u, double v) {
+    if (order <= 0 || c.empty()) return 0.0;
+    double sum = 0.0;
+    forEachMonomial(order, u, v, [&](int k, double up, double vq) { sum += c[k] * up * vq; });
     return sum;
 }
 
-// evalPoly(a, ...) and evalPoly(b, ...) in one pass over the monomials: each sum takes the same terms in the
-// same order, so the results are those of the two calls, bit for bit.
+// evalPoly(a, ...) and evalPoly(b, ...) in one pass over the monomials (the same bits as the two calls).
 void evalPolyPair(const std::vector<double>& a, const std::vector<double>& b, int order, double u, double v,
                   double& sa, double& sb) {
     double suma = 0.0, sumb = 0.0; // locals: sa and sb may alias the coefficients
     const double* ca = a.data();
     const double* cb = b.data();
-    double up = 1.0;
-    for (int p = 0; p <= order; ++p) {
-        double vq = 1.0;
-        for (int q = 0; q + p <= order; ++q) {
-            const int k = p * (order + 1) + q;
-            suma += ca[k] * up * vq;
-            sumb += cb[k] * up * vq;
-            vq *= v;
-        }
-        up *= u;
-    }
+    forEachMonomial(order, u, v, [&](int k, double up, double vq) {
+        suma += ca[k] * up * vq;
+        sumb += cb[k] * up * vq;
+    });
     sa = suma;
     sb = sumb;
 }
