@@ -23,6 +23,7 @@
 #include <glob.h>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <poll.h>
@@ -722,6 +723,7 @@ struct FrameReducer::Work {
     ReduceOptions options; // the task's (or the reducer's), with this frame's Tycho-2 cut as reference
     ReferenceCatalog tycho2;
     std::optional<LoadedFrame> loaded;
+    std::unique_ptr<FrameInFlight> started; // the stages ran; the host-only finish may be left
     std::optional<ComputedFrame> computed;
     std::vector<ExposureExtension> exposure; // a mosaic exposure: its CCDs (reduced and written in compute)
     std::optional<ReduceSummary> exposureSummary;
@@ -748,6 +750,7 @@ template <class F> void runPhase(FrameReducer::Work& w, const char* phase, F&& b
         throw;
     } catch (const std::bad_alloc& e) {
         w.loaded.reset();
+        w.started.reset();
         w.computed.reset();
         std::string step = takeFailedStage();
         if (step.empty()) step = phase;
@@ -756,6 +759,7 @@ template <class F> void runPhase(FrameReducer::Work& w, const char* phase, F&& b
     } catch (const std::exception& e) {
         w.line = frameStatusFailed(w.task.frame, e.what(), exitCodeFor(e));
         w.loaded.reset();
+        w.started.reset();
         w.computed.reset();
     }
 }
@@ -816,10 +820,16 @@ void FrameReducer::compute(Work& w, RunContext& ctx) {
             m_state->giveContexts(extra);
             return;
         }
-        w.computed = computeFramePhase(std::move(*w.loaded), w.options, ctx);
+        w.started = startFramePhase(std::move(*w.loaded), w.options, ctx);
         w.loaded.reset();
     });
     timelineMark("frame reduced");
+}
+
+void FrameReducer::finish(Work& w) {
+    runPhase(w, "calibration", [&] {
+        if (w.started) w.computed = finishFramePhase(std::move(w.started), w.options);
+    });
 }
 
 nlohmann::json FrameReducer::write(Work& w) {
@@ -842,6 +852,7 @@ nlohmann::json FrameReducer::write(Work& w) {
 nlohmann::json FrameReducer::process(FrameTask task) {
     const auto w = load(std::move(task));
     compute(*w);
+    finish(*w);
     {
         auto t = m_state->ctx.time("write");
         return write(*w);
@@ -869,18 +880,22 @@ struct FramePipeline::Impl {
     Done done;
     mutable std::mutex mu;
     std::condition_variable cv;
-    std::deque<Item> toRead, toCompute, toWrite;
+    std::deque<Item> toRead, toCompute, toFinish;
+    std::map<std::size_t, Item> toWrite; // finished frames by ticket: the writer takes them in order
     std::size_t ahead = 0; // submitted, not yet taken by the stages
+    std::size_t afterStages = 0; // out of the stages, not yet taken by the writer (toFinish .. toWrite)
     std::size_t submitted = 0, delivered = 0;
     std::size_t nextHandOff = 0;   // ticket of the next frame for the writer (frames go to it in order)
     std::size_t computersLeft = 0; // compute threads that have not seen the end of input
-    bool closing = false, readerDone = false, computeDone = false, stopped = false, finished = false;
+    std::size_t finishersLeft = 0; // finishing threads that have not seen the end of the stages
+    bool closing = false, readerDone = false, computeDone = false, finishDone = false, stopped = false,
+         finished = false;
     bool dropWaiting = false; // finishStarted(): frames not yet in their stages are dropped
     std::exception_ptr error;
     std::vector<RunContext> contexts;  // of compute threads 1..K-1 (thread 0 uses the reducer's)
     std::optional<int> reducerThreads; // the reducer's context's thread count before its share
     std::thread reader, writer;
-    std::vector<std::thread> computers;
+    std::vector<std::thread> computers, finishers;
 
     Impl(FrameReducer& r, int p, Done d, int k)
         : reducer(r), prefetch(p), concurrent(k), threaded(p > 0 || k > 1),
@@ -923,8 +938,8 @@ struct FramePipeline::Impl {
             cv.notify_all();
         }
     }
-    // One of the K compute threads. Frames are taken in ticket order, so the frame the writer needs next
-    // is always held by some compute thread: handing on in order cannot deadlock.
+    // One of the K compute threads. Frames are taken in ticket order, so the writer's next frame is always
+    // past the stages or held by a compute thread, which may always hand it on: the order cannot deadlock.
     void computeLoop(RunContext& ctx) {
         const OmpThreadLimit limit(ctx.threadCount()); // regions that name no count: this context's share
         try {
@@ -956,25 +971,66 @@ struct FramePipeline::Impl {
                 return;
             }
             std::unique_lock lock(mu);
-            // In submission order, and one frame waits for the writer at most: a slow disk holds the stages,
-            // not memory (at most K computed frames are held).
-            cv.wait(lock, [&] { return stopped || (item.ticket == nextHandOff && toWrite.empty()); });
+            // At most K + 1 frames between the stages and the writer: a slow finish or disk holds the stages,
+            // not memory. The writer's next frame always passes (the frames ahead of the writer wait for it).
+            cv.wait(lock, [&] {
+                return stopped || afterStages <= static_cast<std::size_t>(concurrent) ||
+                       item.ticket == nextHandOff;
+            });
             if (stopped) return;
-            toWrite.push_back(std::move(item));
-            ++nextHandOff;
+            ++afterStages;
+            toFinish.push_back(std::move(item));
             cv.notify_all();
         }
     }
+    // One of the K finishing threads: the host-only rest of a frame's reduction (FrameReducer::finish), the
+    // writer's next frame first. A finished frame waits in toWrite, so no finishing thread waits for order.
+    void finishLoop(int threads) {
+        const OmpThreadLimit limit(threads);
+        for (;;) {
+            Item item;
+            {
+                std::unique_lock lock(mu);
+                cv.wait(lock, [&] { return stopped || computeDone || !toFinish.empty(); });
+                if (stopped) return;
+                if (toFinish.empty()) {
+                    if (--finishersLeft == 0) finishDone = true;
+                    cv.notify_all();
+                    return;
+                }
+                const auto first =
+                    std::min_element(toFinish.begin(), toFinish.end(),
+                                     [](const Item& a, const Item& b) { return a.ticket < b.ticket; });
+                item = std::move(*first);
+                toFinish.erase(first);
+            }
+            try {
+                reducer.finish(*item.work);
+            } catch (...) {
+                fail(std::current_exception());
+                return;
+            }
+            std::lock_guard lock(mu);
+            const std::size_t ticket = item.ticket;
+            toWrite.emplace(ticket, std::move(item));
+            cv.notify_all();
+        }
+    }
+    // Frames are written in ticket order: the tickets past the stages are a gapless run (finishStarted drops
+    // only frames not yet in their stages, whose tickets are higher).
     void writeLoop() {
         for (;;) {
             Item item;
             {
                 std::unique_lock lock(mu);
-                cv.wait(lock, [&] { return stopped || computeDone || !toWrite.empty(); });
+                cv.wait(lock, [&] { return stopped || finishDone || toWrite.contains(nextHandOff); });
                 if (stopped) return;
-                if (toWrite.empty()) return;
-                item = std::move(toWrite.front());
-                toWrite.pop_front();
+                const auto next = toWrite.find(nextHandOff);
+                if (next == toWrite.end()) return;
+                item = std::move(next->second);
+                toWrite.erase(next);
+                ++nextHandOff;
+                --afterStages;
                 cv.notify_all();
             }
             try {
@@ -994,6 +1050,8 @@ struct FramePipeline::Impl {
         if (reader.joinable()) reader.join();
         for (std::thread& t : computers)
             if (t.joinable()) t.join();
+        for (std::thread& t : finishers)
+            if (t.joinable()) t.join();
         if (writer.joinable()) writer.join();
     }
 };
@@ -1012,10 +1070,13 @@ FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int
         for (RunContext& c : m->contexts)
             c.threads = threadShare(c, m->concurrent);
         m->computersLeft = static_cast<std::size_t>(m->concurrent);
+        m->finishersLeft = static_cast<std::size_t>(m->concurrent);
         m->reader = std::thread([this] { m->readLoop(); });
         m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });
         for (RunContext& ctx : m->contexts)
             m->computers.emplace_back([this, &ctx] { m->computeLoop(ctx); });
+        for (int k = 0; k < m->concurrent; ++k)
+            m->finishers.emplace_back([this, n = m->reducer.context().threadCount()] { m->finishLoop(n); });
         m->writer = std::thread([this] { m->writeLoop(); });
     }
 }

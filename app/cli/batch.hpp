@@ -95,6 +95,10 @@ public:
     // on different threads, each thread with its own context. The shared inputs (options, reference
     // catalog, targets, master frames) are only read (the masters' median cache takes a lock).
     void compute(Work& work, RunContext& ctx);
+    // What compute left of the frame's reduction: the host-only end of the calibration, the catalog table
+    // and the report (reduce.hpp, finishFramePhase); no RunContext: any thread, while the context that
+    // computed it takes the next frame.
+    void finish(Work& work);
     nlohmann::json write(Work& work);
 
 private:
@@ -110,10 +114,11 @@ private:
 // thread, after the frame's outputs are complete. The catalogs are the bytes the sequential reducer
 // writes. `concurrent` K > 1: K compute threads take the loaded frames in order, each with a RunContext of
 // its own (the reducer's, then makeContext()'s: own CUDA stream and pool, the GPU shared), so the host
-// parts of K frames' stages overlap; frames are handed to the writer in submission order (a thread that
-// finishes early holds its frame until the ones before it are handed on). Up to prefetch + K - 1 frames
-// wait ahead of the stages (K = 1: `prefetch`). prefetch 0 and K 1: no threads, each frame runs start to
-// end inside submit().
+// parts of K frames' stages overlap. K finishing threads do what a frame's stages leave to the host
+// (FrameReducer::finish: on the CUDA backend the end of the calibration, the catalog table and the report)
+// while its compute thread takes the next frame; at most K + 1 frames wait between the stages and the
+// writer, which takes them in submission order. Up to prefetch + K - 1 frames wait ahead of the stages
+// (K = 1: `prefetch`). prefetch 0 and K 1: no threads, each frame runs start to end inside submit().
 class FramePipeline {
 public:
     using Done = std::function<void(std::size_t ticket, nlohmann::json line)>;

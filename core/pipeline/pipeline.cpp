@@ -637,6 +637,7 @@ public:
                const ReferenceCatalog& reference, StarsAhead stars) {
         m_ctx = fitContext(ctx, 0);
         const bool match = ctx.tuning.calibrationBeside || ctx.backend != Backend::Cuda;
+        m_match = match;
         m_result =
             std::async(std::launch::async, [this, &frame, &config, &s, &reference, match,
                                             stars = std::move(stars), fwhm = m_fwhm.get_future()]() mutable {
@@ -661,6 +662,8 @@ public:
             });
     }
     bool started() const { return m_result.valid(); }
+    // Started, and the reference match comes with it: what is left of the calibration is a host fit.
+    bool hostOnly() const { return started() && m_match; }
     void setFwhm(double fwhm) {
         if (!m_result.valid() || m_fwhmSet) return;
         m_fwhm.set_value(fwhm);
@@ -676,6 +679,7 @@ private:
     RunContext m_ctx;
     std::promise<double> m_fwhm;
     bool m_fwhmSet = false;
+    bool m_match = false;
     std::future<Taken> m_result;
 };
 
@@ -767,9 +771,12 @@ void runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& c
     runPipelineUntil(frame, config, ctx, r, first, Stage::Done, reference);
 }
 
-void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
-                      Stage first, Stage stop, const ReferenceCatalog* reference) {
-    if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
+namespace {
+// runPipelineUntil's stages before the calibration, the calibration started beside them in `early` when the
+// run goes on to it.
+void stagesBeforeCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                             PipelineResult& r, Stage first, Stage stop, const ReferenceCatalog* reference,
+                             EarlyCalibration& early) {
     const ImageView image = frame.view();
     const MaskView mask = frame.maskView();
     // Lean maps (both backends): the background stage keeps the mesh grid only and the host stages
@@ -788,7 +795,6 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
 
     if (first <= Stage::Background && Stage::Background < stop) backgroundStage(ctx, r, estimate);
     if (first <= Stage::Detection && Stage::Detection < stop) detectionStage(frame, config, ctx, r, estimate);
-    EarlyCalibration early;
     if (beside && r.detection.sources.size() > 0)
         early.start(frame, config, ctx, r.detection.sources, *reference, stars);
     if (first <= Stage::Psf && Stage::Psf < stop) psfStage(frame, config, ctx, r);
@@ -799,8 +805,42 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
         apertureStage(frame, config, ctx, r, r.detection);
         r.completed = Stage::Calibration;
     }
+}
+} // namespace
+
+void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                      Stage first, Stage stop, const ReferenceCatalog* reference) {
+    if (static_cast<int>(first) > static_cast<int>(r.completed)) first = r.completed;
+    EarlyCalibration early;
+    stagesBeforeCalibration(frame, config, ctx, r, first, stop, reference, early);
     if (first <= Stage::Calibration && Stage::Calibration < stop)
         calibrationStage(frame, config, ctx, r, reference, early);
+}
+
+struct PendingCalibration::Impl {
+    EarlyCalibration early;
+};
+PendingCalibration::PendingCalibration() = default;
+PendingCalibration::~PendingCalibration() = default;
+PendingCalibration::PendingCalibration(PendingCalibration&&) noexcept = default;
+PendingCalibration& PendingCalibration::operator=(PendingCalibration&&) noexcept = default;
+bool PendingCalibration::hostOnly() const {
+    return m && m->early.hostOnly();
+}
+
+PendingCalibration runPipelineToCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                            PipelineResult& r, const ReferenceCatalog* reference) {
+    PendingCalibration pending;
+    pending.m = std::make_unique<PendingCalibration::Impl>();
+    stagesBeforeCalibration(frame, config, ctx, r, Stage::Background, Stage::Done, reference,
+                            pending.m->early);
+    return pending;
+}
+
+void finishCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx, PipelineResult& r,
+                       const ReferenceCatalog* reference, PendingCalibration pending) {
+    if (!pending.m) pending.m = std::make_unique<PendingCalibration::Impl>();
+    calibrationStage(frame, config, ctx, r, reference, pending.m->early);
 }
 
 PipelineResult runPipeline(const Frame& frame, const PipelineConfig& config, RunContext& ctx,

@@ -74,6 +74,41 @@ void runPipelineUntil(const Frame& frame, const PipelineConfig& config, RunConte
                       PipelineResult& result, Stage first, Stage stop,
                       const ReferenceCatalog* reference = nullptr);
 
+// The calibration of a run stopped before it by runPipelineToCalibration: already under way on a host
+// thread (the CUDA backend starts the astrometry and the reference match beside the device stages), or not
+// started. Destroying an unfinished one abandons it and waits for its thread.
+class PendingCalibration {
+public:
+    PendingCalibration();
+    ~PendingCalibration();
+    PendingCalibration(PendingCalibration&&) noexcept;
+    PendingCalibration& operator=(PendingCalibration&&) noexcept;
+    // Whether finishing it takes the host only: the astrometry and the reference match run beside, and
+    // the zero point is a host fit. Then finishCalibration may run on another thread, with a context that
+    // has no device state, while the run's context takes the next frame.
+    bool hostOnly() const;
+
+    struct Impl;
+
+private:
+    friend PendingCalibration runPipelineToCalibration(const Frame&, const PipelineConfig&, RunContext&,
+                                                       PipelineResult&, const ReferenceCatalog*);
+    friend void finishCalibration(const Frame&, const PipelineConfig&, RunContext&, PipelineResult&,
+                                  const ReferenceCatalog*, PendingCalibration);
+    std::unique_ptr<Impl> m;
+};
+
+// runPipeline's stages from the background to the apertures with `ctx`; the calibration is left pending.
+// `frame`, `config`, `result` and `reference` must stay where they are until it is finished or destroyed
+// (a thread may be reading them). runPipelineToCalibration then finishCalibration gives runPipeline's
+// result bit for bit, and the same stage records in the same order.
+PendingCalibration runPipelineToCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                                            PipelineResult& result, const ReferenceCatalog* reference);
+// The calibration stage (stage 5) of such a run, with `ctx`: the run's, or a host context when
+// pending.hostOnly() (its records receive the calibration's).
+void finishCalibration(const Frame& frame, const PipelineConfig& config, RunContext& ctx,
+                       PipelineResult& result, const ReferenceCatalog* reference, PendingCalibration pending);
+
 // An earlier PSF model applied to a new source list (a provisional result): the model (spatial
 // polynomials, ePSF grid, median FWHM) as it was; per source the model's FWHM, ellipticity and angle at the
 // new positions; PSF fluxes NaN (not measured) and no PSF-star flags (the stars belong to the old list).

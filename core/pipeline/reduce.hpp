@@ -18,6 +18,7 @@
 #include "core/pipeline/pipeline_config.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/stages/aperture/forced_photometry.hpp"
+#include "core/stages/prepare/prepare.hpp"
 
 namespace gpuphot {
 
@@ -97,6 +98,25 @@ struct ComputedFrame {
     ReduceSummary summary; // everything but the outputs; seconds: read + compute
 };
 ComputedFrame computeFramePhase(LoadedFrame&& loaded, const ReduceOptions& options, RunContext& ctx);
+
+// computeFramePhase in two steps, finishFramePhase(startFramePhase(...)), the same bytes: the start runs the
+// stages up to the apertures with `ctx`; what is left (the calibration's end, the catalog table and the
+// report) needs the host only when the calibration runs beside the device stages and no --targets are
+// measured. Then it is left to finishFramePhase, which may run on another thread while `ctx` takes the
+// next frame; otherwise the start does it with `ctx` and the finish only hands the frame on.
+struct FrameInFlight {
+    ComputedFrame out;      // at a fixed address: the calibration's thread reads its frame and detections
+    ReferenceCatalog moved; // the reference at the frame's epoch when the catalog has proper motions
+    const ReferenceCatalog* reference = nullptr;
+    PrepareResult prepared;
+    PendingCalibration calibration;
+    RunContext host; // the run's settings and stage records without its device state: the finish's context
+    bool finished = false;
+    double seconds = 0.0; // read and start
+};
+std::unique_ptr<FrameInFlight> startFramePhase(LoadedFrame&& loaded, const ReduceOptions& options,
+                                               RunContext& ctx);
+ComputedFrame finishFramePhase(std::unique_ptr<FrameInFlight> frame, const ReduceOptions& options);
 
 // 3. Write: the outputs through the atomic temporary+rename path, the report last (nothing when
 //    options.write is false). Host and file system only: safe on another thread. Returns the summary with

@@ -6,16 +6,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/catalog/reference_catalog.hpp"
 #include "core/pipeline/pipeline.hpp"
+#include "core/pipeline/reduce.hpp"
 #include "core/pipeline/run_context.hpp"
 #include "core/sim/sim_frame.hpp"
 #include "core/sim/simulator.hpp"
 #include "tests/core/test_fields.hpp"
+#include "tests/same_table.hpp"
 
 using namespace gpuphot;
 
@@ -98,4 +102,81 @@ TEST(CalibrationBeside, APsfStageThatFailsReleasesTheThreadBesideIt) {
     ctx.records.clear();
     const PipelineResult r = runPipeline(f.frame, config, ctx, &f.ref);
     EXPECT_TRUE(r.zeropoint.ok) << r.zeropoint.message;
+}
+
+namespace {
+
+LoadedFrame loadedOf(const Frame& frame, const std::string& path) {
+    LoadedFrame l;
+    l.path = path;
+    l.frame = frame;
+    l.read.stage = "read";
+    return l;
+}
+
+std::vector<std::string> reportStages(const ComputedFrame& c) {
+    std::vector<std::string> v;
+    for (const auto& s : c.summary.report.at("stages"))
+        v.push_back(s.at("stage").get<std::string>());
+    return v;
+}
+
+} // namespace
+
+// A frame whose stages are done leaves the rest of its reduction (the end of the calibration, the catalog,
+// the report) to a host context: here finished on another thread after the same context has run the next
+// frame's stages. Both catalogs are the bytes of the frames reduced one after the other, with the same
+// stage records in the same order.
+TEST(CalibrationBeside, AFrameFinishedOnAnotherThreadGivesTheSequentialCatalog) {
+    const Field f = field();
+    SimParams sp;
+    sp.width = sp.height = 1024;
+    sp.stars = 1500;
+    sp.seed = 47;
+    sp.wcsOffset = 0.1;
+    const Frame second = frameFromSimulation(simulateField(sp));
+    ReduceOptions options;
+    options.write = false;
+    options.reference = &f.ref;
+    RunContext ctx;
+    ctx.threads = 2;
+    ctx.testHooks.calibrationBeside = true;
+    const ComputedFrame a = computeFramePhase(loadedOf(f.frame, "a.fits"), options, ctx);
+    const ComputedFrame b = computeFramePhase(loadedOf(second, "b.fits"), options, ctx);
+    ASSERT_TRUE(a.result.zeropoint.ok) << a.result.zeropoint.message;
+
+    std::unique_ptr<FrameInFlight> startedA = startFramePhase(loadedOf(f.frame, "a.fits"), options, ctx);
+    ASSERT_FALSE(startedA->finished); // the calibration runs beside: the rest is left to the host
+    std::unique_ptr<FrameInFlight> startedB = startFramePhase(loadedOf(second, "b.fits"), options, ctx);
+    std::optional<ComputedFrame> a2;
+    std::thread finisher([&] { a2 = finishFramePhase(std::move(startedA), options); });
+    const ComputedFrame b2 = finishFramePhase(std::move(startedB), options);
+    finisher.join();
+    ASSERT_TRUE(a2.has_value());
+    test::expectSameTable(a.catalog, a2->catalog);
+    test::expectSameTable(b.catalog, b2.catalog);
+    EXPECT_EQ(a.result.zeropoint.zp, a2->result.zeropoint.zp);
+    EXPECT_EQ(reportStages(a), reportStages(*a2));
+    EXPECT_EQ(reportStages(b), reportStages(b2));
+    EXPECT_EQ(a2->summary.frame, "a.fits");
+}
+
+// Without the calibration beside (the CPU backend's default) or with targets to measure on the run's
+// context, the start does everything and the finish only hands the frame on.
+TEST(CalibrationBeside, TheStartFinishesWhatNeedsTheRunsContext) {
+    const Field f = field();
+    ReduceOptions options;
+    options.write = false;
+    options.reference = &f.ref;
+    RunContext ctx;
+    ctx.threads = 2;
+    EXPECT_TRUE(startFramePhase(loadedOf(f.frame, "a.fits"), options, ctx)->finished);
+    ctx.testHooks.calibrationBeside = true;
+    TargetList targets;
+    targets.path = "targets.csv";
+    options.targets = &targets;
+    std::unique_ptr<FrameInFlight> started = startFramePhase(loadedOf(f.frame, "a.fits"), options, ctx);
+    EXPECT_TRUE(started->finished);
+    const ComputedFrame c = finishFramePhase(std::move(started), options);
+    EXPECT_TRUE(c.targets.has_value());
 }

@@ -26,6 +26,7 @@
 #include "kernels/device_context.hpp"
 #include "kernels/frame_upload.hpp"
 #include "tests/kernels/cuda_test_util.hpp"
+#include "tests/same_table.hpp"
 
 namespace gpuphot {
 namespace {
@@ -286,28 +287,6 @@ TEST(RawUpload, SecondConcurrentReadKeepsTheHostPath) {
     fs::remove_all(dir);
 }
 
-// Every column of two catalogs, bitwise.
-void expectSameTable(const Table& a, const Table& b) {
-    ASSERT_EQ(a.columns().size(), b.columns().size());
-    ASSERT_EQ(a.rows(), b.rows());
-    for (std::size_t k = 0; k < a.columns().size(); ++k) {
-        const Column& ca = a.columns()[k];
-        const Column& cb = b.columns()[k];
-        ASSERT_EQ(ca.name, cb.name);
-        ASSERT_EQ(ca.data.index(), cb.data.index()) << ca.name;
-        std::visit(
-            [&](const auto& va) {
-                using V = std::decay_t<decltype(va)>;
-                const V& vb = std::get<V>(cb.data);
-                if constexpr (std::is_same_v<V, std::vector<std::string>>)
-                    EXPECT_EQ(va, vb) << ca.name;
-                else
-                    EXPECT_TRUE(cudatest::sameVec(va, vb, ca.name));
-            },
-            ca.data);
-    }
-}
-
 struct EnvGuard {
     EnvGuard(const char* name, const char* value) : n(name) { ::setenv(name, value, 1); }
     ~EnvGuard() { ::unsetenv(n); }
@@ -380,9 +359,9 @@ TEST(RawUpload, PipelineCatalogUnchangedOnOffAndCompressed) {
     tCpu = run(plain, cpu, true, false); // read with the upload (armed), dropped by the CPU backend
     tPacked = run(packed, onPacked, false, true);
     EXPECT_GT(tOn.rows(), 100u);
-    expectSameTable(tOn, tOff);
-    expectSameTable(tOn, tCpu);
-    expectSameTable(tOn, tPacked);
+    test::expectSameTable(tOn, tOff);
+    test::expectSameTable(tOn, tCpu);
+    test::expectSameTable(tOn, tPacked);
     armRawUpload(false);
     fs::remove_all(dir);
 }
@@ -489,7 +468,7 @@ TEST(RawUpload, SmallGpuMemLimitKeepsTheReadWithinTheBudget) {
         bool uploaded = false;
         const Table t = reduceOnce(path, g, &uploaded);
         EXPECT_EQ(uploaded, l.uploaded);
-        expectSameTable(ref, t);
+        test::expectSameTable(ref, t);
         ASSERT_FALSE(g.records.empty());
         for (const StageRecord& r : g.records) {
             SCOPED_TRACE(r.stage);
@@ -619,7 +598,7 @@ TEST(RawUpload, PipelineWithInjectedAllocationFailures) {
         (void)cuda::DeviceContext::of(g);
         const std::size_t before = cuda::rawUploadAllocations();
         bool uploaded = false;
-        expectSameTable(ref, reduceOnce(path, g, &uploaded));
+        test::expectSameTable(ref, reduceOnce(path, g, &uploaded));
         ASSERT_TRUE(uploaded);
         count = cuda::rawUploadAllocations() - before;
     }
@@ -638,7 +617,7 @@ TEST(RawUpload, PipelineWithInjectedAllocationFailures) {
         EXPECT_FALSE(uploaded);
         EXPECT_EQ(cuda::rawUploadFailAfter(), 0u);
         cuda::setRawUploadFailAfter(0);
-        expectSameTable(ref, t);
+        test::expectSameTable(ref, t);
         EXPECT_EQ(cuda::heldOutside(dc.device()), 0u);
         EXPECT_EQ(leftOver(dc), 0u);
         if (::testing::Test::HasFailure()) break;
@@ -653,7 +632,7 @@ TEST(RawUpload, PipelineWithInjectedAllocationFailures) {
         ASSERT_NO_THROW(t = reduceOnce(path, g, &uploaded));
         EXPECT_TRUE(uploaded);
         EXPECT_EQ(dc.failAfter(), 0u);
-        expectSameTable(ref, t);
+        test::expectSameTable(ref, t);
         EXPECT_EQ(cuda::heldOutside(dc.device()), 0u);
         EXPECT_EQ(leftOver(dc), 0u);
     }
