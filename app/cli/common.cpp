@@ -85,6 +85,7 @@ RunContext makeRunContext(const CommonOptions& opts) {
     }();
     ctx.tuning = tuning;
     ctx.testHooks.cudaFailAfterAllocs = cliTestHooks().cudaFailAfterAllocs;
+    ctx.testHooks.calibrationBeside = cliTestHooks().calibrationBeside;
     return ctx;
 }
 

@@ -14,6 +14,7 @@ struct CliTestHooks {
     std::size_t cudaFailAfterAllocs = 0; // GPUPHOT_TEST_CUDA_FAIL_ALLOC: RunContext::testHooks
     long dbKillAfterRows = 0;        // GPUPHOT_TEST_DB_KILL_AFTER_ROWS: SIGKILL inside a frame's database write
     long dbMaxPageCount = 0;         // GPUPHOT_TEST_DB_MAX_PAGES: a SQLite store "full" at that many pages
+    bool calibrationBeside = false;  // GPUPHOT_TEST_CALIBRATION_BESIDE=1: RunContext::testHooks (CPU backend)
 };
 
 const CliTestHooks& cliTestHooks();

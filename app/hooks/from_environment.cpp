@@ -23,6 +23,7 @@ const CliTestHooks& cliTestHooks() {
         h.cudaFailAfterAllocs = n > 0 ? static_cast<std::size_t>(n) : 0;
         h.dbKillAfterRows = std::atol(text("GPUPHOT_TEST_DB_KILL_AFTER_ROWS").c_str());
         h.dbMaxPageCount = std::atol(text("GPUPHOT_TEST_DB_MAX_PAGES").c_str());
+        h.calibrationBeside = text("GPUPHOT_TEST_CALIBRATION_BESIDE") == "1";
         return h;
     }();
     return hooks;
