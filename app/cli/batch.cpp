@@ -866,6 +866,14 @@ nlohmann::json FrameReducer::process(const std::string& frame, bool force) {
     return process(std::move(task));
 }
 
+namespace {
+// `-v`: where each frame of a pipelined run is (its ticket and phase), for the timeline.
+void markFrame(std::size_t ticket, const char* what) {
+    if (!timelineEnabled()) return;
+    timelineMark(("frame " + std::to_string(ticket) + " " + what).c_str());
+}
+} // namespace
+
 struct FramePipeline::Impl {
     struct Item {
         std::size_t ticket = 0;
@@ -923,7 +931,9 @@ struct FramePipeline::Impl {
                 toRead.pop_front();
             }
             try {
+                markFrame(item.ticket, "read starts");
                 item.work = reducer.load(std::move(item.task));
+                markFrame(item.ticket, "read");
             } catch (...) {
                 fail(std::current_exception());
                 return;
@@ -965,7 +975,9 @@ struct FramePipeline::Impl {
                 cv.notify_all();
             }
             try {
+                markFrame(item.ticket, "stages start");
                 reducer.compute(*item.work, ctx);
+                markFrame(item.ticket, "stages done");
             } catch (...) {
                 fail(std::current_exception());
                 return;
@@ -1005,7 +1017,9 @@ struct FramePipeline::Impl {
                 toFinish.erase(first);
             }
             try {
+                markFrame(item.ticket, "finish starts");
                 reducer.finish(*item.work);
+                markFrame(item.ticket, "finished");
             } catch (...) {
                 fail(std::current_exception());
                 return;
@@ -1034,7 +1048,9 @@ struct FramePipeline::Impl {
                 cv.notify_all();
             }
             try {
+                markFrame(item.ticket, "write starts");
                 nlohmann::json line = reducer.write(*item.work);
+                markFrame(item.ticket, "written");
                 item.work.reset();
                 done(item.ticket, std::move(line));
             } catch (...) {
