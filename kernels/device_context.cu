@@ -25,9 +25,8 @@ std::size_t freeBytes() {
 
 } // namespace
 
-DeviceContext::DeviceContext(std::size_t budget, int waitFlag) {
+DeviceContext::DeviceContext(std::size_t budget) {
     GPUPHOT_CUDA_CHECK(cudaGetDevice(&m_device));
-    if (waitFlag != 0) GPUPHOT_CUDA_CHECK(cudaSetDeviceFlags(static_cast<unsigned>(waitFlag)));
     GPUPHOT_CUDA_CHECK(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking));
     m_pool = std::make_unique<PoolResource>(m_device, m_stream);
     m_defaultBudget = freeBytes();
@@ -57,8 +56,8 @@ DeviceContext::~DeviceContext() {
     if (m_stream) cudaStreamDestroy(m_stream);
 }
 
-std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit, int waitFlag) {
-    return std::make_shared<DeviceContext>(gpuMemLimit, waitFlag);
+std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit) {
+    return std::make_shared<DeviceContext>(gpuMemLimit);
 }
 
 DeviceContext& DeviceContext::of(RunContext& ctx) {
@@ -69,7 +68,7 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
             ctx.deviceStateWarmUp = {};
             dc = std::static_pointer_cast<DeviceContext>(warm.get()); // rethrows the creation's error
         }
-        if (!dc) dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit, ctx.tuning.deviceWaitFlag());
+        if (!dc) dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit);
         if (ctx.tuning.cudaBlock > 0) dc->setBlockSize(ctx.tuning.cudaBlock);
         if (ctx.testHooks.cudaFailAfterAllocs > 0) dc->setFailAfter(ctx.testHooks.cudaFailAfterAllocs);
         std::weak_ptr<DeviceContext> weak = dc;

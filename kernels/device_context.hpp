@@ -67,8 +67,7 @@ public:
     // ctx.deviceCheckpoint); re-reads ctx.gpuMemLimit on every call.
     static DeviceContext& of(RunContext& ctx);
 
-    // waitFlag: a cudaDeviceSchedule* flag set on the device first (0: left as it is).
-    explicit DeviceContext(std::size_t budget, int waitFlag = 0);
+    explicit DeviceContext(std::size_t budget);
     ~DeviceContext();
     DeviceContext(const DeviceContext&) = delete;
     DeviceContext& operator=(const DeviceContext&) = delete;

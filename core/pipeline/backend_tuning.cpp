@@ -77,8 +77,6 @@ BackendTuning BackendTuning::fromEnvironment() {
     }
     if (is("GPUPHOT_DETACHED_EXIT", "0") || is("GPUPHOT_DETACHED_EXIT", "1"))
         t.detachedExit = env("GPUPHOT_DETACHED_EXIT");
-    for (const char* mode : {"spin", "yield", "blocking"})
-        if (is("GPUPHOT_DEVICE_WAIT", mode)) t.deviceWait = mode;
     return t;
 }
 
@@ -116,12 +114,7 @@ nlohmann::json BackendTuning::toJson() const {
             {"CFITSIO_READ", cfitsioRead},
             {"CALIBRATION_BESIDE", calibrationBeside},
             {"PINNED_RESERVE", pinnedReserveMiB},
-            {"DETACHED_EXIT", detachedExit},
-            {"DEVICE_WAIT", deviceWait}};
-}
-
-int BackendTuning::deviceWaitFlag() const {
-    return deviceWait == "spin" ? 1 : deviceWait == "yield" ? 2 : deviceWait == "blocking" ? 4 : 0;
+            {"DETACHED_EXIT", detachedExit}};
 }
 
 void BackendTuning::applyToProcess() const {

@@ -65,11 +65,6 @@ struct BackendTuning {
     // GPUPHOT_DETACHED_EXIT=0|1: a single-frame `reduce` hands its exit status to the shell before the
     // process releases the device (app/cli/detached_exit.hpp); auto: where an NVIDIA device node exists.
     std::string detachedExit = "auto";
-    // GPUPHOT_DEVICE_WAIT=spin|yield|blocking: how a thread waits for the device (cudaSetDeviceFlags,
-    // process-wide, set when the first device state is made); auto: CUDA's choice (spin while the process
-    // has no more CUDA contexts than the host has cores).
-    std::string deviceWait = "auto";
-    int deviceWaitFlag() const; // cudaDeviceSchedule* of deviceWait: 0 auto, 1 spin, 2 yield, 4 blocking
 
     // The environment variables above over the defaults. Unknown values keep the default.
     static BackendTuning fromEnvironment();

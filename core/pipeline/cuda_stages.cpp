@@ -119,25 +119,23 @@ void startDeviceWarmUp(RunContext& ctx) {
     const auto prepare = rawUploadEnabled() ? table().prepareRawUpload : nullptr;
     const auto reserve = table().reservePinned;
     const int reserveMiB = ctx.tuning.pinnedReserveMiB;
-    const int waitFlag = ctx.tuning.deviceWaitFlag();
     auto state = std::make_shared<std::promise<std::shared_ptr<void>>>();
     ctx.deviceStateWarmUp = state->get_future().share();
     WarmUpThreads& threads = warmUpThreads();
-    threads.add(
-        std::async(std::launch::async, [create, prepare, reserve, reserveMiB, limit, waitFlag, state] {
-            try {
-                timelineMark("device warm-up: creating the device state");
-                state->set_value(create(limit, waitFlag));
-                timelineMark("device warm-up: device state ready");
-            } catch (...) {
-                state->set_exception(std::current_exception());
-                return;
-            }
-            joinWarmUpsAtExit();
-            if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
-            timelineMark("device warm-up: raw upload prepared");
-            if (reserve && reserveMiB != 0 && framePrepared().wait()) reserve(reserveMiB);
-        }));
+    threads.add(std::async(std::launch::async, [create, prepare, reserve, reserveMiB, limit, state] {
+        try {
+            timelineMark("device warm-up: creating the device state");
+            state->set_value(create(limit));
+            timelineMark("device warm-up: device state ready");
+        } catch (...) {
+            state->set_exception(std::current_exception());
+            return;
+        }
+        joinWarmUpsAtExit();
+        if (prepare) prepare(limit); // off the first frame's critical path: the stages have the context
+        timelineMark("device warm-up: raw upload prepared");
+        if (reserve && reserveMiB != 0 && framePrepared().wait()) reserve(reserveMiB);
+    }));
 }
 
 void noteFramePrepared() {

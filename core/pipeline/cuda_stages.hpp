@@ -109,9 +109,8 @@ struct CudaStageTable {
                                    const SaltPepperParams& params, RunContext& ctx) = nullptr;
     Image<float> (*cfaSuperPixels)(const ImageView& pixels, const CfaLayout& layout, CfaOutput output,
                                    bool luminanceMean, RunContext& ctx) = nullptr;
-    // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's; waitFlag
-    // BackendTuning::deviceWaitFlag(), applied to the device first unless 0).
-    std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit, int waitFlag) = nullptr;
+    // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's).
+    std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit) = nullptr;
     // Raw upload at read time (kernels/frame_upload.hpp): a sink for readFrame that uploads the
     // raw chunks as they are read and converts them on the device (any thread, no RunContext: the read
     // phase may run beside another frame's stages); and the hand-over of a finished one to ctx's frame cache

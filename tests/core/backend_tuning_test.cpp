@@ -75,17 +75,6 @@ TEST(BackendTuning, PinnedReserveTakesMiBOrAuto) {
     }
 }
 
-TEST(BackendTuning, DeviceWaitNamesACudaScheduleFlag) {
-    EXPECT_EQ(BackendTuning{}.deviceWaitFlag(), 0) << "CUDA's own choice by default";
-    for (const auto& [value, flag] : std::vector<std::pair<const char*, int>>{
-             {"spin", 1}, {"yield", 2}, {"blocking", 4}, {"auto", 0}, {"sleep", 0}}) {
-        const ScopedEnv e("GPUPHOT_DEVICE_WAIT", value);
-        const BackendTuning t = BackendTuning::fromEnvironment();
-        EXPECT_EQ(t.deviceWaitFlag(), flag) << value;
-        EXPECT_EQ(t.nonDefault(), flag ? "DEVICE_WAIT=" + std::string(value) : "") << value;
-    }
-}
-
 TEST(BackendTuning, UnknownValuesKeepTheDefaults) {
     const ScopedEnv a("GPUPHOT_DETECTION_RELEASE", "later"), b("GPUPHOT_APERTURE_CIRCLE", "square"),
         c("GPUPHOT_APERTURE_BATCH", "0");
