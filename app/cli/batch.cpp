@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <poll.h>
+#include <pthread.h>
 #include <sstream>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -872,6 +873,12 @@ void markFrame(std::size_t ticket, const char* what) {
     if (!timelineEnabled()) return;
     timelineMark(("frame " + std::to_string(ticket) + " " + what).c_str());
 }
+
+// Names the calling thread (15 characters at most) as `top -H` and /proc/PID/task show it. The OpenMP workers
+// it starts inherit the name, so a run's CPU time can be told apart by role.
+void nameThread(const char* name) {
+    ::pthread_setname_np(::pthread_self(), name);
+}
 } // namespace
 
 struct FramePipeline::Impl {
@@ -916,6 +923,7 @@ struct FramePipeline::Impl {
         cv.notify_all();
     }
     void readLoop() {
+        nameThread("gpuphot-read");
         for (;;) {
             Item item;
             {
@@ -951,6 +959,7 @@ struct FramePipeline::Impl {
     // One of the K compute threads. Frames are taken in ticket order, so the writer's next frame is always
     // past the stages or held by a compute thread, which may always hand it on: the order cannot deadlock.
     void computeLoop(RunContext& ctx) {
+        nameThread("gpuphot-stages");
         const OmpThreadLimit limit(ctx.threadCount()); // regions that name no count: this context's share
         try {
             startThreadTeam(ctx.threadCount()); // this thread's OpenMP team, while memory allows
@@ -998,6 +1007,7 @@ struct FramePipeline::Impl {
     // One of the K finishing threads: the host-only rest of a frame's reduction (FrameReducer::finish), the
     // writer's next frame first. A finished frame waits in toWrite, so no finishing thread waits for order.
     void finishLoop(int threads) {
+        nameThread("gpuphot-finish");
         const OmpThreadLimit limit(threads);
         for (;;) {
             Item item;
@@ -1033,6 +1043,7 @@ struct FramePipeline::Impl {
     // Frames are written in ticket order: the tickets past the stages are a gapless run (finishStarted drops
     // only frames not yet in their stages, whose tickets are higher).
     void writeLoop() {
+        nameThread("gpuphot-write");
         for (;;) {
             Item item;
             {

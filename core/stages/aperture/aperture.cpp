@@ -56,6 +56,9 @@ constexpr double kFwhmToSigma = 1.0 / 2.3548200450309493; // 1 / (2 sqrt(2 ln 2)
 // The driver's light per-source loops run on several threads from this many sources (a parallel region
 // costs more than such a loop below it, and much more on a loaded machine).
 constexpr std::size_t kParallelSources = 8192;
+// The optimal-radius search costs ~0.3 us a source (a predicted S/N at every grid radius): worth several
+// threads from this many sources, so that the CPU engine's batches (4096) are searched in parallel too.
+constexpr std::size_t kParallelSearches = 1024;
 
 struct Scratch {
     std::vector<ApertureSums> partial, full;
@@ -1472,7 +1475,7 @@ private:
         const double* cogArea = curve.cogArea.data();
         const double* cogKappaArea = curve.cogKappaArea.data();
         ParallelErrors errors;
-#pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSources)
+#pragma omp parallel num_threads(threads) if (c1 - c0 >= kParallelSearches)
         {
             std::vector<double> dens;
             errors.run([&] { dens.resize(nGrid); });
