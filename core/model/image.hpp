@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "core/util/host_pool.hpp"
 
@@ -96,7 +97,23 @@ public:
     ImageViewT<T> view() const { return {m_data.get(), m_width, m_height, m_width, m_serial}; }
     std::uint64_t serial() const { return m_serial; } // changes with every allocation, not with writes
 
+    // An image of the size of `from` over its pixels (elements of T's size), `from` left empty: a working
+    // image's resident pages taken over by the next one instead of being freed and faulted in again. The
+    // pixels are left as they are (as NoInit).
+    template <class U> static Image takeOver(Image<U>&& from) {
+        static_assert(sizeof(U) == sizeof(T) && alignof(U) == alignof(T));
+        Image out;
+        const std::size_t bytes = from.m_data.get_deleter().bytes;
+        out.m_data = Pixels(reinterpret_cast<T*>(from.m_data.release()), Release{bytes});
+        out.m_width = std::exchange(from.m_width, 0);
+        out.m_height = std::exchange(from.m_height, 0);
+        out.m_serial = nextImageSerial();
+        return out;
+    }
+
 private:
+    template <class> friend class Image;
+
     struct Release {
         std::size_t bytes = 0; // pooled pixels: their size; 0: from operator new[]
         void operator()(T* p) const noexcept {

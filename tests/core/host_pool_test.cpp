@@ -1,10 +1,11 @@
 // core/util/host_pool: large buffers given back are handed to the next request of the same size, within
 // the capacity (oldest evicted first); small ones are never kept; a Recycled Image<T> allocates through it
 // (a reused buffer still a new image: a new serial), other images do not; readFrame's pixels and mask are
-// recycled.
+// recycled; Image<T>::takeOver moves a buffer between element types and gives it back as it came.
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -130,6 +131,35 @@ TEST_F(HostPool, RecycledImagesReuseAFreedImagesPixelsUnderANewSerial) {
     EXPECT_NE(c.data(), b.data());
     Image<float> moved = std::move(b);
     EXPECT_EQ(moved.data(), pixels);
+}
+
+TEST_F(HostPool, TakeOverMovesThePixelsToAnotherTypeAndGivesThemBackAsTheyCame) {
+    hostpool::setCapacity(8 * kBig);
+    const int w = 2048, h = static_cast<int>(kBig / sizeof(float) / 2048); // exactly kBig bytes
+    Image<float> plain(w, h, 1.0f);
+    const void* plainPixels = plain.data();
+    const std::uint64_t plainSerial = plain.serial();
+    Image<std::int32_t> labels = Image<std::int32_t>::takeOver(std::move(plain));
+    EXPECT_EQ(static_cast<const void*>(labels.data()), plainPixels);
+    EXPECT_EQ(labels.width(), w);
+    EXPECT_EQ(labels.height(), h);
+    EXPECT_NE(labels.serial(), plainSerial);
+    EXPECT_TRUE(plain.empty());
+    EXPECT_EQ(plain.data(), nullptr);
+    labels(w - 1, h - 1) = 42;
+    EXPECT_EQ(labels(w - 1, h - 1), 42);
+    labels = Image<std::int32_t>(); // an operator new buffer: freed, not kept
+    EXPECT_EQ(hostpool::stats().keptBuffers, 0u);
+
+    Image<float> recycled(w, h, Image<float>::Recycled{});
+    const void* recycledPixels = recycled.data();
+    {
+        Image<std::uint32_t> taken = Image<std::uint32_t>::takeOver(std::move(recycled));
+        EXPECT_EQ(static_cast<const void*>(taken.data()), recycledPixels);
+    }
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u); // back in the pool, as a Recycled image's would be
+    Image<float> again(w, h, Image<float>::Recycled{});
+    EXPECT_EQ(static_cast<const void*>(again.data()), recycledPixels);
 }
 
 TEST_F(HostPool, AFramesPixelsAndMaskAreRecycled) {

@@ -649,9 +649,13 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     result.nCleaned = found.nCleaned;
     std::vector<Object>& objects = found.objects;
     const std::vector<detail::IsoMeasure>& iso = found.iso;
-    if (im.releasableDet) *im.releasableDet = Image<float>(); // not read by the steps below
+    // The filtered image is not read by the steps below: the segmentation map takes over its pages.
+    Image<std::int32_t> seg =
+        im.releasableDet && im.releasableDet->width() == w && im.releasableDet->height() == h
+            ? Image<std::int32_t>::takeOver(std::move(*im.releasableDet))
+            : Image<std::int32_t>(w, h, Image<std::int32_t>::NoInit{});
     stepDone(ctx, 0.75);
-    timer.lap("finish: release det (host)");
+    timer.lap("finish: segmentation storage (host)");
 
     // 5. Final order: first pixel in raster order (no two objects share one).
     const std::vector<std::int32_t> order = rasterOrder(objects, h);
@@ -660,7 +664,6 @@ void finishDetection(DetectedObjects found, const DetectionImages& im, const Det
     // 6. Segmentation map, windowed positions, the Sources columns.
     const auto n = static_cast<std::int64_t>(order.size());
     // Zeroed in parallel row blocks (the same zeros as Image(w, h, 0), without a serial fill).
-    Image<std::int32_t> seg(w, h, Image<std::int32_t>::NoInit{});
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int y = 0; y < h; ++y)
         std::memset(seg.row(y), 0, sizeof(std::int32_t) * static_cast<std::size_t>(w));

@@ -35,9 +35,6 @@
 #include <system_error>
 #include <thread>
 #include <utility>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -45,6 +42,7 @@
 #include "core/model/flags.hpp"
 #include "core/stages/detection/detection_internal.hpp"
 #include "core/stages/detection/detection_sums.hpp"
+#include "core/util/huge_pages.hpp"
 #include "core/util/parallel.hpp"
 
 namespace gpuphot::detail {
@@ -394,22 +392,6 @@ std::vector<std::int32_t> cleanTargetsFromSums(std::size_t count, const CleanSum
     CleanScratchImpl& s = scratch ? static_cast<CleanScratchImpl&>(*scratch) : local;
     return cleanTargetsInto(count, sums, width, height, p, threads, s);
 }
-
-namespace {
-// Transparent huge pages for the whole 2 MB pages of [p, p + bytes), a hint (no effect where the kernel does
-// not use them): a fresh vector of megabytes is then faulted in with a few faults instead of thousands.
-void adviseHugePages(void* p, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr std::uintptr_t kHuge = std::uintptr_t{1} << 21;
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    const std::uintptr_t first = (a + kHuge - 1) & ~(kHuge - 1), last = (a + bytes) & ~(kHuge - 1);
-    if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-} // namespace
 
 void ObjectStorage::start(std::size_t count, std::size_t capacity, int threads,
                           std::vector<Object>&& recycledObjects, std::vector<IsoMeasure>&& recycledIso) {

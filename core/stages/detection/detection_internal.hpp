@@ -114,7 +114,8 @@ struct DetectionImages {
     ImageViewT<std::uint8_t> state;
     double threshold = 0.0;
     bool absolute = false;
-    // Owner of det's pixels when detectFromRuns may free them once no step reads them (null: kept).
+    // Owner of det's pixels when detectFromRuns may take them once no step reads them (null: kept): the
+    // segmentation map takes them over.
     Image<float>* releasableDet = nullptr;
     // Image coordinates of the views' pixel (0, 0): non-zero for compact copies of a part of the frame
     // (the CUDA backend's deblending of gathered boxes); read through detAt and rmsAt.
@@ -375,7 +376,7 @@ void prepareDetection(const ImageView& image, const MaskView& mask, const Backgr
 DetectionImages detectionImagesOf(const PreparedDetection& prep, const BackgroundResult& bkg,
                                   const DetectionParams& p);
 // Steps 5-6: final order (first pixel in raster order), segmentation map, windowed positions, the Sources
-// columns. Frees im.releasableDet first.
+// columns. The segmentation map takes over im.releasableDet's pixels.
 void finishDetection(DetectedObjects found, const DetectionImages& im, const DetectionParams& p,
                      RunContext& ctx, DetectionResult& result);
 
