@@ -922,11 +922,8 @@ struct FramePipeline::Impl {
         stopped = true;
         cv.notify_all();
     }
-    // The reader's OpenMP regions (the raw read's chunks) take a compute thread's share of the cores, not
-    // every core: the frames ahead are read beside K frames' stages.
-    void readLoop(int threads) {
+    void readLoop() {
         nameThread("gpuphot-read");
-        const OmpThreadLimit limit(threads);
         for (;;) {
             Item item;
             {
@@ -1101,7 +1098,7 @@ FramePipeline::FramePipeline(FrameReducer& reducer, int prefetch, Done done, int
             c.threads = threadShare(c, m->concurrent);
         m->computersLeft = static_cast<std::size_t>(m->concurrent);
         m->finishersLeft = static_cast<std::size_t>(m->concurrent);
-        m->reader = std::thread([this, n = m->reducer.context().threadCount()] { m->readLoop(n); });
+        m->reader = std::thread([this] { m->readLoop(); });
         m->computers.emplace_back([this] { m->computeLoop(m->reducer.context()); });
         for (RunContext& ctx : m->contexts)
             m->computers.emplace_back([this, &ctx] { m->computeLoop(ctx); });
