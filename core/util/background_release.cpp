@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -13,8 +14,16 @@ struct ReleaseQueue {
     std::mutex mu;
     std::condition_variable ready;
     std::deque<std::function<void()>> waiting;
+    bool running = false; // false: the thread could not be started (e.g. under `ulimit -v`): callers free
 
     ReleaseQueue() {
+        try {
+            start();
+            running = true;
+        } catch (const std::exception&) {
+        }
+    }
+    void start() {
         std::thread([this] {
             for (;;) {
                 std::function<void()> next;
@@ -39,7 +48,7 @@ ReleaseQueue& queue() {
 
 bool postRelease(std::function<void()> release) {
     ReleaseQueue& q = queue();
-    {
+    if (q.running) {
         std::lock_guard lock(q.mu);
         if (q.waiting.size() < kMaxWaiting) {
             q.waiting.push_back(std::move(release));

@@ -11,7 +11,8 @@
 
 namespace gpuphot {
 
-// Runs `release` on the release thread, or here when one is already waiting. Returns true when queued.
+// Runs `release` on the release thread, or here when one is already waiting or the thread could not be
+// started (a process under an address-space limit). Returns true when queued.
 bool postRelease(std::function<void()> release);
 
 template <class T> void releaseInBackground(T&& object) {
