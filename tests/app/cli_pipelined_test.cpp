@@ -141,25 +141,29 @@ TEST(CliPipelined, PrefetchGivesTheBytesOfTheSequentialWorkerInProcessAndInAChil
 // so it is held back; lines and outputs still come in input order and with the sequential bytes.
 TEST(CliPipelined, ConcurrentComputeGivesTheBytesOfTheSequentialWorkerInProcessAndInAChild) {
     TempDir seq("gpuphot_conc_seq"), k3("gpuphot_conc_k3"), k3p0("gpuphot_conc_k3p0");
-    TempDir child("gpuphot_conc_child");
+    TempDir k3p2("gpuphot_conc_k3p2"), child("gpuphot_conc_child");
     const std::string frames = joined(inputs());
     const CliResult s = runCli("reduce " + frames + "--prefetch 0 -o " + seq.str() + kOptions);
     const CliResult a = runCli("reduce " + frames + "--concurrent 3 --prefetch 1 -o " + k3.str() + kOptions);
     // --prefetch 0 with K > 1: still K frames in their stages (the reader feeds them).
     const CliResult b =
         runCli("reduce " + frames + "--concurrent 3 --prefetch 0 -o " + k3p0.str() + kOptions);
+    // --prefetch 2: two frames read at once, handed to the stages in input order whichever is read first.
+    const CliResult d =
+        runCli("reduce " + frames + "--concurrent 3 --prefetch 2 -o " + k3p2.str() + kOptions);
     // A batch child gets --concurrent from the parent (and more frames sent ahead).
     const CliResult c = runCli("reduce " + frames + "-j 1 --concurrent 2 -o " + child.str() + kOptions);
-    for (const CliResult* r : {&s, &a, &b, &c}) {
+    for (const CliResult* r : {&s, &a, &b, &c, &d}) {
         EXPECT_EQ(r->exitCode, 1) << "one frame failed: " << r->err;
         EXPECT_NE(r->err.find("p2bad.fits"), std::string::npos) << r->err;
     }
-    for (const TempDir* d : {&seq, &k3, &k3p0, &child}) {
+    for (const TempDir* d : {&seq, &k3, &k3p0, &k3p2, &child}) {
         EXPECT_FALSE(fs::exists(*d / "p2bad.cat.fits"));
         expectLinesInOrder(*d / "gpuphot.jsonl");
     }
     expectSameOutputs(seq.path, k3.path);
     expectSameOutputs(seq.path, k3p0.path);
+    expectSameOutputs(seq.path, k3p2.path);
     expectSameOutputs(seq.path, child.path);
     const CliResult bad = runCli("reduce " + frames + "--concurrent 0 -o " + k3.str() + kOptions);
     EXPECT_NE(bad.exitCode, 0);
