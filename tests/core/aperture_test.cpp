@@ -888,8 +888,8 @@ TEST(ApertureOptimal, GridIndexFindsTheBestSignalToNoise) {
 // The driver's loops that run on several threads only for batches of 8192 sources and more (the CUDA engine's
 // batches; here tuning aperture.batch makes the CPU engine's batch that large): the compaction of the
 // sources with finite centres (non-finite ones spread through the list), the sky, circle and Kron columns,
-// the curve of growth's medians. One thread and three, one batch and batches of 4096 and of 1000: bitwise
-// the same; the non-finite sources flagged.
+// the curve of growth's medians. One thread and three, one batch and batches of 4096 (the optimal-radius
+// search on several threads) and of 1000: bitwise the same; the non-finite sources flagged.
 TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     const StarField f(91, 91, 28, 91, 300.0, 1e5);
     Sources src = f.sources;
@@ -919,8 +919,8 @@ TEST(ApertureStars, LargeBatchesOnSeveralThreadsMatchOneThreadBitwise) {
     auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
         return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
     };
-    for (const auto& [threads, batch] :
-         std::vector<std::pair<int, const char*>>{{3, "100000"}, {1, "100000"}, {3, "1000"}, {3, nullptr}}) {
+    for (const auto& [threads, batch] : std::vector<std::pair<int, const char*>>{
+             {3, "100000"}, {1, "100000"}, {3, "4096"}, {3, "1000"}, {3, nullptr}}) {
         SCOPED_TRACE(std::to_string(threads) + " threads, batch " + (batch ? batch : "default"));
         const ApertureResult r = measure(threads, batch);
         for (std::size_t k = 0; k < ref.radii.size(); ++k) {

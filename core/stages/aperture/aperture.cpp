@@ -57,7 +57,8 @@ constexpr double kFwhmToSigma = 1.0 / 2.3548200450309493; // 1 / (2 sqrt(2 ln 2)
 // costs more than such a loop below it, and much more on a loaded machine).
 constexpr std::size_t kParallelSources = 8192;
 // The optimal-radius search costs ~0.3 us a source (a predicted S/N at every grid radius): worth several
-// threads from this many sources, so that the CPU engine's batches (4096) are searched in parallel too.
+// threads from this many sources, so that smaller batches (a last one, a tuned size) are searched in
+// parallel too.
 constexpr std::size_t kParallelSearches = 1024;
 
 struct Scratch {
@@ -225,7 +226,9 @@ private:
         errors.rethrow();
     }
     int m_threads = 1;
-    std::size_t m_batch = 4096;
+    // Batches of 16384 sources: the driver's light per-source loops (from 8192) run on every thread, and the
+    // engine loops' ends (barriers) come a quarter as often as with 4096 (docs/BENCHMARKS.md).
+    std::size_t m_batch = 16384;
     detail::AperturePlanes m_in;
     bool m_chainTest = false;             // testHooks.apertureCpuChain
     const SkyEstimate* m_skies = nullptr; // the last localSkies call's estimates (chainPass1)
