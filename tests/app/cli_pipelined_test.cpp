@@ -148,7 +148,7 @@ TEST(CliPipelined, ConcurrentComputeGivesTheBytesOfTheSequentialWorkerInProcessA
     // --prefetch 0 with K > 1: still K frames in their stages (the reader feeds them).
     const CliResult b =
         runCli("reduce " + frames + "--concurrent 3 --prefetch 0 -o " + k3p0.str() + kOptions);
-    // --prefetch 2: two frames read at once, handed to the stages in input order whichever is read first.
+    // --prefetch 2 with K = 3: frames read two ahead while three are in their stages.
     const CliResult d =
         runCli("reduce " + frames + "--concurrent 3 --prefetch 2 -o " + k3p2.str() + kOptions);
     // A batch child gets --concurrent from the parent (and more frames sent ahead).
