@@ -194,9 +194,93 @@ void maskPixels(const float* px, std::size_t n, const RawMaskRule& rule, std::ui
 
 namespace {
 
+// The smallest float f with (double) f >= s (NaN when s is): a float pixel v is saturated by maskPixels'
+// rule exactly when v >= it.
+float saturationThreshold(double s) {
+    float t = static_cast<float>(s);
+    if (static_cast<double>(t) < s) t = std::nextafter(t, std::numeric_limits<float>::infinity());
+    return t;
+}
+
+template <class T> inline T loadBigEndian(const unsigned char* p) {
+    if constexpr (sizeof(T) == 1) {
+        return static_cast<T>(*p);
+    } else if constexpr (sizeof(T) == 2) {
+        std::uint16_t u;
+        std::memcpy(&u, p, 2);
+        return static_cast<T>(__builtin_bswap16(u));
+    } else {
+        std::uint32_t u;
+        std::memcpy(&u, p, 4);
+        return static_cast<T>(__builtin_bswap32(u));
+    }
+}
+
+// Integer pixels with BSCALE 1 and an integral BZERO: v + BZERO is exact in Acc as in CFITSIO's double,
+// and one rounding to float gives the same value. Converted and masked in one vectorisable pass; BLANK
+// pixels (when WithBlank) become NaN with the null bits.
+template <class T, class Acc, bool WithMask, bool WithBlank>
+void convertIntegral(const unsigned char* src, std::size_t n, Acc zero, T blank, float thr,
+                     const RawMaskRule& rule, float* out, std::uint8_t* mask) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (std::size_t i = 0; i < n; ++i) {
+        const T v = loadBigEndian<T>(src + i * sizeof(T));
+        float f = static_cast<float>(static_cast<Acc>(v) + zero);
+        if constexpr (WithBlank) f = v == blank ? nan : f;
+        out[i] = f;
+        if constexpr (WithMask) {
+            std::uint8_t m = f >= thr ? rule.saturatedBits : std::uint8_t(0);
+            if constexpr (WithBlank) m = v == blank ? rule.nullBits : m;
+            mask[i] = m;
+        }
+    }
+}
+
+template <class T, class Acc, bool WithMask>
+void convertIntegral(const unsigned char* src, std::size_t n, const RawImageLayout& l,
+                     const RawMaskRule& rule, float* out, std::uint8_t* mask) {
+    const float thr = saturationThreshold(rule.saturation);
+    const Acc zero = static_cast<Acc>(l.zero);
+    const bool blankFits = l.hasBlank && l.blank >= static_cast<long long>(std::numeric_limits<T>::min()) &&
+                           l.blank <= static_cast<long long>(std::numeric_limits<T>::max());
+    if (blankFits)
+        convertIntegral<T, Acc, WithMask, true>(src, n, zero, static_cast<T>(l.blank), thr, rule, out, mask);
+    else
+        convertIntegral<T, Acc, WithMask, false>(src, n, zero, T(0), thr, rule, out, mask);
+}
+
+// The one-pass conversion (and mask, when given) of integer pixels of BSCALE 1 and an integral BZERO;
+// false for any other layout (convertRawPixels and maskPixels then do it).
+bool convertIntegralChunk(const unsigned char* src, std::size_t n, const RawImageLayout& l,
+                          const RawMaskRule& rule, float* out, std::uint8_t* mask) {
+    if (l.bitpix <= 0 || l.scale != 1.0 || l.zero != std::floor(l.zero) || std::fabs(l.zero) > 0x1p40)
+        return false;
+    const bool small = l.bitpix < 32 && std::fabs(l.zero) <= 0x1p30; // v + zero fits 32 bits
+    auto run = [&]<class T>() {
+        if (small && mask)
+            convertIntegral<T, std::int32_t, true>(src, n, l, rule, out, mask);
+        else if (small)
+            convertIntegral<T, std::int32_t, false>(src, n, l, rule, out, mask);
+        else if (mask)
+            convertIntegral<T, std::int64_t, true>(src, n, l, rule, out, mask);
+        else
+            convertIntegral<T, std::int64_t, false>(src, n, l, rule, out, mask);
+    };
+    if (l.bitpix == 8)
+        run.template operator()<std::uint8_t>();
+    else if (l.bitpix == 16)
+        run.template operator()<std::int16_t>();
+    else if (l.bitpix == 32)
+        run.template operator()<std::int32_t>();
+    else
+        return false;
+    return true;
+}
+
 // A chunk converted (and masked) in pieces that stay in the core's cache between the two passes.
 void convertChunk(const unsigned char* src, std::size_t first, std::size_t n, const RawImageLayout& l,
                   float* out, std::uint8_t* mask, const RawMaskRule& rule) {
+    if (convertIntegralChunk(src, n, l, rule, out + first, mask ? mask + first : nullptr)) return;
     if (!mask) {
         convertRawPixels(src, n, l, out + first);
         return;

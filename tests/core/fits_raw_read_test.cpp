@@ -119,31 +119,44 @@ Frame readThroughCfitsio(const std::string& path) {
     return readFrame(path, o);
 }
 
+// One fast read (3 threads; chunk raw bytes per read, 0: the default) against CFITSIO's floats and the
+// expected mask (checked when chunk != 0: the default-chunk read runs without a mask).
+void expectReadMatches(const std::string& path, const RawImageLayout& l, const std::vector<float>& ref,
+                       const std::vector<std::uint8_t>& wantMask, std::size_t chunk, const RawMaskRule& rule,
+                       const char* what) {
+    std::vector<float> fast(ref.size(), 12345.0f);
+    std::vector<std::uint8_t> mask(ref.size(), 77);
+    readRawImage(path, l, fast.data(), 3, chunk, nullptr, chunk ? mask.data() : nullptr, rule);
+    if (chunk)
+        EXPECT_EQ(mask, wantMask) << what << ": the mask made beside the conversion, saturation "
+                                  << rule.saturation;
+    int shown = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        std::uint32_t a, b;
+        std::memcpy(&a, &ref[i], 4);
+        std::memcpy(&b, &fast[i], 4);
+        if (a != b && shown++ < 8)
+            ADD_FAILURE() << what << ": pixel " << i << " CFITSIO " << ref[i] << " (0x" << std::hex << a
+                          << ") fast " << fast[i] << " (0x" << b << std::dec << "), chunk " << chunk;
+    }
+}
+
 // Fast read with tiny chunks (many reads) on 3 threads, and with the defaults.
 void expectBitwiseEqual(const std::string& path, const char* what) {
     const std::vector<float> ref = readCfitsio(path);
     const auto l = layoutOf(path);
     ASSERT_TRUE(l.has_value()) << what;
-    // The mask made beside the conversion: non-finite -> 3, at or above the saturation -> 4.
-    const RawMaskRule rule{100.0, 3, 4};
-    std::vector<std::uint8_t> wantMask(ref.size());
-    for (std::size_t i = 0; i < ref.size(); ++i)
-        wantMask[i] = std::isnan(ref[i]) || std::isinf(ref[i]) ? 3 : (ref[i] >= 100.0f ? 4 : 0);
-    for (const std::size_t chunk : {std::size_t(24), std::size_t(0)}) {
-        std::vector<float> fast(ref.size(), 12345.0f);
-        std::vector<std::uint8_t> mask(ref.size(), 77);
-        readRawImage(path, *l, fast.data(), 3, chunk, nullptr, chunk ? mask.data() : nullptr, rule);
-        if (chunk) EXPECT_EQ(mask, wantMask) << what << ": the mask made beside the conversion";
-        int shown = 0;
-        for (std::size_t i = 0; i < ref.size(); ++i) {
-            std::uint32_t a, b;
-            std::memcpy(&a, &ref[i], 4);
-            std::memcpy(&b, &fast[i], 4);
-            if (a != b && shown++ < 8)
-                ADD_FAILURE() << what << ": pixel " << i << " CFITSIO " << ref[i] << " (0x" << std::hex << a
-                              << ") fast " << fast[i] << " (0x" << b << std::dec << "), chunk " << chunk;
+    // The mask made beside the conversion: non-finite -> 3, at or above the saturation -> 4 (compared in
+    // double: levels between two floats, beyond 2^24, negative).
+    for (const double saturation : {100.0, 100.3, 16777217.0, -0.5})
+        for (const std::size_t chunk : {std::size_t(24), std::size_t(0)}) {
+            const RawMaskRule rule{saturation, 3, 4};
+            std::vector<std::uint8_t> wantMask(ref.size());
+            for (std::size_t i = 0; i < ref.size(); ++i)
+                wantMask[i] =
+                    !std::isfinite(ref[i]) ? 3 : (static_cast<double>(ref[i]) >= saturation ? 4 : 0);
+            expectReadMatches(path, *l, ref, wantMask, chunk, rule, what);
         }
-    }
 }
 
 template <class T> std::vector<T> randomInts(std::mt19937_64& rng, std::vector<T> specials) {
@@ -169,6 +182,11 @@ const std::vector<Keys> kIntKeys = {
     {false, 1.0, 0.0, true, 7},             // BLANK
     {true, 2.5, -1.0, true, -32768},        // BLANK with scaling
     {false, 1.0, 0.0, true, 99999999999LL}, // BLANK outside every type's range
+    {true, 1.0, 2147483648.0},              // unsigned 32-bit convention (rounded to float)
+    {true, 1.0, -1e12},                     // integral offset beyond 32 bits
+    {true, 1.0, 3e15},                      // integral offset beyond 2^40 (the general path)
+    {true, 1.0, 32768.0, true, 5},          // BLANK with an integral offset
+    {true, 1.0, -3.0, true, -32768},        //
 };
 
 } // namespace
