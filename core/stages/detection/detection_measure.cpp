@@ -148,18 +148,26 @@ struct HostWindowImage {
 // Half-light radius from the isophotal pixels: circular growth curve around the barycentre, the
 // pixels taken in order of distance (ties: raster order), linear interpolation between pixels.
 double halfLightRadius(const WindowObject& m, const std::vector<Run>& runs, const DetectionImages& im) {
-    std::vector<std::pair<double, double>> rv; // (r^2, value)
-    rv.reserve(runsArea(runs));
+    // (r^2, raster index, value): sorted by r^2, then index (the stable order), in place in a buffer
+    // kept per thread (a merge sort allocated its buffer for every object).
+    struct Pixel {
+        double r2;
+        std::int32_t at;
+        float v;
+    };
+    thread_local std::vector<Pixel> rv;
+    rv.clear();
     for (const Run& r : runs) {
         const float* vrow = im.sub.row(r.y);
         for (std::int32_t x = r.x0; x <= r.x1; ++x)
-            rv.emplace_back(windowR2(m, x, r.y), vrow[x]);
+            rv.push_back({windowR2(m, x, r.y), static_cast<std::int32_t>(rv.size()), vrow[x]});
     }
-    std::stable_sort(rv.begin(), rv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(rv.begin(), rv.end(),
+              [](const Pixel& a, const Pixel& b) { return a.r2 < b.r2 || (a.r2 == b.r2 && a.at < b.at); });
     return halfLightRadiusSorted(m, static_cast<std::int64_t>(rv.size()),
                                  [&](std::int64_t i, double& r2, double& v) {
-                                     r2 = rv[i].first;
-                                     v = rv[i].second;
+                                     r2 = rv[i].r2;
+                                     v = rv[i].v;
                                  });
 }
 
