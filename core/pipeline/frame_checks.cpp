@@ -5,72 +5,41 @@
 #include <limits>
 
 #include "core/model/frame.hpp"
+#include "core/model/pixel_stats.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
 
-namespace {
-// One row's counts and limits; branch-free so the compiler vectorises it (NaN and ±inf fail the
-// magnitude test, masked pixels the mask test). Float limits are exact: every pixel is a float.
-struct RowStats {
-    std::size_t valid = 0, saturated = 0;
-    float lo = std::numeric_limits<float>::infinity(), hi = -std::numeric_limits<float>::infinity();
-};
-
-RowStats rowStats(const float* row, const std::uint8_t* m, int width) {
-    constexpr float kMax = std::numeric_limits<float>::max();
-    constexpr float kInf = std::numeric_limits<float>::infinity();
-    RowStats r;
-    float lo = kInf, hi = -kInf;
-    unsigned valid = 0, saturated = 0; // 32-bit lanes as the floats' (a row has < 2^32 pixels)
-    if (m) {
-#pragma omp simd reduction(+ : valid, saturated) reduction(min : lo) reduction(max : hi)
-        for (int x = 0; x < width; ++x) {
-            const float v = row[x];
-            const unsigned mk = m[x];
-            const bool ok = (std::fabs(v) <= kMax) & (mk == 0u);
-            saturated += (mk & MaskSaturated) != 0u ? 1u : 0u;
-            valid += ok ? 1u : 0u;
-            lo = std::min(lo, ok ? v : kInf);
-            hi = std::max(hi, ok ? v : -kInf);
-        }
-    } else {
-#pragma omp simd reduction(+ : valid) reduction(min : lo) reduction(max : hi)
-        for (int x = 0; x < width; ++x) {
-            const float v = row[x];
-            const bool ok = std::fabs(v) <= kMax;
-            valid += ok ? 1u : 0u;
-            lo = std::min(lo, ok ? v : kInf);
-            hi = std::max(hi, ok ? v : -kInf);
-        }
-    }
-    r.valid = valid;
-    r.saturated = saturated;
-    r.lo = lo;
-    r.hi = hi;
-    return r;
-}
-} // namespace
-
 FrameStats frameStats(const Frame& frame) {
+    const bool haveMask = !frame.mask.empty();
+    const PixelStats* known = frame.readStats ? &*frame.readStats : nullptr;
+    PixelStats all;
+    if (known && known->pixelsSerial == frame.pixels.serial() && known->maskSerial == frame.mask.serial() &&
+        known->pixels == frame.pixels.pixelCount()) {
+        all = *known;
+    } else {
+        float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+        std::size_t valid = 0, saturated = 0;
+#pragma omp parallel for schedule(static) reduction(+ : valid, saturated) reduction(min : lo) reduction(max : hi)
+        for (int y = 0; y < frame.height(); ++y) {
+            const PixelStats r = pixelStats(frame.pixels.row(y), haveMask ? frame.mask.row(y) : nullptr,
+                                            static_cast<std::size_t>(frame.width()), MaskSaturated);
+            valid += r.valid;
+            saturated += r.saturated;
+            lo = std::min(lo, r.lo);
+            hi = std::max(hi, r.hi);
+        }
+        all.valid = valid;
+        all.saturated = saturated;
+        all.lo = lo;
+        all.hi = hi;
+    }
     FrameStats s;
     s.pixels = frame.pixels.pixelCount();
-    float lo = std::numeric_limits<float>::infinity(), hi = -lo;
-    std::size_t valid = 0, saturated = 0;
-    const bool haveMask = !frame.mask.empty();
-#pragma omp parallel for schedule(static) reduction(+ : valid, saturated) reduction(min : lo) reduction(max : hi)
-    for (int y = 0; y < frame.height(); ++y) {
-        const RowStats r =
-            rowStats(frame.pixels.row(y), haveMask ? frame.mask.row(y) : nullptr, frame.width());
-        valid += r.valid;
-        saturated += r.saturated;
-        lo = std::min(lo, r.lo);
-        hi = std::max(hi, r.hi);
-    }
-    s.valid = valid;
-    s.saturated = saturated;
-    s.min = valid ? lo : std::nan("");
-    s.max = valid ? hi : std::nan("");
+    s.valid = all.valid;
+    s.saturated = all.saturated;
+    s.min = all.valid ? all.lo : std::nan("");
+    s.max = all.valid ? all.hi : std::nan("");
     return s;
 }
 

@@ -95,6 +95,7 @@ std::string floatData(const Image<float>& img) {
 struct BadCase {
     std::string file;     // in the input directory
     std::string fragment; // the problem, as the message must say it
+    std::string args = {}; // more options of the reduce call
 };
 
 class CliBadInput : public ::testing::Test {
@@ -105,7 +106,8 @@ protected:
     void expectRefused(const BadCase& c) {
         TempDir out("gpuphot_badout");
         const std::string file = in / c.file;
-        const CliResult r = runCli("reduce " + file + " -o " + out.str());
+        const CliResult r =
+            runCli("reduce " + file + " -o " + out.str() + (c.args.empty() ? "" : " " + c.args));
         EXPECT_NE(r.exitCode, 0) << c.file << ": " << r.err;
         EXPECT_NE(r.exitCode, -1) << c.file << ": killed by a signal (a crash): " << r.err;
         EXPECT_NE(r.err.find(c.file), std::string::npos) << c.file << ": the message must name the file: " << r.err;
@@ -155,9 +157,14 @@ TEST_F(CliBadInput, FramesWithoutUsablePixelsAreRefused) {
     writeFitsImage(in / "saturated.fits", Image<float>(64, 64, 65535.0f).view(), sat);
     writeFitsImage(in / "one_by_one.fits", noise(1, 1, 1).view(), Header{});
     writeFitsImage(in / "thin.fits", noise(200, 3, 2).view(), Header{});
+    writeFitsImage(in / "good.fits", noise(64, 64, 3).view(), Header{});
+    writeFitsImage(in / "all_bad.fits", Image<float>(64, 64, 1.0f).view(), Header{});
     for (const BadCase& c : {BadCase{"nan.fits", "no valid pixels"}, BadCase{"zero.fits", "constant"},
                              BadCase{"constant.fits", "constant"}, BadCase{"saturated.fits", "saturated"},
-                             BadCase{"one_by_one.fits", "too small"}, BadCase{"thin.fits", "too small"}}) {
+                             BadCase{"one_by_one.fits", "too small"}, BadCase{"thin.fits", "too small"},
+                             // usable as read, every pixel masked by the preparation: the checks see the
+                             // prepared frame, not the statistics the read made
+                             BadCase{"good.fits", "no valid pixels", "--bpm " + (in / "all_bad.fits")}}) {
         SCOPED_TRACE(c.file);
         expectRefused(c);
     }

@@ -5,6 +5,7 @@
 // cases it leaves to CFITSIO (tile compression, gzip).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -126,10 +127,30 @@ void expectReadMatches(const std::string& path, const RawImageLayout& l, const s
                        const char* what) {
     std::vector<float> fast(ref.size(), 12345.0f);
     std::vector<std::uint8_t> mask(ref.size(), 77);
-    readRawImage(path, l, fast.data(), 3, chunk, nullptr, chunk ? mask.data() : nullptr, rule);
-    if (chunk)
+    PixelStats stats;
+    stats.valid = 999;
+    readRawImage(path, l, fast.data(), 3, chunk, nullptr, chunk ? mask.data() : nullptr, rule, &stats);
+    if (chunk) {
         EXPECT_EQ(mask, wantMask) << what << ": the mask made beside the conversion, saturation "
                                   << rule.saturation;
+        // The statistics made beside it: counted here from CFITSIO's floats and the expected mask.
+        std::size_t valid = 0, saturated = 0;
+        float lo = INFINITY, hi = -INFINITY;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+            saturated += (wantMask[i] & rule.saturatedBits) != 0;
+            if (!std::isfinite(ref[i]) || wantMask[i] != 0) continue;
+            ++valid;
+            lo = std::min(lo, ref[i]);
+            hi = std::max(hi, ref[i]);
+        }
+        EXPECT_EQ(stats.pixels, ref.size()) << what;
+        EXPECT_EQ(stats.valid, valid) << what << ", saturation " << rule.saturation;
+        EXPECT_EQ(stats.saturated, saturated) << what << ", saturation " << rule.saturation;
+        if (valid) {
+            EXPECT_EQ(stats.lo, lo) << what;
+            EXPECT_EQ(stats.hi, hi) << what;
+        }
+    }
     int shown = 0;
     for (std::size_t i = 0; i < ref.size(); ++i) {
         std::uint32_t a, b;
