@@ -5,9 +5,12 @@
 // counts); the handler records the interrupted instruction and thread. At exit, OUT.<pid> holds the samples,
 // /proc/self/maps and the live threads' names; bench/flat_profile.py symbolises them against unstripped
 // binaries. Kernel time (page faults, copies in system calls) is charged to the user instruction that
-// entered the kernel. Child processes are not profiled.
+// entered the kernel. Child processes are not profiled. FLAT_PROFILE_DEPTH=N (at most 8) also records N
+// return addresses of the interrupted stack (glibc's backtrace: unwind tables, no frame pointers needed),
+// so that time in libc and libm is charged to the caller that spent it.
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,8 +21,11 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#define CAPACITY (1u << 22)
+#define CAPACITY (1u << 21)
+#define MAX_DEPTH 8
 static unsigned long* g_pcs;
+static void** g_stacks; // MAX_DEPTH + 2 per sample: the handler's own frames first
+static int g_depth;
 static unsigned int* g_tids;
 static atomic_uint g_count;
 static char g_out[4096];
@@ -31,6 +37,12 @@ static void onSample(int sig, siginfo_t* info, void* context) {
     if (i >= CAPACITY) return;
     g_pcs[i] = (unsigned long)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP];
     g_tids[i] = (unsigned int)syscall(SYS_gettid);
+    if (g_depth > 0) {
+        void** frames = g_stacks + (size_t)i * (MAX_DEPTH + 2);
+        const int got = backtrace(frames, g_depth + 2);
+        for (int k = got; k < MAX_DEPTH + 2; ++k)
+            frames[k] = 0;
+    }
 }
 
 static void writeThreads(FILE* f) {
@@ -60,8 +72,12 @@ static void dump(void) {
     unsigned n = atomic_load(&g_count);
     if (n > CAPACITY) n = CAPACITY;
     fprintf(f, "samples %u\n", n);
-    for (unsigned i = 0; i < n; ++i)
-        fprintf(f, "%lx %u\n", g_pcs[i], g_tids[i]);
+    for (unsigned i = 0; i < n; ++i) {
+        fprintf(f, "%lx %u", g_pcs[i], g_tids[i]);
+        for (int k = 0; g_depth > 0 && k < MAX_DEPTH + 2; ++k)
+            fprintf(f, " %lx", (unsigned long)g_stacks[(size_t)i * (MAX_DEPTH + 2) + k]);
+        fprintf(f, "\n");
+    }
     fprintf(f, "maps\n");
     FILE* maps = fopen("/proc/self/maps", "r");
     char line[8192];
@@ -83,6 +99,15 @@ __attribute__((constructor)) static void start(void) {
     unsetenv("FLAT_PROFILE_OUT");
     g_pcs = malloc(sizeof(unsigned long) * CAPACITY);
     g_tids = malloc(sizeof(unsigned int) * CAPACITY);
+    const char* depth = getenv("FLAT_PROFILE_DEPTH");
+    g_depth = depth ? atoi(depth) : 0;
+    g_depth = g_depth < 0 ? 0 : g_depth > MAX_DEPTH ? MAX_DEPTH : g_depth;
+    if (g_depth > 0) {
+        void* warm[4];
+        backtrace(warm, 4); // loads libgcc_s now: the handler must not
+        g_stacks = calloc((size_t)CAPACITY * (MAX_DEPTH + 2), sizeof(void*));
+        if (!g_stacks) g_depth = 0;
+    }
     if (!g_pcs || !g_tids) return;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -6,7 +6,9 @@
 Each sampled address is looked up in the mapping it falls in; a mapped file whose name is found in one of
 the DIRs (unstripped binaries and the libraries that ran: build-cuda/app, .device/lib) is symbolised with
 `nm`, any other mapping is given by its file name alone. Threads that ended before the process appear as
-"exited".
+"exited". Dumps with stacks (FLAT_PROFILE_DEPTH) add a table charging each sample outside the DIRs' files
+(libc, libm, libstdc++, libgomp, the driver: their symbols are shown when a DIR holds them too) to its
+nearest caller inside the other files.
 """
 import bisect
 import collections
@@ -19,7 +21,7 @@ import sys
 def read_dump(path):
     lines = open(path).read().split("\n")
     n = int(lines[0].split()[1])
-    samples = [l.split() for l in lines[1:1 + n]]
+    samples = [l.split() for l in lines[1:1 + n]]  # pc tid [stack...]
     i, j = lines.index("maps"), lines.index("threads")
     maps = []
     for l in lines[i + 1:j]:
@@ -34,6 +36,10 @@ def read_dump(path):
         if len(p) == 2:
             names[p[0]] = p[1].strip()
     return samples, sorted(maps), names
+
+
+# Libraries whose time is charged to the caller (their symbols are still shown when a DIR holds them).
+SYSTEM = re.compile(r"(libc|libm|libstdc\+\+|libgomp|libgcc_s|libcuda|libcudart|libpthread|ld-linux[^.]*)[.-]")
 
 
 def symbol_table(path, dirs, cache):
@@ -60,26 +66,40 @@ def main():
     dirs = sys.argv[2:] or ["."]
     starts = [m[0] for m in maps]
     cache = {}
+
+    def lookup(pc):  # (name, symbolised from the DIRs)
+        k = bisect.bisect_right(starts, pc) - 1
+        if k < 0 or pc >= maps[k][1]:
+            return "?", False
+        a, _, offset, path = maps[k]
+        table = symbol_table(path, dirs, cache)
+        sym = "?"
+        if table:
+            q = bisect.bisect_right(table[0], pc - a + offset) - 1
+            sym = table[1][q] if q >= 0 else "?"
+        name = os.path.basename(path) + ": " + re.sub(r"\(.*", "", sym.replace("(anonymous namespace)", "anon"))
+        return name[:120], table is not None and not SYSTEM.match(os.path.basename(path))
+
     by_function = collections.Counter()
     by_thread = collections.Counter()
-    for pc, tid in samples:
-        pc = int(pc, 16)
-        k = bisect.bisect_right(starts, pc) - 1
-        fn = "?"
-        if k >= 0 and pc < maps[k][1]:
-            a, _, offset, path = maps[k]
-            table = symbol_table(path, dirs, cache)
-            sym = "?"
-            if table:
-                q = bisect.bisect_right(table[0], pc - a + offset) - 1
-                sym = table[1][q] if q >= 0 else "?"
-            fn = os.path.basename(path) + ": " + re.sub(r"\(.*", "", sym.replace("(anonymous namespace)", "anon"))
-        by_function[fn[:120]] += 1
+    outside = collections.Counter()  # (outside function, nearest caller inside)
+    for s in samples:
+        pc, tid, stack = int(s[0], 16), s[1], [int(x, 16) for x in s[2:]]
+        fn, inside = lookup(pc)
+        by_function[fn] += 1
         by_thread[names.get(tid, "exited")] += 1
+        if stack and not inside:
+            callers = stack[stack.index(pc) + 1:] if pc in stack else []
+            caller = next((c for c, ok in (lookup(r - 1) for r in callers if r) if ok), "?")
+            outside[(fn, caller)] += 1
     total = max(1, sum(by_function.values()))
     print(f"{total} samples")
     for fn, c in by_function.most_common(int(os.environ.get("TOP", "45"))):
         print(f"{100 * c / total:6.2f}%  {fn}")
+    if outside:
+        print("outside the DIRs' files, by nearest caller inside them:")
+        for (fn, caller), c in outside.most_common(int(os.environ.get("TOP", "45"))):
+            print(f"{100 * c / total:6.2f}%  {fn}  <-  {caller}")
     print("by thread name: " + ", ".join(f"{t} {100 * c / total:.1f}%" for t, c in by_thread.most_common()))
 
 
