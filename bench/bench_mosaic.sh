@@ -11,13 +11,15 @@
 # Prints a Markdown table and writes OUT/mosaic_bench.json.
 #
 #   bench/bench_mosaic.sh [-g GPUPHOT] [-n CCDS] [--size WxH] [--stars S] [--repeat R] [--backend B]
-#                         [-w WORK] [-o OUT] [--ccds-at-once K]
+#                         [-w WORK] [-o OUT] [--ccds-at-once K] [--ccd-gpus G] [--no-separate]
 # Defaults: build/app/gpuphot, 60 CCDs, 2048x4096, 2000 stars per CCD, R = 3, backend cuda, WORK
-# /tmp/gpuphot-mosaic, OUT ./mosaic-bench-out. Needs python3 (standard library only).
+# /tmp/gpuphot-mosaic, OUT ./mosaic-bench-out. --ccd-gpus G spreads the CCDs over G GPUs (reduce's
+# option; the exposure's catalog is kept as OUT/exp1.cat.fits); --no-separate skips step 2. Needs python3
+# (standard library only).
 set -euo pipefail
 
 gpuphot=build/app/gpuphot ccds=60 size=2048x4096 stars=2000 repeat=3 backend=cuda
-work=/tmp/gpuphot-mosaic out=./mosaic-bench-out atonce=0
+work=/tmp/gpuphot-mosaic out=./mosaic-bench-out atonce=0 gpus=-1 separate=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
     -g) gpuphot=$2; shift 2 ;;
@@ -27,9 +29,11 @@ while [[ $# -gt 0 ]]; do
     --repeat) repeat=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
     --ccds-at-once) atonce=$2; shift 2 ;;
+    --ccd-gpus) gpus=$2; shift 2 ;;
+    --no-separate) separate=0; shift ;;
     -w) work=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench_mosaic: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -53,6 +57,7 @@ for ((k = 1; k <= repeat; k++)); do
 done
 common=(--ref "$sim/mos.ref.fits" --no-tycho2 --backend "$backend" -q --force)
 [[ $atonce -gt 0 ]] && common+=(--ccds-at-once "$atonce")
+[[ $gpus -ge 0 ]] && common+=(--ccd-gpus "$gpus")
 run() { # wall seconds of one reduce process over the given frames
     local t
     t=$(now)
@@ -65,9 +70,13 @@ rm -rf "$work/o-warm" "$work/o-exp" "$work/o-sep"
 warmup="$sim/mos.fits[1]" # one CCD reduced alone: the process, its CUDA context and pools warm
 warm=$(run "$warmup" -o "$work/o-warm")
 exp=$(run "$warmup" "${names[@]}" -o "$work/o-exp")
-separate=()
-for ((k = 1; k <= ccds; k++)); do separate+=("$sim/mos.fits[$k]"); done
-sep=$(run "$warmup" "${separate[@]}" -o "$work/o-sep")
+cp "$work/o-exp/exp1.cat.fits" "$out/exp1.cat.fits"
+sep=nan
+if [[ $separate = 1 ]]; then
+    frames=()
+    for ((k = 1; k <= ccds; k++)); do frames+=("$sim/mos.fits[$k]"); done
+    sep=$(run "$warmup" "${frames[@]}" -o "$work/o-sep")
+fi
 
 python3 - "$sim/mos.mosaic.json" "$work/o-exp/exp1.report.json" "$warm" "$exp" "$sep" "$repeat" "$ccds" \
     "$size" "$stars" "$backend" "$out/mosaic_bench.json" <<'PY'
@@ -100,11 +109,12 @@ mp = ccds * eval(size.replace("x", "*")) / 1e6
 res = {"ccds": ccds, "size": size, "stars_per_ccd": int(stars), "megapixels": round(mp, 1), "backend": backend,
        "sources": report["sources"], "exposure_warm_s": round(per_exposure, 3),
        "exposure_reports_s": [round(x, 3) for x in own],
-       "separate_warm_s": round(separate, 3), "warmup_process_s": round(warm, 3),
+       "separate_warm_s": round(separate, 3) if separate == separate else None, "warmup_process_s": round(warm, 3),
        "zp": zp, "zp_true": zp_true, "zp_error": abs(zp - zp_true) if zp is not None else None,
        "offset_error_max": max(errs) if errs else None,
        "offset_error_median": sorted(errs)[len(errs) // 2] if errs else None,
-       "bad_ccds": bad, "flagged": flagged, "ccds_at_once": e["params"]["concurrent"]}
+       "bad_ccds": bad, "flagged": flagged, "ccds_at_once": e["params"]["concurrent"],
+       "gpus": e["params"].get("gpus")}
 json.dump(res, open(out, "w"), indent=2)
 print("| what | value |\n|---|---:|")
 for k, v in res.items():

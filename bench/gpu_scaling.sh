@@ -4,7 +4,9 @@
 # (CUDA_VISIBLE_DEVICES=0..N-1; counts above the visible GPUs are skipped and said so). Prints the scaling
 # table: wall seconds, frames/s, speed-up and efficiency against N times the 1-GPU rate, and whether every
 # catalog is byte for byte the 1-GPU run's. Then the page cache's and the disk's read rate of the frames, so
-# that a bound by I/O shows.
+# that a bound by I/O shows. Last, a mosaic exposure (MOSAIC_CCDS CCDs of 2048 x 4096, default 60; 0: none)
+# spread over G GPUs by one process (`reduce --ccd-gpus G`, bench/bench_mosaic.sh: warm seconds per
+# exposure), its catalog compared byte for byte with G = 1's.
 #   bench/gpu_scaling.sh [SIZE] [STARS] [FRAMES] [COUNTS]
 #   (default 3912x3912 16000 100 "1 2 4 8": 15.3 MP frames; 151 MP: 14208x10656 134000 40)
 # Runs binaries packed by bench/pack_device.sh. Environment: DEVICE_DIR (default .device), OUT (log),
@@ -80,5 +82,26 @@ if sync && echo 3 > /proc/sys/vm/drop_caches 2> /dev/null; then
         'BEGIN{printf "disk: %.0f MB/s (%.0f frames/s)\n", b/(c-a)/1e6, n/(c-a)}' | tee -a "$LOG"
 else
     echo "disk: not measured (the page cache cannot be dropped here)" | tee -a "$LOG"
+fi
+MOSAIC_CCDS=${MOSAIC_CCDS:-60}
+if [ "$MOSAIC_CCDS" -gt 0 ]; then
+    echo "mosaic exposure: $MOSAIC_CCDS CCDs of 2048x4096, one process, --ccd-gpus G" | tee -a "$LOG"
+    echo "| GPUs | warm s per exposure | speed-up | efficiency | catalog vs 1 GPU |" | tee -a "$LOG"
+    echo "|---:|---:|---:|---:|---|" | tee -a "$LOG"
+    base=""
+    for g in $COUNTS; do
+        [ "$g" -gt "$GPUS" ] && { echo "| $g | - | - | - | not run: $GPUS GPUs visible |" | tee -a "$LOG"; continue; }
+        mo="$OUT/mosaic-$g"
+        bash "$HERE/bench_mosaic.sh" -g "$GP" -n "$MOSAIC_CCDS" --stars 2000 --repeat 3 --ccd-gpus "$g" \
+            --no-separate -w "$WORK/mosaic" -o "$mo" >> "$LOG" 2>&1 || { echo "| $g | failed |" | tee -a "$LOG"; continue; }
+        s=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["exposure_warm_s"])' "$mo/mosaic_bench.json")
+        [ "$g" = 1 ] && base=$s
+        same="-"
+        [ "$g" != 1 ] && [ -f "$OUT/mosaic-1/exp1.cat.fits" ] &&
+            { cmp -s "$OUT/mosaic-1/exp1.cat.fits" "$mo/exp1.cat.fits" && same=identical || same=DIFFERENT; }
+        awk -v g="$g" -v s="$s" -v b="$base" -v same="$same" 'BEGIN{
+            if (b != "") printf "| %d | %.3f | %.2f | %.0f %% | %s |\n", g, s, b/s, 100*b/(g*s), same;
+            else printf "| %d | %.3f | - | - | %s |\n", g, s, same }' | tee -a "$LOG"
+    done
 fi
 rm -rf "$WORK"

@@ -103,7 +103,8 @@ std::size_t crossmatchLastSeparationMismatches();
 // resident in the DeviceContext, the result kept as its frame cache (cal.keepOnDevice). Returns the pixels
 // newly set MaskBad.
 // A new DeviceContext (CUDA context, stream, pool) for RunContext::deviceState; any thread.
-std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit);
+std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit, int device);
+void useDevice(int device);
 std::size_t prepareCalibrate(Image<float>& pixels, Image<std::uint8_t>& mask, const PrepareCalibration& cal,
                              RunContext& ctx);
 // Master uploads so far (tests: resident masters are not uploaded again) and the last calibration

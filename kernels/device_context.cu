@@ -56,8 +56,13 @@ DeviceContext::~DeviceContext() {
     if (m_stream) cudaStreamDestroy(m_stream);
 }
 
-std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit) {
+std::shared_ptr<void> createDeviceState(std::size_t gpuMemLimit, int device) {
+    if (device >= 0) GPUPHOT_CUDA_CHECK(cudaSetDevice(device)); // the context takes the current device
     return std::make_shared<DeviceContext>(gpuMemLimit);
+}
+
+void useDevice(int device) {
+    if (device >= 0 && cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
 }
 
 DeviceContext& DeviceContext::of(RunContext& ctx) {
@@ -68,7 +73,7 @@ DeviceContext& DeviceContext::of(RunContext& ctx) {
             ctx.deviceStateWarmUp = {};
             dc = std::static_pointer_cast<DeviceContext>(warm.get()); // rethrows the creation's error
         }
-        if (!dc) dc = std::make_shared<DeviceContext>(ctx.gpuMemLimit);
+        if (!dc) dc = std::static_pointer_cast<DeviceContext>(createDeviceState(ctx.gpuMemLimit, ctx.device));
         if (ctx.tuning.cudaBlock > 0) dc->setBlockSize(ctx.tuning.cudaBlock);
         if (ctx.testHooks.cudaFailAfterAllocs > 0) dc->setFailAfter(ctx.testHooks.cudaFailAfterAllocs);
         std::weak_ptr<DeviceContext> weak = dc;

@@ -24,6 +24,7 @@ bool registerStages() {
     t.saltPepper = &cuda::saltPepperMask;
     t.cfaSuperPixels = &cuda::cfaSuperPixels;
     t.createDeviceState = &cuda::createDeviceState;
+    t.useDevice = &cuda::useDevice;
     t.reservePinned = &cuda::warmUpPinned;
     registerCudaStages(t);
     return true;

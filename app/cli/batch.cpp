@@ -530,6 +530,11 @@ void addReduceOptions(CLI::App& sub, ReduceCliOptions& o) {
                    "pool (0: 16 with the CUDA backend, 1 on the CPU)")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    sub.add_option("--ccd-gpus", o.ccdGpus,
+                   "Mosaic exposures: the GPUs the CCDs are spread over, round robin (0: every visible GPU; "
+                   "1: the first only)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     sub.add_option("--sex", o.sex,
                    "SExtractor configuration file (.sex): its detection, background and photometry keys, "
                    "SExtractor's defaults for the others; upper-case -KEY value pairs override it "
@@ -601,6 +606,7 @@ ReduceOptions toReduceOptions(const ReduceCliOptions& o) {
     ReduceOptions ro;
     ro.read.hdu = o.hdu;
     ro.exposure.concurrent = o.ccdsAtOnce;
+    ro.exposure.gpus = o.ccdGpus;
     ro.config = config;
     ro.output.outdir = o.common.outdir;
     ro.output.formats = splitList(o.formats);
@@ -633,9 +639,14 @@ struct FrameReducer::State {
         std::lock_guard lock(poolMutex);
         fillPool(n, r);
     }
+    // The k-th context made is the exposure's context k + 1 (0: the reducer's own): its GPU is
+    // ccdContextDevice's, so that the contexts of the CCDs in flight spread over the GPUs.
     void fillPool(std::size_t n, const FrameReducer& r) { // poolMutex held
+        const bool cuda = ctx.backend == Backend::Cuda;
+        const int visible = cuda ? static_cast<int>(listCudaDevices().size()) : 0;
         while (pool.size() < n)
-            pool.push_back(std::make_unique<RunContext>(r.makeContext()));
+            pool.push_back(std::make_unique<RunContext>(
+                r.makeContext(cuda ? ccdContextDevice(++made, options.exposure.gpus, visible) : -1)));
     }
     void giveContexts(std::vector<std::unique_ptr<RunContext>>& used) {
         std::lock_guard lock(poolMutex);
@@ -645,6 +656,7 @@ struct FrameReducer::State {
     }
     std::mutex poolMutex;
     std::vector<std::unique_ptr<RunContext>> pool;
+    std::size_t made = 0; // contexts made for the pool
     ReduceOptions options;
     ReferenceCatalog reference;
     TargetList targets;
@@ -711,8 +723,9 @@ RunContext& FrameReducer::context() {
     return m_state->ctx;
 }
 
-RunContext FrameReducer::makeContext() const {
+RunContext FrameReducer::makeContext(int device) const {
     RunContext ctx = makeRunContext(m_state->common);
+    ctx.device = device;
     ctx.progress = m_state->ctx.progress;
     ctx.cancelFlag = m_state->ctx.cancelFlag;
     startDeviceWarmUp(ctx);

@@ -43,6 +43,7 @@ struct ReduceCliOptions {
     int concurrent = 1; // --concurrent K: frames in their stages at once, each with its own RunContext
     int ccdsAtOnce =
         0; // --ccds-at-once K: a mosaic's CCDs in their stages at once (ExposureParams::concurrent)
+    int ccdGpus = 0; // --ccd-gpus G: the GPUs a mosaic's CCDs are spread over (ExposureParams::gpus)
 };
 
 // Adds the common options (addCommonOptions) and every reduce option to `sub`.
@@ -80,8 +81,9 @@ public:
     RunContext& context();
     // A fresh RunContext made from the same options as context() (backend, threads, --gpu-mem-limit), with
     // context()'s progress and cancellation hooks; its CUDA stream and memory pool are its own (created on
-    // first use). For FramePipeline's extra compute threads.
-    RunContext makeContext() const;
+    // first use, on GPU `device` when it is set: RunContext::device). For FramePipeline's extra compute
+    // threads and a mosaic's CCDs.
+    RunContext makeContext(int device = -1) const;
 
     // process() in its three phases (for FramePipeline); a phase that fails, or finds the frame skipped,
     // decides the frame's status line and the later phases pass it through. load: skip check, Tycho-2

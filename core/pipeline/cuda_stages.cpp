@@ -43,6 +43,7 @@ void registerCudaStages(const CudaStageTable& t) {
     if (t.saltPepper) dst.saltPepper = t.saltPepper;
     if (t.cfaSuperPixels) dst.cfaSuperPixels = t.cfaSuperPixels;
     if (t.createDeviceState) dst.createDeviceState = t.createDeviceState;
+    if (t.useDevice) dst.useDevice = t.useDevice;
     if (t.createRawUpload) dst.createRawUpload = t.createRawUpload;
     if (t.adoptRawUpload) dst.adoptRawUpload = t.adoptRawUpload;
     if (t.settleRawUpload) dst.settleRawUpload = t.settleRawUpload;
@@ -114,6 +115,7 @@ void startDeviceWarmUp(RunContext& ctx) {
     const auto create = table().createDeviceState;
     if (ctx.backend != Backend::Cuda || !create || ctx.deviceState || ctx.deviceStateWarmUp.valid()) return;
     const std::size_t limit = ctx.gpuMemLimit;
+    const int device = ctx.device;
     armRawUpload(ctx.tuning.rawUpload);
     setRawUploadWait(ctx.tuning.rawUploadWait);
     const auto prepare = rawUploadEnabled() ? table().prepareRawUpload : nullptr;
@@ -122,10 +124,10 @@ void startDeviceWarmUp(RunContext& ctx) {
     auto state = std::make_shared<std::promise<std::shared_ptr<void>>>();
     ctx.deviceStateWarmUp = state->get_future().share();
     WarmUpThreads& threads = warmUpThreads();
-    threads.add(std::async(std::launch::async, [create, prepare, reserve, reserveMiB, limit, state] {
+    threads.add(std::async(std::launch::async, [create, prepare, reserve, reserveMiB, limit, device, state] {
         try {
             timelineMark("device warm-up: creating the device state");
-            state->set_value(create(limit));
+            state->set_value(create(limit, device));
             timelineMark("device warm-up: device state ready");
         } catch (...) {
             state->set_exception(std::current_exception());
@@ -136,6 +138,10 @@ void startDeviceWarmUp(RunContext& ctx) {
         timelineMark("device warm-up: raw upload prepared");
         if (reserve && reserveMiB != 0 && framePrepared().wait()) reserve(reserveMiB);
     }));
+}
+
+void useContextDevice(const RunContext& ctx) {
+    if (ctx.backend == Backend::Cuda && ctx.device >= 0 && table().useDevice) table().useDevice(ctx.device);
 }
 
 void noteFramePrepared() {

@@ -109,8 +109,12 @@ struct CudaStageTable {
                                    const SaltPepperParams& params, RunContext& ctx) = nullptr;
     Image<float> (*cfaSuperPixels)(const ImageView& pixels, const CfaLayout& layout, CfaOutput output,
                                    bool luminanceMean, RunContext& ctx) = nullptr;
-    // A new device state for RunContext::deviceState (any thread; gpuMemLimit as RunContext's).
-    std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit) = nullptr;
+    // A new device state for RunContext::deviceState on `device` (any thread; gpuMemLimit and device as
+    // RunContext's; device -1: the calling thread's current device).
+    std::shared_ptr<void> (*createDeviceState)(std::size_t gpuMemLimit, int device) = nullptr;
+    // Makes `device` the calling thread's current device (CUDA's cudaSetDevice), so that what the thread
+    // creates without a RunContext (the raw upload of its next read) lives there. Never throws.
+    void (*useDevice)(int device) = nullptr;
     // Raw upload at read time (kernels/frame_upload.hpp): a sink for readFrame that uploads the
     // raw chunks as they are read and converts them on the device (any thread, no RunContext: the read
     // phase may run beside another frame's stages); and the hand-over of a finished one to ctx's frame cache
@@ -146,6 +150,9 @@ void startDeviceWarmUp(RunContext& ctx);
 // The first frame is prepared on the device: the warm-up may pin its reserve now (CudaStageTable::
 // reservePinned), beside the background and detection rather than the preparation's copies.
 void noteFramePrepared();
+// Makes ctx's GPU (RunContext::device, when set) the calling thread's current device, so that the raw
+// upload of the thread's next read lives where ctx's stages run. No-op for the CPU backend.
+void useContextDevice(const RunContext& ctx);
 const CudaStageTable& cudaStages();
 
 // ---- raw upload at read time -------------------------------------------------------------------------

@@ -165,6 +165,12 @@ double median(std::vector<double> v) {
 
 } // namespace
 
+int ccdContextDevice(std::size_t k, int gpus, int visible) {
+    if (visible <= 0) return -1;
+    const int g = gpus > 0 && gpus < visible ? gpus : visible;
+    return static_cast<int>(k % static_cast<std::size_t>(g));
+}
+
 ExposureCalibration calibrateExposure(const std::vector<CcdZeroPoint>& ccds, const ExposureParams& p) {
     ExposureCalibration cal;
     const std::size_t n = ccds.size();
@@ -217,6 +223,7 @@ void to_json(nlohmann::json& j, const ExposureCcdSummary& c) {
     j["zp"] = finiteOrNull(c.zp);
     j["zp_err"] = finiteOrNull(c.zpErr);
     j["calibrators"] = c.calibrators;
+    j["gpu"] = c.gpu >= 0 ? nlohmann::json(c.gpu) : nlohmann::json(nullptr);
     j["zp_offset"] = finiteOrNull(c.zpOffset);
     j["zp_offset_err"] = finiteOrNull(c.zpOffsetErr);
     j["zp_outlier"] = c.outlier;
@@ -241,6 +248,7 @@ void from_json(const nlohmann::json& j, ExposureCcdSummary& c) {
     c.zp = numberOrNaN(j, "zp");
     c.zpErr = numberOrNaN(j, "zp_err");
     c.calibrators = j.value("calibrators", 0);
+    if (const auto g = j.find("gpu"); g != j.end() && g->is_number_integer()) c.gpu = g->get<int>();
     c.zpOffset = numberOrNaN(j, "zp_offset");
     c.zpOffsetErr = numberOrNaN(j, "zp_offset_err");
     c.outlier = j.value("zp_outlier", false);

@@ -56,11 +56,18 @@ struct ExposureParams {
     // CPU, whose stages already use every core). A context left to take every core (threads 0) gets its
     // share, ceil(threads / K), while the exposure runs.
     int concurrent = 0;
+    // GPUs the CCDs' contexts are spread over, round robin (CUDA backend; 0: every visible GPU, 1: the
+    // first only): context k runs on GPU k mod G, so K CCDs at once put about K / G on each GPU.
+    int gpus = 0;
     // A CCD whose offset from the exposure's zero point exceeds both this many robust sigmas of the
     // CCDs' offsets and outlierMinMag is flagged as an outlier (its offset stands; the median is robust).
     double outlierSigma = 5.0;
     double outlierMinMag = 0.05; // mag
 };
+
+// The GPU of a mosaic's k-th CCD context (k = 0: the caller's own) spread over `gpus` of the `visible`
+// GPUs (gpus 0, or more than are visible: all of them); -1 when none is visible.
+int ccdContextDevice(std::size_t k, int gpus, int visible);
 
 struct CcdZeroPoint {
     bool ok = false; // the CCD's own zero point fit succeeded
@@ -97,6 +104,7 @@ struct ExposureCcdSummary {
     double rms = fwhm;                                      // astrometric RMS, arcsec
     double zp = fwhm, zpErr = fwhm;                         // the CCD's own zero point
     int calibrators = 0;
+    int gpu = -1;                               // the GPU its stages ran on (-1: the CPU backend)
     double zpOffset = fwhm, zpOffsetErr = fwhm; // from the exposure's zero point
     bool outlier = false;
     std::string zpUsed;     // "own", "exposure" or "none"

@@ -14,6 +14,7 @@
 #include "core/io/atomic_file.hpp"
 #include "core/io/fits_table.hpp"
 #include "core/model/flags.hpp"
+#include "core/pipeline/cuda_stages.hpp"
 #include "core/pipeline/exposure.hpp"
 #include "core/pipeline/outputs.hpp"
 #include "core/pipeline/reduce.hpp"
@@ -47,6 +48,7 @@ struct CcdOutcome {
     bool calibrationFailed = false;
     std::size_t sources = 0;
     double seconds = 0.0;
+    int gpu = -1; // the GPU of the context that reduced it (-1: the CPU backend)
     // Astrometry: a verified fit, and where the header and the fit put the CCD's centre (deg).
     bool solved = false;
     std::string astrometry; // "own" (its header WCS refined, or its blind solve), "exposure" (the header
@@ -88,6 +90,7 @@ void reduceCcd(const std::string& path, const ReduceOptions& base, const std::st
     ReduceOptions o = base;
     o.read.hdu = std::to_string(out.ext.hdu);
     o.output.writeSolved = false; // one STEM.solved.fits for the exposure
+    useContextDevice(ctx);        // the raw upload of the read on ctx's GPU
     LoadedFrame loaded = readFramePhase(path, o);
     if (shift && loaded.frame.wcs) loaded.frame.wcs = shifted(*loaded.frame.wcs, *shift);
     ComputedFrame c = computeFramePhase(std::move(loaded), o, ctx);
@@ -122,6 +125,7 @@ void reduceCcd(const std::string& path, const ReduceOptions& base, const std::st
     out.sources = c.summary.sources;
     out.calibrationFailed = c.summary.calibrationFailed;
     out.seconds = c.summary.seconds;
+    out.gpu = ctx.backend == Backend::Cuda ? std::max(ctx.device, 0) : -1; // -1: the first visible GPU
     out.done = true;
 }
 
@@ -326,6 +330,7 @@ nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std
         e.zp = c.zp.ok ? c.zp.zp : std::nan("");
         e.zpErr = c.zp.ok ? c.zp.zpErr : std::nan("");
         e.calibrators = c.zp.calibrators;
+        e.gpu = c.gpu;
         e.zpOffset = cal.offset[k];
         e.zpOffsetErr = cal.offsetErr[k];
         e.outlier = cal.outlier[k];
@@ -338,8 +343,18 @@ nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std
     return j;
 }
 
+// The GPUs the first n contexts run on (0 on the CPU backend).
+int gpusUsed(const std::vector<RunContext*>& contexts, std::size_t n) {
+    std::vector<int> devices;
+    for (std::size_t k = 0; k < n && k < contexts.size(); ++k)
+        if (contexts[k]->backend == Backend::Cuda) devices.push_back(std::max(contexts[k]->device, 0));
+    std::sort(devices.begin(), devices.end());
+    return static_cast<int>(std::unique(devices.begin(), devices.end()) - devices.begin());
+}
+
 nlohmann::json exposureSection(const std::string& path, const std::vector<CcdOutcome>& ccds,
-                               const ExposureCalibration& cal, const ExposureParams& p, int concurrent) {
+                               const ExposureCalibration& cal, const ExposureParams& p, int concurrent,
+                               int gpus) {
     nlohmann::json list = nlohmann::json::array(), outliers = nlohmann::json::array(),
                    failed = nlohmann::json::array();
     for (std::size_t k = 0; k < ccds.size(); ++k) {
@@ -359,6 +374,7 @@ nlohmann::json exposureSection(const std::string& path, const std::vector<CcdOut
             {"zp_outliers", outliers},
             {"params",
              {{"concurrent", concurrent},
+              {"gpus", gpus},
               {"outlier_sigma", p.outlierSigma},
               {"outlier_min_mag", p.outlierMinMag}}},
             {"extensions", list}};
@@ -512,7 +528,8 @@ ReduceSummary reduceExposure(const std::string& path, const std::vector<Exposure
     s.report = {{"frame", path}, {"sources", s.sources}};
     summarise(s.report, ccds, cal, catalog);
     const int concurrent = static_cast<int>(std::min(contexts.size(), ccds.size()));
-    s.report["exposure"] = exposureSection(path, ccds, cal, options.exposure, concurrent);
+    s.report["exposure"] = exposureSection(path, ccds, cal, options.exposure, concurrent,
+                                           gpusUsed(contexts, static_cast<std::size_t>(concurrent)));
     if (shift)
         s.report["exposure"]["pointing_shift_arcsec"] = {{"east", shift->east * 3600.0},
                                                          {"north", shift->north * 3600.0}};

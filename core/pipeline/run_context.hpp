@@ -35,6 +35,10 @@ class RunContext {
 public:
     Backend backend = Backend::Cpu; // resolved backend (never Auto once a run starts)
     int threads = 0;                // 0: all cores (CUDA backend on 8 or more: all but two, threadCount)
+    // CUDA backend: the GPU (ordinal among the visible ones) whose device state this context creates and
+    // runs on; -1: the creating thread's current device (the first visible one unless changed). Set before
+    // the state exists (startDeviceWarmUp, the first stage); a mosaic's CCD contexts spread over the GPUs.
+    int device = -1;
     // fraction in [0, 1] within the named stage; may be called from worker threads
     std::function<void(const std::string& stage, double fraction)> progress;
     const std::atomic<bool>* cancelFlag = nullptr;

@@ -125,6 +125,7 @@ TEST(Exposure, CcdSummaryRoundTripsThroughTheReport) {
     c.zp = 25.5;
     c.zpErr = 0.01;
     c.calibrators = 40;
+    c.gpu = 2;
     c.zpOffset = -0.02;
     c.outlier = true;
     c.zpUsed = "own";
@@ -143,6 +144,7 @@ TEST(Exposure, CcdSummaryRoundTripsThroughTheReport) {
     EXPECT_EQ(back.zpOffset, -0.02);
     EXPECT_TRUE(back.outlier);
     EXPECT_EQ(back.astrometry, "exposure");
+    EXPECT_EQ(back.gpu, 2);
     EXPECT_EQ(back.warnings, c.warnings);
     EXPECT_FALSE(back.failed());
     ExposureCcdSummary bad;
@@ -154,6 +156,33 @@ TEST(Exposure, CcdSummaryRoundTripsThroughTheReport) {
     const auto badBack = jb.get<ExposureCcdSummary>();
     EXPECT_TRUE(badBack.failed());
     EXPECT_EQ(badBack.error, "cannot read");
+    ExposureCcdSummary cpu = c; // the CPU backend: no GPU
+    cpu.gpu = -1;
+    const nlohmann::json jc = cpu;
+    EXPECT_TRUE(jc.at("gpu").is_null());
+    EXPECT_EQ(jc.get<ExposureCcdSummary>().gpu, -1);
+}
+
+TEST(Exposure, CcdContextsSpreadRoundRobinOverTheGpusAsked) {
+    // Every visible GPU (0, or more than are visible): context k on GPU k mod visible.
+    for (int gpus : {0, 4, 9})
+        for (std::size_t k = 0; k < 12; ++k)
+            EXPECT_EQ(ccdContextDevice(k, gpus, 4), static_cast<int>(k % 4)) << gpus << " " << k;
+    // Fewer than are visible: only the first `gpus`.
+    for (std::size_t k = 0; k < 12; ++k) {
+        EXPECT_EQ(ccdContextDevice(k, 1, 8), 0);
+        EXPECT_EQ(ccdContextDevice(k, 3, 8), static_cast<int>(k % 3));
+    }
+    // No GPU: none.
+    EXPECT_EQ(ccdContextDevice(0, 0, 0), -1);
+    EXPECT_EQ(ccdContextDevice(5, 2, 0), -1);
+    // 16 contexts over 8 GPUs: two on each.
+    std::map<int, int> perGpu;
+    for (std::size_t k = 0; k < 16; ++k)
+        ++perGpu[ccdContextDevice(k, 0, 8)];
+    ASSERT_EQ(perGpu.size(), 8u);
+    for (const auto& [gpu, n] : perGpu)
+        EXPECT_EQ(n, 2) << gpu;
 }
 
 TEST(Exposure, ZeroPointIsTheMedianAndABadCcdStandsOut) {
@@ -245,6 +274,9 @@ TEST(Exposure, WholeExposureEqualsItsCcdsReducedAlone) {
     const auto report = nlohmann::json::parse(std::ifstream(dir / "out/mos.report.json"));
     const auto& exposure = report.at("exposure");
     ASSERT_EQ(exposure.at("extensions").size(), 4u);
+    EXPECT_EQ(exposure.at("params").at("gpus"), 0); // the CPU backend
+    for (const auto& e : exposure.at("extensions"))
+        EXPECT_TRUE(e.at("gpu").is_null());
     // CCD 3 (HDU 3) is the bad one; the others' offsets come back from their true ones.
     EXPECT_EQ(exposure.at("zp_outliers"), nlohmann::json::array({"CCD03"}));
     EXPECT_NEAR(exposure.at("zp").get<double>(), run.truth.zeroPoint, 0.02);
