@@ -40,7 +40,8 @@ QString fixed(double v, int decimals) {
 }
 
 // Runs reduceExposure with one RunContext per CCD in flight (4 on the CUDA backend, 1 on the CPU, whose
-// stages use every core). progress(fraction) after each CCD, from the reducing threads.
+// stages use every core), spread over the visible GPUs as `reduce` spreads them (ccdContextDevice).
+// progress(fraction) after each CCD, from the reducing threads.
 MosaicReductionPtr reduceOnThisThread(const std::string& path, const std::vector<ExposureExtension>& exts,
                                       const ReduceOptions& options, const std::atomic<bool>& cancel,
                                       const std::function<void(double)>& progress, QStringList& warnings) {
@@ -50,11 +51,13 @@ MosaicReductionPtr reduceOnThisThread(const std::string& path, const std::vector
     } catch (const std::exception&) {
     }
     const std::size_t k = std::min<std::size_t>(backend == Backend::Cuda ? 4 : 1, exts.size());
+    const int visible = backend == Backend::Cuda ? static_cast<int>(listCudaDevices().size()) : 0;
     std::vector<std::unique_ptr<RunContext>> owned;
     std::vector<RunContext*> contexts;
     for (std::size_t i = 0; i < k; ++i) {
         auto ctx = std::make_unique<RunContext>();
         ctx->backend = backend;
+        ctx->device = ccdContextDevice(i, options.exposure.gpus, visible);
         ctx->cancelFlag = &cancel;
         ctx->progress = [progress](const std::string& stage, double f) {
             if (stage == "exposure") progress(f); // per CCD; the stages' own progress is too fine here
