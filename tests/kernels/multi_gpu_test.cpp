@@ -95,7 +95,7 @@ TEST(MultiGpu, ExposureSpreadOverEveryGpuEqualsOneGpu) {
         const int gpu = all.at("extensions")[k].at("gpu").get<int>();
         EXPECT_TRUE(gpu >= 0 && gpu < std::min(visible, 4)) << k << ": GPU " << gpu;
     }
-    for (const char* file : {"mos.cat.fits", "mos.csv"}) {
+    for (const char* file : {"mos.cat.fits", "mos.cat.csv"}) {
         const std::string a = fileBytes(dir / ("one/" + std::string(file))),
                           b = fileBytes(dir / ("all/" + std::string(file)));
         EXPECT_FALSE(a.empty()) << file;
