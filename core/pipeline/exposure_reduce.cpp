@@ -63,6 +63,11 @@ struct PointingShift {
     double east = 0.0, north = 0.0;
 };
 
+// The GPU a context's stages run on: the one it names, else the first visible one; -1 on the CPU backend.
+int contextGpu(const RunContext& ctx) {
+    return ctx.backend == Backend::Cuda ? std::max(ctx.device, 0) : -1;
+}
+
 bool wantsLdac(const OutputOptions& o) {
     return std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end();
 }
@@ -125,7 +130,7 @@ void reduceCcd(const std::string& path, const ReduceOptions& base, const std::st
     out.sources = c.summary.sources;
     out.calibrationFailed = c.summary.calibrationFailed;
     out.seconds = c.summary.seconds;
-    out.gpu = ctx.backend == Backend::Cuda ? std::max(ctx.device, 0) : -1; // -1: the first visible GPU
+    out.gpu = contextGpu(ctx);
     out.done = true;
 }
 
@@ -347,7 +352,7 @@ nlohmann::json ccdEntry(const CcdOutcome& c, const ExposureCalibration& cal, std
 int gpusUsed(const std::vector<RunContext*>& contexts, std::size_t n) {
     std::vector<int> devices;
     for (std::size_t k = 0; k < n && k < contexts.size(); ++k)
-        if (contexts[k]->backend == Backend::Cuda) devices.push_back(std::max(contexts[k]->device, 0));
+        if (const int gpu = contextGpu(*contexts[k]); gpu >= 0) devices.push_back(gpu);
     std::sort(devices.begin(), devices.end());
     return static_cast<int>(std::unique(devices.begin(), devices.end()) - devices.begin());
 }
