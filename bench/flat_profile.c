@@ -9,7 +9,6 @@
 // return addresses of the interrupted stack (glibc's backtrace: unwind tables, no frame pointers needed),
 // so that time in libc and libm is charged to the caller that spent it.
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -20,6 +19,8 @@
 #include <sys/time.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+#include "preload_dump.h"
 
 #define CAPACITY (1u << 21)
 #define MAX_DEPTH 8
@@ -45,23 +46,6 @@ static void onSample(int sig, siginfo_t* info, void* context) {
     }
 }
 
-static void writeThreads(FILE* f) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/task", getpid());
-    DIR* d = opendir(dir);
-    struct dirent* e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[512], name[64] = "";
-        snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
-        FILE* c = fopen(path, "r");
-        if (!c) continue;
-        if (fgets(name, sizeof name, c)) fprintf(f, "%s %s", e->d_name, name);
-        fclose(c);
-    }
-    if (d) closedir(d);
-}
-
 static void dump(void) {
     const struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_PROF, &off, NULL);
@@ -78,14 +62,7 @@ static void dump(void) {
             fprintf(f, " %lx", (unsigned long)g_stacks[(size_t)i * (MAX_DEPTH + 2) + k]);
         fprintf(f, "\n");
     }
-    fprintf(f, "maps\n");
-    FILE* maps = fopen("/proc/self/maps", "r");
-    char line[8192];
-    while (maps && fgets(line, sizeof line, maps))
-        fputs(line, f);
-    if (maps) fclose(maps);
-    fprintf(f, "threads\n");
-    writeThreads(f);
+    writeMapsAndThreads(f);
     fclose(f);
 }
 

@@ -619,11 +619,7 @@ Frame readFrame(const std::string& path, const FrameReadOptions& options, RawChu
     const RawMaskRule rule{frame.instrument.saturation, nullBits, MaskSaturated};
     if (raw) {
         RawChunkSink* const to = sink && sink->begin(*raw, w, h, rule) ? sink : nullptr;
-        PixelStats stats;
-        readRawImage(path, *raw, frame.pixels.data(), 0, 0, to, frame.mask.data(), rule, &stats);
-        stats.pixelsSerial = frame.pixels.serial();
-        stats.maskSerial = frame.mask.serial();
-        frame.readStats = stats;
+        readRawImage(path, *raw, frame.pixels.data(), 0, 0, to, frame.mask.data(), rule);
     } else
         fits_read_img(f, TFLOAT, 1, npix, &nulval, frame.pixels.data(), &anynul, &status);
     if (status == NUM_OVERFLOW) { // -64 data beyond the float range: +-Inf (masked), as the raw read

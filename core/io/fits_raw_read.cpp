@@ -277,9 +277,9 @@ bool convertIntegralChunk(const unsigned char* src, std::size_t n, const RawImag
     return true;
 }
 
-// A chunk converted (and masked, and counted) in pieces that stay in the core's cache between the passes.
+// A chunk converted (and masked) in pieces that stay in the core's cache between the passes.
 void convertChunk(const unsigned char* src, std::size_t first, std::size_t n, const RawImageLayout& l,
-                  float* out, std::uint8_t* mask, const RawMaskRule& rule, PixelStats* stats) {
+                  float* out, std::uint8_t* mask, const RawMaskRule& rule) {
     constexpr std::size_t kPiece = 16384;
     const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
     for (std::size_t at = 0; at < n; at += kPiece) {
@@ -290,15 +290,13 @@ void convertChunk(const unsigned char* src, std::size_t first, std::size_t n, co
             convertRawPixels(src + at * elem, m, l, px);
             if (mk) maskPixels(px, m, rule, mk);
         }
-        if (stats && mk) stats->merge(pixelStats(px, mk, m, rule.saturatedBits));
     }
 }
 
 } // namespace
 
 void readRawImage(const std::string& path, const RawImageLayout& l, float* out, int threads,
-                  std::size_t chunkBytes, RawChunkSink* sink, std::uint8_t* mask, const RawMaskRule& rule,
-                  PixelStats* stats) {
+                  std::size_t chunkBytes, RawChunkSink* sink, std::uint8_t* mask, const RawMaskRule& rule) {
     const std::size_t elem = static_cast<std::size_t>(std::abs(l.bitpix) / 8);
     if (elem == 0 || l.count < 0) throw InvalidInput(path + ": bad raw image layout");
     const std::size_t total = static_cast<std::size_t>(l.count);
@@ -313,7 +311,6 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
         ::posix_fadvise(file.fd, l.dataOffset, static_cast<off_t>(total * elem), POSIX_FADV_SEQUENTIAL);
     int failedErrno = 0;
     bool failed = false;
-    if (stats) *stats = PixelStats{};
     const int nt = threads > 0 ? threads : omp_get_max_threads();
     // With a sink, each reader reads into the sink's buffer for it (e.g. pinned memory that the device
     // copies from while the reader converts the same bytes on the host).
@@ -329,8 +326,6 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
         std::vector<unsigned char> own;
         errors.run([&] { own.resize(sink ? 0 : std::min(perChunk, total) * elem); });
         unsigned char* const buf = sink ? sinkBuffers[static_cast<std::size_t>(tid)] : own.data();
-        PixelStats counted; // this reader's pixels
-        PixelStats* const count = stats && mask ? &counted : nullptr;
 #pragma omp for schedule(dynamic, 1)
         for (long long c = 0; c < chunks; ++c)
             errors.run([&] {
@@ -359,13 +354,9 @@ void readRawImage(const std::string& path, const RawImageLayout& l, float* out, 
                 }
                 if (got == want) {
                     if (sink) sink->chunk(tid, first, n);
-                    convertChunk(buf, first, n, l, out, mask, rule, count);
+                    convertChunk(buf, first, n, l, out, mask, rule);
                 }
             });
-        if (count) {
-#pragma omp critical(gpuphot_raw_read_stats)
-            stats->merge(counted);
-        }
     }
     errors.rethrow();
     if (failed)

@@ -18,8 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "core/model/pixel_stats.hpp"
-
 namespace gpuphot {
 
 struct RawImageLayout {
@@ -70,12 +68,11 @@ public:
 // Reads and converts the layout's pixels into out (count floats). threads: 0 = OpenMP's default.
 // chunkBytes: raw bytes per read (0: the sink's choice, else 8 MiB; tests use small chunks). sink (may be
 // null, already begun): also receives every chunk's raw bytes. mask (may be null): count bytes, each
-// pixel's bits by `rule` (maskPixels), made while the chunk's floats are still in cache. stats (may be
-// null; only with a mask): pixelStats of the pixels and mask (saturated: rule.saturatedBits), made in cache
-// too. Throws IoError naming the file when the data cannot be read.
+// pixel's bits by `rule` (maskPixels), made while the chunk's floats are still in cache. Throws IoError
+// naming the file when the data cannot be read.
 void readRawImage(const std::string& path, const RawImageLayout& layout, float* out, int threads = 0,
                   std::size_t chunkBytes = 0, RawChunkSink* sink = nullptr, std::uint8_t* mask = nullptr,
-                  const RawMaskRule& rule = {}, PixelStats* stats = nullptr);
+                  const RawMaskRule& rule = {});
 
 // The mask of n converted pixels by `rule`.
 void maskPixels(const float* px, std::size_t n, const RawMaskRule& rule, std::uint8_t* mask);

@@ -9,7 +9,6 @@
 #include "core/model/header.hpp"
 #include "core/model/image.hpp"
 #include "core/model/instrument.hpp"
-#include "core/model/pixel_stats.hpp"
 
 namespace gpuphot {
 
@@ -32,9 +31,6 @@ struct Frame {
     // measured background noise (map_var, map_weight with PrepareParams::rescaleWeights).
     std::shared_ptr<const Image<float>> weightVariance;
     bool weightRescale = false; // the file's BITPIX (16 for unsigned 16-bit camera frames written with BZERO)
-    // The pixels' and mask's statistics as read (the raw read makes them beside its conversion; keyed by the
-    // images' serials). Whatever changes the images in place (frame preparation) resets them.
-    std::optional<PixelStats> readStats;
 
     int width() const { return pixels.width(); }
     int height() const { return pixels.height(); }

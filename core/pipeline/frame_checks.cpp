@@ -1,65 +1,90 @@
 #include "core/pipeline/frame_checks.hpp"
 
-#include <algorithm>
+#include <atomic>
 #include <cmath>
-#include <limits>
+#include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "core/model/frame.hpp"
-#include "core/model/pixel_stats.hpp"
 #include "core/util/errors.hpp"
 
 namespace gpuphot {
 
-FrameStats frameStats(const Frame& frame) {
-    const bool haveMask = !frame.mask.empty();
-    const PixelStats* known = frame.readStats ? &*frame.readStats : nullptr;
-    PixelStats all;
-    if (known && known->pixelsSerial == frame.pixels.serial() && known->maskSerial == frame.mask.serial() &&
-        known->pixels == frame.pixels.pixelCount()) {
-        all = *known;
-    } else {
-        float lo = std::numeric_limits<float>::infinity(), hi = -lo;
-        std::size_t valid = 0, saturated = 0;
-#pragma omp parallel for schedule(static) reduction(+ : valid, saturated) reduction(min : lo) reduction(max : hi)
-        for (int y = 0; y < frame.height(); ++y) {
-            const PixelStats r = pixelStats(frame.pixels.row(y), haveMask ? frame.mask.row(y) : nullptr,
-                                            static_cast<std::size_t>(frame.width()), MaskSaturated);
-            valid += r.valid;
-            saturated += r.saturated;
-            lo = std::min(lo, r.lo);
-            hi = std::max(hi, r.hi);
+namespace {
+
+// What one row shows: whether it has an unsaturated pixel, its first valid value, and whether a later
+// valid pixel differs from that one (the scan of the row stops there).
+struct RowScan {
+    bool unsaturated = false;
+    std::optional<float> first;
+    bool differs = false;
+};
+
+RowScan scanRow(const float* px, const std::uint8_t* mask, int n) {
+    RowScan s;
+    for (int x = 0; x < n; ++x) {
+        const std::uint8_t m = mask ? mask[x] : std::uint8_t{0};
+        s.unsaturated = s.unsaturated || (m & MaskSaturated) == 0;
+        if (m != 0 || !std::isfinite(px[x])) continue;
+        if (!s.first) {
+            s.first = px[x];
+        } else if (px[x] != *s.first) {
+            s.differs = true;
+            return s;
         }
-        all.valid = valid;
-        all.saturated = saturated;
-        all.lo = lo;
-        all.hi = hi;
     }
-    FrameStats s;
-    s.pixels = frame.pixels.pixelCount();
-    s.valid = all.valid;
-    s.saturated = all.saturated;
-    s.min = all.valid ? all.lo : std::nan("");
-    s.max = all.valid ? all.hi : std::nan("");
     return s;
 }
 
-FrameStats validateForReduction(const Frame& frame) {
+} // namespace
+
+FrameVerdict frameVerdict(const Frame& frame) {
+    const int h = frame.height(), w = frame.width();
+    const bool haveMask = !frame.mask.empty();
+    std::vector<RowScan> rows(static_cast<std::size_t>(h));
+    std::atomic<bool> differs{false};
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int y = 0; y < h; ++y) {
+        if (differs.load(std::memory_order_relaxed)) continue;
+        rows[static_cast<std::size_t>(y)] =
+            scanRow(frame.pixels.row(y), haveMask ? frame.mask.row(y) : nullptr, w);
+        if (rows[static_cast<std::size_t>(y)].differs) differs.store(true, std::memory_order_relaxed);
+    }
+    if (differs.load()) return {};
+    bool unsaturated = false;
+    std::optional<float> first;
+    for (const RowScan& r : rows) {
+        unsaturated = unsaturated || r.unsaturated;
+        if (!r.first) continue;
+        if (first && *r.first != *first) return {};
+        first = first ? first : r.first;
+    }
+    if (!unsaturated) return {FrameDefect::AllSaturated, 0.0f};
+    if (!first) return {FrameDefect::NoValidPixels, 0.0f};
+    return {FrameDefect::Constant, *first};
+}
+
+void validateForReduction(const Frame& frame) {
     const std::string name = frame.path.empty() ? std::string("frame") : frame.path;
     if (frame.pixels.empty()) throw InvalidInput(name + ": empty image");
     if (frame.width() < kMinFrameAxis || frame.height() < kMinFrameAxis)
         throw InvalidInput(name + ": image too small to reduce (" + std::to_string(frame.width()) + " x " +
                            std::to_string(frame.height()) + " pixels; at least " + std::to_string(kMinFrameAxis) +
                            " x " + std::to_string(kMinFrameAxis) + " needed): a wrong HDU or a placeholder?");
-    FrameStats s = frameStats(frame);
-    if (s.saturated == s.pixels)
+    const FrameVerdict v = frameVerdict(frame);
+    switch (v.defect) {
+    case FrameDefect::AllSaturated:
         throw InvalidInput(name + ": every pixel is saturated (at or above SATURATE " +
                            std::to_string(frame.instrument.saturation) + " ADU): nothing to measure");
-    if (s.valid == 0)
+    case FrameDefect::NoValidPixels:
         throw InvalidInput(name + ": no valid pixels (all NaN, blank or masked)");
-    if (s.min == s.max)
-        throw InvalidInput(name + ": the image is constant (every valid pixel is " + std::to_string(s.min) +
+    case FrameDefect::Constant:
+        throw InvalidInput(name + ": the image is constant (every valid pixel is " + std::to_string(v.value) +
                            "): no variance, nothing to detect");
-    return s;
+    case FrameDefect::None:
+        break;
+    }
 }
 
 } // namespace gpuphot

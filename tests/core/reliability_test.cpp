@@ -67,56 +67,79 @@ TEST(Reliability, FramesSmallerThanTheMinimumAreRefusedNamingTheFile) {
     EXPECT_EQ(errorOf([&] { validateForReduction(frameOf(kMinFrameAxis, kMinFrameAxis)); }), "");
 }
 
-// The frame statistics against a plain pixel loop: NaN, ±inf, masked and saturated pixels, extreme
-// finite values in masked and unmasked places, with a mask and without.
-TEST(Reliability, FrameStatisticsMatchAPlainPixelLoop) {
-    const float big = std::numeric_limits<float>::max();
-    for (const bool withMask : {true, false}) {
+// The verdict of the early-stopping scan against a full pixel loop, on frames built to be defective or
+// nearly so: pixels drawn from NaN, +-inf, one value and (rarely, possibly only in the last row) a second
+// value; masks with saturated and other bits; with a mask and without.
+static FrameVerdict plainVerdict(const Frame& f) {
+    bool unsaturated = false, differs = false, valid = false;
+    float first = 0.0f;
+    for (int y = 0; y < f.height(); ++y)
+        for (int x = 0; x < f.width(); ++x) {
+            const std::uint8_t m = f.mask.empty() ? std::uint8_t{0} : f.mask(x, y);
+            unsaturated = unsaturated || (m & MaskSaturated) == 0;
+            const float v = f.pixels(x, y);
+            if (m || !std::isfinite(v)) continue;
+            differs = differs || (valid && v != first);
+            first = valid ? first : v;
+            valid = true;
+        }
+    if (differs) return {};
+    if (!unsaturated) return {FrameDefect::AllSaturated, 0.0f};
+    if (!valid) return {FrameDefect::NoValidPixels, 0.0f};
+    return {FrameDefect::Constant, first};
+}
+
+TEST(Reliability, FrameVerdictMatchesAFullPixelLoop) {
+    std::uint32_t state = 12345;
+    auto next = [&state] { // the high bits: an LCG's low bits have short periods
+        state = state * 1664525u + 1013904223u;
+        return state >> 8;
+    };
+    int seen[4] = {0, 0, 0, 0};
+    for (int trial = 0; trial < 400; ++trial) {
         Frame f = frameOf(37, 29);
-        std::uint32_t state = 12345;
-        auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+        auto percent = [&] { return next() % 4 == 0 ? 100u : next() % 101; }; // whole frames often
+        const std::uint32_t pNonFinite = percent(), pMasked = percent(), pSaturated = percent();
+        const bool withMask = next() % 4 != 0, secondValue = next() % 3 == 0;
+        const float value = static_cast<float>(static_cast<int>(next() % 2001) - 1000) * 0.37f;
         for (int y = 0; y < f.height(); ++y)
             for (int x = 0; x < f.width(); ++x) {
                 const std::uint32_t r = next() % 100;
-                float v = static_cast<float>(static_cast<int>(next() % 20001) - 10000) * 0.37f;
-                if (r < 4)
-                    v = std::nanf("");
-                else if (r < 6)
-                    v = std::numeric_limits<float>::infinity();
-                else if (r < 8)
-                    v = -std::numeric_limits<float>::infinity();
-                f.pixels(x, y) = v;
+                f.pixels(x, y) = r < pNonFinite ? (r % 3 == 0   ? std::nanf("")
+                                                   : r % 3 == 1 ? INFINITY
+                                                                : -INFINITY)
+                                                : value;
                 const std::uint32_t k = next() % 100;
-                f.mask(x, y) = k < 5   ? static_cast<std::uint8_t>(MaskSaturated)
-                               : k < 9 ? std::uint8_t{1}
-                                       : std::uint8_t{0};
+                f.mask(x, y) = k < pSaturated ? static_cast<std::uint8_t>(MaskSaturated)
+                               : k < pMasked  ? std::uint8_t{1}
+                                              : std::uint8_t{0};
             }
-        f.pixels(3, 3) = -big; // masked extremes must not reach the limits
-        f.mask(3, 3) = withMask ? std::uint8_t{1} : std::uint8_t{0};
-        f.pixels(5, 7) = big * (withMask ? 1.0f : 0.5f);
-        f.mask(5, 7) = 0;
-        if (!withMask) f.mask = Image<std::uint8_t>();
-        std::size_t valid = 0, saturated = 0;
-        double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-        for (int y = 0; y < f.height(); ++y)
-            for (int x = 0; x < f.width(); ++x) {
-                const std::uint8_t m = withMask ? f.mask(x, y) : 0;
-                saturated += (m & MaskSaturated) != 0;
-                if (!std::isfinite(f.pixels(x, y)) || m) continue;
-                ++valid;
-                lo = std::min<double>(lo, f.pixels(x, y));
-                hi = std::max<double>(hi, f.pixels(x, y));
-            }
-        const FrameStats s = frameStats(f);
-        EXPECT_EQ(s.pixels, std::size_t{37 * 29});
-        EXPECT_EQ(s.valid, valid) << withMask;
-        EXPECT_EQ(s.saturated, saturated) << withMask;
-        EXPECT_EQ(s.min, lo) << withMask;
-        EXPECT_EQ(s.max, hi) << withMask;
-        EXPECT_GT(valid, 0u);
-        if (withMask) {
-            EXPECT_GT(saturated, 0u);
+        if (secondValue) { // one differing pixel, anywhere (the last row included)
+            const int x = static_cast<int>(next() % 37), y = next() % 2 ? 28 : static_cast<int>(next() % 29);
+            f.pixels(x, y) = value + 1.0f;
         }
+        if (!withMask) f.mask = Image<std::uint8_t>();
+        const FrameVerdict want = plainVerdict(f), got = frameVerdict(f);
+        ++seen[static_cast<int>(want.defect)];
+        ASSERT_EQ(static_cast<int>(got.defect), static_cast<int>(want.defect)) << "trial " << trial;
+        if (want.defect == FrameDefect::Constant) EXPECT_EQ(got.value, want.value) << "trial " << trial;
+    }
+    for (int d = 0; d < 4; ++d)
+        EXPECT_GT(seen[d], 5) << "defect " << d << " too rarely drawn for the comparison to mean anything";
+}
+
+// A real frame is judged on its first valid pixels; the scan still finds a single differing pixel after a
+// masked half of the frame, or in its last pixel.
+TEST(Reliability, FrameVerdictFindsTheOneDifferingPixelWhereverItIs) {
+    for (const bool last : {false, true}) {
+        Frame f = frameOf(64, 64, 5.0f, false);
+        for (int y = 0; y < 32; ++y)
+            for (int x = 0; x < 64; ++x)
+                f.mask(x, y) = 1;
+        EXPECT_EQ(frameVerdict(f).defect, FrameDefect::Constant);
+        f.pixels(last ? 63 : 10, last ? 63 : 40) = 6.0f;
+        EXPECT_EQ(frameVerdict(f).defect, FrameDefect::None) << last;
+        EXPECT_EQ(errorOf([&] { validateForReduction(f); }), "");
     }
 }
 

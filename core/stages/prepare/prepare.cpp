@@ -621,7 +621,6 @@ PrepareResult prepareFrame(Frame& frame, const PrepareInputs* inputs, const Prep
         r.steps.push_back("cosmic rays");
     }
     if (inputs && !inputs->weight.empty()) attachWeightMap(frame, *inputs, params, r);
-    if (!r.steps.empty()) frame.readStats.reset(); // the pixels or mask changed in place
     return r;
 }
 
