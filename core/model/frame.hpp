@@ -32,6 +32,16 @@ struct Frame {
     std::shared_ptr<const Image<float>> weightVariance;
     bool weightRescale = false; // the file's BITPIX (16 for unsigned 16-bit camera frames written with BZERO)
 
+    // Frees the pixels and mask once nothing reads them, keeping the frame's size (width(), height()), header
+    // and WCS for what reads only those after the stages (the calibration, the catalog table, the report):
+    // the read of the next frame in flight then takes their buffers from the host pool (host_pool.hpp)
+    // instead of fresh pages. Any pixel access afterwards is a null dereference.
+    void dropPixels() noexcept {
+        pixels.dropPixels();
+        mask.dropPixels();
+    }
+    bool hasPixels() const { return pixels.data() != nullptr; }
+
     int width() const { return pixels.width(); }
     int height() const { return pixels.height(); }
     ImageView view() const { return pixels.view(); }

@@ -95,6 +95,10 @@ public:
     const T& operator()(int x, int y) const { return row(y)[x]; }
 
     ImageViewT<T> view() const { return {m_data.get(), m_width, m_height, m_width, m_serial}; }
+    // Frees the pixels but keeps the size (Frame::dropPixels): data() is null afterwards. Only for an image
+    // whose later readers take its size alone; the size itself is not written, so a thread reading it
+    // meanwhile is not disturbed.
+    void dropPixels() noexcept { m_data.reset(); }
     std::uint64_t serial() const { return m_serial; } // changes with every allocation, not with writes
 
     // An image of the size of `from` over its pixels (elements of T's size), `from` left empty: a working

@@ -277,6 +277,11 @@ void writeCatalogFormats(const Table& catalog, const OutputOptions& o, const std
     }
 }
 
+bool outputsReadPixels(const OutputOptions& o) {
+    return !o.maps.empty() || o.sextractorCatalog ||
+           std::find(o.formats.begin(), o.formats.end(), "ldac") != o.formats.end();
+}
+
 std::vector<std::string> writeReductionOutputs(const Frame& frame, const PipelineResult& r,
                                                const Table& catalog, const OutputOptions& o,
                                                nlohmann::json& report, const Table* targets,

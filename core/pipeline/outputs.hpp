@@ -62,6 +62,9 @@ std::vector<std::string> writeReductionOutputs(const Frame& frame, const Pipelin
                                                const Table& catalog, const OutputOptions& options,
                                                nlohmann::json& report, const Table* targets = nullptr,
                                                const std::string& stem = {});
+// Whether the outputs read the frame's pixels (maps, SExtractor and LDAC catalogs), not only its size,
+// header and WCS: otherwise they go once the stages have run (Frame::dropPixels).
+bool outputsReadPixels(const OutputOptions& options);
 // The products of the image itself: the maps asked for, STEM.wcs (a verified fit) and STEM.solved.fits
 // (--write-solved). Each path goes to outputs[keyPrefix + kind] and to `written`.
 void writeImageProducts(const Frame& frame, const PipelineResult& result, const OutputOptions& options,

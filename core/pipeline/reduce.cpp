@@ -212,6 +212,9 @@ std::unique_ptr<FrameInFlight> startFramePhase(LoadedFrame&& loaded, const Reduc
         completeFrame(*f, options, ctx);
         f->finished = true;
     }
+    // What is left (the calibration's end, the catalog, the report, the outputs) reads the frame's size,
+    // header and WCS only, unless an output reads its pixels.
+    if (!outputsReadPixels(options.output)) frame.dropPixels();
     f->seconds = loaded.seconds + secondsSince(start);
     return f;
 }

@@ -180,3 +180,36 @@ TEST(CalibrationBeside, TheStartFinishesWhatNeedsTheRunsContext) {
     const ComputedFrame c = finishFramePhase(std::move(started), options);
     EXPECT_TRUE(c.targets.has_value());
 }
+
+// Once the stages have run, nothing of the reduction reads the frame's pixels unless an output does (the
+// LDAC catalog here): they are freed at the end of the start, the size kept, and the catalog and report are
+// those of the run that kept them. On a finishing thread too.
+TEST(CalibrationBeside, ThePixelsGoAfterTheStagesUnlessAnOutputReadsThem) {
+    const Field f = field();
+    ReduceOptions dropped, kept;
+    dropped.write = kept.write = false;
+    dropped.reference = kept.reference = &f.ref;
+    kept.output.formats = {"ldac"};
+    RunContext ctx;
+    ctx.threads = 2;
+    ctx.testHooks.calibrationBeside = true;
+    const ComputedFrame a = computeFramePhase(loadedOf(f.frame, "a.fits"), kept, ctx);
+    ASSERT_TRUE(a.frame.hasPixels());
+    EXPECT_EQ(std::memcmp(a.frame.pixels.data(), f.frame.pixels.data(), f.frame.pixels.pixelCount() * 4), 0);
+    std::unique_ptr<FrameInFlight> started = startFramePhase(loadedOf(f.frame, "a.fits"), dropped, ctx);
+    ASSERT_FALSE(started->finished);
+    EXPECT_FALSE(started->out.frame.hasPixels());
+    std::optional<ComputedFrame> b;
+    std::thread finisher([&] { b = finishFramePhase(std::move(started), dropped); });
+    finisher.join();
+    ASSERT_TRUE(b.has_value());
+    EXPECT_FALSE(b->frame.hasPixels());
+    EXPECT_EQ(b->frame.mask.data(), nullptr);
+    EXPECT_EQ(b->frame.width(), f.frame.width());
+    EXPECT_EQ(b->frame.height(), f.frame.height());
+    ASSERT_TRUE(b->result.zeropoint.ok) << b->result.zeropoint.message;
+    test::expectSameTable(a.catalog, b->catalog);
+    EXPECT_EQ(a.result.zeropoint.zp, b->result.zeropoint.zp);
+    EXPECT_EQ(reportStages(a), reportStages(*b));
+    EXPECT_EQ(a.summary.report.at("frame"), b->summary.report.at("frame"));
+}
