@@ -71,7 +71,11 @@ public:
     Image(int width, int height, NoInit) : Image(width, height, Source{false}) {}
     // As NoInit, the pixels from the pool.
     Image(int width, int height, Recycled) : Image(width, height, Source{true}) {}
-    Image(const Image& o) : Image(o.m_width, o.m_height, NoInit{}) {
+    // A copy of an image without pixels (empty, or dropped: dropPixels) has none either, only the size.
+    Image(const Image& o) : m_width(o.m_width), m_height(o.m_height) {
+        if (!o.m_data) return;
+        m_data = allocate(pixelCount(), false);
+        m_serial = nextImageSerial();
         std::copy(o.m_data.get(), o.m_data.get() + pixelCount(), m_data.get());
     }
     Image& operator=(const Image& o) {

@@ -162,6 +162,32 @@ TEST_F(HostPool, TakeOverMovesThePixelsToAnotherTypeAndGivesThemBackAsTheyCame) 
     EXPECT_EQ(static_cast<const void*>(again.data()), recycledPixels);
 }
 
+// A frame whose pixels were dropped after its stages gives them back to the pool at once (the next frame's
+// read takes them) and keeps its size; a copy of it is a dropped frame of that size too.
+TEST_F(HostPool, DroppedPixelsGoBackToThePoolAndTheSizeStays) {
+    hostpool::setCapacity(8 * kBig);
+    Tmp t;
+    const std::string p = t.file("big.fits");
+    const int w = 2048, h = 2048;
+    writeFloatFrame(p, w, h);
+    Frame f = readFrame(p);
+    const float* pixels = f.pixels.data();
+    ASSERT_TRUE(f.hasPixels());
+    f.dropPixels();
+    EXPECT_FALSE(f.hasPixels());
+    EXPECT_EQ(f.mask.data(), nullptr);
+    EXPECT_EQ(f.width(), w);
+    EXPECT_EQ(f.height(), h);
+    EXPECT_EQ(hostpool::stats().keptBuffers, 1u);
+    const Frame copy = f;
+    EXPECT_FALSE(copy.hasPixels());
+    EXPECT_EQ(copy.width(), w);
+    EXPECT_EQ(copy.height(), h);
+    const Frame next = readFrame(p);
+    EXPECT_EQ(next.pixels.data(), pixels);
+    EXPECT_EQ(next.pixels(5, 7), 5.0f + 7.0f * w);
+}
+
 TEST_F(HostPool, AFramesPixelsAndMaskAreRecycled) {
     hostpool::setCapacity(8 * kBig);
     Tmp t;
